@@ -1,0 +1,46 @@
+// Package errdefs defines the few error kinds the daemon's services return.
+// Services wrap them with context (fmt.Errorf("starting instance %q: %w", ...));
+// only the API edges map them to HTTP statuses. Never match error strings.
+package errdefs
+
+import (
+	"errors"
+	"net/http"
+)
+
+// Error kinds.
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrAlreadyExists = errors.New("already exists")
+	ErrInvalid       = errors.New("invalid argument")
+	ErrConflict      = errors.New("conflict") // wrong state for the operation
+	ErrForbidden     = errors.New("forbidden")
+	ErrUnauthorized  = errors.New("unauthorized")
+	ErrNotSupported  = errors.New("not supported")
+	ErrUnavailable   = errors.New("unavailable") // a plugin or guest is gone
+)
+
+// HTTPStatus maps an error to the HTTP status the API answers with.
+func HTTPStatus(err error) int {
+	switch {
+	case err == nil:
+		return http.StatusOK
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrAlreadyExists):
+		return http.StatusConflict
+	case errors.Is(err, ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, ErrForbidden):
+		return http.StatusForbidden
+	case errors.Is(err, ErrUnauthorized):
+		return http.StatusUnauthorized
+	case errors.Is(err, ErrNotSupported):
+		return http.StatusNotImplemented
+	case errors.Is(err, ErrUnavailable):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,34 @@
+package instance
+
+import (
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// ConfigChange is one changed config key ("" Value means unset).
+type ConfigChange struct {
+	Key      string
+	OldValue string
+	Value    string
+}
+
+// Hooks are the runtime services the manager tells about guests: the agent
+// monitor and the guest-link services (core/agentmon, core/linkhost,
+// core/devlxd) implement them. Calls are made from the manager's goroutines
+// and must not block for long; implementations hand work to their own
+// goroutines.
+type Hooks interface {
+	// GuestRunning is called when an instance's guest runs: after a start,
+	// and for every running instance after the daemon or its plugin
+	// restarted (Recover). It may be called again for the same boot.
+	GuestRunning(inst *Instance, ep *sdk.LinkEndpoint)
+	// GuestStopped is called when an instance's guest stopped or was deleted.
+	GuestStopped(inst *Instance)
+	// GuestReset is called when the guest rebooted without its process ending.
+	GuestReset(inst *Instance)
+	// BackendEvent is called for every backend event of a running instance
+	// (ring data, serial port open/close), so the agent monitor reads the
+	// ring buffer when something happened.
+	BackendEvent(inst *Instance, ev sdk.Event)
+	// ConfigChanged is called after a running instance's config changed.
+	ConfigChanged(inst *Instance, changes []ConfigChange)
+}

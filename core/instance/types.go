@@ -1,0 +1,51 @@
+// Package instance is the daemon's instance service: it creates, starts,
+// stops and deletes guests through their backend plugins, derives each
+// instance's status (including Ready), keeps its timeline and publishes its
+// lifecycle events. It knows nothing of HTTP.
+package instance
+
+import (
+	"time"
+)
+
+// AgentState is what the daemon knows of a guest's agent.
+type AgentState string
+
+// Agent states. AgentNone: no agent seen this boot (or the instance is stopped).
+const (
+	AgentNone      AgentState = ""
+	AgentStarted   AgentState = "started"
+	AgentConnected AgentState = "connected"
+	AgentStopped   AgentState = "stopped"
+	AgentLost      AgentState = "lost"
+)
+
+// AgentInfo is the agent part of an instance view.
+type AgentInfo struct {
+	State         AgentState `json:"state"`
+	LastHeartbeat *time.Time `json:"last_heartbeat"`
+	Since         *time.Time `json:"since"` // when State was entered
+}
+
+// Instance is the view of one instance that the API, the dashboard and the
+// guest-link services read. It is a copy: changing it changes nothing.
+type Instance struct {
+	Name         string                       `json:"name"`
+	UUID         string                       `json:"uuid"`
+	Backend      string                       `json:"backend"`
+	Status       string                       `json:"status"`
+	StatusCode   int                          `json:"status_code"`
+	Config       map[string]string            `json:"config"`
+	Devices      map[string]map[string]string `json:"devices"`
+	Boot         int64                        `json:"boot"`
+	CreatedAt    time.Time                    `json:"created_at"`
+	StartedAt    *time.Time                   `json:"started_at"`
+	ReadyAt      *time.Time                   `json:"ready_at"` // when this boot last became Ready
+	Link         string                       `json:"link"`     // "hybrid", "vsock", "serial" or ""
+	Agent        AgentInfo                    `json:"agent"`
+	DevlxdSocket string                       `json:"devlxd_socket,omitempty"` // simulated guests
+	Details      map[string]string            `json:"details,omitempty"`       // backend facts
+}
+
+// Ready reports whether the instance's volatile.last_state.ready is "true".
+func (i *Instance) Ready() bool { return i.Config["volatile.last_state.ready"] == "true" }

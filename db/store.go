@@ -1,0 +1,42 @@
+package db
+
+import (
+	"context"
+	"errors"
+)
+
+// Errors the Store returns (wrapped).
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrAlreadyExists = errors.New("already exists")
+)
+
+// InstanceFilter narrows ListInstances. Zero values match everything.
+type InstanceFilter struct {
+	Backend    string
+	PowerState string
+}
+
+// Store is the daemon's persistent state. All methods are safe for
+// concurrent use; every method that returns nil has made its change durable.
+type Store interface {
+	CreateInstance(ctx context.Context, in *Instance) error // sets ID; ErrAlreadyExists on a duplicate name
+	GetInstance(ctx context.Context, name string) (*Instance, error)
+	GetInstanceByUUID(ctx context.Context, uuid string) (*Instance, error)
+	ListInstances(ctx context.Context, f InstanceFilter) ([]*Instance, error)
+	// UpdateInstance saves all fields of in (matched by ID).
+	UpdateInstance(ctx context.Context, in *Instance) error
+	// UpdateInstanceWithTimeline saves in and appends entries in one transaction.
+	UpdateInstanceWithTimeline(ctx context.Context, in *Instance, entries ...*TimelineEntry) error
+	DeleteInstance(ctx context.Context, id int64) error // also its timeline
+	AppendTimeline(ctx context.Context, entries ...*TimelineEntry) error
+	ListTimeline(ctx context.Context, instanceID int64, limit int) ([]*TimelineEntry, error) // oldest first, last `limit` entries
+	// ClearReadyAll removes volatile.last_state.ready from every instance
+	// (daemon start) and returns how many instances changed.
+	ClearReadyAll(ctx context.Context) (int, error)
+	AppendEvent(ctx context.Context, ev *Event) error // sets ev.ID
+	// EventsAfter returns up to limit events with ID > after, oldest first.
+	EventsAfter(ctx context.Context, after int64, limit int) ([]*Event, error)
+	LastEventID(ctx context.Context) (int64, error)
+	Close() error
+}

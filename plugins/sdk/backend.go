@@ -1,0 +1,195 @@
+// Package sdk is what a guestlink backend plugin author imports: the Backend
+// interface a plugin implements, Serve to run it as a plugin process, the error
+// kinds a plugin returns, and (in sdk/conformance) a test kit that checks any
+// plugin binary against the contract.
+//
+// The daemon drives a Backend through this lifecycle for each guest:
+//
+//	Create -> Start -> (ReadRing, LinkEndpoint, State)* -> Stop -> (Start ...)* -> Delete
+//
+// and calls Recover for every stored handle after the daemon or the plugin
+// restarted. Guests must outlive the plugin process: a plugin starts each
+// guest (its VMM) in a session of its own and keeps everything it needs to
+// find it again in the handle.
+package sdk
+
+import (
+	"context"
+	"time"
+)
+
+// Handle is a plugin's opaque reference to one guest. The daemon stores it
+// verbatim and passes it back; plugins usually marshal a small JSON document.
+type Handle []byte
+
+// Capability names a minor feature a backend may support.
+type Capability string
+
+// Capabilities a backend can announce in Info.
+const (
+	CapStateful   Capability = "stateful"    // Stop with Stateful, Start with RestoreState
+	CapLinkHybrid Capability = "link-hybrid" // LinkEndpoint may return LinkHybrid
+	CapLinkVsock  Capability = "link-vsock"  // LinkEndpoint may return LinkVsock
+	CapLinkSerial Capability = "link-serial" // LinkEndpoint may return LinkSerial
+	CapRingBuffer Capability = "ring-buffer" // ReadRing works
+	CapRecover    Capability = "recover"     // Recover re-attaches to running guests
+)
+
+// Info describes a backend.
+type Info struct {
+	Name           string
+	Version        string
+	Capabilities   []Capability
+	ConfigPrefixes []string // config key prefixes the backend owns, e.g. "sim."
+}
+
+// Has reports whether the backend announced capability c.
+func (i *Info) Has(c Capability) bool {
+	for _, x := range i.Capabilities {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// File is one file of a guest's config drive.
+type File struct {
+	Path string // relative, slash separated, e.g. "agent.crt"
+	Mode uint32 // permission bits, e.g. 0o600
+	Data []byte
+}
+
+// Device is one device of a guest: its configuration keys (always "type").
+type Device map[string]string
+
+// GuestSpec is what the daemon tells a backend about a guest.
+type GuestSpec struct {
+	Name         string
+	UUID         string
+	Config       map[string]string
+	Devices      map[string]Device
+	Files        []File // config drive content, rewritten at every start
+	RestoreState bool   // boot from the state saved by a stateful stop
+}
+
+// Status is a guest's coarse state as the backend sees it.
+type Status int
+
+// Guest statuses.
+const (
+	StatusUnknown Status = iota
+	StatusStopped
+	StatusRunning
+	StatusError
+)
+
+// String returns the status name.
+func (s Status) String() string {
+	switch s {
+	case StatusStopped:
+		return "stopped"
+	case StatusRunning:
+		return "running"
+	case StatusError:
+		return "error"
+	}
+	return "unknown"
+}
+
+// GuestState is what a backend reports about a guest.
+type GuestState struct {
+	Status        Status
+	PID           int64
+	Message       string            // why, for StatusError
+	Details       map[string]string // facts for users: "devlxd_socket", "accel", "layout"
+	HasSavedState bool
+}
+
+// StopOptions says how to stop a guest.
+type StopOptions struct {
+	Timeout  time.Duration // graceful budget; 0 means the backend's default
+	Force    bool          // kill at once
+	Stateful bool          // save the guest's state (CapStateful)
+}
+
+// EventKind is the kind of a backend event.
+type EventKind int
+
+// Backend event kinds.
+const (
+	EventUnknown    EventKind = iota
+	EventExited               // the guest process ended
+	EventReset                // the guest rebooted, its process kept
+	EventPortOpened           // the guest opened a serial port (Port)
+	EventPortClosed           // the guest closed a serial port (Port)
+	EventRingData             // the guest wrote to the agent ring buffer
+	EventError                // a backend-side failure for this guest (Detail)
+)
+
+// String returns the event kind name.
+func (k EventKind) String() string {
+	return [...]string{"unknown", "exited", "reset", "port-opened", "port-closed", "ring-data", "error"}[k]
+}
+
+// Event is something that happened to a guest.
+type Event struct {
+	UUID   string // the guest's GuestSpec.UUID
+	Kind   EventKind
+	Port   string
+	Detail string
+	Time   time.Time
+}
+
+// LinkKind names a guest-link transport (see docs/guest-link.md).
+type LinkKind string
+
+// Link kinds.
+const (
+	LinkHybrid LinkKind = "hybrid" // Firecracker-style Unix sockets
+	LinkVsock  LinkKind = "vsock"  // AF_VSOCK through vhost-vsock
+	LinkSerial LinkKind = "serial" // multiplexed over a virtio-serial port
+)
+
+// LinkEndpoint tells the daemon how to reach a guest's agent.
+type LinkEndpoint struct {
+	Kind LinkKind
+	// Path: for LinkHybrid the VMM's socket (the daemon dials it with
+	// "CONNECT <port>\n" and listens on Path+"_"+port); for LinkSerial the
+	// chardev's Unix socket.
+	Path string
+	CID  uint32 // for LinkVsock, the guest CID
+}
+
+// Backend is the interface a plugin implements. Methods are called
+// concurrently for different guests; each must honour ctx.
+type Backend interface {
+	// Info describes the backend. It is called once after the plugin starts.
+	Info(ctx context.Context) (*Info, error)
+	// Create prepares a guest without starting it and returns its handle.
+	// Unknown keys under the backend's own config prefixes are ErrInvalid.
+	Create(ctx context.Context, spec *GuestSpec) (Handle, error)
+	// Start boots the guest and returns its (possibly updated) handle once the
+	// guest process runs. Starting a running guest is ErrConflict.
+	Start(ctx context.Context, h Handle, spec *GuestSpec) (Handle, *GuestState, error)
+	// Stop shuts the guest down and returns when its process has ended.
+	// Stopping a stopped guest succeeds.
+	Stop(ctx context.Context, h Handle, opts StopOptions) (*GuestState, error)
+	// Delete removes a stopped guest and all it owns. Deleting a running guest
+	// is ErrConflict; deleting an unknown one succeeds.
+	Delete(ctx context.Context, h Handle) error
+	// State reports the guest's state.
+	State(ctx context.Context, h Handle) (*GuestState, error)
+	// Events streams events for all guests until ctx ends; the channel is
+	// closed then. The daemon opens one stream per plugin process.
+	Events(ctx context.Context) (<-chan Event, error)
+	// ReadRing reads and consumes up to max bytes of the guest's ring buffer.
+	// An empty ring returns no bytes and no error.
+	ReadRing(ctx context.Context, h Handle, max int) ([]byte, error)
+	// LinkEndpoint tells how to reach the running guest's agent.
+	LinkEndpoint(ctx context.Context, h Handle) (*LinkEndpoint, error)
+	// Recover re-attaches to a guest after a daemon or plugin restart and
+	// reports its state. It is called for every stored handle, running or
+	// not, and must be idempotent.
+	Recover(ctx context.Context, h Handle, spec *GuestSpec) (Handle, *GuestState, error)
+}
