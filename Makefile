@@ -1,0 +1,60 @@
+# guestlink build. `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+export CGO_ENABLED := 0
+STATE_DIR ?= $(CURDIR)/.run
+HTTP ?= 127.0.0.1:8080
+BENCHTIME ?= 1x
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## build guestlinkd, guestlink, guestlink-agent and the plugins into bin/
+	@mkdir -p $(BIN)/plugins
+	$(GO) build -trimpath -o $(BIN)/ ./cmd/guestlinkd ./cmd/guestlink ./cmd/guestlink-agent
+	$(GO) build -trimpath -o $(BIN)/plugins/sim ./plugins/sim
+	@for p in qemu qemu-legacy; do \
+	  if [ -d plugins/$$p ] && ls plugins/$$p/*.go >/dev/null 2>&1; then $(GO) build -trimpath -o $(BIN)/plugins/$$p ./plugins/$$p; fi; \
+	done
+	@cd $(BIN)/plugins && rm -f SHA256SUMS && sha256sum $$(ls | grep -v SHA256SUMS) > SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS
+
+.PHONY: run
+run: build ## build, start the daemon (SQLite, sim backend, dashboard on $(HTTP)) and launch a demo guest
+	@STATE_DIR="$(STATE_DIR)" HTTP="$(HTTP)" scripts/run.sh
+
+.PHONY: deps
+deps: ## install system and npm packages the tests need (Debian)
+	scripts/install-deps.sh
+
+.PHONY: generate
+generate: ## regenerate templ, protobuf and CSS output
+	$(GO) tool templ generate
+	$(GO) tool -modfile=tools/go.mod buf generate
+	@if [ -f package.json ] && [ -d node_modules ]; then npm run --silent build:css; fi
+
+.PHONY: check-generated
+check-generated: generate ## fail if regenerating changes committed files
+	@git diff --exit-code --stat -- '*.go' 'web/assets' || { echo "generated files are stale: run make generate and commit"; exit 1; }
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); [ -z "$$out" ] || { echo "gofmt needed: $$out"; exit 1; }
+	$(GO) vet ./...
+
+.PHONY: test
+test: deps build lint check-generated ## run every test (installs what it needs)
+	$(GO) test -count=1 -timeout 30m ./...
+	@if [ -f package.json ]; then npm test; fi
+
+.PHONY: bench
+bench: build ## run the benchmarks named in the issues; figures go to docs/performance.md
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./...
+
+.PHONY: clean
+clean: ## remove build output and the run state
+	rm -rf $(BIN) $(STATE_DIR)

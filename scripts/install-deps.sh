@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what building and testing guestlink needs on a Debian 12 machine:
+# system packages (PostgreSQL for the store tests, QEMU and a guest kernel for
+# the VM tests, Chromium for the browser tests) and the npm packages. Safe to
+# run again; it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_pkgs=(postgresql qemu-system-x86 qemu-utils busybox-static lz4 chromium cpio)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  echo "install-deps: apt-get install ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ -f package-lock.json ] && [ ! -d node_modules ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+go mod download
