@@ -1,0 +1,146 @@
+package sdk
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	backendv1 "github.com/guestlink/guestlink/plugins/sdk/proto/backend/v1"
+)
+
+// grpcClient is the daemon-side shim: a Backend that calls a plugin over
+// gRPC. Errors come back with their kinds restored (see fromStatus).
+type grpcClient struct {
+	c backendv1.BackendClient
+}
+
+var _ Backend = (*grpcClient)(nil)
+
+// NewGRPCBackend returns a Backend that calls the plugin service c. Launch
+// uses it; it is exported for tests that serve a Backend in-process.
+func NewGRPCBackend(c backendv1.BackendClient) Backend {
+	return &grpcClient{c: c}
+}
+
+func errNilSpec(op string) error {
+	return fmt.Errorf("%s: missing guest spec: %w", op, ErrInvalid)
+}
+
+func (g *grpcClient) Info(ctx context.Context) (*Info, error) {
+	resp, err := g.c.Info(ctx, &backendv1.InfoRequest{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return infoFromProto(resp), nil
+}
+
+func (g *grpcClient) Create(ctx context.Context, spec *GuestSpec) (Handle, error) {
+	if spec == nil {
+		return nil, errNilSpec("creating guest")
+	}
+	resp, err := g.c.Create(ctx, &backendv1.CreateRequest{Spec: specToProto(spec)})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return resp.GetHandle(), nil
+}
+
+func (g *grpcClient) Start(ctx context.Context, h Handle, spec *GuestSpec) (Handle, *GuestState, error) {
+	if spec == nil {
+		return nil, nil, errNilSpec("starting guest")
+	}
+	resp, err := g.c.Start(ctx, &backendv1.StartRequest{Handle: h, Spec: specToProto(spec)})
+	if err != nil {
+		return nil, nil, fromStatus(err)
+	}
+	return resp.GetHandle(), stateFromProto(resp.GetState()), nil
+}
+
+func (g *grpcClient) Stop(ctx context.Context, h Handle, opts StopOptions) (*GuestState, error) {
+	req := &backendv1.StopRequest{Handle: h, Force: opts.Force, Stateful: opts.Stateful}
+	if opts.Timeout > 0 {
+		req.TimeoutMs = max(opts.Timeout.Milliseconds(), 1)
+	}
+	resp, err := g.c.Stop(ctx, req)
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return stateFromProto(resp.GetState()), nil
+}
+
+func (g *grpcClient) Delete(ctx context.Context, h Handle) error {
+	_, err := g.c.Delete(ctx, &backendv1.DeleteRequest{Handle: h})
+	return fromStatus(err)
+}
+
+func (g *grpcClient) State(ctx context.Context, h Handle) (*GuestState, error) {
+	resp, err := g.c.State(ctx, &backendv1.StateRequest{Handle: h})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return stateFromProto(resp.GetState()), nil
+}
+
+// Events opens the plugin's event stream. The channel is closed when ctx
+// ends or the stream breaks (the plugin exited); the caller tells the two
+// apart by ctx.Err.
+func (g *grpcClient) Events(ctx context.Context) (<-chan Event, error) {
+	stream, err := g.c.Events(ctx, &backendv1.EventsRequest{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	ch := make(chan Event, 64)
+	go func() {
+		defer close(ch)
+		for {
+			p, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case ch <- eventFromProto(p):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
+
+func (g *grpcClient) ReadRing(ctx context.Context, h Handle, limit int) ([]byte, error) {
+	if limit < 0 {
+		return nil, fmt.Errorf("reading ring buffer: negative size %d: %w", limit, ErrInvalid)
+	}
+	resp, err := g.c.ReadRing(ctx, &backendv1.ReadRingRequest{Handle: h, Max: uint32(min(limit, math.MaxUint32))})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return resp.GetData(), nil
+}
+
+func (g *grpcClient) LinkEndpoint(ctx context.Context, h Handle) (*LinkEndpoint, error) {
+	resp, err := g.c.LinkEndpoint(ctx, &backendv1.LinkEndpointRequest{Handle: h})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return endpointFromProto(resp), nil
+}
+
+func (g *grpcClient) Recover(ctx context.Context, h Handle, spec *GuestSpec) (Handle, *GuestState, error) {
+	if spec == nil {
+		return nil, nil, errNilSpec("recovering guest")
+	}
+	resp, err := g.c.Recover(ctx, &backendv1.RecoverRequest{Handle: h, Spec: specToProto(spec)})
+	if err != nil {
+		return nil, nil, fromStatus(err)
+	}
+	return resp.GetHandle(), stateFromProto(resp.GetState()), nil
+}
+
+func msDuration(ms int64) time.Duration {
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(ms) * time.Millisecond
+}

@@ -1,0 +1,158 @@
+package sdk
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+)
+
+// DefaultStartTimeout is how long Launch waits for a plugin's handshake when
+// LaunchOptions.StartTimeout is zero.
+const DefaultStartTimeout = 10 * time.Second
+
+// LaunchOptions configures Launch.
+type LaunchOptions struct {
+	// Logger receives the plugin's log lines (with their levels) and
+	// go-plugin's own messages. Nil discards them.
+	Logger hclog.Logger
+	// StartTimeout bounds the wait for the plugin's handshake; zero means
+	// DefaultStartTimeout. A ctx deadline that comes sooner wins.
+	StartTimeout time.Duration
+	// Checksum is the expected SHA-256 of the binary. When set, a binary
+	// whose content differs is not started (ErrChecksum).
+	Checksum []byte
+	// Args are extra command-line arguments for the plugin.
+	Args []string
+	// Env are extra environment variables ("KEY=value") on top of the
+	// daemon's own environment.
+	Env []string
+}
+
+// ErrChecksum reports that a plugin binary does not match its expected
+// SHA-256 checksum.
+var ErrChecksum = errors.New("plugin checksum mismatch")
+
+// Client is one running plugin process. A Client is single-use: once the
+// process exited or was killed, Launch a new one.
+type Client struct {
+	pc      *plugin.Client
+	backend Backend
+	pid     int
+	done    chan struct{}
+	stop    chan struct{}
+	once    sync.Once
+}
+
+// Launch starts the plugin binary at path as a child process, performs the
+// go-plugin handshake (gRPC only, automatic mutual TLS) and returns a Client
+// whose Backend calls it. On any failure the process is killed and the error
+// says why: ErrChecksum, a handshake failure (for instance a plugin that
+// wrote something other than the handshake to stdout), a timeout, or a
+// plugin that exited during start-up.
+func Launch(ctx context.Context, path string, opts LaunchOptions) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("launching plugin %q: %w", path, err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = DefaultStartTimeout
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	cmd := exec.Command(path, opts.Args...)
+	cmd.Env = append(cmd.Env, opts.Env...)
+	cmd.Env = append(cmd.Env, LogLevelEnv+"="+log.GetLevel().String())
+	cfg := &plugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		Plugins:          PluginSet(nil),
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		StartTimeout:     timeout,
+		Logger:           log,
+	}
+	if len(opts.Checksum) > 0 {
+		cfg.SecureConfig = &plugin.SecureConfig{Checksum: opts.Checksum, Hash: sha256.New()}
+	}
+	pc := plugin.NewClient(cfg)
+	fail := func(what string, err error) (*Client, error) {
+		pc.Kill()
+		return nil, fmt.Errorf("%s plugin %q: %w", what, path, err)
+	}
+	if _, err := pc.Start(); err != nil {
+		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
+			err = ErrChecksum
+		}
+		return fail("starting", err)
+	}
+	proto, err := pc.Client()
+	if err != nil {
+		return fail("connecting to", err)
+	}
+	raw, err := proto.Dispense(PluginName)
+	if err != nil {
+		return fail("dispensing", err)
+	}
+	b, ok := raw.(Backend)
+	if !ok {
+		return fail("dispensing", fmt.Errorf("unexpected plugin type %T", raw))
+	}
+	c := &Client{pc: pc, backend: b, done: make(chan struct{}), stop: make(chan struct{})}
+	if rc := pc.ReattachConfig(); rc != nil {
+		c.pid = rc.Pid
+	}
+	go c.watch()
+	return c, nil
+}
+
+// watch closes done once the plugin process exited.
+func (c *Client) watch() {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if c.pc.Exited() {
+			close(c.done)
+			return
+		}
+		select {
+		case <-t.C:
+		case <-c.stop:
+			close(c.done)
+			return
+		}
+	}
+}
+
+// Backend returns the Backend that calls this plugin process. Its calls fail
+// with ErrUnavailable once the process is gone.
+func (c *Client) Backend() Backend { return c.backend }
+
+// PID returns the plugin process's id.
+func (c *Client) PID() int { return c.pid }
+
+// Exited reports whether the plugin process has ended.
+func (c *Client) Exited() bool { return c.pc.Exited() }
+
+// Done returns a channel closed once the plugin process has ended or Kill
+// returned.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Kill asks the plugin to exit, kills it if it does not within two seconds,
+// and returns once it is gone. It is safe to call more than once.
+func (c *Client) Kill() {
+	c.pc.Kill()
+	c.once.Do(func() { close(c.stop) })
+	<-c.done
+}
