@@ -30,7 +30,7 @@ func errNilSpec(op string) error {
 func (g *grpcClient) Info(ctx context.Context) (*Info, error) {
 	resp, err := g.c.Info(ctx, &backendv1.InfoRequest{})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, fromStatus(ctx, err)
 	}
 	return infoFromProto(resp), nil
 }
@@ -41,7 +41,7 @@ func (g *grpcClient) Create(ctx context.Context, spec *GuestSpec) (Handle, error
 	}
 	resp, err := g.c.Create(ctx, &backendv1.CreateRequest{Spec: specToProto(spec)})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, fromStatus(ctx, err)
 	}
 	return resp.GetHandle(), nil
 }
@@ -52,7 +52,7 @@ func (g *grpcClient) Start(ctx context.Context, h Handle, spec *GuestSpec) (Hand
 	}
 	resp, err := g.c.Start(ctx, &backendv1.StartRequest{Handle: h, Spec: specToProto(spec)})
 	if err != nil {
-		return nil, nil, fromStatus(err)
+		return nil, nil, fromStatus(ctx, err)
 	}
 	return resp.GetHandle(), stateFromProto(resp.GetState()), nil
 }
@@ -64,20 +64,20 @@ func (g *grpcClient) Stop(ctx context.Context, h Handle, opts StopOptions) (*Gue
 	}
 	resp, err := g.c.Stop(ctx, req)
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, fromStatus(ctx, err)
 	}
 	return stateFromProto(resp.GetState()), nil
 }
 
 func (g *grpcClient) Delete(ctx context.Context, h Handle) error {
 	_, err := g.c.Delete(ctx, &backendv1.DeleteRequest{Handle: h})
-	return fromStatus(err)
+	return fromStatus(ctx, err)
 }
 
 func (g *grpcClient) State(ctx context.Context, h Handle) (*GuestState, error) {
 	resp, err := g.c.State(ctx, &backendv1.StateRequest{Handle: h})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, fromStatus(ctx, err)
 	}
 	return stateFromProto(resp.GetState()), nil
 }
@@ -88,7 +88,7 @@ func (g *grpcClient) State(ctx context.Context, h Handle) (*GuestState, error) {
 func (g *grpcClient) Events(ctx context.Context) (<-chan Event, error) {
 	stream, err := g.c.Events(ctx, &backendv1.EventsRequest{})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, fromStatus(ctx, err)
 	}
 	ch := make(chan Event, 64)
 	go func() {
@@ -114,7 +114,7 @@ func (g *grpcClient) ReadRing(ctx context.Context, h Handle, limit int) ([]byte,
 	}
 	resp, err := g.c.ReadRing(ctx, &backendv1.ReadRingRequest{Handle: h, Max: uint32(min(limit, math.MaxUint32))})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, fromStatus(ctx, err)
 	}
 	return resp.GetData(), nil
 }
@@ -122,7 +122,7 @@ func (g *grpcClient) ReadRing(ctx context.Context, h Handle, limit int) ([]byte,
 func (g *grpcClient) LinkEndpoint(ctx context.Context, h Handle) (*LinkEndpoint, error) {
 	resp, err := g.c.LinkEndpoint(ctx, &backendv1.LinkEndpointRequest{Handle: h})
 	if err != nil {
-		return nil, fromStatus(err)
+		return nil, fromStatus(ctx, err)
 	}
 	return endpointFromProto(resp), nil
 }
@@ -133,7 +133,7 @@ func (g *grpcClient) Recover(ctx context.Context, h Handle, spec *GuestSpec) (Ha
 	}
 	resp, err := g.c.Recover(ctx, &backendv1.RecoverRequest{Handle: h, Spec: specToProto(spec)})
 	if err != nil {
-		return nil, nil, fromStatus(err)
+		return nil, nil, fromStatus(ctx, err)
 	}
 	return resp.GetHandle(), stateFromProto(resp.GetState()), nil
 }

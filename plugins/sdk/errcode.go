@@ -48,16 +48,20 @@ type remoteError struct {
 func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.kind }
 
-// fromStatus turns an error returned by the gRPC client back into an error
-// of this package's kinds. Errors that are not gRPC statuses and transport
-// failures (codes.Unavailable) become ErrUnavailable.
-func fromStatus(err error) error {
+// fromStatus turns an error returned by the gRPC client for a call made
+// with ctx back into an error of this package's kinds. Errors that are not
+// gRPC statuses, transport failures (codes.Unavailable) and cancellations
+// the caller did not ask for (the connection closed) become ErrUnavailable.
+func fromStatus(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	st, ok := status.FromError(err)
 	if !ok {
 		return &remoteError{kind: ErrUnavailable, msg: "plugin: " + err.Error()}
+	}
+	if st.Code() == codes.Canceled && ctx.Err() == nil {
+		return &remoteError{kind: ErrUnavailable, msg: "plugin connection closed: " + st.Message()}
 	}
 	for _, kc := range kindCodes {
 		if st.Code() == kc.code {

@@ -45,6 +45,7 @@ type Client struct {
 	pc      *plugin.Client
 	backend Backend
 	pid     int
+	tail    *stderrTail
 	done    chan struct{}
 	stop    chan struct{}
 	once    sync.Once
@@ -86,14 +87,21 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Client, erro
 	if len(opts.Checksum) > 0 {
 		cfg.SecureConfig = &plugin.SecureConfig{Checksum: opts.Checksum, Hash: sha256.New()}
 	}
+	tail := &stderrTail{}
+	cfg.Stderr = tail
 	pc := plugin.NewClient(cfg)
 	fail := func(what string, err error) (*Client, error) {
 		pc.Kill()
+		if s := tail.String(); s != "" {
+			return nil, fmt.Errorf("%s plugin %q: %w (plugin stderr: %s)", what, path, err, s)
+		}
 		return nil, fmt.Errorf("%s plugin %q: %w", what, path, err)
 	}
 	if _, err := pc.Start(); err != nil {
 		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
 			err = ErrChecksum
+		} else {
+			err = &startError{msg: firstLines(err.Error()), err: err}
 		}
 		return fail("starting", err)
 	}
@@ -109,7 +117,7 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Client, erro
 	if !ok {
 		return fail("dispensing", fmt.Errorf("unexpected plugin type %T", raw))
 	}
-	c := &Client{pc: pc, backend: b, done: make(chan struct{}), stop: make(chan struct{})}
+	c := &Client{pc: pc, backend: b, tail: tail, done: make(chan struct{}), stop: make(chan struct{})}
 	if rc := pc.ReattachConfig(); rc != nil {
 		c.pid = rc.Pid
 	}
@@ -148,6 +156,20 @@ func (c *Client) Exited() bool { return c.pc.Exited() }
 // Done returns a channel closed once the plugin process has ended or Kill
 // returned.
 func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Stderr returns the last lines the plugin wrote to stderr (joined by
+// " | "), to say why a plugin died.
+func (c *Client) Stderr() string { return c.tail.String() }
+
+// startError is a go-plugin start-up error shortened for people; Unwrap
+// keeps the original.
+type startError struct {
+	msg string
+	err error
+}
+
+func (e *startError) Error() string { return e.msg }
+func (e *startError) Unwrap() error { return e.err }
 
 // Kill asks the plugin to exit, kills it if it does not within two seconds,
 // and returns once it is gone. It is safe to call more than once.

@@ -1,0 +1,83 @@
+// Command testplugin is a small but real guestlink backend used to test the
+// SDK, the conformance kit and the daemon's plugin host. Its guests are
+// local processes (a shell command, "sleep 3600" by default) started in
+// sessions of their own, so they outlive the plugin like real VMs.
+//
+// It misbehaves on request: if TESTPLUGIN_BEHAVIOUR_DIR is set, the file
+// <dir>/<binary name>.json is read at start and before every call, with the
+// fields of behaviour (crash on a call, hang, garbage on stdout, exit after
+// a delay ...). Tests change the file between restarts.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// behaviour is the misbehaviour a test asks for.
+type behaviour struct {
+	GarbageStdout bool   `json:"garbage_stdout"` // print a line to stdout before the handshake
+	ExitAtStart   bool   `json:"exit_at_start"`  // exit with status 3 before the handshake
+	StartDelay    string `json:"start_delay"`    // sleep this long before the handshake
+	ExitAfter     string `json:"exit_after"`     // exit with status 4 this long after start
+	CrashOn       string `json:"crash_on"`       // exit with status 5 when this method is called
+	HangOn        string `json:"hang_on"`        // never answer this method
+	Version       string `json:"version"`        // reported by Info
+}
+
+// readBehaviour loads the behaviour file of this binary; no file means
+// behave.
+func readBehaviour() behaviour {
+	var b behaviour
+	dir := os.Getenv("TESTPLUGIN_BEHAVIOUR_DIR")
+	if dir == "" {
+		return b
+	}
+	data, err := os.ReadFile(filepath.Join(dir, filepath.Base(os.Args[0])+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return b
+	}
+	if err != nil {
+		sdk.Logger().Error("reading behaviour", "error", err)
+		return b
+	}
+	if err := json.Unmarshal(data, &b); err != nil {
+		sdk.Logger().Error("parsing behaviour", "error", err)
+	}
+	return b
+}
+
+func duration(s string) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0
+	}
+	return d
+}
+
+func main() {
+	b := readBehaviour()
+	if b.GarbageStdout {
+		os.Stdout.WriteString("hello from a plugin that should not talk here\n")
+	}
+	if b.ExitAtStart {
+		os.Stderr.WriteString("testplugin: exiting at start as asked\n")
+		os.Exit(3)
+	}
+	if d := duration(b.StartDelay); d > 0 {
+		time.Sleep(d)
+	}
+	if d := duration(b.ExitAfter); d > 0 {
+		time.AfterFunc(d, func() {
+			sdk.Logger().Warn("exiting as asked", "after", d)
+			os.Exit(4)
+		})
+	}
+	sdk.Serve(newBackend(b.Version))
+}
