@@ -1,0 +1,285 @@
+// Package devlxdapi holds the devlxd wire types shared by the agent and the
+// daemon: the LXD envelope spoken between them over the guest link, the
+// bodies of GET/PATCH /1.0, the guest events, and the conversion of an
+// envelope into the plain format the guest sees on /dev/lxd/sock.
+package devlxdapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// APIVersion is the only devlxd API version.
+const APIVersion = "1.0"
+
+// Envelope types.
+const (
+	// TypeSync is the type of a successful synchronous response.
+	TypeSync = "sync"
+	// TypeError is the type of an error response.
+	TypeError = "error"
+)
+
+// Guest-visible states of an instance, used by GET /1.0 and PATCH /1.0.
+const (
+	// StateReady is the state a guest declares once it is ready.
+	StateReady = "Ready"
+	// StateStarted is the state of a running instance that is not ready.
+	StateStarted = "Started"
+)
+
+// Event types sent to guests on /1.0/events.
+const (
+	// EventConfig is the type of a user.* config change event.
+	EventConfig = "config"
+	// EventDevice is the type of a device change event.
+	EventDevice = "device"
+)
+
+// Device event actions.
+const (
+	// DeviceAdded is the action of a device that was added.
+	DeviceAdded = "added"
+	// DeviceRemoved is the action of a device that was removed.
+	DeviceRemoved = "removed"
+	// DeviceUpdated is the action of a device whose config changed.
+	DeviceUpdated = "updated"
+)
+
+// ErrInvalidEnvelope is returned when a body is not an LXD envelope.
+var ErrInvalidEnvelope = errors.New("invalid devlxd envelope")
+
+// Response is the LXD envelope spoken between the agent and the daemon. Field
+// order and names are the wire format.
+type Response struct {
+	// Type is "sync" on success and "error" on failure.
+	Type string `json:"type"`
+	// Status is "Success" on success and empty on error.
+	Status string `json:"status"`
+	// StatusCode is 200 on success and 0 on error.
+	StatusCode int `json:"status_code"`
+	// Operation is always empty for devlxd.
+	Operation string `json:"operation"`
+	// ErrorCode is the HTTP status of an error, 0 on success.
+	ErrorCode int `json:"error_code"`
+	// Error is the error message, empty on success.
+	Error string `json:"error"`
+	// Metadata is the JSON value of a success, null on error.
+	Metadata json.RawMessage `json:"metadata"`
+}
+
+// encode marshals v as JSON without HTML escaping and with a trailing
+// newline, like LXD's util.WriteJSON.
+func encode(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// SyncResponse returns the success envelope carrying v as its metadata (a nil
+// v gives "metadata":null, the answer to PATCH /1.0).
+func SyncResponse(v any) ([]byte, error) {
+	meta, err := encode(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding devlxd response metadata: %w", err)
+	}
+	return encode(&Response{
+		Type:       TypeSync,
+		Status:     "Success",
+		StatusCode: http.StatusOK,
+		Metadata:   bytes.TrimRight(meta, "\n"),
+	})
+}
+
+// ErrorResponse returns the error envelope for HTTP status code and message
+// msg; an empty msg becomes the status text ("Forbidden", "Not Found", ...).
+func ErrorResponse(code int, msg string) []byte {
+	if msg == "" {
+		msg = http.StatusText(code)
+	}
+	b, err := encode(&Response{Type: TypeError, ErrorCode: code, Error: msg})
+	if err != nil {
+		// Encoding a struct of strings and ints cannot fail.
+		panic(fmt.Sprintf("encoding devlxd error response: %v", err))
+	}
+	return b
+}
+
+// ParseResponse decodes an envelope and checks its type. The HTTP status of
+// the transport is not consulted: the envelope carries its own.
+func ParseResponse(data []byte) (*Response, error) {
+	var r Response
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEnvelope, err)
+	}
+	switch r.Type {
+	case TypeSync:
+		if len(r.Metadata) == 0 {
+			r.Metadata = json.RawMessage("null")
+		}
+	case TypeError:
+		if r.ErrorCode < 400 || r.ErrorCode > 599 {
+			return nil, fmt.Errorf("%w: error_code %d is not an HTTP error status", ErrInvalidEnvelope, r.ErrorCode)
+		}
+	default:
+		return nil, fmt.Errorf("%w: type %q", ErrInvalidEnvelope, r.Type)
+	}
+	return &r, nil
+}
+
+// Info is the body of GET /1.0.
+type Info struct {
+	// APIVersion is always "1.0".
+	APIVersion string `json:"api_version"`
+	// State is StateReady when the instance's ready flag is set, else
+	// StateStarted.
+	State string `json:"state"`
+	// InstanceType is "virtual-machine".
+	InstanceType string `json:"instance_type"`
+	// Location is the host name.
+	Location string `json:"location"`
+	// Auth is always "untrusted".
+	Auth string `json:"auth"`
+	// SupportedStorageDrivers is always empty, never null.
+	SupportedStorageDrivers []string `json:"supported_storage_drivers"`
+}
+
+// MarshalJSON encodes the info with SupportedStorageDrivers as [] when nil.
+func (i Info) MarshalJSON() ([]byte, error) {
+	type plain Info
+	p := plain(i)
+	if p.SupportedStorageDrivers == nil {
+		p.SupportedStorageDrivers = []string{}
+	}
+	b, err := encode(p)
+	return bytes.TrimRight(b, "\n"), err
+}
+
+// NewInfo returns the GET /1.0 body for a virtual machine.
+func NewInfo(ready bool, location string) Info {
+	state := StateStarted
+	if ready {
+		state = StateReady
+	}
+	return Info{
+		APIVersion:              APIVersion,
+		State:                   state,
+		InstanceType:            "virtual-machine",
+		Location:                location,
+		Auth:                    "untrusted",
+		SupportedStorageDrivers: []string{},
+	}
+}
+
+// StatePut is the body of PATCH /1.0.
+type StatePut struct {
+	// State is StateReady or StateStarted (exact case).
+	State string `json:"state"`
+}
+
+// Event is one message on GET /1.0/events.
+type Event struct {
+	// Type is EventConfig or EventDevice.
+	Type string `json:"type"`
+	// Timestamp is the time of the change in RFC 3339 with nanoseconds.
+	Timestamp string `json:"timestamp"`
+	// Metadata is a ConfigEvent or a DeviceEvent.
+	Metadata json.RawMessage `json:"metadata"`
+}
+
+// ConfigEvent is the metadata of an EventConfig event.
+type ConfigEvent struct {
+	// Key is the changed user.* key.
+	Key string `json:"key"`
+	// OldValue is the value before the change.
+	OldValue string `json:"old_value"`
+	// Value is the value after the change.
+	Value string `json:"value"`
+}
+
+// DeviceEvent is the metadata of an EventDevice event.
+type DeviceEvent struct {
+	// Action is DeviceAdded, DeviceRemoved or DeviceUpdated.
+	Action string `json:"action"`
+	// Name is the device name.
+	Name string `json:"name"`
+	// Config is the device config.
+	Config map[string]string `json:"config"`
+}
+
+// ValidEventType reports whether t is a devlxd event type.
+func ValidEventType(t string) bool {
+	return t == EventConfig || t == EventDevice
+}
+
+// IsRawPath reports whether the guest sees the success answer for path as raw
+// text (application/octet-stream) rather than JSON: /1.0/config/<key> and
+// /1.0/meta-data.
+func IsRawPath(path string) bool {
+	if path == "/1.0/meta-data" {
+		return true
+	}
+	key, ok := strings.CutPrefix(path, "/1.0/config/")
+	return ok && key != ""
+}
+
+// WriteGuest writes env for path in the plain format the guest sees on
+// /dev/lxd/sock:
+//   - errors: the real status, "msg\n", text/plain; charset=utf-8 (as
+//     http.Error; an empty message becomes the status text);
+//   - success with null metadata (PATCH /1.0): 200 with an empty body;
+//   - success on a raw path (see IsRawPath): the metadata string as-is,
+//     application/octet-stream;
+//   - any other success: the bare JSON value and a newline, application/json.
+//
+// A malformed envelope (raw path whose metadata is not a string) is answered
+// 502 Bad Gateway.
+func WriteGuest(w http.ResponseWriter, path string, env *Response) {
+	if env.Type == TypeError {
+		code := env.ErrorCode
+		if code < 400 || code > 599 {
+			code = http.StatusInternalServerError
+		}
+		msg := env.Error
+		if msg == "" {
+			msg = http.StatusText(code)
+		}
+		http.Error(w, msg, code)
+		return
+	}
+	meta := bytes.TrimSpace(env.Metadata)
+	if len(meta) == 0 || bytes.Equal(meta, []byte("null")) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if IsRawPath(path) {
+		var s string
+		if err := json.Unmarshal(meta, &s); err != nil {
+			http.Error(w, "Bad Gateway: daemon answered a non-string value for a raw endpoint", http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(s))
+		return
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, meta); err != nil {
+		http.Error(w, "Bad Gateway: daemon answered invalid JSON", http.StatusBadGateway)
+		return
+	}
+	buf.WriteByte('\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+}
