@@ -2,13 +2,16 @@ package db
 
 import (
 	"context"
-	"errors"
+
+	"github.com/guestlink/guestlink/core/errdefs"
 )
 
-// Errors the Store returns (wrapped).
+// Errors the Store returns (wrapped). They are the daemon's error kinds, so
+// the API edges map store errors without translating them.
 var (
-	ErrNotFound      = errors.New("not found")
-	ErrAlreadyExists = errors.New("already exists")
+	ErrNotFound      = errdefs.ErrNotFound
+	ErrAlreadyExists = errdefs.ErrAlreadyExists
+	ErrInvalid       = errdefs.ErrInvalid // bad argument (nil instance, no name, ...)
 )
 
 // InstanceFilter narrows ListInstances. Zero values match everything.

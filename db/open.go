@@ -1,0 +1,249 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// DefaultFileName is the SQLite database's file name inside the state directory.
+const DefaultFileName = "guestlink.db"
+
+// Engine names, as reported by Engine.
+const (
+	EngineSQLite   = "sqlite"
+	EnginePostgres = "postgres"
+)
+
+// ErrInvalidURL is returned (wrapped) by Open for a database URL it cannot use.
+var ErrInvalidURL = errors.New("invalid database url")
+
+// ErrClosed is returned (wrapped) by a Store's methods after Close.
+var ErrClosed = errors.New("store closed")
+
+// options are Open's settings; see the Option functions.
+type options struct {
+	stateDir    string
+	logger      *slog.Logger
+	maxBatch    int
+	busyTimeout time.Duration
+}
+
+// Option changes how Open opens a Store.
+type Option func(*options)
+
+// WithStateDir sets the daemon's state directory: an empty URL then opens
+// DefaultURL(dir). Without it an empty URL is refused. Relative SQLite paths
+// are always relative to the working directory.
+func WithStateDir(dir string) Option { return func(o *options) { o.stateDir = dir } }
+
+// WithLogger sets the logger for slow statements, store errors and
+// migrations. Without it the Store logs nothing.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithMaxBatch sets how many queued write calls the group-commit writer may
+// commit in one transaction (default 256; 1 disables batching).
+func WithMaxBatch(n int) Option {
+	return func(o *options) {
+		if n > 0 {
+			o.maxBatch = n
+		}
+	}
+}
+
+// WithBusyTimeout sets how long a SQLite connection waits for a lock held
+// by another process (default 10s). PostgreSQL ignores it.
+func WithBusyTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.busyTimeout = d
+		}
+	}
+}
+
+// DefaultURL returns the database URL the daemon uses when --database is not
+// given: a SQLite file named DefaultFileName in stateDir.
+func DefaultURL(stateDir string) string {
+	return "sqlite://" + filepath.Join(stateDir, DefaultFileName)
+}
+
+// Open opens (creating it if needed) the database at url, brings its schema
+// up to date with the versioned migrations and returns a Store. It is safe
+// for several processes to Open the same database at once.
+//
+// URL forms:
+//
+//	""                         DefaultURL of WithStateDir's directory
+//	sqlite:///abs/path.db      SQLite file (sqlite://rel/path.db is relative)
+//	/abs/path.db, rel/path.db  SQLite file
+//	postgres://... postgresql://...  PostgreSQL (pgx); any libpq URL parameters
+//
+// SQLite files are created 0600 and opened in WAL mode with
+// synchronous=FULL, so a nil return from a write means the change survives
+// a crash of the process or of the machine.
+func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
+	o := options{maxBatch: 256, busyTimeout: 10 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://") {
+		return openPostgres(ctx, url, &o)
+	}
+	path, err := sqlitePath(url, o.stateDir)
+	if err != nil {
+		return nil, err
+	}
+	return openSQLite(ctx, path, &o)
+}
+
+// sqlitePath turns a non-PostgreSQL database URL into a file path.
+func sqlitePath(u, stateDir string) (string, error) {
+	path := u
+	switch {
+	case u == "":
+		if stateDir == "" {
+			return "", fmt.Errorf("opening database: empty url and no state directory: %w", ErrInvalidURL)
+		}
+		return filepath.Join(stateDir, DefaultFileName), nil
+	case strings.HasPrefix(u, "sqlite://"):
+		path = strings.TrimPrefix(u, "sqlite://")
+	case strings.Contains(u, "://"):
+		scheme, _, _ := strings.Cut(u, "://")
+		return "", fmt.Errorf("opening database %q: unknown scheme %q (want sqlite:// or postgres://): %w", u, scheme, ErrInvalidURL)
+	}
+	if path == "" {
+		return "", fmt.Errorf("opening database %q: no file path: %w", u, ErrInvalidURL)
+	}
+	if strings.ContainsAny(path, "?#\x00") || path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return "", fmt.Errorf("opening database %q: path must be a plain file path: %w", u, ErrInvalidURL)
+	}
+	return filepath.Clean(path), nil
+}
+
+// sqliteDSN is the glebarez/go-sqlite DSN for path. The pragmas are applied
+// to every new connection: they are per-connection settings.
+func sqliteDSN(path string, busy time.Duration) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	// Write transactions take the write lock at BEGIN, so two writers
+	// never deadlock on a lock upgrade (which busy_timeout cannot resolve).
+	q.Set("_txlock", "immediate")
+	return path + "?" + q.Encode()
+}
+
+func openSQLite(ctx context.Context, path string, o *options) (Store, error) {
+	if err := createPrivate(path); err != nil {
+		return nil, fmt.Errorf("opening database %q: %w", path, err)
+	}
+	gdb, err := gorm.Open(sqlite.Open(sqliteDSN(path, o.busyTimeout)), gormConfig(o))
+	if err != nil {
+		return nil, fmt.Errorf("opening database %q: %w", path, err)
+	}
+	sqlDB, err := gdb.DB()
+	if err != nil {
+		return nil, fmt.Errorf("opening database %q: %w", path, err)
+	}
+	// Readers run concurrently under WAL; writes go through the single
+	// group-commit writer, so a small pool is enough.
+	sqlDB.SetMaxOpenConns(8)
+	sqlDB.SetMaxIdleConns(8)
+	sqlDB.SetConnMaxIdleTime(0)
+	if err := sqlDB.PingContext(ctx); err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("opening database %q: %w", path, err)
+	}
+	var mode string
+	if err := gdb.WithContext(ctx).Raw("PRAGMA journal_mode").Scan(&mode).Error; err != nil || !strings.EqualFold(mode, "wal") {
+		sqlDB.Close()
+		return nil, fmt.Errorf("opening database %q: journal mode is %q, want wal: %w", path, mode, err)
+	}
+	s, err := newStore(ctx, gdb, EngineSQLite, path, o)
+	if err != nil {
+		sqlDB.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func openPostgres(ctx context.Context, dsn string, o *options) (Store, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("opening database: parsing postgres url: %w", ErrInvalidURL)
+	}
+	u.User = nil // never log a password
+	name := u.Redacted()
+	gdb, err := gorm.Open(postgres.Open(dsn), gormConfig(o))
+	if err != nil {
+		return nil, fmt.Errorf("opening database %q: %w", name, err)
+	}
+	sqlDB, err := gdb.DB()
+	if err != nil {
+		return nil, fmt.Errorf("opening database %q: %w", name, err)
+	}
+	sqlDB.SetMaxOpenConns(16)
+	sqlDB.SetMaxIdleConns(8)
+	if err := sqlDB.PingContext(ctx); err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("opening database %q: %w", name, err)
+	}
+	s, err := newStore(ctx, gdb, EnginePostgres, name, o)
+	if err != nil {
+		sqlDB.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// createPrivate makes sure the database file exists with mode 0600 before
+// SQLite opens it (SQLite gives its -wal and -shm files the same mode).
+func createPrivate(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err == nil && fi.Mode().Perm()&0o077 != 0 {
+		err = f.Chmod(0o600)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if err := os.Chmod(path+suffix, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+func gormConfig(o *options) *gorm.Config {
+	return &gorm.Config{
+		SkipDefaultTransaction: true, // writes use explicit transactions
+		TranslateError:         true,
+		NowFunc:                now,
+		Logger:                 newGormLogger(o.logger),
+	}
+}
+
+// now is the Store's clock: UTC, at the microsecond precision both engines keep.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }

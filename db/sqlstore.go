@@ -1,0 +1,442 @@
+package db
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// readyKey is the config key ClearReadyAll removes.
+const readyKey = "volatile.last_state.ready"
+
+// sqlStore is the Store on a gorm database (SQLite or PostgreSQL). Reads go
+// straight to the connection pool; writes go through the group-commit
+// writer.
+//
+// Event ids: the single writer commits event appends in id order, so a
+// reader never sees id n+1 before id n. With several daemons on one
+// PostgreSQL database, event-appending transactions also take a
+// transaction-scoped advisory lock, which keeps that order across daemons
+// at the cost of serialising their event writes. Ids of rolled-back
+// appends are never used (sequence holes); such holes never fill later, so
+// resuming after the last seen id stays correct.
+type sqlStore struct {
+	db     *gorm.DB
+	engine string
+	name   string
+	w      *writer
+	log    *slog.Logger
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// reader returns the database handle for a read, or ErrClosed.
+func (s *sqlStore) reader(ctx context.Context) (*gorm.DB, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	return s.db.WithContext(ctx), nil
+}
+
+var _ Store = (*sqlStore)(nil)
+
+func newStore(ctx context.Context, gdb *gorm.DB, engine, name string, o *options) (*sqlStore, error) {
+	if err := migrate(ctx, gdb, engine); err != nil {
+		return nil, fmt.Errorf("opening database %q: %w", name, err)
+	}
+	s := &sqlStore{db: gdb, engine: engine, name: name, log: o.logger}
+	s.w = newWriter(gdb, engine, o.maxBatch, o.logger)
+	if o.logger != nil {
+		o.logger.Info("database opened", "engine", engine, "database", name)
+	}
+	return s, nil
+}
+
+// translate maps gorm's error kinds to the Store's.
+func translate(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, gorm.ErrRecordNotFound):
+		return ErrNotFound
+	case errors.Is(err, gorm.ErrDuplicatedKey):
+		return fmt.Errorf("%w: %w", ErrAlreadyExists, err)
+	case errors.Is(err, gorm.ErrForeignKeyViolated):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
+}
+
+// normalize fills nil maps and puts times in UTC, so both engines store and
+// return the same thing.
+func normalize(in *Instance) {
+	if in.Config == nil {
+		in.Config = map[string]string{}
+	}
+	if in.Devices == nil {
+		in.Devices = map[string]map[string]string{}
+	}
+	if in.StartedAt != nil {
+		t := in.StartedAt.UTC()
+		in.StartedAt = &t
+	}
+	in.CreatedAt = in.CreatedAt.UTC()
+	in.UpdatedAt = in.UpdatedAt.UTC()
+}
+
+func validInstance(in *Instance) error {
+	switch {
+	case in == nil:
+		return fmt.Errorf("nil instance: %w", ErrInvalid)
+	case in.Name == "":
+		return fmt.Errorf("instance without a name: %w", ErrInvalid)
+	case in.UUID == "":
+		return fmt.Errorf("instance %q without a uuid: %w", in.Name, ErrInvalid)
+	}
+	return nil
+}
+
+// CreateInstance stores a new instance and sets in.ID.
+func (s *sqlStore) CreateInstance(ctx context.Context, in *Instance) error {
+	if err := validInstance(in); err != nil {
+		return fmt.Errorf("creating instance: %w", err)
+	}
+	normalize(in)
+	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
+		in.ID = 0
+		return tx.Create(in).Error
+	})
+	if err != nil {
+		in.ID = 0
+		return fmt.Errorf("creating instance %q: %w", in.Name, translate(err))
+	}
+	return nil
+}
+
+// GetInstance returns the instance called name.
+func (s *sqlStore) GetInstance(ctx context.Context, name string) (*Instance, error) {
+	var in Instance
+	rd, err := s.reader(ctx)
+	if err == nil {
+		err = rd.Where("name = ?", name).Take(&in).Error
+	}
+	if err != nil {
+		return nil, fmt.Errorf("getting instance %q: %w", name, translate(err))
+	}
+	normalize(&in)
+	return &in, nil
+}
+
+// GetInstanceByUUID returns the instance whose UUID is uuid.
+func (s *sqlStore) GetInstanceByUUID(ctx context.Context, uuid string) (*Instance, error) {
+	var in Instance
+	rd, err := s.reader(ctx)
+	if err == nil {
+		err = rd.Where("uuid = ?", uuid).Take(&in).Error
+	}
+	if err != nil {
+		return nil, fmt.Errorf("getting instance with uuid %q: %w", uuid, translate(err))
+	}
+	normalize(&in)
+	return &in, nil
+}
+
+// ListInstances returns the instances matching f, ordered by name.
+func (s *sqlStore) ListInstances(ctx context.Context, f InstanceFilter) ([]*Instance, error) {
+	q, err := s.reader(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing instances: %w", err)
+	}
+	q = q.Order("name")
+	if f.Backend != "" {
+		q = q.Where("backend = ?", f.Backend)
+	}
+	if f.PowerState != "" {
+		q = q.Where("power_state = ?", f.PowerState)
+	}
+	var out []*Instance
+	if err := q.Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("listing instances: %w", translate(err))
+	}
+	for _, in := range out {
+		normalize(in)
+	}
+	return out, nil
+}
+
+// updateInstance saves every field of in but its ID and CreatedAt.
+func updateInstance(tx *gorm.DB, in *Instance) error {
+	res := tx.Model(in).Select("*").Omit("id", "created_at").Updates(in)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected == 0 {
+		return gorm.ErrRecordNotFound
+	}
+	return nil
+}
+
+// UpdateInstance saves all fields of in (matched by ID).
+func (s *sqlStore) UpdateInstance(ctx context.Context, in *Instance) error {
+	return s.UpdateInstanceWithTimeline(ctx, in)
+}
+
+// UpdateInstanceWithTimeline saves in and appends entries in one
+// transaction. An entry whose InstanceID is 0 is given in.ID.
+func (s *sqlStore) UpdateInstanceWithTimeline(ctx context.Context, in *Instance, entries ...*TimelineEntry) error {
+	if err := validInstance(in); err != nil {
+		return fmt.Errorf("updating instance: %w", err)
+	}
+	if in.ID == 0 {
+		return fmt.Errorf("updating instance %q: no id: %w", in.Name, ErrInvalid)
+	}
+	if err := prepareEntries(entries, in.ID); err != nil {
+		return fmt.Errorf("updating instance %q: %w", in.Name, err)
+	}
+	normalize(in)
+	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
+		if err := updateInstance(tx, in); err != nil {
+			return err
+		}
+		return insertEntries(tx, entries)
+	})
+	if err != nil {
+		resetEntries(entries)
+		return fmt.Errorf("updating instance %q: %w", in.Name, translate(err))
+	}
+	return nil
+}
+
+// DeleteInstance deletes the instance with the given id and its timeline.
+func (s *sqlStore) DeleteInstance(ctx context.Context, id int64) error {
+	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
+		res := tx.Delete(&Instance{}, id)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return gorm.ErrRecordNotFound
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("deleting instance %d: %w", id, translate(err))
+	}
+	return nil
+}
+
+// prepareEntries checks entries and fills their defaults.
+func prepareEntries(entries []*TimelineEntry, instanceID int64) error {
+	for i, e := range entries {
+		if e == nil {
+			return fmt.Errorf("timeline entry %d is nil: %w", i, ErrInvalid)
+		}
+		if e.InstanceID == 0 {
+			e.InstanceID = instanceID
+		}
+		if e.InstanceID == 0 {
+			return fmt.Errorf("timeline entry %d has no instance: %w", i, ErrInvalid)
+		}
+		if e.Time.IsZero() {
+			e.Time = now()
+		}
+		e.Time = e.Time.UTC()
+	}
+	return nil
+}
+
+func resetEntries(entries []*TimelineEntry) {
+	for _, e := range entries {
+		if e != nil {
+			e.ID = 0
+		}
+	}
+}
+
+func insertEntries(tx *gorm.DB, entries []*TimelineEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	resetEntries(entries)
+	return tx.Create(entries).Error
+}
+
+// AppendTimeline appends entries (each naming its instance) and sets their IDs.
+func (s *sqlStore) AppendTimeline(ctx context.Context, entries ...*TimelineEntry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	if err := prepareEntries(entries, 0); err != nil {
+		return fmt.Errorf("appending to timeline: %w", err)
+	}
+	err := s.w.do(ctx, false, func(tx *gorm.DB) error { return insertEntries(tx, entries) })
+	if err != nil {
+		resetEntries(entries)
+		return fmt.Errorf("appending to timeline of instance %d: %w", entries[0].InstanceID, translate(err))
+	}
+	return nil
+}
+
+// ListTimeline returns the last limit entries of an instance's timeline,
+// oldest first; limit <= 0 returns them all.
+func (s *sqlStore) ListTimeline(ctx context.Context, instanceID int64, limit int) ([]*TimelineEntry, error) {
+	q, err := s.reader(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing timeline of instance %d: %w", instanceID, err)
+	}
+	q = q.Where("instance_id = ?", instanceID).
+		Order(clause.OrderBy{Columns: []clause.OrderByColumn{
+			{Column: clause.Column{Name: "time"}, Desc: true},
+			{Column: clause.Column{Name: "id"}, Desc: true},
+		}})
+	if limit > 0 {
+		q = q.Limit(limit)
+	}
+	var out []*TimelineEntry
+	if err := q.Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("listing timeline of instance %d: %w", instanceID, translate(err))
+	}
+	slices.Reverse(out)
+	for _, e := range out {
+		e.Time = e.Time.UTC()
+	}
+	return out, nil
+}
+
+// ClearReadyAll removes volatile.last_state.ready from every instance's
+// config and returns how many instances changed. It reads and rewrites the
+// candidate rows in one transaction (locking them on PostgreSQL); the JSON
+// text only preselects candidates, the decoded config decides.
+func (s *sqlStore) ClearReadyAll(ctx context.Context) (int, error) {
+	var changed int
+	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
+		changed = 0
+		type row struct {
+			ID     int64
+			Config map[string]string `gorm:"serializer:json"`
+		}
+		q := tx.Model(&Instance{}).Select("id", "config").
+			Where("config LIKE ?", `%"`+readyKey+`"%`).Order("id")
+		if s.engine == EnginePostgres {
+			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
+		}
+		var rows []row
+		if err := q.Find(&rows).Error; err != nil {
+			return err
+		}
+		ts := now()
+		for _, r := range rows {
+			if _, ok := r.Config[readyKey]; !ok {
+				continue
+			}
+			delete(r.Config, readyKey)
+			cfg, err := json.Marshal(r.Config)
+			if err != nil {
+				return fmt.Errorf("encoding config of instance %d: %w", r.ID, err)
+			}
+			res := tx.Model(&Instance{}).Where("id = ?", r.ID).
+				UpdateColumns(map[string]any{"config": string(cfg), "updated_at": ts})
+			if res.Error != nil {
+				return res.Error
+			}
+			changed += int(res.RowsAffected)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("clearing ready flags: %w", translate(err))
+	}
+	return changed, nil
+}
+
+// AppendEvent appends ev to the event log and sets ev.ID (and ev.Time if zero).
+func (s *sqlStore) AppendEvent(ctx context.Context, ev *Event) error {
+	if ev == nil {
+		return fmt.Errorf("appending event: nil event: %w", ErrInvalid)
+	}
+	if ev.Type == "" {
+		return fmt.Errorf("appending event: no type: %w", ErrInvalid)
+	}
+	if ev.Time.IsZero() {
+		ev.Time = now()
+	}
+	ev.Time = ev.Time.UTC()
+	if ev.Body == nil {
+		ev.Body = []byte{}
+	}
+	err := s.w.do(ctx, true, func(tx *gorm.DB) error {
+		ev.ID = 0
+		return tx.Create(ev).Error
+	})
+	if err != nil {
+		ev.ID = 0
+		return fmt.Errorf("appending %s event: %w", ev.Type, translate(err))
+	}
+	return nil
+}
+
+// EventsAfter returns up to limit events with ID > after, oldest first;
+// limit <= 0 returns them all.
+func (s *sqlStore) EventsAfter(ctx context.Context, after int64, limit int) ([]*Event, error) {
+	q, err := s.reader(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading events after %d: %w", after, err)
+	}
+	q = q.Where("id > ?", after).Order("id")
+	if limit > 0 {
+		q = q.Limit(limit)
+	}
+	var out []*Event
+	if err := q.Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("reading events after %d: %w", after, translate(err))
+	}
+	for _, ev := range out {
+		ev.Time = ev.Time.UTC()
+	}
+	return out, nil
+}
+
+// LastEventID returns the highest event id, or 0 if the log is empty.
+func (s *sqlStore) LastEventID(ctx context.Context) (int64, error) {
+	var id int64
+	rd, err := s.reader(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading last event id: %w", err)
+	}
+	if err := rd.Model(&Event{}).Select("COALESCE(MAX(id), 0)").Scan(&id).Error; err != nil {
+		return 0, fmt.Errorf("reading last event id: %w", translate(err))
+	}
+	return id, nil
+}
+
+// Close waits for queued writes, then closes the database. Later calls
+// return ErrClosed; Close itself may be called more than once.
+func (s *sqlStore) Close() error {
+	s.closeOnce.Do(func() {
+		start := time.Now()
+		s.closed.Store(true)
+		s.w.close()
+		sqlDB, err := s.db.DB()
+		if err == nil {
+			err = sqlDB.Close()
+		}
+		if err != nil {
+			s.closeErr = fmt.Errorf("closing database %q: %w", s.name, err)
+		}
+		if s.log != nil {
+			s.log.Info("database closed", "database", s.name, "elapsed", time.Since(start))
+		}
+	})
+	return s.closeErr
+}

@@ -1,0 +1,650 @@
+package db_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/google/uuid"
+
+	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/db/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// testTimeout bounds every test's calls; generous for a loaded machine.
+const testTimeout = 2 * time.Minute
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newInstance(name string) *db.Instance {
+	return &db.Instance{
+		Name:       name,
+		UUID:       uuid.NewString(),
+		Backend:    "sim",
+		Config:     map[string]string{"user.a": "1"},
+		Devices:    map[string]map[string]string{"root": {"type": "disk"}},
+		PowerState: "stopped",
+	}
+}
+
+func mustCreate(ctx context.Context, t *testing.T, s db.Store, in *db.Instance) *db.Instance {
+	t.Helper()
+	if err := s.CreateInstance(ctx, in); err != nil {
+		t.Fatalf("CreateInstance(%q): %v", in.Name, err)
+	}
+	if in.ID == 0 {
+		t.Fatalf("CreateInstance(%q) left ID 0", in.Name)
+	}
+	return in
+}
+
+// storeTests is the suite every engine runs.
+var storeTests = []struct {
+	name string
+	run  func(t *testing.T, s db.Store)
+}{
+	{"CreateGetList", testCreateGetList},
+	{"DuplicateName", testDuplicate},
+	{"NotFound", testNotFound},
+	{"InvalidInput", testInvalid},
+	{"UpdateWithTimeline", testUpdateWithTimeline},
+	{"CascadeDelete", testCascadeDelete},
+	{"ClearReadyAll", testClearReadyAll},
+	{"Events", testEvents},
+	{"EventIDsMonotonicUnderConcurrency", testEventIDsConcurrent},
+	{"GroupCommitAllChangesPresent", testGroupCommit},
+	{"GroupCommitFailingCallFailsAlone", testGroupCommitFailure},
+	{"Closed", testClosed},
+}
+
+func TestStore(t *testing.T) {
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			for _, tc := range storeTests {
+				t.Run(tc.name, func(t *testing.T) {
+					tc.run(t, dbtest.Open(t, e.URL(t)))
+				})
+			}
+		})
+	}
+}
+
+var cmpInstance = cmp.Options{
+	cmpopts.EquateApproxTime(time.Microsecond),
+}
+
+func testCreateGetList(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	started := time.Date(2026, 11, 22, 1, 2, 3, 456789000, time.FixedZone("x", 3600))
+	a := newInstance("a1")
+	a.PowerState = "running"
+	a.StartedAt = &started
+	a.Handle = []byte{0, 1, 2, 0xff}
+	a.Boot = 3
+	mustCreate(ctx, t, s, a)
+	b := newInstance("b1")
+	b.Backend = "qemu"
+	b.Config = nil // stored and returned as an empty map
+	mustCreate(ctx, t, s, b)
+	mustCreate(ctx, t, s, newInstance("c1"))
+
+	got, err := s.GetInstance(ctx, "a1")
+	if err != nil {
+		t.Fatalf("GetInstance: %v", err)
+	}
+	if diff := cmp.Diff(a, got, cmpInstance); diff != "" {
+		t.Errorf("GetInstance(a1) mismatch (-want +got):\n%s", diff)
+	}
+	if got.CreatedAt.IsZero() || got.StartedAt.Location() != time.UTC {
+		t.Errorf("times not set/normalised: created %v started %v", got.CreatedAt, got.StartedAt)
+	}
+	byUUID, err := s.GetInstanceByUUID(ctx, b.UUID)
+	if err != nil {
+		t.Fatalf("GetInstanceByUUID: %v", err)
+	}
+	if byUUID.Name != "b1" || byUUID.Config == nil || len(byUUID.Config) != 0 {
+		t.Errorf("GetInstanceByUUID = %q config %#v, want b1 with empty config", byUUID.Name, byUUID.Config)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		filter db.InstanceFilter
+		want   []string
+	}{
+		{"all", db.InstanceFilter{}, []string{"a1", "b1", "c1"}},
+		{"backend", db.InstanceFilter{Backend: "sim"}, []string{"a1", "c1"}},
+		{"power", db.InstanceFilter{PowerState: "running"}, []string{"a1"}},
+		{"both", db.InstanceFilter{Backend: "qemu", PowerState: "stopped"}, []string{"b1"}},
+		{"none", db.InstanceFilter{Backend: "nope"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			list, err := s.ListInstances(ctx, tc.filter)
+			if err != nil {
+				t.Fatalf("ListInstances: %v", err)
+			}
+			var names []string
+			for _, in := range list {
+				names = append(names, in.Name)
+			}
+			if diff := cmp.Diff(tc.want, names); diff != "" {
+				t.Errorf("names (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func testDuplicate(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	first := mustCreate(ctx, t, s, newInstance("dup"))
+	for _, tc := range []struct {
+		name string
+		in   *db.Instance
+	}{
+		{"same name", newInstance("dup")},
+		{"same uuid", &db.Instance{Name: "other", UUID: first.UUID, Backend: "sim", PowerState: "stopped"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := s.CreateInstance(ctx, tc.in)
+			if !errors.Is(err, db.ErrAlreadyExists) {
+				t.Fatalf("CreateInstance = %v, want ErrAlreadyExists", err)
+			}
+			if tc.in.ID != 0 {
+				t.Errorf("failed create left ID %d", tc.in.ID)
+			}
+		})
+	}
+	t.Run("rename onto existing", func(t *testing.T) {
+		other := mustCreate(ctx, t, s, newInstance("dup2"))
+		other.Name = "dup"
+		if err := s.UpdateInstance(ctx, other); !errors.Is(err, db.ErrAlreadyExists) {
+			t.Fatalf("UpdateInstance = %v, want ErrAlreadyExists", err)
+		}
+	})
+}
+
+func testNotFound(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	ghost := newInstance("ghost")
+	ghost.ID = 424242
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"GetInstance", func() error { _, err := s.GetInstance(ctx, "ghost"); return err }},
+		{"GetInstanceByUUID", func() error { _, err := s.GetInstanceByUUID(ctx, ghost.UUID); return err }},
+		{"UpdateInstance", func() error { return s.UpdateInstance(ctx, ghost) }},
+		{"UpdateInstanceWithTimeline", func() error {
+			return s.UpdateInstanceWithTimeline(ctx, ghost, &db.TimelineEntry{Kind: "state", To: "running"})
+		}},
+		{"DeleteInstance", func() error { return s.DeleteInstance(ctx, ghost.ID) }},
+		{"AppendTimeline", func() error {
+			return s.AppendTimeline(ctx, &db.TimelineEntry{InstanceID: ghost.ID, Kind: "state", To: "running"})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.call(); !errors.Is(err, db.ErrNotFound) {
+				t.Fatalf("%s = %v, want ErrNotFound", tc.name, err)
+			}
+		})
+	}
+}
+
+func testInvalid(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"nil instance", func() error { return s.CreateInstance(ctx, nil) }},
+		{"no name", func() error { return s.CreateInstance(ctx, &db.Instance{UUID: uuid.NewString()}) }},
+		{"no uuid", func() error { return s.CreateInstance(ctx, &db.Instance{Name: "x"}) }},
+		{"update without id", func() error { return s.UpdateInstance(ctx, newInstance("x")) }},
+		{"nil entry", func() error { return s.AppendTimeline(ctx, nil) }},
+		{"entry without instance", func() error { return s.AppendTimeline(ctx, &db.TimelineEntry{Kind: "state"}) }},
+		{"nil event", func() error { return s.AppendEvent(ctx, nil) }},
+		{"event without type", func() error { return s.AppendEvent(ctx, &db.Event{}) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.call(); !errors.Is(err, db.ErrInvalid) {
+				t.Fatalf("%s = %v, want ErrInvalid", tc.name, err)
+			}
+		})
+	}
+}
+
+func testUpdateWithTimeline(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	in := mustCreate(ctx, t, s, newInstance("u1"))
+	base := time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+	for i := range 5 {
+		in.Boot = int64(i + 1)
+		in.PowerState = []string{"running", "stopped"}[i%2]
+		in.Config["volatile.n"] = fmt.Sprint(i)
+		e := &db.TimelineEntry{Time: base.Add(time.Duration(i) * time.Second), Boot: in.Boot, Kind: "state", From: "x", To: in.PowerState, Cause: "api"}
+		if err := s.UpdateInstanceWithTimeline(ctx, in, e); err != nil {
+			t.Fatalf("UpdateInstanceWithTimeline #%d: %v", i, err)
+		}
+		if e.ID == 0 || e.InstanceID != in.ID {
+			t.Fatalf("entry #%d: ID %d InstanceID %d, want set and %d", i, e.ID, e.InstanceID, in.ID)
+		}
+	}
+	got, err := s.GetInstance(ctx, "u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Boot != 5 || got.PowerState != "running" || got.Config["volatile.n"] != "4" || got.Config["user.a"] != "1" {
+		t.Errorf("after updates: boot %d power %q config %v", got.Boot, got.PowerState, got.Config)
+	}
+	for _, tc := range []struct {
+		limit     int
+		wantBoots []int64
+	}{
+		{0, []int64{1, 2, 3, 4, 5}},
+		{2, []int64{4, 5}},
+		{10, []int64{1, 2, 3, 4, 5}},
+	} {
+		t.Run(fmt.Sprintf("limit=%d", tc.limit), func(t *testing.T) {
+			entries, err := s.ListTimeline(ctx, in.ID, tc.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var boots []int64
+			for _, e := range entries {
+				boots = append(boots, e.Boot)
+			}
+			if diff := cmp.Diff(tc.wantBoots, boots); diff != "" {
+				t.Errorf("boots (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// A failing update (rename onto another name) appends nothing.
+	mustCreate(ctx, t, s, newInstance("u2"))
+	in.Name = "u2"
+	err = s.UpdateInstanceWithTimeline(ctx, in, &db.TimelineEntry{Kind: "state", To: "error"})
+	if !errors.Is(err, db.ErrAlreadyExists) {
+		t.Fatalf("conflicting update = %v, want ErrAlreadyExists", err)
+	}
+	if entries, _ := s.ListTimeline(ctx, in.ID, 0); len(entries) != 5 {
+		t.Errorf("after failed update: %d entries, want 5 (transaction not atomic)", len(entries))
+	}
+}
+
+func testCascadeDelete(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	keep := mustCreate(ctx, t, s, newInstance("keep"))
+	gone := mustCreate(ctx, t, s, newInstance("gone"))
+	for _, id := range []int64{keep.ID, gone.ID} {
+		if err := s.AppendTimeline(ctx, &db.TimelineEntry{InstanceID: id, Kind: "state", To: "running"},
+			&db.TimelineEntry{InstanceID: id, Kind: "agent", To: "started"}); err != nil {
+			t.Fatalf("AppendTimeline: %v", err)
+		}
+	}
+	if err := s.DeleteInstance(ctx, gone.ID); err != nil {
+		t.Fatalf("DeleteInstance: %v", err)
+	}
+	if _, err := s.GetInstance(ctx, "gone"); !errors.Is(err, db.ErrNotFound) {
+		t.Errorf("GetInstance after delete = %v, want ErrNotFound", err)
+	}
+	if entries, err := s.ListTimeline(ctx, gone.ID, 0); err != nil || len(entries) != 0 {
+		t.Errorf("timeline of deleted instance: %d entries, err %v; want none", len(entries), err)
+	}
+	if entries, err := s.ListTimeline(ctx, keep.ID, 0); err != nil || len(entries) != 2 {
+		t.Errorf("timeline of kept instance: %d entries, err %v; want 2", len(entries), err)
+	}
+	if err := s.DeleteInstance(ctx, gone.ID); !errors.Is(err, db.ErrNotFound) {
+		t.Errorf("second DeleteInstance = %v, want ErrNotFound", err)
+	}
+}
+
+func testClearReadyAll(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	const ready = "volatile.last_state.ready"
+	configs := map[string]map[string]string{
+		"r-true":  {ready: "true", "user.x": "y"},
+		"r-false": {ready: "false"},
+		"r-none":  {"user.x": "y"},
+		"r-decoy": {"user.note": `"` + ready + `":"true"`, "user.k": ready},
+		"r-empty": {},
+	}
+	for name, cfg := range configs {
+		in := newInstance(name)
+		in.Config = cfg
+		mustCreate(ctx, t, s, in)
+	}
+	n, err := s.ClearReadyAll(ctx)
+	if err != nil {
+		t.Fatalf("ClearReadyAll: %v", err)
+	}
+	if n != 2 {
+		t.Errorf("ClearReadyAll changed %d instances, want 2", n)
+	}
+	for name, cfg := range configs {
+		want := map[string]string{}
+		for k, v := range cfg {
+			if k != ready {
+				want[k] = v
+			}
+		}
+		got, err := s.GetInstance(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got.Config); diff != "" {
+			t.Errorf("config of %s (-want +got):\n%s", name, diff)
+		}
+	}
+	if n, err := s.ClearReadyAll(ctx); err != nil || n != 0 {
+		t.Errorf("second ClearReadyAll = %d, %v; want 0, nil", n, err)
+	}
+}
+
+func testEvents(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	if id, err := s.LastEventID(ctx); err != nil || id != 0 {
+		t.Fatalf("LastEventID on empty log = %d, %v; want 0, nil", id, err)
+	}
+	var ids []int64
+	for i := range 5 {
+		ev := &db.Event{Type: "lifecycle", Instance: "web1", Body: fmt.Appendf(nil, `{"n":%d}`, i)}
+		if err := s.AppendEvent(ctx, ev); err != nil {
+			t.Fatalf("AppendEvent: %v", err)
+		}
+		if len(ids) > 0 && ev.ID <= ids[len(ids)-1] {
+			t.Fatalf("event id %d not above previous %d", ev.ID, ids[len(ids)-1])
+		}
+		ids = append(ids, ev.ID)
+	}
+	last, err := s.LastEventID(ctx)
+	if err != nil || last != ids[4] {
+		t.Fatalf("LastEventID = %d, %v; want %d", last, err, ids[4])
+	}
+	for _, tc := range []struct {
+		name  string
+		after int64
+		limit int
+		want  []int64
+	}{
+		{"all", 0, 0, ids},
+		{"after second", ids[1], 0, ids[2:]},
+		{"limited", ids[0], 2, ids[1:3]},
+		{"after last", ids[4], 10, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			evs, err := s.EventsAfter(ctx, tc.after, tc.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int64
+			for _, ev := range evs {
+				got = append(got, ev.ID)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ids (-want +got):\n%s", diff)
+			}
+		})
+	}
+	evs, _ := s.EventsAfter(ctx, ids[2], 1)
+	if len(evs) != 1 || string(evs[0].Body) != `{"n":3}` || evs[0].Instance != "web1" || evs[0].Type != "lifecycle" || evs[0].Time.IsZero() {
+		t.Errorf("event after %d = %+v", ids[2], evs)
+	}
+}
+
+// testEventIDsConcurrent appends events from many goroutines while a reader
+// follows the log the way a resuming subscriber does; the reader must see
+// ids strictly increasing with no id it missed appearing later.
+func testEventIDsConcurrent(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	const writers, perWriter = 16, 40
+	done := make(chan struct{})
+	readerErr := make(chan error, 1)
+	seenCount := 0
+	go func() {
+		var seen int64
+		check := func() error {
+			last, err := s.LastEventID(ctx)
+			if err != nil {
+				return err
+			}
+			evs, err := s.EventsAfter(ctx, seen, 0)
+			if err != nil {
+				return err
+			}
+			for _, ev := range evs {
+				if ev.ID != seen+1 {
+					return fmt.Errorf("after id %d the reader got id %d", seen, ev.ID)
+				}
+				seen = ev.ID
+				seenCount++
+			}
+			if seen < last {
+				return fmt.Errorf("LastEventID said %d but EventsAfter stopped at %d", last, seen)
+			}
+			return nil
+		}
+		for {
+			select {
+			case <-done:
+				readerErr <- check()
+				return
+			default:
+			}
+			if err := check(); err != nil {
+				readerErr <- err
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*perWriter)
+	for w := range writers {
+		wg.Go(func() {
+			prev := int64(0)
+			for i := range perWriter {
+				ev := &db.Event{Type: "lifecycle", Instance: fmt.Sprintf("w%d", w), Body: fmt.Appendf(nil, `{"i":%d}`, i)}
+				if err := s.AppendEvent(ctx, ev); err != nil {
+					errs <- err
+					return
+				}
+				if ev.ID <= prev {
+					errs <- fmt.Errorf("writer %d: id %d after %d", w, ev.ID, prev)
+				}
+				prev = ev.ID
+			}
+		})
+	}
+	wg.Wait()
+	close(done)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := <-readerErr; err != nil {
+		t.Fatal(err)
+	}
+	if seenCount != writers*perWriter {
+		t.Errorf("reader saw %d events, want %d", seenCount, writers*perWriter)
+	}
+}
+
+// testGroupCommit writes state changes from many goroutines at once and
+// checks every acknowledged change is stored.
+func testGroupCommit(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	const goroutines, perG = 24, 25
+	insts := make([]*db.Instance, goroutines)
+	for g := range insts {
+		insts[g] = mustCreate(ctx, t, s, newInstance(fmt.Sprintf("g%02d", g)))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g, in := range insts {
+		wg.Go(func() {
+			for i := range perG {
+				in.Boot = int64(i + 1)
+				in.Config["volatile.i"] = fmt.Sprint(i)
+				var err error
+				switch i % 3 {
+				case 0:
+					err = s.UpdateInstanceWithTimeline(ctx, in, &db.TimelineEntry{Boot: in.Boot, Kind: "state", To: "running", Detail: fmt.Sprint(i)})
+				case 1:
+					err = s.AppendTimeline(ctx, &db.TimelineEntry{InstanceID: in.ID, Boot: in.Boot, Kind: "agent", To: "started", Detail: fmt.Sprint(i)})
+				case 2:
+					err = s.AppendEvent(ctx, &db.Event{Type: "lifecycle", Instance: in.Name, Body: []byte("{}")})
+				}
+				if err != nil {
+					errs <- fmt.Errorf("goroutine %d call %d: %w", g, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	wantTimeline := 0
+	wantEvents := 0
+	for i := range perG {
+		switch i % 3 {
+		case 0, 1:
+			wantTimeline++
+		case 2:
+			wantEvents++
+		}
+	}
+	for _, in := range insts {
+		entries, err := s.ListTimeline(ctx, in.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != wantTimeline {
+			t.Errorf("%s: %d timeline entries, want %d", in.Name, len(entries), wantTimeline)
+		}
+		got, err := s.GetInstance(ctx, in.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The last UpdateInstanceWithTimeline call was at i = the largest
+		// multiple of 3 below perG.
+		lastUpdate := ((perG - 1) / 3) * 3
+		if got.Config["volatile.i"] != fmt.Sprint(lastUpdate) {
+			t.Errorf("%s: volatile.i = %q, want %d", in.Name, got.Config["volatile.i"], lastUpdate)
+		}
+	}
+	evs, err := s.EventsAfter(ctx, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != goroutines*wantEvents {
+		t.Errorf("%d events, want %d", len(evs), goroutines*wantEvents)
+	}
+}
+
+// testGroupCommitFailure mixes calls that must fail (timeline of a missing
+// instance, duplicate names) with good ones; only the bad ones may fail.
+func testGroupCommitFailure(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	in := mustCreate(ctx, t, s, newInstance("ok"))
+	const rounds = 30
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var good []*db.TimelineEntry
+	type result struct {
+		name    string
+		err     error
+		wantErr error
+	}
+	results := make(chan result, rounds*3)
+	start := make(chan struct{})
+	for i := range rounds {
+		wg.Go(func() {
+			<-start
+			e := &db.TimelineEntry{InstanceID: in.ID, Kind: "state", To: "running", Detail: fmt.Sprint(i)}
+			err := s.AppendTimeline(ctx, e)
+			if err == nil {
+				mu.Lock()
+				good = append(good, e)
+				mu.Unlock()
+			}
+			results <- result{"good append", err, nil}
+		})
+		wg.Go(func() {
+			<-start
+			err := s.AppendTimeline(ctx, &db.TimelineEntry{InstanceID: in.ID + 1000, Kind: "state", To: "running"})
+			results <- result{"orphan append", err, db.ErrNotFound}
+		})
+		wg.Go(func() {
+			<-start
+			err := s.CreateInstance(ctx, newInstance("ok"))
+			results <- result{"duplicate create", err, db.ErrAlreadyExists}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(results)
+	for r := range results {
+		switch {
+		case r.wantErr == nil && r.err != nil:
+			t.Errorf("%s failed: %v", r.name, r.err)
+		case r.wantErr != nil && !errors.Is(r.err, r.wantErr):
+			t.Errorf("%s = %v, want %v", r.name, r.err, r.wantErr)
+		}
+	}
+	entries, err := s.ListTimeline(ctx, in.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != rounds || len(good) != rounds {
+		t.Errorf("%d entries stored, %d acknowledged; want %d", len(entries), len(good), rounds)
+	}
+	stored := map[int64]bool{}
+	for _, e := range entries {
+		stored[e.ID] = true
+	}
+	for _, e := range good {
+		if !stored[e.ID] {
+			t.Errorf("acknowledged entry %d (detail %s) not stored under its id", e.ID, e.Detail)
+		}
+	}
+}
+
+func testClosed(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"CreateInstance", func() error { return s.CreateInstance(ctx, newInstance("late")) }},
+		{"GetInstance", func() error { _, err := s.GetInstance(ctx, "late"); return err }},
+		{"AppendEvent", func() error { return s.AppendEvent(ctx, &db.Event{Type: "lifecycle"}) }},
+		{"LastEventID", func() error { _, err := s.LastEventID(ctx); return err }},
+		{"Close again", func() error {
+			if err := s.Close(); err != nil {
+				return err
+			}
+			return db.ErrClosed
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.call(); !errors.Is(err, db.ErrClosed) {
+				t.Fatalf("%s after Close = %v, want ErrClosed", tc.name, err)
+			}
+		})
+	}
+}

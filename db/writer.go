@@ -1,0 +1,174 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"gorm.io/gorm"
+)
+
+// writeOp is one queued write call: fn runs inside the batch's transaction
+// and must be safe to run again (after a failed batch it runs alone).
+type writeOp struct {
+	ctx    context.Context
+	events bool // appends events: takes the event lock on PostgreSQL
+	fn     func(tx *gorm.DB) error
+	done   chan error
+}
+
+// writer is the group-commit writer: every write of a Store goes through
+// its single goroutine, which takes all calls queued while the previous
+// transaction committed and commits them together in one transaction. One
+// fsync then acknowledges many calls, which is what makes durable SQLite
+// writes fast, and the single writer gives events their ids in commit order.
+//
+// If the batch's transaction fails, it is rolled back and each call runs
+// again in a transaction of its own, so a bad call fails only its caller.
+type writer struct {
+	db       *gorm.DB
+	engine   string
+	maxBatch int
+	log      *slog.Logger
+
+	mu      sync.RWMutex // held shared while enqueueing, exclusively to close
+	closed  bool
+	ops     chan *writeOp
+	stopped chan struct{}
+}
+
+func newWriter(db *gorm.DB, engine string, maxBatch int, log *slog.Logger) *writer {
+	w := &writer{
+		db:       db,
+		engine:   engine,
+		maxBatch: maxBatch,
+		log:      log,
+		ops:      make(chan *writeOp, maxBatch),
+		stopped:  make(chan struct{}),
+	}
+	go w.loop()
+	return w
+}
+
+// do queues fn and returns once the transaction holding it committed (nil)
+// or failed. A call whose ctx ends before its batch starts is not run.
+func (w *writer) do(ctx context.Context, events bool, fn func(tx *gorm.DB) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	op := &writeOp{ctx: ctx, events: events, fn: fn, done: make(chan error, 1)}
+	w.mu.RLock()
+	if w.closed {
+		w.mu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case w.ops <- op:
+	case <-ctx.Done():
+		w.mu.RUnlock()
+		return ctx.Err()
+	}
+	w.mu.RUnlock()
+	// Once queued, wait for the truth even if ctx ends: returning early
+	// could report a failure for a change that then commits.
+	return <-op.done
+}
+
+// close stops accepting calls, lets the queued ones finish and stops the
+// goroutine.
+func (w *writer) close() {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.ops)
+	}
+	w.mu.Unlock()
+	<-w.stopped
+}
+
+func (w *writer) loop() {
+	defer close(w.stopped)
+	batch := make([]*writeOp, 0, w.maxBatch)
+	for op := range w.ops {
+		batch = append(batch[:0], op)
+	fill:
+		for len(batch) < w.maxBatch {
+			select {
+			case op, ok := <-w.ops:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, op)
+			default:
+				break fill
+			}
+		}
+		w.commit(batch)
+		clear(batch)
+	}
+}
+
+// commit runs batch in one transaction, falling back to one transaction per
+// call if that fails.
+func (w *writer) commit(batch []*writeOp) {
+	live := batch[:0]
+	for _, op := range batch {
+		if err := op.ctx.Err(); err != nil {
+			op.done <- err
+			continue
+		}
+		live = append(live, op)
+	}
+	if len(live) == 0 {
+		return
+	}
+	err := w.run(live)
+	if err == nil || len(live) == 1 {
+		for _, op := range live {
+			op.done <- err
+		}
+		return
+	}
+	if w.log != nil {
+		w.log.Debug("group commit failed, retrying calls one by one", "calls", len(live), "err", err)
+	}
+	for _, op := range live {
+		if err := op.ctx.Err(); err != nil {
+			op.done <- err
+			continue
+		}
+		op.done <- w.run([]*writeOp{op})
+	}
+}
+
+// run executes ops in one transaction.
+func (w *writer) run(ops []*writeOp) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("store write panicked: %v", r)
+		}
+	}()
+	return w.db.Transaction(func(tx *gorm.DB) error {
+		if w.engine == EnginePostgres {
+			for _, op := range ops {
+				if !op.events {
+					continue
+				}
+				// Serialise event-appending transactions of all daemons
+				// sharing the database until commit, so ids become
+				// visible in increasing order.
+				if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", eventLockKey).Error; err != nil {
+					return fmt.Errorf("taking event lock: %w", err)
+				}
+				break
+			}
+		}
+		for _, op := range ops {
+			if err := op.fn(tx.WithContext(op.ctx)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
