@@ -17,8 +17,7 @@ package pki
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
+	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -290,7 +289,7 @@ func newTemplate(cn string, dnsNames []string, notBefore, notAfter time.Time, us
 	}, nil
 }
 
-// GeneratePair creates a new self-signed P-384 pair naming cn, valid from
+// GeneratePair creates a new self-signed Ed25519 pair naming cn, valid from
 // notBefore to notAfter, for the given uses. The daemon's own pairs come from
 // a Store; this is for callers (and tests) that need a pair in memory.
 func GeneratePair(cn string, notBefore, notAfter time.Time, usage ...x509.ExtKeyUsage) (*Pair, error) {
@@ -305,13 +304,14 @@ func GeneratePair(cn string, notBefore, notAfter time.Time, usage ...x509.ExtKey
 	return ParsePair(certPEM, keyPEM)
 }
 
-// generate creates a P-384 key and a self-signed certificate from tmpl.
+// generate creates an Ed25519 key and a self-signed certificate from tmpl.
+// Ed25519 keeps TLS handshakes cheap: a guest link may see many of them.
 func generate(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("generating key: %w", err)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating certificate %q: %w", tmpl.Subject.CommonName, err)
 	}
@@ -362,4 +362,14 @@ func (p *Pair) Equal(cert *x509.Certificate) bool {
 // ValidAt reports whether cert is within its validity period at t.
 func ValidAt(cert *x509.Certificate, t time.Time) bool {
 	return !t.Before(cert.NotBefore) && !t.After(cert.NotAfter)
+}
+
+// AgentCert returns the agent certificate of the named instance, loading but
+// never generating it: errdefs.ErrNotFound when the instance has none.
+func (s *Store) AgentCert(name string) (*x509.Certificate, error) {
+	c, err := s.LoadInstance(name)
+	if err != nil {
+		return nil, err
+	}
+	return c.Agent.Cert, nil
 }

@@ -2,8 +2,7 @@ package pki
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
+	"crypto/ed25519"
 	"errors"
 	"os"
 	"path/filepath"
@@ -29,8 +28,8 @@ func TestOpenCreatesThenLoadsDaemonCert(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := s1.Daemon()
-	if k, ok := d.Cert.PublicKey.(*ecdsa.PublicKey); !ok || k.Curve != elliptic.P384() {
-		t.Fatalf("daemon key is %T, want ECDSA P-384", d.Cert.PublicKey)
+	if _, ok := d.Cert.PublicKey.(ed25519.PublicKey); !ok {
+		t.Fatalf("daemon key is %T, want Ed25519", d.Cert.PublicKey)
 	}
 	if got := d.Cert.NotAfter.Sub(d.Cert.NotBefore); got < 9*365*24*time.Hour {
 		t.Errorf("daemon cert validity %v, want about 10 years", got)

@@ -1,0 +1,276 @@
+package devlxd
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/linkhost"
+	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/link/devlxdapi"
+)
+
+const localsInstance = "devlxd.instance"
+const localsIdentity = "devlxd.identity"
+
+// routes registers the endpoints of shared/spec/devlxd.md. Each known path
+// takes every method and answers 501 for those it does not implement (as
+// LXD); any other path is 404.
+func (s *Server) routes() {
+	s.app.Use(s.authenticate)
+	s.app.All("/", only(fiber.MethodGet, s.getRoot))
+	s.app.All("/1.0", func(c *fiber.Ctx) error {
+		switch c.Method() {
+		case fiber.MethodGet:
+			return s.getInfo(c)
+		case fiber.MethodPatch:
+			return s.patchState(c)
+		}
+		return sendError(c, http.StatusNotImplemented, "")
+	})
+	s.app.All("/1.0/config", only(fiber.MethodGet, s.getConfig))
+	s.app.All("/1.0/config/*", only(fiber.MethodGet, s.getConfigKey))
+	s.app.All("/1.0/meta-data", only(fiber.MethodGet, s.getMetaData))
+	s.app.All("/1.0/devices", only(fiber.MethodGet, s.getDevices))
+	s.app.Use(func(c *fiber.Ctx) error { return sendError(c, http.StatusNotFound, "") })
+}
+
+// only answers 501 Not Implemented to every method but method.
+func only(method string, h fiber.Handler) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		if c.Method() != method {
+			return sendError(c, http.StatusNotImplemented, "")
+		}
+		return h(c)
+	}
+}
+
+// authenticate resolves the calling instance from the connection's link
+// identity and checks its client certificate; then it refuses everything
+// when the instance has devlxd disabled.
+func (s *Server) authenticate(c *fiber.Ctx) error {
+	id, ok := linkhost.IdentityOf(c.Context().Conn())
+	if !ok || id.InstanceUUID == "" {
+		return sendError(c, http.StatusUnauthorized, "")
+	}
+	st := c.Context().TLSConnectionState()
+	if st == nil || len(st.PeerCertificates) == 0 {
+		return sendError(c, http.StatusUnauthorized, "")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	inst, err := s.cfg.Instances.GetByUUID(ctx, id.InstanceUUID)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return sendError(c, http.StatusUnauthorized, "")
+	}
+	if err != nil {
+		s.cfg.Logger.Error("devlxd: looking up instance", "uuid", id.InstanceUUID, "err", err)
+		return sendError(c, http.StatusInternalServerError, "")
+	}
+	want, err := s.cfg.Certs.AgentCert(inst.Name)
+	if err != nil {
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			s.cfg.Logger.Error("devlxd: loading agent certificate", "instance", inst.Name, "err", err)
+		}
+		return sendError(c, http.StatusUnauthorized, "")
+	}
+	peer := st.PeerCertificates[0]
+	if !bytes.Equal(peer.Raw, want.Raw) || !pki.ValidAt(peer, s.cfg.Now()) {
+		return sendError(c, http.StatusUnauthorized, "")
+	}
+	if isFalse(inst.Config["security.devlxd"]) {
+		return sendError(c, http.StatusForbidden, "")
+	}
+	c.Locals(localsInstance, inst)
+	c.Locals(localsIdentity, id)
+	return c.Next()
+}
+
+// isFalse reports whether a boolean config value is set to false (LXD's
+// shared.IsFalse).
+func isFalse(v string) bool {
+	switch strings.ToLower(v) {
+	case "0", "false", "no", "off":
+		return true
+	}
+	return false
+}
+
+func callerOf(c *fiber.Ctx) *instance.Instance {
+	return c.Locals(localsInstance).(*instance.Instance)
+}
+
+func (s *Server) getRoot(c *fiber.Ctx) error {
+	return sendSync(c, []string{"/" + devlxdapi.APIVersion})
+}
+
+func (s *Server) getInfo(c *fiber.Ctx) error {
+	return sendSync(c, devlxdapi.NewInfo(callerOf(c).Ready(), s.cfg.Location))
+}
+
+// DecodeState decodes a PATCH /1.0 body as LXD does (the first JSON value;
+// unknown fields ignored) and checks the state. Its errors are the exact
+// messages answered with 400.
+func DecodeState(body []byte) (ready bool, err error) {
+	var req devlxdapi.StatePut
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&req); err != nil {
+		return false, fmt.Errorf("Invalid request body: %w", err) //nolint:staticcheck // LXD's wire message.
+	}
+	switch req.State {
+	case devlxdapi.StateReady:
+		return true, nil
+	case devlxdapi.StateStarted:
+		return false, nil
+	}
+	return false, fmt.Errorf("Invalid state %q", req.State) //nolint:staticcheck // LXD's wire message.
+}
+
+func (s *Server) patchState(c *fiber.Ctx) error {
+	ready, err := DecodeState(c.Body())
+	if err != nil {
+		return sendError(c, http.StatusBadRequest, err.Error())
+	}
+	inst := callerOf(c)
+	id := c.Locals(localsIdentity).(linkhost.Identity)
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	by := events.Requestor{Protocol: "devlxd", Address: string(id.Link)}
+	if err := s.cfg.Instances.SetReady(ctx, inst.UUID, ready, by); err != nil {
+		s.cfg.Logger.Warn("devlxd: setting ready state", "instance", inst.Name, "ready", ready, "err", err)
+		return sendError(c, errdefs.HTTPStatus(err), "")
+	}
+	return sendSync(c, nil)
+}
+
+// guestKey reports whether a config key is visible to the guest.
+func guestKey(k string) bool {
+	return strings.HasPrefix(k, "user.") || strings.HasPrefix(k, "cloud-init.")
+}
+
+func (s *Server) getConfig(c *fiber.Ctx) error {
+	inst := callerOf(c)
+	keys := make([]string, 0, len(inst.Config))
+	for k, v := range inst.Config {
+		if !guestKey(k) || strings.HasPrefix(k, "cloud-init.ssh-keys.") || v == "" {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	paths := make([]string, len(keys))
+	for i, k := range keys {
+		paths[i] = "/1.0/config/" + k
+	}
+	return sendSync(c, paths)
+}
+
+func (s *Server) getConfigKey(c *fiber.Ctx) error {
+	raw := strings.TrimPrefix(c.Path(), "/1.0/config/")
+	key, err := url.PathUnescape(raw)
+	if err != nil || key == "" {
+		return sendError(c, http.StatusNotFound, "")
+	}
+	if !guestKey(key) {
+		return sendError(c, http.StatusForbidden, "")
+	}
+	v := callerOf(c).Config[key]
+	if v == "" {
+		return sendError(c, http.StatusNotFound, "")
+	}
+	return sendSync(c, v)
+}
+
+// MetaData returns the cloud-init meta-data of an instance: its instance-id
+// (volatile.cloud-init.instance-id, else its UUID), its name as
+// local-hostname, then user.meta-data verbatim.
+func MetaData(inst *instance.Instance) string {
+	id := inst.Config["volatile.cloud-init.instance-id"]
+	if id == "" {
+		id = inst.UUID
+	}
+	return "instance-id: " + id + "\nlocal-hostname: " + inst.Name + "\n" + inst.Config["user.meta-data"]
+}
+
+func (s *Server) getMetaData(c *fiber.Ctx) error {
+	return sendSync(c, MetaData(callerOf(c)))
+}
+
+// Devices returns an instance's devices as the guest sees them: each device's
+// config, NICs without hwaddr given volatile.<dev>.hwaddr or, when unset,
+// GeneratedMAC. The result is a copy.
+func Devices(inst *instance.Instance) map[string]map[string]string {
+	out := make(map[string]map[string]string, len(inst.Devices))
+	for name, dev := range inst.Devices {
+		d := make(map[string]string, len(dev)+1)
+		for k, v := range dev {
+			d[k] = v
+		}
+		if d["type"] == "nic" && d["hwaddr"] == "" {
+			if mac := inst.Config["volatile."+name+".hwaddr"]; mac != "" {
+				d["hwaddr"] = mac
+			} else {
+				d["hwaddr"] = GeneratedMAC(inst.UUID, name)
+			}
+		}
+		out[name] = d
+	}
+	return out
+}
+
+// GeneratedMAC is the MAC address of a NIC that has none configured: the
+// LXD-style 00:16:3e prefix and three bytes derived from the instance UUID
+// and the device name, so it is the same at every start.
+func GeneratedMAC(uuid, device string) string {
+	h := sha256.Sum256([]byte(uuid + "\x00" + device))
+	return fmt.Sprintf("00:16:3e:%02x:%02x:%02x", h[0], h[1], h[2])
+}
+
+func (s *Server) getDevices(c *fiber.Ctx) error {
+	return sendSync(c, Devices(callerOf(c)))
+}
+
+// sendSync answers 200 with the success envelope carrying v.
+func sendSync(c *fiber.Ctx, v any) error {
+	b, err := devlxdapi.SyncResponse(v)
+	if err != nil {
+		return sendError(c, http.StatusInternalServerError, "")
+	}
+	c.Status(http.StatusOK)
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Send(b)
+}
+
+// sendError answers code with the error envelope; an empty msg is the
+// status text.
+func sendError(c *fiber.Ctx, code int, msg string) error {
+	c.Status(code)
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Send(devlxdapi.ErrorResponse(code, msg))
+}
+
+// errorHandler answers the errors the HTTP layer raises itself (body too
+// large, read timeout, malformed request) in the envelope.
+func errorHandler(c *fiber.Ctx, err error) error {
+	code := http.StatusInternalServerError
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		code = fe.Code
+	}
+	msg := ""
+	if code == http.StatusBadRequest && fe != nil {
+		msg = fe.Message
+	}
+	return sendError(c, code, msg)
+}

@@ -1,0 +1,267 @@
+// Package devlxd serves the devlxd API to guest agents over the guest link:
+// LXD's devlxd handlers answering in the LXD envelope (link/devlxdapi), over
+// TLS with the daemon's certificate, on connections a link host accepted and
+// tied to one instance (core/linkhost). The agent inside the guest proxies
+// /dev/lxd/sock to these handlers and unwraps the envelope.
+//
+// A request is answered only when the connection's instance exists, its
+// agent's certificate is byte for byte the client certificate presented on
+// the connection and that certificate is within its validity; otherwise the
+// answer is 401 Unauthorized. A guest can therefore only ever read and change
+// itself.
+package devlxd
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/linkhost"
+)
+
+// Instances is what the handlers need from the instance service
+// (*instance.Manager implements it).
+type Instances interface {
+	// GetByUUID returns the instance with the given UUID, or an error
+	// wrapping errdefs.ErrNotFound.
+	GetByUUID(ctx context.Context, uuid string) (*instance.Instance, error)
+	// SetReady sets the instance's ready flag; setting it true emits
+	// instance-ready every time.
+	SetReady(ctx context.Context, uuid string, ready bool, by events.Requestor) error
+}
+
+// AgentCerts gives the agent certificate of an instance (*pki.Store
+// implements it). It must not create certificates.
+type AgentCerts interface {
+	AgentCert(instanceName string) (*x509.Certificate, error)
+}
+
+// Defaults of Config.
+const (
+	DefaultReadHeaderTimeout = 3 * time.Second
+	DefaultIdleTimeout       = 30 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultBodyLimit         = 64 << 10
+	requestTimeout           = 30 * time.Second
+)
+
+// Config configures a Server.
+type Config struct {
+	// Instances looks instances up and sets their ready flag. Required.
+	Instances Instances
+	// Certs gives each instance's agent certificate. Required.
+	Certs AgentCerts
+	// Certificate is the daemon's TLS server certificate (pki.Store.Daemon).
+	// Required.
+	Certificate tls.Certificate
+	// Location is the host name reported in GET /1.0 (default os.Hostname).
+	Location string
+	// ReadHeaderTimeout bounds the TLS handshake and the reading of each
+	// request (default 3 s; the bodies are small).
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout bounds the wait for the next request on a kept-alive
+	// connection (default 30 s).
+	IdleTimeout time.Duration
+	// WriteTimeout bounds the writing of each response (default 30 s).
+	WriteTimeout time.Duration
+	// BodyLimit is the largest request body accepted, in bytes (default
+	// 64 KiB); larger bodies are answered 413.
+	BodyLimit int
+	// Now is the clock used to check certificate validity (default time.Now).
+	Now func() time.Time
+	// Logger receives errors of the listener (default slog.Default).
+	Logger *slog.Logger
+}
+
+// Server serves the devlxd API. Create it with New, feed it connections with
+// Serve or ServeConn, stop it with Shutdown.
+type Server struct {
+	cfg   Config
+	tls   *tls.Config
+	app   *fiber.App
+	queue *connQueue
+	done  chan struct{} // closed when the HTTP server returned
+	err   error         // what the HTTP server returned
+	once  sync.Once
+}
+
+// New returns a running Server that serves the connections handed to it.
+func New(cfg Config) (*Server, error) {
+	if cfg.Instances == nil || cfg.Certs == nil {
+		return nil, errors.New("devlxd server: Instances and Certs are required")
+	}
+	if len(cfg.Certificate.Certificate) == 0 {
+		return nil, errors.New("devlxd server: Certificate is required")
+	}
+	if cfg.Location == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("devlxd server: reading host name: %w", err)
+		}
+		cfg.Location = host
+	}
+	if cfg.ReadHeaderTimeout <= 0 {
+		cfg.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.BodyLimit <= 0 {
+		cfg.BodyLimit = DefaultBodyLimit
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{
+		cfg: cfg,
+		tls: &tls.Config{
+			Certificates: []tls.Certificate{cfg.Certificate},
+			// The certificate is checked per request against the agent
+			// certificate of the connection's instance, so that a missing
+			// or wrong one is answered 401 rather than a TLS alert.
+			ClientAuth: tls.RequestClientCert,
+			MinVersion: tls.VersionTLS13,
+		},
+		queue: newConnQueue(),
+		done:  make(chan struct{}),
+	}
+	s.app = fiber.New(fiber.Config{
+		Immutable:             true,
+		DisableStartupMessage: true,
+		StrictRouting:         true,
+		CaseSensitive:         true,
+		BodyLimit:             cfg.BodyLimit,
+		ReadTimeout:           cfg.ReadHeaderTimeout,
+		IdleTimeout:           cfg.IdleTimeout,
+		WriteTimeout:          cfg.WriteTimeout,
+		ErrorHandler:          errorHandler,
+	})
+	s.routes()
+	go func() {
+		s.err = s.app.Listener(s.queue)
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// Serve hands every connection accepted on ln to the server until ln fails
+// or is closed; it returns nil when ln was closed. The connections must carry
+// an Identity (see linkhost.IdentityOf): those that do not are answered 401.
+// Serve may be called for several listeners at once.
+func (s *Server) Serve(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("accepting devlxd connections on %s: %w", ln.Addr(), err)
+		}
+		if err := s.queue.push(tls.Server(c, s.tls)); err != nil {
+			c.Close()
+			return nil
+		}
+	}
+}
+
+// ServeConn hands one raw connection (TLS not yet negotiated) to the server
+// as if a link had accepted it for the instance id names, and returns once
+// the server took it. It is how the daemon serves devlxd over a local socket
+// without a link (benchmarks, tests); the TLS and certificate rules apply
+// unchanged. It fails with net.ErrClosed after Shutdown.
+func (s *Server) ServeConn(c net.Conn, id linkhost.Identity) error {
+	if err := s.queue.push(tls.Server(linkhost.WithIdentity(c, id), s.tls)); err != nil {
+		return fmt.Errorf("serving devlxd connection: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops accepting connections, closes idle ones, waits for requests
+// in flight (until ctx ends) and returns.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.once.Do(func() {
+		err = s.app.ShutdownWithContext(ctx)
+		s.queue.Close()
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			if err == nil {
+				err = ctx.Err()
+			}
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("shutting down devlxd server: %w", err)
+	}
+	return nil
+}
+
+// connQueue is the listener the HTTP server serves: connections pushed into
+// it are accepted in order.
+type connQueue struct {
+	ch     chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newConnQueue() *connQueue {
+	return &connQueue{ch: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (q *connQueue) push(c net.Conn) error {
+	select {
+	case <-q.closed:
+		return net.ErrClosed
+	default:
+	}
+	select {
+	case q.ch <- c:
+		return nil
+	case <-q.closed:
+		return net.ErrClosed
+	}
+}
+
+// Accept returns the next pushed connection.
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.ch:
+		return c, nil
+	case <-q.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close makes Accept and push fail with net.ErrClosed.
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.closed) })
+	return nil
+}
+
+// Addr names the queue.
+func (q *connQueue) Addr() net.Addr { return queueAddr{} }
+
+type queueAddr struct{}
+
+func (queueAddr) Network() string { return "link" }
+func (queueAddr) String() string  { return "devlxd" }
+
+var _ net.Listener = (*connQueue)(nil)

@@ -1,0 +1,694 @@
+package devlxd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/linkhost"
+	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// fakeInstances is an in-memory Instances.
+type fakeInstances struct {
+	mu    sync.Mutex
+	byID  map[string]*instance.Instance
+	calls []readyCall
+}
+
+type readyCall struct {
+	uuid  string
+	ready bool
+	by    events.Requestor
+}
+
+func (f *fakeInstances) GetByUUID(_ context.Context, uuid string) (*instance.Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	inst, ok := f.byID[uuid]
+	if !ok {
+		return nil, fmt.Errorf("instance %q: %w", uuid, errdefs.ErrNotFound)
+	}
+	cp := *inst
+	cp.Config = map[string]string{}
+	for k, v := range inst.Config {
+		cp.Config[k] = v
+	}
+	return &cp, nil
+}
+
+func (f *fakeInstances) SetReady(_ context.Context, uuid string, ready bool, by events.Requestor) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	inst, ok := f.byID[uuid]
+	if !ok {
+		return fmt.Errorf("instance %q: %w", uuid, errdefs.ErrNotFound)
+	}
+	inst.Config["volatile.last_state.ready"] = fmt.Sprint(ready)
+	f.calls = append(f.calls, readyCall{uuid, ready, by})
+	return nil
+}
+
+func (f *fakeInstances) setConfig(uuid, key, value string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.byID[uuid].Config[key] = value
+}
+
+func (f *fakeInstances) readyCalls() []readyCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]readyCall(nil), f.calls...)
+}
+
+// fakeCerts maps instance names to agent certificates.
+type fakeCerts map[string]*x509.Certificate
+
+func (f fakeCerts) AgentCert(name string) (*x509.Certificate, error) {
+	c, ok := f[name]
+	if !ok {
+		return nil, fmt.Errorf("agent certificate of %q: %w", name, errdefs.ErrNotFound)
+	}
+	return c, nil
+}
+
+type env struct {
+	t      *testing.T
+	srv    *Server
+	insts  *fakeInstances
+	daemon *pki.Pair
+	agents map[string]*pki.Pair // by instance name
+	socks  map[string]string    // link socket path by instance UUID
+}
+
+const (
+	uuidA    = "0b0e8e52-0000-4000-8000-00000000000a"
+	uuidB    = "0b0e8e52-0000-4000-8000-00000000000b"
+	uuidOff  = "0b0e8e52-0000-4000-8000-0000000000cc"
+	uuidOld  = "0b0e8e52-0000-4000-8000-0000000000dd"
+	uuidGone = "0b0e8e52-0000-4000-8000-0000000000ee"
+)
+
+func newEnv(t *testing.T, mutate func(*Config)) *env {
+	t.Helper()
+	now := time.Now()
+	daemon, err := pki.GeneratePair("guestlink", now.Add(-time.Hour), now.Add(time.Hour), x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, daemon: daemon, agents: map[string]*pki.Pair{}, socks: map[string]string{}}
+	certs := fakeCerts{}
+	for _, name := range []string{"a", "b", "off"} {
+		p, err := pki.GeneratePair(name, now.Add(-time.Hour), now.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.agents[name] = p
+		certs[name] = p.Cert
+	}
+	old, err := pki.GeneratePair("old", now.Add(-2*time.Hour), now.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.agents["old"] = old
+	certs["old"] = old.Cert
+	e.insts = &fakeInstances{byID: map[string]*instance.Instance{
+		uuidA: {Name: "a", UUID: uuidA, Config: map[string]string{
+			"user.foo":                        "bar",
+			"user.empty":                      "",
+			"user.meta-data":                  "foo: bar\n",
+			"cloud-init.user-data":            "#cloud-config\npackages: [curl]\nruncmd: [\"printf '%s\\n' hi\"]\n",
+			"cloud-init.ssh-keys.mykey":       "root:ssh-ed25519 AAAA",
+			"security.secureboot":             "false",
+			"volatile.cloud-init.instance-id": "iid-a",
+			"volatile.eth2.hwaddr":            "00:16:3e:12:34:56",
+		}, Devices: map[string]map[string]string{
+			"eth0": {"type": "nic", "network": "br0"},
+			"eth1": {"type": "nic", "network": "br0", "hwaddr": "00:16:3e:aa:bb:cc"},
+			"eth2": {"type": "nic", "network": "br0"},
+			"root": {"type": "disk", "path": "/", "pool": "default"},
+		}},
+		uuidB:   {Name: "b", UUID: uuidB, Config: map[string]string{"user.foo": "b-secret", "volatile.last_state.ready": "true"}},
+		uuidOff: {Name: "off", UUID: uuidOff, Config: map[string]string{"security.devlxd": "false", "user.foo": "x"}},
+		uuidOld: {Name: "old", UUID: uuidOld, Config: map[string]string{}},
+	}}
+	cfg := Config{
+		Instances:   e.insts,
+		Certs:       certs,
+		Certificate: daemon.TLS,
+		Location:    "host1",
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	e.srv, err = New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	dir := t.TempDir()
+	for _, uuid := range []string{uuidA, uuidB, uuidOff, uuidOld, uuidGone} {
+		path := filepath.Join(dir, uuid[len(uuid)-2:]+".sock")
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		id := linkhost.Identity{InstanceUUID: uuid, Link: sdk.LinkHybrid}
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				if err := e.srv.ServeConn(c, id); err != nil {
+					c.Close()
+					return
+				}
+			}
+		}()
+		e.socks[uuid] = path
+	}
+	return e
+}
+
+// tlsConfig is what an agent presenting client (nil: no certificate) uses:
+// it pins the daemon certificate.
+func (e *env) tlsConfig(client *pki.Pair) *tls.Config {
+	cfg := &tls.Config{
+		InsecureSkipVerify: true,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 || !bytes.Equal(raw[0], e.daemon.Cert.Raw) {
+				return errors.New("daemon certificate mismatch")
+			}
+			return nil
+		},
+		MinVersion: tls.VersionTLS13,
+	}
+	if client != nil {
+		cfg.Certificates = []tls.Certificate{client.TLS}
+	}
+	return cfg
+}
+
+// client returns an HTTP client whose connections arrive on the link of
+// instance uuid and present client.
+func (e *env) client(uuid string, client *pki.Pair) *http.Client {
+	path := e.socks[uuid]
+	cfg := e.tlsConfig(client)
+	tr := &http.Transport{
+		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "unix", path)
+			if err != nil {
+				return nil, err
+			}
+			tc := tls.Client(c, cfg)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return tc, nil
+		},
+		MaxIdleConnsPerHost: 100,
+	}
+	e.t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+type answer struct {
+	status int
+	ctype  string
+	body   string
+}
+
+func do(t *testing.T, c *http.Client, method, path, body string) answer {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, "https://lxd"+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return answer{resp.StatusCode, resp.Header.Get("Content-Type"), string(b)}
+}
+
+func sync200(meta string) answer {
+	return answer{200, "application/json", `{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":` + meta + "}\n"}
+}
+
+func fail(code int, msg string) answer {
+	return answer{code, "application/json", fmt.Sprintf(`{"type":"error","status":"","status_code":0,"operation":"","error_code":%d,"error":%q,"metadata":null}`+"\n", code, msg)}
+}
+
+func TestEndpoints(t *testing.T) {
+	e := newEnv(t, nil)
+	a := e.client(uuidA, e.agents["a"])
+	b := e.client(uuidB, e.agents["b"])
+	mac0 := GeneratedMAC(uuidA, "eth0")
+	tests := []struct {
+		name   string
+		c      *http.Client
+		method string
+		path   string
+		body   string
+		want   answer
+	}{
+		{"root", a, "GET", "/", "", sync200(`["/1.0"]`)},
+		{"info started", a, "GET", "/1.0", "", sync200(`{"api_version":"1.0","state":"Started","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
+		{"info ready", b, "GET", "/1.0", "", sync200(`{"api_version":"1.0","state":"Ready","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
+		{"config list", a, "GET", "/1.0/config", "", sync200(`["/1.0/config/cloud-init.user-data","/1.0/config/user.foo","/1.0/config/user.meta-data"]`)},
+		{"config key", a, "GET", "/1.0/config/user.foo", "", sync200(`"bar"`)},
+		{"config key raw kept", a, "GET", "/1.0/config/cloud-init.user-data", "", sync200(`"#cloud-config\npackages: [curl]\nruncmd: [\"printf '%s\\n' hi\"]\n"`)},
+		{"config key escaped", a, "GET", "/1.0/config/user%2efoo", "", sync200(`"bar"`)},
+		{"config key other instance", b, "GET", "/1.0/config/user.foo", "", sync200(`"b-secret"`)},
+		{"config key unset", a, "GET", "/1.0/config/user.nope", "", fail(404, "Not Found")},
+		{"config key empty", a, "GET", "/1.0/config/user.empty", "", fail(404, "Not Found")},
+		{"config key forbidden set", a, "GET", "/1.0/config/security.secureboot", "", fail(403, "Forbidden")},
+		{"config key forbidden unset", a, "GET", "/1.0/config/limits.cpu", "", fail(403, "Forbidden")},
+		{"config key volatile", a, "GET", "/1.0/config/volatile.cloud-init.instance-id", "", fail(403, "Forbidden")},
+		{"config key no key", a, "GET", "/1.0/config/", "", fail(404, "Not Found")},
+		{"meta-data", a, "GET", "/1.0/meta-data", "", sync200(`"instance-id: iid-a\nlocal-hostname: a\nfoo: bar\n"`)},
+		{"meta-data uuid", b, "GET", "/1.0/meta-data", "", sync200(`"instance-id: ` + uuidB + `\nlocal-hostname: b\n"`)},
+		{"devices", a, "GET", "/1.0/devices", "", sync200(`{"eth0":{"hwaddr":"` + mac0 + `","network":"br0","type":"nic"},"eth1":{"hwaddr":"00:16:3e:aa:bb:cc","network":"br0","type":"nic"},"eth2":{"hwaddr":"00:16:3e:12:34:56","network":"br0","type":"nic"},"root":{"path":"/","pool":"default","type":"disk"}}`)},
+		{"devices none", b, "GET", "/1.0/devices", "", sync200(`{}`)},
+		{"config none", e.client(uuidOld, nil), "GET", "/1.0", "", fail(401, "Unauthorized")},
+		{"unknown path", a, "GET", "/1.0/nope", "", fail(404, "Not Found")},
+		{"trailing slash", a, "GET", "/1.0/", "", fail(404, "Not Found")},
+		{"other version", a, "GET", "/2.0", "", fail(404, "Not Found")},
+		{"method not implemented", a, "POST", "/1.0", "{}", fail(501, "Not Implemented")},
+		{"put config", a, "PUT", "/1.0/config/user.foo", "x", fail(501, "Not Implemented")},
+		{"delete root", a, "DELETE", "/", "", fail(501, "Not Implemented")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := do(t, tt.c, tt.method, tt.path, tt.body); got != tt.want {
+				t.Fatalf("%s %s:\n got %d %q %q\nwant %d %q %q", tt.method, tt.path, got.status, got.ctype, got.body, tt.want.status, tt.want.ctype, tt.want.body)
+			}
+		})
+	}
+}
+
+func TestCertificates(t *testing.T) {
+	e := newEnv(t, nil)
+	now := time.Now()
+	stranger, err := pki.GeneratePair("a", now.Add(-time.Hour), now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		uuid   string
+		client *pki.Pair
+		want   int
+	}{
+		{"own certificate", uuidA, e.agents["a"], 200},
+		{"no certificate", uuidA, nil, 401},
+		{"wrong certificate same name", uuidA, stranger, 401},
+		{"another instance's certificate", uuidA, e.agents["b"], 401},
+		{"expired certificate", uuidOld, e.agents["old"], 401},
+		{"instance unknown", uuidGone, e.agents["a"], 401},
+		{"daemon's own certificate", uuidA, e.daemon, 401},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := e.client(tt.uuid, tt.client)
+			for _, req := range []struct{ method, path, body string }{
+				{"GET", "/1.0", ""}, {"GET", "/1.0/config/user.foo", ""}, {"PATCH", "/1.0", `{"state":"Ready"}`}, {"GET", "/nope", ""},
+			} {
+				got := do(t, c, req.method, req.path, req.body)
+				if tt.want == 401 {
+					if got != fail(401, "Unauthorized") {
+						t.Fatalf("%s %s: %+v, want 401 Unauthorized", req.method, req.path, got)
+					}
+				} else if req.path != "/nope" && got.status != tt.want {
+					t.Fatalf("%s %s: %+v, want %d", req.method, req.path, got, tt.want)
+				}
+			}
+		})
+	}
+	for _, c := range e.insts.readyCalls() {
+		if c.uuid != uuidA {
+			t.Fatalf("a rejected caller changed instance %s", c.uuid)
+		}
+	}
+}
+
+func TestNotYetValidCertificate(t *testing.T) {
+	later := time.Now().Add(-2 * time.Hour) // the server's clock runs behind
+	e := newEnv(t, func(c *Config) { c.Now = func() time.Time { return later } })
+	if got := do(t, e.client(uuidA, e.agents["a"]), "GET", "/1.0", ""); got != fail(401, "Unauthorized") {
+		t.Fatalf("got %+v, want 401", got)
+	}
+}
+
+func TestPatchState(t *testing.T) {
+	e := newEnv(t, nil)
+	a := e.client(uuidA, e.agents["a"])
+	tests := []struct {
+		name      string
+		body      string
+		want      answer
+		wantReady *bool
+	}{
+		{"ready", `{"state":"Ready"}`, sync200("null"), ptr(true)},
+		{"ready again", `{"state":"Ready"}`, sync200("null"), ptr(true)},
+		{"started", `{"state":"Started"}`, sync200("null"), ptr(false)},
+		{"ready extra field", `{"state":"Ready","x":1}`, sync200("null"), ptr(true)},
+		{"lower case", `{"state":"ready"}`, fail(400, `Invalid state "ready"`), nil},
+		{"running", `{"state":"Running"}`, fail(400, `Invalid state "Running"`), nil},
+		{"garbage state", `{"state":"\u00ff\u0001"}`, fail(400, "Invalid state \"\u00ff\\x01\""), nil},
+		{"no state", `{}`, fail(400, `Invalid state ""`), nil},
+		{"empty body", ``, fail(400, `Invalid request body: EOF`), nil},
+		{"truncated", `{"state":`, fail(400, `Invalid request body: unexpected EOF`), nil},
+		{"not json", `state=Ready`, fail(400, `Invalid request body: invalid character 's' looking for beginning of value`), nil},
+		{"wrong type", `{"state":1}`, fail(400, `Invalid request body: json: cannot unmarshal number into Go struct field StatePut.state of type string`), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(e.insts.readyCalls())
+			got := do(t, a, "PATCH", "/1.0", tt.body)
+			if got != tt.want {
+				t.Fatalf("got %d %q %q\nwant %d %q %q", got.status, got.ctype, got.body, tt.want.status, tt.want.ctype, tt.want.body)
+			}
+			calls := e.insts.readyCalls()[before:]
+			if tt.wantReady == nil {
+				if len(calls) != 0 {
+					t.Fatalf("SetReady called %d times for a rejected body", len(calls))
+				}
+				return
+			}
+			if len(calls) != 1 || calls[0].uuid != uuidA || calls[0].ready != *tt.wantReady || calls[0].by.Protocol != "devlxd" {
+				t.Fatalf("SetReady calls %+v, want one for %s ready=%v by devlxd", calls, uuidA, *tt.wantReady)
+			}
+			state := "Started"
+			if *tt.wantReady {
+				state = "Ready"
+			}
+			if info := do(t, a, "GET", "/1.0", ""); !strings.Contains(info.body, `"state":"`+state+`"`) {
+				t.Fatalf("GET /1.0 after PATCH: %s, want state %s", info.body, state)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestBodyLimit(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.BodyLimit = 1024 })
+	a := e.client(uuidA, e.agents["a"])
+	big := `{"state":"Ready","pad":"` + strings.Repeat("x", 4096) + `"}`
+	if got := do(t, a, "PATCH", "/1.0", big); got != fail(413, "Request Entity Too Large") {
+		t.Fatalf("got %+v, want 413", got)
+	}
+	huge := `{"state":"Ready","pad":"` + strings.Repeat("x", 8<<20) + `"}`
+	if got := do(t, e.client(uuidA, e.agents["a"]), "PATCH", "/1.0", huge); got != fail(413, "Request Entity Too Large") {
+		t.Fatalf("got %+v, want 413", got)
+	}
+	if n := len(e.insts.readyCalls()); n != 0 {
+		t.Fatalf("an oversized body changed the ready state (%d calls)", n)
+	}
+	if got := do(t, e.client(uuidA, e.agents["a"]), "PATCH", "/1.0", `{"state":"Ready"}`); got != sync200("null") {
+		t.Fatalf("normal PATCH after oversized ones: %+v", got)
+	}
+}
+
+func TestDevlxdDisabledLive(t *testing.T) {
+	e := newEnv(t, nil)
+	off := e.client(uuidOff, e.agents["off"])
+	for _, req := range []struct{ method, path, body string }{
+		{"GET", "/", ""}, {"GET", "/1.0", ""}, {"PATCH", "/1.0", `{"state":"Ready"}`}, {"GET", "/1.0/config", ""},
+		{"GET", "/1.0/config/user.foo", ""}, {"GET", "/1.0/meta-data", ""}, {"GET", "/1.0/devices", ""}, {"GET", "/nope", ""},
+	} {
+		t.Run(req.method+" "+req.path, func(t *testing.T) {
+			if got := do(t, off, req.method, req.path, req.body); got != fail(403, "Forbidden") {
+				t.Fatalf("got %+v, want 403 Forbidden", got)
+			}
+		})
+	}
+	if n := len(e.insts.readyCalls()); n != 0 {
+		t.Fatalf("PATCH on a devlxd-disabled instance reached SetReady")
+	}
+	// Changes apply to the next request on the same kept-alive connection.
+	a := e.client(uuidA, e.agents["a"])
+	t.Run("toggle", func(t *testing.T) {
+		if got := do(t, a, "GET", "/1.0/config/user.foo", ""); got.status != 200 {
+			t.Fatalf("before: %+v", got)
+		}
+		e.insts.setConfig(uuidA, "security.devlxd", "false")
+		if got := do(t, a, "GET", "/1.0/config/user.foo", ""); got != fail(403, "Forbidden") {
+			t.Fatalf("disabled: %+v", got)
+		}
+		e.insts.setConfig(uuidA, "security.devlxd", "true")
+		if got := do(t, a, "GET", "/1.0/config/user.foo", ""); got.status != 200 {
+			t.Fatalf("enabled again: %+v", got)
+		}
+	})
+}
+
+// TestSlowClients checks that connections which never send a TLS hello or a
+// complete request are closed after the read-header timeout, while other
+// clients are served meanwhile.
+func TestSlowClients(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ReadHeaderTimeout = 300 * time.Millisecond })
+	path := e.socks[uuidA]
+	tests := []struct {
+		name string
+		send func(t *testing.T, c net.Conn) net.Conn
+	}{
+		{"silent before TLS", func(t *testing.T, c net.Conn) net.Conn { return c }},
+		{"partial header", func(t *testing.T, c net.Conn) net.Conn {
+			tc := tls.Client(c, e.tlsConfig(e.agents["a"]))
+			if err := tc.Handshake(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.WriteString(tc, "GET /1.0 HTTP/1.1\r\nHost: lxd\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			return tc
+		}},
+		{"body never sent", func(t *testing.T, c net.Conn) net.Conn {
+			tc := tls.Client(c, e.tlsConfig(e.agents["a"]))
+			if _, err := io.WriteString(tc, "PATCH /1.0 HTTP/1.1\r\nHost: lxd\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+				t.Fatal(err)
+			}
+			return tc
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			raw, err := net.Dial("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			c := tt.send(t, raw)
+			// Meanwhile another client is served.
+			if got := do(t, e.client(uuidA, e.agents["a"]), "GET", "/1.0", ""); got.status != 200 {
+				t.Fatalf("other client: %+v", got)
+			}
+			if err := raw.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			_, err = io.Copy(io.Discard, c)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("the server kept a slow connection open")
+			}
+		})
+	}
+}
+
+// TestConcurrentConnections keeps 1,000 TLS connections of one instance open
+// at once and sends a request on every one of them at the same time.
+func TestConcurrentConnections(t *testing.T) {
+	// Handshakes queue on 2 loaded cores: the timeouts are tested elsewhere.
+	e := newEnv(t, func(c *Config) { c.ReadHeaderTimeout = time.Minute; c.IdleTimeout = 5 * time.Minute })
+	const n = 1000
+	path := e.socks[uuidA]
+	cfg := e.tlsConfig(e.agents["a"])
+	conns := make([]*tls.Conn, n)
+	readers := make([]*bufio.Reader, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	get := func(i int) error {
+		c := conns[i]
+		if err := c.SetDeadline(time.Now().Add(2 * time.Minute)); err != nil {
+			return err
+		}
+		if _, err := io.WriteString(c, "GET /1.0 HTTP/1.1\r\nHost: lxd\r\n\r\n"); err != nil {
+			return fmt.Errorf("connection %d: %w", i, err)
+		}
+		resp, err := http.ReadResponse(readers[i], nil)
+		if err != nil {
+			return fmt.Errorf("connection %d: %w", i, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"state":"Started"`)) {
+			return fmt.Errorf("connection %d: %d %q %v", i, resp.StatusCode, body, err)
+		}
+		return nil
+	}
+	run := func(parallel int, f func(i int) error) {
+		t.Helper()
+		sem := make(chan struct{}, parallel)
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i := range n {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := f(i); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	// Open the connections (the handshakes a few at a time), each with a
+	// first request, and keep them all open.
+	run(16, func(i int) error {
+		raw, err := net.Dial("unix", path)
+		if err != nil {
+			return fmt.Errorf("connection %d: %w", i, err)
+		}
+		conns[i] = tls.Client(raw, cfg)
+		readers[i] = bufio.NewReader(conns[i])
+		return get(i)
+	})
+	// Then a request on every open connection at once.
+	run(n, get)
+}
+
+// TestServeListener checks Serve with a listener whose connections carry
+// their identity, as linkhost.Host hands them on.
+func TestServeListener(t *testing.T) {
+	e := newEnv(t, nil)
+	path := filepath.Join(t.TempDir(), "l.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Serve(identListener{ln, linkhost.Identity{InstanceUUID: uuidB, Link: sdk.LinkVsock}}) }()
+	e.socks["serve"] = path
+	if got := do(t, e.client("serve", e.agents["b"]), "GET", "/1.0/config/user.foo", ""); got != sync200(`"b-secret"`) {
+		t.Fatalf("got %+v", got)
+	}
+	if got := do(t, e.client("serve", e.agents["a"]), "GET", "/1.0", ""); got.status != 401 {
+		t.Fatalf("a's certificate on b's link: %+v", got)
+	}
+	ln.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve after close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after its listener closed")
+	}
+}
+
+type identListener struct {
+	net.Listener
+	id linkhost.Identity
+}
+
+func (l identListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return linkhost.WithIdentity(c, l.id), nil
+}
+
+func TestConnWithoutIdentity(t *testing.T) {
+	e := newEnv(t, nil)
+	path := filepath.Join(t.TempDir(), "l.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go e.srv.Serve(ln) //nolint:errcheck // ends when ln closes
+	e.socks["bare"] = path
+	if got := do(t, e.client("bare", e.agents["a"]), "GET", "/1.0", ""); got != fail(401, "Unauthorized") {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestGeneratedMAC(t *testing.T) {
+	m := GeneratedMAC(uuidA, "eth0")
+	if !strings.HasPrefix(m, "00:16:3e:") || len(m) != 17 {
+		t.Fatalf("GeneratedMAC = %q", m)
+	}
+	if m != GeneratedMAC(uuidA, "eth0") {
+		t.Fatal("GeneratedMAC is not stable")
+	}
+	if m == GeneratedMAC(uuidA, "eth1") || m == GeneratedMAC(uuidB, "eth0") {
+		t.Fatal("GeneratedMAC does not depend on both the instance and the device")
+	}
+	if _, err := net.ParseMAC(m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestShutdownRefusesConnections(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if err := e.srv.ServeConn(a, linkhost.Identity{InstanceUUID: uuidA}); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("ServeConn after Shutdown: %v, want net.ErrClosed", err)
+	}
+}
