@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -77,4 +78,26 @@ func TestErrorKindsRoundTrip(t *testing.T) {
 			t.Fatal("nil error not kept nil")
 		}
 	})
+}
+
+func TestStderrTail(t *testing.T) {
+	tests := []struct {
+		name  string
+		input string
+		want  string
+	}{
+		{"plain", "panic: boom\ngoroutine 1\n", "panic: boom | goroutine 1"},
+		{"hclog json", `{"@level":"error","@message":"disk full","@timestamp":"x","path":"/a"}` + "\n", "disk full path=/a"},
+		{"partial line", "no newline", "no newline"},
+		{"keeps last lines", strings.Repeat("x\n", 20) + "last\n", strings.Repeat("x | ", tailLines-1) + "last"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var tail stderrTail
+			tail.Write([]byte(tt.input))
+			if got := tail.String(); got != tt.want {
+				t.Fatalf("tail = %q, want %q", got, tt.want)
+			}
+		})
+	}
 }

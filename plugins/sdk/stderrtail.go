@@ -1,6 +1,9 @@
 package sdk
 
 import (
+	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -41,7 +44,7 @@ func (t *stderrTail) flush() {
 	if line == "" {
 		return
 	}
-	t.lines = append(t.lines, line)
+	t.lines = append(t.lines, readable(line))
 	if len(t.lines) > tailLines {
 		t.lines = t.lines[len(t.lines)-tailLines:]
 	}
@@ -58,6 +61,32 @@ func (t *stderrTail) String() string {
 	return strings.Join(lines, " | ")
 }
 
+// readable turns one of hclog's JSON lines into "message key=value ...";
+// other lines are returned as they are.
+func readable(line string) string {
+	var entry map[string]any
+	if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &entry) != nil {
+		return line
+	}
+	msg, ok := entry["@message"].(string)
+	if !ok {
+		return line
+	}
+	var keys []string
+	for k := range entry {
+		if !strings.HasPrefix(k, "@") {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.WriteString(msg)
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%v", k, entry[k])
+	}
+	return b.String()
+}
+
 // firstLines shortens one of go-plugin's start-up errors to its first
 // lines: its long "This usually means ..." diagnosis helps nobody reading
 // a plugin list.
@@ -68,7 +97,7 @@ func firstLines(msg string) string {
 		if l == "" || strings.HasPrefix(l, "This usually means") {
 			break
 		}
-		keep = append(keep, l)
+		keep = append(keep, strings.TrimRight(l, ":"))
 	}
 	return strings.Join(keep, ": ")
 }

@@ -1,0 +1,259 @@
+// Package pluginhost is the daemon's side of the backend plugins: it finds
+// them in the plugin directory, verifies their checksums, starts each as a
+// child process through the SDK, supervises it (restarting a crashed or hung
+// plugin with exponential backoff) and hands the daemon one stable Backend
+// per plugin whose calls always have a deadline and return core/errdefs
+// error kinds.
+package pluginhost
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// DefaultDir is the plugin directory when Config.Dir is empty.
+const DefaultDir = "bin/plugins"
+
+// Health is a plugin's condition as List reports it.
+type Health string
+
+// Plugin health values.
+const (
+	// HealthHealthy: the plugin process runs and answers.
+	HealthHealthy Health = "healthy"
+	// HealthRestarting: the plugin is down (not yet started, crashed, hung)
+	// and the supervisor is starting it again.
+	HealthRestarting Health = "restarting"
+	// HealthFailed: the plugin failed to start or crashed MaxFailures times
+	// in a row; the supervisor gave up until Restart is called.
+	HealthFailed Health = "failed"
+	// HealthRejected: the binary's checksum is missing or wrong; it is never
+	// started.
+	HealthRejected Health = "rejected"
+)
+
+// Status is the state of one plugin.
+type Status struct {
+	Name         string           `json:"name"`         // the binary's file name
+	Path         string           `json:"path"`         // the binary
+	Version      string           `json:"version"`      // from Info, once started
+	Capabilities []sdk.Capability `json:"capabilities"` // from Info, once started
+	Health       Health           `json:"health"`
+	Restarts     int              `json:"restarts"`   // launches after the first one
+	LastError    string           `json:"last_error"` // why it last failed, "" if never
+	PID          int              `json:"pid"`        // the plugin process, 0 when down
+}
+
+// Config configures a Host. Zero durations take the defaults shown.
+type Config struct {
+	// Dir is the plugin directory (DefaultDir); each executable file in it
+	// is one backend named by its file name, verified against SumsFile.
+	Dir string
+	// Logger receives the host's and the plugins' logs; nil discards them.
+	Logger hclog.Logger
+	// StartTimeout bounds a plugin's start-up handshake and first Info
+	// (10s).
+	StartTimeout time.Duration
+	// CallTimeout bounds every call that has no longer budget (30s).
+	CallTimeout time.Duration
+	// LongCallTimeout bounds Start, Stop and Recover when the caller's
+	// context has no deadline (5m). Stop also gets at least its graceful
+	// timeout plus CallTimeout.
+	LongCallTimeout time.Duration
+	// HealthInterval is how often a running plugin is pinged with Info (5s);
+	// HealthTimeout bounds each ping (5s). Two failed pings in a row count
+	// as a hung plugin, which is killed and restarted.
+	HealthInterval time.Duration
+	HealthTimeout  time.Duration
+	// MinBackoff and MaxBackoff bound the exponential wait between restarts
+	// (500ms, 30s).
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+	// StableAfter is how long a plugin must run for its failure count to be
+	// reset (30s).
+	StableAfter time.Duration
+	// MaxFailures is how many failed starts or early crashes in a row make
+	// a plugin "failed" (5).
+	MaxFailures int
+	// Env are extra environment variables for plugin processes.
+	Env []string
+	// OnEvent receives every backend event, from one goroutine per plugin.
+	// It must not block for long.
+	OnEvent func(backend string, ev sdk.Event)
+	// OnRestart is called after a plugin process was restarted and its
+	// event stream re-opened, so the daemon calls Recover for that
+	// backend's guests. It is called from the plugin's supervisor and may
+	// call the backend.
+	OnRestart func(backend string)
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.Dir == "" {
+		c.Dir = DefaultDir
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
+	}
+	def(&c.StartTimeout, 10*time.Second)
+	def(&c.CallTimeout, 30*time.Second)
+	def(&c.LongCallTimeout, 5*time.Minute)
+	def(&c.HealthInterval, 5*time.Second)
+	def(&c.HealthTimeout, 5*time.Second)
+	def(&c.MinBackoff, 500*time.Millisecond)
+	def(&c.MaxBackoff, 30*time.Second)
+	def(&c.StableAfter, 30*time.Second)
+	if c.MaxFailures <= 0 {
+		c.MaxFailures = 5
+	}
+}
+
+// Host runs the backend plugins of one daemon.
+type Host struct {
+	cfg    Config
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	plugins map[string]*managed
+	started bool
+}
+
+// New returns a Host for cfg. Nothing runs until Start.
+func New(cfg Config) *Host {
+	cfg.setDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Host{cfg: cfg, ctx: ctx, cancel: cancel, plugins: map[string]*managed{}}
+}
+
+// Start discovers the plugins, starts every one whose checksum is right and
+// returns once each has answered or failed its first start (or ctx ended);
+// the supervisors keep running until Close. A plugin that fails to start is
+// not an error of Start: List shows it. Start fails only if the directory
+// cannot be read or Start was already called.
+func (h *Host) Start(ctx context.Context) error {
+	h.mu.Lock()
+	if h.started {
+		h.mu.Unlock()
+		return fmt.Errorf("starting plugin host: already started: %w", errdefs.ErrConflict)
+	}
+	h.started = true
+	h.mu.Unlock()
+	cands, err := discover(h.cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("starting plugins in %q: %w", h.cfg.Dir, err)
+	}
+	var firsts []<-chan struct{}
+	h.mu.Lock()
+	for _, c := range cands {
+		m := newManaged(h, c)
+		h.plugins[c.name] = m
+		if c.rejected != nil {
+			h.cfg.Logger.Error("plugin rejected", "plugin", c.name, "error", c.rejected)
+			continue
+		}
+		firsts = append(firsts, m.firstDone)
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			m.supervise(h.ctx)
+		}()
+	}
+	h.mu.Unlock()
+	for _, ch := range firsts {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("starting plugins in %q: %w", h.cfg.Dir, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// Backend returns the stable Backend of the named plugin. It stays valid
+// across plugin restarts: calls go to the current process and fail fast
+// with ErrUnavailable (errdefs and sdk kinds) while there is none. An unknown
+// name is errdefs.ErrNotFound; a rejected plugin is errdefs.ErrUnavailable.
+func (h *Host) Backend(name string) (sdk.Backend, error) {
+	h.mu.Lock()
+	m, ok := h.plugins[name]
+	names := slices.Sorted(maps.Keys(h.plugins))
+	h.mu.Unlock()
+	if !ok {
+		avail := strings.Join(names, ", ")
+		if avail == "" {
+			avail = "none"
+		}
+		return nil, fmt.Errorf("backend %q (available: %s): %w", name, avail, errdefs.ErrNotFound)
+	}
+	if m.rejected != nil {
+		return nil, unavailable(fmt.Errorf("backend %q is rejected: %w", name, m.rejected))
+	}
+	return m.proxy, nil
+}
+
+// List returns the state of every discovered plugin, sorted by name.
+func (h *Host) List() []Status {
+	h.mu.Lock()
+	ms := make([]*managed, 0, len(h.plugins))
+	for _, m := range h.plugins {
+		ms = append(ms, m)
+	}
+	h.mu.Unlock()
+	out := make([]Status, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.status())
+	}
+	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Restart kills the named plugin's process if it runs and starts a new one,
+// also when the plugin had "failed" (its failure count is reset). The
+// daemon's OnRestart follows as for any restart.
+func (h *Host) Restart(name string) error {
+	h.mu.Lock()
+	m, ok := h.plugins[name]
+	h.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("restarting backend %q: %w", name, errdefs.ErrNotFound)
+	}
+	if m.rejected != nil {
+		return unavailable(fmt.Errorf("restarting backend %q: rejected: %w", name, m.rejected))
+	}
+	if h.ctx.Err() != nil {
+		return unavailable(fmt.Errorf("restarting backend %q: plugin host closed", name))
+	}
+	if m.requestRestart() {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			m.supervise(h.ctx)
+		}()
+	}
+	return nil
+}
+
+// Close stops supervising, kills every plugin process and waits until they
+// are gone. Guests keep running. Calls made afterwards fail with
+// ErrUnavailable.
+func (h *Host) Close() error {
+	h.cancel()
+	h.wg.Wait()
+	return nil
+}

@@ -1,0 +1,370 @@
+package pluginhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// healthMisses is how many failed health pings in a row make a plugin hung.
+const healthMisses = 2
+
+// errRestartRequested ends a plugin's watch when Restart was called.
+var errRestartRequested = errors.New("restart requested")
+
+// managed is one discovered plugin and, unless it is rejected, its
+// supervisor's state.
+type managed struct {
+	h        *Host
+	name     string
+	path     string
+	sum      []byte
+	rejected error // set at discovery, never changes
+	proxy    *proxy
+	log      hclog.Logger
+
+	firstDone chan struct{} // closed after the first start attempt
+	firstOnce sync.Once
+	kick      chan struct{} // wake the watcher: ping now
+	restartCh chan struct{} // wake the supervisor: Restart was called
+
+	mu         sync.Mutex
+	client     *sdk.Client // the current process, nil while down
+	info       *sdk.Info   // from the last successful start
+	health     Health
+	lastErr    string
+	launches   int
+	restarts   int
+	running    bool // a supervise goroutine runs
+	restartReq bool
+	subs       map[chan sdk.Event]struct{}
+}
+
+func newManaged(h *Host, c candidate) *managed {
+	m := &managed{
+		h:         h,
+		name:      c.name,
+		path:      c.path,
+		sum:       c.sum,
+		rejected:  c.rejected,
+		log:       h.cfg.Logger.With("plugin", c.name),
+		firstDone: make(chan struct{}),
+		kick:      make(chan struct{}, 1),
+		restartCh: make(chan struct{}, 1),
+		health:    HealthRestarting,
+		subs:      map[chan sdk.Event]struct{}{},
+	}
+	m.proxy = &proxy{m: m}
+	if c.rejected != nil {
+		m.health = HealthRejected
+		m.lastErr = c.rejected.Error()
+	} else {
+		m.running = true // Start runs supervise next
+	}
+	return m
+}
+
+func (m *managed) status() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := Status{
+		Name:      m.name,
+		Path:      m.path,
+		Health:    m.health,
+		Restarts:  m.restarts,
+		LastError: m.lastErr,
+	}
+	if m.info != nil {
+		st.Version = m.info.Version
+		st.Capabilities = append([]sdk.Capability(nil), m.info.Capabilities...)
+	}
+	if m.client != nil {
+		st.PID = m.client.PID()
+	}
+	return st
+}
+
+// current returns the running plugin process, or nil while there is none.
+func (m *managed) current() *sdk.Client {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.client
+}
+
+// poke wakes the watcher so it checks the plugin at once.
+func (m *managed) poke() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// requestRestart asks for a new plugin process. It reports whether no
+// supervisor runs, in which case the caller starts one.
+func (m *managed) requestRestart() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.running {
+		m.restartReq = true
+		select {
+		case m.restartCh <- struct{}{}:
+		default:
+		}
+		return false
+	}
+	m.running = true
+	m.health = HealthRestarting
+	return true
+}
+
+func (m *managed) setDown(health Health, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.client = nil
+	m.health = health
+	if err != nil {
+		m.lastErr = err.Error()
+	}
+}
+
+// supervise starts the plugin and keeps it running until ctx ends, the
+// plugin fails MaxFailures times in a row, or its binary is rejected.
+func (m *managed) supervise(ctx context.Context) {
+	cfg := &m.h.cfg
+	defer func() {
+		m.mu.Lock()
+		m.running = false
+		m.mu.Unlock()
+		m.firstOnce.Do(func() { close(m.firstDone) })
+	}()
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = cfg.MinBackoff
+	bo.MaxInterval = cfg.MaxBackoff
+	bo.Reset()
+	failures := 0
+	// failed counts a failure and reports whether to go on after the
+	// backoff.
+	failed := func(err error) bool {
+		failures++
+		if failures >= cfg.MaxFailures {
+			m.log.Error("plugin failed, giving up", "failures", failures, "error", err)
+			m.setDown(HealthFailed, fmt.Errorf("gave up after %d failures in a row: %w", failures, err))
+			return false
+		}
+		wait := bo.NextBackOff()
+		m.log.Warn("plugin down, restarting", "in", wait, "error", err)
+		m.setDown(HealthRestarting, err)
+		m.firstOnce.Do(func() { close(m.firstDone) })
+		return sleep(ctx, wait, m.restartCh)
+	}
+	for ctx.Err() == nil {
+		m.mu.Lock()
+		if m.restartReq {
+			failures = 0
+			bo.Reset()
+		}
+		m.restartReq = false
+		m.mu.Unlock()
+		select {
+		case <-m.restartCh: // served by this launch
+		default:
+		}
+		c, info, err := m.launch(ctx)
+		if errors.Is(err, sdk.ErrChecksum) {
+			m.log.Error("plugin binary changed, rejected", "error", err)
+			m.setDown(HealthRejected, err)
+			return
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if !failed(err) {
+				return
+			}
+			continue
+		}
+		started := time.Now()
+		down := m.run(ctx, c, info)
+		c.Kill()
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(down, errRestartRequested):
+			m.log.Info("restarting plugin as asked")
+			m.setDown(HealthRestarting, nil)
+		default:
+			if time.Since(started) >= cfg.StableAfter {
+				failures = 0
+				bo.Reset()
+			}
+			if !failed(down) {
+				return
+			}
+		}
+	}
+	m.setDown(HealthFailed, errors.New("plugin host closed"))
+}
+
+// launch starts a plugin process and asks for its Info.
+func (m *managed) launch(ctx context.Context) (*sdk.Client, *sdk.Info, error) {
+	cfg := &m.h.cfg
+	m.mu.Lock()
+	m.launches++
+	if m.launches > 1 {
+		m.restarts++
+	}
+	m.mu.Unlock()
+	lctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	c, err := sdk.Launch(lctx, m.path, sdk.LaunchOptions{
+		Logger:       cfg.Logger,
+		StartTimeout: cfg.StartTimeout,
+		Checksum:     m.sum,
+		Env:          cfg.Env,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := c.Backend().Info(lctx)
+	if err != nil {
+		c.Kill()
+		return nil, nil, fmt.Errorf("asking plugin %q for its info: %w", m.name, err)
+	}
+	return c, info, nil
+}
+
+// run serves one plugin process: it opens the event stream, publishes the
+// process, tells the daemon about a restart and watches the process until
+// it exits, hangs, a restart is requested or ctx ends. It returns why the
+// process is done (nil when ctx ended) and has stopped forwarding events.
+func (m *managed) run(ctx context.Context, c *sdk.Client, info *sdk.Info) error {
+	evCtx, evCancel := context.WithCancel(ctx)
+	forwarded := make(chan struct{})
+	defer func() {
+		evCancel()
+		m.setDown(HealthRestarting, nil)
+		<-forwarded
+	}()
+	events, err := c.Backend().Events(evCtx)
+	if err != nil {
+		close(forwarded)
+		return fmt.Errorf("opening event stream: %w", err)
+	}
+	go func() {
+		defer close(forwarded)
+		m.forward(events)
+	}()
+	m.mu.Lock()
+	m.client, m.info, m.health = c, info, HealthHealthy
+	restarted := m.launches > 1
+	m.mu.Unlock()
+	m.log.Info("plugin running", "pid", c.PID(), "version", info.Version)
+	m.firstOnce.Do(func() { close(m.firstDone) })
+	if restarted && m.h.cfg.OnRestart != nil {
+		m.h.cfg.OnRestart(m.name)
+	}
+	return m.watch(ctx, c)
+}
+
+// watch waits until the process exits, fails healthMisses pings in a row, a
+// restart is requested or ctx ends (nil).
+func (m *managed) watch(ctx context.Context, c *sdk.Client) error {
+	cfg := &m.h.cfg
+	tick := time.NewTicker(cfg.HealthInterval)
+	defer tick.Stop()
+	misses := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.Done():
+			return exitErr(c)
+		case <-m.restartCh:
+			return errRestartRequested
+		case <-m.kick:
+		case <-tick.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, cfg.HealthTimeout)
+		_, err := c.Backend().Info(pctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case c.Exited():
+			return exitErr(c)
+		case err != nil:
+			misses++
+			m.log.Warn("plugin health check failed", "misses", misses, "error", err)
+			if misses >= healthMisses {
+				return fmt.Errorf("plugin process %d hung: %d health checks failed, last: %w", c.PID(), misses, err)
+			}
+		default:
+			misses = 0
+		}
+	}
+}
+
+func exitErr(c *sdk.Client) error {
+	if s := c.Stderr(); s != "" {
+		return fmt.Errorf("plugin process %d exited (stderr: %s)", c.PID(), s)
+	}
+	return fmt.Errorf("plugin process %d exited", c.PID())
+}
+
+// forward hands the events of one plugin process to OnEvent and to the
+// proxy's subscribers until the stream ends.
+func (m *managed) forward(events <-chan sdk.Event) {
+	for ev := range events {
+		if f := m.h.cfg.OnEvent; f != nil {
+			f(m.name, ev)
+		}
+		m.mu.Lock()
+		for ch := range m.subs {
+			select {
+			case ch <- ev:
+			default:
+				m.log.Warn("event subscriber too slow, event dropped", "uuid", ev.UUID, "kind", ev.Kind)
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// subscribe registers an event subscriber until ctx or the host ends.
+func (m *managed) subscribe(ctx context.Context) <-chan sdk.Event {
+	ch := make(chan sdk.Event, 256)
+	m.mu.Lock()
+	m.subs[ch] = struct{}{}
+	m.mu.Unlock()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-m.h.ctx.Done():
+		}
+		m.mu.Lock()
+		delete(m.subs, ch)
+		close(ch)
+		m.mu.Unlock()
+	}()
+	return ch
+}
+
+// sleep waits for d, ctx or a wake-up, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-wake:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
