@@ -278,8 +278,8 @@ type Subscription struct {
 	// replayed is the last id the replay sent: live events up to it were
 	// still in the sequencer when the replay read them from the store.
 	replayed int64
-	closed  bool
-	err     error
+	closed   bool
+	err      error
 }
 
 // Subscribe starts a subscription. With f.After > 0 the stored events after
