@@ -1,0 +1,102 @@
+package simbackend
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/guestlink/guestlink/plugins/ringbuf"
+	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sim/simvm"
+)
+
+// ConfigPrefix is the prefix of the instance config keys this backend owns.
+const ConfigPrefix = "sim."
+
+// Instance config keys.
+const (
+	// KeyCommand is the guest command, run with /bin/sh -c (default
+	// DefaultCommand).
+	KeyCommand = "sim.command"
+	// KeyLayout is the serial layout: "current" (default) or "legacy".
+	KeyLayout = "sim.layout"
+	// KeyRingSize is the ring buffer size in bytes, a power of two
+	// (default DefaultRingSize, like LXD).
+	KeyRingSize = "sim.ring_size"
+	// KeyAgent is the path of the guestlink-agent binary (default: next to
+	// the plugin's parent directory, bin/plugins/sim -> bin/guestlink-agent).
+	KeyAgent = "sim.agent"
+)
+
+// Defaults of the config keys.
+const (
+	DefaultCommand  = `exec "$GUESTLINK_AGENT" run`
+	DefaultLayout   = simvm.LayoutCurrent
+	DefaultRingSize = 16
+)
+
+var knownKeys = []string{KeyAgent, KeyCommand, KeyLayout, KeyRingSize}
+
+// guestConfig is a guest's parsed sim.* configuration.
+type guestConfig struct {
+	Command  string
+	Layout   simvm.Layout
+	RingSize int
+	Agent    string // empty: the backend's default
+}
+
+// parseConfig reads the sim.* keys of cfg, ignoring the keys of other
+// prefixes. Unknown sim.* keys and invalid values are sdk.ErrInvalid.
+func parseConfig(cfg map[string]string) (*guestConfig, error) {
+	gc := &guestConfig{Command: DefaultCommand, Layout: DefaultLayout, RingSize: DefaultRingSize}
+	keys := make([]string, 0, len(cfg))
+	for k := range cfg {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // report the first bad key deterministically
+	for _, k := range keys {
+		if !strings.HasPrefix(k, ConfigPrefix) {
+			continue
+		}
+		v := cfg[k]
+		switch k {
+		case KeyCommand:
+			if strings.TrimSpace(v) != "" {
+				gc.Command = v
+			}
+		case KeyLayout:
+			if v != "" {
+				gc.Layout = simvm.Layout(v)
+			}
+			if !gc.Layout.Valid() {
+				return nil, fmt.Errorf("config key %s: unknown layout %q (want %q or %q): %w",
+					k, v, simvm.LayoutCurrent, simvm.LayoutLegacy, sdk.ErrInvalid)
+			}
+		case KeyRingSize:
+			if v == "" {
+				continue
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, fmt.Errorf("config key %s: %q is not a number: %w", k, v, sdk.ErrInvalid)
+			}
+			if _, err := ringbuf.New(n); err != nil {
+				if errors.Is(err, ringbuf.ErrSize) {
+					return nil, fmt.Errorf("config key %s: %w: %w", k, err, sdk.ErrInvalid)
+				}
+				return nil, fmt.Errorf("config key %s: %w", k, err)
+			}
+			gc.RingSize = n
+		case KeyAgent:
+			if v != "" && !strings.HasPrefix(v, "/") {
+				return nil, fmt.Errorf("config key %s: agent path %q is not absolute: %w", k, v, sdk.ErrInvalid)
+			}
+			gc.Agent = v
+		default:
+			return nil, fmt.Errorf("unknown config key %q (known: %s): %w", k, strings.Join(knownKeys, ", "), sdk.ErrInvalid)
+		}
+	}
+	return gc, nil
+}

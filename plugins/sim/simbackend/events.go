@@ -1,0 +1,182 @@
+package simbackend
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sim/eventqueue"
+	"github.com/guestlink/guestlink/plugins/sim/simvm"
+)
+
+// watcher holds one VMM's event subscription and forwards its events to
+// every open Events stream.
+type watcher struct {
+	h    *handle
+	sub  *simvm.Subscription
+	done chan struct{}
+	// closed is set by Close: the subscription ends because this process
+	// lets go of the VMM, not because the VMM went away.
+	closed atomic.Bool
+}
+
+// sink is one Events stream.
+type sink struct {
+	q *eventqueue.Queue[sdk.Event]
+}
+
+// watch subscribes to the events of h's VMM unless a subscription is
+// already open. It is idempotent.
+func (b *Backend) watch(ctx context.Context, h *handle) error {
+	b.mu.Lock()
+	if w, ok := b.watchers[h.Dir]; ok {
+		select {
+		case <-w.done:
+		default:
+			b.mu.Unlock()
+			return nil
+		}
+	}
+	b.mu.Unlock()
+	sub, err := simvm.NewClient(h.paths()).Subscribe(ctx)
+	if err != nil {
+		return err
+	}
+	w := &watcher{h: h, sub: sub, done: make(chan struct{})}
+	b.mu.Lock()
+	if old, ok := b.watchers[h.Dir]; ok {
+		select {
+		case <-old.done:
+		default: // lost a race with another watch: keep the first
+			b.mu.Unlock()
+			sub.Close()
+			return nil
+		}
+	}
+	b.watchers[h.Dir] = w
+	b.mu.Unlock()
+	go b.forward(w)
+	return nil
+}
+
+// forward turns VMM events into backend events until the VMM closes the
+// subscription. A VMM that goes away without announcing EXITED was killed:
+// forward then reports EXITED itself, with what is known.
+func (b *Backend) forward(w *watcher) {
+	defer func() {
+		b.mu.Lock()
+		if b.watchers[w.h.Dir] == w {
+			delete(b.watchers, w.h.Dir)
+		}
+		b.mu.Unlock()
+		close(w.done)
+		w.sub.Close()
+	}()
+	exited := false
+	for {
+		ev, err := w.sub.Next()
+		if err != nil {
+			break
+		}
+		out := sdk.Event{UUID: w.h.UUID, Time: ev.Timestamp.Time()}
+		key := ""
+		switch ev.Event {
+		case simvm.EventRingData:
+			var d simvm.RingData
+			_ = json.Unmarshal(ev.Data, &d)
+			out.Kind, out.Port, key = sdk.EventRingData, d.Port, "ring"
+		case simvm.EventReset:
+			out.Kind = sdk.EventReset
+		case simvm.EventExited:
+			var rec simvm.ExitRecord
+			_ = json.Unmarshal(ev.Data, &rec)
+			out.Kind, out.Detail = sdk.EventExited, exitDetail(&rec)
+			exited = true
+		default:
+			continue
+		}
+		b.publish(out, key)
+	}
+	if exited || w.closed.Load() {
+		return
+	}
+	detail := "vmm ended unexpectedly"
+	if rec, err := simvm.ReadExitRecord(w.h.paths()); err == nil {
+		detail = exitDetail(rec)
+	}
+	b.log.Warn("vmm connection lost without an exit event", "dir", w.h.Dir, "detail", detail)
+	b.publish(sdk.Event{UUID: w.h.UUID, Kind: sdk.EventExited, Detail: detail, Time: time.Now()}, "")
+}
+
+func exitDetail(rec *simvm.ExitRecord) string {
+	s := fmt.Sprintf("%s (%s)", rec.Status, rec.Reason)
+	if rec.Message != "" {
+		s += ": " + rec.Message
+	}
+	return s
+}
+
+// publish hands ev to every open Events stream. Events with a key coalesce
+// per guest while one is still queued, so a flooding guest costs bounded
+// memory.
+func (b *Backend) publish(ev sdk.Event, key string) {
+	if key != "" {
+		key += "/" + ev.UUID
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.sinks {
+		s.q.Push(ev, key)
+	}
+}
+
+// Events streams the events of every guest this plugin started or
+// recovered until ctx ends; the channel is closed then.
+func (b *Backend) Events(ctx context.Context) (<-chan sdk.Event, error) {
+	s := &sink{q: eventqueue.New[sdk.Event]()}
+	b.mu.Lock()
+	b.sinks[s] = struct{}{}
+	b.mu.Unlock()
+	out := make(chan sdk.Event)
+	go func() {
+		defer close(out)
+		defer func() {
+			b.mu.Lock()
+			delete(b.sinks, s)
+			b.mu.Unlock()
+			s.q.Close()
+		}()
+		for {
+			ev, ok := s.q.Pop(ctx)
+			if !ok {
+				return
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Close ends every VMM subscription of this process (the VMMs and guests
+// keep running) and waits for the forwarders to finish.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	ws := make([]*watcher, 0, len(b.watchers))
+	for _, w := range b.watchers {
+		ws = append(ws, w)
+	}
+	b.mu.Unlock()
+	for _, w := range ws {
+		w.closed.Store(true)
+		w.sub.Close()
+		<-w.done
+	}
+	return nil
+}

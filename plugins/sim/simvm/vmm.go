@@ -1,0 +1,691 @@
+package simvm
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/guestlink/guestlink/plugins/ringbuf"
+	"github.com/guestlink/guestlink/plugins/sim/eventqueue"
+)
+
+// Subcommand is the first argument that makes the sim plugin binary run as a
+// VMM: "<binary> vmm <guest dir>".
+const Subcommand = "vmm"
+
+// Timing of a VMM.
+const (
+	// ContTimeout is how long a VMM waits for CmdCont before giving up.
+	ContTimeout = time.Minute
+	// drainTimeout bounds how long an exiting VMM waits for subscribers to
+	// receive the last events.
+	drainTimeout = 5 * time.Second
+	// maxLine bounds a control protocol line.
+	maxLine = 64 << 10
+)
+
+// Environment variables the guest command receives.
+const (
+	EnvRoot         = "GUESTLINK_ROOT"
+	EnvLink         = "GUESTLINK_LINK"
+	EnvAgent        = "GUESTLINK_AGENT"
+	EnvDevlxdSocket = "GUESTLINK_DEVLXD_SOCKET"
+	EnvInstance     = "GUESTLINK_INSTANCE"
+	// ReadyEnv tells a VMM which fd is its readiness pipe.
+	ReadyEnv         = "GUESTLINK_SIM_READY_FD"
+	readyFD          = 3 // Launch passes the readiness pipe as fd 3
+	readyOK          = "ok"
+	readyErrorPrefix = "error: "
+)
+
+// Main runs a VMM for "<binary> vmm <guest dir>" (args without the
+// subcommand) and returns the process exit status. It reports readiness or a
+// start-up failure on fd 3 when that is a pipe from Launch.
+func Main(args []string) int {
+	log.SetFlags(log.LstdFlags | log.Lmicroseconds | log.LUTC)
+	log.SetPrefix(fmt.Sprintf("vmm[%d] ", os.Getpid()))
+	ready := readyPipe()
+	if len(args) != 1 || !filepath.IsAbs(args[0]) {
+		err := fmt.Errorf("usage: %s %s <absolute guest dir>", filepath.Base(os.Args[0]), Subcommand)
+		reportReady(ready, err)
+		log.Print(err)
+		return 2
+	}
+	if err := Run(Paths{Dir: filepath.Clean(args[0])}, ready); err != nil {
+		log.Print(err)
+		return 1
+	}
+	return 0
+}
+
+// readyPipe returns the readiness pipe Launch passed, or nil when the VMM was
+// started some other way (by hand): fd 3 is used only when ReadyEnv says so
+// and it is a pipe.
+func readyPipe() *os.File {
+	if os.Getenv(ReadyEnv) != fmt.Sprint(readyFD) {
+		return nil
+	}
+	os.Unsetenv(ReadyEnv)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(readyFD, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		return nil
+	}
+	return os.NewFile(readyFD, "ready")
+}
+
+func reportReady(ready *os.File, err error) {
+	if ready == nil {
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(ready, "%s%v\n", readyErrorPrefix, err)
+	} else {
+		fmt.Fprintln(ready, readyOK)
+	}
+	ready.Close()
+}
+
+// vmm is one running VMM.
+type vmm struct {
+	cfg      *Config
+	paths    Paths
+	ring     *ringbuf.Ring
+	ringPort string
+	ln       net.Listener
+	fifo     *os.File
+	started  time.Time
+	received atomic.Uint64
+
+	mu        sync.Mutex
+	state     string
+	guestPID  int // also the guest's process group id
+	boot      int
+	resetReq  bool
+	powerdown bool
+	reason    string // set by quit
+	subs      map[*conn]struct{}
+	contReq   chan struct{} // closed by the first cont
+	quitReq   chan struct{} // closed by quit or a signal
+	contDone  chan error    // the result of starting the guest after cont
+	contOnce  sync.Once
+	quitOnce  sync.Once
+	conns     sync.WaitGroup
+	connsOpen map[*conn]struct{}
+}
+
+// Run runs the VMM of the guest directory p until its guest ends. ready (may
+// be nil) receives "ok" once the control socket listens, or the start-up
+// error.
+func Run(p Paths, ready *os.File) (err error) {
+	v := &vmm{
+		paths:     p,
+		state:     StatePaused,
+		subs:      map[*conn]struct{}{},
+		connsOpen: map[*conn]struct{}{},
+		contReq:   make(chan struct{}),
+		quitReq:   make(chan struct{}),
+		contDone:  make(chan error, 1),
+		started:   time.Now(),
+	}
+	if err := v.setup(); err != nil {
+		err = fmt.Errorf("starting vmm in %s: %w", p.Dir, err)
+		_ = WriteExitRecord(p, &ExitRecord{Reason: ReasonError, Status: "not started", Code: -1,
+			Message: err.Error(), VMMPID: os.Getpid(), ExitedAt: time.Now()})
+		reportReady(ready, err)
+		v.cleanup()
+		return err
+	}
+	reportReady(ready, nil)
+	log.Printf("vmm for %q (%s) listening on %s, ring %d bytes on %s", v.cfg.Name, v.cfg.UUID, p.Control(), v.ring.Size(), v.ringPort)
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	go func() {
+		for s := range sigs {
+			if s == syscall.SIGHUP {
+				continue
+			}
+			log.Printf("received %v: quitting", s)
+			v.quit("vmm received " + s.String())
+		}
+	}()
+	go v.acceptLoop()
+	go v.ringLoop()
+
+	rec := v.runGuest()
+	signal.Stop(sigs)
+	if werr := WriteExitRecord(p, rec); werr != nil {
+		log.Print(werr)
+	}
+	log.Printf("guest ended: reason %s, %s %s", rec.Reason, rec.Status, rec.Message)
+	v.emit(EventExited, rec, "")
+	v.shutdown()
+	return nil
+}
+
+// setup reads the configuration, builds the stand-in root and listens on
+// the control socket.
+func (v *vmm) setup() error {
+	cfg, err := ReadConfig(v.paths)
+	if err != nil {
+		return err
+	}
+	v.cfg = cfg
+	if v.ring, err = ringbuf.New(cfg.RingSize); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	_ = os.Remove(v.paths.Exit())
+	if err := v.buildRoot(); err != nil {
+		return err
+	}
+	wired, _ := cfg.Layout.Ports()
+	v.ringPort = wired
+	// O_RDWR keeps a writer on the FIFO, so guests closing it never make
+	// the reader see EOF, and opening never blocks.
+	if v.fifo, err = os.OpenFile(v.paths.Port(wired), os.O_RDWR, 0); err != nil {
+		return fmt.Errorf("opening port %s: %w", wired, err)
+	}
+	_ = os.Remove(v.paths.Control())
+	old := syscall.Umask(0o177)
+	v.ln, err = net.Listen("unix", v.paths.Control())
+	syscall.Umask(old)
+	if err != nil {
+		return fmt.Errorf("listening on control socket: %w", err)
+	}
+	return nil
+}
+
+// buildRoot makes the stand-in root: serial ports as FIFOs, an empty
+// /dev/lxd and a freshly written config drive. Stale sockets of an earlier
+// boot are removed, as a rebooted machine would not have them either.
+func (v *vmm) buildRoot() error {
+	ports := filepath.Dir(v.paths.Port(PortCurrent))
+	for _, d := range []string{ports, filepath.Dir(v.paths.DevlxdSocket())} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("building root: %w", err)
+		}
+	}
+	entries, err := os.ReadDir(ports)
+	if err != nil {
+		return fmt.Errorf("building root: %w", err)
+	}
+	for _, e := range entries {
+		if err := os.Remove(filepath.Join(ports, e.Name())); err != nil {
+			return fmt.Errorf("building root: %w", err)
+		}
+	}
+	wired, unwired := v.cfg.Layout.Ports()
+	for _, name := range append([]string{wired}, unwired...) {
+		if err := syscall.Mkfifo(v.paths.Port(name), 0o600); err != nil {
+			return fmt.Errorf("creating port %s: %w", name, err)
+		}
+	}
+	for _, stale := range []string{v.paths.DevlxdSocket(), v.paths.Link()} {
+		if err := os.Remove(stale); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing stale socket: %w", err)
+		}
+	}
+	drive := v.paths.ConfigDrive()
+	if err := os.RemoveAll(drive); err != nil {
+		return fmt.Errorf("clearing config drive: %w", err)
+	}
+	if err := os.MkdirAll(drive, 0o700); err != nil {
+		return fmt.Errorf("creating config drive: %w", err)
+	}
+	for _, f := range v.cfg.Files {
+		name := filepath.Join(drive, filepath.FromSlash(f.Path))
+		mode := os.FileMode(f.Mode) & os.ModePerm
+		if mode == 0 {
+			mode = 0o600
+		}
+		if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+			return fmt.Errorf("writing config drive file %s: %w", f.Path, err)
+		}
+		if err := os.WriteFile(name, f.Data, mode); err != nil {
+			return fmt.Errorf("writing config drive file %s: %w", f.Path, err)
+		}
+		if err := os.Chmod(name, mode); err != nil { // WriteFile's mode is masked by the umask
+			return fmt.Errorf("writing config drive file %s: %w", f.Path, err)
+		}
+	}
+	return nil
+}
+
+// runGuest waits for cont, runs the guest command (again after each
+// system_reset) and returns how it ended.
+func (v *vmm) runGuest() *ExitRecord {
+	rec := &ExitRecord{VMMPID: os.Getpid()}
+	timer := time.NewTimer(ContTimeout)
+	defer timer.Stop()
+	select {
+	case <-v.contReq:
+	case <-v.quitReq:
+		rec.Reason, rec.Status, rec.Code, rec.ExitedAt = ReasonQuit, "not started", -1, time.Now()
+		rec.Message = v.quitReason()
+		return rec
+	case <-timer.C:
+		rec.Reason, rec.Status, rec.Code, rec.ExitedAt = ReasonError, "not started", -1, time.Now()
+		rec.Message = fmt.Sprintf("no %s within %v", CmdCont, ContTimeout)
+		return rec
+	}
+	console, err := os.OpenFile(v.paths.Console(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		err = fmt.Errorf("opening console log: %w", err)
+		v.contDone <- err
+		rec.Reason, rec.Status, rec.Code, rec.Message, rec.ExitedAt = ReasonError, "not started", -1, err.Error(), time.Now()
+		return rec
+	}
+	defer console.Close()
+	first := true
+	for {
+		cmd, err := v.startGuest(console)
+		if first {
+			v.contDone <- err
+			first = false
+		}
+		if err != nil {
+			rec.Reason, rec.Status, rec.Code, rec.Message, rec.ExitedAt = ReasonError, "not started", -1, err.Error(), time.Now()
+			rec.Boot = v.bootCount()
+			return rec
+		}
+		waitErr := cmd.Wait()
+		// Power off: nothing of the guest survives its main process.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		v.mu.Lock()
+		reset := v.resetReq
+		v.resetReq = false
+		quitting := v.reason != ""
+		if reset && !quitting {
+			v.mu.Unlock()
+			fmt.Fprintf(console, "\n--- sim: system_reset, guest restarting ---\n")
+			continue
+		}
+		v.state = StateShutdown
+		rec.Boot = v.boot
+		rec.Reason = ReasonGuest
+		switch {
+		case quitting:
+			rec.Reason, rec.Message = ReasonQuit, v.reason
+		case v.powerdown:
+			rec.Reason = ReasonPowerdown
+		}
+		v.mu.Unlock()
+		rec.Status, rec.Code = describeExit(cmd.ProcessState, waitErr)
+		rec.ExitedAt = time.Now()
+		return rec
+	}
+}
+
+func describeExit(ps *os.ProcessState, waitErr error) (string, int) {
+	if ps == nil {
+		return fmt.Sprintf("wait failed: %v", waitErr), -1
+	}
+	return ps.String(), ps.ExitCode()
+}
+
+// startGuest starts the guest command in a process group of its own; the
+// guest is killed if the VMM dies.
+func (v *vmm) startGuest(console *os.File) (*exec.Cmd, error) {
+	cmd := exec.Command("/bin/sh", "-c", v.cfg.Command)
+	cmd.Dir = v.paths.Root()
+	cmd.Stdin = nil
+	cmd.Stdout = console
+	cmd.Stderr = console
+	cmd.Env = v.guestEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	v.mu.Lock()
+	if v.reason != "" {
+		v.mu.Unlock()
+		return nil, fmt.Errorf("guest not started: %s", v.reason)
+	}
+	if err := cmd.Start(); err != nil {
+		v.mu.Unlock()
+		return nil, fmt.Errorf("starting guest command: %w", err)
+	}
+	v.guestPID = cmd.Process.Pid
+	v.boot++
+	v.state = StateRunning
+	st := v.statusLocked()
+	v.mu.Unlock()
+	log.Printf("guest command started, pid %d, boot %d", st.GuestPID, st.Boot)
+	if st.Boot > 1 {
+		v.emit(EventReset, st, "")
+	}
+	return cmd, nil
+}
+
+func (v *vmm) guestEnv() []string {
+	env := []string{
+		EnvRoot + "=" + v.paths.Root(),
+		EnvLink + "=hybrid:" + v.paths.Link(),
+		EnvAgent + "=" + v.cfg.Agent,
+		EnvDevlxdSocket + "=" + v.paths.DevlxdSocket(),
+		EnvInstance + "=" + v.cfg.Name,
+	}
+	path := "/usr/local/bin:/usr/bin:/bin"
+	for _, kv := range os.Environ() {
+		k, val, _ := cutEnv(kv)
+		switch k {
+		case EnvRoot, EnvLink, EnvAgent, EnvDevlxdSocket, EnvInstance:
+		case "PATH":
+			path = val
+		default:
+			env = append(env, kv)
+		}
+	}
+	if v.cfg.Agent != "" {
+		path = filepath.Dir(v.cfg.Agent) + string(os.PathListSeparator) + path
+	}
+	return append(env, "PATH="+path)
+}
+
+func cutEnv(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}
+
+func (v *vmm) bootCount() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.boot
+}
+
+func (v *vmm) quitReason() string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.reason
+}
+
+// quit kills the guest (or makes a paused VMM give up) and lets runGuest
+// record the exit.
+func (v *vmm) quit(reason string) {
+	v.mu.Lock()
+	if v.reason == "" {
+		v.reason = reason
+	}
+	pid := v.guestPID
+	running := v.state == StateRunning
+	v.mu.Unlock()
+	v.quitOnce.Do(func() { close(v.quitReq) })
+	if running && pid > 0 {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+}
+
+// ringLoop copies the wired port into the ring buffer and announces each
+// write.
+func (v *vmm) ringLoop() {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := v.fifo.Read(buf)
+		if n > 0 {
+			v.ring.Write(buf[:n])
+			v.received.Add(uint64(n))
+			v.emit(EventRingData, RingData{Port: v.ringPort, Bytes: n}, EventRingData)
+		}
+		if err != nil {
+			if !errors.Is(err, os.ErrClosed) {
+				log.Printf("reading port %s: %v", v.ringPort, err)
+			}
+			return
+		}
+	}
+}
+
+// emit sends an event to every subscribed connection. Events with a
+// coalesce key are dropped for a subscriber that has one still queued.
+func (v *vmm) emit(name string, data any, coalesce string) {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		log.Printf("encoding %s event: %v", name, err)
+		return
+	}
+	ev := Event{Event: name, Data: raw, Timestamp: timestampOf(time.Now())}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for c := range v.subs {
+		c.events.Push(ev, coalesce)
+	}
+}
+
+// shutdown delivers the queued events, closes every connection and removes
+// the control socket.
+func (v *vmm) shutdown() {
+	v.mu.Lock()
+	subs := make([]*conn, 0, len(v.subs))
+	for c := range v.subs {
+		subs = append(subs, c)
+	}
+	v.mu.Unlock()
+	deadline := time.Now().Add(drainTimeout)
+	for _, c := range subs {
+		c.events.Close()
+		select {
+		case <-c.drained:
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+	v.cleanup()
+	v.mu.Lock()
+	for c := range v.connsOpen {
+		c.nc.Close()
+	}
+	v.mu.Unlock()
+	v.conns.Wait()
+}
+
+func (v *vmm) cleanup() {
+	if v.ln != nil {
+		v.ln.Close()
+		_ = os.Remove(v.paths.Control())
+	}
+	if v.fifo != nil {
+		v.fifo.Close()
+	}
+}
+
+func (v *vmm) statusLocked() Status {
+	return Status{
+		State:     v.state,
+		Name:      v.cfg.Name,
+		UUID:      v.cfg.UUID,
+		VMMPID:    os.Getpid(),
+		GuestPID:  v.guestPID,
+		Boot:      v.boot,
+		Layout:    v.cfg.Layout,
+		RingPort:  v.ringPort,
+		RingSize:  v.ring.Size(),
+		StartedAt: v.started,
+
+		RingReceived: v.received.Load(),
+	}
+}
+
+// conn is one control connection.
+type conn struct {
+	nc      net.Conn
+	wmu     sync.Mutex
+	events  *eventqueue.Queue[Event]
+	drained chan struct{} // closed when the event writer is done
+}
+
+func (c *conn) write(msg any) error {
+	data, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(drainTimeout))
+	_, err = c.nc.Write(data)
+	return err
+}
+
+func (v *vmm) acceptLoop() {
+	for {
+		nc, err := v.ln.Accept()
+		if err != nil {
+			return
+		}
+		c := &conn{nc: nc}
+		v.mu.Lock()
+		v.connsOpen[c] = struct{}{}
+		v.conns.Add(1)
+		v.mu.Unlock()
+		go v.serve(c)
+	}
+}
+
+func (v *vmm) serve(c *conn) {
+	defer v.conns.Done()
+	defer func() {
+		v.mu.Lock()
+		delete(v.connsOpen, c)
+		if _, ok := v.subs[c]; ok {
+			delete(v.subs, c)
+			c.events.Close()
+		}
+		v.mu.Unlock()
+		c.nc.Close()
+	}()
+	var g Greeting
+	g.SIM.Version, g.SIM.VMMPID, g.SIM.UUID = ProtocolVersion, os.Getpid(), v.cfg.UUID
+	if c.write(g) != nil {
+		return
+	}
+	sc := bufio.NewScanner(c.nc)
+	sc.Buffer(make([]byte, 4096), maxLine)
+	for sc.Scan() {
+		var req Request
+		var resp Response
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			resp.Error = &ErrorBody{Class: ClassInvalidArgument, Desc: fmt.Sprintf("decoding command: %v", err)}
+		} else {
+			resp = v.execute(c, &req)
+			resp.ID = req.ID
+		}
+		if c.write(resp) != nil {
+			return
+		}
+	}
+}
+
+// execute runs one command.
+func (v *vmm) execute(c *conn, req *Request) Response {
+	ok := func(ret any) Response {
+		raw, err := json.Marshal(ret)
+		if err != nil {
+			return Response{Error: &ErrorBody{Class: ClassGenericError, Desc: err.Error()}}
+		}
+		return Response{Return: raw}
+	}
+	fail := func(class, format string, args ...any) Response {
+		return Response{Error: &ErrorBody{Class: class, Desc: fmt.Sprintf(format, args...)}}
+	}
+	switch req.Execute {
+	case CmdStatus:
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return ok(v.statusLocked())
+	case CmdCont:
+		first := false
+		v.contOnce.Do(func() { first = true; close(v.contReq) })
+		if !first {
+			return fail(ClassWrongState, "guest already started")
+		}
+		select {
+		case err := <-v.contDone:
+			if err != nil {
+				return fail(ClassGenericError, "%v", err)
+			}
+		case <-v.quitReq:
+			return fail(ClassWrongState, "vmm is quitting")
+		}
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return ok(v.statusLocked())
+	case CmdRingbufRead:
+		var args RingbufReadArgs
+		if len(req.Arguments) > 0 {
+			if err := json.Unmarshal(req.Arguments, &args); err != nil {
+				return fail(ClassInvalidArgument, "decoding %s arguments: %v", req.Execute, err)
+			}
+		}
+		if args.Size <= 0 {
+			return fail(ClassInvalidArgument, "size must be greater than zero, got %d", args.Size)
+		}
+		return ok(RingbufReadReturn{Data: v.ring.Read(args.Size)})
+	case CmdPowerdown:
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.state != StateRunning {
+			return fail(ClassWrongState, "guest is %s", v.state)
+		}
+		v.powerdown = true
+		if err := syscall.Kill(-v.guestPID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fail(ClassGenericError, "signalling guest: %v", err)
+		}
+		return ok(struct{}{})
+	case CmdQuit:
+		v.quit("quit requested")
+		return ok(struct{}{})
+	case CmdSystemReset:
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.state != StateRunning {
+			return fail(ClassWrongState, "guest is %s", v.state)
+		}
+		v.resetReq = true
+		v.powerdown = false
+		if err := syscall.Kill(-v.guestPID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fail(ClassGenericError, "signalling guest: %v", err)
+		}
+		return ok(struct{}{})
+	case CmdSubscribe:
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if c.events == nil {
+			c.events = eventqueue.New[Event]()
+			c.drained = make(chan struct{})
+			v.subs[c] = struct{}{}
+			go c.writeEvents()
+		}
+		return ok(struct{}{})
+	}
+	return fail(ClassCommandNotFound, "the command %q has not been found", req.Execute)
+}
+
+// writeEvents sends queued events until the queue is closed.
+func (c *conn) writeEvents() {
+	defer close(c.drained)
+	broken := false
+	for {
+		ev, ok := c.events.Pop(context.Background())
+		if !ok {
+			return
+		}
+		// Once the peer is gone, keep consuming (and discarding) until the
+		// connection's reader closes the queue.
+		if !broken && c.write(ev) != nil {
+			broken = true
+			c.nc.Close()
+		}
+	}
+}
