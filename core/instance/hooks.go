@@ -1,6 +1,8 @@
 package instance
 
 import (
+	"context"
+
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -31,4 +33,12 @@ type Hooks interface {
 	BackendEvent(inst *Instance, ev sdk.Event)
 	// ConfigChanged is called after a running instance's config changed.
 	ConfigChanged(inst *Instance, changes []ConfigChange)
+}
+
+// FilesProvider gives the files of an instance's config drive (agent
+// certificate and key, the daemon's certificate, agent.conf...). The manager
+// calls it before every start and passes the files in the GuestSpec; core/agentmon
+// implements it.
+type FilesProvider interface {
+	GuestFiles(ctx context.Context, inst *Instance) ([]sdk.File, error)
 }
