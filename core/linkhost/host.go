@@ -1,0 +1,454 @@
+package linkhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/mdlayher/vsock"
+
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/link/hybrid"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// AgentPort is the link port the agent listens on inside the guest.
+const AgentPort = 8443
+
+// HostCID is the vsock context ID of the host.
+const HostCID = 2
+
+// The range the daemon's link port is picked from.
+const (
+	MinPort = 1024
+	MaxPort = 65534
+)
+
+// portTries is how many random ports are tried before giving up.
+const portTries = 64
+
+// VsockListenFunc listens for vsock connections on the host CID at port.
+type VsockListenFunc func(port uint32) (net.Listener, error)
+
+// VsockDialFunc connects to a guest's vsock port.
+type VsockDialFunc func(ctx context.Context, cid, port uint32) (net.Conn, error)
+
+// SerialTransport opens multiplexed sessions over a guest's serial link
+// channel (link/serialmux implements it for QEMU's Unix-socket chardev).
+type SerialTransport interface {
+	// Open connects to the channel at path (sdk.LinkEndpoint.Path) and
+	// returns its session. The session lives until closed or the guest
+	// goes away.
+	Open(ctx context.Context, path string) (SerialSession, error)
+}
+
+// SerialSession is one guest's serial link: streams in both directions.
+type SerialSession interface {
+	// Accept returns the next stream the guest opened towards the daemon.
+	Accept() (net.Conn, error)
+	// Dial opens a stream to the guest's port (AgentPort).
+	Dial(ctx context.Context, port uint32) (net.Conn, error)
+	// Close ends the session and its streams.
+	Close() error
+}
+
+// Config configures a Host. The zero value works: vsock when
+// /dev/vhost-vsock exists, hybrid links always, no serial links.
+type Config struct {
+	// VsockDevice is the device whose presence enables the vsock listener
+	// (default "/dev/vhost-vsock").
+	VsockDevice string
+	// DisableVsock turns the vsock listener off whatever the device.
+	DisableVsock bool
+	// ListenVsock listens on the host CID (default: mdlayher/vsock on
+	// HostCID). Tests replace it.
+	ListenVsock VsockListenFunc
+	// DialVsock dials a guest CID (default: mdlayher/vsock).
+	DialVsock VsockDialFunc
+	// Serial carries serial links; nil makes them ErrNotSupported.
+	Serial SerialTransport
+	// Logger receives link errors (default slog.Default).
+	Logger *slog.Logger
+}
+
+// Host is the host side of all guest links. It is a net.Listener: Accept
+// returns the connections of every link, each a *Conn tied to its instance.
+// Attach and Detach follow the guests' lives.
+type Host struct {
+	cfg   Config
+	port  uint32
+	vsock net.Listener // nil when vsock is off
+
+	conns  chan *Conn
+	done   chan struct{}
+	closed sync.Once
+	wg     sync.WaitGroup
+
+	opMu     sync.Mutex             // serialises Attach and Detach
+	mu       sync.Mutex             // guards attached and byCID
+	attached map[string]*attachment // by instance UUID
+	byCID    map[uint32]string      // vsock guest CID -> instance UUID
+}
+
+// attachment is one running instance's link.
+type attachment struct {
+	uuid    string
+	ep      sdk.LinkEndpoint
+	ln      net.Listener  // hybrid: the instance's socket
+	path    string        // hybrid: the socket path
+	session SerialSession // serial
+	done    chan struct{}
+}
+
+// New picks the daemon's link port (random in MinPort..MaxPort, new at every
+// start) and, when vsock is available, listens on it.
+func New(cfg Config) (*Host, error) {
+	if cfg.VsockDevice == "" {
+		cfg.VsockDevice = VhostVsockDevice
+	}
+	if cfg.ListenVsock == nil {
+		cfg.ListenVsock = func(port uint32) (net.Listener, error) {
+			return vsock.ListenContextID(HostCID, port, nil)
+		}
+	}
+	if cfg.DialVsock == nil {
+		cfg.DialVsock = func(ctx context.Context, cid, port uint32) (net.Conn, error) {
+			return vsock.DialContext(ctx, cid, port, nil)
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	h := &Host{
+		cfg:      cfg,
+		conns:    make(chan *Conn),
+		done:     make(chan struct{}),
+		attached: map[string]*attachment{},
+		byCID:    map[uint32]string{},
+	}
+	if !cfg.DisableVsock && deviceExists(cfg.VsockDevice) {
+		port, ln, err := listenRandom(cfg.ListenVsock, randomPort)
+		if err != nil {
+			// The hybrid and serial links still work.
+			cfg.Logger.Warn("linkhost: vsock unavailable, continuing without it", "device", cfg.VsockDevice, "err", err)
+		} else {
+			h.port, h.vsock = port, ln
+			h.wg.Add(1)
+			go h.acceptVsock()
+		}
+	}
+	if h.port == 0 {
+		h.port = randomPort()
+	}
+	return h, nil
+}
+
+func deviceExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func randomPort() uint32 {
+	return uint32(MinPort + rand.IntN(MaxPort-MinPort+1))
+}
+
+// listenRandom listens on random ports from pick until one is free.
+func listenRandom(listen VsockListenFunc, pick func() uint32) (uint32, net.Listener, error) {
+	var err error
+	for range portTries {
+		port := pick()
+		var ln net.Listener
+		ln, err = listen(port)
+		if err == nil {
+			return port, ln, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return 0, nil, fmt.Errorf("listening on vsock port %d: %w", port, err)
+		}
+	}
+	return 0, nil, fmt.Errorf("listening on vsock: no free port in %d tries: %w", portTries, err)
+}
+
+// Port returns the daemon's link port: the vsock port, and the suffix of
+// the hybrid sockets.
+func (h *Host) Port() uint32 { return h.port }
+
+// Vsock reports whether the vsock listener runs.
+func (h *Host) Vsock() bool { return h.vsock != nil }
+
+// Accept returns the next connection of any link, a *Conn naming its
+// instance. It fails with net.ErrClosed once the Host is closed.
+func (h *Host) Accept() (net.Conn, error) {
+	select {
+	case c := <-h.conns:
+		return c, nil
+	case <-h.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Addr names the link listener.
+func (h *Host) Addr() net.Addr { return hostAddr{port: h.port} }
+
+type hostAddr struct{ port uint32 }
+
+func (hostAddr) Network() string  { return "guest-link" }
+func (a hostAddr) String() string { return fmt.Sprintf("guest-link:%d", a.port) }
+
+// Close detaches every instance, stops the vsock listener and makes Accept
+// fail. Connections already handed on are left to their owners.
+func (h *Host) Close() error {
+	h.closed.Do(func() {
+		close(h.done)
+		if h.vsock != nil {
+			h.vsock.Close()
+		}
+		h.mu.Lock()
+		atts := make([]*attachment, 0, len(h.attached))
+		for _, a := range h.attached {
+			atts = append(atts, a)
+		}
+		h.mu.Unlock()
+		for _, a := range atts {
+			h.Detach(a.uuid)
+		}
+	})
+	h.wg.Wait()
+	return nil
+}
+
+// Attach starts serving the link of a running instance: for a hybrid link it
+// listens on hybrid.HostPath(ep.Path, Port()) (mode 0600); for vsock it maps
+// the guest CID to the instance; for serial it opens the session. Attaching
+// again with the same endpoint does nothing; with another endpoint it
+// replaces the old link. A link kind the host cannot serve is
+// errdefs.ErrNotSupported.
+func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
+	if uuid == "" || ep == nil {
+		return fmt.Errorf("attaching link: instance and endpoint are required: %w", errdefs.ErrInvalid)
+	}
+	h.opMu.Lock()
+	defer h.opMu.Unlock()
+	select {
+	case <-h.done:
+		return fmt.Errorf("attaching link of instance %s: %w", uuid, net.ErrClosed)
+	default:
+	}
+	h.mu.Lock()
+	old := h.attached[uuid]
+	h.mu.Unlock()
+	if old != nil {
+		if old.ep == *ep {
+			return nil
+		}
+		h.detach(uuid)
+	}
+	a := &attachment{uuid: uuid, ep: *ep, done: make(chan struct{})}
+	id := Identity{InstanceUUID: uuid, Link: ep.Kind}
+	switch ep.Kind {
+	case sdk.LinkHybrid:
+		if ep.Path == "" {
+			return fmt.Errorf("attaching hybrid link of instance %s: empty socket path: %w", uuid, errdefs.ErrInvalid)
+		}
+		a.path = hybrid.HostPath(ep.Path, h.port)
+		ln, err := listenUnix(a.path)
+		if err != nil {
+			return fmt.Errorf("attaching hybrid link of instance %s: %w", uuid, err)
+		}
+		a.ln = ln
+		h.wg.Add(1)
+		go h.acceptFrom(a, ln.Accept, id)
+	case sdk.LinkVsock:
+		if h.vsock == nil {
+			return fmt.Errorf("attaching vsock link of instance %s: %w", uuid, errdefs.ErrNotSupported)
+		}
+		if ep.CID < 3 || ep.CID == 0xffffffff {
+			return fmt.Errorf("attaching vsock link of instance %s: guest CID %d: %w", uuid, ep.CID, errdefs.ErrInvalid)
+		}
+	case sdk.LinkSerial:
+		if h.cfg.Serial == nil {
+			return fmt.Errorf("attaching serial link of instance %s: %w", uuid, errdefs.ErrNotSupported)
+		}
+		s, err := h.cfg.Serial.Open(context.Background(), ep.Path)
+		if err != nil {
+			return fmt.Errorf("attaching serial link of instance %s: %w", uuid, err)
+		}
+		a.session = s
+		h.wg.Add(1)
+		go h.acceptFrom(a, s.Accept, id)
+	default:
+		return fmt.Errorf("attaching link of instance %s: link kind %q: %w", uuid, ep.Kind, errdefs.ErrNotSupported)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cur := h.byCID[ep.CID]; ep.Kind == sdk.LinkVsock && cur != "" && cur != uuid {
+		a.close()
+		return fmt.Errorf("attaching vsock link of instance %s: CID %d belongs to instance %s: %w", uuid, ep.CID, cur, errdefs.ErrConflict)
+	}
+	if ep.Kind == sdk.LinkVsock {
+		h.byCID[ep.CID] = uuid
+	}
+	h.attached[uuid] = a
+	return nil
+}
+
+// Detach stops serving the instance's link (its hybrid socket is closed and
+// removed). Detaching an instance that is not attached does nothing.
+func (h *Host) Detach(uuid string) {
+	h.opMu.Lock()
+	defer h.opMu.Unlock()
+	h.detach(uuid)
+}
+
+func (h *Host) detach(uuid string) {
+	h.mu.Lock()
+	a := h.attached[uuid]
+	delete(h.attached, uuid)
+	if a != nil && a.ep.Kind == sdk.LinkVsock && h.byCID[a.ep.CID] == uuid {
+		delete(h.byCID, a.ep.CID)
+	}
+	h.mu.Unlock()
+	if a != nil {
+		a.close()
+	}
+}
+
+func (a *attachment) close() {
+	close(a.done)
+	if a.ln != nil {
+		a.ln.Close() // a Unix listener removes its socket file
+	}
+	if a.session != nil {
+		a.session.Close()
+	}
+}
+
+// Endpoint returns the endpoint an instance is attached with.
+func (h *Host) Endpoint(uuid string) (sdk.LinkEndpoint, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a, ok := h.attached[uuid]
+	if !ok {
+		return sdk.LinkEndpoint{}, false
+	}
+	return a.ep, true
+}
+
+// DialAgent connects to the agent's link port of an attached instance. The
+// connection is raw: the caller speaks TLS over it. An instance that is not
+// attached is errdefs.ErrUnavailable.
+func (h *Host) DialAgent(ctx context.Context, uuid string) (net.Conn, error) {
+	h.mu.Lock()
+	a := h.attached[uuid]
+	h.mu.Unlock()
+	if a == nil {
+		return nil, fmt.Errorf("dialing agent of instance %s: no link attached: %w", uuid, errdefs.ErrUnavailable)
+	}
+	var (
+		c   net.Conn
+		err error
+	)
+	switch a.ep.Kind {
+	case sdk.LinkHybrid:
+		c, err = hybrid.Dial(ctx, a.ep.Path, AgentPort)
+	case sdk.LinkVsock:
+		c, err = h.cfg.DialVsock(ctx, a.ep.CID, AgentPort)
+	case sdk.LinkSerial:
+		c, err = a.session.Dial(ctx, AgentPort)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dialing agent of instance %s over %s: %w", uuid, a.ep.Kind, err)
+	}
+	return c, nil
+}
+
+// listenUnix listens on path with mode 0600, replacing a stale socket file
+// (left by a daemon that died) but nothing else.
+func listenUnix(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("listening on %q: a file that is not a socket is in the way: %w", path, errdefs.ErrConflict)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale socket %q: %w", path, err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %q: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("restricting %q: %w", path, err)
+	}
+	return ln, nil
+}
+
+// acceptFrom hands every connection accept returns on, tied to id, until it
+// fails or the attachment ends.
+func (h *Host) acceptFrom(a *attachment, accept func() (net.Conn, error), id Identity) {
+	defer h.wg.Done()
+	for {
+		c, err := accept()
+		if err != nil {
+			select {
+			case <-a.done:
+			case <-h.done:
+			default:
+				h.cfg.Logger.Warn("linkhost: link stopped accepting", "instance", id.InstanceUUID, "link", id.Link, "err", err)
+			}
+			return
+		}
+		h.hand(WithIdentity(c, id), a.done)
+	}
+}
+
+// acceptVsock accepts on the vsock listener and ties each connection to the
+// instance its peer CID was attached with; others are closed.
+func (h *Host) acceptVsock() {
+	defer h.wg.Done()
+	for {
+		c, err := h.vsock.Accept()
+		if err != nil {
+			select {
+			case <-h.done:
+			default:
+				h.cfg.Logger.Error("linkhost: vsock listener failed", "err", err)
+			}
+			return
+		}
+		addr, ok := c.RemoteAddr().(*vsock.Addr)
+		h.mu.Lock()
+		var a *attachment
+		if ok {
+			a = h.attached[h.byCID[addr.ContextID]]
+		}
+		h.mu.Unlock()
+		if a == nil {
+			h.cfg.Logger.Warn("linkhost: vsock connection from an unknown guest", "peer", c.RemoteAddr())
+			c.Close()
+			continue
+		}
+		h.hand(WithIdentity(c, Identity{InstanceUUID: a.uuid, Link: sdk.LinkVsock}), a.done)
+	}
+}
+
+// hand passes c to Accept, or closes it when nobody will take it.
+func (h *Host) hand(c *Conn, detached <-chan struct{}) {
+	select {
+	case h.conns <- c:
+	case <-detached:
+		c.Close()
+	case <-h.done:
+		c.Close()
+	}
+}
+
+var _ net.Listener = (*Host)(nil)
