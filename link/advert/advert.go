@@ -96,3 +96,10 @@ func (a *Advertisement) Marshal() []byte {
 func (a *Advertisement) Equal(b *Advertisement) bool {
 	return a != nil && b != nil && *a == *b
 }
+
+// SameDaemon reports whether a and b designate the same daemon endpoint
+// (CID, port and certificate), whatever their devlxd setting. A daemon
+// restart changes the port.
+func (a *Advertisement) SameDaemon(b *Advertisement) bool {
+	return a != nil && b != nil && a.CID == b.CID && a.Port == b.Port && a.Certificate == b.Certificate
+}

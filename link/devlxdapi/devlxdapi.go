@@ -283,3 +283,16 @@ func WriteGuest(w http.ResponseWriter, path string, env *Response) {
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(buf.Bytes())
 }
+
+// AgentInfo is the body of GET /1.0 on the agent's link port (8443), a
+// guestlink addition the daemon may use for diagnostics.
+type AgentInfo struct {
+	// Version is the agent's version.
+	Version string `json:"version"`
+	// BootID is the guest kernel's boot id.
+	BootID string `json:"boot_id"`
+	// State is the agent's current ring word ("STARTED", "CONNECTED").
+	State string `json:"state"`
+	// Devlxd reports whether /dev/lxd/sock is being served.
+	Devlxd bool `json:"devlxd"`
+}

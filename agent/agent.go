@@ -1,0 +1,447 @@
+// Package agent is the in-guest agent: it announces itself on the
+// ring-buffer port, serves the daemon on the link port (8443) and proxies
+// /dev/lxd/sock to the daemon's devlxd handlers.
+//
+// Lifecycle: Run loads the certificates and the boot state, brings
+// /dev/lxd/sock up early from agent.conf when it enables devlxd, listens on
+// the link port, writes STARTED and then, every heartbeat period, its current
+// word (STARTED until an advertisement is validated, then CONNECTED, back to
+// STARTED when the daemon becomes unreachable). When its context ends it
+// closes its sockets, writes STOPPED and returns.
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/guestlink/guestlink/agent/bootstate"
+	"github.com/guestlink/guestlink/agent/control"
+	"github.com/guestlink/guestlink/agent/devlxdproxy"
+	"github.com/guestlink/guestlink/agent/eventhub"
+	"github.com/guestlink/guestlink/agent/ring"
+	"github.com/guestlink/guestlink/agent/upstream"
+	"github.com/guestlink/guestlink/link/advert"
+	"github.com/guestlink/guestlink/link/devlxdapi"
+	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/transport"
+)
+
+// Files of the config directory (delivered by the config drive).
+const (
+	// AgentCertFile is the agent's certificate (server on 8443, client
+	// towards the daemon).
+	AgentCertFile = "agent.crt"
+	// AgentKeyFile is the agent's private key (0600).
+	AgentKeyFile = "agent.key"
+	// ServerCertFile is the daemon's per-instance client certificate that
+	// the link port accepts.
+	ServerCertFile = "server.crt"
+	// ConfFile is the advertisement written by the daemon at every start.
+	ConfFile = "agent.conf"
+)
+
+// Defaults of Config.
+const (
+	// DefaultHeartbeat is the heartbeat period.
+	DefaultHeartbeat = 5 * time.Second
+	// ValidateTimeout bounds the reachability check of an advertisement.
+	ValidateTimeout = 5 * time.Second
+)
+
+// Config configures an Agent. Paths are absolute (already under the root).
+type Config struct {
+	// Root is the guest root every path below lives under.
+	Root string
+	// ConfigDir holds agent.crt, agent.key, server.crt and agent.conf.
+	ConfigDir string
+	// StateDir holds the boot state.
+	StateDir string
+	// VirtioPortsDir is where the ring-buffer ports are
+	// (<root>/dev/virtio-ports).
+	VirtioPortsDir string
+	// DevlxdSocket is the devlxd socket path (<root>/dev/lxd/sock).
+	DevlxdSocket string
+	// Link is the guest side of the link.
+	Link transport.Guest
+	// Heartbeat is the heartbeat period (DefaultHeartbeat if zero).
+	Heartbeat time.Duration
+	// PerRequestTLS disables connection reuse towards the daemon.
+	PerRequestTLS bool
+	// Version is reported by GET /1.0 on the link port.
+	Version string
+	// Log receives the agent's log; nil discards it.
+	Log *slog.Logger
+}
+
+// Agent is one running agent. Create it with New and run it with Run.
+type Agent struct {
+	cfg    Config
+	log    *slog.Logger
+	ring   *ring.Writer
+	up     *upstream.Client
+	hub    *eventhub.Hub
+	devlxd *devlxdproxy.Server
+	bootID string
+	cert   tls.Certificate
+
+	kick chan struct{} // asks the ring goroutine to write the word now
+
+	advMu sync.Mutex // serialises advertisements
+
+	mu          sync.Mutex
+	word        ringline.Word
+	boot        bootstate.State
+	lastReached time.Time
+}
+
+var _ control.Agent = (*Agent)(nil)
+
+// New loads the certificates and the boot state and returns an agent ready
+// to Run.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(cfg.ConfigDir, AgentCertFile), filepath.Join(cfg.ConfigDir, AgentKeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("loading agent key pair from %s: %w", cfg.ConfigDir, err)
+	}
+	if fi, err := os.Stat(filepath.Join(cfg.ConfigDir, AgentKeyFile)); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		log.Warn("agent key is readable by others", "path", filepath.Join(cfg.ConfigDir, AgentKeyFile), "mode", fi.Mode().Perm())
+	}
+	bootID, err := bootstate.BootID(cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	boot, err := bootstate.Load(cfg.StateDir, bootID)
+	if err != nil {
+		log.Warn("ignoring boot state", "err", err)
+	}
+	a := &Agent{
+		cfg:    cfg,
+		log:    log,
+		ring:   &ring.Writer{Dir: cfg.VirtioPortsDir},
+		up:     upstream.New(upstream.Options{Link: cfg.Link, Certificate: cert, PerRequestTLS: cfg.PerRequestTLS}),
+		hub:    &eventhub.Hub{},
+		bootID: bootID,
+		cert:   cert,
+		kick:   make(chan struct{}, 1),
+		word:   ringline.Started,
+		boot:   boot,
+	}
+	a.devlxd = &devlxdproxy.Server{
+		Path: cfg.DevlxdSocket,
+		Handler: &devlxdproxy.Handler{
+			Upstream:      a.up,
+			Events:        a.hub,
+			OnDeclared:    a.declared,
+			OnUnreachable: a.unreachable,
+			OnReached:     a.reached,
+			Log:           log.With("component", "devlxd"),
+		},
+	}
+	return a, nil
+}
+
+// loadServerCert reads server.crt and returns its DER bytes.
+func (a *Agent) loadServerCert() ([]byte, error) {
+	path := filepath.Join(a.cfg.ConfigDir, ServerCertFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading daemon client certificate: %w", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("reading daemon client certificate %s: no PEM CERTIFICATE block", path)
+	}
+	if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+		return nil, fmt.Errorf("parsing daemon client certificate %s: %w", path, err)
+	}
+	return block.Bytes, nil
+}
+
+// initialAdvertisement returns the advertisement to start with: the last one
+// validated during this boot, else agent.conf from the config drive.
+func (a *Agent) initialAdvertisement() *advert.Advertisement {
+	if len(a.boot.Advertisement) > 0 {
+		if adv, err := advert.Parse(a.boot.Advertisement); err == nil {
+			return adv
+		}
+	}
+	path := filepath.Join(a.cfg.ConfigDir, ConfFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			a.log.Warn("reading agent.conf", "path", path, "err", err)
+		}
+		return nil
+	}
+	adv, err := advert.Parse(data)
+	if err != nil {
+		a.log.Warn("ignoring agent.conf", "path", path, "err", err)
+		return nil
+	}
+	return adv
+}
+
+// Run runs the agent until ctx ends, then writes STOPPED and returns. It
+// fails early if the link port cannot be served.
+func (a *Agent) Run(ctx context.Context) error {
+	serverDER, err := a.loadServerCert()
+	if err != nil {
+		return err
+	}
+	if adv := a.initialAdvertisement(); adv != nil {
+		if err := a.up.SetAdvertisement(adv); err != nil {
+			a.log.Warn("ignoring initial advertisement", "err", err)
+		} else if adv.Devlxd {
+			if err := a.devlxd.Start(); err != nil {
+				a.log.Error("starting devlxd socket early", "err", err)
+			} else {
+				a.log.Info("devlxd socket up from agent.conf", "path", a.cfg.DevlxdSocket)
+			}
+		}
+	}
+	defer a.stopDevlxd()
+
+	ln, err := a.cfg.Link.Listen(control.Port)
+	if err != nil {
+		return fmt.Errorf("listening on %s link port %d: %w", a.cfg.Link.Kind(), control.Port, err)
+	}
+	srv := &http.Server{
+		Handler:           &control.Handler{Agent: a},
+		TLSConfig:         control.TLSConfig(a.cert, serverDER),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	a.log.Info("listening on the link", "link", a.cfg.Link.Kind(), "port", control.Port)
+
+	ringDone := make(chan struct{})
+	ringCtx, stopRing := context.WithCancel(context.Background())
+	go func() {
+		defer close(ringDone)
+		a.ringLoop(ringCtx)
+	}()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		runErr = fmt.Errorf("serving link port: %w", err)
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	stopRing()
+	<-ringDone
+	a.stopDevlxd()
+	if err := a.ring.Write(ringline.Stopped); err != nil {
+		a.log.Warn("writing STOPPED", "err", err)
+	}
+	a.log.Info("stopped")
+	return runErr
+}
+
+func (a *Agent) stopDevlxd() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := a.devlxd.Stop(ctx); err != nil {
+		a.log.Warn("stopping devlxd socket", "err", err)
+	}
+}
+
+// ringLoop writes the current word at once, on every kick and every
+// heartbeat period, probing the daemon first while CONNECTED.
+func (a *Agent) ringLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.Heartbeat)
+	defer t.Stop()
+	failing := false
+	for {
+		word := a.Word()
+		if err := a.ring.Write(word); err != nil {
+			if !failing {
+				a.log.Warn("ring write failed (repeats are not logged)", "word", word, "err", err)
+			}
+			failing = true
+		} else if failing {
+			a.log.Info("ring write works again", "word", word)
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.kick:
+		case <-t.C:
+			a.checkDaemon(ctx)
+		}
+	}
+}
+
+// checkDaemon probes the daemon while CONNECTED if nothing was heard from it
+// for a heartbeat period; a failure goes back to STARTED.
+func (a *Agent) checkDaemon(ctx context.Context) {
+	a.mu.Lock()
+	need := a.word == ringline.Connected && time.Since(a.lastReached) >= a.cfg.Heartbeat
+	a.mu.Unlock()
+	if !need {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, min(a.cfg.Heartbeat, 3*time.Second))
+	defer cancel()
+	if err := a.up.Probe(pctx); err != nil {
+		if ctx.Err() == nil {
+			a.unreachable(err)
+		}
+		return
+	}
+	a.reached()
+}
+
+// Word returns the agent's current ring word.
+func (a *Agent) Word() ringline.Word {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.word
+}
+
+func (a *Agent) setWord(w ringline.Word) {
+	a.mu.Lock()
+	changed := a.word != w
+	a.word = w
+	a.mu.Unlock()
+	if changed {
+		a.log.Info("agent state", "word", w)
+	}
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Agent) reached() {
+	a.mu.Lock()
+	a.lastReached = time.Now()
+	a.mu.Unlock()
+}
+
+func (a *Agent) unreachable(err error) {
+	if a.Word() == ringline.Connected {
+		a.log.Warn("daemon unreachable, waiting for a new advertisement", "err", err)
+		a.setWord(ringline.Started)
+	}
+}
+
+// declared records a state the guest declared and the daemon accepted.
+func (a *Agent) declared(state string) {
+	a.mu.Lock()
+	a.boot.Declared = state
+	if adv := a.up.Advertisement(); adv != nil {
+		a.boot.DeclaredTo = adv.Marshal()
+	}
+	s := a.boot
+	a.mu.Unlock()
+	if err := bootstate.Save(a.cfg.StateDir, s); err != nil {
+		a.log.Warn("saving declared state", "err", err)
+	}
+}
+
+// Advertise validates adv: it points the upstream client at the daemon,
+// checks GET /1.0 (200 or 403), writes CONNECTED, starts or stops the
+// devlxd socket and, when the daemon is new, re-sends the guest's last
+// declared state.
+func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement) error {
+	a.advMu.Lock()
+	defer a.advMu.Unlock()
+	if cur := a.up.Advertisement(); !adv.Equal(cur) {
+		if err := a.up.SetAdvertisement(adv); err != nil {
+			return fmt.Errorf("using advertisement: %w", err)
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, ValidateTimeout)
+	defer cancel()
+	if err := a.up.Probe(pctx); err != nil {
+		a.log.Warn("advertised daemon unreachable", "cid", adv.CID, "port", adv.Port, "err", err)
+		return fmt.Errorf("%w: cid %d port %d: %w", control.ErrUnreachable, adv.CID, adv.Port, err)
+	}
+	a.reached()
+	a.log.Info("advertisement validated", "cid", adv.CID, "port", adv.Port, "devlxd", adv.Devlxd)
+	a.setWord(ringline.Connected)
+	if adv.Devlxd {
+		if err := a.devlxd.Start(); err != nil {
+			a.log.Error("starting devlxd socket", "err", err)
+		}
+	} else {
+		a.stopDevlxd()
+	}
+
+	a.mu.Lock()
+	a.boot.Advertisement = adv.Marshal()
+	redeclare := ""
+	if a.boot.Declared != "" {
+		prev, err := advert.Parse(a.boot.DeclaredTo)
+		if err != nil || !prev.SameDaemon(adv) {
+			redeclare = a.boot.Declared
+		}
+	}
+	s := a.boot
+	a.mu.Unlock()
+	if err := bootstate.Save(a.cfg.StateDir, s); err != nil {
+		a.log.Warn("saving advertisement", "err", err)
+	}
+	if redeclare != "" {
+		go a.redeclare(redeclare)
+	}
+	return nil
+}
+
+// redeclare re-sends PATCH /1.0 with the guest's last declared state to a
+// new daemon.
+func (a *Agent) redeclare(state string) {
+	body, _ := json.Marshal(devlxdapi.StatePut{State: state})
+	ctx, cancel := context.WithTimeout(context.Background(), upstream.RequestTimeout)
+	defer cancel()
+	env, err := a.up.Do(ctx, http.MethodPatch, "/1.0", body)
+	switch {
+	case err != nil:
+		a.log.Warn("re-declaring guest state", "state", state, "err", err)
+	case env.Type == devlxdapi.TypeError:
+		a.log.Warn("re-declaring guest state refused", "state", state, "code", env.ErrorCode, "error", env.Error)
+	default:
+		a.log.Info("re-declared guest state to the new daemon", "state", state)
+		a.declared(state)
+	}
+}
+
+// Publish hands e to the /1.0/events subscribers.
+func (a *Agent) Publish(e devlxdapi.Event) {
+	n := a.hub.Publish(e)
+	a.log.Debug("event", "type", e.Type, "subscribers", n)
+}
+
+// Info describes the agent for GET /1.0 on the link port.
+func (a *Agent) Info() devlxdapi.AgentInfo {
+	return devlxdapi.AgentInfo{
+		Version: a.cfg.Version,
+		BootID:  a.bootID,
+		State:   string(a.Word()),
+		Devlxd:  a.devlxd.Running(),
+	}
+}

@@ -1,0 +1,239 @@
+// Package upstream is the agent's HTTPS client of the daemon's devlxd
+// handlers over the guest link. It pins the advertised daemon certificate,
+// presents the agent certificate, and reuses connections (keep-alive and TLS
+// session resumption) unless told to handshake per request.
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/guestlink/guestlink/link/advert"
+	"github.com/guestlink/guestlink/link/devlxdapi"
+	"github.com/guestlink/guestlink/link/transport"
+)
+
+// Limits and timeouts of a request to the daemon.
+const (
+	// MaxResponse is the largest daemon answer read, in bytes.
+	MaxResponse = 32 << 20
+	// DialTimeout bounds connecting over the link.
+	DialTimeout = 3 * time.Second
+	// HandshakeTimeout bounds the TLS handshake.
+	HandshakeTimeout = 5 * time.Second
+	// RequestTimeout bounds a whole request when the caller's context has
+	// no earlier deadline.
+	RequestTimeout = 20 * time.Second
+)
+
+// Sentinel errors.
+var (
+	// ErrNoAdvertisement is returned while no daemon has been advertised.
+	ErrNoAdvertisement = errors.New("no daemon advertised yet")
+	// ErrUnreachable wraps failures to reach the daemon (dial, TLS,
+	// connection lost, timeout): no HTTP answer was received.
+	ErrUnreachable = errors.New("daemon unreachable")
+	// ErrBadAnswer is returned when the daemon answered something that is
+	// not a devlxd envelope.
+	ErrBadAnswer = errors.New("bad answer from daemon")
+)
+
+// Options configure a Client.
+type Options struct {
+	// Link is the guest side of the link used to dial the daemon.
+	Link transport.Guest
+	// Certificate is the agent's client certificate.
+	Certificate tls.Certificate
+	// PerRequestTLS disables connection reuse and TLS session resumption:
+	// every request dials and handshakes (LXD's behaviour; for comparison).
+	PerRequestTLS bool
+}
+
+// Client sends devlxd requests to the currently advertised daemon. It is safe
+// for concurrent use; SetAdvertisement swaps the daemon under way.
+type Client struct {
+	opts Options
+
+	mu    sync.RWMutex
+	adv   *advert.Advertisement
+	httpc *http.Client
+	tr    *http.Transport
+}
+
+// New returns a Client with no daemon advertised.
+func New(opts Options) *Client {
+	return &Client{opts: opts}
+}
+
+// SetAdvertisement points the client at the daemon of a. Pooled connections
+// to the previous daemon are closed. A nil a forgets the daemon.
+func (c *Client) SetAdvertisement(a *advert.Advertisement) error {
+	var tr *http.Transport
+	if a != nil {
+		cert, err := a.ParseCertificate()
+		if err != nil {
+			return fmt.Errorf("pinning daemon certificate: %w", err)
+		}
+		tr = c.newTransport(*a, cert.Raw)
+	}
+	c.mu.Lock()
+	old := c.tr
+	if a != nil {
+		cp := *a
+		c.adv = &cp
+		c.tr = tr
+		c.httpc = &http.Client{Transport: tr}
+	} else {
+		c.adv, c.tr, c.httpc = nil, nil, nil
+	}
+	c.mu.Unlock()
+	if old != nil {
+		old.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Advertisement returns a copy of the current advertisement, or nil.
+func (c *Client) Advertisement() *advert.Advertisement {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.adv == nil {
+		return nil
+	}
+	cp := *c.adv
+	return &cp
+}
+
+func (c *Client) newTransport(a advert.Advertisement, pinned []byte) *http.Transport {
+	tlsConf := &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{c.opts.Certificate},
+		// The daemon certificate is pinned byte for byte below instead of
+		// being verified against a CA.
+		InsecureSkipVerify: true, //nolint:gosec // pinned in VerifyConnection
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, pinned) {
+				return errors.New("daemon certificate does not match the advertised one")
+			}
+			return nil
+		},
+	}
+	if !c.opts.PerRequestTLS {
+		tlsConf.ClientSessionCache = tls.NewLRUClientSessionCache(8)
+	}
+	link := c.opts.Link
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+			defer cancel()
+			return link.Dial(ctx, a.CID, a.Port)
+		},
+		TLSClientConfig:       tlsConf,
+		TLSHandshakeTimeout:   HandshakeTimeout,
+		DisableKeepAlives:     c.opts.PerRequestTLS,
+		MaxIdleConns:          8,
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       30 * time.Second,
+		ResponseHeaderTimeout: RequestTimeout,
+		ForceAttemptHTTP2:     false,
+	}
+}
+
+// Do sends method path (path may carry a query) with body to the daemon and
+// returns its envelope. Errors wrap ErrNoAdvertisement, ErrUnreachable or
+// ErrBadAnswer. A daemon error is not a Go error: it is an envelope of type
+// "error".
+func (c *Client) Do(ctx context.Context, method, path string, body []byte) (*devlxdapi.Response, error) {
+	resp, err := c.Raw(ctx, method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading answer to %s %s: %w", ErrUnreachable, method, path, err)
+	}
+	if len(data) > MaxResponse {
+		return nil, fmt.Errorf("%w: answer to %s %s exceeds %d bytes", ErrBadAnswer, method, path, MaxResponse)
+	}
+	env, err := devlxdapi.ParseResponse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %s (HTTP %d): %w", ErrBadAnswer, method, path, resp.StatusCode, err)
+	}
+	return env, nil
+}
+
+// Raw sends the request and returns the daemon's HTTP response as is (for
+// answers that are not envelopes, such as image exports). The caller closes
+// the body. The request is bounded by RequestTimeout unless ctx ends sooner;
+// the bound covers reading the body.
+func (c *Client) Raw(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
+	c.mu.RLock()
+	httpc := c.httpc
+	c.mu.RUnlock()
+	if httpc == nil {
+		return nil, ErrNoAdvertisement
+	}
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "https://guestlink"+path, rd)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("building request %s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := httpc.Do(req)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, path, err)
+	}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelBody releases the request's context when the body is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// Probe checks that the daemon answers GET /1.0: a 200 or a 403 (devlxd
+// disabled) envelope counts as reachable.
+func (c *Client) Probe(ctx context.Context) error {
+	env, err := c.Do(ctx, http.MethodGet, "/1.0", nil)
+	if err != nil {
+		return err
+	}
+	if env.Type == devlxdapi.TypeError && env.ErrorCode != http.StatusForbidden {
+		return fmt.Errorf("%w: GET /1.0 answered %d %q", ErrBadAnswer, env.ErrorCode, env.Error)
+	}
+	return nil
+}
+
+// CloseIdleConnections closes pooled connections to the daemon.
+func (c *Client) CloseIdleConnections() {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.tr != nil {
+		c.tr.CloseIdleConnections()
+	}
+}

@@ -1,0 +1,186 @@
+// Command guestlink-agent is the in-guest agent of guestlink (see package
+// agent) and a small client of /dev/lxd/sock.
+//
+//	guestlink-agent run [--root DIR] [--config-dir DIR] [--state-dir DIR] [--link SPEC] [--heartbeat 5s] [--tls-per-request]
+//	guestlink-agent ready|started [--socket PATH]
+//	guestlink-agent wait-host [--socket PATH] [--timeout 60s]
+//	guestlink-agent version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/guestlink/guestlink/agent"
+	"github.com/guestlink/guestlink/agent/devlxdclient"
+	"github.com/guestlink/guestlink/link/devlxdapi"
+	"github.com/guestlink/guestlink/link/transport"
+)
+
+// version is set with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `usage: guestlink-agent <command> [flags]
+
+commands:
+  run        run the agent
+  ready      declare the guest Ready (PATCH /1.0 on /dev/lxd/sock)
+  started    declare the guest Started (not ready)
+  wait-host  wait until GET /1.0 on /dev/lxd/sock answers 200
+  version    print the version
+
+"guestlink-agent <command> -h" lists a command's flags.
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(os.Stderr, "guestlink-agent: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("missing command")
+	}
+	switch args[0] {
+	case "run":
+		return runAgent(args[1:], stderr)
+	case "ready":
+		return declare(args[1:], stderr, devlxdapi.StateReady)
+	case "started":
+		return declare(args[1:], stderr, devlxdapi.StateStarted)
+	case "wait-host":
+		return waitHost(args[1:], stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", args[0])
+	}
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+func envBool(name string) bool {
+	b, _ := strconv.ParseBool(os.Getenv(name))
+	return b
+}
+
+// underRoot joins a guest path to the root.
+func underRoot(root, p string) string {
+	return filepath.Join(root, filepath.Clean("/"+p))
+}
+
+func runAgent(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	root := fs.String("root", env("GUESTLINK_ROOT", "/"), "guest root every guest path is under (env GUESTLINK_ROOT)")
+	configDir := fs.String("config-dir", env("GUESTLINK_CONFIG_DIR", "/run/guestlink-agent"), "config directory under the root: agent.crt, agent.key, server.crt, agent.conf (env GUESTLINK_CONFIG_DIR)")
+	stateDir := fs.String("state-dir", env("GUESTLINK_STATE_DIR", "/run/guestlink-agent/state"), "state directory under the root (env GUESTLINK_STATE_DIR)")
+	link := fs.String("link", env("GUESTLINK_LINK", "vsock"), "link: vsock, hybrid:<uds> or serial:<port> (env GUESTLINK_LINK)")
+	heartbeat := fs.Duration("heartbeat", envDuration("GUESTLINK_HEARTBEAT", agent.DefaultHeartbeat), "heartbeat period of the ring word (env GUESTLINK_HEARTBEAT)")
+	perRequest := fs.Bool("tls-per-request", envBool("GUESTLINK_TLS_PER_REQUEST"), "handshake TLS for every request to the daemon, no reuse (env GUESTLINK_TLS_PER_REQUEST)")
+	debug := fs.Bool("debug", envBool("GUESTLINK_DEBUG"), "debug logging (env GUESTLINK_DEBUG)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
+	}
+	if *heartbeat <= 0 {
+		return fmt.Errorf("run: --heartbeat must be positive, got %s", *heartbeat)
+	}
+	g, err := transport.Parse(*link)
+	if err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	a, err := agent.New(agent.Config{
+		Root:           *root,
+		ConfigDir:      underRoot(*root, *configDir),
+		StateDir:       underRoot(*root, *stateDir),
+		VirtioPortsDir: underRoot(*root, "/dev/virtio-ports"),
+		DevlxdSocket:   underRoot(*root, "/dev/lxd/sock"),
+		Link:           g,
+		Heartbeat:      *heartbeat,
+		PerRequestTLS:  *perRequest,
+		Version:        version,
+		Log:            log,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return a.Run(ctx)
+}
+
+// socketFlag adds --socket, defaulting to GUESTLINK_DEVLXD_SOCKET, else
+// <GUESTLINK_ROOT>/dev/lxd/sock.
+func socketFlag(fs *flag.FlagSet) *string {
+	def := env("GUESTLINK_DEVLXD_SOCKET", underRoot(env("GUESTLINK_ROOT", "/"), "/dev/lxd/sock"))
+	return fs.String("socket", def, "devlxd socket (env GUESTLINK_DEVLXD_SOCKET, else <GUESTLINK_ROOT>/dev/lxd/sock)")
+}
+
+func declare(args []string, stderr io.Writer, state string) error {
+	fs := flag.NewFlagSet(state, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sock := socketFlag(fs)
+	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if err := devlxdclient.Declare(ctx, devlxdclient.New(*sock), state); err != nil {
+		return fmt.Errorf("declaring %s: %w", state, err)
+	}
+	return nil
+}
+
+func waitHost(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("wait-host", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sock := socketFlag(fs)
+	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	return devlxdclient.WaitHost(ctx, devlxdclient.New(*sock))
+}
