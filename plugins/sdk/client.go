@@ -82,11 +82,21 @@ func (g *grpcClient) State(ctx context.Context, h Handle) (*GuestState, error) {
 	return stateFromProto(resp.GetState()), nil
 }
 
-// Events opens the plugin's event stream. The channel is closed when ctx
-// ends or the stream breaks (the plugin exited); the caller tells the two
-// apart by ctx.Err.
+// Events opens the plugin's event stream and returns once the plugin has
+// subscribed. The channel is closed when ctx ends or the stream breaks (the
+// plugin exited); the caller tells the two apart by ctx.Err.
 func (g *grpcClient) Events(ctx context.Context) (<-chan Event, error) {
 	stream, err := g.c.Events(ctx, &backendv1.EventsRequest{})
+	if err != nil {
+		return nil, fromStatus(ctx, err)
+	}
+	// Wait for the headers: the plugin sends them once it subscribed, so no
+	// event after Events returned is lost. A stream that ends without
+	// headers carries the plugin's error.
+	md, err := stream.Header()
+	if err == nil && md == nil {
+		_, err = stream.Recv()
+	}
 	if err != nil {
 		return nil, fromStatus(ctx, err)
 	}

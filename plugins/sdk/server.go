@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	backendv1 "github.com/guestlink/guestlink/plugins/sdk/proto/backend/v1"
@@ -93,6 +94,11 @@ func (s *grpcServer) Events(_ *backendv1.EventsRequest, stream grpc.ServerStream
 	ch, err := s.impl.Events(ctx)
 	if err != nil {
 		return toStatus(err)
+	}
+	// Headers tell the client the subscription exists: events from here on
+	// reach it.
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
 	}
 	// Drain whatever the backend still sends after the stream ended, so a
 	// backend that does not watch ctx closely never blocks on its channel.

@@ -1,0 +1,485 @@
+// Package conformance is the test kit every guestlink backend plugin must
+// pass. It runs the plugin binary as a real child process through sdk.Launch,
+// exactly as the daemon does, and checks the Backend contract step by step:
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, conformance.Config{
+//			PluginPath: pluginBinary, // built by TestMain
+//			Spec: func(name, uuid string) *sdk.GuestSpec {
+//				return &sdk.GuestSpec{Name: name, UUID: uuid,
+//					Config: map[string]string{"sim.command": "sleep 3600"}}
+//			},
+//		})
+//	}
+//
+// Guests the kit starts are stopped and deleted when their subtest ends.
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// Config says which plugin to check and how to make its guests.
+type Config struct {
+	// PluginPath is the plugin binary.
+	PluginPath string
+	// Spec returns the spec of a guest that runs until it is stopped (for
+	// the simulated backend, a long sleep). Required.
+	Spec func(name, uuid string) *sdk.GuestSpec
+	// ExitingSpec returns the spec of a guest that exits by itself within a
+	// few seconds, for the Events subtest; nil skips it.
+	ExitingSpec func(name, uuid string) *sdk.GuestSpec
+	// Timeout bounds each step (each call, each wait); zero means 60s.
+	Timeout time.Duration
+	// Capabilities the plugin must announce in Info.
+	Capabilities []sdk.Capability
+	// Launch carries extra launch options (environment, arguments, logger).
+	Launch sdk.LaunchOptions
+}
+
+// knownCapabilities are the capabilities the contract defines.
+var knownCapabilities = []sdk.Capability{
+	sdk.CapStateful, sdk.CapLinkHybrid, sdk.CapLinkVsock, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
+}
+
+// linkCaps maps each link kind to the capability that announces it.
+var linkCaps = map[sdk.LinkKind]sdk.Capability{
+	sdk.LinkHybrid: sdk.CapLinkHybrid,
+	sdk.LinkVsock:  sdk.CapLinkVsock,
+	sdk.LinkSerial: sdk.CapLinkSerial,
+}
+
+// suite is one run of the kit.
+type suite struct {
+	cfg    Config
+	client *sdk.Client
+	b      sdk.Backend
+	info   *sdk.Info
+}
+
+// Run checks the plugin at cfg.PluginPath against the Backend contract in
+// named subtests: Info, Lifecycle, StartTwice, StopStopped, DeleteRunning,
+// BadHandle, InvalidConfig, Events, Recover, GracefulStop and ForceStop.
+func Run(t *testing.T, cfg Config) {
+	t.Helper()
+	if cfg.PluginPath == "" || cfg.Spec == nil {
+		t.Fatal("conformance: Config.PluginPath and Config.Spec are required")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 60 * time.Second
+	}
+	s := &suite{cfg: cfg}
+	s.client = s.launch(t)
+	s.b = s.client.Backend()
+	ctx, cancel := s.ctx()
+	info, err := s.b.Info(ctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("Info: %v", err)
+	}
+	s.info = info
+
+	t.Run("Info", s.testInfo)
+	t.Run("Lifecycle", s.testLifecycle)
+	t.Run("StartTwice", s.testStartTwice)
+	t.Run("StopStopped", s.testStopStopped)
+	t.Run("DeleteRunning", s.testDeleteRunning)
+	t.Run("BadHandle", s.testBadHandle)
+	t.Run("InvalidConfig", s.testInvalidConfig)
+	t.Run("Events", s.testEvents)
+	t.Run("Recover", s.testRecover)
+	t.Run("GracefulStop", s.testGracefulStop)
+	t.Run("ForceStop", s.testForceStop)
+}
+
+func (s *suite) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.cfg.Timeout)
+}
+
+// launch starts a plugin process that is killed when the test ends.
+func (s *suite) launch(t *testing.T) *sdk.Client {
+	t.Helper()
+	ctx, cancel := s.ctx()
+	defer cancel()
+	c, err := sdk.Launch(ctx, s.cfg.PluginPath, s.cfg.Launch)
+	if err != nil {
+		t.Fatalf("launching plugin: %v", err)
+	}
+	t.Cleanup(func() {
+		pid := c.PID()
+		c.Kill()
+		if !c.Exited() || processAlive(pid) {
+			t.Errorf("plugin process %d still runs after Kill", pid)
+		}
+	})
+	return c
+}
+
+// guest is one guest made by a subtest.
+type guest struct {
+	spec *sdk.GuestSpec
+	h    sdk.Handle
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// create makes a guest from spec (cfg.Spec when nil) and arranges for it
+// to be force-stopped and deleted when the test ends.
+func (s *suite) create(t *testing.T, b sdk.Backend, mk func(name, uuid string) *sdk.GuestSpec) *guest {
+	t.Helper()
+	if mk == nil {
+		mk = s.cfg.Spec
+	}
+	uuid := newUUID()
+	spec := mk("conformance-"+uuid[:8], uuid)
+	if spec == nil {
+		t.Fatal("conformance: the spec function returned nil")
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	h, err := b.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("Create(%q): %v", spec.Name, err)
+	}
+	if len(h) == 0 {
+		t.Fatalf("Create(%q) returned an empty handle", spec.Name)
+	}
+	g := &guest{spec: spec, h: h}
+	t.Cleanup(func() { s.cleanup(t, g) })
+	return g
+}
+
+// cleanup force-stops and deletes a guest through the suite's plugin.
+func (s *suite) cleanup(t *testing.T, g *guest) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if s.client.Exited() {
+		t.Errorf("plugin exited; guest %q may be left behind", g.spec.Name)
+		return
+	}
+	if _, err := s.b.Stop(ctx, g.h, sdk.StopOptions{Force: true}); err != nil {
+		t.Errorf("cleanup: force Stop(%q): %v", g.spec.Name, err)
+		return
+	}
+	if err := s.b.Delete(ctx, g.h); err != nil {
+		t.Errorf("cleanup: Delete(%q): %v", g.spec.Name, err)
+	}
+}
+
+func (s *suite) start(t *testing.T, b sdk.Backend, g *guest) *sdk.GuestState {
+	t.Helper()
+	ctx, cancel := s.ctx()
+	defer cancel()
+	h, st, err := b.Start(ctx, g.h, g.spec)
+	if err != nil {
+		t.Fatalf("Start(%q): %v", g.spec.Name, err)
+	}
+	if len(h) > 0 {
+		g.h = h
+	}
+	if st == nil || st.Status != sdk.StatusRunning {
+		t.Fatalf("Start(%q) state = %+v, want running", g.spec.Name, st)
+	}
+	return st
+}
+
+func (s *suite) stop(t *testing.T, b sdk.Backend, g *guest, opts sdk.StopOptions) {
+	t.Helper()
+	ctx, cancel := s.ctx()
+	defer cancel()
+	st, err := b.Stop(ctx, g.h, opts)
+	if err != nil {
+		t.Fatalf("Stop(%q, %+v): %v", g.spec.Name, opts, err)
+	}
+	if st == nil || st.Status != sdk.StatusStopped {
+		t.Fatalf("Stop(%q) state = %+v, want stopped", g.spec.Name, st)
+	}
+}
+
+func (s *suite) wantStatus(t *testing.T, b sdk.Backend, g *guest, want sdk.Status) *sdk.GuestState {
+	t.Helper()
+	ctx, cancel := s.ctx()
+	defer cancel()
+	st, err := b.State(ctx, g.h)
+	if err != nil {
+		t.Fatalf("State(%q): %v", g.spec.Name, err)
+	}
+	if st.Status != want {
+		t.Fatalf("State(%q) = %v (%+v), want %v", g.spec.Name, st.Status, st, want)
+	}
+	return st
+}
+
+func (s *suite) testInfo(t *testing.T) {
+	if s.info.Name == "" {
+		t.Error("Info.Name is empty")
+	}
+	if s.info.Version == "" {
+		t.Error("Info.Version is empty")
+	}
+	for _, c := range s.info.Capabilities {
+		if !slices.Contains(knownCapabilities, c) {
+			t.Errorf("Info announces unknown capability %q", c)
+		}
+	}
+	for _, c := range s.cfg.Capabilities {
+		if !s.info.Has(c) {
+			t.Errorf("Info does not announce capability %q", c)
+		}
+	}
+	for _, p := range s.info.ConfigPrefixes {
+		if p == "" || p[len(p)-1] != '.' {
+			t.Errorf("config prefix %q does not end with a dot", p)
+		}
+	}
+}
+
+func (s *suite) testLifecycle(t *testing.T) {
+	g := s.create(t, s.b, nil)
+	s.wantStatus(t, s.b, g, sdk.StatusStopped)
+	s.start(t, s.b, g)
+	s.wantStatus(t, s.b, g, sdk.StatusRunning)
+
+	ctx, cancel := s.ctx()
+	defer cancel()
+	ep, err := s.b.LinkEndpoint(ctx, g.h)
+	switch {
+	case err != nil:
+		t.Fatalf("LinkEndpoint(%q): %v", g.spec.Name, err)
+	case linkCaps[ep.Kind] == "":
+		t.Fatalf("LinkEndpoint kind %q is not a link kind", ep.Kind)
+	case !s.info.Has(linkCaps[ep.Kind]):
+		t.Fatalf("LinkEndpoint kind %q without capability %q", ep.Kind, linkCaps[ep.Kind])
+	case ep.Kind == sdk.LinkVsock && ep.CID < 3:
+		t.Fatalf("LinkEndpoint vsock CID %d is reserved", ep.CID)
+	case ep.Kind != sdk.LinkVsock && ep.Path == "":
+		t.Fatalf("LinkEndpoint %s has no path", ep.Kind)
+	}
+
+	data, err := s.b.ReadRing(ctx, g.h, 4096)
+	switch {
+	case s.info.Has(sdk.CapRingBuffer) && err != nil:
+		t.Fatalf("ReadRing on a fresh guest: %v", err)
+	case !s.info.Has(sdk.CapRingBuffer) && err != nil && !errors.Is(err, sdk.ErrNotSupported):
+		t.Fatalf("ReadRing without capability %q = %v, want ErrNotSupported", sdk.CapRingBuffer, err)
+	case len(data) > 4096:
+		t.Fatalf("ReadRing(max 4096) returned %d bytes", len(data))
+	}
+
+	s.stop(t, s.b, g, sdk.StopOptions{Timeout: s.cfg.Timeout / 2})
+	s.wantStatus(t, s.b, g, sdk.StatusStopped)
+	if err := s.b.Delete(ctx, g.h); err != nil {
+		t.Fatalf("Delete(%q): %v", g.spec.Name, err)
+	}
+}
+
+func (s *suite) testStartTwice(t *testing.T) {
+	g := s.create(t, s.b, nil)
+	s.start(t, s.b, g)
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if _, _, err := s.b.Start(ctx, g.h, g.spec); !errors.Is(err, sdk.ErrConflict) {
+		t.Fatalf("Start of a running guest = %v, want ErrConflict", err)
+	}
+	s.wantStatus(t, s.b, g, sdk.StatusRunning)
+}
+
+func (s *suite) testStopStopped(t *testing.T) {
+	g := s.create(t, s.b, nil)
+	s.stop(t, s.b, g, sdk.StopOptions{}) // never started
+	s.start(t, s.b, g)
+	s.stop(t, s.b, g, sdk.StopOptions{Timeout: s.cfg.Timeout / 2})
+	s.stop(t, s.b, g, sdk.StopOptions{}) // again
+}
+
+func (s *suite) testDeleteRunning(t *testing.T) {
+	g := s.create(t, s.b, nil)
+	s.start(t, s.b, g)
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.b.Delete(ctx, g.h); !errors.Is(err, sdk.ErrConflict) {
+		t.Fatalf("Delete of a running guest = %v, want ErrConflict", err)
+	}
+	s.wantStatus(t, s.b, g, sdk.StatusRunning)
+}
+
+func (s *suite) testBadHandle(t *testing.T) {
+	handles := map[string]sdk.Handle{
+		"empty":   nil,
+		"garbage": sdk.Handle("\x00\xffnot a handle{"),
+	}
+	spec := s.cfg.Spec("conformance-bad", newUUID())
+	for hname, h := range handles {
+		calls := []struct {
+			name    string
+			mayPass bool // Stop and Delete of an unknown guest may succeed
+			call    func(context.Context) error
+		}{
+			{"State", false, func(ctx context.Context) error { _, err := s.b.State(ctx, h); return err }},
+			{"Start", false, func(ctx context.Context) error { _, _, err := s.b.Start(ctx, h, spec); return err }},
+			{"LinkEndpoint", false, func(ctx context.Context) error { _, err := s.b.LinkEndpoint(ctx, h); return err }},
+			{"ReadRing", false, func(ctx context.Context) error { _, err := s.b.ReadRing(ctx, h, 16); return err }},
+			{"Recover", false, func(ctx context.Context) error { _, _, err := s.b.Recover(ctx, h, spec); return err }},
+			{"Stop", true, func(ctx context.Context) error { _, err := s.b.Stop(ctx, h, sdk.StopOptions{Force: true}); return err }},
+			{"Delete", true, func(ctx context.Context) error { return s.b.Delete(ctx, h) }},
+		}
+		for _, c := range calls {
+			t.Run(hname+"/"+c.name, func(t *testing.T) {
+				ctx, cancel := s.ctx()
+				defer cancel()
+				err := c.call(ctx)
+				switch {
+				case err == nil && c.mayPass:
+				case err == nil:
+					t.Fatalf("%s with a %s handle succeeded", c.name, hname)
+				case !errors.Is(err, sdk.ErrInvalid) && !errors.Is(err, sdk.ErrNotFound):
+					t.Fatalf("%s with a %s handle = %v, want ErrInvalid or ErrNotFound", c.name, hname, err)
+				}
+			})
+		}
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if _, err := s.b.Info(ctx); err != nil || s.client.Exited() {
+		t.Fatalf("plugin no longer answers after bad handles: %v", err)
+	}
+}
+
+func (s *suite) testInvalidConfig(t *testing.T) {
+	if len(s.info.ConfigPrefixes) == 0 {
+		t.Skip("the plugin owns no config prefix")
+	}
+	for _, p := range s.info.ConfigPrefixes {
+		t.Run(p, func(t *testing.T) {
+			spec := s.cfg.Spec("conformance-invalid", newUUID())
+			if spec.Config == nil {
+				spec.Config = map[string]string{}
+			}
+			spec.Config[p+"conformance-no-such-key"] = "1"
+			ctx, cancel := s.ctx()
+			defer cancel()
+			h, err := s.b.Create(ctx, spec)
+			if !errors.Is(err, sdk.ErrInvalid) {
+				if err == nil {
+					_ = s.b.Delete(ctx, h)
+				}
+				t.Fatalf("Create with unknown key %q = %v, want ErrInvalid", p+"conformance-no-such-key", err)
+			}
+		})
+	}
+}
+
+func (s *suite) testEvents(t *testing.T) {
+	if s.cfg.ExitingSpec == nil {
+		t.Skip("Config.ExitingSpec is nil")
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	events, err := s.b.Events(ctx)
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	g := s.create(t, s.b, s.cfg.ExitingSpec)
+	s.start(t, s.b, g)
+	waitEvent(t, events, g.spec.UUID, sdk.EventExited)
+	s.wantStatus(t, s.b, g, sdk.StatusStopped)
+}
+
+// waitEvent waits for an event of kind about uuid.
+func waitEvent(t *testing.T, events <-chan sdk.Event, uuid string, kind sdk.EventKind) {
+	t.Helper()
+	for {
+		ev, ok := <-events
+		if !ok {
+			t.Fatalf("event stream ended before %v for %s", kind, uuid)
+		}
+		if ev.UUID == uuid && ev.Kind == kind {
+			return
+		}
+	}
+}
+
+func (s *suite) testRecover(t *testing.T) {
+	if !s.info.Has(sdk.CapRecover) {
+		t.Skipf("the plugin does not announce %q", sdk.CapRecover)
+	}
+	first := s.launch(t)
+	g := s.create(t, first.Backend(), nil) // cleaned up through the suite's plugin
+	st := s.start(t, first.Backend(), g)
+
+	if err := syscall.Kill(first.PID(), syscall.SIGKILL); err != nil {
+		t.Fatalf("killing plugin %d: %v", first.PID(), err)
+	}
+	select {
+	case <-first.Done():
+	case <-time.After(s.cfg.Timeout):
+		t.Fatalf("plugin %d did not die of SIGKILL", first.PID())
+	}
+	if st.PID > 0 && !processAlive(int(st.PID)) {
+		t.Fatalf("guest process %d died with its plugin", st.PID)
+	}
+
+	second := s.launch(t)
+	b := second.Backend()
+	ctx, cancel := s.ctx()
+	defer cancel()
+	h, rst, err := b.Recover(ctx, g.h, g.spec)
+	if err != nil {
+		t.Fatalf("Recover(%q) in a new plugin process: %v", g.spec.Name, err)
+	}
+	if len(h) > 0 {
+		g.h = h
+	}
+	if rst.Status != sdk.StatusRunning || (st.PID > 0 && rst.PID != st.PID) {
+		t.Fatalf("Recover(%q) = %+v, want running with pid %d", g.spec.Name, rst, st.PID)
+	}
+	if _, _, err := b.Recover(ctx, g.h, g.spec); err != nil {
+		t.Fatalf("second Recover(%q) (must be idempotent): %v", g.spec.Name, err)
+	}
+	s.wantStatus(t, b, g, sdk.StatusRunning)
+	s.stop(t, b, g, sdk.StopOptions{Timeout: s.cfg.Timeout / 2})
+	s.wantStatus(t, b, g, sdk.StatusStopped)
+}
+
+func (s *suite) testGracefulStop(t *testing.T) {
+	g := s.create(t, s.b, nil)
+	s.start(t, s.b, g)
+	budget := s.cfg.Timeout / 2
+	began := time.Now()
+	s.stop(t, s.b, g, sdk.StopOptions{Timeout: budget})
+	if took := time.Since(began); took > budget+s.cfg.Timeout/4 {
+		t.Fatalf("graceful Stop took %v, budget %v", took, budget)
+	}
+	s.wantStatus(t, s.b, g, sdk.StatusStopped)
+}
+
+func (s *suite) testForceStop(t *testing.T) {
+	g := s.create(t, s.b, nil)
+	s.start(t, s.b, g)
+	s.stop(t, s.b, g, sdk.StopOptions{Force: true})
+	s.wantStatus(t, s.b, g, sdk.StatusStopped)
+}
+
+// processAlive reports whether pid exists (signal 0 succeeds).
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
