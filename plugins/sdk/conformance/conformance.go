@@ -61,6 +61,7 @@ var linkCaps = map[sdk.LinkKind]sdk.Capability{
 // suite is one run of the kit.
 type suite struct {
 	cfg    Config
+	top    *testing.T // Run's own test, outliving the subtests
 	client *sdk.Client
 	b      sdk.Backend
 	info   *sdk.Info
@@ -77,7 +78,7 @@ func Run(t *testing.T, cfg Config) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 60 * time.Second
 	}
-	s := &suite{cfg: cfg}
+	s := &suite{cfg: cfg, top: t}
 	s.client = s.launch(t)
 	s.b = s.client.Backend()
 	ctx, cancel := s.ctx()
@@ -108,11 +109,20 @@ func (s *suite) ctx() (context.Context, context.CancelFunc) {
 // launch starts a plugin process that is killed when the test ends.
 func (s *suite) launch(t *testing.T) *sdk.Client {
 	t.Helper()
+	c, err := s.launchFor(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// launchFor starts a plugin process that is killed when t ends.
+func (s *suite) launchFor(t *testing.T) (*sdk.Client, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	c, err := sdk.Launch(ctx, s.cfg.PluginPath, s.cfg.Launch)
 	if err != nil {
-		t.Fatalf("launching plugin: %v", err)
+		return nil, fmt.Errorf("launching plugin: %w", err)
 	}
 	t.Cleanup(func() {
 		pid := c.PID()
@@ -121,7 +131,7 @@ func (s *suite) launch(t *testing.T) *sdk.Client {
 			t.Errorf("plugin process %d still runs after Kill", pid)
 		}
 	})
-	return c
+	return c, nil
 }
 
 // guest is one guest made by a subtest.
@@ -164,13 +174,20 @@ func (s *suite) create(t *testing.T, b sdk.Backend, mk func(name, uuid string) *
 	return g
 }
 
-// cleanup force-stops and deletes a guest through the suite's plugin.
+// cleanup force-stops and deletes a guest through the suite's plugin,
+// launching a new plugin process first if that one died (the subtest
+// failed then anyway, and the guest must not be left behind).
 func (s *suite) cleanup(t *testing.T, g *guest) {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	if s.client.Exited() {
-		t.Errorf("plugin exited; guest %q may be left behind", g.spec.Name)
-		return
+		t.Errorf("the plugin process exited during the test; launching a new one to remove guest %q", g.spec.Name)
+		c, err := s.launchFor(s.top)
+		if err != nil {
+			t.Errorf("guest %q is left behind: %v", g.spec.Name, err)
+			return
+		}
+		s.client, s.b = c, c.Backend()
 	}
 	if _, err := s.b.Stop(ctx, g.h, sdk.StopOptions{Force: true}); err != nil {
 		t.Errorf("cleanup: force Stop(%q): %v", g.spec.Name, err)
