@@ -180,21 +180,28 @@ func (s *suite) create(t *testing.T, b sdk.Backend, mk func(name, uuid string) *
 func (s *suite) cleanup(t *testing.T, g *guest) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	if s.client.Exited() {
-		t.Errorf("the plugin process exited during the test; launching a new one to remove guest %q", g.spec.Name)
-		c, err := s.launchFor(s.top)
-		if err != nil {
-			t.Errorf("guest %q is left behind: %v", g.spec.Name, err)
+	remove := func() error {
+		if _, err := s.b.Stop(ctx, g.h, sdk.StopOptions{Force: true}); err != nil {
+			return fmt.Errorf("force Stop(%q): %w", g.spec.Name, err)
+		}
+		if err := s.b.Delete(ctx, g.h); err != nil {
+			return fmt.Errorf("Delete(%q): %w", g.spec.Name, err)
+		}
+		return nil
+	}
+	err := remove()
+	if errors.Is(err, sdk.ErrUnavailable) {
+		t.Errorf("the plugin process died during the test; launching a new one to remove guest %q", g.spec.Name)
+		c, lerr := s.launchFor(s.top)
+		if lerr != nil {
+			t.Errorf("guest %q is left behind: %v", g.spec.Name, lerr)
 			return
 		}
 		s.client, s.b = c, c.Backend()
+		err = remove()
 	}
-	if _, err := s.b.Stop(ctx, g.h, sdk.StopOptions{Force: true}); err != nil {
-		t.Errorf("cleanup: force Stop(%q): %v", g.spec.Name, err)
-		return
-	}
-	if err := s.b.Delete(ctx, g.h); err != nil {
-		t.Errorf("cleanup: Delete(%q): %v", g.spec.Name, err)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
 	}
 }
 
