@@ -5,6 +5,7 @@
 package devlxdproxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -197,6 +198,18 @@ func parseTypes(r *http.Request) (types []string, invalid string, ok bool) {
 	return types, "", true
 }
 
+// encodeEvent returns e as one line of JSON (newline included), without
+// HTML escaping so that config values reach the guest unchanged.
+func encodeEvent(e devlxdapi.Event) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		return nil, fmt.Errorf("encoding %s event: %w", e.Type, err)
+	}
+	return buf.Bytes(), nil
+}
+
 var upgrader = websocket.Upgrader{
 	HandshakeTimeout: 5 * time.Second,
 	CheckOrigin:      func(*http.Request) bool { return true }, // local Unix socket
@@ -230,11 +243,11 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 			if !ok {
 				return
 			}
-			line, err := json.Marshal(e)
+			line, err := encodeEvent(e)
 			if err != nil {
 				continue
 			}
-			if _, err := w.Write(append(line, '\n')); err != nil {
+			if _, err := w.Write(line); err != nil {
 				return
 			}
 			if err := rc.Flush(); err != nil {
@@ -282,8 +295,12 @@ func (h *Handler) serveWebsocket(w http.ResponseWriter, r *http.Request, types [
 					websocket.FormatCloseMessage(websocket.CloseGoingAway, "agent stopping events"), time.Now().Add(time.Second))
 				return
 			}
+			msg, err := encodeEvent(e)
+			if err != nil {
+				continue
+			}
 			_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			if err := conn.WriteJSON(e); err != nil {
+			if err := conn.WriteMessage(websocket.TextMessage, bytes.TrimSuffix(msg, []byte("\n"))); err != nil {
 				return
 			}
 		}

@@ -3,9 +3,11 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,9 +56,13 @@ func (fakeGuest) Dial(context.Context, uint32, uint32) (net.Conn, error) {
 }
 func (fakeGuest) Kind() string { return "fake" }
 
+var registerRuns atomic.Int64
+
 func TestRegister(t *testing.T) {
-	Register("fake", func(arg string) (Guest, error) { return fakeGuest{arg}, nil })
-	g, err := Parse("fake:x")
+	// A scheme per run, so that -count=N does not register twice.
+	scheme := fmt.Sprintf("fake%d", registerRuns.Add(1))
+	Register(scheme, func(arg string) (Guest, error) { return fakeGuest{arg}, nil })
+	g, err := Parse(scheme + ":x")
 	if err != nil {
 		t.Fatalf("Parse registered scheme: %v", err)
 	}

@@ -1,0 +1,5 @@
+package agent_test
+
+import "os/exec"
+
+var execCommand = exec.Command
