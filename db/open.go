@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 	"github.com/glebarez/sqlite"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/callbacks"
 )
 
 // DefaultFileName is the SQLite database's file name inside the state directory.
@@ -149,34 +151,34 @@ func openSQLite(ctx context.Context, path string, o *options) (Store, error) {
 	if err := createPrivate(path); err != nil {
 		return nil, fmt.Errorf("opening database %q: %w", path, err)
 	}
-	gdb, err := gorm.Open(sqlite.Open(sqliteDSN(path, o.busyTimeout)), gormConfig(o))
+	dsn := sqliteDSN(path, o.busyTimeout)
+	// Readers run concurrently under WAL. All writes go through the single
+	// group-commit writer on its own connection, whose page cache then
+	// stays warm (no other connection of ours changes the file).
+	return openPair(ctx, func() gorm.Dialector { return sqliteDialector{sqlite.Dialector{DSN: dsn}} }, EngineSQLite, path, 8, o)
+}
+
+// sqliteDialector is glebarez/sqlite's dialector without INSERT ...
+// RETURNING: SQLite runs RETURNING like a trigger, which makes every insert
+// inside a transaction keep a statement journal (a 64 KiB buffer mapped and
+// unmapped per statement by the pure-Go allocator). Ids come from
+// last_insert_rowid instead, which is exact for our single-writer inserts.
+type sqliteDialector struct {
+	sqlite.Dialector
+}
+
+// Initialize opens the connection pool and registers gorm's callbacks.
+func (d sqliteDialector) Initialize(db *gorm.DB) error {
+	conn, err := sql.Open(sqlite.DriverName, d.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("opening database %q: %w", path, err)
+		return err
 	}
-	sqlDB, err := gdb.DB()
-	if err != nil {
-		return nil, fmt.Errorf("opening database %q: %w", path, err)
+	db.ConnPool = conn
+	callbacks.RegisterDefaultCallbacks(db, &callbacks.Config{LastInsertIDReversed: true})
+	for k, v := range d.ClauseBuilders() {
+		db.ClauseBuilders[k] = v
 	}
-	// Readers run concurrently under WAL; writes go through the single
-	// group-commit writer, so a small pool is enough.
-	sqlDB.SetMaxOpenConns(8)
-	sqlDB.SetMaxIdleConns(8)
-	sqlDB.SetConnMaxIdleTime(0)
-	if err := sqlDB.PingContext(ctx); err != nil {
-		sqlDB.Close()
-		return nil, fmt.Errorf("opening database %q: %w", path, err)
-	}
-	var mode string
-	if err := gdb.WithContext(ctx).Raw("PRAGMA journal_mode").Scan(&mode).Error; err != nil || !strings.EqualFold(mode, "wal") {
-		sqlDB.Close()
-		return nil, fmt.Errorf("opening database %q: journal mode is %q, want wal: %w", path, mode, err)
-	}
-	s, err := newStore(ctx, gdb, EngineSQLite, path, o)
-	if err != nil {
-		sqlDB.Close()
-		return nil, err
-	}
-	return s, nil
+	return nil
 }
 
 func openPostgres(ctx context.Context, dsn string, o *options) (Store, error) {
@@ -185,24 +187,46 @@ func openPostgres(ctx context.Context, dsn string, o *options) (Store, error) {
 		return nil, fmt.Errorf("opening database: parsing postgres url: %w", ErrInvalidURL)
 	}
 	u.User = nil // never log a password
-	name := u.Redacted()
-	gdb, err := gorm.Open(postgres.Open(dsn), gormConfig(o))
-	if err != nil {
-		return nil, fmt.Errorf("opening database %q: %w", name, err)
+	return openPair(ctx, func() gorm.Dialector { return postgres.Open(dsn) }, EnginePostgres, u.Redacted(), 16, o)
+}
+
+// openPair opens the reader pool (readers connections) and the writer's
+// single connection, checks them, migrates the schema and starts the store.
+func openPair(ctx context.Context, dialector func() gorm.Dialector, engine, name string, readers int, o *options) (_ Store, err error) {
+	var pools []*sql.DB
+	defer func() {
+		if err != nil {
+			for _, p := range pools {
+				p.Close()
+			}
+		}
+	}()
+	var handles [2]*gorm.DB
+	for i, conns := range []int{readers, 1} {
+		g, err := gorm.Open(dialector(), gormConfig(o))
+		if err != nil {
+			return nil, fmt.Errorf("opening database %q: %w", name, err)
+		}
+		sqlDB, err := g.DB()
+		if err != nil {
+			return nil, fmt.Errorf("opening database %q: %w", name, err)
+		}
+		pools = append(pools, sqlDB)
+		sqlDB.SetMaxOpenConns(conns)
+		sqlDB.SetMaxIdleConns(conns)
+		if err := sqlDB.PingContext(ctx); err != nil {
+			return nil, fmt.Errorf("opening database %q: %w", name, err)
+		}
+		if engine == EngineSQLite {
+			var mode string
+			if err := g.WithContext(ctx).Raw("PRAGMA journal_mode").Scan(&mode).Error; err != nil || !strings.EqualFold(mode, "wal") {
+				return nil, fmt.Errorf("opening database %q: journal mode is %q, want wal: %w", name, mode, err)
+			}
+		}
+		handles[i] = g
 	}
-	sqlDB, err := gdb.DB()
+	s, err := newStore(ctx, handles[0], handles[1], engine, name, o)
 	if err != nil {
-		return nil, fmt.Errorf("opening database %q: %w", name, err)
-	}
-	sqlDB.SetMaxOpenConns(16)
-	sqlDB.SetMaxIdleConns(8)
-	if err := sqlDB.PingContext(ctx); err != nil {
-		sqlDB.Close()
-		return nil, fmt.Errorf("opening database %q: %w", name, err)
-	}
-	s, err := newStore(ctx, gdb, EnginePostgres, name, o)
-	if err != nil {
-		sqlDB.Close()
 		return nil, err
 	}
 	return s, nil

@@ -30,7 +30,8 @@ const readyKey = "volatile.last_state.ready"
 // appends are never used (sequence holes); such holes never fill later, so
 // resuming after the last seen id stays correct.
 type sqlStore struct {
-	db     *gorm.DB
+	db     *gorm.DB // readers' pool
+	wdb    *gorm.DB // the writer's connection
 	engine string
 	name   string
 	w      *writer
@@ -51,12 +52,12 @@ func (s *sqlStore) reader(ctx context.Context) (*gorm.DB, error) {
 
 var _ Store = (*sqlStore)(nil)
 
-func newStore(ctx context.Context, gdb *gorm.DB, engine, name string, o *options) (*sqlStore, error) {
-	if err := migrate(ctx, gdb, engine); err != nil {
+func newStore(ctx context.Context, rdb, wdb *gorm.DB, engine, name string, o *options) (*sqlStore, error) {
+	if err := migrate(ctx, wdb, engine); err != nil {
 		return nil, fmt.Errorf("opening database %q: %w", name, err)
 	}
-	s := &sqlStore{db: gdb, engine: engine, name: name, log: o.logger}
-	s.w = newWriter(gdb, engine, o.maxBatch, o.logger)
+	s := &sqlStore{db: rdb, wdb: wdb, engine: engine, name: name, log: o.logger}
+	s.w = newWriter(wdb, engine, o.maxBatch, o.logger)
 	if o.logger != nil {
 		o.logger.Info("database opened", "engine", engine, "database", name)
 	}
@@ -427,11 +428,15 @@ func (s *sqlStore) Close() error {
 		start := time.Now()
 		s.closed.Store(true)
 		s.w.close()
-		sqlDB, err := s.db.DB()
-		if err == nil {
-			err = sqlDB.Close()
+		var errs []error
+		for _, g := range []*gorm.DB{s.db, s.wdb} {
+			sqlDB, err := g.DB()
+			if err == nil {
+				err = sqlDB.Close()
+			}
+			errs = append(errs, err)
 		}
-		if err != nil {
+		if err := errors.Join(errs...); err != nil {
 			s.closeErr = fmt.Errorf("closing database %q: %w", s.name, err)
 		}
 		if s.log != nil {

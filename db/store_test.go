@@ -60,6 +60,7 @@ var storeTests = []struct {
 	{"NotFound", testNotFound},
 	{"InvalidInput", testInvalid},
 	{"UpdateWithTimeline", testUpdateWithTimeline},
+	{"AppendTimelineSeveral", testAppendSeveral},
 	{"CascadeDelete", testCascadeDelete},
 	{"ClearReadyAll", testClearReadyAll},
 	{"Events", testEvents},
@@ -278,6 +279,52 @@ func testUpdateWithTimeline(t *testing.T, s db.Store) {
 	}
 	if entries, _ := s.ListTimeline(ctx, in.ID, 0); len(entries) != 5 {
 		t.Errorf("after failed update: %d entries, want 5 (transaction not atomic)", len(entries))
+	}
+}
+
+func testAppendSeveral(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	a := mustCreate(ctx, t, s, newInstance("s1"))
+	b := mustCreate(ctx, t, s, newInstance("s2"))
+	entries := []*db.TimelineEntry{
+		{InstanceID: a.ID, Kind: "state", To: "running", Detail: "a0"},
+		{InstanceID: b.ID, Kind: "state", To: "running", Detail: "b0"},
+		{InstanceID: a.ID, Kind: "ready", To: "true", Detail: "a1"},
+	}
+	if err := s.AppendTimeline(ctx, entries...); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[int64]string{}
+	for _, e := range entries {
+		ids[e.ID] = e.Detail
+	}
+	if len(ids) != 3 {
+		t.Fatalf("entry ids not distinct: %v", ids)
+	}
+	for _, in := range []*db.Instance{a, b} {
+		stored, err := s.ListTimeline(ctx, in.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range stored {
+			if ids[e.ID] != e.Detail {
+				t.Errorf("stored entry %d has detail %q, AppendTimeline reported %q", e.ID, e.Detail, ids[e.ID])
+			}
+		}
+	}
+	// One bad entry fails the whole call and stores nothing.
+	bad := []*db.TimelineEntry{
+		{InstanceID: a.ID, Kind: "state", To: "stopped", Detail: "a2"},
+		{InstanceID: b.ID + 1000, Kind: "state", To: "stopped"},
+	}
+	if err := s.AppendTimeline(ctx, bad...); !errors.Is(err, db.ErrNotFound) {
+		t.Fatalf("AppendTimeline with an orphan entry = %v, want ErrNotFound", err)
+	}
+	if bad[0].ID != 0 {
+		t.Errorf("failed append left ID %d on its first entry", bad[0].ID)
+	}
+	if stored, _ := s.ListTimeline(ctx, a.ID, 0); len(stored) != 2 {
+		t.Errorf("after failed append: %d entries for s1, want 2", len(stored))
 	}
 }
 
