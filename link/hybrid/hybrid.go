@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -182,12 +183,16 @@ type Listener struct {
 	wg    sync.WaitGroup
 }
 
-// Listen listens on the Unix socket udsPath (mode 0600 via the umask of the
-// caller's directory; the caller owns the directory) and starts accepting.
+// Listen listens on the Unix socket udsPath (mode 0600) and starts
+// accepting.
 func Listen(udsPath string) (*Listener, error) {
 	uds, err := net.Listen("unix", udsPath)
 	if err != nil {
 		return nil, fmt.Errorf("listening on hybrid vsock %s: %w", udsPath, err)
+	}
+	if err := os.Chmod(udsPath, 0o600); err != nil {
+		uds.Close()
+		return nil, fmt.Errorf("setting mode of hybrid vsock %s: %w", udsPath, err)
 	}
 	l := &Listener{
 		uds:   uds,

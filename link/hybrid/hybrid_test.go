@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -26,6 +27,9 @@ func TestDialListen(t *testing.T) {
 		t.Fatalf("Listen: %v", err)
 	}
 	defer l.Close()
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode = %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
 	pl := l.Port(8443)
 	if l.Port(8443) != pl {
 		t.Fatalf("Port(8443) twice returned different listeners")
