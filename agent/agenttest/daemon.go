@@ -45,6 +45,10 @@ type Daemon struct {
 	Patches []string
 	// Requests counts the requests served.
 	Requests int
+	// Resumed counts the requests that came on a resumed TLS session.
+	Resumed int
+	// Conns counts the connections accepted.
+	Conns int
 
 	ln  net.Listener
 	srv *http.Server
@@ -82,7 +86,17 @@ func StartDaemon(t testing.TB, certs *Certs, uds string, port uint32) *Daemon {
 		ClientAuth:   tls.RequireAnyClientCert,
 		MinVersion:   tls.VersionTLS12,
 	})
-	d.srv = &http.Server{Handler: http.HandlerFunc(d.serve), ReadHeaderTimeout: 5 * time.Second}
+	d.srv = &http.Server{
+		Handler:           http.HandlerFunc(d.serve),
+		ReadHeaderTimeout: 5 * time.Second,
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				d.Lock()
+				d.Conns++
+				d.Unlock()
+			}
+		},
+	}
 	go func() { _ = d.srv.Serve(d.ln) }()
 	t.Cleanup(d.Close)
 	return d
@@ -127,6 +141,9 @@ func (d *Daemon) serve(w http.ResponseWriter, r *http.Request) {
 	d.Lock()
 	defer d.Unlock()
 	d.Requests++
+	if r.TLS.DidResume {
+		d.Resumed++
+	}
 	if !d.Devlxd {
 		d.fail(w, http.StatusForbidden, "")
 		return
