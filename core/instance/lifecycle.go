@@ -1,0 +1,617 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// CreateRequest describes a new instance.
+type CreateRequest struct {
+	Name    string                       `json:"name"`
+	Backend string                       `json:"backend"` // "" is the manager's default backend
+	Config  map[string]string            `json:"config"`
+	Devices map[string]map[string]string `json:"devices"`
+	Start   bool                         `json:"start"`
+}
+
+// StopOptions says how to stop an instance (see sdk.StopOptions).
+type StopOptions = sdk.StopOptions
+
+// Create creates an instance: it validates the request, lets the backend
+// prepare the guest (the backend checks its own config keys), stores the
+// instance with a new volatile.uuid, records it in the timeline and
+// publishes instance-created; with req.Start it then starts it. A bad name
+// or config is errdefs.ErrInvalid, a taken name errdefs.ErrAlreadyExists,
+// an unknown backend errdefs.ErrNotFound; a failed Create changes nothing.
+func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Requestor) (*Instance, error) {
+	if err := ValidateName(req.Name); err != nil {
+		return nil, fmt.Errorf("creating instance: %w", err)
+	}
+	wrap := func(err error) error { return fmt.Errorf("creating instance %q: %w", req.Name, err) }
+	backend := req.Backend
+	if backend == "" {
+		backend = m.defBack
+	}
+	if backend == "" {
+		return nil, wrap(fmt.Errorf("no backend given and no default backend: %w", errdefs.ErrInvalid))
+	}
+	if err := validateDevices(req.Devices); err != nil {
+		return nil, wrap(err)
+	}
+	if err := m.load(ctx, false); err != nil {
+		return nil, wrap(err)
+	}
+	b, info, err := m.backendInfo(ctx, backend)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	cfg := make(map[string]string, len(req.Config)+1)
+	for _, k := range slices.Sorted(maps.Keys(req.Config)) {
+		v := req.Config[k]
+		if v == "" {
+			continue // as LXD: an empty value is no value
+		}
+		if err := validateKey(k, v, false, info.ConfigPrefixes); err != nil {
+			return nil, wrap(err)
+		}
+		cfg[k] = v
+	}
+	if cfg[KeyUUID] == "" {
+		cfg[KeyUUID] = newUUID()
+	}
+	uuid := cfg[KeyUUID]
+
+	m.mu.Lock()
+	_, taken := m.byName[req.Name]
+	other, uuidTaken := m.byUUID[uuid]
+	switch {
+	case taken || m.reserved[req.Name]:
+		m.mu.Unlock()
+		return nil, wrap(fmt.Errorf("an instance with this name exists: %w", errdefs.ErrAlreadyExists))
+	case uuidTaken:
+		otherName := other.rec.Name
+		m.mu.Unlock()
+		return nil, wrap(fmt.Errorf("%s %q is used by instance %q: %w", KeyUUID, uuid, otherName, errdefs.ErrAlreadyExists))
+	}
+	m.reserved[req.Name] = true
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.reserved, req.Name)
+		m.mu.Unlock()
+	}()
+
+	now := time.Now().UTC()
+	rec := &db.Instance{
+		Name:       req.Name,
+		UUID:       uuid,
+		Backend:    backend,
+		Config:     cfg,
+		Devices:    cloneDevices(req.Devices),
+		PowerState: status.PowerStopped,
+		CreatedAt:  now,
+	}
+	h, err := b.Create(ctx, specOf(rec, nil))
+	if err != nil {
+		return nil, wrap(fmt.Errorf("backend %q: %w", backend, err))
+	}
+	rec.Handle = h
+	if err := m.store.CreateInstance(ctx, rec); err != nil {
+		if derr := b.Delete(context.WithoutCancel(ctx), h); derr != nil {
+			m.log.Error("removing the guest of an instance that could not be stored", "instance", req.Name, "err", derr)
+		}
+		return nil, wrap(storeErr(err))
+	}
+	e := &entry{rec: rec}
+	m.mu.Lock()
+	m.byName[rec.Name] = e
+	m.byUUID[rec.UUID] = e
+	view := viewOf(e)
+	m.mu.Unlock()
+
+	entry := &db.TimelineEntry{InstanceID: rec.ID, Time: now, Kind: kindState, To: status.PowerStopped, Cause: causeOf(by), Detail: "created"}
+	ev := events.NewLifecycle(events.InstanceCreated, rec.Name, nil, &by)
+	m.publish(ctx, []events.Event{ev})
+	if err := m.store.AppendTimeline(ctx, entry); err != nil {
+		m.log.Error("recording timeline", "instance", rec.Name, "err", err)
+	}
+	if !req.Start {
+		return view, nil
+	}
+	if err := m.Start(ctx, req.Name, by); err != nil {
+		return nil, fmt.Errorf("instance %q was created but not started: %w", req.Name, err)
+	}
+	return m.Get(ctx, req.Name)
+}
+
+// snapshot returns copies of e's current state (errdefs.ErrNotFound once
+// it is deleted).
+func (m *Manager) snapshot(e *entry) (*db.Instance, runtime, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if e.rt.deleted {
+		return nil, runtime{}, fmt.Errorf("instance %q: %w", e.rec.Name, errdefs.ErrNotFound)
+	}
+	return cloneRec(e.rec), e.rt.clone(), nil
+}
+
+// view returns e's current view.
+func (m *Manager) view(e *entry) *Instance {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return viewOf(e)
+}
+
+// setOp marks the transitional operation of e (no store write).
+func (m *Manager) setOp(ctx context.Context, e *entry, op string) error {
+	_, err := m.mutate(ctx, e, func(c *change) error {
+		c.rt.op = op
+		return nil
+	})
+	return err
+}
+
+// Start starts an instance's guest: errdefs.ErrConflict if it runs. The
+// status is Starting meanwhile. It passes the config, devices and the
+// files of FilesProvider to the backend, creating the guest first if it
+// has none. A started guest is never Ready (a fresh boot declares it
+// again); the boot counter goes up, instance-started is published, and the
+// hooks learn the guest's link endpoint. A failed start leaves the
+// instance Stopped (bad input) or Error with the message, in the timeline
+// and an instance-error event.
+func (m *Manager) Start(ctx context.Context, name string, by events.Requestor) error {
+	e, err := m.lookup(ctx, name)
+	if err != nil {
+		return fmt.Errorf("starting instance %q: %w", name, err)
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	if err := m.start(ctx, e, by, events.InstanceStarted); err != nil {
+		return fmt.Errorf("starting instance %q: %w", name, err)
+	}
+	return nil
+}
+
+// start starts e's guest; e.op is held. action is the event published on
+// success.
+func (m *Manager) start(ctx context.Context, e *entry, by events.Requestor, action string) error {
+	rec, _, err := m.snapshot(e)
+	if err != nil {
+		return err
+	}
+	if rec.PowerState == status.PowerRunning {
+		return fmt.Errorf("already running: %w", errdefs.ErrConflict)
+	}
+	if err := m.setOp(ctx, e, status.OpStarting); err != nil {
+		return err
+	}
+	// fail ends the operation: the guest did not start.
+	fail := func(err error, guestFailed bool) error {
+		to := rec.PowerState
+		if guestFailed {
+			to = status.PowerError
+		}
+		_, merr := m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
+			c.rt.op = status.OpNone
+			c.rt.pendingExit = nil
+			if c.rec.PowerState != to {
+				c.rec.PowerState = to
+				c.persist = true
+			}
+			if c.rt.details == nil {
+				c.rt.details = map[string]string{}
+			}
+			c.rt.details["error"] = err.Error()
+			c.note(kindState, rec.PowerState, to, causeOf(by), "start failed: "+err.Error())
+			c.emit(events.InstanceError, map[string]any{"error": err.Error(), "operation": "start"}, by)
+			return nil
+		})
+		if merr != nil {
+			m.log.Error("recording a failed start", "instance", rec.Name, "err", merr)
+		}
+		return err
+	}
+	b, info, err := m.backendInfo(ctx, rec.Backend)
+	if err != nil {
+		return fail(err, false)
+	}
+	var files []sdk.File
+	if m.files != nil {
+		files, err = m.files.GuestFiles(ctx, m.view(e))
+		if err != nil {
+			return fail(fmt.Errorf("preparing guest files: %w", err), false)
+		}
+	}
+	spec := specOf(rec, files)
+	h := rec.Handle
+	if len(h) == 0 {
+		h, err = b.Create(ctx, spec)
+		if err != nil {
+			return fail(fmt.Errorf("creating guest: %w", err), false)
+		}
+		if _, err := m.mutate(ctx, e, func(c *change) error {
+			c.rec.Handle = slices.Clone(h)
+			c.persist = true
+			return nil
+		}); err != nil {
+			return fail(err, false)
+		}
+	}
+	if info.Has(sdk.CapStateful) {
+		if st, err := b.State(ctx, h); err == nil && st.HasSavedState {
+			spec.RestoreState = true
+		}
+	}
+	startAt := time.Now().UTC()
+	h2, gs, err := b.Start(ctx, h, spec)
+	if err != nil {
+		bad := errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, errdefs.ErrNotSupported) ||
+			errors.Is(err, sdk.ErrInvalid) || errors.Is(err, sdk.ErrNotSupported)
+		return fail(fmt.Errorf("backend %q: %w", rec.Backend, err), !bad)
+	}
+	if gs == nil {
+		gs = &sdk.GuestState{Status: sdk.StatusRunning}
+	}
+	if len(h2) > 0 {
+		h = h2
+	}
+	var pending *sdk.Event
+	view, err := m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
+		from := c.rec.PowerState
+		c.rec.Handle = slices.Clone(h)
+		c.rec.PowerState = powerOf(gs.Status, status.PowerRunning)
+		c.rec.Boot++
+		c.rec.StartedAt = &startAt
+		c.rec.Config[KeyReady] = "false" // a fresh boot is never Ready
+		c.persist = true
+		c.rt.op = status.OpNone
+		c.rt.agent = AgentInfo{}
+		c.rt.readyAt = nil
+		c.rt.link = ""
+		c.rt.details = maps.Clone(gs.Details)
+		pending, c.rt.pendingExit = c.rt.pendingExit, nil
+		if c.rec.PowerState != status.PowerRunning {
+			msg := gs.Message
+			c.note(kindState, from, c.rec.PowerState, causeOf(by), "guest did not stay up: "+msg)
+			c.emit(events.InstanceError, map[string]any{"error": msg, "operation": "start"}, by)
+			return nil
+		}
+		detail := ""
+		if spec.RestoreState {
+			detail = "restored"
+		}
+		c.note(kindState, from, status.PowerRunning, causeOf(by), detail)
+		c.emit(action, nil, by)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if view.Status == status.Stopped.String() || view.Status == status.Error.String() {
+		return nil
+	}
+	ep, err := b.LinkEndpoint(ctx, h)
+	if err != nil {
+		m.log.Warn("guest link endpoint unknown", "instance", rec.Name, "err", err)
+		ep = nil
+	} else if ep != nil {
+		view, err = m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
+			c.rt.link = string(ep.Kind)
+			if ep.Kind == sdk.LinkVsock && ep.CID != 0 {
+				cid := strconv.FormatUint(uint64(ep.CID), 10)
+				if c.rec.Config[KeyVsockID] != cid {
+					c.rec.Config[KeyVsockID] = cid
+					c.persist = true
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			m.log.Error("recording the guest link", "instance", rec.Name, "err", err)
+			view = m.view(e)
+		}
+	}
+	if m.hooks != nil {
+		m.hooks.GuestRunning(view, ep)
+	}
+	if pending != nil && !pending.Time.Before(startAt) {
+		m.guestExited(context.WithoutCancel(ctx), e, *pending)
+	}
+	return nil
+}
+
+// powerOf maps a backend status to a power state; unknown gives def.
+func powerOf(s sdk.Status, def string) string {
+	switch s {
+	case sdk.StatusRunning:
+		return status.PowerRunning
+	case sdk.StatusStopped:
+		return status.PowerStopped
+	case sdk.StatusError:
+		return status.PowerError
+	}
+	return def
+}
+
+// Stop stops an instance's guest (errdefs.ErrConflict if it is already
+// stopped; an instance in Error may be stopped to clean up). The status
+// is Stopping meanwhile. The Ready flag is cleared, the agent forgotten,
+// instance-stopped published and the hooks told. Stateful needs a backend
+// with sdk.CapStateful (errdefs.ErrNotSupported otherwise).
+func (m *Manager) Stop(ctx context.Context, name string, opts StopOptions, by events.Requestor) error {
+	e, err := m.lookup(ctx, name)
+	if err != nil {
+		return fmt.Errorf("stopping instance %q: %w", name, err)
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	if err := m.stop(ctx, e, opts, by, events.InstanceStopped); err != nil {
+		return fmt.Errorf("stopping instance %q: %w", name, err)
+	}
+	return nil
+}
+
+// stop stops e's guest; e.op is held. action is the event to publish ("" none).
+func (m *Manager) stop(ctx context.Context, e *entry, opts StopOptions, by events.Requestor, action string) error {
+	rec, _, err := m.snapshot(e)
+	if err != nil {
+		return err
+	}
+	if rec.PowerState == status.PowerStopped || rec.PowerState == "" {
+		return fmt.Errorf("already stopped: %w", errdefs.ErrConflict)
+	}
+	b, info, err := m.backendInfo(ctx, rec.Backend)
+	if err != nil {
+		return err
+	}
+	if opts.Stateful && !info.Has(sdk.CapStateful) {
+		return fmt.Errorf("backend %q cannot stop statefully: %w", rec.Backend, errdefs.ErrNotSupported)
+	}
+	if err := m.setOp(ctx, e, status.OpStopping); err != nil {
+		return err
+	}
+	gs := &sdk.GuestState{Status: sdk.StatusStopped}
+	if len(rec.Handle) > 0 {
+		gs, err = b.Stop(ctx, rec.Handle, opts)
+		if err != nil {
+			var pending *sdk.Event
+			if _, merr := m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
+				c.rt.op = status.OpNone
+				pending, c.rt.pendingExit = c.rt.pendingExit, nil
+				return nil
+			}); merr != nil {
+				m.log.Error("ending a failed stop", "instance", rec.Name, "err", merr)
+			}
+			if pending != nil {
+				m.guestExited(context.WithoutCancel(ctx), e, *pending)
+			}
+			return fmt.Errorf("backend %q: %w", rec.Backend, err)
+		}
+		if gs == nil {
+			gs = &sdk.GuestState{Status: sdk.StatusStopped}
+		}
+	}
+	view, err := m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
+		detail := ""
+		if opts.Stateful {
+			detail = "stateful"
+		}
+		m.stopped(c, powerOf(gs.Status, status.PowerStopped), gs.Message, causeOf(by), detail)
+		if action != "" {
+			c.emit(action, nil, by)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if m.hooks != nil {
+		m.hooks.GuestStopped(view)
+	}
+	return nil
+}
+
+// stopped records in c that the guest no longer runs: power state (stopped
+// or error with msg), Ready cleared, agent and link forgotten.
+func (m *Manager) stopped(c *change, power, msg, cause, detail string) {
+	from := c.rec.PowerState
+	if power == status.PowerRunning {
+		power = status.PowerStopped
+	}
+	c.rec.PowerState = power
+	c.persist = true
+	c.setReadyFalse(cause, detail)
+	if c.rt.agent.State != AgentNone {
+		c.note(kindAgent, string(c.rt.agent.State), string(AgentNone), cause, "guest stopped")
+	}
+	c.rt.op = status.OpNone
+	c.rt.agent = AgentInfo{}
+	c.rt.link = ""
+	c.rt.pendingExit = nil
+	c.rt.details = nil
+	if msg != "" {
+		c.rt.details = map[string]string{"error": msg}
+		if detail == "" {
+			detail = msg
+		} else {
+			detail += ": " + msg
+		}
+	}
+	c.note(kindState, from, power, cause, detail)
+}
+
+// Restart stops and starts a running instance (errdefs.ErrConflict if it
+// does not run) and publishes instance-restarted.
+func (m *Manager) Restart(ctx context.Context, name string, opts StopOptions, by events.Requestor) error {
+	e, err := m.lookup(ctx, name)
+	if err != nil {
+		return fmt.Errorf("restarting instance %q: %w", name, err)
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	rec, _, err := m.snapshot(e)
+	if err != nil {
+		return fmt.Errorf("restarting instance %q: %w", name, err)
+	}
+	if rec.PowerState != status.PowerRunning {
+		return fmt.Errorf("restarting instance %q: not running: %w", name, errdefs.ErrConflict)
+	}
+	opts.Stateful = false
+	if err := m.stop(ctx, e, opts, by, ""); err != nil {
+		return fmt.Errorf("restarting instance %q: %w", name, err)
+	}
+	if err := m.start(ctx, e, by, events.InstanceRestarted); err != nil {
+		return fmt.Errorf("restarting instance %q: %w", name, err)
+	}
+	return nil
+}
+
+// Delete deletes an instance and its guest. A running instance is
+// errdefs.ErrConflict unless force, which stops it first.
+func (m *Manager) Delete(ctx context.Context, name string, force bool, by events.Requestor) error {
+	wrap := func(err error) error { return fmt.Errorf("deleting instance %q: %w", name, err) }
+	e, err := m.lookup(ctx, name)
+	if err != nil {
+		return wrap(err)
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	rec, _, err := m.snapshot(e)
+	if err != nil {
+		return wrap(err)
+	}
+	running := rec.PowerState == status.PowerRunning
+	if running && !force {
+		return wrap(fmt.Errorf("instance is running (stop it first or force): %w", errdefs.ErrConflict))
+	}
+	b, err := m.backends.Backend(rec.Backend)
+	switch {
+	case err == nil:
+	case force && errors.Is(err, errdefs.ErrNotFound):
+		b = nil // the backend is gone for good: forget the record
+	default:
+		return wrap(err)
+	}
+	if b != nil && len(rec.Handle) > 0 {
+		if rec.PowerState != status.PowerStopped {
+			if _, err := b.Stop(ctx, rec.Handle, sdk.StopOptions{Force: true}); err != nil && !isNotFound(err) {
+				return wrap(fmt.Errorf("stopping guest: %w", err))
+			}
+		}
+		if err := b.Delete(ctx, rec.Handle); err != nil && !isNotFound(err) {
+			return wrap(fmt.Errorf("backend %q: %w", rec.Backend, err))
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := m.store.DeleteInstance(ctx, rec.ID); err != nil && !errors.Is(err, db.ErrNotFound) {
+		return wrap(storeErr(err))
+	}
+	m.mu.Lock()
+	view := viewOf(e)
+	e.rt.deleted = true
+	delete(m.byName, rec.Name)
+	delete(m.byUUID, rec.UUID)
+	m.mu.Unlock()
+	m.publish(ctx, []events.Event{events.NewLifecycle(events.InstanceDeleted, rec.Name, nil, &by)})
+	if running && m.hooks != nil {
+		m.hooks.GuestStopped(view)
+	}
+	return nil
+}
+
+func isNotFound(err error) bool {
+	return errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, sdk.ErrNotFound)
+}
+
+// UpdateConfig sets and unsets config keys of an instance (a key set to ""
+// is unset) after validating all of them as Create does; volatile.uuid
+// cannot change. Nothing changes if any key is bad (errdefs.ErrInvalid).
+// It publishes instance-updated when something changed and tells the
+// hooks about the changes of a running instance.
+func (m *Manager) UpdateConfig(ctx context.Context, name string, set map[string]string, unset []string, by events.Requestor) (*Instance, error) {
+	wrap := func(err error) error { return fmt.Errorf("updating instance %q: %w", name, err) }
+	e, err := m.lookup(ctx, name)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	rec, _, err := m.snapshot(e)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	var prefixes []string
+	needPrefixes := false
+	for _, k := range append(slices.Collect(maps.Keys(set)), unset...) {
+		if _, fixed := fixedKeys[k]; !fixed && !daemonKeys[k] && !strings.HasPrefix(k, "user.") && !strings.HasPrefix(k, "cloud-init.") {
+			needPrefixes = true
+		}
+	}
+	if needPrefixes {
+		_, info, err := m.backendInfo(ctx, rec.Backend)
+		if err != nil {
+			return nil, wrap(err)
+		}
+		prefixes = info.ConfigPrefixes
+	}
+	want := map[string]string{} // key -> new value ("" = unset)
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		v := set[k]
+		if err := validateKey(k, v, v == "", prefixes); err != nil {
+			return nil, wrap(err)
+		}
+		want[k] = v
+	}
+	for _, k := range unset {
+		if v, ok := set[k]; ok && v != "" {
+			return nil, wrap(fmt.Errorf("configuration key %q is both set and unset: %w", k, errdefs.ErrInvalid))
+		}
+		if err := validateKey(k, "", true, prefixes); err != nil {
+			return nil, wrap(err)
+		}
+		want[k] = ""
+	}
+	if v, ok := want[KeyUUID]; ok && v != rec.UUID {
+		return nil, wrap(fmt.Errorf("%s cannot be changed: %w", KeyUUID, errdefs.ErrInvalid))
+	}
+	var changes []ConfigChange
+	view, err := m.mutate(ctx, e, func(c *change) error {
+		for _, k := range slices.Sorted(maps.Keys(want)) {
+			old, v := c.rec.Config[k], want[k]
+			if old == v {
+				continue
+			}
+			if v == "" {
+				delete(c.rec.Config, k)
+			} else {
+				c.rec.Config[k] = v
+			}
+			changes = append(changes, ConfigChange{Key: k, OldValue: old, Value: v})
+		}
+		if len(changes) > 0 {
+			c.persist = true
+			c.emit(events.InstanceUpdated, nil, by)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if len(changes) > 0 && m.hooks != nil && rec.PowerState == status.PowerRunning {
+		m.hooks.ConfigChanged(view, changes)
+	}
+	return view, nil
+}

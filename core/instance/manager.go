@@ -1,0 +1,519 @@
+package instance
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// BackendSource gives the manager the backend plugin of a name;
+// core/pluginhost's Host implements it. An unknown name is
+// errdefs.ErrNotFound (with the available names in the message).
+type BackendSource interface {
+	Backend(name string) (sdk.Backend, error)
+}
+
+// Config configures a Manager.
+type Config struct {
+	Store          db.Store      // required
+	Backends       BackendSource // required
+	Bus            *events.Bus   // required
+	Hooks          Hooks         // may be nil
+	Files          FilesProvider // may be nil
+	Logger         *slog.Logger  // nil discards
+	DefaultBackend string        // used when a CreateRequest names none
+}
+
+// Timeouts of the manager's own work (not of calls made for a caller).
+const (
+	eventTimeout   = 30 * time.Second // a backend event's or hook's db writes
+	recoverWorkers = 8                // guests recovered in parallel
+)
+
+// Manager is the instance service. All methods are safe for concurrent use:
+// operations on one instance are serialised, different instances proceed
+// in parallel. It keeps every instance (and its runtime state: agent, link,
+// running operation, backend details) in memory, written through to the
+// store, so reads never query the database.
+type Manager struct {
+	store    db.Store
+	backends BackendSource
+	bus      *events.Bus
+	hooks    Hooks
+	files    FilesProvider
+	log      *slog.Logger
+	defBack  string
+
+	loadMu sync.Mutex // serialises loading the cache
+	loaded bool
+
+	mu       sync.RWMutex // guards the maps and every entry's rec and rt
+	byName   map[string]*entry
+	byUUID   map[string]*entry
+	reserved map[string]bool // names being created
+
+	infoMu sync.Mutex
+	infos  map[string]*sdk.Info // backend Info cache, reset by Recover
+}
+
+// entry is one instance in memory.
+type entry struct {
+	op sync.Mutex // held for a whole lifecycle operation (start, stop, ...)
+	mu sync.Mutex // held for one read-modify-write of rec and rt
+
+	// Guarded by Manager.mu; replaced, never changed in place.
+	rec *db.Instance
+	rt  runtime
+}
+
+// runtime is what the manager knows of an instance beyond its stored row.
+type runtime struct {
+	op          string // status.OpStarting, status.OpStopping or ""
+	agent       AgentInfo
+	link        string
+	details     map[string]string
+	readyAt     *time.Time
+	pendingExit *sdk.Event // an exit that arrived during an operation
+	deleted     bool
+}
+
+// NewManager returns a manager. It does not touch the store: call Init at
+// daemon start (the first call of any method loads the instances otherwise).
+func NewManager(cfg Config) (*Manager, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, fmt.Errorf("creating instance manager: no store: %w", errdefs.ErrInvalid)
+	case cfg.Backends == nil:
+		return nil, fmt.Errorf("creating instance manager: no backend source: %w", errdefs.ErrInvalid)
+	case cfg.Bus == nil:
+		return nil, fmt.Errorf("creating instance manager: no event bus: %w", errdefs.ErrInvalid)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{
+		store:    cfg.Store,
+		backends: cfg.Backends,
+		bus:      cfg.Bus,
+		hooks:    cfg.Hooks,
+		files:    cfg.Files,
+		log:      log,
+		defBack:  cfg.DefaultBackend,
+		byName:   make(map[string]*entry),
+		byUUID:   make(map[string]*entry),
+		reserved: make(map[string]bool),
+		infos:    make(map[string]*sdk.Info),
+	}, nil
+}
+
+// load reads every instance from the store into memory, once (or again
+// with force).
+func (m *Manager) load(ctx context.Context, force bool) error {
+	m.loadMu.Lock()
+	defer m.loadMu.Unlock()
+	if m.loaded && !force {
+		return nil
+	}
+	recs, err := m.store.ListInstances(ctx, db.InstanceFilter{})
+	if err != nil {
+		return fmt.Errorf("loading instances: %w", storeErr(err))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, rec := range recs {
+		if e, ok := m.byName[rec.Name]; ok {
+			e.rec = rec
+			continue
+		}
+		e := &entry{rec: rec}
+		m.byName[rec.Name] = e
+		m.byUUID[rec.UUID] = e
+	}
+	m.loaded = true
+	return nil
+}
+
+// storeErr maps the store's error kinds to the daemon's.
+func storeErr(err error) error {
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+	case errors.Is(err, db.ErrAlreadyExists):
+		return fmt.Errorf("%w: %w", errdefs.ErrAlreadyExists, err)
+	}
+	return err
+}
+
+// lookup returns the entry of a live instance.
+func (m *Manager) lookup(ctx context.Context, name string) (*entry, error) {
+	if err := m.load(ctx, false); err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	e, ok := m.byName[name]
+	m.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("instance %q: %w", name, errdefs.ErrNotFound)
+	}
+	return e, nil
+}
+
+func (m *Manager) lookupUUID(ctx context.Context, uuid string) (*entry, error) {
+	if err := m.load(ctx, false); err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	e, ok := m.byUUID[uuid]
+	m.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("instance with uuid %q: %w", uuid, errdefs.ErrNotFound)
+	}
+	return e, nil
+}
+
+// Get returns the instance called name (errdefs.ErrNotFound if none).
+func (m *Manager) Get(ctx context.Context, name string) (*Instance, error) {
+	e, err := m.lookup(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return viewOf(e), nil
+}
+
+// GetByUUID returns the instance whose volatile.uuid is uuid
+// (errdefs.ErrNotFound if none).
+func (m *Manager) GetByUUID(ctx context.Context, uuid string) (*Instance, error) {
+	e, err := m.lookupUUID(ctx, uuid)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return viewOf(e), nil
+}
+
+// ListFilter narrows List. Zero values match everything.
+type ListFilter struct {
+	// Status is a status name (status.Parse: "Running", "Ready", "Stopped",
+	// any case, or a code). "Running" matches Ready instances too.
+	Status  string
+	Backend string // exact backend name
+	// Agent is an agent state ("started", "connected", "stopped", "lost");
+	// "none" matches instances without an agent.
+	Agent string
+	Query string // case-insensitive substring of the name
+}
+
+// List returns the instances matching f, sorted by name. It reads memory
+// only. A bad Status is errdefs.ErrInvalid.
+func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
+	var want status.Code
+	if f.Status != "" {
+		c, err := status.Parse(f.Status)
+		if err != nil {
+			return nil, fmt.Errorf("listing instances: %w", err)
+		}
+		want = c
+	}
+	agent := AgentState(f.Agent)
+	if f.Agent == "none" {
+		agent = AgentNone
+	}
+	q := strings.ToLower(f.Query)
+	if err := m.load(ctx, false); err != nil {
+		return nil, err
+	}
+	m.mu.RLock()
+	out := make([]*Instance, 0, len(m.byName))
+	for _, e := range m.byName {
+		rec := e.rec
+		if f.Backend != "" && rec.Backend != f.Backend {
+			continue
+		}
+		if f.Agent != "" && e.rt.agent.State != agent {
+			continue
+		}
+		if q != "" && !strings.Contains(strings.ToLower(rec.Name), q) {
+			continue
+		}
+		if f.Status != "" {
+			got := statusOf(e)
+			if got != want && !(want == status.Running && status.IsRunning(got)) {
+				continue
+			}
+		}
+		out = append(out, viewOf(e))
+	}
+	m.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *Instance) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Runtime returns the backend and the current handle of the instance with
+// the given uuid, for the services that talk to its guest directly
+// (core/agentmon reads the ring). An instance whose guest was never created
+// is errdefs.ErrConflict.
+func (m *Manager) Runtime(ctx context.Context, uuid string) (sdk.Backend, sdk.Handle, error) {
+	e, err := m.lookupUUID(ctx, uuid)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.mu.RLock()
+	name, backend, h := e.rec.Name, e.rec.Backend, slices.Clone(e.rec.Handle)
+	m.mu.RUnlock()
+	if len(h) == 0 {
+		return nil, nil, fmt.Errorf("instance %q has no guest yet: %w", name, errdefs.ErrConflict)
+	}
+	b, err := m.backends.Backend(backend)
+	if err != nil {
+		return nil, nil, fmt.Errorf("instance %q: %w", name, err)
+	}
+	return b, h, nil
+}
+
+// statusOf derives an entry's status; Manager.mu must be held.
+func statusOf(e *entry) status.Code {
+	return status.Derive(e.rec.PowerState, e.rec.Config[KeyReady] == "true", e.rt.op)
+}
+
+// viewOf builds the Instance view of an entry; Manager.mu must be held.
+func viewOf(e *entry) *Instance {
+	rec, rt := e.rec, &e.rt
+	code := statusOf(e)
+	inst := &Instance{
+		Name:       rec.Name,
+		UUID:       rec.UUID,
+		Backend:    rec.Backend,
+		Status:     code.String(),
+		StatusCode: int(code),
+		Config:     maps.Clone(rec.Config),
+		Devices:    cloneDevices(rec.Devices),
+		Boot:       rec.Boot,
+		CreatedAt:  rec.CreatedAt,
+		StartedAt:  cloneTime(rec.StartedAt),
+		ReadyAt:    cloneTime(rt.readyAt),
+		Link:       rt.link,
+		Agent: AgentInfo{
+			State:         rt.agent.State,
+			LastHeartbeat: cloneTime(rt.agent.LastHeartbeat),
+			Since:         cloneTime(rt.agent.Since),
+		},
+		DevlxdSocket: rt.details["devlxd_socket"],
+	}
+	if inst.Config == nil {
+		inst.Config = map[string]string{}
+	}
+	if len(rt.details) > 0 {
+		inst.Details = maps.Clone(rt.details)
+	}
+	return inst
+}
+
+func cloneTime(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	c := *t
+	return &c
+}
+
+func cloneDevices(d map[string]map[string]string) map[string]map[string]string {
+	out := make(map[string]map[string]string, len(d))
+	for k, v := range d {
+		out[k] = maps.Clone(v)
+	}
+	return out
+}
+
+func cloneRec(r *db.Instance) *db.Instance {
+	c := *r
+	c.Config = maps.Clone(r.Config)
+	if c.Config == nil {
+		c.Config = map[string]string{}
+	}
+	c.Devices = cloneDevices(r.Devices)
+	c.Handle = slices.Clone(r.Handle)
+	c.StartedAt = cloneTime(r.StartedAt)
+	return &c
+}
+
+func (rt runtime) clone() runtime {
+	c := rt
+	c.details = maps.Clone(rt.details)
+	c.agent.LastHeartbeat = cloneTime(rt.agent.LastHeartbeat)
+	c.agent.Since = cloneTime(rt.agent.Since)
+	c.readyAt = cloneTime(rt.readyAt)
+	return c
+}
+
+// change is one read-modify-write of an instance, built by mutate's
+// callback: the copies to modify, and what to record and announce.
+type change struct {
+	rec      *db.Instance
+	rt       runtime
+	persist  bool // rec changed and must be saved
+	timeline []*db.TimelineEntry
+	events   []events.Event
+	now      time.Time
+}
+
+// note appends a timeline entry.
+func (c *change) note(kind, from, to, cause, detail string) {
+	c.timeline = append(c.timeline, &db.TimelineEntry{
+		InstanceID: c.rec.ID, Time: c.now, Boot: c.rec.Boot,
+		Kind: kind, From: from, To: to, Cause: cause, Detail: detail,
+	})
+}
+
+// emit queues a lifecycle event.
+func (c *change) emit(action string, ctx map[string]any, by events.Requestor) {
+	ev := events.NewLifecycle(action, c.rec.Name, ctx, &by)
+	ev.Timestamp = c.now
+	c.events = append(c.events, ev)
+}
+
+// setReadyFalse clears the Ready flag for a stop, exit or reset; it records
+// a "ready" timeline entry when the flag was true.
+func (c *change) setReadyFalse(cause, detail string) bool {
+	was := c.rec.Config[KeyReady] == "true"
+	if c.rec.Config[KeyReady] != "false" {
+		c.rec.Config[KeyReady] = "false"
+		c.persist = true
+	}
+	c.rt.readyAt = nil
+	if was {
+		c.note(kindReady, "true", "false", cause, detail)
+	}
+	return was
+}
+
+// Timeline kinds.
+const (
+	kindState = "state"
+	kindAgent = "agent"
+	kindReady = "ready"
+)
+
+// mutate runs fn on copies of e's state under e's write lock, saves the
+// result (with its timeline entries in the same transaction), makes it the
+// current state, then publishes the queued events. A failed fn or save
+// changes nothing. It returns the new view.
+func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error) (*Instance, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m.mu.RLock()
+	if e.rt.deleted {
+		name := e.rec.Name
+		m.mu.RUnlock()
+		return nil, fmt.Errorf("instance %q: %w", name, errdefs.ErrNotFound)
+	}
+	c := &change{rec: cloneRec(e.rec), rt: e.rt.clone(), now: time.Now().UTC()}
+	m.mu.RUnlock()
+	if err := fn(c); err != nil {
+		return nil, err
+	}
+	if c.persist {
+		if err := m.store.UpdateInstanceWithTimeline(ctx, c.rec, c.timeline...); err != nil {
+			return nil, fmt.Errorf("saving instance %q: %w", c.rec.Name, storeErr(err))
+		}
+	}
+	m.mu.Lock()
+	e.rec, e.rt = c.rec, c.rt
+	view := viewOf(e)
+	m.mu.Unlock()
+	m.publish(ctx, c.events)
+	if !c.persist && len(c.timeline) > 0 {
+		// After the events: they are what watchers wait for.
+		if err := m.store.AppendTimeline(ctx, c.timeline...); err != nil {
+			m.log.Error("recording timeline", "instance", c.rec.Name, "err", err)
+		}
+	}
+	return view, nil
+}
+
+// publish publishes events; the change they announce is already made, so a
+// failure is logged rather than returned.
+func (m *Manager) publish(ctx context.Context, evs []events.Event) {
+	for _, ev := range evs {
+		if _, err := m.bus.Publish(context.WithoutCancel(ctx), ev); err != nil {
+			m.log.Error("publishing event", "instance", ev.Instance, "type", ev.Type, "err", err)
+		}
+	}
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// causeOf names the timeline cause of a requestor.
+func causeOf(by events.Requestor) string {
+	switch by.Protocol {
+	case "devlxd", "agent", "backend", "daemon":
+		return by.Protocol
+	}
+	return "api"
+}
+
+// Requestors of the manager's own changes.
+var (
+	byBackend = events.Requestor{Protocol: "backend"}
+	byDaemon  = events.Requestor{Protocol: "daemon"}
+)
+
+// backendInfo returns the Info of a backend (cached).
+func (m *Manager) backendInfo(ctx context.Context, name string) (sdk.Backend, *sdk.Info, error) {
+	b, err := m.backends.Backend(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.infoMu.Lock()
+	info := m.infos[name]
+	m.infoMu.Unlock()
+	if info != nil {
+		return b, info, nil
+	}
+	info, err = b.Info(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("asking backend %q for its info: %w", name, err)
+	}
+	m.infoMu.Lock()
+	m.infos[name] = info
+	m.infoMu.Unlock()
+	return b, info, nil
+}
+
+// spec builds the GuestSpec of an instance's stored state.
+func specOf(rec *db.Instance, files []sdk.File) *sdk.GuestSpec {
+	devs := make(map[string]sdk.Device, len(rec.Devices))
+	for k, v := range rec.Devices {
+		devs[k] = sdk.Device(maps.Clone(v))
+	}
+	return &sdk.GuestSpec{
+		Name:    rec.Name,
+		UUID:    rec.UUID,
+		Config:  maps.Clone(rec.Config),
+		Devices: devs,
+		Files:   files,
+	}
+}

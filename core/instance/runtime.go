@@ -1,0 +1,433 @@
+package instance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// SetReady sets the Ready flag of the running instance with the given uuid
+// (the guest's devlxd PATCH /1.0). Ready=true stores
+// volatile.last_state.ready=true, records it in the timeline and publishes
+// instance-ready every time, repeats included; the first Ready of a boot
+// sets ReadyAt. Ready=false stores "false" and publishes instance-unready
+// only when the flag was true (never instance-ready). An instance that does
+// not run is errdefs.ErrConflict. An empty requestor protocol is "devlxd".
+func (m *Manager) SetReady(ctx context.Context, uuid string, ready bool, by events.Requestor) error {
+	e, err := m.lookupUUID(ctx, uuid)
+	if err != nil {
+		return fmt.Errorf("setting ready state: %w", err)
+	}
+	if by.Protocol == "" {
+		by.Protocol = "devlxd"
+	}
+	var name string
+	_, err = m.mutate(ctx, e, func(c *change) error {
+		name = c.rec.Name
+		if c.rec.PowerState != status.PowerRunning {
+			return fmt.Errorf("instance is not running: %w", errdefs.ErrConflict)
+		}
+		old := c.rec.Config[KeyReady]
+		from := old
+		if from == "" {
+			from = "false"
+		}
+		if ready {
+			if old != "true" {
+				c.rec.Config[KeyReady] = "true"
+				c.persist = true
+				t := c.now
+				c.rt.readyAt = &t
+			}
+			c.note(kindReady, from, "true", causeOf(by), "")
+			c.emit(events.InstanceReady, nil, by)
+			return nil
+		}
+		if old != "false" {
+			c.rec.Config[KeyReady] = "false"
+			c.persist = true
+		}
+		if old == "true" {
+			c.note(kindReady, "true", "false", causeOf(by), "")
+			c.emit(events.InstanceUnready, nil, by)
+		}
+		return nil
+	})
+	if err != nil {
+		if name == "" {
+			return fmt.Errorf("setting ready state of instance %s: %w", uuid, err)
+		}
+		return fmt.Errorf("setting ready state of instance %q: %w", name, err)
+	}
+	return nil
+}
+
+// agentActions maps agent states to their lifecycle actions.
+var agentActions = map[AgentState]string{
+	AgentStarted:   events.InstanceAgentStarted,
+	AgentConnected: events.InstanceAgentConnected,
+	AgentStopped:   events.InstanceAgentStopped,
+	AgentLost:      events.InstanceAgentLost,
+}
+
+// SetAgentState records what the agent monitor knows of the agent of the
+// instance with the given uuid. A changed state is recorded in memory, in
+// the timeline (kind "agent") and published as instance-agent-<state>; a
+// zero heartbeat leaves the last heartbeat as it is, and a heartbeat alone
+// only updates memory. An unknown state is errdefs.ErrInvalid; a state
+// other than AgentNone for an instance whose guest does not run is
+// errdefs.ErrConflict.
+func (m *Manager) SetAgentState(ctx context.Context, uuid string, st AgentState, heartbeat time.Time) error {
+	if _, ok := agentActions[st]; !ok && st != AgentNone {
+		return fmt.Errorf("setting agent state of instance %s: unknown state %q: %w", uuid, st, errdefs.ErrInvalid)
+	}
+	e, err := m.lookupUUID(ctx, uuid)
+	if err != nil {
+		return fmt.Errorf("setting agent state: %w", err)
+	}
+	var name string
+	_, err = m.mutate(ctx, e, func(c *change) error {
+		name = c.rec.Name
+		if st != AgentNone && c.rec.PowerState != status.PowerRunning && c.rt.op == status.OpNone {
+			return fmt.Errorf("instance is not running: %w", errdefs.ErrConflict)
+		}
+		if !heartbeat.IsZero() {
+			hb := heartbeat.UTC()
+			c.rt.agent.LastHeartbeat = &hb
+		}
+		if c.rt.agent.State == st {
+			return nil
+		}
+		from := c.rt.agent.State
+		c.rt.agent.State = st
+		since := c.now
+		c.rt.agent.Since = &since
+		c.note(kindAgent, string(from), string(st), "agent", "")
+		if action, ok := agentActions[st]; ok {
+			c.emit(action, map[string]any{"state": string(st)}, events.Requestor{Protocol: "agent"})
+		}
+		return nil
+	})
+	if err != nil {
+		if name == "" {
+			return fmt.Errorf("setting agent state of instance %s: %w", uuid, err)
+		}
+		return fmt.Errorf("setting agent state of instance %q: %w", name, err)
+	}
+	return nil
+}
+
+// HandleBackendEvent handles an event of a backend's guest; wire it as
+// core/pluginhost's OnEvent. EventExited marks the guest stopped (Error
+// when the backend gave a failure detail, kept as the message), clears
+// Ready and the agent, publishes instance-stopped and calls
+// Hooks.GuestStopped; EventReset clears Ready and calls Hooks.GuestReset;
+// other events of running guests go to Hooks.BackendEvent. Events for
+// unknown guests are dropped.
+func (m *Manager) HandleBackendEvent(backend string, ev sdk.Event) {
+	ctx, cancel := context.WithTimeout(context.Background(), eventTimeout)
+	defer cancel()
+	e, err := m.lookupUUID(ctx, ev.UUID)
+	if err != nil {
+		m.log.Debug("dropping a backend event", "backend", backend, "kind", ev.Kind.String(), "err", err)
+		return
+	}
+	m.mu.RLock()
+	owner := e.rec.Backend
+	m.mu.RUnlock()
+	if owner != backend {
+		m.log.Warn("dropping a backend event for another backend's guest", "backend", backend, "owner", owner, "uuid", ev.UUID)
+		return
+	}
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	switch ev.Kind {
+	case sdk.EventExited:
+		m.guestExited(ctx, e, ev)
+	case sdk.EventReset:
+		m.guestReset(ctx, e, ev)
+	default:
+		m.mu.RLock()
+		running := e.rec.PowerState == status.PowerRunning && !e.rt.deleted
+		view := viewOf(e)
+		m.mu.RUnlock()
+		if running && m.hooks != nil {
+			m.hooks.BackendEvent(view, ev)
+		}
+	}
+}
+
+// guestExited handles the end of e's guest process. During an operation
+// the exit is kept for the operation to look at when it ends.
+func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
+	handled := false
+	view, err := m.mutate(ctx, e, func(c *change) error {
+		if c.rt.op != status.OpNone {
+			c.rt.pendingExit = &ev
+			return nil
+		}
+		if c.rec.PowerState != status.PowerRunning {
+			return nil
+		}
+		if c.rec.StartedAt != nil && ev.Time.Before(*c.rec.StartedAt) {
+			return nil // an exit of an earlier boot
+		}
+		power := status.PowerStopped
+		if ev.Detail != "" {
+			power = status.PowerError
+		}
+		m.stopped(c, power, ev.Detail, "backend", "guest exited")
+		ctxMap := map[string]any{}
+		if ev.Detail != "" {
+			ctxMap["error"] = ev.Detail
+		}
+		c.emit(events.InstanceStopped, ctxMap, byBackend)
+		handled = true
+		return nil
+	})
+	if err != nil {
+		m.log.Error("recording a guest exit", "uuid", ev.UUID, "err", err)
+		return
+	}
+	if handled && m.hooks != nil {
+		m.hooks.GuestStopped(view)
+	}
+}
+
+// guestReset handles a reboot of e's guest that kept its process.
+func (m *Manager) guestReset(ctx context.Context, e *entry, ev sdk.Event) {
+	handled := false
+	view, err := m.mutate(ctx, e, func(c *change) error {
+		if c.rec.PowerState != status.PowerRunning {
+			return nil
+		}
+		if c.setReadyFalse("backend", "guest rebooted") {
+			c.emit(events.InstanceUnready, map[string]any{"reason": "reset"}, byBackend)
+		}
+		c.note(kindState, status.PowerRunning, status.PowerRunning, "backend", "guest rebooted")
+		handled = true
+		return nil
+	})
+	if err != nil {
+		m.log.Error("recording a guest reset", "uuid", ev.UUID, "err", err)
+		return
+	}
+	if handled && m.hooks != nil {
+		m.hooks.GuestReset(view)
+	}
+}
+
+// Init is called once at daemon start: it clears every instance's Ready
+// flag (the daemon cannot know; agents re-declare it), loads the
+// instances and recovers the guests of every backend (see Recover). The
+// manager is usable even when some guests could not be recovered; their
+// errors are returned joined.
+func (m *Manager) Init(ctx context.Context) error {
+	n, err := m.store.ClearReadyAll(ctx)
+	if err != nil {
+		return fmt.Errorf("initialising instances: %w", storeErr(err))
+	}
+	if err := m.load(ctx, true); err != nil {
+		return fmt.Errorf("initialising instances: %w", err)
+	}
+	backends := map[string]bool{}
+	m.mu.Lock()
+	for _, e := range m.byName {
+		e.rt.readyAt = nil
+		backends[e.rec.Backend] = true
+	}
+	m.mu.Unlock()
+	m.log.Info("instances loaded", "instances", len(m.byName), "ready_cleared", n)
+	var errs []error
+	for _, b := range slices.Sorted(maps.Keys(backends)) {
+		if err := m.Recover(ctx, b); err != nil {
+			m.log.Error("recovering guests", "backend", b, "err", err)
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Recover re-attaches to every guest of a backend after the daemon or the
+// backend's plugin restarted (wire it as core/pluginhost's OnRestart). It
+// calls the backend's Recover for each stored handle and reconciles the
+// power state: a guest that ended meanwhile is marked stopped (timeline
+// cause "daemon") and instance-stopped is published; running guests get
+// Hooks.GuestRunning so the agent monitor advertises itself again and the
+// agent re-declares Ready. Guests are recovered in parallel; their errors
+// are returned joined.
+func (m *Manager) Recover(ctx context.Context, backend string) error {
+	if err := m.load(ctx, false); err != nil {
+		return fmt.Errorf("recovering guests of backend %q: %w", backend, err)
+	}
+	m.infoMu.Lock()
+	delete(m.infos, backend)
+	m.infoMu.Unlock()
+	var todo []*entry
+	m.mu.RLock()
+	for _, e := range m.byName {
+		if e.rec.Backend == backend {
+			todo = append(todo, e)
+		}
+	}
+	m.mu.RUnlock()
+	if len(todo) == 0 {
+		return nil
+	}
+	b, err := m.backends.Backend(backend)
+	if err != nil {
+		return fmt.Errorf("recovering guests of backend %q: %w", backend, err)
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		work = make(chan *entry)
+	)
+	for range min(recoverWorkers, len(todo)) {
+		wg.Go(func() {
+			for e := range work {
+				if err := m.recoverOne(ctx, b, e); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, e := range todo {
+		work <- e
+	}
+	close(work)
+	wg.Wait()
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(errs...)
+}
+
+// recoverOne recovers one guest.
+func (m *Manager) recoverOne(ctx context.Context, b sdk.Backend, e *entry) error {
+	e.op.Lock()
+	defer e.op.Unlock()
+	rec, _, err := m.snapshot(e)
+	if err != nil || len(rec.Handle) == 0 {
+		return nil // deleted meanwhile, or never created
+	}
+	h2, gs, err := b.Recover(ctx, rec.Handle, specOf(rec, nil))
+	switch {
+	case err == nil && gs != nil:
+	case err == nil || isNotFound(err):
+		gs = &sdk.GuestState{Status: sdk.StatusStopped}
+	default:
+		return fmt.Errorf("recovering instance %q: %w", rec.Name, err)
+	}
+	power := powerOf(gs.Status, rec.PowerState)
+	wasRunning := rec.PowerState == status.PowerRunning
+	view, err := m.mutate(ctx, e, func(c *change) error {
+		if len(h2) > 0 && !bytes.Equal(h2, c.rec.Handle) {
+			c.rec.Handle = slices.Clone(h2)
+			c.persist = true
+		}
+		switch {
+		case power == status.PowerRunning:
+			c.rt.details = maps.Clone(gs.Details)
+			if !wasRunning {
+				c.rec.PowerState = status.PowerRunning
+				c.persist = true
+				c.note(kindState, rec.PowerState, status.PowerRunning, "daemon", "guest found running")
+				c.emit(events.InstanceStarted, nil, byDaemon)
+			}
+		case wasRunning:
+			m.stopped(c, power, gs.Message, "daemon", "guest ended while the daemon or its plugin was down")
+			c.emit(events.InstanceStopped, nil, byDaemon)
+		case power != c.rec.PowerState:
+			from := c.rec.PowerState
+			c.rec.PowerState = power
+			c.persist = true
+			c.note(kindState, from, power, "daemon", gs.Message)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recovering instance %q: %w", rec.Name, err)
+	}
+	if power != status.PowerRunning {
+		if wasRunning && m.hooks != nil {
+			m.hooks.GuestStopped(view)
+		}
+		return nil
+	}
+	h := rec.Handle
+	if len(h2) > 0 {
+		h = h2
+	}
+	ep, err := b.LinkEndpoint(ctx, h)
+	if err != nil {
+		m.log.Warn("guest link endpoint unknown", "instance", rec.Name, "err", err)
+		ep = nil
+	} else if ep != nil {
+		if v, err := m.mutate(ctx, e, func(c *change) error {
+			c.rt.link = string(ep.Kind)
+			return nil
+		}); err == nil {
+			view = v
+		}
+	}
+	if m.hooks != nil {
+		m.hooks.GuestRunning(view, ep)
+	}
+	return nil
+}
+
+// TimelineEntry is one entry of an instance's timeline as the API shows it.
+type TimelineEntry struct {
+	Time   time.Time `json:"time"`
+	Boot   int64     `json:"boot"`
+	Kind   string    `json:"kind"` // "state", "agent", "ready"
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Cause  string    `json:"cause"` // "api", "devlxd", "backend", "daemon", "agent"
+	Detail string    `json:"detail,omitempty"`
+}
+
+// Timeline limits.
+const (
+	DefaultTimelineLimit = 100
+	MaxTimelineLimit     = 10000
+)
+
+// Timeline returns the last limit entries of an instance's timeline, oldest
+// first (limit <= 0 means DefaultTimelineLimit; at most MaxTimelineLimit).
+func (m *Manager) Timeline(ctx context.Context, name string, limit int) ([]TimelineEntry, error) {
+	e, err := m.lookup(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("reading timeline: %w", err)
+	}
+	if limit <= 0 {
+		limit = DefaultTimelineLimit
+	}
+	limit = min(limit, MaxTimelineLimit)
+	m.mu.RLock()
+	id := e.rec.ID
+	m.mu.RUnlock()
+	recs, err := m.store.ListTimeline(ctx, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading timeline of instance %q: %w", name, storeErr(err))
+	}
+	out := make([]TimelineEntry, len(recs))
+	for i, r := range recs {
+		out[i] = TimelineEntry{Time: r.Time, Boot: r.Boot, Kind: r.Kind, From: r.From, To: r.To, Cause: r.Cause, Detail: r.Detail}
+	}
+	return out, nil
+}

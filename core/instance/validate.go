@@ -1,0 +1,197 @@
+package instance
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/guestlink/guestlink/core/errdefs"
+)
+
+// Instance keys the daemon manages (shared/spec/status.md).
+const (
+	KeyReady              = "volatile.last_state.ready"
+	KeyUUID               = "volatile.uuid"
+	KeyVsockID            = "volatile.vsock_id"
+	KeyCloudInitID        = "volatile.cloud-init.instance-id"
+	KeySecurityDevlxd     = "security.devlxd"
+	KeySecurityDevlxdImgs = "security.devlxd.images"
+	KeyLimitsCPU          = "limits.cpu"
+	KeyLimitsMemory       = "limits.memory"
+)
+
+// MaxNameLength is the longest instance name (a DNS label).
+const MaxNameLength = 63
+
+// ValidateName checks that name is a DNS label: 1 to 63 letters, digits and
+// hyphens, not starting with a digit or a hyphen and not ending with a
+// hyphen. It returns errdefs.ErrInvalid with the precise reason.
+func ValidateName(name string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("invalid instance name %q: %s: %w", name, why, errdefs.ErrInvalid)
+	}
+	switch {
+	case name == "":
+		return fmt.Errorf("invalid instance name: the name is empty: %w", errdefs.ErrInvalid)
+	case len(name) > MaxNameLength:
+		return bad(fmt.Sprintf("longer than %d characters (%d)", MaxNameLength, len(name)))
+	}
+	for i, r := range name {
+		ok := r == '-' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
+		if !ok {
+			return bad(fmt.Sprintf("character %q at position %d is not a letter, digit or hyphen", r, i))
+		}
+	}
+	switch {
+	case name[0] >= '0' && name[0] <= '9':
+		return bad("must not start with a digit")
+	case name[0] == '-':
+		return bad("must not start with a hyphen")
+	case name[len(name)-1] == '-':
+		return bad("must not end with a hyphen")
+	}
+	return nil
+}
+
+// lxdBool reports whether v is a boolean as LXD accepts it.
+func lxdBool(v string) bool {
+	switch strings.ToLower(v) {
+	case "true", "false", "1", "0", "yes", "no", "on", "off":
+		return true
+	}
+	return false
+}
+
+var (
+	uuidRe    = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	cpuSetRe  = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
+	memSizeRe = regexp.MustCompile(`^([0-9]+)(B|kB|MB|GB|TB|PB|EB|KiB|MiB|GiB|TiB|PiB|EiB)?$`)
+	memPctRe  = regexp.MustCompile(`^([0-9]+)%$`)
+)
+
+// keyChecker validates one key's value; an error says what is wrong.
+type keyChecker func(v string) error
+
+func checkBool(v string) error {
+	if !lxdBool(v) {
+		return fmt.Errorf("%q is not a boolean (true or false)", v)
+	}
+	return nil
+}
+
+func checkCPU(v string) error {
+	if n, err := strconv.Atoi(v); err == nil {
+		if n < 1 {
+			return fmt.Errorf("%q: at least one CPU is needed", v)
+		}
+		return nil
+	}
+	if !cpuSetRe.MatchString(v) {
+		return fmt.Errorf("%q is neither a CPU count nor a CPU set such as 0-3,6", v)
+	}
+	return nil
+}
+
+func checkMemory(v string) error {
+	if m := memPctRe.FindStringSubmatch(v); m != nil {
+		if n, _ := strconv.Atoi(m[1]); n < 1 || n > 100 {
+			return fmt.Errorf("%q: a percentage must be between 1%% and 100%%", v)
+		}
+		return nil
+	}
+	m := memSizeRe.FindStringSubmatch(v)
+	if m == nil {
+		return fmt.Errorf("%q is not a size such as 512MiB or 2GiB", v)
+	}
+	if n, err := strconv.ParseUint(m[1], 10, 63); err != nil || n == 0 {
+		return fmt.Errorf("%q is not a positive size", v)
+	}
+	return nil
+}
+
+func checkVsockID(v string) error {
+	n, err := strconv.ParseUint(v, 10, 32)
+	if err != nil || n < 3 {
+		return fmt.Errorf("%q is not a guest CID (an integer from 3 to 4294967295)", v)
+	}
+	return nil
+}
+
+func checkUUID(v string) error {
+	if !uuidRe.MatchString(v) {
+		return fmt.Errorf("%q is not a lowercase UUID", v)
+	}
+	return nil
+}
+
+func checkNonEmpty(v string) error {
+	if v == "" {
+		return fmt.Errorf("the value is empty")
+	}
+	return nil
+}
+
+// fixedKeys are the known keys outside the free-form prefixes.
+var fixedKeys = map[string]keyChecker{
+	KeySecurityDevlxd:     checkBool,
+	KeySecurityDevlxdImgs: checkBool,
+	KeyLimitsCPU:          checkCPU,
+	KeyLimitsMemory:       checkMemory,
+	KeyUUID:               checkUUID,
+	KeyVsockID:            checkVsockID,
+	KeyCloudInitID:        checkNonEmpty,
+}
+
+// daemonKeys are set only by the daemon itself.
+var daemonKeys = map[string]bool{
+	KeyReady: true,
+}
+
+// validateKey checks that a user may set (or unset) key to v on an instance
+// whose backend owns the config prefixes in backendPrefixes. unset skips
+// the value check.
+func validateKey(key, v string, unset bool, backendPrefixes []string) error {
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalid)...)
+	}
+	if daemonKeys[key] {
+		return invalid("configuration key %q is managed by the daemon", key)
+	}
+	if check, ok := fixedKeys[key]; ok {
+		if unset {
+			return nil
+		}
+		if err := check(v); err != nil {
+			return invalid("invalid value for %q: %v", key, err)
+		}
+		return nil
+	}
+	for _, p := range []string{"user.", "cloud-init."} {
+		if strings.HasPrefix(key, p) {
+			if len(key) == len(p) {
+				return invalid("configuration key %q has nothing after its prefix", key)
+			}
+			return nil
+		}
+	}
+	for _, p := range backendPrefixes {
+		if p != "" && strings.HasPrefix(key, p) && len(key) > len(p) {
+			return nil // the backend checks its own keys
+		}
+	}
+	return invalid("unknown configuration key %q", key)
+}
+
+// validateDevices checks that every device has a name and a type.
+func validateDevices(devs map[string]map[string]string) error {
+	for name, d := range devs {
+		if name == "" {
+			return fmt.Errorf("invalid device: empty device name: %w", errdefs.ErrInvalid)
+		}
+		if d["type"] == "" {
+			return fmt.Errorf("invalid device %q: no type: %w", name, errdefs.ErrInvalid)
+		}
+	}
+	return nil
+}
