@@ -89,6 +89,7 @@ func BenchmarkListInstances10k(b *testing.B) {
 			ctx := context.Background()
 			s := dbtest.Open(b, e.URL(b))
 			fill(b, s, 10000)
+			cpu0 := processCPU()
 			b.ResetTimer()
 			for b.Loop() {
 				list, err := s.ListInstances(ctx, db.InstanceFilter{})
@@ -100,6 +101,7 @@ func BenchmarkListInstances10k(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/op")
+			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 		})
 	}
 }

@@ -218,9 +218,8 @@ func openPair(ctx context.Context, dialector func() gorm.Dialector, engine, name
 			return nil, fmt.Errorf("opening database %q: %w", name, err)
 		}
 		if engine == EngineSQLite {
-			var mode string
-			if err := g.WithContext(ctx).Raw("PRAGMA journal_mode").Scan(&mode).Error; err != nil || !strings.EqualFold(mode, "wal") {
-				return nil, fmt.Errorf("opening database %q: journal mode is %q, want wal: %w", name, mode, err)
+			if err := checkPragmas(ctx, g); err != nil {
+				return nil, fmt.Errorf("opening database %q: %w", name, err)
 			}
 		}
 		handles[i] = g
@@ -230,6 +229,31 @@ func openPair(ctx context.Context, dialector func() gorm.Dialector, engine, name
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkPragmas verifies that a SQLite connection got the settings of its
+// DSN; durability depends on them.
+func checkPragmas(ctx context.Context, g *gorm.DB) error {
+	var mode string
+	var sync, fk int
+	err := g.WithContext(ctx).Connection(func(c *gorm.DB) error {
+		return errors.Join(
+			c.Raw("PRAGMA journal_mode").Scan(&mode).Error,
+			c.Raw("PRAGMA synchronous").Scan(&sync).Error,
+			c.Raw("PRAGMA foreign_keys").Scan(&fk).Error,
+		)
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading connection settings: %w", err)
+	case !strings.EqualFold(mode, "wal"):
+		return fmt.Errorf("journal mode is %q, want wal", mode)
+	case sync != 2:
+		return fmt.Errorf("synchronous is %d, want 2 (full)", sync)
+	case fk != 1:
+		return errors.New("foreign keys are off")
+	}
+	return nil
 }
 
 // createPrivate makes sure the database file exists with mode 0600 before
