@@ -221,9 +221,11 @@ func (h *recHooks) GuestRunning(inst *Instance, ep *sdk.LinkEndpoint) {
 	h.mu.Unlock()
 	h.add("running " + inst.Name)
 }
-func (h *recHooks) GuestStopped(inst *Instance)               { h.add("stopped " + inst.Name) }
-func (h *recHooks) GuestReset(inst *Instance)                 { h.add("reset " + inst.Name) }
-func (h *recHooks) BackendEvent(inst *Instance, ev sdk.Event) { h.add(ev.Kind.String() + " " + inst.Name) }
+func (h *recHooks) GuestStopped(inst *Instance) { h.add("stopped " + inst.Name) }
+func (h *recHooks) GuestReset(inst *Instance)   { h.add("reset " + inst.Name) }
+func (h *recHooks) BackendEvent(inst *Instance, ev sdk.Event) {
+	h.add(ev.Kind.String() + " " + inst.Name)
+}
 func (h *recHooks) ConfigChanged(inst *Instance, c []ConfigChange) {
 	h.mu.Lock()
 	h.chg = append(h.chg, c)
