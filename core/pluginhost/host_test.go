@@ -551,3 +551,25 @@ func TestCloseKillsPlugins(t *testing.T) {
 		t.Fatalf("second Start = %v, want ErrConflict", err)
 	}
 }
+
+func TestFrozenPluginRestarted(t *testing.T) {
+	dir, bdir := pluginDir(t, map[string]map[string]any{"frozen": nil})
+	rec := &recorder{}
+	cfg := testConfig(dir, bdir)
+	cfg.HealthTimeout = 500 * time.Millisecond
+	cfg.OnRestart = rec.onRestart
+	h := startHost(t, cfg)
+	old := status(h, "frozen").PID
+	if err := syscall.Kill(old, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "OnRestart after the freeze", func() bool { return len(rec.restarted()) == 1 })
+	st := status(h, "frozen")
+	if st.Health != pluginhost.HealthHealthy || st.PID == old || !strings.Contains(st.LastError, "hung") {
+		t.Fatalf("status = %+v, want healthy again with a new pid and the hang as last error", st)
+	}
+	if alive(old) {
+		syscall.Kill(old, syscall.SIGKILL)
+		t.Fatalf("frozen plugin %d still exists", old)
+	}
+}

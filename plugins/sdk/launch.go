@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -171,10 +172,30 @@ type startError struct {
 func (e *startError) Error() string { return e.msg }
 func (e *startError) Unwrap() error { return e.err }
 
-// Kill asks the plugin to exit, kills it if it does not within two seconds,
-// and returns once it is gone. It is safe to call more than once.
+// killGrace is how long Kill waits for go-plugin's own shutdown before it
+// kills the process itself: go-plugin's graceful close waits for an answer
+// from the plugin without a deadline, which a frozen process never gives.
+const killGrace = 5 * time.Second
+
+// Kill asks the plugin to exit, kills it if it does not within a few
+// seconds (also when it is frozen), and returns once it is gone. It is safe
+// to call more than once and concurrently.
 func (c *Client) Kill() {
-	c.pc.Kill()
-	c.once.Do(func() { close(c.stop) })
+	c.once.Do(func() {
+		killed := make(chan struct{})
+		go func() {
+			c.pc.Kill()
+			close(killed)
+		}()
+		select {
+		case <-killed:
+		case <-time.After(killGrace):
+			if c.pid > 0 {
+				_ = syscall.Kill(c.pid, syscall.SIGKILL)
+			}
+			<-killed
+		}
+		close(c.stop)
+	})
 	<-c.done
 }

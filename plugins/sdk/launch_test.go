@@ -314,3 +314,28 @@ func TestPluginDiesWithDaemon(t *testing.T) {
 		t.Fatalf("plugin %d survived its SIGKILLed daemon", pid)
 	}
 }
+
+func TestKillFrozenPlugin(t *testing.T) {
+	c, err := sdk.Launch(context.Background(), pluginBin, sdk.LaunchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := c.PID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	killed := make(chan struct{})
+	go func() {
+		c.Kill()
+		close(killed)
+	}()
+	select {
+	case <-killed:
+	case <-time.After(time.Minute):
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatal("Kill of a frozen plugin did not return")
+	}
+	if !processGone(pid, 10*time.Second) {
+		t.Fatalf("frozen plugin %d survived Kill", pid)
+	}
+}
