@@ -1,0 +1,203 @@
+// Package api is guestlink's admin API: LXD-style JSON envelopes over fiber
+// on the daemon's Unix socket (and optionally localhost TCP), plus the
+// /1.0/events websocket. Handlers turn requests into calls on the services
+// declared below and map the services' error kinds (core/errdefs) to HTTP
+// statuses; they hold no state of their own.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/pluginhost"
+)
+
+// Instances is the instance service the API drives (core/instance.Manager).
+// Every method returns errors wrapping a core/errdefs kind; by names who
+// asked, for the event log and the timeline.
+type Instances interface {
+	Create(ctx context.Context, req instance.CreateRequest, by events.Requestor) (*instance.Instance, error)
+	Get(ctx context.Context, name string) (*instance.Instance, error)
+	List(ctx context.Context, filter instance.ListFilter) ([]*instance.Instance, error)
+	Start(ctx context.Context, name string, by events.Requestor) error
+	Stop(ctx context.Context, name string, opts instance.StopOptions, by events.Requestor) error
+	Restart(ctx context.Context, name string, opts instance.StopOptions, by events.Requestor) error
+	Delete(ctx context.Context, name string, force bool, by events.Requestor) error
+	UpdateConfig(ctx context.Context, name string, set map[string]string, unset []string, by events.Requestor) (*instance.Instance, error)
+	Timeline(ctx context.Context, name string, limit int) ([]instance.TimelineEntry, error)
+}
+
+// EventSource is the event bus the /1.0/events websocket subscribes to
+// (core/events.Bus). A subscription delivers every matching event after
+// filter.After in id order; its channel closes when the subscription ends,
+// and Err then says why (nil after Close).
+type EventSource interface {
+	Subscribe(filter events.Filter) (*events.Subscription, error)
+}
+
+// Backends lists the backend plugins and their health (core/pluginhost).
+type Backends interface {
+	List() []pluginhost.Status
+}
+
+// Defaults of Config.
+const (
+	DefaultBodyLimit    = 1 << 20
+	DefaultPingInterval = 30 * time.Second
+	// DefaultTimelineSummary is how many timeline entries the instance
+	// object carries.
+	DefaultTimelineSummary = 20
+)
+
+// Config configures an API.
+type Config struct {
+	// Instances, Events and Backends are the services behind the API; all
+	// three are required.
+	Instances Instances
+	Events    EventSource
+	Backends  Backends
+	// Version is reported as server_version by GET /1.0.
+	Version string
+	// BodyLimit caps request bodies (bytes); larger ones are answered 413.
+	// Zero means DefaultBodyLimit.
+	BodyLimit int
+	// PingInterval is how often event websockets are pinged; a client that
+	// does not answer within two intervals is dropped. Zero means
+	// DefaultPingInterval.
+	PingInterval time.Duration
+	// Logger receives the API's own log lines; nil discards them.
+	Logger *slog.Logger
+}
+
+// API is the admin API. Create it with New, then Serve it on one or more
+// listeners (the Unix socket, a localhost TCP port) and Shutdown it once.
+type API struct {
+	cfg Config
+	app *fiber.App
+	log *slog.Logger
+
+	closing   chan struct{} // closed by Shutdown: event websockets end
+	closeOnce sync.Once
+	streams   sync.WaitGroup // running event websockets
+}
+
+// New returns an API serving cfg's services. It panics if a service is
+// missing, which is a wiring bug.
+func New(cfg Config) *API {
+	if cfg.Instances == nil || cfg.Events == nil || cfg.Backends == nil {
+		panic("api.New: Instances, Events and Backends are required")
+	}
+	if cfg.BodyLimit <= 0 {
+		cfg.BodyLimit = DefaultBodyLimit
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &API{cfg: cfg, log: cfg.Logger, closing: make(chan struct{})}
+	a.app = fiber.New(FiberConfig(cfg.BodyLimit))
+	a.Register(a.app)
+	return a
+}
+
+// FiberConfig returns the fiber settings the admin API needs, for a daemon
+// that builds its own app and calls Register on it: Immutable request
+// strings, no prefork, the body limit (bytes), and an error handler that
+// answers in the LXD error envelope (including 413 for oversized bodies).
+func FiberConfig(bodyLimit int) fiber.Config {
+	if bodyLimit <= 0 {
+		bodyLimit = DefaultBodyLimit
+	}
+	return fiber.Config{
+		AppName:               "guestlink",
+		Immutable:             true,
+		Prefork:               false,
+		DisableStartupMessage: true,
+		BodyLimit:             bodyLimit,
+		ReadTimeout:           time.Minute,
+		IdleTimeout:           2 * time.Minute,
+		ErrorHandler:          errorHandler(bodyLimit),
+	}
+}
+
+// App returns the fiber app Serve runs, so the daemon can mount more routes
+// (the dashboard) next to the API on the same listener.
+func (a *API) App() *fiber.App { return a.app }
+
+// Register adds the API's routes under /1.0 to r. Errors of these routes are
+// always answered in the LXD envelope, whatever r's error handler.
+func (a *API) Register(r fiber.Router) {
+	v1 := r.Group("/1.0", a.envelopeErrors)
+	v1.Get("/", a.getServer)
+	v1.Get("/instances", a.listInstances)
+	v1.Post("/instances", a.createInstance)
+	v1.Get("/instances/:name", a.getInstance)
+	v1.Patch("/instances/:name", a.patchInstance)
+	v1.Delete("/instances/:name", a.deleteInstance)
+	v1.Get("/instances/:name/state", a.getState)
+	v1.Put("/instances/:name/state", a.putState)
+	v1.Get("/instances/:name/timeline", a.getTimeline)
+	v1.Get("/backends", a.listBackends)
+	v1.Get("/events", a.eventsUpgrade, a.eventsSocket())
+}
+
+// Serve answers requests on ln until Shutdown; it may be called for several
+// listeners at once. It returns nil after Shutdown.
+func (a *API) Serve(ln net.Listener) error {
+	select {
+	case <-a.closing:
+		return fmt.Errorf("serving admin API on %s: %w", ln.Addr(), net.ErrClosed)
+	default:
+	}
+	if err := a.app.Listener(ln); err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("serving admin API on %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+// Shutdown closes the listeners, ends the event websockets (close code 1001)
+// and waits for running requests until ctx is done.
+func (a *API) Shutdown(ctx context.Context) error {
+	a.closeOnce.Do(func() { close(a.closing) })
+	err := a.app.ShutdownWithContext(ctx)
+	done := make(chan struct{})
+	go func() { a.streams.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("shutting down admin API: %w", ctx.Err())
+	}
+	if err != nil {
+		return fmt.Errorf("shutting down admin API: %w", err)
+	}
+	return nil
+}
+
+// getServer answers GET /1.0.
+func (a *API) getServer(c *fiber.Ctx) error {
+	list := a.cfg.Backends.List()
+	names := make([]string, 0, len(list))
+	for _, b := range list {
+		names = append(names, b.Name)
+	}
+	return sync200(c, serverInfo(a.cfg.Version, os.Getpid(), names))
+}
+
+// The services the daemon wires in satisfy the interfaces.
+var (
+	_ Instances   = (*instance.Manager)(nil)
+	_ EventSource = (*events.Bus)(nil)
+	_ Backends    = (*pluginhost.Host)(nil)
+)

@@ -1,0 +1,200 @@
+// Package apitest runs a real admin API server on a Unix socket in a test's
+// temporary directory, backed by the real event bus (over an in-memory event
+// log) and an in-memory instance service that follows the manager's
+// contract: the same error kinds, lifecycle events and timeline entries.
+// Tests of the API, the client and the CLI share it.
+package apitest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/core/api"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// Options tune a test server; the zero value is fine.
+type Options struct {
+	BusBuffer    int           // events.WithBuffer; small values make subscriptions overflow
+	PingInterval time.Duration // api.Config.PingInterval
+	BodyLimit    int           // api.Config.BodyLimit
+}
+
+// Server is a running admin API on a Unix socket.
+type Server struct {
+	API       *api.API
+	Dir       string // the state directory
+	Socket    string // Dir/guestlink.sock
+	Bus       *events.Bus
+	Store     *MemEventStore
+	Instances *Instances
+	Backends  *Backends
+
+	subs atomic.Int64
+}
+
+// Subscriptions returns how many event subscriptions the API made.
+func (s *Server) Subscriptions() int { return int(s.subs.Load()) }
+
+// countingSource counts the subscriptions of the API.
+type countingSource struct {
+	bus *events.Bus
+	n   *atomic.Int64
+}
+
+// Subscribe subscribes to the bus.
+func (c *countingSource) Subscribe(f events.Filter) (*events.Subscription, error) {
+	c.n.Add(1)
+	return c.bus.Subscribe(f)
+}
+
+var (
+	_ api.EventSource = (*countingSource)(nil)
+	_ api.EventSource = (*events.Bus)(nil)
+)
+
+// NewServer starts an admin API on a Unix socket under t.TempDir(); it is
+// shut down when the test ends.
+func NewServer(t testing.TB, opts Options) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	store := &MemEventStore{}
+	var busOpts []events.Option
+	if opts.BusBuffer > 0 {
+		busOpts = append(busOpts, events.WithBuffer(opts.BusBuffer))
+	}
+	bus := events.New(store, busOpts...)
+	s := &Server{
+		Dir:       dir,
+		Socket:    filepath.Join(dir, "guestlink.sock"),
+		Bus:       bus,
+		Store:     store,
+		Instances: NewInstances(bus, dir),
+		Backends:  &Backends{},
+	}
+	s.Backends.Set(DefaultBackends()...)
+	s.API = api.New(api.Config{
+		Instances:    s.Instances,
+		Events:       &countingSource{bus: bus, n: &s.subs},
+		Backends:     s.Backends,
+		Version:      "test",
+		BodyLimit:    opts.BodyLimit,
+		PingInterval: opts.PingInterval,
+	})
+	ln, err := api.ListenUnix(s.Socket)
+	if err != nil {
+		t.Fatalf("listening: %v", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.API.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.API.Shutdown(ctx); err != nil {
+			t.Errorf("shutting down the API: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serving the API: %v", err)
+		}
+		_ = bus.Close()
+	})
+	return s
+}
+
+// Dial connects to the server's socket (for http.Transport.DialContext).
+func (s *Server) Dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", s.Socket)
+}
+
+// Backends is a settable list of backend plugins.
+type Backends struct {
+	mu   sync.Mutex
+	list []pluginhost.Status
+}
+
+// DefaultBackends returns the plugins a test server starts with: "sim"
+// (healthy) and "qemu" (restarting).
+func DefaultBackends() []pluginhost.Status {
+	return []pluginhost.Status{
+		{Name: "sim", Path: "/usr/lib/guestlink/plugins/sim", Version: "0.1.0", Capabilities: []sdk.Capability{"devlxd-socket"}, Health: pluginhost.HealthHealthy, PID: 4242},
+		{Name: "qemu", Path: "/usr/lib/guestlink/plugins/qemu", Version: "0.1.0", Capabilities: []sdk.Capability{sdk.CapStateful, "vsock"}, Health: pluginhost.HealthRestarting, Restarts: 2, LastError: "plugin exited: signal: killed"},
+	}
+}
+
+// Set replaces the list.
+func (b *Backends) Set(list ...pluginhost.Status) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.list = slices.Clone(list)
+}
+
+// List returns the plugins.
+func (b *Backends) List() []pluginhost.Status {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.list)
+}
+
+var _ api.Backends = (*Backends)(nil)
+
+// MemEventStore is an in-memory event log for events.Bus.
+type MemEventStore struct {
+	mu     sync.Mutex
+	events []*db.Event
+}
+
+// AppendEvent stores ev and gives it the next id.
+func (m *MemEventStore) AppendEvent(_ context.Context, ev *db.Event) error {
+	if ev == nil {
+		return errors.New("appending event: nil event")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ev.ID = int64(len(m.events)) + 1
+	c := *ev
+	c.Body = slices.Clone(ev.Body)
+	m.events = append(m.events, &c)
+	return nil
+}
+
+// EventsAfter returns up to limit events with an id greater than after.
+func (m *MemEventStore) EventsAfter(_ context.Context, after int64, limit int) ([]*db.Event, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if after < 0 {
+		after = 0
+	}
+	if after >= int64(len(m.events)) {
+		return nil, nil
+	}
+	rest := m.events[after:]
+	if limit > 0 && len(rest) > limit {
+		rest = rest[:limit]
+	}
+	out := make([]*db.Event, len(rest))
+	for i, e := range rest {
+		c := *e
+		out[i] = &c
+	}
+	return out, nil
+}
+
+// LastEventID returns the newest id (0 if none).
+func (m *MemEventStore) LastEventID(context.Context) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return int64(len(m.events)), nil
+}
+
+var _ events.EventStore = (*MemEventStore)(nil)

@@ -1,0 +1,309 @@
+package api
+
+import (
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/pluginhost"
+)
+
+// Limits of query values.
+const (
+	maxTimelineLimit = 10000
+	maxStopTimeout   = 24 * 60 * 60 // seconds
+)
+
+// nameParam returns the :name path parameter, unescaped and validated.
+func nameParam(c *fiber.Ctx) (string, error) {
+	raw := c.Params("name")
+	name, err := url.PathUnescape(raw)
+	if err != nil {
+		return "", badRequest("invalid instance name %q: bad escape", raw)
+	}
+	return name, instance.ValidateName(name)
+}
+
+// listInstances answers GET /1.0/instances.
+func (a *API) listInstances(c *fiber.Ctx) error {
+	filter := instance.ListFilter{
+		Status:  c.Query("status"),
+		Backend: c.Query("backend"),
+		Agent:   c.Query("agent"),
+		Query:   c.Query("q"),
+	}
+	list, err := a.cfg.Instances.List(c.UserContext(), filter)
+	if err != nil {
+		return err
+	}
+	out := make([]wire.Instance, 0, len(list))
+	for _, inst := range list {
+		out = append(out, wire.Instance{Instance: *inst})
+	}
+	return sync200(c, out)
+}
+
+// createInstance answers POST /1.0/instances with 201 and the new instance.
+func (a *API) createInstance(c *fiber.Ctx) error {
+	var req wire.InstancesPost
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	if err := instance.ValidateName(req.Name); err != nil {
+		return err
+	}
+	// An empty backend is the daemon's default one.
+	if req.Backend != "" {
+		if err := a.checkBackend(req.Backend); err != nil {
+			return err
+		}
+	}
+	for k := range req.Config {
+		if strings.TrimSpace(k) == "" {
+			return badRequest("invalid config: empty key")
+		}
+	}
+	for dev, props := range req.Devices {
+		if strings.TrimSpace(dev) == "" {
+			return badRequest("invalid devices: empty device name")
+		}
+		if props["type"] == "" {
+			return badRequest("invalid device %q: type is required", dev)
+		}
+	}
+	inst, err := a.cfg.Instances.Create(c.UserContext(), instance.CreateRequest{
+		Name:    req.Name,
+		Backend: req.Backend,
+		Config:  req.Config,
+		Devices: req.Devices,
+		Start:   req.Start,
+	}, requestor(c))
+	if err != nil {
+		return err
+	}
+	return syncCreated(c, wire.Instance{Instance: *inst})
+}
+
+// checkBackend returns a 400 error unless a backend plugin of that name is
+// loaded.
+func (a *API) checkBackend(name string) error {
+	list := a.cfg.Backends.List()
+	names := make([]string, 0, len(list))
+	for _, b := range list {
+		if b.Name == name {
+			return nil
+		}
+		names = append(names, b.Name)
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		return badRequest("unknown backend %q: no backend plugin is loaded", name)
+	}
+	return badRequest("unknown backend %q: loaded backends are %s", name, strings.Join(names, ", "))
+}
+
+// getInstance answers GET /1.0/instances/{name}: the instance object with
+// its latest timeline entries.
+func (a *API) getInstance(c *fiber.Ctx) error {
+	name, err := nameParam(c)
+	if err != nil {
+		return err
+	}
+	inst, err := a.cfg.Instances.Get(c.UserContext(), name)
+	if err != nil {
+		return err
+	}
+	tl, err := a.cfg.Instances.Timeline(c.UserContext(), name, DefaultTimelineSummary)
+	if err != nil {
+		return err
+	}
+	return sync200(c, wire.Instance{Instance: *inst, Timeline: tl})
+}
+
+// patchInstance answers PATCH /1.0/instances/{name}.
+func (a *API) patchInstance(c *fiber.Ctx) error {
+	name, err := nameParam(c)
+	if err != nil {
+		return err
+	}
+	var req wire.InstancePatch
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	if len(req.Config) == 0 && len(req.Unset) == 0 {
+		return badRequest("nothing to change: give config keys to set or unset keys")
+	}
+	for k := range req.Config {
+		if strings.TrimSpace(k) == "" {
+			return badRequest("invalid config: empty key")
+		}
+	}
+	for _, k := range req.Unset {
+		if strings.TrimSpace(k) == "" {
+			return badRequest("invalid unset: empty key")
+		}
+		if _, ok := req.Config[k]; ok {
+			return badRequest("config key %q is both set and unset", k)
+		}
+	}
+	inst, err := a.cfg.Instances.UpdateConfig(c.UserContext(), name, req.Config, req.Unset, requestor(c))
+	if err != nil {
+		return err
+	}
+	return sync200(c, wire.Instance{Instance: *inst})
+}
+
+// deleteInstance answers DELETE /1.0/instances/{name}[?force=true].
+func (a *API) deleteInstance(c *fiber.Ctx) error {
+	name, err := nameParam(c)
+	if err != nil {
+		return err
+	}
+	force, err := boolQuery(c, "force")
+	if err != nil {
+		return err
+	}
+	if err := a.cfg.Instances.Delete(c.UserContext(), name, force, requestor(c)); err != nil {
+		return err
+	}
+	return sync200(c, nil)
+}
+
+// getState answers GET /1.0/instances/{name}/state.
+func (a *API) getState(c *fiber.Ctx) error {
+	name, err := nameParam(c)
+	if err != nil {
+		return err
+	}
+	inst, err := a.cfg.Instances.Get(c.UserContext(), name)
+	if err != nil {
+		return err
+	}
+	return sync200(c, wire.StateOf(inst))
+}
+
+// putState answers PUT /1.0/instances/{name}/state: it starts, stops or
+// restarts the instance and answers its state afterwards.
+func (a *API) putState(c *fiber.Ctx) error {
+	name, err := nameParam(c)
+	if err != nil {
+		return err
+	}
+	var req wire.InstanceStatePut
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	if req.Timeout < 0 || req.Timeout > maxStopTimeout {
+		return badRequest("invalid timeout %d: must be between 0 and %d seconds", req.Timeout, maxStopTimeout)
+	}
+	opts := instance.StopOptions{
+		Timeout:  time.Duration(req.Timeout) * time.Second,
+		Force:    req.Force,
+		Stateful: req.Stateful,
+	}
+	ctx, by := c.UserContext(), requestor(c)
+	switch req.Action {
+	case wire.ActionStart:
+		err = a.cfg.Instances.Start(ctx, name, by)
+	case wire.ActionStop:
+		err = a.cfg.Instances.Stop(ctx, name, opts, by)
+	case wire.ActionRestart:
+		err = a.cfg.Instances.Restart(ctx, name, opts, by)
+	case "":
+		return badRequest("action is required: start, stop or restart")
+	default:
+		return badRequest("invalid action %q: must be start, stop or restart", req.Action)
+	}
+	if err != nil {
+		return err
+	}
+	inst, err := a.cfg.Instances.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	return sync200(c, wire.StateOf(inst))
+}
+
+// getTimeline answers GET /1.0/instances/{name}/timeline[?limit=N].
+func (a *API) getTimeline(c *fiber.Ctx) error {
+	name, err := nameParam(c)
+	if err != nil {
+		return err
+	}
+	limit := 100
+	if v := c.Query("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxTimelineLimit {
+			return badRequest("invalid limit %q: must be an integer between 1 and %d", v, maxTimelineLimit)
+		}
+		limit = n
+	}
+	tl, err := a.cfg.Instances.Timeline(c.UserContext(), name, limit)
+	if err != nil {
+		return err
+	}
+	if tl == nil {
+		tl = []instance.TimelineEntry{}
+	}
+	return sync200(c, tl)
+}
+
+// boolQuery parses an optional boolean query value ("1", "true", "0",
+// "false", ...; absent or empty is false).
+func boolQuery(c *fiber.Ctx, key string) (bool, error) {
+	v := c.Query(key)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, badRequest("invalid %s %q: must be true or false", key, v)
+	}
+	return b, nil
+}
+
+// listBackends answers GET /1.0/backends.
+func (a *API) listBackends(c *fiber.Ctx) error {
+	list := a.cfg.Backends.List()
+	out := make([]wire.Backend, 0, len(list))
+	for _, s := range list {
+		out = append(out, backendOut(s))
+	}
+	slices.SortFunc(out, func(x, y wire.Backend) int { return strings.Compare(x.Name, y.Name) })
+	return sync200(c, out)
+}
+
+// backendOut converts a plugin status to the wire's backend object.
+func backendOut(s pluginhost.Status) wire.Backend {
+	caps := make([]string, 0, len(s.Capabilities))
+	for _, c := range s.Capabilities {
+		caps = append(caps, string(c))
+	}
+	return wire.Backend{
+		Name: s.Name, Path: s.Path, Version: s.Version, Capabilities: caps,
+		Health: string(s.Health), Restarts: s.Restarts, LastError: s.LastError, PID: s.PID,
+	}
+}
+
+// serverInfo builds the answer of GET /1.0.
+func serverInfo(version string, pid int, backends []string) wire.ServerInfo {
+	slices.Sort(backends)
+	return wire.ServerInfo{
+		APIVersion:    "1.0",
+		APIStatus:     "stable",
+		APIExtensions: []string{"instance_ready", "event_ids", "instance_timeline"},
+		Auth:          "trusted",
+		Environment: wire.Environment{
+			Server:        "guestlink",
+			ServerVersion: version,
+			ServerPID:     pid,
+			Backends:      backends,
+		},
+	}
+}

@@ -1,0 +1,70 @@
+package api
+
+import (
+	"net"
+	"os/user"
+	"strconv"
+
+	"github.com/gofiber/fiber/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/guestlink/guestlink/core/events"
+)
+
+// Requestor protocols of the admin API.
+const (
+	ProtocolUnix = "unix"
+	ProtocolHTTP = "http"
+)
+
+// requestor says who sent the request: on the Unix socket the peer's user
+// (from SO_PEERCRED), on TCP the remote address.
+func requestor(c *fiber.Ctx) events.Requestor {
+	conn := c.Context().Conn()
+	if conn == nil {
+		return events.Requestor{Protocol: ProtocolHTTP, Address: c.Context().RemoteAddr().String()}
+	}
+	if uc, ok := unwrapUnix(conn); ok {
+		return events.Requestor{Protocol: ProtocolUnix, Username: peerUser(uc)}
+	}
+	return events.Requestor{Protocol: ProtocolHTTP, Address: conn.RemoteAddr().String()}
+}
+
+// unwrapUnix returns conn as a Unix socket connection, looking through
+// wrappers that expose their inner connection with NetConn.
+func unwrapUnix(conn net.Conn) (*net.UnixConn, bool) {
+	for range 4 {
+		switch c := conn.(type) {
+		case *net.UnixConn:
+			return c, true
+		case interface{ NetConn() net.Conn }:
+			conn = c.NetConn()
+		default:
+			return nil, conn.RemoteAddr() != nil && conn.RemoteAddr().Network() == "unix"
+		}
+	}
+	return nil, false
+}
+
+// peerUser names the user at the other end of uc ("" if unknown).
+func peerUser(uc *net.UnixConn) string {
+	if uc == nil {
+		return ""
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return ""
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || credErr != nil {
+		return ""
+	}
+	uid := strconv.FormatUint(uint64(cred.Uid), 10)
+	if u, err := user.LookupId(uid); err == nil {
+		return u.Username
+	}
+	return uid
+}

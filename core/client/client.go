@@ -1,0 +1,308 @@
+// Package client is the Go client of guestlink's admin API, over the
+// daemon's Unix socket or a localhost TCP address. The CLI, tests and
+// benchmarks use it.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/core/instance"
+)
+
+// StatusError is an error answer of the API: the HTTP status and the
+// envelope's message. Match it with errors.As; errors.Is also matches the
+// errdefs kind the status stands for (404 errdefs.ErrNotFound, 409
+// errdefs.ErrConflict and errdefs.ErrAlreadyExists, ...).
+type StatusError struct {
+	Code    int
+	Message string
+}
+
+// Error returns the API's message.
+func (e *StatusError) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("%d %s", e.Code, http.StatusText(e.Code))
+	}
+	return e.Message
+}
+
+// Is reports whether target is the errdefs kind of the status code.
+func (e *StatusError) Is(target error) bool {
+	switch e.Code {
+	case http.StatusNotFound:
+		return target == errdefs.ErrNotFound
+	case http.StatusConflict:
+		return target == errdefs.ErrConflict || target == errdefs.ErrAlreadyExists
+	case http.StatusBadRequest:
+		return target == errdefs.ErrInvalid
+	case http.StatusForbidden:
+		return target == errdefs.ErrForbidden
+	case http.StatusUnauthorized:
+		return target == errdefs.ErrUnauthorized
+	case http.StatusNotImplemented:
+		return target == errdefs.ErrNotSupported
+	case http.StatusServiceUnavailable:
+		return target == errdefs.ErrUnavailable
+	}
+	return false
+}
+
+// Client talks to one daemon. It is safe for concurrent use.
+type Client struct {
+	base   string // "http://host:port" or "http://unix"
+	wsBase string // "ws://host:port" or "ws://unix"
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	http   *http.Client
+	addr   string
+}
+
+// New returns a client of the daemon at addr: a Unix socket path (or
+// "unix://" followed by the path), or an "http://host:port" URL.
+func New(addr string) (*Client, error) {
+	if addr == "" {
+		return nil, fmt.Errorf("creating API client: empty address: %w", errdefs.ErrInvalid)
+	}
+	c := &Client{addr: addr}
+	var d net.Dialer
+	switch {
+	case strings.HasPrefix(addr, "http://"):
+		u, err := url.Parse(addr)
+		if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return nil, fmt.Errorf("creating API client for %q: want http://host:port: %w", addr, errdefs.ErrInvalid)
+		}
+		c.base, c.wsBase = "http://"+u.Host, "ws://"+u.Host
+		c.dial = d.DialContext
+	case strings.HasPrefix(addr, "https://"):
+		return nil, fmt.Errorf("creating API client for %q: https is not supported: %w", addr, errdefs.ErrNotSupported)
+	default:
+		path := strings.TrimPrefix(addr, "unix://")
+		c.addr = path
+		c.base, c.wsBase = "http://unix", "ws://unix"
+		c.dial = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", path)
+		}
+	}
+	c.http = &http.Client{Transport: &http.Transport{
+		DialContext:         c.dial,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     30 * time.Second,
+	}}
+	return c, nil
+}
+
+// Close releases the client's idle connections.
+func (c *Client) Close() {
+	c.http.CloseIdleConnections()
+}
+
+// rawResponse is the envelope with its metadata kept raw.
+type rawResponse struct {
+	Type      string          `json:"type"`
+	ErrorCode int             `json:"error_code"`
+	Error     string          `json:"error"`
+	Metadata  json.RawMessage `json:"metadata"`
+}
+
+// do sends a request and decodes the answer's metadata into out (if not
+// nil). API errors are *StatusError.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	target := c.base + path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encoding %s %s request: %w", method, path, err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, r)
+	if err != nil {
+		return fmt.Errorf("building %s %s request: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: daemon %w at %s: %w", method, path, errdefs.ErrUnavailable, c.addr, unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	return decodeResponse(resp, method+" "+path, out)
+}
+
+// unwrapURLError drops net/http's *url.Error wrapper, whose message repeats
+// the made-up URL of Unix socket requests.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// decodeResponse reads an envelope: an error envelope (or any non-2xx
+// answer) becomes *StatusError, a sync one fills out.
+func decodeResponse(resp *http.Response, what string, out any) error {
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("reading answer of %s: %w", what, err)
+	}
+	var env rawResponse
+	if err := json.Unmarshal(raw, &env); err != nil {
+		if resp.StatusCode >= 300 {
+			return &StatusError{Code: resp.StatusCode, Message: strings.TrimSpace(string(raw))}
+		}
+		return fmt.Errorf("decoding answer of %s: %w", what, err)
+	}
+	if resp.StatusCode >= 300 || env.Type == wire.TypeError {
+		code := resp.StatusCode
+		if env.ErrorCode != 0 {
+			code = env.ErrorCode
+		}
+		return &StatusError{Code: code, Message: env.Error}
+	}
+	if out == nil || len(env.Metadata) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(env.Metadata, out); err != nil {
+		return fmt.Errorf("decoding metadata of %s: %w", what, err)
+	}
+	return nil
+}
+
+// instancePath returns the escaped path of an instance resource.
+func instancePath(name string, sub ...string) string {
+	p := "/1.0/instances/" + url.PathEscape(name)
+	for _, s := range sub {
+		p += "/" + s
+	}
+	return p
+}
+
+// ServerInfo returns GET /1.0.
+func (c *Client) ServerInfo(ctx context.Context) (*wire.ServerInfo, error) {
+	var info wire.ServerInfo
+	if err := c.do(ctx, http.MethodGet, "/1.0", nil, nil, &info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// InstanceFilter selects instances in Instances; empty fields match all.
+// Status "Running" includes Ready instances.
+type InstanceFilter struct {
+	Status  string
+	Backend string
+	Agent   string
+	Query   string // substring of the name
+}
+
+// Instances lists the instances matching f.
+func (c *Client) Instances(ctx context.Context, f InstanceFilter) ([]wire.Instance, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"status": f.Status, "backend": f.Backend, "agent": f.Agent, "q": f.Query} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	var list []wire.Instance
+	if err := c.do(ctx, http.MethodGet, "/1.0/instances", q, nil, &list); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// Instance returns one instance with its timeline summary.
+func (c *Client) Instance(ctx context.Context, name string) (*wire.Instance, error) {
+	var inst wire.Instance
+	if err := c.do(ctx, http.MethodGet, instancePath(name), nil, nil, &inst); err != nil {
+		return nil, err
+	}
+	return &inst, nil
+}
+
+// Create creates an instance (and starts it if req.Start).
+func (c *Client) Create(ctx context.Context, req wire.InstancesPost) (*wire.Instance, error) {
+	var inst wire.Instance
+	if err := c.do(ctx, http.MethodPost, "/1.0/instances", nil, req, &inst); err != nil {
+		return nil, err
+	}
+	return &inst, nil
+}
+
+// UpdateConfig sets and unsets config keys of an instance.
+func (c *Client) UpdateConfig(ctx context.Context, name string, set map[string]string, unset []string) (*wire.Instance, error) {
+	var inst wire.Instance
+	body := wire.InstancePatch{Config: set, Unset: unset}
+	if err := c.do(ctx, http.MethodPatch, instancePath(name), nil, body, &inst); err != nil {
+		return nil, err
+	}
+	return &inst, nil
+}
+
+// State returns an instance's state.
+func (c *Client) State(ctx context.Context, name string) (*wire.InstanceState, error) {
+	var st wire.InstanceState
+	if err := c.do(ctx, http.MethodGet, instancePath(name, "state"), nil, nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// SetState starts, stops or restarts an instance and returns its state
+// afterwards.
+func (c *Client) SetState(ctx context.Context, name string, req wire.InstanceStatePut) (*wire.InstanceState, error) {
+	var st wire.InstanceState
+	if err := c.do(ctx, http.MethodPut, instancePath(name, "state"), nil, req, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// Delete deletes an instance; force deletes a running one.
+func (c *Client) Delete(ctx context.Context, name string, force bool) error {
+	var q url.Values
+	if force {
+		q = url.Values{"force": {"true"}}
+	}
+	return c.do(ctx, http.MethodDelete, instancePath(name), q, nil, nil)
+}
+
+// Timeline returns an instance's latest timeline entries, oldest first
+// (limit 0: the server's default).
+func (c *Client) Timeline(ctx context.Context, name string, limit int) ([]instance.TimelineEntry, error) {
+	var q url.Values
+	if limit != 0 {
+		q = url.Values{"limit": {strconv.Itoa(limit)}}
+	}
+	var tl []instance.TimelineEntry
+	if err := c.do(ctx, http.MethodGet, instancePath(name, "timeline"), q, nil, &tl); err != nil {
+		return nil, err
+	}
+	return tl, nil
+}
+
+// Backends lists the backend plugins and their health.
+func (c *Client) Backends(ctx context.Context) ([]wire.Backend, error) {
+	var list []wire.Backend
+	if err := c.do(ctx, http.MethodGet, "/1.0/backends", nil, nil, &list); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
