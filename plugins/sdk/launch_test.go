@@ -339,3 +339,35 @@ func TestKillFrozenPlugin(t *testing.T) {
 		t.Fatalf("frozen plugin %d survived Kill", pid)
 	}
 }
+
+// BenchmarkCallRoundTrip measures one State call to a real plugin process
+// (gRPC over go-plugin's AutoMTLS connection).
+func BenchmarkCallRoundTrip(b *testing.B) {
+	c, err := sdk.Launch(context.Background(), pluginBin, sdk.LaunchOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Kill()
+	be := c.Backend()
+	ctx := context.Background()
+	h := sdk.Handle(`{"uuid":"bench"}`)
+	b.ResetTimer()
+	start := time.Now()
+	for b.Loop() {
+		if _, err := be.State(ctx, h); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(b.N), "µs/call")
+}
+
+// BenchmarkLaunch measures starting a plugin process up to a usable Backend.
+func BenchmarkLaunch(b *testing.B) {
+	for b.Loop() {
+		c, err := sdk.Launch(context.Background(), pluginBin, sdk.LaunchOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Kill()
+	}
+}
