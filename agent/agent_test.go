@@ -479,3 +479,54 @@ func TestDaemonGoneQuick503(t *testing.T) {
 		t.Fatalf("GET with daemon gone = %#v, want 503 text", got)
 	}
 }
+
+func TestAgentRestartSameDaemonNoRedeclare(t *testing.T) {
+	g := agenttest.NewGuest(t)
+	d := agenttest.StartDaemon(t, g.Certs, g.UDS, 4110)
+	p := agenttest.StartAgent(t, agentBin, g)
+	advertise(t, d)
+	waitCond(t, "devlxd socket", func() bool { _, err := os.Stat(g.Socket()); return err == nil })
+	if err := devlxdclient.Declare(ctxT(t), devlxdclient.New(g.Socket()), "Ready"); err != nil {
+		t.Fatalf("declare Ready: %v", err)
+	}
+	if exited, err := p.Stop(wait); !exited || err != nil {
+		t.Fatalf("stop: exited=%v err=%v", exited, err)
+	}
+	// Without agent.conf the restarted agent brings the socket up from the
+	// advertisement it validated earlier in this boot.
+	agenttest.StartAgent(t, agentBin, g)
+	waitCond(t, "devlxd socket after restart", func() bool { _, err := os.Stat(g.Socket()); return err == nil })
+	advertise(t, d)
+	if got := guestDo(t, devlxdclient.New(g.Socket()), "GET", "/1.0", ""); got.status != 200 || !strings.Contains(got.body, `"state":"Ready"`) {
+		t.Fatalf("GET /1.0 after restart = %#v", got)
+	}
+	if got := d.PatchesSeen(); !reflect.DeepEqual(got, []string{"Ready"}) {
+		t.Fatalf("daemon saw %q, want one Ready (no re-declaration to the same daemon)", got)
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	g := agenttest.NewGuest(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown command", []string{"frobnicate"}, `guestlink-agent: unknown command "frobnicate"`},
+		{"bad link", []string{"run", "--root", g.Root, "--link", "tcp:1"}, `guestlink-agent: parsing link "tcp:1": unknown link`},
+		{"serial bad port name", []string{"run", "--root", g.Root, "--link", "serial:../x"}, "malformed link spec"},
+		{"missing certs", []string{"run", "--root", t.TempDir(), "--link", "hybrid:/nonexistent/vm.sock"}, "guestlink-agent: loading agent key pair from"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := execCommand(agentBin, tt.args...).CombinedOutput()
+			if err == nil {
+				t.Fatalf("%v succeeded: %s", tt.args, out)
+			}
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if last := lines[len(lines)-1]; !strings.Contains(last, tt.want) {
+				t.Fatalf("last line %q, want it to contain %q", last, tt.want)
+			}
+		})
+	}
+}

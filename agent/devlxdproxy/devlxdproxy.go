@@ -67,6 +67,9 @@ type Handler struct {
 	OnReached func()
 	// Log receives request failures; nil discards them.
 	Log *slog.Logger
+	// PingPeriod and PongWait override the websocket keep-alive (for
+	// tests); zero means the package defaults.
+	PingPeriod, PongWait time.Duration
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -268,9 +271,16 @@ func (h *Handler) serveWebsocket(w http.ResponseWriter, r *http.Request, types [
 
 	// The reader only handles control frames; it ends on close or when no
 	// pong arrived within PongWait.
+	pingPeriod, pongWait := PingPeriod, PongWait
+	if h.PingPeriod > 0 {
+		pingPeriod = h.PingPeriod
+	}
+	if h.PongWait > 0 {
+		pongWait = h.PongWait
+	}
 	readDone := make(chan struct{})
-	_ = conn.SetReadDeadline(time.Now().Add(PongWait))
-	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(PongWait)) })
+	_ = conn.SetReadDeadline(time.Now().Add(pongWait))
+	conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(pongWait)) })
 	go func() {
 		defer close(readDone)
 		for {
@@ -279,7 +289,7 @@ func (h *Handler) serveWebsocket(w http.ResponseWriter, r *http.Request, types [
 			}
 		}
 	}()
-	ping := time.NewTicker(PingPeriod)
+	ping := time.NewTicker(pingPeriod)
 	defer ping.Stop()
 	for {
 		select {

@@ -18,12 +18,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/guestlink/guestlink/agent"
 	"github.com/guestlink/guestlink/agent/devlxdclient"
 	"github.com/guestlink/guestlink/link/devlxdapi"
+	"github.com/guestlink/guestlink/link/serialmux"
 	"github.com/guestlink/guestlink/link/transport"
 )
 
@@ -101,6 +103,22 @@ func underRoot(root, p string) string {
 	return filepath.Join(root, filepath.Clean("/"+p))
 }
 
+// parseLink parses a link spec; the serial link's port is taken under the
+// root like every other guest path.
+func parseLink(spec, root string) (transport.Guest, error) {
+	g, err := transport.Parse(spec)
+	if err != nil {
+		return nil, err
+	}
+	if name, ok := strings.CutPrefix(spec, "serial:"); ok && filepath.Clean(root) != "/" {
+		path := underRoot(root, serialmux.DevicePath(name))
+		return serialmux.NewGuestOpener(func() (io.ReadWriteCloser, error) {
+			return os.OpenFile(path, os.O_RDWR, 0)
+		}), nil
+	}
+	return g, nil
+}
+
 func runAgent(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -120,7 +138,7 @@ func runAgent(args []string, stderr io.Writer) error {
 	if *heartbeat <= 0 {
 		return fmt.Errorf("run: --heartbeat must be positive, got %s", *heartbeat)
 	}
-	g, err := transport.Parse(*link)
+	g, err := parseLink(*link, *root)
 	if err != nil {
 		return err
 	}

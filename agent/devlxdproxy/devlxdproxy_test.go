@@ -1,0 +1,178 @@
+package devlxdproxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/guestlink/guestlink/agent/eventhub"
+	"github.com/guestlink/guestlink/agent/upstream"
+	"github.com/guestlink/guestlink/link/devlxdapi"
+)
+
+// fakeUpstream answers every request with a fixed response or error; this is
+// a unit test of the proxy alone (the agent's process tests use a daemon).
+type fakeUpstream struct {
+	status int
+	ctype  string
+	body   string
+	err    error
+
+	mu   sync.Mutex
+	seen []string
+}
+
+func (f *fakeUpstream) Raw(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
+	f.mu.Lock()
+	f.seen = append(f.seen, method+" "+path+" "+string(body))
+	f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &http.Response{
+		StatusCode: f.status,
+		Header:     http.Header{"Content-Type": {f.ctype}},
+		Body:       io.NopCloser(strings.NewReader(f.body)),
+	}, nil
+}
+
+func serve(t *testing.T, h *Handler) (*Server, *http.Client) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gdp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s := &Server{Path: filepath.Join(dir, "lxd", "sock"), Handler: h}
+	if err := s.Start(); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", s.Path)
+		},
+	}}
+	return s, c
+}
+
+func TestForward(t *testing.T) {
+	sync200 := func(v any) string { b, _ := devlxdapi.SyncResponse(v); return string(b) }
+	tests := []struct {
+		name       string
+		up         *fakeUpstream
+		method     string
+		path, body string
+		wantStatus int
+		wantCT     string
+		wantBody   string
+		declared   string
+	}{
+		{"raw value", &fakeUpstream{status: 200, ctype: "application/json", body: sync200("a\n%s")}, "GET", "/1.0/config/user.x", "", 200, "application/octet-stream", "a\n%s", ""},
+		{"query kept", &fakeUpstream{status: 200, ctype: "application/json", body: sync200([]string{})}, "GET", "/1.0/config?recursion=1", "", 200, "application/json", "[]\n", ""},
+		{"patch declares", &fakeUpstream{status: 200, ctype: "application/json", body: sync200(nil)}, "PATCH", "/1.0", `{"state":"Ready"}`, 200, "application/octet-stream", "", "Ready"},
+		{"patch refused", &fakeUpstream{status: 403, ctype: "application/json", body: string(devlxdapi.ErrorResponse(403, ""))}, "PATCH", "/1.0", `{"state":"Ready"}`, 403, "text/plain; charset=utf-8", "Forbidden\n", ""},
+		{"bad envelope", &fakeUpstream{status: 200, ctype: "application/json", body: "{nope"}, "GET", "/1.0", "", 502, "text/plain; charset=utf-8", "Bad Gateway: invalid answer from the host\n", ""},
+		{"plain error passed", &fakeUpstream{status: 401, ctype: "text/plain", body: "Unauthorized\n"}, "GET", "/1.0", "", 401, "text/plain; charset=utf-8", "Unauthorized\n", ""},
+		{"binary passed", &fakeUpstream{status: 200, ctype: "application/octet-stream", body: "\x00\x01image"}, "GET", "/1.0/images/abc/export", "", 200, "application/octet-stream", "\x00\x01image", ""},
+		{"no advertisement", &fakeUpstream{err: upstream.ErrNoAdvertisement}, "GET", "/1.0", "", 503, "text/plain; charset=utf-8", "Service Unavailable: the host has not connected to the agent yet\n", ""},
+		{"unreachable", &fakeUpstream{err: fmt.Errorf("%w: refused", upstream.ErrUnreachable)}, "GET", "/1.0", "", 503, "text/plain; charset=utf-8", "Service Unavailable: the host is not reachable\n", ""},
+		{"timeout", &fakeUpstream{err: fmt.Errorf("%w: %w", upstream.ErrUnreachable, context.DeadlineExceeded)}, "GET", "/1.0", "", 504, "text/plain; charset=utf-8", "Gateway Timeout: the host did not answer in time\n", ""},
+		{"body too large", &fakeUpstream{status: 200, ctype: "application/json", body: sync200(nil)}, "PATCH", "/1.0", strings.Repeat("x", MaxBody+1), 413, "text/plain; charset=utf-8", "Request body too large (limit 1048576 bytes)\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var declared string
+			unreachable := 0
+			h := &Handler{
+				Upstream:      tt.up,
+				Events:        &eventhub.Hub{},
+				OnDeclared:    func(s string) { declared = s },
+				OnUnreachable: func(error) { unreachable++ },
+			}
+			_, c := serve(t, h)
+			req, _ := http.NewRequest(tt.method, "http://lxd"+tt.path, strings.NewReader(tt.body))
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("request: %v", err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.wantStatus || resp.Header.Get("Content-Type") != tt.wantCT || string(b) != tt.wantBody {
+				t.Fatalf("got %d %q %q, want %d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), b, tt.wantStatus, tt.wantCT, tt.wantBody)
+			}
+			if declared != tt.declared {
+				t.Fatalf("declared %q, want %q", declared, tt.declared)
+			}
+			if wantUnreach := tt.wantStatus == 503 && tt.up.err != upstream.ErrNoAdvertisement || tt.wantStatus == 504; (unreachable > 0) != wantUnreach {
+				t.Fatalf("OnUnreachable called %d times, want called=%v", unreachable, wantUnreach)
+			}
+			if tt.wantStatus != 413 && !strings.HasPrefix(tt.up.seen[0], tt.method+" "+tt.path+" ") {
+				t.Fatalf("upstream saw %q, want %s %s", tt.up.seen[0], tt.method, tt.path)
+			}
+		})
+	}
+}
+
+func TestWebsocketDropsSilentClient(t *testing.T) {
+	hub := &eventhub.Hub{}
+	h := &Handler{Upstream: &fakeUpstream{}, Events: hub, PingPeriod: 50 * time.Millisecond, PongWait: 300 * time.Millisecond}
+	s, _ := serve(t, h)
+	dialer := websocket.Dialer{NetDialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", s.Path)
+	}}
+	// A client that reads answers pings with pongs and stays.
+	live, _, err := dialer.Dial("ws://lxd/1.0/events", nil)
+	if err != nil {
+		t.Fatalf("dial live: %v", err)
+	}
+	defer live.Close()
+	go func() {
+		for {
+			if _, _, err := live.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+	// A client that never reads never answers pings.
+	silent, _, err := dialer.Dial("ws://lxd/1.0/events?type=device", nil)
+	if err != nil {
+		t.Fatalf("dial silent: %v", err)
+	}
+	defer silent.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for hub.Len() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("subscriptions = %d, want 2", hub.Len())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for hub.Len() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("silent client not dropped: %d subscriptions", hub.Len())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Stop ends the remaining stream and removes the socket.
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if _, err := os.Stat(s.Path); !os.IsNotExist(err) {
+		t.Fatalf("socket still there after Stop: %v", err)
+	}
+	if hub.Len() != 0 {
+		t.Fatalf("subscriptions after Stop = %d", hub.Len())
+	}
+}
