@@ -126,9 +126,12 @@ func FiberConfig(bodyLimit int) fiber.Config {
 		Prefork:               false,
 		DisableStartupMessage: true,
 		BodyLimit:             bodyLimit,
-		ReadTimeout:           time.Minute,
-		IdleTimeout:           2 * time.Minute,
-		ErrorHandler:          errorHandler(bodyLimit),
+		// The API takes JSON only: a multipart body is refused by the handler
+		// with a precise message rather than parsed.
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  time.Minute,
+		IdleTimeout:                  2 * time.Minute,
+		ErrorHandler:                 errorHandler(bodyLimit),
 	}
 }
 

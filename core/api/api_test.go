@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -184,6 +185,51 @@ func TestErrors(t *testing.T) {
 	}
 	if len(list) != 2 || list[0].Name != "run1" || list[1].Name != "web1" || list[0].Status != "Running" {
 		t.Fatalf("instances after bad requests: %+v", list)
+	}
+}
+
+func TestCrossSiteRefused(t *testing.T) {
+	srv := apitest.NewServer(t, apitest.Options{})
+	for _, ct := range []string{"text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
+		t.Run(ct, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", "http://guestlink/1.0/instances", strings.NewReader(`{"name":"x1","backend":"sim"}`))
+			req.Header.Set("Content-Type", ct)
+			resp, err := httpClient(srv).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var env envelope
+			if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+				t.Fatal(err)
+			}
+			want := fmt.Sprintf("content type %q is not accepted: send application/json", strings.TrimSpace(strings.Split(ct, ";")[0]))
+			if resp.StatusCode != 415 || env.Error != want {
+				t.Fatalf("got %d %q, want 415 %q", resp.StatusCode, env.Error, want)
+			}
+		})
+	}
+	t.Run("websocket origin", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", "http://guestlink/1.0/events", nil)
+		for k, v := range map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+			"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Origin": "http://evil.example"} {
+			req.Header.Set(k, v)
+		}
+		resp, err := httpClient(srv).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var env envelope
+		if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 403 || env.Error != `cross-origin websocket from "http://evil.example" refused` {
+			t.Fatalf("got %d %q", resp.StatusCode, env.Error)
+		}
+	})
+	if n := srv.Subscriptions(); n != 0 {
+		t.Fatalf("%d subscriptions made for refused websockets", n)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -77,8 +78,16 @@ func (a *API) envelopeErrors(c *fiber.Ctx) error {
 }
 
 // decodeBody decodes the request's JSON body into v, refusing unknown
-// fields, trailing data and an empty body.
+// fields, trailing data and an empty body. Bodies a browser may send
+// cross-site without a CORS preflight (form and text/plain content types)
+// are refused, so a web page cannot drive the localhost TCP API.
 func decodeBody(c *fiber.Ctx, v any) error {
+	ct := strings.ToLower(strings.TrimSpace(strings.Split(c.Get(fiber.HeaderContentType), ";")[0]))
+	switch ct {
+	case "text/plain", "application/x-www-form-urlencoded", "multipart/form-data":
+		return fiber.NewError(http.StatusUnsupportedMediaType,
+			fmt.Sprintf("content type %q is not accepted: send application/json", ct))
+	}
 	body := c.Body()
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("invalid request body: empty, a JSON object is required")

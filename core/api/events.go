@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -97,6 +98,9 @@ func (a *API) eventsUpgrade(c *fiber.Ctx) error {
 	if !websocket.IsWebSocketUpgrade(c) {
 		return fiber.NewError(http.StatusBadRequest, "GET /1.0/events is a websocket: send an upgrade request")
 	}
+	if err := checkOrigin(c); err != nil {
+		return err
+	}
 	select {
 	case <-a.closing:
 		return fiber.NewError(http.StatusServiceUnavailable, "the daemon is shutting down")
@@ -121,6 +125,20 @@ func (a *API) eventsUpgrade(c *fiber.Ctx) error {
 			sub.Close()
 		}
 		return err
+	}
+	return nil
+}
+
+// checkOrigin refuses websockets opened by a web page of another origin
+// (browsers send Origin; other clients usually do not).
+func checkOrigin(c *fiber.Ctx) error {
+	origin := c.Get(fiber.HeaderOrigin)
+	if origin == "" {
+		return nil
+	}
+	u, err := url.Parse(origin)
+	if err != nil || !strings.EqualFold(u.Host, c.Hostname()) {
+		return fiber.NewError(http.StatusForbidden, fmt.Sprintf("cross-origin websocket from %q refused", origin))
 	}
 	return nil
 }
