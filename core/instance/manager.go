@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/guestlink/guestlink/core/errdefs"
@@ -57,8 +58,8 @@ type Manager struct {
 	log      *slog.Logger
 	defBack  string
 
-	loadMu sync.Mutex // serialises loading the cache
-	loaded bool
+	loadMu sync.Mutex  // serialises loading the cache
+	loaded atomic.Bool // the cache holds every stored instance
 
 	mu       sync.RWMutex // guards the maps and every entry's rec and rt
 	byName   map[string]*entry
@@ -123,9 +124,12 @@ func NewManager(cfg Config) (*Manager, error) {
 // load reads every instance from the store into memory, once (or again
 // with force).
 func (m *Manager) load(ctx context.Context, force bool) error {
+	if !force && m.loaded.Load() {
+		return nil
+	}
 	m.loadMu.Lock()
 	defer m.loadMu.Unlock()
-	if m.loaded && !force {
+	if !force && m.loaded.Load() {
 		return nil
 	}
 	recs, err := m.store.ListInstances(ctx, db.InstanceFilter{})
@@ -143,7 +147,7 @@ func (m *Manager) load(ctx context.Context, force bool) error {
 		m.byName[rec.Name] = e
 		m.byUUID[rec.UUID] = e
 	}
-	m.loaded = true
+	m.loaded.Store(true)
 	return nil
 }
 

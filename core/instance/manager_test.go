@@ -950,3 +950,38 @@ func BenchmarkList10k(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAgentStateToEvent measures the time from SetAgentState to the
+// instance-agent-* event on a bus subscription (the admin event stream),
+// on the real SQLite store.
+func BenchmarkAgentStateToEvent(b *testing.B) {
+	e := newEnv(b)
+	inst := e.create("web1", nil)
+	if err := e.m.Start(bg, "web1", api); err != nil {
+		b.Fatal(err)
+	}
+	sub, err := e.bus.Subscribe(events.Filter{Instances: []string{"web1"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	lat := make([]time.Duration, 0, b.N)
+	states := []AgentState{AgentConnected, AgentLost}
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		if err := e.m.SetAgentState(bg, inst.UUID, states[i%2], t0); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-sub.C():
+			lat = append(lat, time.Since(t0))
+		case <-time.After(30 * time.Second):
+			b.Fatalf("no event: %v", sub.Err())
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "median-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
