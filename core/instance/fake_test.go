@@ -20,8 +20,13 @@ import (
 // fakeBackend is an in-process sdk.Backend for the manager's unit tests.
 // Its errors carry errdefs kinds, as core/pluginhost's translated ones do.
 type fakeBackend struct {
-	name  string
-	delay time.Duration // added to Start and Stop
+	name     string
+	delay    time.Duration // added to Start and Stop
+	stateful bool          // announce sdk.CapStateful
+	// onStart and onStop run inside Start and Stop (to send events
+	// while an operation runs).
+	onStart func(spec *sdk.GuestSpec)
+	onStop  func(uuid string)
 
 	mu     sync.Mutex
 	guests map[string]*fakeGuest // by handle
@@ -46,8 +51,11 @@ func newFakeBackend(name string) *fakeBackend {
 }
 
 func (f *fakeBackend) Info(context.Context) (*sdk.Info, error) {
-	return &sdk.Info{Name: f.name, Version: "1", ConfigPrefixes: []string{"fake."},
-		Capabilities: []sdk.Capability{sdk.CapRecover, sdk.CapLinkHybrid}}, nil
+	caps := []sdk.Capability{sdk.CapRecover, sdk.CapLinkHybrid}
+	if f.stateful {
+		caps = append(caps, sdk.CapStateful)
+	}
+	return &sdk.Info{Name: f.name, Version: "1", ConfigPrefixes: []string{"fake."}, Capabilities: caps}, nil
 }
 
 func (f *fakeBackend) record(call string) {
@@ -107,6 +115,11 @@ func (f *fakeBackend) Start(_ context.Context, h sdk.Handle, spec *sdk.GuestSpec
 	}
 	g.running = true
 	g.spec = spec
+	if f.onStart != nil {
+		f.mu.Unlock()
+		f.onStart(spec)
+		f.mu.Lock()
+	}
 	return h, &sdk.GuestState{Status: sdk.StatusRunning, PID: 42, Details: map[string]string{"devlxd_socket": "/run/" + spec.Name + "/sock"}}, nil
 }
 
@@ -122,6 +135,11 @@ func (f *fakeBackend) Stop(_ context.Context, h sdk.Handle, opts sdk.StopOptions
 	defer f.mu.Unlock()
 	g.running = false
 	g.stateful = opts.Stateful
+	if f.onStop != nil {
+		f.mu.Unlock()
+		f.onStop(g.uuid)
+		f.mu.Lock()
+	}
 	return &sdk.GuestState{Status: sdk.StatusStopped}, nil
 }
 

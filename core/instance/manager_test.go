@@ -985,3 +985,75 @@ func BenchmarkAgentStateToEvent(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "median-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
+
+func TestExitDuringOperations(t *testing.T) {
+	t.Run("during start", func(t *testing.T) {
+		e := newEnv(t)
+		e.create("web1", nil)
+		e.be.onStart = func(spec *sdk.GuestSpec) {
+			// The guest dies at once; its exit arrives while Start runs.
+			e.be.kill(spec.UUID)
+			e.m.HandleBackendEvent("fake", sdk.Event{UUID: spec.UUID, Kind: sdk.EventExited, Time: time.Now()})
+		}
+		if err := e.m.Start(bg, "web1", api); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.get("web1"); got.Status != "Stopped" {
+			t.Errorf("status %s after the guest died during start", got.Status)
+		}
+		want := []string{events.InstanceCreated, events.InstanceStarted, events.InstanceStopped}
+		if got := e.actions("web1"); !slices.Equal(got, want) {
+			t.Errorf("events %v, want %v", got, want)
+		}
+		if h := e.hooks.list(); !slices.Equal(h, []string{"running web1", "stopped web1"}) {
+			t.Errorf("hooks %v", h)
+		}
+	})
+	t.Run("during stop", func(t *testing.T) {
+		e := newEnv(t)
+		e.create("web1", nil)
+		if err := e.m.Start(bg, "web1", api); err != nil {
+			t.Fatal(err)
+		}
+		e.be.onStop = func(uuid string) {
+			e.m.HandleBackendEvent("fake", sdk.Event{UUID: uuid, Kind: sdk.EventExited, Time: time.Now()})
+		}
+		if err := e.m.Stop(bg, "web1", StopOptions{}, api); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(e.actions("web1"), events.InstanceStopped); n != 1 {
+			t.Errorf("%d instance-stopped events, want 1", n)
+		}
+		if got := e.get("web1"); got.Status != "Stopped" {
+			t.Errorf("status %s", got.Status)
+		}
+	})
+}
+
+func TestStatefulStop(t *testing.T) {
+	e := newEnv(t)
+	e.be.stateful = true
+	e.create("web1", nil)
+	if err := e.m.Start(bg, "web1", api); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Stop(bg, "web1", StopOptions{Stateful: true}, api); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Start(bg, "web1", api); err != nil {
+		t.Fatal(err)
+	}
+	e.be.mu.Lock()
+	var restored bool
+	for _, g := range e.be.guests {
+		restored = g.spec.RestoreState
+	}
+	e.be.mu.Unlock()
+	if !restored {
+		t.Error("the start after a stateful stop did not restore the state")
+	}
+	tl := e.timeline("web1")
+	if last, _ := e.m.Timeline(bg, "web1", 1); len(last) != 1 || last[0].Detail != "restored" {
+		t.Errorf("timeline %v, last %+v", tl, last)
+	}
+}
