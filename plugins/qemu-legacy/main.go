@@ -1,0 +1,26 @@
+// Command qemu-legacy is the guestlink backend plugin that runs guests under QEMU
+// with the legacy layout: org.linuxcontainers.lxd wired to the ring buffer. The daemon runs it; see docs/qemu.md.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/guestlink/guestlink/plugins/qemuvm"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	opts := qemuvm.OptionsFromEnv("qemu-legacy", qemuvm.LayoutLegacy)
+	opts.Version = version
+	opts.Logger = sdk.Logger()
+	b, err := qemuvm.New(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	sdk.Serve(b)
+}

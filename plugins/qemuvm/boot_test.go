@@ -1,0 +1,240 @@
+package qemuvm
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// agentFiles returns a config drive with a fresh agent key pair.
+func agentFiles(t testing.TB) []sdk.File {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "guestlink-agent"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return []sdk.File{
+		{Path: "agent.crt", Mode: 0o644, Data: crt},
+		{Path: "agent.key", Mode: 0o600, Data: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})},
+		{Path: "server.crt", Mode: 0o644, Data: crt},
+	}
+}
+
+// shortTempDir returns a temporary directory with a short path (socket
+// paths are limited to 107 bytes).
+func shortTempDir(t testing.TB) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "glq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+type bootEnv struct {
+	b    *Backend
+	img  qemutest.Image
+	spec *sdk.GuestSpec
+	h    sdk.Handle
+}
+
+// newBootEnv creates (not starts) a guest on a fresh backend with layout l.
+func newBootEnv(t testing.TB, l Layout, extraAppend string) *bootEnv {
+	t.Helper()
+	img := qemutest.RequiresQEMU(t)
+	b, err := New(Options{Name: "qemu-test", Layout: l, Dir: shortTempDir(t), Host: &HostCaps{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &sdk.GuestSpec{Name: "boot1", UUID: newUUID(), Files: agentFiles(t), Config: map[string]string{
+		KeyKernel: img.Kernel, KeyInitrd: img.Initrd, KeyAccel: AccelTCG, KeyAppend: extraAppend,
+	}}
+	h, err := b.Create(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	e := &bootEnv{b: b, img: img, spec: spec, h: h}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := b.Stop(ctx, e.h, sdk.StopOptions{Force: true}); err != nil {
+			t.Errorf("cleanup stop: %v", err)
+		}
+	})
+	return e
+}
+
+func (e *bootEnv) start(t testing.TB, restore bool) *sdk.GuestState {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	spec := *e.spec
+	spec.RestoreState = restore
+	h, st, err := e.b.Start(ctx, e.h, &spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	e.h = h
+	return st
+}
+
+// waitWord polls ReadRing until the agent's word w is the last complete line.
+func (e *bootEnv) waitWord(t testing.TB, w ringline.Word, within time.Duration) {
+	t.Helper()
+	var p ringline.Parser
+	deadline := time.Now().Add(within)
+	var seen bytes.Buffer
+	for time.Now().Before(deadline) {
+		data, err := e.b.ReadRing(context.Background(), e.h, 4096)
+		if err != nil {
+			t.Fatalf("ReadRing: %v", err)
+		}
+		seen.Write(data)
+		if got, ok := p.Feed(data); ok && got == w {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h, _ := decodeHandle(e.h)
+	t.Fatalf("no %s in the ring within %v (read %q); console:\n%s", w, within, seen.Bytes(), tail(filepath.Join(h.Dir, consoleLog), 3000))
+}
+
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return sprintfUUID(b)
+}
+
+func sprintfUUID(b [16]byte) string {
+	const hex = "0123456789abcdef"
+	out := make([]byte, 0, 36)
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out = append(out, '-')
+		}
+		out = append(out, hex[c>>4], hex[c&15])
+	}
+	return string(out)
+}
+
+func TestBootRingWiring(t *testing.T) {
+	for _, l := range []Layout{LayoutCurrent, LayoutLegacy} {
+		t.Run(string(l), func(t *testing.T) {
+			e := newBootEnv(t, l, "guestlink.ring=STOPPED")
+			st := e.start(t, false)
+			if st.Status != sdk.StatusRunning || st.PID == 0 || st.Details["layout"] != string(l) {
+				t.Fatalf("Start state = %+v", st)
+			}
+			// /init writes the word to whichever port is wired; the agent may
+			// overwrite it with its own words, so accept either.
+			e.waitAny(t, 3*time.Minute)
+		})
+	}
+}
+
+// waitAny waits for any agent word in the ring.
+func (e *bootEnv) waitAny(t testing.TB, within time.Duration) ringline.Word {
+	t.Helper()
+	var p ringline.Parser
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		data, err := e.b.ReadRing(context.Background(), e.h, 4096)
+		if err != nil {
+			t.Fatalf("ReadRing: %v", err)
+		}
+		if w, ok := p.Feed(data); ok {
+			return w
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h, _ := decodeHandle(e.h)
+	t.Fatalf("no word in the ring within %v; console:\n%s", within, tail(filepath.Join(h.Dir, consoleLog), 3000))
+	return ""
+}
+
+func TestBootAgentStarted(t *testing.T) {
+	e := newBootEnv(t, LayoutCurrent, "")
+	if !e.img.HasAgent {
+		t.Skip("the guest image has no agent (cmd/guestlink-agent was missing when make guest-image ran)")
+	}
+	e.start(t, false)
+	e.waitWord(t, ringline.Started, 3*time.Minute)
+
+	ep, err := e.b.LinkEndpoint(context.Background(), e.h)
+	if err != nil || ep.Kind != sdk.LinkSerial || ep.Path == "" {
+		t.Fatalf("LinkEndpoint = %+v, %v", ep, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := e.b.Stop(ctx, e.h, sdk.StopOptions{Timeout: 45 * time.Second})
+	if err != nil || st.Status != sdk.StatusStopped {
+		t.Fatalf("graceful Stop = %+v, %v", st, err)
+	}
+}
+
+func TestStatefulRestore(t *testing.T) {
+	e := newBootEnv(t, LayoutCurrent, "guestlink.ring=STOPPED")
+	e.start(t, false)
+	e.waitAny(t, 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := e.b.Stop(ctx, e.h, sdk.StopOptions{Stateful: true})
+	if err != nil || st.Status != sdk.StatusStopped || !st.HasSavedState {
+		t.Fatalf("stateful Stop = %+v, %v", st, err)
+	}
+
+	// The legacy plugin refuses the state before starting QEMU.
+	legacy, err := New(Options{Name: "qemu-legacy-test", Layout: LayoutLegacy, Dir: e.b.opts.Dir, Host: &HostCaps{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lh, _ := decodeHandle(e.h)
+	logBefore, _ := os.ReadFile(filepath.Join(lh.Dir, qemuLog))
+	os.WriteFile(filepath.Join(lh.Dir, qemuLog), append(logBefore, "marker\n"...), 0o600)
+	spec := *e.spec
+	spec.RestoreState = true
+	_, _, err = legacy.Start(ctx, lh.encode(), &spec)
+	if !errors.Is(err, sdk.ErrConflict) || !errors.Is(err, ErrLayoutMismatch) {
+		t.Fatalf("cross-layout restore = %v, want ErrConflict and ErrLayoutMismatch", err)
+	}
+	for _, want := range []string{ringline.PortCurrent, ringline.PortLegacy, "stateless"} {
+		if !bytes.Contains([]byte(err.Error()), []byte(want)) {
+			t.Errorf("cross-layout restore error %q does not mention %q", err, want)
+		}
+	}
+	// QEMU never ran: Start truncates qemu.log before it runs QEMU.
+	if got, _ := os.ReadFile(filepath.Join(lh.Dir, qemuLog)); !bytes.HasSuffix(got, []byte("marker\n")) {
+		t.Fatalf("the refused restore touched qemu.log: %q", got)
+	}
+
+	// The same layout restores: the guest runs again without a reboot.
+	st = e.start(t, true)
+	if st.Status != sdk.StatusRunning || st.HasSavedState {
+		t.Fatalf("restore state = %+v", st)
+	}
+}

@@ -1,0 +1,101 @@
+package qemuvm
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/guestlink/guestlink/link/serialmux"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// Files of a guest's directory.
+const (
+	qmpSocket   = "qmp.sock"
+	linkSocket  = "link.sock"
+	consoleLog  = "console.log"
+	qemuLog     = "qemu.log"
+	bootInitrd  = "boot-initrd.img" // base initrd + config drive
+	stateFile   = "state"           // saved by a stateful stop
+	stateMeta   = "state.json"
+	vhostFDArg  = 3 // the vhost-vsock fd is the first extra file
+	kernelParam = "console=ttyS0 panic=-1 loglevel=4"
+)
+
+// launch is everything that goes into one QEMU command line.
+type launch struct {
+	Name    string
+	UUID    string
+	Dir     string
+	Config  *Config
+	Accel   string // kvm or tcg (resolved)
+	Layout  Layout
+	Link    sdk.LinkKind // serial or vsock (resolved)
+	CID     uint32       // for LinkVsock
+	Initrd  string       // the initrd actually passed (with config drive), "" for none
+	Restore bool         // -incoming defer: the state is loaded through QMP
+}
+
+// args returns QEMU's arguments (without the binary).
+func (l *launch) args() []string {
+	p := func(f string) string { return filepath.Join(l.Dir, f) }
+	machine := "q35,accel=" + l.Accel
+	a := []string{
+		"-S",
+		"-name", "guest=" + qemuOpt(l.Name) + ",debug-threads=on",
+		"-uuid", l.UUID,
+		"-machine", machine,
+	}
+	if l.Accel == AccelKVM {
+		a = append(a, "-cpu", "host")
+	}
+	a = append(a,
+		"-m", strconv.Itoa(l.Config.MemoryMiB),
+		"-smp", strconv.Itoa(l.Config.CPUs),
+		"-nodefaults", "-no-user-config", "-display", "none",
+		"-smbios", "type=2,product=LXD",
+		"-qmp", "unix:"+qemuOpt(p(qmpSocket))+",server=on,wait=off",
+		"-chardev", "file,id=console,path="+qemuOpt(p(consoleLog)),
+		"-serial", "chardev:console",
+		"-kernel", l.Config.Kernel,
+	)
+	if l.Initrd != "" {
+		a = append(a, "-initrd", l.Initrd)
+	}
+	cmdline := kernelParam
+	switch l.Link {
+	case sdk.LinkSerial:
+		cmdline += " guestlink.link=serial:" + serialmux.PortName
+	case sdk.LinkVsock:
+		cmdline += " guestlink.link=vsock"
+	}
+	if l.Config.Append != "" {
+		cmdline += " " + l.Config.Append
+	}
+	a = append(a, "-append", cmdline)
+	a = append(a,
+		"-device", "virtio-serial-pci,id="+serialBusID+",bus=pcie.0,addr=0x3",
+		"-chardev", "ringbuf,id="+RingChardev+",size="+strconv.Itoa(RingSize),
+	)
+	if l.Link == sdk.LinkSerial {
+		a = append(a, "-chardev", "socket,id="+linkChardev+",path="+qemuOpt(p(linkSocket))+",server=on,wait=off")
+	}
+	for _, pt := range l.Layout.ports(l.Link == sdk.LinkSerial) {
+		dev := fmt.Sprintf("virtserialport,bus=%s.0,nr=%d,name=%s,id=%s", serialBusID, pt.nr, pt.name, pt.id)
+		if pt.chardev != "" {
+			dev += ",chardev=" + pt.chardev
+		}
+		a = append(a, "-device", dev)
+	}
+	if l.Link == sdk.LinkVsock {
+		a = append(a, "-device", fmt.Sprintf("vhost-vsock-pci,id=vsock,bus=pcie.0,addr=0x4,guest-cid=%d,vhostfd=%d", l.CID, vhostFDArg))
+	}
+	if l.Restore {
+		a = append(a, "-incoming", "defer")
+	}
+	return a
+}
+
+// qemuOpt escapes a value inside a QEMU option list (commas are doubled).
+func qemuOpt(s string) string { return strings.ReplaceAll(s, ",", ",,") }

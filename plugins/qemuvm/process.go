@@ -1,0 +1,105 @@
+package qemuvm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+)
+
+// procStartTime returns the start time (clock ticks since boot) of pid from
+// /proc/<pid>/stat, and whether the process exists and is not a zombie.
+func procStartTime(pid int) (uint64, bool) {
+	if pid <= 0 {
+		return 0, false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name is in parentheses and may hold spaces: split after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	// fields[0] is the state (field 3), starttime is field 22.
+	if len(fields) < 20 || fields[0] == "Z" || fields[0] == "X" {
+		return 0, false
+	}
+	st, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return st, true
+}
+
+// processMatches reports whether pid is alive, started at start, and is the
+// QEMU of the guest with uuid (its command line names it).
+func processMatches(pid int, start uint64, uuid string) bool {
+	st, ok := procStartTime(pid)
+	if !ok || (start != 0 && st != start) {
+		return false
+	}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	return bytes.Contains(cmdline, []byte("\x00"+uuid+"\x00"))
+}
+
+// tail returns the last n bytes of a file, trimmed, for error messages.
+func tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-n, 0)
+	b := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// vhostVsockSetGuestCID is VHOST_VSOCK_SET_GUEST_CID: _IOW(0xAF, 0x60, __u64).
+const vhostVsockSetGuestCID = 0x4008AF60
+
+// reserveCID opens /dev/vhost-vsock and reserves a guest CID on it, trying
+// want first (if >= 3) and then random CIDs while the kernel answers
+// EADDRINUSE. The returned file must be passed to QEMU (vhostfd=) and
+// closed by the caller after QEMU started.
+func reserveCID(want uint32) (*os.File, uint32, error) {
+	f, err := os.OpenFile("/dev/vhost-vsock", os.O_RDWR, 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reserving a vsock guest cid: %w", err)
+	}
+	cid := want
+	for range 64 {
+		if cid < 3 || cid == 0xFFFFFFFF {
+			cid = 3 + rand.Uint32N(1<<30)
+		}
+		c := uint64(cid)
+		_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), vhostVsockSetGuestCID, uintptr(unsafe.Pointer(&c)))
+		if errno == 0 {
+			return f, cid, nil
+		}
+		if !errors.Is(errno, syscall.EADDRINUSE) {
+			f.Close()
+			return nil, 0, fmt.Errorf("reserving vsock guest cid %d: %w", cid, errno)
+		}
+		cid = 0
+	}
+	f.Close()
+	return nil, 0, errors.New("reserving a vsock guest cid: every cid tried is in use")
+}
