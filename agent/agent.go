@@ -78,6 +78,9 @@ type Config struct {
 	Heartbeat time.Duration
 	// PerRequestTLS disables connection reuse towards the daemon.
 	PerRequestTLS bool
+	// BootID identifies this boot of the guest; empty means the kernel's
+	// (see bootstate.BootID). A simulated guest passes one per boot.
+	BootID string
 	// Version is reported by GET /1.0 on the link port.
 	Version string
 	// Log receives the agent's log; nil discards it.
@@ -124,9 +127,11 @@ func New(cfg Config) (*Agent, error) {
 	if fi, err := os.Stat(filepath.Join(cfg.ConfigDir, AgentKeyFile)); err == nil && fi.Mode().Perm()&0o077 != 0 {
 		log.Warn("agent key is readable by others", "path", filepath.Join(cfg.ConfigDir, AgentKeyFile), "mode", fi.Mode().Perm())
 	}
-	bootID, err := bootstate.BootID(cfg.Root)
-	if err != nil {
-		return nil, err
+	bootID := cfg.BootID
+	if bootID == "" {
+		if bootID, err = bootstate.BootID(cfg.Root); err != nil {
+			return nil, err
+		}
 	}
 	boot, err := bootstate.Load(cfg.StateDir, bootID)
 	if err != nil {
@@ -383,14 +388,6 @@ func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement) error 
 	}
 	a.reached()
 	a.log.Info("advertisement validated", "cid", adv.CID, "port", adv.Port, "devlxd", adv.Devlxd)
-	a.setWord(ringline.Connected)
-	if adv.Devlxd {
-		if err := a.devlxd.Start(); err != nil {
-			a.log.Error("starting devlxd socket", "err", err)
-		}
-	} else {
-		a.stopDevlxd()
-	}
 
 	a.mu.Lock()
 	a.boot.Advertisement = adv.Marshal()
@@ -406,17 +403,28 @@ func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement) error 
 	if err := bootstate.Save(a.cfg.StateDir, s); err != nil {
 		a.log.Warn("saving advertisement", "err", err)
 	}
+	// Re-declaring before answering the PUT means the daemon has the
+	// guest's state back by the time it learns the agent is connected.
 	if redeclare != "" {
-		go a.redeclare(redeclare)
+		a.redeclare(ctx, redeclare)
+	}
+
+	a.setWord(ringline.Connected)
+	if adv.Devlxd {
+		if err := a.devlxd.Start(); err != nil {
+			a.log.Error("starting devlxd socket", "err", err)
+		}
+	} else {
+		a.stopDevlxd()
 	}
 	return nil
 }
 
 // redeclare re-sends PATCH /1.0 with the guest's last declared state to a
-// new daemon.
-func (a *Agent) redeclare(state string) {
+// new daemon. A failure is logged, not returned: the advertisement stands.
+func (a *Agent) redeclare(ctx context.Context, state string) {
 	body, _ := json.Marshal(devlxdapi.StatePut{State: state})
-	ctx, cancel := context.WithTimeout(context.Background(), upstream.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, ValidateTimeout)
 	defer cancel()
 	env, err := a.up.Do(ctx, http.MethodPatch, "/1.0", body)
 	switch {

@@ -432,7 +432,10 @@ func TestRedeclareAfterDaemonRestart(t *testing.T) {
 	d2 := agenttest.StartDaemon(t, g.Certs, g.UDS, 4107)
 	advertise(t, d2)
 	ring.WaitFor(t, i, ringline.Connected, wait)
-	waitCond(t, "Ready re-declared", func() bool { return reflect.DeepEqual(d2.PatchesSeen(), []string{"Ready"}) })
+	// The re-declaration is sent before the PUT is answered.
+	if got := d2.PatchesSeen(); !reflect.DeepEqual(got, []string{"Ready"}) {
+		t.Fatalf("new daemon saw %q, want Ready re-declared", got)
+	}
 	if got := d1.PatchesSeen(); !reflect.DeepEqual(got, []string{"Ready"}) {
 		t.Fatalf("first daemon saw %q, want exactly one Ready", got)
 	}
@@ -502,6 +505,33 @@ func TestAgentRestartSameDaemonNoRedeclare(t *testing.T) {
 	}
 	if got := d.PatchesSeen(); !reflect.DeepEqual(got, []string{"Ready"}) {
 		t.Fatalf("daemon saw %q, want one Ready (no re-declaration to the same daemon)", got)
+	}
+}
+
+func TestNewBootForgetsDeclaration(t *testing.T) {
+	g := agenttest.NewGuest(t)
+	d1 := agenttest.StartDaemon(t, g.Certs, g.UDS, 4111)
+	p := agenttest.StartAgent(t, agentBin, g, "--boot-id", "first")
+	advertise(t, d1)
+	waitCond(t, "devlxd socket", func() bool { _, err := os.Stat(g.Socket()); return err == nil })
+	if err := devlxdclient.Declare(ctxT(t), devlxdclient.New(g.Socket()), "Ready"); err != nil {
+		t.Fatalf("declare Ready: %v", err)
+	}
+	if exited, err := p.Stop(wait); !exited || err != nil {
+		t.Fatalf("stop: exited=%v err=%v", exited, err)
+	}
+	d1.Close()
+	// Next boot, and the daemon restarted meanwhile: nothing is re-declared.
+	d2 := agenttest.StartDaemon(t, g.Certs, g.UDS, 4112)
+	agenttest.StartAgent(t, agentBin, g, "--boot-id", "second")
+	advertise(t, d2)
+	waitCond(t, "devlxd socket", func() bool { _, err := os.Stat(g.Socket()); return err == nil })
+	// A re-declaration would have been sent before the PUT was answered.
+	if got := guestDo(t, devlxdclient.New(g.Socket()), "GET", "/1.0", ""); !strings.Contains(got.body, `"state":"Started"`) {
+		t.Fatalf("GET /1.0 in the new boot = %#v, want Started", got)
+	}
+	if got := d2.PatchesSeen(); len(got) != 0 {
+		t.Fatalf("new boot re-declared %q to the new daemon", got)
 	}
 }
 

@@ -128,6 +128,7 @@ func runAgent(args []string, stderr io.Writer) error {
 	link := fs.String("link", env("GUESTLINK_LINK", "vsock"), "link: vsock, hybrid:<uds> or serial:<port> (env GUESTLINK_LINK)")
 	heartbeat := fs.Duration("heartbeat", envDuration("GUESTLINK_HEARTBEAT", agent.DefaultHeartbeat), "heartbeat period of the ring word (env GUESTLINK_HEARTBEAT)")
 	perRequest := fs.Bool("tls-per-request", envBool("GUESTLINK_TLS_PER_REQUEST"), "handshake TLS for every request to the daemon, no reuse (env GUESTLINK_TLS_PER_REQUEST)")
+	bootID := fs.String("boot-id", env("GUESTLINK_BOOT_ID", ""), "id of this boot (env GUESTLINK_BOOT_ID); default: <root>/proc/sys/kernel/random/boot_id, else the kernel's")
 	debug := fs.Bool("debug", envBool("GUESTLINK_DEBUG"), "debug logging (env GUESTLINK_DEBUG)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -156,6 +157,7 @@ func runAgent(args []string, stderr io.Writer) error {
 		Link:           g,
 		Heartbeat:      *heartbeat,
 		PerRequestTLS:  *perRequest,
+		BootID:         *bootID,
 		Version:        version,
 		Log:            log,
 	})
