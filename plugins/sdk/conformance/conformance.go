@@ -69,7 +69,8 @@ type suite struct {
 
 // Run checks the plugin at cfg.PluginPath against the Backend contract in
 // named subtests: Info, Lifecycle, StartTwice, StopStopped, DeleteRunning,
-// BadHandle, InvalidConfig, Events, Recover, GracefulStop and ForceStop.
+// BadHandle, InvalidConfig, Events, Recover, RecoverStopped, GracefulStop
+// and ForceStop.
 func Run(t *testing.T, cfg Config) {
 	t.Helper()
 	if cfg.PluginPath == "" || cfg.Spec == nil {
@@ -98,6 +99,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("InvalidConfig", s.testInvalidConfig)
 	t.Run("Events", s.testEvents)
 	t.Run("Recover", s.testRecover)
+	t.Run("RecoverStopped", s.testRecoverStopped)
 	t.Run("GracefulStop", s.testGracefulStop)
 	t.Run("ForceStop", s.testForceStop)
 }
@@ -478,6 +480,35 @@ func (s *suite) testRecover(t *testing.T) {
 	s.wantStatus(t, b, g, sdk.StatusRunning)
 	s.stop(t, b, g, sdk.StopOptions{Timeout: s.cfg.Timeout / 2})
 	s.wantStatus(t, b, g, sdk.StatusStopped)
+}
+
+// testRecoverStopped checks Recover of guests that do not run: the daemon
+// calls it for every stored handle.
+func (s *suite) testRecoverStopped(t *testing.T) {
+	g := s.create(t, s.b, nil)
+	recoverGuest := func(when string) {
+		t.Helper()
+		ctx, cancel := s.ctx()
+		defer cancel()
+		h, st, err := s.b.Recover(ctx, g.h, g.spec)
+		if !s.info.Has(sdk.CapRecover) && errors.Is(err, sdk.ErrNotSupported) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("Recover of a %s guest: %v", when, err)
+		}
+		if st.Status != sdk.StatusStopped {
+			t.Fatalf("Recover of a %s guest = %+v, want stopped", when, st)
+		}
+		if len(h) > 0 {
+			g.h = h
+		}
+	}
+	recoverGuest("never started")
+	s.start(t, s.b, g)
+	s.stop(t, s.b, g, sdk.StopOptions{Force: true})
+	recoverGuest("stopped")
+	s.wantStatus(t, s.b, g, sdk.StatusStopped)
 }
 
 func (s *suite) testGracefulStop(t *testing.T) {
