@@ -463,6 +463,7 @@ func TestReady(t *testing.T) {
 
 	t.Run("cleared at daemon start", func(t *testing.T) {
 		ready()
+		readyAt := *e.get("web1").ReadyAt
 		m2 := e.manager()
 		n := len(e.hooks.list())
 		if err := m2.Init(bg); err != nil {
@@ -482,8 +483,16 @@ func TestReady(t *testing.T) {
 		if err := m2.SetReady(bg, inst.UUID, true, devlxd); err != nil {
 			t.Fatal(err)
 		}
-		if got, _ := m2.Get(bg, "web1"); got.Status != "Ready" {
+		got, _ = m2.Get(bg, "web1")
+		if got.Status != "Ready" {
 			t.Errorf("status %s", got.Status)
+		}
+		// Time-to-ready survives the daemon restart.
+		if got.ReadyAt == nil || got.ReadyAt.Sub(readyAt).Abs() > time.Millisecond {
+			t.Errorf("ready_at %v after the re-declaration, want %v", got.ReadyAt, readyAt)
+		}
+		if tl := e.timeline("web1"); tl[len(tl)-1] != "ready ->true devlxd" {
+			t.Errorf("timeline %v", tl)
 		}
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -38,19 +39,20 @@ func (m *Manager) SetReady(ctx context.Context, uuid string, ready bool, by even
 		if c.rec.PowerState != status.PowerRunning {
 			return fmt.Errorf("instance is not running: %w", errdefs.ErrConflict)
 		}
-		old := c.rec.Config[KeyReady]
-		from := old
-		if from == "" {
-			from = "false"
-		}
+		old := c.rec.Config[KeyReady] // "" right after a daemon start
 		if ready {
 			if old != "true" {
 				c.rec.Config[KeyReady] = "true"
 				c.persist = true
 				t := c.now
+				if old == "" {
+					// The agent re-declares Ready to a restarted daemon:
+					// keep when this boot really became Ready.
+					t = m.readySince(ctx, c.rec, t)
+				}
 				c.rt.readyAt = &t
 			}
-			c.note(kindReady, from, "true", causeOf(by), "")
+			c.note(kindReady, old, "true", causeOf(by), "")
 			c.emit(events.InstanceReady, nil, by)
 			return nil
 		}
@@ -71,6 +73,25 @@ func (m *Manager) SetReady(ctx context.Context, uuid string, ready bool, by even
 		return fmt.Errorf("setting ready state of instance %q: %w", name, err)
 	}
 	return nil
+}
+
+// readySince returns when the current boot of rec last became Ready
+// according to its timeline (a false -> true entry), or def.
+func (m *Manager) readySince(ctx context.Context, rec *db.Instance, def time.Time) time.Time {
+	tl, err := m.store.ListTimeline(ctx, rec.ID, DefaultTimelineLimit)
+	if err != nil {
+		m.log.Warn("reading timeline", "instance", rec.Name, "err", err)
+		return def
+	}
+	for _, x := range slices.Backward(tl) {
+		if x.Boot != rec.Boot {
+			break
+		}
+		if x.Kind == kindReady && x.To == "true" && x.From == "false" {
+			return x.Time
+		}
+	}
+	return def
 }
 
 // agentActions maps agent states to their lifecycle actions.
