@@ -3,17 +3,16 @@ package devlxd
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"sort"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/guestlink/guestlink/core/devlxd/guestview"
 	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
@@ -90,22 +89,12 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 	if !bytes.Equal(peer.Raw, want.Raw) || !pki.ValidAt(peer, s.cfg.Now()) {
 		return sendError(c, http.StatusUnauthorized, "")
 	}
-	if isFalse(inst.Config["security.devlxd"]) {
+	if !guestview.DevlxdEnabled(inst.Config) {
 		return sendError(c, http.StatusForbidden, "")
 	}
 	c.Locals(localsInstance, inst)
 	c.Locals(localsIdentity, id)
 	return c.Next()
-}
-
-// isFalse reports whether a boolean config value is set to false (LXD's
-// shared.IsFalse).
-func isFalse(v string) bool {
-	switch strings.ToLower(v) {
-	case "0", "false", "no", "off":
-		return true
-	}
-	return false
 }
 
 func callerOf(c *fiber.Ctx) *instance.Instance {
@@ -154,21 +143,8 @@ func (s *Server) patchState(c *fiber.Ctx) error {
 	return sendSync(c, nil)
 }
 
-// guestKey reports whether a config key is visible to the guest.
-func guestKey(k string) bool {
-	return strings.HasPrefix(k, "user.") || strings.HasPrefix(k, "cloud-init.")
-}
-
 func (s *Server) getConfig(c *fiber.Ctx) error {
-	inst := callerOf(c)
-	keys := make([]string, 0, len(inst.Config))
-	for k, v := range inst.Config {
-		if !guestKey(k) || strings.HasPrefix(k, "cloud-init.ssh-keys.") || v == "" {
-			continue
-		}
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := guestview.ListedKeys(callerOf(c).Config)
 	paths := make([]string, len(keys))
 	for i, k := range keys {
 		paths[i] = "/1.0/config/" + k
@@ -182,7 +158,7 @@ func (s *Server) getConfigKey(c *fiber.Ctx) error {
 	if err != nil || key == "" {
 		return sendError(c, http.StatusNotFound, "")
 	}
-	if !guestKey(key) {
+	if !guestview.VisibleKey(key) {
 		return sendError(c, http.StatusForbidden, "")
 	}
 	v := callerOf(c).Config[key]
@@ -192,53 +168,12 @@ func (s *Server) getConfigKey(c *fiber.Ctx) error {
 	return sendSync(c, v)
 }
 
-// MetaData returns the cloud-init meta-data of an instance: its instance-id
-// (volatile.cloud-init.instance-id, else its UUID), its name as
-// local-hostname, then user.meta-data verbatim.
-func MetaData(inst *instance.Instance) string {
-	id := inst.Config["volatile.cloud-init.instance-id"]
-	if id == "" {
-		id = inst.UUID
-	}
-	return "instance-id: " + id + "\nlocal-hostname: " + inst.Name + "\n" + inst.Config["user.meta-data"]
-}
-
 func (s *Server) getMetaData(c *fiber.Ctx) error {
-	return sendSync(c, MetaData(callerOf(c)))
-}
-
-// Devices returns an instance's devices as the guest sees them: each device's
-// config, NICs without hwaddr given volatile.<dev>.hwaddr or, when unset,
-// GeneratedMAC. The result is a copy.
-func Devices(inst *instance.Instance) map[string]map[string]string {
-	out := make(map[string]map[string]string, len(inst.Devices))
-	for name, dev := range inst.Devices {
-		d := make(map[string]string, len(dev)+1)
-		for k, v := range dev {
-			d[k] = v
-		}
-		if d["type"] == "nic" && d["hwaddr"] == "" {
-			if mac := inst.Config["volatile."+name+".hwaddr"]; mac != "" {
-				d["hwaddr"] = mac
-			} else {
-				d["hwaddr"] = GeneratedMAC(inst.UUID, name)
-			}
-		}
-		out[name] = d
-	}
-	return out
-}
-
-// GeneratedMAC is the MAC address of a NIC that has none configured: the
-// LXD-style 00:16:3e prefix and three bytes derived from the instance UUID
-// and the device name, so it is the same at every start.
-func GeneratedMAC(uuid, device string) string {
-	h := sha256.Sum256([]byte(uuid + "\x00" + device))
-	return fmt.Sprintf("00:16:3e:%02x:%02x:%02x", h[0], h[1], h[2])
+	return sendSync(c, guestview.MetaData(callerOf(c)))
 }
 
 func (s *Server) getDevices(c *fiber.Ctx) error {
-	return sendSync(c, Devices(callerOf(c)))
+	return sendSync(c, guestview.Devices(callerOf(c)))
 }
 
 // sendSync answers 200 with the success envelope carrying v.

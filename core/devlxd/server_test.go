@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/core/devlxd/guestview"
 	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
@@ -89,7 +90,7 @@ func (f fakeCerts) AgentCert(name string) (*x509.Certificate, error) {
 }
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *Server
 	insts  *fakeInstances
 	daemon *pki.Pair
@@ -105,7 +106,7 @@ const (
 	uuidGone = "0b0e8e52-0000-4000-8000-0000000000ee"
 )
 
-func newEnv(t *testing.T, mutate func(*Config)) *env {
+func newEnv(t testing.TB, mutate func(*Config)) *env {
 	t.Helper()
 	now := time.Now()
 	daemon, err := pki.GeneratePair("guestlink", now.Add(-time.Hour), now.Add(time.Hour), x509.ExtKeyUsageServerAuth)
@@ -278,7 +279,7 @@ func TestEndpoints(t *testing.T) {
 	e := newEnv(t, nil)
 	a := e.client(uuidA, e.agents["a"])
 	b := e.client(uuidB, e.agents["b"])
-	mac0 := GeneratedMAC(uuidA, "eth0")
+	mac0 := guestview.GeneratedMAC(uuidA, "eth0")
 	tests := []struct {
 		name   string
 		c      *http.Client
@@ -434,9 +435,24 @@ func TestBodyLimit(t *testing.T) {
 	if got := do(t, a, "PATCH", "/1.0", big); got != fail(413, "Request Entity Too Large") {
 		t.Fatalf("got %+v, want 413", got)
 	}
-	huge := `{"state":"Ready","pad":"` + strings.Repeat("x", 8<<20) + `"}`
-	if got := do(t, e.client(uuidA, e.agents["a"]), "PATCH", "/1.0", huge); got != fail(413, "Request Entity Too Large") {
-		t.Fatalf("got %+v, want 413", got)
+	// A huge announced body is refused before it is read.
+	raw, err := net.Dial("unix", e.socks[uuidA])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := tls.Client(raw, e.tlsConfig(e.agents["a"]))
+	defer tc.Close()
+	if _, err := io.WriteString(tc, "PATCH /1.0 HTTP/1.1\r\nHost: lxd\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n{\"state\":"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if got := (answer{resp.StatusCode, resp.Header.Get("Content-Type"), string(body)}); got != fail(413, "Request Entity Too Large") {
+		t.Fatalf("1 GiB announced: %+v, want 413", got)
 	}
 	if n := len(e.insts.readyCalls()); n != 0 {
 		t.Fatalf("an oversized body changed the ready state (%d calls)", n)
@@ -615,7 +631,9 @@ func TestServeListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- e.srv.Serve(identListener{ln, linkhost.Identity{InstanceUUID: uuidB, Link: sdk.LinkVsock}}) }()
+	go func() {
+		done <- e.srv.Serve(identListener{ln, linkhost.Identity{InstanceUUID: uuidB, Link: sdk.LinkVsock}})
+	}()
 	e.socks["serve"] = path
 	if got := do(t, e.client("serve", e.agents["b"]), "GET", "/1.0/config/user.foo", ""); got != sync200(`"b-secret"`) {
 		t.Fatalf("got %+v", got)
@@ -659,22 +677,6 @@ func TestConnWithoutIdentity(t *testing.T) {
 	e.socks["bare"] = path
 	if got := do(t, e.client("bare", e.agents["a"]), "GET", "/1.0", ""); got != fail(401, "Unauthorized") {
 		t.Fatalf("got %+v", got)
-	}
-}
-
-func TestGeneratedMAC(t *testing.T) {
-	m := GeneratedMAC(uuidA, "eth0")
-	if !strings.HasPrefix(m, "00:16:3e:") || len(m) != 17 {
-		t.Fatalf("GeneratedMAC = %q", m)
-	}
-	if m != GeneratedMAC(uuidA, "eth0") {
-		t.Fatal("GeneratedMAC is not stable")
-	}
-	if m == GeneratedMAC(uuidA, "eth1") || m == GeneratedMAC(uuidB, "eth0") {
-		t.Fatal("GeneratedMAC does not depend on both the instance and the device")
-	}
-	if _, err := net.ParseMAC(m); err != nil {
-		t.Fatal(err)
 	}
 }
 
