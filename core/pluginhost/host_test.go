@@ -573,3 +573,29 @@ func TestFrozenPluginRestarted(t *testing.T) {
 		t.Fatalf("frozen plugin %d still exists", old)
 	}
 }
+
+func TestReplacedBinaryRejectedAtRestart(t *testing.T) {
+	dir, bdir := pluginDir(t, map[string]map[string]any{"swapped": nil})
+	h := startHost(t, testConfig(dir, bdir))
+	old := status(h, "swapped").PID
+	// Replace the binary under the running plugin (a new inode), then
+	// crash the plugin: the restart must refuse the new content.
+	tmp := filepath.Join(dir, ".swapped.new")
+	copyFile(t, pluginBin, tmp)
+	f, err := os.OpenFile(tmp, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("extra"))
+	f.Close()
+	if err := os.Rename(tmp, filepath.Join(dir, "swapped")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "rejected", func() bool { return status(h, "swapped").Health == pluginhost.HealthRejected })
+	if st := status(h, "swapped"); !strings.Contains(st.LastError, "checksum") || st.PID != 0 {
+		t.Fatalf("status = %+v, want rejected for its checksum", st)
+	}
+}
