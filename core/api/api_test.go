@@ -161,6 +161,8 @@ func TestErrors(t *testing.T) {
 			`invalid limit "0": must be an integer between 1 and 10000`},
 		{"bad status filter", "GET", "/1.0/instances?status=Sleeping", "", 400,
 			`listing instances: parsing status "Sleeping": unknown status name: invalid argument`},
+		{"bad agent filter", "GET", "/1.0/instances?agent=dead", "", 400,
+			`invalid agent filter "dead": must be none, started, connected, stopped or lost`},
 		{"bad since", "GET", "/1.0/events?since=-3", "", 400, `invalid since "-3": must be a non-negative event id`},
 		{"bad since text", "GET", "/1.0/events?since=abc", "", 400, `invalid since "abc": must be a non-negative event id`},
 		{"bad event type", "GET", "/1.0/events?type=lifecycle,agent", "", 400, `invalid event type "agent": must be lifecycle or logging`},
@@ -299,6 +301,7 @@ func TestLifecycle(t *testing.T) {
 			{"?backend=qemu", "db1"},
 			{"?q=web", "web1"},
 			{"?agent=connected", "web1"},
+			{"?agent=none", "db1"},
 		} {
 			var list []wire.Instance
 			if err := json.Unmarshal(mustCall(t, srv, "GET", "/1.0/instances"+tt.query, "", 200).Metadata, &list); err != nil {

@@ -38,6 +38,11 @@ func (a *API) listInstances(c *fiber.Ctx) error {
 		Agent:   c.Query("agent"),
 		Query:   c.Query("q"),
 	}
+	switch instance.AgentState(filter.Agent) {
+	case "", "none", instance.AgentStarted, instance.AgentConnected, instance.AgentStopped, instance.AgentLost:
+	default:
+		return badRequest("invalid agent filter %q: must be none, started, connected, stopped or lost", filter.Agent)
+	}
 	list, err := a.cfg.Instances.List(c.UserContext(), filter)
 	if err != nil {
 		return err

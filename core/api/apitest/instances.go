@@ -169,7 +169,8 @@ func (s *Instances) List(_ context.Context, f instance.ListFilter) ([]*instance.
 			continue
 		case f.Backend != "" && inst.Backend != f.Backend:
 			continue
-		case f.Agent != "" && string(inst.Agent.State) != f.Agent:
+		case f.Agent == "none" && inst.Agent.State != instance.AgentNone,
+			f.Agent != "" && f.Agent != "none" && string(inst.Agent.State) != f.Agent:
 			continue
 		case f.Query != "" && !strings.Contains(inst.Name, f.Query):
 			continue
