@@ -114,10 +114,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 		}
 		return nil, wrap(storeErr(err))
 	}
-	e := &entry{rec: rec}
+	e := newEntry(rec)
 	m.mu.Lock()
-	m.byName[rec.Name] = e
-	m.byUUID[rec.UUID] = e
+	m.addLocked(e)
 	view := viewOf(e)
 	m.mu.Unlock()
 
@@ -522,8 +521,7 @@ func (m *Manager) Delete(ctx context.Context, name string, force bool, by events
 	m.mu.Lock()
 	view := viewOf(e)
 	e.rt.deleted = true
-	delete(m.byName, rec.Name)
-	delete(m.byUUID, rec.UUID)
+	m.removeLocked(e)
 	m.mu.Unlock()
 	m.publish(ctx, []events.Event{events.NewLifecycle(events.InstanceDeleted, rec.Name, nil, &by)})
 	if running && m.hooks != nil {

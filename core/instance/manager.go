@@ -64,6 +64,7 @@ type Manager struct {
 	mu       sync.RWMutex // guards the maps and every entry's rec and rt
 	byName   map[string]*entry
 	byUUID   map[string]*entry
+	sorted   []*entry        // by name, for List
 	reserved map[string]bool // names being created
 
 	infoMu sync.Mutex
@@ -75,9 +76,34 @@ type entry struct {
 	op sync.Mutex // held for a whole lifecycle operation (start, stop, ...)
 	mu sync.Mutex // held for one read-modify-write of rec and rt
 
+	name  string // never changes
+	lname string // lowercase name, for List's query
+
 	// Guarded by Manager.mu; replaced, never changed in place.
 	rec *db.Instance
 	rt  runtime
+}
+
+// newEntry returns the entry of a stored instance.
+func newEntry(rec *db.Instance) *entry {
+	return &entry{name: rec.Name, lname: strings.ToLower(rec.Name), rec: rec}
+}
+
+// addLocked makes e known by name and uuid; Manager.mu must be held.
+func (m *Manager) addLocked(e *entry) {
+	m.byName[e.name] = e
+	m.byUUID[e.rec.UUID] = e
+	i, _ := slices.BinarySearchFunc(m.sorted, e.name, func(x *entry, name string) int { return strings.Compare(x.name, name) })
+	m.sorted = slices.Insert(m.sorted, i, e)
+}
+
+// removeLocked forgets e; Manager.mu must be held.
+func (m *Manager) removeLocked(e *entry) {
+	delete(m.byName, e.name)
+	delete(m.byUUID, e.rec.UUID)
+	if i, ok := slices.BinarySearchFunc(m.sorted, e.name, func(x *entry, name string) int { return strings.Compare(x.name, name) }); ok {
+		m.sorted = slices.Delete(m.sorted, i, i+1)
+	}
 }
 
 // runtime is what the manager knows of an instance beyond its stored row.
@@ -143,9 +169,7 @@ func (m *Manager) load(ctx context.Context, force bool) error {
 			e.rec = rec
 			continue
 		}
-		e := &entry{rec: rec}
-		m.byName[rec.Name] = e
-		m.byUUID[rec.UUID] = e
+		m.addLocked(newEntry(rec))
 	}
 	m.loaded.Store(true)
 	return nil
@@ -244,16 +268,15 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
 		return nil, err
 	}
 	m.mu.RLock()
-	out := make([]*Instance, 0, len(m.byName))
-	for _, e := range m.byName {
-		rec := e.rec
-		if f.Backend != "" && rec.Backend != f.Backend {
+	matched := make([]*entry, 0, len(m.sorted))
+	for _, e := range m.sorted {
+		if f.Backend != "" && e.rec.Backend != f.Backend {
 			continue
 		}
 		if f.Agent != "" && e.rt.agent.State != agent {
 			continue
 		}
-		if q != "" && !strings.Contains(strings.ToLower(rec.Name), q) {
+		if q != "" && !strings.Contains(e.lname, q) {
 			continue
 		}
 		if f.Status != "" {
@@ -262,10 +285,15 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
 				continue
 			}
 		}
-		out = append(out, viewOf(e))
+		matched = append(matched, e)
+	}
+	views := make([]Instance, len(matched)) // one allocation for all views
+	out := make([]*Instance, len(matched))
+	for i, e := range matched {
+		fillView(&views[i], e)
+		out[i] = &views[i]
 	}
 	m.mu.RUnlock()
-	slices.SortFunc(out, func(a, b *Instance) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -298,9 +326,16 @@ func statusOf(e *entry) status.Code {
 
 // viewOf builds the Instance view of an entry; Manager.mu must be held.
 func viewOf(e *entry) *Instance {
+	inst := new(Instance)
+	fillView(inst, e)
+	return inst
+}
+
+// fillView fills inst with the view of an entry; Manager.mu must be held.
+func fillView(inst *Instance, e *entry) {
 	rec, rt := e.rec, &e.rt
 	code := statusOf(e)
-	inst := &Instance{
+	*inst = Instance{
 		Name:       rec.Name,
 		UUID:       rec.UUID,
 		Backend:    rec.Backend,
@@ -326,7 +361,6 @@ func viewOf(e *entry) *Instance {
 	if len(rt.details) > 0 {
 		inst.Details = maps.Clone(rt.details)
 	}
-	return inst
 }
 
 func cloneTime(t *time.Time) *time.Time {
