@@ -1,0 +1,102 @@
+package components
+
+import (
+	"time"
+
+	"github.com/guestlink/guestlink/core/instance"
+)
+
+// Meta is what every page needs: its title, the active navigation entry, the
+// CSRF token for forms and the last event id the page reflects (the live
+// stream resumes after it).
+type Meta struct {
+	Title       string
+	Active      string // "overview" or "instances"
+	CSRF        string
+	LastEventID int64
+	Now         time.Time
+}
+
+// Count is one tile of the overview.
+type Count struct {
+	Label string
+	N     int
+	Tone  Tone
+	Href  string
+}
+
+// BackendView is one backend plugin as the dashboard shows it.
+type BackendView struct {
+	Name      string
+	Version   string
+	Health    string
+	Restarts  int
+	LastError string
+}
+
+// Activity is one recent event as the dashboard shows it.
+type Activity struct {
+	ID       int64
+	Time     time.Time
+	Instance string
+	Action   string
+	Who      string
+}
+
+// OverviewData is the overview page's data.
+type OverviewData struct {
+	Meta
+	Total    int
+	ByStatus []Count
+	ByAgent  []Count
+	Backends []BackendView
+	Recent   []Activity
+}
+
+// Filter is the instances table's filter and sort, as in the query string.
+type Filter struct {
+	Status  string
+	Agent   string
+	Backend string
+	Query   string
+	Sort    string
+	Page    int
+}
+
+// Outcome is the result of one action on one instance (bulk actions show one
+// per instance).
+type Outcome struct {
+	Name   string
+	Action string
+	Err    string
+}
+
+// InstancesData is the instances page's data.
+type InstancesData struct {
+	Meta
+	Rows     []*instance.Instance
+	Filter   Filter
+	Total    int // matching instances, all pages
+	Pages    int
+	Backends []string
+	Outcomes []Outcome
+}
+
+// TimelineItem is one timeline entry as the dashboard shows it.
+type TimelineItem struct {
+	Time   time.Time
+	Boot   int64
+	Kind   string
+	From   string
+	To     string
+	Cause  string
+	Detail string
+}
+
+// InstanceData is the instance page's data.
+type InstanceData struct {
+	Meta
+	Inst     *instance.Instance
+	Timeline []TimelineItem // newest first
+	Outcomes []Outcome
+}

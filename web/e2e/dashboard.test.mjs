@@ -1,0 +1,107 @@
+// Browser end-to-end tests of the dashboard: a real daemon, real simulated
+// guests running the real agent, and Debian's Chromium.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { Daemon, browser, waitFor, root } from "./harness.mjs";
+
+let daemon;
+let chrome;
+
+before(async () => {
+  daemon = await Daemon.start();
+  chrome = await browser();
+});
+
+after(async () => {
+  await chrome?.close();
+  await daemon?.stop();
+});
+
+const badge = (page, id) => page.locator(`#${id}`).getAttribute("data-value");
+
+test("a guest goes connected then Ready live, and stops from its page", async () => {
+  const page = await chrome.newPage();
+  await page.goto(daemon.url + "/instances");
+  await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { what: "the live indicator" });
+
+  await daemon.cli("launch", "web1", "--backend", "sim", "-c", "user.role=frontend");
+  // The new row appears and its agent badge reaches "connected" with no reload.
+  await waitFor(async () => (await badge(page, "agent-web1")) === "connected", { timeout: 60000, what: "agent badge connected" });
+  assert.equal(await badge(page, "status-web1"), "Running");
+
+  await daemon.guest("web1", "ready");
+  await waitFor(async () => (await badge(page, "status-web1")) === "Ready", { what: "status badge Ready" });
+
+  await page.screenshot({ path: join(root, "docs", "dashboard-instances.png"), fullPage: true });
+
+  await page.click('a[href="/instances/web1"]');
+  await page.waitForSelector('[data-testid="timeline"]');
+  assert.equal(await badge(page, "istatus-web1"), "Ready");
+  const kinds = await page.locator('[data-testid="timeline-entry"]').evaluateAll((els) => els.map((e) => e.dataset.kind + ":" + e.dataset.to));
+  assert.ok(kinds.includes("ready:true"), `timeline shows the Ready change: ${kinds}`);
+  await page.screenshot({ path: join(root, "docs", "dashboard-instance.png"), fullPage: true });
+
+  await page.click('[data-testid="action-stop"]');
+  await page.waitForLoadState();
+  await waitFor(async () => (await badge(page, "istatus-web1")) === "Stopped", { timeout: 60000, what: "status Stopped" });
+  const outcome = await page.locator('[data-testid="outcome"]').first().getAttribute("data-ok");
+  assert.equal(outcome, "true");
+  await page.close();
+});
+
+test("after the stream drops, the page resumes and misses nothing", async () => {
+  await daemon.cli("launch", "web2", "--backend", "sim");
+  const page = await chrome.newPage();
+  await page.goto(daemon.url + "/");
+  await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { what: "the live indicator" });
+
+  // Drop the stream the way a sleeping laptop or a proxy would, and hold
+  // the reconnect while events happen.
+  await page.evaluate(() => window.guestlinkLive.drop(3000));
+  assert.equal(await page.getAttribute("#live-indicator", "data-state"), "reconnecting");
+  const before = Number(await page.getAttribute("body", "data-last-event-id"));
+  await daemon.cli("stop", "web2", "--force");
+  await daemon.cli("start", "web2");
+
+  await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { timeout: 30000, what: "reconnection" });
+  // Every event since the drop arrives, in order, with no gap: the stream
+  // carries lifecycle events only and their ids are consecutive.
+  await waitFor(async () => {
+    const ids = (await page.locator('[data-testid="activity-item"]').evaluateAll((els) => els.map((e) => Number(e.dataset.eventId))))
+      .filter((id) => id > before).sort((a, b) => a - b);
+    const last = Number(await page.getAttribute("body", "data-last-event-id"));
+    return ids.length >= 2 && ids[0] === before + 1 && ids[ids.length - 1] === last && ids.every((id, i) => id === before + 1 + i);
+  }, { what: "every event missed while disconnected to appear, without gaps" });
+  await page.screenshot({ path: join(root, "docs", "dashboard-overview.png"), fullPage: true });
+  await page.close();
+});
+
+test("actions work as plain forms without JavaScript", async () => {
+  await daemon.cli("launch", "web3", "--backend", "sim");
+  const ctx = await chrome.newContext({ javaScriptEnabled: false });
+  const page = await ctx.newPage();
+  await page.goto(daemon.url + "/instances?q=web3");
+  await page.check('input[name="names"][value="web3"]');
+  await page.click('[data-testid="bulk-force-stop"]');
+  await page.waitForSelector('[data-testid="outcome"]');
+  assert.equal(await page.locator('[data-testid="outcome"][data-name="web3"]').getAttribute("data-ok"), "true");
+  const info = await daemon.info("web3");
+  assert.equal(info.status, "Stopped");
+  await ctx.close();
+});
+
+test("a cross-site form post is refused", async () => {
+  const res = await fetch(daemon.url + "/instances/actions", {
+    method: "POST",
+    headers: { "Content-Type": "application/x-www-form-urlencoded", "Sec-Fetch-Site": "cross-site" },
+    body: "action=stop&names=web1",
+  });
+  assert.equal(res.status, 403);
+  const noToken = await fetch(daemon.url + "/instances/actions", {
+    method: "POST",
+    headers: { "Content-Type": "application/x-www-form-urlencoded" },
+    body: "action=stop&names=web1",
+  });
+  assert.equal(noToken.status, 403);
+});

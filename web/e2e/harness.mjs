@@ -1,0 +1,116 @@
+// Test harness for the dashboard's browser tests: a real guestlinkd (built
+// by `make build`) on a private state directory and a free localhost port,
+// the real CLI, and Debian's Chromium driven by playwright-core.
+import { spawn, execFile } from "node:child_process";
+import { mkdtempSync, existsSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { chromium } from "playwright-core";
+
+const run = promisify(execFile);
+export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const bin = (name) => join(root, "bin", name);
+
+export const CHROMIUM_FLAGS = [
+  "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic",
+];
+
+async function freePort() {
+  return new Promise((res, rej) => {
+    const srv = createServer();
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => res(port));
+    });
+    srv.on("error", rej);
+  });
+}
+
+export async function waitFor(fn, { timeout = 30000, interval = 100, what = "condition" } = {}) {
+  const deadline = Date.now() + timeout;
+  let last;
+  while (Date.now() < deadline) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    await new Promise((r) => setTimeout(r, interval));
+  }
+  throw new Error(`timed out waiting for ${what}${last ? ": " + last.message : ""}`);
+}
+
+/** Daemon is a running guestlinkd with its own state directory. */
+export class Daemon {
+  static async start() {
+    for (const b of ["guestlinkd", "guestlink", "guestlink-agent", "plugins/sim"]) {
+      if (!existsSync(bin(b))) throw new Error(`${bin(b)} is missing: run make build first`);
+    }
+    const d = new Daemon();
+    d.stateDir = mkdtempSync(join(tmpdir(), "guestlink-e2e-"));
+    d.port = await freePort();
+    d.url = `http://127.0.0.1:${d.port}`;
+    d.log = [];
+    await d.spawn();
+    return d;
+  }
+
+  async spawn() {
+    this.proc = spawn(bin("guestlinkd"), ["--state-dir", this.stateDir, "--http", `127.0.0.1:${this.port}`, "--plugin-dir", bin("plugins")], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const keep = (b) => { this.log.push(b.toString()); if (this.log.length > 500) this.log.shift(); };
+    this.proc.stdout.on("data", keep);
+    this.proc.stderr.on("data", keep);
+    this.exited = new Promise((r) => this.proc.on("exit", r));
+    await waitFor(async () => (await fetch(this.url + "/instances")).ok, { what: "the dashboard to answer" });
+  }
+
+  async restart() {
+    this.proc.kill("SIGTERM");
+    await this.exited;
+    await this.spawn();
+  }
+
+  /** cli runs the guestlink CLI against this daemon and returns its stdout. */
+  async cli(...args) {
+    const { stdout } = await run(bin("guestlink"), args, {
+      env: { ...process.env, GUESTLINK_STATE_DIR: this.stateDir },
+      timeout: 120000,
+    });
+    return stdout;
+  }
+
+  async info(name) {
+    return JSON.parse(await this.cli("info", name, "--format", "json"));
+  }
+
+  /** guest runs guestlink-agent's client side inside a simulated guest. */
+  async guest(name, ...args) {
+    const info = await this.info(name);
+    const { stdout } = await run(bin("guestlink-agent"), args, {
+      env: { ...process.env, GUESTLINK_DEVLXD_SOCKET: info.devlxd_socket },
+      timeout: 60000,
+    });
+    return stdout;
+  }
+
+  async stop() {
+    try {
+      const list = JSON.parse(await this.cli("list", "--format", "json"));
+      for (const i of list) await this.cli("delete", "--force", i.name).catch(() => {});
+    } catch { /* daemon already gone */ }
+    this.proc.kill("SIGTERM");
+    await this.exited;
+    rmSync(this.stateDir, { recursive: true, force: true });
+  }
+}
+
+export async function browser() {
+  return chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: CHROMIUM_FLAGS });
+}

@@ -1,0 +1,326 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/csrf"
+
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/web/components"
+)
+
+const csrfKey = "csrf"
+
+// csrf protects the state-changing routes against cross-site requests: a
+// double-submit token (cookie plus form field or X-Csrf-Token header) and a
+// refusal of requests the browser marks as cross-site.
+func (d *Dashboard) csrf() fiber.Handler {
+	token := csrf.New(csrf.Config{
+		CookieName:        "guestlink_csrf",
+		CookieSameSite:    "Strict",
+		CookieHTTPOnly:    true,
+		CookieSessionOnly: true,
+		Expiration:        24 * time.Hour,
+		ContextKey:        csrfKey,
+		Extractor: func(c *fiber.Ctx) (string, error) {
+			if v := c.Get(csrf.HeaderName); v != "" {
+				return v, nil
+			}
+			return csrf.CsrfFromForm("_csrf")(c)
+		},
+		ErrorHandler: func(c *fiber.Ctx, err error) error {
+			return c.Status(http.StatusForbidden).SendString("Forbidden: the form's security token is missing or stale; reload the page and try again\n")
+		},
+	})
+	return func(c *fiber.Ctx) error {
+		if c.Method() == http.MethodPost && c.Get("Sec-Fetch-Site") == "cross-site" {
+			return c.Status(http.StatusForbidden).SendString("Forbidden: cross-site request\n")
+		}
+		return token(c)
+	}
+}
+
+func (d *Dashboard) meta(c *fiber.Ctx, title, active string) components.Meta {
+	tok, _ := c.Locals(csrfKey).(string)
+	return components.Meta{Title: title, Active: active, CSRF: tok, LastEventID: d.lastEventID(), Now: time.Now()}
+}
+
+func render(c *fiber.Ctx, status int, comp templ.Component) error {
+	c.Status(status)
+	c.Type("html", "utf-8")
+	c.Set("Cache-Control", "no-store")
+	return comp.Render(c.UserContext(), c.Response().BodyWriter())
+}
+
+func (d *Dashboard) overview(c *fiber.Ctx) error {
+	all, err := d.cfg.Instances.List(c.UserContext(), instance.ListFilter{})
+	if err != nil {
+		return d.fail(c, err)
+	}
+	data := components.OverviewData{Meta: d.meta(c, "Overview", "overview"), Total: len(all)}
+	data.ByStatus, data.ByAgent = tally(all)
+	data.Backends = d.backends()
+	data.Recent = d.recentActivity(c.UserContext(), 20)
+	return render(c, http.StatusOK, components.OverviewPage(data))
+}
+
+// tally counts instances by status and by agent badge.
+func tally(all []*instance.Instance) (byStatus, byAgent []components.Count) {
+	status := map[string]int{}
+	agent := map[string]int{}
+	for _, inst := range all {
+		status[inst.Status]++
+		agent[components.AgentBadge(inst).Text]++
+	}
+	for _, s := range []string{"Ready", "Running", "Starting", "Stopping", "Stopped", "Error"} {
+		byStatus = append(byStatus, components.Count{Label: s, N: status[s], Tone: components.StatusBadge(s).Tone, Href: "/instances?status=" + s})
+	}
+	agentFilter := map[string]string{"connected": "connected", "started": "started", "starting": "none", "lost": "lost", "stopped": "stopped", "none expected": ""}
+	tone := map[string]components.Tone{"connected": components.ToneGood, "started": components.ToneWait, "starting": components.ToneWait, "lost": components.ToneBad, "stopped": components.ToneIdle, "none expected": components.ToneIdle}
+	for _, a := range []string{"connected", "started", "starting", "lost", "stopped", "none expected"} {
+		href := "/instances"
+		if f := agentFilter[a]; f != "" {
+			href += "?agent=" + f
+		}
+		byAgent = append(byAgent, components.Count{Label: a, N: agent[a], Tone: tone[a], Href: href})
+	}
+	return byStatus, byAgent
+}
+
+func (d *Dashboard) backends() []components.BackendView {
+	if d.cfg.Backends == nil {
+		return nil
+	}
+	var out []components.BackendView
+	for _, s := range d.cfg.Backends.List() {
+		out = append(out, components.BackendView{Name: s.Name, Version: s.Version, Health: string(s.Health), Restarts: s.Restarts, LastError: s.LastError})
+	}
+	return out
+}
+
+// parseFilter reads the instances page's query string.
+func parseFilter(c *fiber.Ctx) (components.Filter, error) {
+	f := components.Filter{
+		Status:  c.Query("status"),
+		Agent:   c.Query("agent"),
+		Backend: c.Query("backend"),
+		Query:   strings.TrimSpace(c.Query("q")),
+		Sort:    c.Query("sort", "name"),
+		Page:    1,
+	}
+	switch f.Status {
+	case "", "Running", "Ready", "Stopped", "Error", "Starting", "Stopping":
+	default:
+		return f, fmt.Errorf("unknown status filter %q: %w", f.Status, errdefs.ErrInvalid)
+	}
+	switch f.Agent {
+	case "", "connected", "started", "stopped", "lost", "none":
+	default:
+		return f, fmt.Errorf("unknown agent filter %q: %w", f.Agent, errdefs.ErrInvalid)
+	}
+	switch f.Sort {
+	case "name", "status", "started", "ready":
+	default:
+		return f, fmt.Errorf("unknown sort %q (name, status, started, ready): %w", f.Sort, errdefs.ErrInvalid)
+	}
+	if p := c.Query("page"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			return f, fmt.Errorf("invalid page %q: %w", p, errdefs.ErrInvalid)
+		}
+		f.Page = n
+	}
+	return f, nil
+}
+
+func (d *Dashboard) instances(c *fiber.Ctx) error {
+	f, err := parseFilter(c)
+	if err != nil {
+		return d.fail(c, err)
+	}
+	data, err := d.instancesData(c, f)
+	if err != nil {
+		return d.fail(c, err)
+	}
+	return render(c, http.StatusOK, components.InstancesPage(data))
+}
+
+func (d *Dashboard) instancesData(c *fiber.Ctx, f components.Filter) (components.InstancesData, error) {
+	// The service does the filtering: "Running" matches Ready instances
+	// too and agent "none" matches instances without an agent.
+	rows, err := d.cfg.Instances.List(c.UserContext(), instance.ListFilter{Status: f.Status, Backend: f.Backend, Agent: f.Agent, Query: f.Query})
+	if err != nil {
+		return components.InstancesData{}, err
+	}
+	sortRows(rows, f.Sort)
+	data := components.InstancesData{Meta: d.meta(c, "Instances", "instances"), Filter: f, Total: len(rows)}
+	size := d.cfg.PageSize
+	data.Pages = (len(rows) + size - 1) / size
+	if data.Pages == 0 {
+		data.Pages = 1
+	}
+	if f.Page > data.Pages {
+		data.Filter.Page = data.Pages
+	}
+	start := (data.Filter.Page - 1) * size
+	end := min(start+size, len(rows))
+	data.Rows = rows[start:end]
+	for _, b := range d.backends() {
+		data.Backends = append(data.Backends, b.Name)
+	}
+	return data, nil
+}
+
+func sortRows(rows []*instance.Instance, by string) {
+	less := func(a, b *instance.Instance) bool { return a.Name < b.Name }
+	switch by {
+	case "status":
+		less = func(a, b *instance.Instance) bool {
+			if a.StatusCode != b.StatusCode {
+				return a.StatusCode > b.StatusCode // Ready (113) first
+			}
+			return a.Name < b.Name
+		}
+	case "started":
+		less = func(a, b *instance.Instance) bool {
+			at, bt := a.StartedAt, b.StartedAt
+			if (at == nil) != (bt == nil) {
+				return at != nil
+			}
+			if at != nil && !at.Equal(*bt) {
+				return at.After(*bt)
+			}
+			return a.Name < b.Name
+		}
+	case "ready":
+		ttr := func(i *instance.Instance) time.Duration {
+			if i.StartedAt == nil || i.ReadyAt == nil {
+				return time.Duration(1<<63 - 1)
+			}
+			return i.ReadyAt.Sub(*i.StartedAt)
+		}
+		less = func(a, b *instance.Instance) bool {
+			if x, y := ttr(a), ttr(b); x != y {
+				return x < y
+			}
+			return a.Name < b.Name
+		}
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return less(rows[i], rows[j]) })
+}
+
+func (d *Dashboard) instancePage(c *fiber.Ctx) error {
+	data, err := d.instanceData(c, c.Params("name"))
+	if err != nil {
+		return d.fail(c, err)
+	}
+	return render(c, http.StatusOK, components.InstancePage(data))
+}
+
+func (d *Dashboard) instanceData(c *fiber.Ctx, name string) (components.InstanceData, error) {
+	inst, err := d.cfg.Instances.Get(c.UserContext(), name)
+	if err != nil {
+		return components.InstanceData{}, err
+	}
+	entries, err := d.cfg.Instances.Timeline(c.UserContext(), name, 200)
+	if err != nil {
+		return components.InstanceData{}, err
+	}
+	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: inst}
+	for i := len(entries) - 1; i >= 0; i-- { // newest first
+		e := entries[i]
+		data.Timeline = append(data.Timeline, components.TimelineItem{Time: e.Time, Boot: e.Boot, Kind: e.Kind, From: e.From, To: e.To, Cause: e.Cause, Detail: e.Detail})
+	}
+	return data, nil
+}
+
+// action runs one action on one instance and reports its outcome.
+func (d *Dashboard) action(ctx context.Context, name, action string, by events.Requestor) components.Outcome {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.ActionTimeout)
+	defer cancel()
+	var err error
+	switch action {
+	case "start":
+		err = d.cfg.Instances.Start(ctx, name, by)
+	case "stop":
+		err = d.cfg.Instances.Stop(ctx, name, instance.StopOptions{}, by)
+	case "force-stop":
+		err = d.cfg.Instances.Stop(ctx, name, instance.StopOptions{Force: true}, by)
+	case "restart":
+		err = d.cfg.Instances.Restart(ctx, name, instance.StopOptions{}, by)
+	default:
+		err = fmt.Errorf("unknown action %q (start, stop, force-stop, restart): %w", action, errdefs.ErrInvalid)
+	}
+	o := components.Outcome{Name: name, Action: action}
+	if err != nil {
+		o.Err = err.Error()
+	}
+	return o
+}
+
+func requestor(c *fiber.Ctx) events.Requestor {
+	return events.Requestor{Protocol: "http", Address: c.IP(), Username: "dashboard"}
+}
+
+func (d *Dashboard) instanceAction(c *fiber.Ctx) error {
+	name := c.Params("name")
+	o := d.action(c.UserContext(), name, c.FormValue("action"), requestor(c))
+	data, err := d.instanceData(c, name)
+	if err != nil {
+		return d.fail(c, err)
+	}
+	data.Outcomes = []components.Outcome{o}
+	status := http.StatusOK
+	if o.Err != "" {
+		status = http.StatusUnprocessableEntity
+	}
+	return render(c, status, components.InstancePage(data))
+}
+
+// bulkAction runs an action on every selected instance, one after the
+// other, and shows each instance's outcome.
+func (d *Dashboard) bulkAction(c *fiber.Ctx) error {
+	action := c.FormValue("action")
+	args := c.Request().PostArgs()
+	var names []string
+	for _, v := range args.PeekMulti("names") {
+		names = append(names, string(v))
+	}
+	var outcomes []components.Outcome
+	if len(names) == 0 {
+		outcomes = append(outcomes, components.Outcome{Action: action, Err: "no instance selected"})
+	}
+	by := requestor(c)
+	for _, n := range names {
+		outcomes = append(outcomes, d.action(c.UserContext(), n, action, by))
+	}
+	data, err := d.instancesData(c, components.Filter{Sort: "name", Page: 1})
+	if err != nil {
+		return d.fail(c, err)
+	}
+	data.Outcomes = outcomes
+	return render(c, http.StatusOK, components.InstancesPage(data))
+}
+
+// fail answers a page request that could not be served with a plain page and
+// the status the error kind maps to.
+func (d *Dashboard) fail(c *fiber.Ctx, err error) error {
+	status := errdefs.HTTPStatus(err)
+	if status == http.StatusInternalServerError && !errors.Is(err, context.Canceled) {
+		d.log.Error("dashboard request failed", "path", c.Path(), "err", err)
+	}
+	c.Status(status)
+	c.Type("txt", "utf-8")
+	return c.SendString(http.StatusText(status) + ": " + err.Error() + "\n")
+}

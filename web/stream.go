@@ -1,0 +1,279 @@
+package web
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/web/components"
+)
+
+// stream serves the live event stream as server-sent events. Each lifecycle
+// event becomes one "update" message whose data is HTML fragments marked for
+// out-of-band swaps (the instance's table row, its page badges, a timeline
+// entry, an activity line), so open pages are patched in place without
+// refetching anything. Every message carries the event id; a client resumes
+// with ?since=<id> or the Last-Event-ID header and misses nothing. A
+// heartbeat message every period keeps proxies from closing the stream and
+// lets the page notice a dead one.
+func (d *Dashboard) stream(c *fiber.Ctx) error {
+	since, err := resumePoint(c.Query("since"), c.Get("Last-Event-ID"))
+	if err != nil {
+		return d.fail(c, err)
+	}
+	sub, err := d.cfg.Events.Subscribe(events.Filter{Types: []string{events.TypeLifecycle}, After: since})
+	if err != nil {
+		return d.fail(c, err)
+	}
+	c.Set("Content-Type", "text/event-stream")
+	c.Set("Cache-Control", "no-store")
+	c.Set("Connection", "keep-alive")
+	c.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	heartbeat := d.cfg.Heartbeat
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer sub.Close()
+		tick := time.NewTicker(heartbeat)
+		defer tick.Stop()
+		countsDue := time.NewTimer(time.Hour)
+		countsDue.Stop()
+		countsPending := false
+		// Tell the browser how long to wait before its own reconnect.
+		fmt.Fprintf(w, "retry: 1000\n\n")
+		if w.Flush() != nil {
+			return
+		}
+		for {
+			select {
+			case ev, ok := <-sub.C():
+				if !ok {
+					// Overflow or shutdown: end the stream; the client
+					// reconnects and resumes from its last id.
+					return
+				}
+				frag := d.frags.get(ev)
+				writeMessage(w, "update", ev.ID, frag)
+				if !countsPending {
+					countsPending = true
+					countsDue.Reset(time.Second)
+				}
+			case <-countsDue.C:
+				countsPending = false
+				writeMessage(w, "counts", 0, d.counts.fragment())
+			case now := <-tick.C:
+				writeMessage(w, "heartbeat", 0, []byte(now.UTC().Format(time.RFC3339)))
+			}
+			if w.Flush() != nil {
+				return // the client went away
+			}
+		}
+	})
+	return nil
+}
+
+// resumePoint returns the id to resume after: the larger of the query's
+// since and the Last-Event-ID header.
+func resumePoint(query, header string) (int64, error) {
+	var since int64
+	for _, v := range []string{query, header} {
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("invalid resume id %q: want a non-negative integer: %w", v, errdefs.ErrInvalid)
+		}
+		since = max(since, n)
+	}
+	return since, nil
+}
+
+// writeMessage writes one server-sent event; multi-line data is split into
+// data: lines as the format requires.
+func writeMessage(w *bufio.Writer, name string, id int64, data []byte) {
+	w.WriteString("event: " + name + "\n")
+	if id > 0 {
+		w.WriteString("id: " + strconv.FormatInt(id, 10) + "\n")
+	}
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		w.WriteString("data: ")
+		w.Write(line)
+		w.WriteByte('\n')
+	}
+	w.WriteByte('\n')
+}
+
+// fragmentCache renders each event's fragments once, however many pages are
+// open: the rendering of the most recent events is kept by id.
+type fragmentCache struct {
+	d    *Dashboard
+	size int
+	mu   sync.Mutex
+	byID map[int64][]byte
+	ids  []int64
+}
+
+func newFragmentCache(d *Dashboard, size int) *fragmentCache {
+	return &fragmentCache{d: d, size: size, byID: make(map[int64][]byte)}
+}
+
+func (fc *fragmentCache) get(ev events.Event) []byte {
+	fc.mu.Lock()
+	if b, ok := fc.byID[ev.ID]; ok {
+		fc.mu.Unlock()
+		return b
+	}
+	fc.mu.Unlock()
+	b := fc.d.renderEvent(ev)
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	if _, ok := fc.byID[ev.ID]; !ok {
+		fc.byID[ev.ID] = b
+		fc.ids = append(fc.ids, ev.ID)
+		if len(fc.ids) > fc.size {
+			delete(fc.byID, fc.ids[0])
+			fc.ids = fc.ids[1:]
+		}
+	}
+	return b
+}
+
+// renderEvent renders the out-of-band fragments for one lifecycle event.
+func (d *Dashboard) renderEvent(ev events.Event) []byte {
+	var lc events.Lifecycle
+	_ = json.Unmarshal(ev.Metadata, &lc) // a malformed event still gets an activity line
+	name := ev.Instance
+	if name == "" {
+		name = strings.TrimPrefix(lc.Source, "/1.0/instances/")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var buf bytes.Buffer
+	m := components.Meta{Now: time.Now()}
+	switch inst, err := d.cfg.Instances.Get(ctx, name); {
+	case lc.Action == events.InstanceDeleted:
+		_ = components.RowRemoved(name).Render(ctx, &buf)
+	case err != nil:
+		// Gone already (deleted since); nothing to patch.
+	case lc.Action == events.InstanceCreated:
+		_ = components.RowAdded(inst, m).Render(ctx, &buf)
+	default:
+		_ = components.InstanceRow(inst, m, true).Render(ctx, &buf)
+		_ = components.InstanceBadges(inst, m, true).Render(ctx, &buf)
+	}
+	if item, ok := timelineItem(ev, lc); ok && name != "" {
+		_ = components.TimelineRow(name, item, true).Render(ctx, &buf)
+	}
+	_ = components.ActivityItem(activity(ev, lc, name), true).Render(ctx, &buf)
+	return buf.Bytes()
+}
+
+// timelineItem maps a lifecycle event to the timeline entry the instance
+// page shows for it.
+func timelineItem(ev events.Event, lc events.Lifecycle) (components.TimelineItem, bool) {
+	item := components.TimelineItem{Time: ev.Timestamp}
+	if lc.Requestor != nil {
+		item.Cause = lc.Requestor.Protocol
+	}
+	switch {
+	case strings.HasPrefix(lc.Action, "instance-agent-"):
+		item.Kind, item.To = "agent", strings.TrimPrefix(lc.Action, "instance-agent-")
+	case lc.Action == events.InstanceReady:
+		item.Kind, item.To = "ready", "true"
+	case lc.Action == events.InstanceUnready:
+		item.Kind, item.To = "ready", "false"
+	case lc.Action == events.InstanceStarted, lc.Action == events.InstanceStopped, lc.Action == events.InstanceRestarted, lc.Action == events.InstanceError:
+		item.Kind, item.To = "state", strings.TrimPrefix(lc.Action, "instance-")
+	default:
+		return item, false
+	}
+	if b, ok := lc.Context["boot"].(float64); ok {
+		item.Boot = int64(b)
+	}
+	return item, true
+}
+
+func activity(ev events.Event, lc events.Lifecycle, name string) components.Activity {
+	a := components.Activity{ID: ev.ID, Time: ev.Timestamp, Instance: name, Action: strings.TrimPrefix(lc.Action, "instance-")}
+	if lc.Requestor != nil {
+		a.Who = lc.Requestor.Protocol
+	}
+	return a
+}
+
+// recentActivity returns the last n lifecycle events, newest first.
+func (d *Dashboard) recentActivity(ctx context.Context, n int) []components.Activity {
+	evs, err := d.cfg.Events.Recent(ctx, events.TypeLifecycle, n)
+	if err != nil {
+		d.log.Warn("dashboard: reading recent events", "err", err)
+		return nil
+	}
+	out := make([]components.Activity, 0, len(evs))
+	for _, ev := range evs {
+		var lc events.Lifecycle
+		_ = json.Unmarshal(ev.Metadata, &lc)
+		out = append(out, activity(ev, lc, ev.Instance))
+	}
+	return newestFirst(out, n)
+}
+
+func newestFirst(list []components.Activity, n int) []components.Activity {
+	if len(list) > n {
+		list = list[len(list)-n:]
+	}
+	out := make([]components.Activity, len(list))
+	for i, a := range list {
+		out[len(list)-1-i] = a
+	}
+	return out
+}
+
+func (d *Dashboard) lastEventID() int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	id, err := d.cfg.Events.LastID(ctx)
+	if err != nil {
+		return 0
+	}
+	return id
+}
+
+// countCache keeps the overview's counts for a second, so many open pages
+// and bursts of events cost one listing per second at most.
+type countCache struct {
+	d   *Dashboard
+	ttl time.Duration
+	mu  sync.Mutex
+	at  time.Time
+	buf []byte
+}
+
+func (cc *countCache) fragment() []byte {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if time.Since(cc.at) < cc.ttl && cc.buf != nil {
+		return cc.buf
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	all, err := cc.d.cfg.Instances.List(ctx, instance.ListFilter{})
+	if err != nil {
+		return cc.buf
+	}
+	byStatus, byAgent := tally(all)
+	var buf bytes.Buffer
+	_ = components.Counts("status-counts", byStatus, true).Render(ctx, &buf)
+	_ = components.Counts("agent-counts", byAgent, true).Render(ctx, &buf)
+	cc.buf, cc.at = buf.Bytes(), time.Now()
+	return cc.buf
+}
