@@ -27,6 +27,8 @@ type fakeBackend struct {
 	// while an operation runs).
 	onStart func(spec *sdk.GuestSpec)
 	onStop  func(uuid string)
+	// onRecover runs at the end of Recover, before it answers.
+	onRecover func(uuid string)
 
 	mu     sync.Mutex
 	guests map[string]*fakeGuest // by handle
@@ -187,6 +189,12 @@ func (f *fakeBackend) Recover(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec)
 	st, err := f.State(context.Background(), h)
 	if err != nil {
 		return nil, nil, err
+	}
+	if f.onRecover != nil {
+		f.mu.Lock()
+		uuid := f.guests[string(h)].uuid
+		f.mu.Unlock()
+		f.onRecover(uuid)
 	}
 	if st.Status == sdk.StatusRunning {
 		st.Details = map[string]string{"devlxd_socket": "/run/recovered/sock"}

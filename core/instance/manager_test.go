@@ -1039,6 +1039,33 @@ func TestExitDuringOperations(t *testing.T) {
 	})
 }
 
+func TestExitDuringRecover(t *testing.T) {
+	e := newEnv(t)
+	e.create("web1", nil)
+	if err := e.m.Start(bg, "web1", api); err != nil {
+		t.Fatal(err)
+	}
+	e.be.onRecover = func(uuid string) {
+		// The guest was running when Recover looked, and exits before the
+		// daemon has recorded what Recover found.
+		e.m.HandleBackendEvent("fake", sdk.Event{UUID: uuid, Kind: sdk.EventExited, Time: time.Now()})
+		e.be.onRecover = nil
+	}
+	n := len(e.hooks.list())
+	if err := e.m.Recover(bg, "fake"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.get("web1"); got.Status != "Stopped" {
+		t.Errorf("status %s", got.Status)
+	}
+	if h := e.hooks.list()[n:]; !slices.Equal(h, []string{"running web1", "stopped web1"}) {
+		t.Errorf("hooks %v", h)
+	}
+	if c := count(e.actions("web1"), events.InstanceStopped); c != 1 {
+		t.Errorf("%d instance-stopped events", c)
+	}
+}
+
 func TestStatefulStop(t *testing.T) {
 	e := newEnv(t)
 	e.be.stateful = true

@@ -250,6 +250,10 @@ func (m *Manager) guestReset(ctx context.Context, e *entry, ev sdk.Event) {
 	}
 }
 
+// opRecovering marks an instance whose guest Recover is re-attaching to; it
+// does not change the status.
+const opRecovering = "recovering"
+
 // Init is called once at daemon start: it clears every instance's Ready
 // flag (the daemon cannot know; agents re-declare it), loads the
 // instances and recovers the guests of every backend (see Recover). The
@@ -345,6 +349,26 @@ func (m *Manager) recoverOne(ctx context.Context, b sdk.Backend, e *entry) error
 	if err != nil || len(rec.Handle) == 0 {
 		return nil // deleted meanwhile, or never created
 	}
+	// While the backend answers, an exit is kept for the end (as during
+	// start and stop), so it cannot interleave with the reconciliation.
+	if err := m.setOp(ctx, e, opRecovering); err != nil {
+		return fmt.Errorf("recovering instance %q: %w", rec.Name, err)
+	}
+	var pending *sdk.Event
+	defer func() {
+		if _, err := m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
+			if c.rt.op == opRecovering {
+				c.rt.op = status.OpNone
+			}
+			pending, c.rt.pendingExit = c.rt.pendingExit, nil
+			return nil
+		}); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			m.log.Error("ending a recovery", "instance", rec.Name, "err", err)
+		}
+		if pending != nil {
+			m.guestExited(context.WithoutCancel(ctx), e, *pending)
+		}
+	}()
 	h2, gs, err := b.Recover(ctx, rec.Handle, specOf(rec, nil))
 	switch {
 	case err == nil && gs != nil:
