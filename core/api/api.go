@@ -86,8 +86,10 @@ type API struct {
 	app *fiber.App
 	log *slog.Logger
 
+	mu        sync.Mutex
 	closing   chan struct{} // closed by Shutdown: event websockets end
-	closeOnce sync.Once
+	closed    bool
+	listeners []net.Listener
 	streams   sync.WaitGroup // running event websockets
 }
 
@@ -157,14 +159,24 @@ func (a *API) Register(r fiber.Router) {
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several
-// listeners at once. It returns nil after Shutdown.
+// listeners at once. It returns nil after Shutdown (at once, closing ln, if
+// Shutdown came first).
 func (a *API) Serve(ln net.Listener) error {
-	select {
-	case <-a.closing:
-		return fmt.Errorf("serving admin API on %s: %w", ln.Addr(), net.ErrClosed)
-	default:
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		_ = ln.Close()
+		return nil
 	}
-	if err := a.app.Listener(ln); err != nil && !errors.Is(err, net.ErrClosed) {
+	a.listeners = append(a.listeners, ln)
+	a.mu.Unlock()
+	if err := a.app.Listener(ln); err != nil {
+		a.mu.Lock()
+		closed := a.closed
+		a.mu.Unlock()
+		if closed && errors.Is(err, net.ErrClosed) {
+			return nil
+		}
 		return fmt.Errorf("serving admin API on %s: %w", ln.Addr(), err)
 	}
 	return nil
@@ -173,8 +185,20 @@ func (a *API) Serve(ln net.Listener) error {
 // Shutdown closes the listeners, ends the event websockets (close code 1001)
 // and waits for running requests until ctx is done.
 func (a *API) Shutdown(ctx context.Context) error {
-	a.closeOnce.Do(func() { close(a.closing) })
+	a.mu.Lock()
+	if !a.closed {
+		a.closed = true
+		close(a.closing)
+	}
+	lns := a.listeners
+	a.listeners = nil
+	a.mu.Unlock()
 	err := a.app.ShutdownWithContext(ctx)
+	// A Serve that had not yet handed its listener to fasthttp when
+	// fasthttp shut down stops here.
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
 	done := make(chan struct{})
 	go func() { a.streams.Wait(); close(done) }()
 	select {
