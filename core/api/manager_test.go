@@ -1,0 +1,198 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/core/api"
+	"github.com/guestlink/guestlink/core/api/apitest"
+	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/db/dbtest"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// memBackend is an in-memory backend: guests are map entries. It stands in
+// for a plugin so the API can be tested over the real instance manager.
+type memBackend struct {
+	mu     sync.Mutex
+	guests map[string]sdk.Status // by handle
+	events chan sdk.Event
+}
+
+func newMemBackend() *memBackend {
+	return &memBackend{guests: map[string]sdk.Status{}, events: make(chan sdk.Event)}
+}
+
+func (b *memBackend) Backend(name string) (sdk.Backend, error) {
+	if name != "mem" {
+		return nil, fmt.Errorf("backend %q: %w", name, errdefs.ErrNotFound)
+	}
+	return b, nil
+}
+
+func (b *memBackend) Info(context.Context) (*sdk.Info, error) {
+	return &sdk.Info{Name: "mem", Version: "1", ConfigPrefixes: []string{"mem."}}, nil
+}
+
+func (b *memBackend) Create(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.guests[spec.UUID] = sdk.StatusStopped
+	return sdk.Handle(spec.UUID), nil
+}
+
+func (b *memBackend) set(h sdk.Handle, st sdk.Status) (*sdk.GuestState, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.guests[string(h)]; !ok {
+		return nil, fmt.Errorf("guest %s: %w", h, sdk.ErrNotFound)
+	}
+	b.guests[string(h)] = st
+	return &sdk.GuestState{Status: st, PID: 1}, nil
+}
+
+func (b *memBackend) Start(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
+	st, err := b.set(h, sdk.StatusRunning)
+	return h, st, err
+}
+
+func (b *memBackend) Stop(_ context.Context, h sdk.Handle, _ sdk.StopOptions) (*sdk.GuestState, error) {
+	return b.set(h, sdk.StatusStopped)
+}
+
+func (b *memBackend) Delete(_ context.Context, h sdk.Handle) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.guests, string(h))
+	return nil
+}
+
+func (b *memBackend) State(_ context.Context, h sdk.Handle) (*sdk.GuestState, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st, ok := b.guests[string(h)]
+	if !ok {
+		return nil, fmt.Errorf("guest %s: %w", h, sdk.ErrNotFound)
+	}
+	return &sdk.GuestState{Status: st}, nil
+}
+
+func (b *memBackend) Events(context.Context) (<-chan sdk.Event, error) { return b.events, nil }
+
+func (b *memBackend) ReadRing(context.Context, sdk.Handle, int) ([]byte, error) { return nil, nil }
+
+func (b *memBackend) LinkEndpoint(_ context.Context, h sdk.Handle) (*sdk.LinkEndpoint, error) {
+	return &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: "/nonexistent/" + string(h)}, nil
+}
+
+func (b *memBackend) Recover(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
+	st, err := b.State(context.Background(), h)
+	return h, st, err
+}
+
+var _ sdk.Backend = (*memBackend)(nil)
+
+// TestRealManager drives the real instance manager (SQLite store, real bus)
+// through the API: the statuses of its errors and the instance object.
+func TestRealManager(t *testing.T) {
+	store := dbtest.SQLite(t)
+	bus := events.New(store)
+	t.Cleanup(func() { _ = bus.Close() })
+	mgr, err := instance.NewManager(instance.Config{Store: store, Backends: newMemBackend(), Bus: bus, DefaultBackend: "mem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backends := &apitest.Backends{}
+	backends.Set(apitest.DefaultBackends()...)
+	a := api.New(api.Config{Instances: mgr, Events: bus, Backends: backends})
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "guestlink.sock")
+	ln, err := api.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	})
+	srv := &apitest.Server{Socket: sock, Dir: dir}
+
+	mustCall(t, srv, "POST", "/1.0/instances", `{"name":"m1","config":{"user.a":"1"}}`, 201)
+	steps := []struct {
+		name         string
+		method, path string
+		body         string
+		code         int
+		contains     string
+	}{
+		{"duplicate", "POST", "/1.0/instances", `{"name":"m1"}`, 409, `"m1"`},
+		{"unknown key", "POST", "/1.0/instances", `{"name":"m2","config":{"bogus":"1"}}`, 400, "bogus"},
+		{"stop stopped", "PUT", "/1.0/instances/m1/state", `{"action":"stop"}`, 409, `"m1"`},
+		{"start", "PUT", "/1.0/instances/m1/state", `{"action":"start"}`, 200, ""},
+		{"start running", "PUT", "/1.0/instances/m1/state", `{"action":"start"}`, 409, `"m1"`},
+		{"delete running", "DELETE", "/1.0/instances/m1", "", 409, `"m1"`},
+		{"patch unknown key", "PATCH", "/1.0/instances/m1", `{"config":{"bogus":"1"}}`, 400, "bogus"},
+		{"patch", "PATCH", "/1.0/instances/m1", `{"config":{"user.b":"2"},"unset":["user.a"]}`, 200, ""},
+		{"unknown", "GET", "/1.0/instances/nope", "", 404, `"nope"`},
+		{"unknown timeline", "GET", "/1.0/instances/nope/timeline", "", 404, `"nope"`},
+		{"bad status", "GET", "/1.0/instances?status=Asleep", "", 400, "Asleep"},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			code, env := call(t, srv, st.method, st.path, st.body)
+			t.Logf("%d %s", code, env.Error)
+			if code != st.code || !strings.Contains(env.Error, st.contains) {
+				t.Fatalf("got %d %q, want %d containing %q", code, env.Error, st.code, st.contains)
+			}
+			checkEnvelope(t, code, env)
+		})
+	}
+
+	var inst wire.Instance
+	if err := json.Unmarshal(mustCall(t, srv, "GET", "/1.0/instances/m1", "", 200).Metadata, &inst); err != nil {
+		t.Fatal(err)
+	}
+	if inst.Status != "Running" || inst.Backend != "mem" || inst.Boot != 1 || inst.Config["user.b"] != "2" ||
+		inst.Config["user.a"] != "" || len(inst.Timeline) == 0 {
+		t.Fatalf("instance = %+v", inst)
+	}
+	want := map[string]bool{"user.b": true}
+	got := maps.Clone(inst.Config)
+	for k := range got {
+		if strings.HasPrefix(k, "volatile.") {
+			delete(got, k)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("config = %v", inst.Config)
+	}
+	var list []wire.Instance
+	if err := json.Unmarshal(mustCall(t, srv, "GET", "/1.0/instances?status=running", "", 200).Metadata, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 {
+		t.Fatalf("running list = %+v", list)
+	}
+	mustCall(t, srv, "PUT", "/1.0/instances/m1/state", `{"action":"restart"}`, http.StatusOK)
+	mustCall(t, srv, "DELETE", "/1.0/instances/m1?force=true", "", http.StatusOK)
+	mustCall(t, srv, "GET", "/1.0/instances/m1", "", http.StatusNotFound)
+}
