@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -23,7 +25,11 @@ import (
 //go:embed assets
 var assets embed.FS
 
-// Instances is what the dashboard needs of the instance service.
+// Instances is what the dashboard needs of the instance service
+// (core/instance.Manager). List returns the matching instances sorted by
+// name; it does the filtering itself ("Running" matches Ready instances,
+// agent "none" matches instances without an agent). A bad filter value is
+// errdefs.ErrInvalid and an unknown instance errdefs.ErrNotFound.
 type Instances interface {
 	List(ctx context.Context, f instance.ListFilter) ([]*instance.Instance, error)
 	Get(ctx context.Context, name string) (*instance.Instance, error)
@@ -33,8 +39,11 @@ type Instances interface {
 	Timeline(ctx context.Context, name string, limit int) ([]instance.TimelineEntry, error)
 }
 
-// Events is what the dashboard needs of the event bus.
+// Events is what the dashboard needs of the event bus (core/events.Bus plus
+// Recent, which the daemon provides over the event log).
 type Events interface {
+	// Subscribe starts a subscription; with f.After > 0 the stored events
+	// after that id come first. The dashboard closes it when the page goes.
 	Subscribe(f events.Filter) (*events.Subscription, error)
 	// LastID returns the id of the newest event (0 when there is none).
 	LastID(ctx context.Context) (int64, error)
@@ -67,6 +76,10 @@ type Dashboard struct {
 	log    *slog.Logger
 	frags  *fragmentCache
 	counts *countCache
+
+	streams   atomic.Int64  // open live streams
+	done      chan struct{} // closed by Close: ends every live stream
+	closeOnce sync.Once
 }
 
 // New returns a dashboard over the given services.
@@ -83,7 +96,7 @@ func New(cfg Config) *Dashboard {
 	if cfg.ActionTimeout <= 0 {
 		cfg.ActionTimeout = 2 * time.Minute
 	}
-	d := &Dashboard{cfg: cfg, log: cfg.Logger}
+	d := &Dashboard{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
 	d.frags = newFragmentCache(d, 4096)
 	d.counts = &countCache{d: d, ttl: time.Second}
 	return d
@@ -91,7 +104,9 @@ func New(cfg Config) *Dashboard {
 
 // Register mounts the dashboard's routes on r: "/", "/instances",
 // "/instances/:name", their POST actions, "/events" and "/assets/*". The app
-// serving them must have a zero WriteTimeout (the live stream is long-lived).
+// serving them must have a zero WriteTimeout (the live stream is long-lived)
+// and Immutable set. The CSRF protection applies to the dashboard's own
+// routes only, so r may be shared with other handlers.
 func (d *Dashboard) Register(r fiber.Router) {
 	sub, err := fs.Sub(assets, "assets")
 	if err != nil {
@@ -99,10 +114,21 @@ func (d *Dashboard) Register(r fiber.Router) {
 	}
 	r.Use("/assets", filesystem.New(filesystem.Config{Root: http.FS(sub), MaxAge: 3600}))
 	r.Get("/events", d.stream)
-	guarded := r.Group("", d.csrf())
-	guarded.Get("/", d.overview)
-	guarded.Get("/instances", d.instances)
-	guarded.Post("/instances/actions", d.bulkAction)
-	guarded.Get("/instances/:name", d.instancePage)
-	guarded.Post("/instances/:name/actions", d.instanceAction)
+	guard := d.csrf()
+	r.Get("/", guard, d.overview)
+	r.Get("/instances", guard, d.instances)
+	r.Post("/instances/actions", guard, d.bulkAction)
+	r.Get("/instances/:name", guard, d.instancePage)
+	r.Post("/instances/:name/actions", guard, d.instanceAction)
 }
+
+// Close ends every open live stream (the pages reconnect on their own), so
+// that the server can shut down: call it before the fiber app's Shutdown,
+// which otherwise waits for the streams forever. It is safe to call more
+// than once.
+func (d *Dashboard) Close() {
+	d.closeOnce.Do(func() { close(d.done) })
+}
+
+// OpenStreams returns how many live streams are open.
+func (d *Dashboard) OpenStreams() int64 { return d.streams.Load() }

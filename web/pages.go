@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -44,11 +45,31 @@ func (d *Dashboard) csrf() fiber.Handler {
 		},
 	})
 	return func(c *fiber.Ctx) error {
-		if c.Method() == http.MethodPost && c.Get("Sec-Fetch-Site") == "cross-site" {
-			return c.Status(http.StatusForbidden).SendString("Forbidden: cross-site request\n")
+		if c.Method() == http.MethodPost {
+			if err := sameOrigin(c); err != nil {
+				c.Status(http.StatusForbidden)
+				return c.SendString("Forbidden: " + err.Error() + "\n")
+			}
 		}
 		return token(c)
 	}
+}
+
+// sameOrigin refuses a request the browser marks as cross-site
+// (Sec-Fetch-Site) or whose Origin is not this server.
+func sameOrigin(c *fiber.Ctx) error {
+	switch site := c.Get("Sec-Fetch-Site"); site {
+	case "", "same-origin", "none":
+	default:
+		return fmt.Errorf("%s request refused", site)
+	}
+	if o := c.Get(fiber.HeaderOrigin); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || o == "null" || !strings.EqualFold(u.Host, string(c.Request().Host())) {
+			return fmt.Errorf("request from origin %q refused", o)
+		}
+	}
+	return nil
 }
 
 func (d *Dashboard) meta(c *fiber.Ctx, title, active string) components.Meta {
@@ -109,35 +130,48 @@ func (d *Dashboard) backends() []components.BackendView {
 	return out
 }
 
-// parseFilter reads the instances page's query string.
-func parseFilter(c *fiber.Ctx) (components.Filter, error) {
+// maxQuery bounds the free-text filter.
+const maxQuery = 256
+
+// parseFilter reads the instances table's filter, sort and page from get
+// (the query string, or the form fields a bulk action carries back).
+func parseFilter(get func(key string) string) (components.Filter, error) {
 	f := components.Filter{
-		Status:  c.Query("status"),
-		Agent:   c.Query("agent"),
-		Backend: c.Query("backend"),
-		Query:   strings.TrimSpace(c.Query("q")),
-		Sort:    c.Query("sort", "name"),
+		Status:  get("status"),
+		Agent:   get("agent"),
+		Backend: get("backend"),
+		Query:   strings.TrimSpace(get("q")),
+		Sort:    get("sort"),
 		Page:    1,
+	}
+	if f.Sort == "" {
+		f.Sort = "name"
 	}
 	switch f.Status {
 	case "", "Running", "Ready", "Stopped", "Error", "Starting", "Stopping":
 	default:
-		return f, fmt.Errorf("unknown status filter %q: %w", f.Status, errdefs.ErrInvalid)
+		return f, fmt.Errorf("unknown status filter %q (Running, Ready, Stopped, Error, Starting, Stopping): %w", f.Status, errdefs.ErrInvalid)
 	}
 	switch f.Agent {
 	case "", "connected", "started", "stopped", "lost", "none":
 	default:
-		return f, fmt.Errorf("unknown agent filter %q: %w", f.Agent, errdefs.ErrInvalid)
+		return f, fmt.Errorf("unknown agent filter %q (connected, started, stopped, lost, none): %w", f.Agent, errdefs.ErrInvalid)
 	}
 	switch f.Sort {
 	case "name", "status", "started", "ready":
 	default:
 		return f, fmt.Errorf("unknown sort %q (name, status, started, ready): %w", f.Sort, errdefs.ErrInvalid)
 	}
-	if p := c.Query("page"); p != "" {
+	if len(f.Query) > maxQuery {
+		return f, fmt.Errorf("search text of %d bytes is longer than %d: %w", len(f.Query), maxQuery, errdefs.ErrInvalid)
+	}
+	if len(f.Backend) > maxQuery {
+		return f, fmt.Errorf("backend filter of %d bytes is longer than %d: %w", len(f.Backend), maxQuery, errdefs.ErrInvalid)
+	}
+	if p := get("page"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 {
-			return f, fmt.Errorf("invalid page %q: %w", p, errdefs.ErrInvalid)
+			return f, fmt.Errorf("invalid page %q: want a positive integer: %w", p, errdefs.ErrInvalid)
 		}
 		f.Page = n
 	}
@@ -145,7 +179,7 @@ func parseFilter(c *fiber.Ctx) (components.Filter, error) {
 }
 
 func (d *Dashboard) instances(c *fiber.Ctx) error {
-	f, err := parseFilter(c)
+	f, err := parseFilter(func(k string) string { return c.Query(k) })
 	if err != nil {
 		return d.fail(c, err)
 	}
@@ -182,9 +216,12 @@ func (d *Dashboard) instancesData(c *fiber.Ctx, f components.Filter) (components
 	return data, nil
 }
 
+// sortRows orders rows, which the service returns sorted by name.
 func sortRows(rows []*instance.Instance, by string) {
-	less := func(a, b *instance.Instance) bool { return a.Name < b.Name }
+	var less func(a, b *instance.Instance) bool
 	switch by {
+	case "name", "":
+		return
 	case "status":
 		less = func(a, b *instance.Instance) bool {
 			if a.StatusCode != b.StatusCode {
@@ -289,28 +326,43 @@ func (d *Dashboard) instanceAction(c *fiber.Ctx) error {
 }
 
 // bulkAction runs an action on every selected instance, one after the
-// other, and shows each instance's outcome.
+// other, and shows each instance's outcome above the table as it was
+// filtered (the form carries the filter back).
 func (d *Dashboard) bulkAction(c *fiber.Ctx) error {
+	f, err := parseFilter(func(k string) string { return c.FormValue(k) })
+	if err != nil {
+		return d.fail(c, err)
+	}
 	action := c.FormValue("action")
-	args := c.Request().PostArgs()
 	var names []string
-	for _, v := range args.PeekMulti("names") {
-		names = append(names, string(v))
+	if form, err := c.MultipartForm(); err == nil {
+		names = form.Value["names"]
+	} else {
+		for _, v := range c.Request().PostArgs().PeekMulti("names") {
+			names = append(names, string(v))
+		}
 	}
 	var outcomes []components.Outcome
 	if len(names) == 0 {
 		outcomes = append(outcomes, components.Outcome{Action: action, Err: "no instance selected"})
 	}
 	by := requestor(c)
+	failed := false
 	for _, n := range names {
-		outcomes = append(outcomes, d.action(c.UserContext(), n, action, by))
+		o := d.action(c.UserContext(), n, action, by)
+		failed = failed || o.Err != ""
+		outcomes = append(outcomes, o)
 	}
-	data, err := d.instancesData(c, components.Filter{Sort: "name", Page: 1})
+	data, err := d.instancesData(c, f)
 	if err != nil {
 		return d.fail(c, err)
 	}
 	data.Outcomes = outcomes
-	return render(c, http.StatusOK, components.InstancesPage(data))
+	status := http.StatusOK
+	if len(names) == 0 || (failed && len(names) == 1) {
+		status = http.StatusUnprocessableEntity
+	}
+	return render(c, status, components.InstancesPage(data))
 }
 
 // fail answers a page request that could not be served with a plain page and

@@ -41,7 +41,9 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 	c.Set("Connection", "keep-alive")
 	c.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	heartbeat := d.cfg.Heartbeat
+	d.streams.Add(1)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer d.streams.Add(-1)
 		defer sub.Close()
 		tick := time.NewTicker(heartbeat)
 		defer tick.Stop()
@@ -72,6 +74,8 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 				writeMessage(w, "counts", 0, d.counts.fragment())
 			case now := <-tick.C:
 				writeMessage(w, "heartbeat", 0, []byte(now.UTC().Format(time.RFC3339)))
+			case <-d.done:
+				return
 			}
 			if w.Flush() != nil {
 				return // the client went away

@@ -174,16 +174,27 @@ func SortedKeys[V any](m map[string]V) []string {
 // are DNS labels, so they are safe in ids as they are.
 func DOMID(prefix, name string) string { return prefix + "-" + name }
 
-// PageURL returns the instances page URL for filter f at page p.
-func PageURL(f Filter, p int) string {
-	q := url.Values{}
-	for k, v := range map[string]string{"status": f.Status, "agent": f.Agent, "backend": f.Backend, "q": f.Query, "sort": f.Sort} {
-		if v != "" {
-			q.Set(k, v)
+// FilterFields returns the query fields of f that differ from the defaults
+// (sort by name, first page), in a fixed order.
+func FilterFields(f Filter) [][2]string {
+	var out [][2]string
+	for _, kv := range [][2]string{{"status", f.Status}, {"agent", f.Agent}, {"backend", f.Backend}, {"q", f.Query}, {"sort", f.Sort}} {
+		if kv[1] != "" && !(kv[0] == "sort" && kv[1] == "name") {
+			out = append(out, kv)
 		}
 	}
-	if p > 1 {
-		q.Set("page", strconv.Itoa(p))
+	if f.Page > 1 {
+		out = append(out, [2]string{"page", strconv.Itoa(f.Page)})
+	}
+	return out
+}
+
+// PageURL returns the instances page URL for filter f at page p.
+func PageURL(f Filter, p int) string {
+	f.Page = p
+	q := url.Values{}
+	for _, kv := range FilterFields(f) {
+		q.Set(kv[0], kv[1])
 	}
 	if len(q) == 0 {
 		return "/instances"
