@@ -293,6 +293,13 @@ func TestStateDirEnv(t *testing.T) {
 	if !strings.Contains(out.String(), `"name": "sim"`) {
 		t.Fatalf("output %s", out.String())
 	}
+	t.Setenv(cli.EnvStateDir, "")
+	out.Reset()
+	errb.Reset()
+	if code := cli.Execute(context.Background(), []string{"list"}, &out, &errb); code != 1 ||
+		errb.String() != "Error: no state directory: give --state-dir DIR or set GUESTLINK_STATE_DIR\n" {
+		t.Fatalf("no state dir: exit %d, stderr %q", code, errb.String())
+	}
 	t.Setenv(cli.EnvStateDir, t.TempDir())
 	out.Reset()
 	errb.Reset()

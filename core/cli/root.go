@@ -21,9 +21,6 @@ const (
 	// EnvStateDir names the environment variable giving the default of
 	// --state-dir.
 	EnvStateDir = "GUESTLINK_STATE_DIR"
-	// DefaultStateDir is the daemon's state directory when neither
-	// --state-dir nor GUESTLINK_STATE_DIR is given.
-	DefaultStateDir = "/var/lib/guestlink"
 	// SocketName is the admin API socket inside the state directory.
 	SocketName = "guestlink.sock"
 )
@@ -80,11 +77,7 @@ func NewRootCommand() *cobra.Command {
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
-	defaultDir := os.Getenv(EnvStateDir)
-	if defaultDir == "" {
-		defaultDir = DefaultStateDir
-	}
-	root.PersistentFlags().StringVar(&s.stateDir, "state-dir", defaultDir,
+	root.PersistentFlags().StringVar(&s.stateDir, "state-dir", os.Getenv(EnvStateDir),
 		"daemon state directory holding "+SocketName+" (env "+EnvStateDir+")")
 	root.PersistentFlags().StringVar(&s.format, "format", FormatTable, "output format: table, json or yaml")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
@@ -112,7 +105,7 @@ func (s *session) setup(cmd *cobra.Command) error {
 		return fmt.Errorf("invalid format %q: must be table, json or yaml", s.format)
 	}
 	if s.stateDir == "" {
-		return errors.New("--state-dir is empty")
+		return errors.New("no state directory: give --state-dir DIR or set " + EnvStateDir)
 	}
 	s.out = cmd.OutOrStdout()
 	c, err := client.New(filepath.Join(s.stateDir, SocketName))
