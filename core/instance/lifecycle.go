@@ -296,7 +296,8 @@ func (m *Manager) start(ctx context.Context, e *entry, by events.Requestor, acti
 		return nil
 	})
 	if err != nil {
-		return err
+		m.endOp(ctx, e)
+		return fmt.Errorf("recording the start (the guest may run): %w", err)
 	}
 	if view.Status == status.Stopped.String() || view.Status == status.Error.String() {
 		return nil
@@ -306,7 +307,11 @@ func (m *Manager) start(ctx context.Context, e *entry, by events.Requestor, acti
 		m.log.Warn("guest link endpoint unknown", "instance", rec.Name, "err", err)
 		ep = nil
 	} else if ep != nil {
+		boot := view.Boot
 		view, err = m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
+			if c.rec.PowerState != status.PowerRunning || c.rec.Boot != boot {
+				return nil // it exited meanwhile
+			}
 			c.rt.link = string(ep.Kind)
 			if ep.Kind == sdk.LinkVsock && ep.CID != 0 {
 				cid := strconv.FormatUint(uint64(ep.CID), 10)
@@ -322,13 +327,22 @@ func (m *Manager) start(ctx context.Context, e *entry, by events.Requestor, acti
 			view = m.view(e)
 		}
 	}
-	if m.hooks != nil {
-		m.hooks.GuestRunning(view, ep)
-	}
+	m.notify(e, bootRunning(view.Boot), func(h Hooks, inst *Instance) { h.GuestRunning(inst, ep) })
 	if pending != nil && !pending.Time.Before(startAt) {
 		m.guestExited(context.WithoutCancel(ctx), e, *pending)
 	}
 	return nil
+}
+
+// endOp ends e's transitional operation after its result could not be
+// saved (memory only, so it cannot fail for the store's reasons).
+func (m *Manager) endOp(ctx context.Context, e *entry) {
+	if _, err := m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
+		c.rt.op = status.OpNone
+		return nil
+	}); err != nil {
+		m.log.Error("ending an operation", "err", err)
+	}
 }
 
 // powerOf maps a backend status to a power state; unknown gives def.
@@ -402,7 +416,7 @@ func (m *Manager) stop(ctx context.Context, e *entry, opts StopOptions, by event
 			gs = &sdk.GuestState{Status: sdk.StatusStopped}
 		}
 	}
-	view, err := m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
+	_, err = m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
 		detail := ""
 		if opts.Stateful {
 			detail = "stateful"
@@ -414,11 +428,10 @@ func (m *Manager) stop(ctx context.Context, e *entry, opts StopOptions, by event
 		return nil
 	})
 	if err != nil {
-		return err
+		m.endOp(ctx, e)
+		return fmt.Errorf("recording the stop: %w", err)
 	}
-	if m.hooks != nil {
-		m.hooks.GuestStopped(view)
-	}
+	m.notify(e, always, func(h Hooks, inst *Instance) { h.GuestStopped(inst) })
 	return nil
 }
 
@@ -525,7 +538,9 @@ func (m *Manager) Delete(ctx context.Context, name string, force bool, by events
 	m.mu.Unlock()
 	m.publish(ctx, []events.Event{events.NewLifecycle(events.InstanceDeleted, rec.Name, nil, &by)})
 	if running && m.hooks != nil {
+		e.hook.Lock()
 		m.hooks.GuestStopped(view)
+		e.hook.Unlock()
 	}
 	return nil
 }
@@ -608,8 +623,8 @@ func (m *Manager) UpdateConfig(ctx context.Context, name string, set map[string]
 	if err != nil {
 		return nil, wrap(err)
 	}
-	if len(changes) > 0 && m.hooks != nil && rec.PowerState == status.PowerRunning {
-		m.hooks.ConfigChanged(view, changes)
+	if len(changes) > 0 {
+		m.notify(e, whenRunning, func(h Hooks, inst *Instance) { h.ConfigChanged(inst, changes) })
 	}
 	return view, nil
 }

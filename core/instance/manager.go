@@ -73,8 +73,9 @@ type Manager struct {
 
 // entry is one instance in memory.
 type entry struct {
-	op sync.Mutex // held for a whole lifecycle operation (start, stop, ...)
-	mu sync.Mutex // held for one read-modify-write of rec and rt
+	op   sync.Mutex // held for a whole lifecycle operation (start, stop, ...)
+	mu   sync.Mutex // held for one read-modify-write of rec and rt
+	hook sync.Mutex // held while a hook is called: hooks see an instance's changes in order
 
 	name  string // never changes
 	lname string // lowercase name, for List's query
@@ -483,6 +484,36 @@ func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error
 		}
 	}
 	return view, nil
+}
+
+// Hook call conditions for notify.
+var (
+	always      = func(*entry) bool { return true }
+	whenRunning = func(e *entry) bool { return e.rec.PowerState == status.PowerRunning }
+)
+
+// bootRunning returns a condition true while boot of the instance runs.
+func bootRunning(boot int64) func(*entry) bool {
+	return func(e *entry) bool { return e.rec.PowerState == status.PowerRunning && e.rec.Boot == boot }
+}
+
+// notify calls a hook with e's current view, one hook call per instance at
+// a time, unless cond (checked under Manager.mu) says the call no longer
+// applies: a guest that stopped before its GuestRunning call could be made
+// is only reported stopped, never running after stopped.
+func (m *Manager) notify(e *entry, cond func(*entry) bool, call func(h Hooks, inst *Instance)) {
+	if m.hooks == nil {
+		return
+	}
+	e.hook.Lock()
+	defer e.hook.Unlock()
+	m.mu.RLock()
+	ok := !e.rt.deleted && cond(e)
+	view := viewOf(e)
+	m.mu.RUnlock()
+	if ok {
+		call(m.hooks, view)
+	}
 }
 
 // publish publishes events; the change they announce is already made, so a

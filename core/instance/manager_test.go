@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1091,5 +1092,57 @@ func TestStatefulStop(t *testing.T) {
 	tl := e.timeline("web1")
 	if last, _ := e.m.Timeline(bg, "web1", 1); len(last) != 1 || last[0].Detail != "restored" {
 		t.Errorf("timeline %v, last %+v", tl, last)
+	}
+}
+
+// failingStore is the real store with instance updates failing on demand.
+type failingStore struct {
+	db.Store
+	fail atomic.Bool
+}
+
+func (s *failingStore) UpdateInstanceWithTimeline(ctx context.Context, in *db.Instance, entries ...*db.TimelineEntry) error {
+	if s.fail.Load() {
+		return errors.New("disk on fire")
+	}
+	return s.Store.UpdateInstanceWithTimeline(ctx, in, entries...)
+}
+
+func TestStoreFailureChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	fs := &failingStore{Store: e.store}
+	m, err := NewManager(Config{Store: fs, Backends: fakeBackends{"fake": e.be}, Bus: e.bus, Hooks: e.hooks, DefaultBackend: "fake"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := m.Create(bg, CreateRequest{Name: "web1", Start: true}, api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.fail.Store(true)
+	if err := m.SetReady(bg, inst.UUID, true, events.Requestor{}); err == nil {
+		t.Fatal("SetReady succeeded with a failing store")
+	}
+	if got, _ := m.Get(bg, "web1"); got.Status != "Running" || got.Ready() {
+		t.Errorf("after a failed SetReady: %s", got.Status)
+	}
+	if n := count(e.actions("web1"), events.InstanceReady); n != 0 {
+		t.Errorf("%d instance-ready events for a change that was not saved", n)
+	}
+	if err := m.Stop(bg, "web1", StopOptions{}, api); err == nil {
+		t.Fatal("Stop succeeded with a failing store")
+	}
+	if got, _ := m.Get(bg, "web1"); got.Status == "Stopping" {
+		t.Error("the failed stop left the instance Stopping")
+	}
+	if _, err := m.UpdateConfig(bg, "web1", map[string]string{"user.a": "b"}, nil, api); err == nil {
+		t.Fatal("UpdateConfig succeeded with a failing store")
+	}
+	if got, _ := m.Get(bg, "web1"); got.Config["user.a"] != "" {
+		t.Error("a config change that was not saved is visible")
+	}
+	fs.fail.Store(false)
+	if err := m.SetReady(bg, inst.UUID, true, events.Requestor{}); err != nil {
+		t.Fatal(err)
 	}
 }

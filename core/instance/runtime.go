@@ -180,13 +180,7 @@ func (m *Manager) HandleBackendEvent(backend string, ev sdk.Event) {
 	case sdk.EventReset:
 		m.guestReset(ctx, e, ev)
 	default:
-		m.mu.RLock()
-		running := e.rec.PowerState == status.PowerRunning && !e.rt.deleted
-		view := viewOf(e)
-		m.mu.RUnlock()
-		if running && m.hooks != nil {
-			m.hooks.BackendEvent(view, ev)
-		}
+		m.notify(e, whenRunning, func(h Hooks, inst *Instance) { h.BackendEvent(inst, ev) })
 	}
 }
 
@@ -194,7 +188,7 @@ func (m *Manager) HandleBackendEvent(backend string, ev sdk.Event) {
 // the exit is kept for the operation to look at when it ends.
 func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
 	handled := false
-	view, err := m.mutate(ctx, e, func(c *change) error {
+	_, err := m.mutate(ctx, e, func(c *change) error {
 		if c.rt.op != status.OpNone {
 			c.rt.pendingExit = &ev
 			return nil
@@ -222,15 +216,15 @@ func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
 		m.log.Error("recording a guest exit", "uuid", ev.UUID, "err", err)
 		return
 	}
-	if handled && m.hooks != nil {
-		m.hooks.GuestStopped(view)
+	if handled {
+		m.notify(e, always, func(h Hooks, inst *Instance) { h.GuestStopped(inst) })
 	}
 }
 
 // guestReset handles a reboot of e's guest that kept its process.
 func (m *Manager) guestReset(ctx context.Context, e *entry, ev sdk.Event) {
 	handled := false
-	view, err := m.mutate(ctx, e, func(c *change) error {
+	_, err := m.mutate(ctx, e, func(c *change) error {
 		if c.rec.PowerState != status.PowerRunning {
 			return nil
 		}
@@ -245,8 +239,8 @@ func (m *Manager) guestReset(ctx context.Context, e *entry, ev sdk.Event) {
 		m.log.Error("recording a guest reset", "uuid", ev.UUID, "err", err)
 		return
 	}
-	if handled && m.hooks != nil {
-		m.hooks.GuestReset(view)
+	if handled {
+		m.notify(e, whenRunning, func(h Hooks, inst *Instance) { h.GuestReset(inst) })
 	}
 }
 
@@ -408,8 +402,8 @@ func (m *Manager) recoverOne(ctx context.Context, b sdk.Backend, e *entry) error
 		return fmt.Errorf("recovering instance %q: %w", rec.Name, err)
 	}
 	if power != status.PowerRunning {
-		if wasRunning && m.hooks != nil {
-			m.hooks.GuestStopped(view)
+		if wasRunning {
+			m.notify(e, always, func(h Hooks, inst *Instance) { h.GuestStopped(inst) })
 		}
 		return nil
 	}
@@ -429,9 +423,7 @@ func (m *Manager) recoverOne(ctx context.Context, b sdk.Backend, e *entry) error
 			view = v
 		}
 	}
-	if m.hooks != nil {
-		m.hooks.GuestRunning(view, ep)
-	}
+	m.notify(e, bootRunning(view.Boot), func(h Hooks, inst *Instance) { h.GuestRunning(inst, ep) })
 	return nil
 }
 
