@@ -1146,3 +1146,34 @@ func TestStoreFailureChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestInitWithMissingBackend(t *testing.T) {
+	e := newEnv(t)
+	e.create("web1", nil)
+	if err := e.m.Start(bg, "web1", api); err != nil {
+		t.Fatal(err)
+	}
+	// The daemon restarts without the plugin: it must start anyway.
+	m2, err := NewManager(Config{Store: e.store, Backends: fakeBackends{}, Bus: e.bus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Init(bg); err != nil {
+		t.Fatalf("Init with a missing backend: %v", err)
+	}
+	got, _ := m2.Get(bg, "web1")
+	if got.Status != "Error" || !strings.Contains(got.Details["error"], "available") {
+		t.Errorf("status %s details %v", got.Status, got.Details)
+	}
+	// With the plugin back, the guest (still running) is found again.
+	m3 := e.manager()
+	if err := m3.Init(bg); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m3.Get(bg, "web1"); got.Status != "Running" || got.Boot != 1 {
+		t.Errorf("status %s boot %d", got.Status, got.Boot)
+	}
+	if tl := e.timeline("web1"); tl[len(tl)-1] != "state error->running daemon" {
+		t.Errorf("timeline %v", tl)
+	}
+}

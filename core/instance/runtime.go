@@ -248,11 +248,12 @@ func (m *Manager) guestReset(ctx context.Context, e *entry, ev sdk.Event) {
 // does not change the status.
 const opRecovering = "recovering"
 
-// Init is called once at daemon start: it clears every instance's Ready
-// flag (the daemon cannot know; agents re-declare it), loads the
-// instances and recovers the guests of every backend (see Recover). The
-// manager is usable even when some guests could not be recovered; their
-// errors are returned joined.
+// Init is called once at daemon start, after the backend plugins started:
+// it clears every instance's Ready flag (the daemon cannot know; agents
+// re-declare it), loads the instances and recovers the guests of every
+// backend (see Recover). Only a store failure is an error: a guest that
+// cannot be recovered is logged (and its instance marked Error when its
+// backend is missing), so one broken guest never keeps the daemon down.
 func (m *Manager) Init(ctx context.Context) error {
 	n, err := m.store.ClearReadyAll(ctx)
 	if err != nil {
@@ -269,14 +270,12 @@ func (m *Manager) Init(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	m.log.Info("instances loaded", "instances", len(m.byName), "ready_cleared", n)
-	var errs []error
 	for _, b := range slices.Sorted(maps.Keys(backends)) {
 		if err := m.Recover(ctx, b); err != nil {
 			m.log.Error("recovering guests", "backend", b, "err", err)
-			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // Recover re-attaches to every guest of a backend after the daemon or the
@@ -307,7 +306,11 @@ func (m *Manager) Recover(ctx context.Context, backend string) error {
 	}
 	b, err := m.backends.Backend(backend)
 	if err != nil {
-		return fmt.Errorf("recovering guests of backend %q: %w", backend, err)
+		err = fmt.Errorf("recovering guests of backend %q: %w", backend, err)
+		for _, e := range todo {
+			m.backendMissing(ctx, e, err)
+		}
+		return err
 	}
 	var (
 		wg   sync.WaitGroup
@@ -333,6 +336,25 @@ func (m *Manager) Recover(ctx context.Context, backend string) error {
 	wg.Wait()
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
+}
+
+// backendMissing marks a running instance whose backend cannot be reached
+// at all as Error: nothing can tell whether its guest still runs. A later
+// Recover (the plugin is back) finds the truth again.
+func (m *Manager) backendMissing(ctx context.Context, e *entry, cause error) {
+	e.op.Lock()
+	defer e.op.Unlock()
+	_, err := m.mutate(ctx, e, func(c *change) error {
+		if c.rec.PowerState != status.PowerRunning {
+			return nil
+		}
+		m.stopped(c, status.PowerError, cause.Error(), "daemon", "backend unavailable")
+		c.emit(events.InstanceError, map[string]any{"error": cause.Error()}, byDaemon)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		m.log.Error("marking an instance without backend", "err", err)
+	}
 }
 
 // recoverOne recovers one guest.
