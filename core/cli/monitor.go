@@ -44,7 +44,7 @@ func (s *session) monitorCommand() *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&types, "type", nil, "event types: lifecycle, logging (repeatable or comma-separated)")
 	cmd.Flags().StringSliceVar(&instances, "instance", nil, "instance names (repeatable or comma-separated)")
-	cmd.Flags().Int64Var(&since, "since", 0, "resume after this event id")
+	cmd.Flags().Int64Var(&since, "since", 0, "first print the stored events after this id (0: only new events)")
 	return cmd
 }
 
