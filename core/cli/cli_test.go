@@ -98,6 +98,9 @@ func TestLaunchAndConfig(t *testing.T) {
 		{"set without pairs", []string{"config", "set", "web1"}, "guestlink config set takes at least 2 argument(s), got 1 (usage: guestlink config set NAME KEY=VALUE... | set NAME KEY VALUE [flags])"},
 		{"malformed pair", []string{"config", "set", "web1", "user.x", "user.y", "z"}, `invalid config "user.x": want key=value`},
 		{"get unknown instance", []string{"config", "get", "nope", "user.a"}, `instance "nope": not found`},
+		{"config without subcommand", []string{"config"}, "missing config subcommand: get, set, unset or show"},
+		{"unknown config subcommand", []string{"config", "del", "web1"}, `unknown config subcommand "del": use get, set, unset or show`},
+		{"unknown command", []string{"lauch", "x"}, `unknown command "lauch" for "guestlink" Did you mean this? launch`},
 		{"unset nothing", []string{"config", "unset", "web1"}, "guestlink config unset takes at least 2 argument(s), got 1 (usage: guestlink config unset NAME KEY... [flags])"},
 	}
 	for _, tt := range tests {

@@ -14,9 +14,11 @@ func (s *session) configCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
 		Short: "Read and change instance config keys",
-		Args:  argsExactly(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return fmt.Errorf("missing subcommand: get, set, unset or show")
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unknown config subcommand %q: use get, set, unset or show", args[0])
+			}
+			return fmt.Errorf("missing config subcommand: get, set, unset or show")
 		},
 	}
 	cmd.AddCommand(s.configGetCommand(), s.configSetCommand(), s.configUnsetCommand(), s.configShowCommand())

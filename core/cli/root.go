@@ -50,8 +50,7 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
-		msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", " ")
-		fmt.Fprintf(stderr, "Error: %s\n", msg)
+		fmt.Fprintf(stderr, "Error: %s\n", oneLine(err.Error()))
 		return 1
 	}
 	return 0
@@ -114,6 +113,17 @@ func (s *session) setup(cmd *cobra.Command) error {
 	}
 	s.client = c
 	return nil
+}
+
+// oneLine joins the trimmed, non-empty lines of msg with spaces.
+func oneLine(msg string) string {
+	var parts []string
+	for l := range strings.SplitSeq(msg, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // eachName runs fn for every name, going on after failures, and returns the
