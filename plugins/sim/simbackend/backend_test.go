@@ -1,0 +1,622 @@
+package simbackend
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sim/simvm"
+)
+
+// TestMain lets the test binary act as the VMM ("<binary> vmm <dir>").
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == simvm.Subcommand {
+		os.Exit(simvm.Main(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+const waitLong = 60 * time.Second
+
+func testOptions(t *testing.T) Options {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "simb") // short: Unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		quitAll(t, dir)
+		os.RemoveAll(dir)
+	})
+	return Options{DataDir: dir, Executable: exe, Agent: filepath.Join(dir, "no-agent")}
+}
+
+// quitAll stops every VMM left under a data dir, so no test leaves
+// processes behind even when it failed half-way.
+func quitAll(t *testing.T, dataDir string) {
+	socks, _ := filepath.Glob(filepath.Join(dataDir, "guests", "*", "control.sock"))
+	for _, s := range socks {
+		c := &simvm.Client{Socket: s}
+		_ = c.Execute(context.Background(), simvm.CmdQuit, nil, nil)
+		deadline := time.Now().Add(waitLong)
+		for time.Now().Before(deadline) {
+			if _, err := c.Status(context.Background()); errors.Is(err, simvm.ErrNotRunning) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func newBackend(t *testing.T, opts Options) *Backend {
+	t.Helper()
+	b, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func newSpec(name string, cfg map[string]string) *sdk.GuestSpec {
+	var u [8]byte
+	rand.Read(u[:])
+	return &sdk.GuestSpec{Name: name, UUID: hex.EncodeToString(u[:]), Config: cfg}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func createStart(t *testing.T, b *Backend, spec *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState) {
+	t.Helper()
+	h, err := b.Create(ctxT(t), spec)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	h, st, err := b.Start(ctxT(t), h, spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if st.Status != sdk.StatusRunning || st.PID <= 0 {
+		t.Fatalf("Start state = %+v", st)
+	}
+	return h, st
+}
+
+// eventLog collects a backend's events.
+type eventLog struct {
+	ch <-chan sdk.Event
+}
+
+func watchEvents(t *testing.T, b *Backend) *eventLog {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ch, err := b.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &eventLog{ch: ch}
+}
+
+// wait returns the next event of kind for uuid, skipping others.
+func (l *eventLog) wait(t *testing.T, kind sdk.EventKind, uuid string) sdk.Event {
+	t.Helper()
+	timeout := time.After(waitLong)
+	for {
+		select {
+		case ev, ok := <-l.ch:
+			if !ok {
+				t.Fatalf("event stream closed while waiting for %v", kind)
+			}
+			if ev.Kind == kind && ev.UUID == uuid {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %v event for %s", kind, uuid)
+		}
+	}
+}
+
+func vmmClient(t *testing.T, h sdk.Handle) *simvm.Client {
+	t.Helper()
+	hd, err := decodeHandle(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return simvm.NewClient(hd.paths())
+}
+
+// waitReceived waits until the guest's VMM got n bytes from the wired port.
+func waitReceived(t *testing.T, h sdk.Handle, n uint64) {
+	t.Helper()
+	c := vmmClient(t, h)
+	deadline := time.Now().Add(waitLong)
+	for time.Now().Before(deadline) {
+		st, err := c.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.RingReceived >= n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("vmm did not receive %d bytes", n)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+const portCmd = `"$GUESTLINK_ROOT/dev/virtio-ports/`
+
+func TestRingBufferThroughBackend(t *testing.T) {
+	b := newBackend(t, testOptions(t))
+	evs := watchEvents(t, b)
+	spec := newSpec("ring", map[string]string{
+		KeyCommand: `printf 'STARTED\n' > ` + portCmd + `com.canonical.lxd"; printf 'CONNECTED\n' > ` + portCmd + `com.canonical.lxd"; exec sleep 1000`,
+	})
+	h, st := createStart(t, b, spec)
+	for k, want := range map[string]string{DetailLayout: "current", DetailRingSize: "16", DetailBoot: "1"} {
+		if st.Details[k] != want {
+			t.Errorf("Details[%s] = %q, want %q", k, st.Details[k], want)
+		}
+	}
+	hd, _ := decodeHandle(h)
+	if st.Details[DetailDevlxdSocket] != filepath.Join(hd.Dir, "rootfs/dev/lxd/sock") ||
+		st.Details[DetailConsoleLog] != filepath.Join(hd.Dir, "console.log") || st.Details[DetailGuestDir] != hd.Dir {
+		t.Errorf("Details = %v", st.Details)
+	}
+	ev := evs.wait(t, sdk.EventRingData, spec.UUID)
+	if ev.Port != simvm.PortCurrent || ev.Time.IsZero() {
+		t.Fatalf("RING_DATA event = %+v", ev)
+	}
+	waitReceived(t, h, uint64(len("STARTED\nCONNECTED\n")))
+	// A 16-byte ring keeps the last 16 of 18 bytes: a truncated first line.
+	got, err := b.ReadRing(ctxT(t), h, 5)
+	if err != nil || string(got) != "ARTED" {
+		t.Fatalf("ReadRing(5) = %q, %v", got, err)
+	}
+	got, err = b.ReadRing(ctxT(t), h, 1024)
+	if err != nil || string(got) != "\nCONNECTED\n" {
+		t.Fatalf("ReadRing(1024) = %q, %v", got, err)
+	}
+	got, err = b.ReadRing(ctxT(t), h, 1024)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("ReadRing of an empty ring = %q, %v", got, err)
+	}
+	if _, err := b.ReadRing(ctxT(t), h, 0); !errors.Is(err, sdk.ErrInvalid) {
+		t.Fatalf("ReadRing(0) = %v, want ErrInvalid", err)
+	}
+	ep, err := b.LinkEndpoint(ctxT(t), h)
+	if err != nil || ep.Kind != sdk.LinkHybrid || ep.Path != filepath.Join(hd.Dir, "link.sock") {
+		t.Fatalf("LinkEndpoint = %+v, %v", ep, err)
+	}
+	if _, _, err := b.Start(ctxT(t), h, spec); !errors.Is(err, sdk.ErrConflict) {
+		t.Fatalf("Start of a running guest = %v, want ErrConflict", err)
+	}
+	if err := b.Delete(ctxT(t), h); !errors.Is(err, sdk.ErrConflict) {
+		t.Fatalf("Delete of a running guest = %v, want ErrConflict", err)
+	}
+	st, err = b.Stop(ctxT(t), h, sdk.StopOptions{Timeout: 10 * time.Second})
+	if err != nil || st.Status != sdk.StatusStopped {
+		t.Fatalf("Stop = %+v, %v", st, err)
+	}
+	evs.wait(t, sdk.EventExited, spec.UUID)
+	if _, err := b.ReadRing(ctxT(t), h, 16); !errors.Is(err, sdk.ErrConflict) {
+		t.Fatalf("ReadRing of a stopped guest = %v, want ErrConflict", err)
+	}
+	if err := b.Delete(ctxT(t), h); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if _, err := os.Stat(hd.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("guest dir after Delete: %v", err)
+	}
+	if err := b.Delete(ctxT(t), h); err != nil {
+		t.Fatalf("second Delete = %v, want success", err)
+	}
+	if _, err := b.State(ctxT(t), h); !errors.Is(err, sdk.ErrNotFound) {
+		t.Fatalf("State after Delete = %v, want ErrNotFound", err)
+	}
+}
+
+func TestLegacyLayout(t *testing.T) {
+	b := newBackend(t, testOptions(t))
+	spec := newSpec("legacy", map[string]string{
+		KeyLayout:   "legacy",
+		KeyRingSize: "64",
+		KeyCommand:  `printf 'STARTED\n' > ` + portCmd + `org.linuxcontainers.lxd"; exec sleep 1000`,
+	})
+	h, st := createStart(t, b, spec)
+	if st.Details[DetailLayout] != "legacy" || st.Details[DetailRingSize] != "64" {
+		t.Fatalf("Details = %v", st.Details)
+	}
+	hd, _ := decodeHandle(h)
+	if _, err := os.Stat(hd.paths().Port(simvm.PortCurrent)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("legacy guest has %s: %v", simvm.PortCurrent, err)
+	}
+	waitReceived(t, h, 8)
+	if got, err := b.ReadRing(ctxT(t), h, 64); err != nil || string(got) != "STARTED\n" {
+		t.Fatalf("ReadRing = %q, %v", got, err)
+	}
+	if st, err := b.Stop(ctxT(t), h, sdk.StopOptions{Force: true}); err != nil || st.Details[DetailLayout] != "legacy" {
+		t.Fatalf("Stop = %+v, %v", st, err)
+	}
+}
+
+func TestRingFlood(t *testing.T) {
+	b := newBackend(t, testOptions(t))
+	evs := watchEvents(t, b) // not read during the flood: a slow consumer
+	const lines = 1 << 20    // 8 MiB of "STARTED\n"
+	spec := newSpec("flood", map[string]string{
+		KeyCommand: fmt.Sprintf(`yes STARTED | head -n %d > %scom.canonical.lxd"; printf 'STOPPED\n' > %scom.canonical.lxd"; exec sleep 1000`, lines, portCmd, portCmd),
+	})
+	h, st := createStart(t, b, spec)
+	total := uint64(lines*8 + 8)
+	waitReceived(t, h, total)
+	got, err := b.ReadRing(ctxT(t), h, 1024)
+	if err != nil || string(got) != "STARTED\nSTOPPED\n" {
+		t.Fatalf("ReadRing after the flood = %q, %v", got, err)
+	}
+	rss := vmRSS(t, int(st.PID))
+	if rss > 64<<20 {
+		t.Errorf("vmm resident memory %d bytes after an 8 MiB flood", rss)
+	}
+	t.Logf("vmm rss %d KiB", rss>>10)
+	// Ring events coalesce while the consumer is away: only a handful queue.
+	var ringEvents int
+	drain := time.After(2 * time.Second)
+loop:
+	for {
+		select {
+		case ev := <-evs.ch:
+			if ev.Kind == sdk.EventRingData {
+				ringEvents++
+			}
+		case <-drain:
+			break loop
+		}
+	}
+	if ringEvents == 0 || ringEvents > 16 {
+		t.Errorf("%d ring events queued for a slow consumer, want a few", ringEvents)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if ms.HeapInuse > 64<<20 {
+		t.Errorf("plugin heap in use %d bytes after the flood", ms.HeapInuse)
+	}
+	if st, err := b.State(ctxT(t), h); err != nil || st.Status != sdk.StatusRunning {
+		t.Fatalf("State after the flood = %+v, %v", st, err)
+	}
+	if _, err := b.Stop(ctxT(t), h, sdk.StopOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func vmRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+func TestStopModes(t *testing.T) {
+	tests := []struct {
+		name    string
+		command string
+		opts    sdk.StopOptions
+		status  string
+	}{
+		{"powerdown", `trap 'exit 7' TERM; while :; do sleep 0.05; done`, sdk.StopOptions{Timeout: 30 * time.Second}, "exit status 7"},
+		{"powerdown ignored then killed", `trap '' TERM; while :; do sleep 0.05; done`, sdk.StopOptions{Timeout: 300 * time.Millisecond}, "signal: killed"},
+		{"force", `exec sleep 1000`, sdk.StopOptions{Force: true}, "signal: killed"},
+	}
+	b := newBackend(t, testOptions(t))
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			evs := watchEvents(t, b)
+			spec := newSpec("stop", map[string]string{KeyCommand: tc.command})
+			h, _ := createStart(t, b, spec)
+			st, err := b.Stop(ctxT(t), h, tc.opts)
+			if err != nil || st.Status != sdk.StatusStopped || st.Details[DetailExitStatus] != tc.status {
+				t.Fatalf("Stop = %+v, %v; want exit status %q", st, err, tc.status)
+			}
+			ev := evs.wait(t, sdk.EventExited, spec.UUID)
+			if !strings.Contains(ev.Detail, tc.status) {
+				t.Fatalf("EXITED detail %q lacks %q", ev.Detail, tc.status)
+			}
+			st, err = b.Stop(ctxT(t), h, tc.opts)
+			if err != nil || st.Status != sdk.StatusStopped {
+				t.Fatalf("Stop of a stopped guest = %+v, %v", st, err)
+			}
+			// A stopped guest starts again.
+			if _, st, err := b.Start(ctxT(t), h, spec); err != nil || st.Status != sdk.StatusRunning {
+				t.Fatalf("restart = %+v, %v", st, err)
+			}
+			if _, err := b.Stop(ctxT(t), h, sdk.StopOptions{Force: true}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestGuestExitAndReset(t *testing.T) {
+	b := newBackend(t, testOptions(t))
+	evs := watchEvents(t, b)
+	t.Run("exit", func(t *testing.T) {
+		spec := newSpec("exit", map[string]string{KeyCommand: "exit 0"})
+		h, _ := createStart(t, b, spec)
+		ev := evs.wait(t, sdk.EventExited, spec.UUID)
+		if !strings.Contains(ev.Detail, "exit status 0") {
+			t.Fatalf("EXITED detail = %q", ev.Detail)
+		}
+		waitFor(t, "stopped state", func() bool {
+			st, err := b.State(ctxT(t), h)
+			return err == nil && st.Status == sdk.StatusStopped && st.Details[DetailExitStatus] == "exit status 0"
+		})
+	})
+	t.Run("system_reset", func(t *testing.T) {
+		spec := newSpec("reset", map[string]string{KeyCommand: `echo boot >> "$GUESTLINK_ROOT/boots"; exec sleep 1000`})
+		h, st := createStart(t, b, spec)
+		firstGuest, _ := strconv.Atoi(st.Details[DetailGuestPID])
+		hd, _ := decodeHandle(h)
+		boots := func(n int) func() bool {
+			return func() bool {
+				data, _ := os.ReadFile(filepath.Join(hd.paths().Root(), "boots"))
+				return bytes.Count(data, []byte("\n")) == n
+			}
+		}
+		waitFor(t, "first boot", boots(1))
+		if err := vmmClient(t, h).Execute(ctxT(t), simvm.CmdSystemReset, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		evs.wait(t, sdk.EventReset, spec.UUID)
+		st, err := b.State(ctxT(t), h)
+		if err != nil || st.Status != sdk.StatusRunning || st.Details[DetailBoot] != "2" || st.Details[DetailGuestPID] == strconv.Itoa(firstGuest) {
+			t.Fatalf("State after reset = %+v, %v", st, err)
+		}
+		waitFor(t, "second boot", boots(2))
+		if _, err := b.Stop(ctxT(t), h, sdk.StopOptions{Force: true}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestVMMKilled(t *testing.T) {
+	b := newBackend(t, testOptions(t))
+	evs := watchEvents(t, b)
+	spec := newSpec("crash", map[string]string{KeyCommand: "exec sleep 1000"})
+	h, st := createStart(t, b, spec)
+	guestPID, _ := strconv.Atoi(st.Details[DetailGuestPID])
+	if err := syscall.Kill(int(st.PID), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ev := evs.wait(t, sdk.EventExited, spec.UUID)
+	if !strings.Contains(ev.Detail, "vmm ended unexpectedly") {
+		t.Fatalf("EXITED detail = %q", ev.Detail)
+	}
+	st, err := b.State(ctxT(t), h)
+	if err != nil || st.Status != sdk.StatusError || !strings.Contains(st.Message, "vmm") {
+		t.Fatalf("State after the vmm died = %+v, %v", st, err)
+	}
+	waitFor(t, "the guest to die with its vmm", func() bool {
+		return syscall.Kill(guestPID, 0) == syscall.ESRCH
+	})
+	st, err = b.Stop(ctxT(t), h, sdk.StopOptions{})
+	if err != nil || st.Status != sdk.StatusStopped || st.Message == "" {
+		t.Fatalf("Stop of a crashed guest = %+v, %v", st, err)
+	}
+	if _, st, err := b.Start(ctxT(t), h, spec); err != nil || st.Status != sdk.StatusRunning {
+		t.Fatalf("Start after a crash = %+v, %v", st, err)
+	}
+	if _, err := b.Stop(ctxT(t), h, sdk.StopOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRecoverInNewBackend(t *testing.T) {
+	opts := testOptions(t)
+	b1 := newBackend(t, opts)
+	spec := newSpec("survivor", map[string]string{KeyCommand: `read x < "$GUESTLINK_ROOT/go"; printf 'STARTED\n' > ` + portCmd + `com.canonical.lxd"; exec sleep 1000`})
+	h, err := b1.Create(ctxT(t), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hd, _ := decodeHandle(h)
+	// The guest waits on this FIFO, so its ring write happens after Recover.
+	os.MkdirAll(hd.paths().Root(), 0o755)
+	if err := syscall.Mkfifo(filepath.Join(hd.paths().Root(), "go"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h, st, err := b1.Start(ctxT(t), h, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1.Close() // the plugin lets go; the guest keeps running
+
+	b2 := newBackend(t, opts)
+	evs := watchEvents(t, b2)
+	for i := 0; i < 2; i++ { // idempotent
+		h2, st2, err := b2.Recover(ctxT(t), h, spec)
+		if err != nil || st2.Status != sdk.StatusRunning || st2.PID != st.PID {
+			t.Fatalf("Recover #%d = %+v, %v", i, st2, err)
+		}
+		if hd2, err := decodeHandle(h2); err != nil || hd2.VMMPID != int(st.PID) {
+			t.Fatalf("recovered handle = %s, %v", h2, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(hd.paths().Root(), "go"), []byte("go\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	evs.wait(t, sdk.EventRingData, spec.UUID)
+	waitReceived(t, h, 8)
+	if got, err := b2.ReadRing(ctxT(t), h, 16); err != nil || string(got) != "STARTED\n" {
+		t.Fatalf("ReadRing after Recover = %q, %v", got, err)
+	}
+	if _, err := b2.Stop(ctxT(t), h, sdk.StopOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	evs.wait(t, sdk.EventExited, spec.UUID)
+	if _, st, err := b2.Recover(ctxT(t), h, spec); err != nil || st.Status != sdk.StatusStopped {
+		t.Fatalf("Recover of a stopped guest = %+v, %v", st, err)
+	}
+}
+
+func TestConfigDriveAndEnvironment(t *testing.T) {
+	opts := testOptions(t)
+	agent := filepath.Join(opts.DataDir, "bin", "guestlink-agent")
+	os.MkdirAll(filepath.Dir(agent), 0o755)
+	if err := os.WriteFile(agent, []byte("#!/bin/sh\nenv > \"$GUESTLINK_ROOT/env\"\nexec sleep 1000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts.Agent = agent
+	b := newBackend(t, opts)
+	spec := newSpec("drive", nil) // the default command runs the agent
+	spec.Files = []sdk.File{
+		{Path: "agent.crt", Mode: 0o644, Data: []byte("CERT")},
+		{Path: "agent.key", Mode: 0o600, Data: []byte("KEY")},
+		{Path: "server.crt", Mode: 0o644, Data: []byte("SERVER")},
+		{Path: "agent.conf", Mode: 0o600, Data: []byte(`{"port":1}`)},
+	}
+	h, _ := createStart(t, b, spec)
+	hd, _ := decodeHandle(h)
+	for _, f := range spec.Files {
+		name := filepath.Join(hd.Dir, "rootfs/run/guestlink-agent", f.Path)
+		fi, err := os.Stat(name)
+		data, _ := os.ReadFile(name)
+		if err != nil || fi.Mode().Perm() != os.FileMode(f.Mode) || !bytes.Equal(data, f.Data) {
+			t.Errorf("config drive %s: %v %v %q", f.Path, fi, err, data)
+		}
+	}
+	var env []byte
+	waitFor(t, "the agent's environment", func() bool {
+		env, _ = os.ReadFile(filepath.Join(hd.paths().Root(), "env"))
+		return bytes.Contains(env, []byte("GUESTLINK_INSTANCE=drive\n"))
+	})
+	for _, want := range []string{
+		"GUESTLINK_ROOT=" + hd.paths().Root() + "\n",
+		"GUESTLINK_LINK=hybrid:" + hd.paths().Link() + "\n",
+		"GUESTLINK_AGENT=" + agent + "\n",
+		"GUESTLINK_DEVLXD_SOCKET=" + hd.paths().DevlxdSocket() + "\n",
+		"PATH=" + filepath.Dir(agent) + ":",
+	} {
+		if !bytes.Contains(env, []byte(want)) {
+			t.Errorf("agent env lacks %q", want)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(hd.Dir, "control.sock")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("control socket %v %v", fi, err)
+	}
+	if _, err := b.Stop(ctxT(t), h, sdk.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInvalidInput(t *testing.T) {
+	b := newBackend(t, testOptions(t))
+	ctx := ctxT(t)
+	t.Run("create", func(t *testing.T) {
+		for name, spec := range map[string]*sdk.GuestSpec{
+			"nil spec":      nil,
+			"unknown key":   newSpec("x", map[string]string{"sim.bogus": "1"}),
+			"bad ring size": newSpec("x", map[string]string{KeyRingSize: "100"}),
+			"bad layout":    newSpec("x", map[string]string{KeyLayout: "qemu"}),
+			"escaping file": {Name: "x", UUID: "u", Files: []sdk.File{{Path: "../../etc/x"}}},
+			"absolute file": {Name: "x", UUID: "u", Files: []sdk.File{{Path: "/etc/x"}}},
+		} {
+			t.Run(name, func(t *testing.T) {
+				if _, err := b.Create(ctx, spec); !errors.Is(err, sdk.ErrInvalid) {
+					t.Fatalf("Create = %v, want ErrInvalid", err)
+				}
+			})
+		}
+	})
+	t.Run("start without agent", func(t *testing.T) {
+		spec := newSpec("noagent", nil)
+		h, err := b.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := b.Start(ctx, h, spec); !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), KeyAgent) {
+			t.Fatalf("Start without agent = %v", err)
+		}
+		if _, _, err := b.Start(ctx, h, newSpec("noagent", map[string]string{"sim.nope": "1"})); !errors.Is(err, sdk.ErrInvalid) {
+			t.Fatalf("Start with an unknown key = %v", err)
+		}
+	})
+	garbage := []sdk.Handle{nil, sdk.Handle("garbage"), sdk.Handle(`{"v":1}`),
+		sdk.Handle(`{"v":1,"id":"etc","dir":"/etc"}`), // passes decoding, no guest marker
+	}
+	for i, h := range garbage {
+		t.Run(fmt.Sprintf("handle %d", i), func(t *testing.T) {
+			calls := map[string]error{}
+			_, _, calls["Start"] = b.Start(ctx, h, newSpec("x", nil))
+			_, calls["Stop"] = b.Stop(ctx, h, sdk.StopOptions{})
+			calls["Delete"] = b.Delete(ctx, h)
+			_, calls["State"] = b.State(ctx, h)
+			_, calls["ReadRing"] = b.ReadRing(ctx, h, 16)
+			_, calls["LinkEndpoint"] = b.LinkEndpoint(ctx, h)
+			_, _, calls["Recover"] = b.Recover(ctx, h, newSpec("x", nil))
+			for name, err := range calls {
+				if !errors.Is(err, sdk.ErrInvalid) {
+					t.Errorf("%s(%q) = %v, want ErrInvalid", name, h, err)
+				}
+			}
+		})
+	}
+	if _, err := os.Stat("/etc"); err != nil {
+		t.Fatal("/etc vanished")
+	}
+}
+
+func TestInfo(t *testing.T) {
+	b := newBackend(t, testOptions(t))
+	info, err := b.Info(context.Background())
+	if err != nil || info.Name != "sim" || len(info.ConfigPrefixes) != 1 || info.ConfigPrefixes[0] != "sim." {
+		t.Fatalf("Info = %+v, %v", info, err)
+	}
+	for _, c := range []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover} {
+		if !info.Has(c) {
+			t.Errorf("Info lacks %s", c)
+		}
+	}
+	if info.Has(sdk.CapStateful) {
+		t.Error("Info claims stateful")
+	}
+}
