@@ -180,6 +180,9 @@ func (m *Manager) HandleBackendEvent(backend string, ev sdk.Event) {
 	case sdk.EventReset:
 		m.guestReset(ctx, e, ev)
 	default:
+		if ev.Kind == sdk.EventError {
+			m.log.Warn("backend reports a guest failure", "backend", backend, "uuid", ev.UUID, "detail", ev.Detail)
+		}
 		m.notify(e, whenRunning, func(h Hooks, inst *Instance) { h.BackendEvent(inst, ev) })
 	}
 }
