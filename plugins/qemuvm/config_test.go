@@ -1,12 +1,15 @@
 package qemuvm
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -193,5 +196,39 @@ func TestAccel(t *testing.T) {
 		if got := resolveAccel(tt.configured, HostCaps{KVM: tt.kvm}); got != tt.want {
 			t.Errorf("resolveAccel(%q, kvm=%v) = %q, want %q", tt.configured, tt.kvm, got, tt.want)
 		}
+	}
+}
+
+// TestStartFailureShowsQEMUError starts QEMU with a kernel it cannot load:
+// Start must fail promptly with QEMU's own words, and leave nothing running.
+func TestStartFailureShowsQEMUError(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 is not installed (scripts/install-deps.sh installs qemu-system-x86)")
+	}
+	dir := shortTempDir(t)
+	kernel := filepath.Join(dir, "not-a-kernel")
+	os.WriteFile(kernel, []byte("this is not a kernel"), 0o644)
+	b, err := New(Options{Name: "qemu-test", Layout: LayoutCurrent, Dir: filepath.Join(dir, "g"), Host: &HostCaps{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &sdk.GuestSpec{Name: "bad", UUID: newUUID(), Config: map[string]string{KeyKernel: kernel, KeyAccel: AccelTCG}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := b.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = b.Start(ctx, h, spec)
+	if err == nil {
+		b.Stop(ctx, h, sdk.StopOptions{Force: true})
+		t.Fatal("Start with a bogus kernel succeeded")
+	}
+	if !strings.Contains(err.Error(), "QEMU said:") || !strings.Contains(err.Error(), "kernel") {
+		t.Fatalf("Start error = %v, want QEMU's stderr tail", err)
+	}
+	st, err := b.State(ctx, h)
+	if err != nil || st.Status != sdk.StatusStopped {
+		t.Fatalf("State after a failed start = %+v, %v", st, err)
 	}
 }

@@ -30,5 +30,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, "guest-image:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("kernel=%s initrd=%s release=%s agent=%v\n", img.Kernel, img.Initrd, img.Release, img.HasAgent)
+	fmt.Printf("kernel=%s vmlinux=%s initrd=%s release=%s agent=%v\n", img.Kernel, img.Vmlinux, img.Initrd, img.Release, img.HasAgent)
 }
