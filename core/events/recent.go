@@ -26,6 +26,9 @@ func (b *Bus) Recent(ctx context.Context, typ string, n int) ([]Event, error) {
 			return nil, fmt.Errorf("reading recent events: %w", err)
 		}
 		for i := len(recs) - 1; i >= 0 && len(out) < n; i-- {
+			if recs[i].ID > hi {
+				continue // ids may have gaps: the window's limit can reach past hi
+			}
 			ev, err := decodeStored(recs[i])
 			if err != nil {
 				continue // logged on replay; a bad record is skipped here
