@@ -1,0 +1,312 @@
+package web
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+	"github.com/gofiber/fiber/v2"
+	"go.uber.org/goleak"
+
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+)
+
+// sseMessage is one parsed server-sent event.
+type sseMessage struct {
+	Event, ID, Data string
+}
+
+// sseClient reads a live stream from a real server.
+type sseClient struct {
+	res    *http.Response
+	cancel context.CancelFunc
+	msgs   chan sseMessage
+}
+
+// server runs app on a loopback listener until the test ends.
+func server(t testing.TB, app *fiber.App, d *Dashboard) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- app.Listener(ln) }()
+	t.Cleanup(func() {
+		d.Close()
+		if err := app.ShutdownWithTimeout(10 * time.Second); err != nil {
+			t.Errorf("shutting the server down: %v", err)
+		}
+		<-done
+	})
+	return "http://" + ln.Addr().String()
+}
+
+func openStream(t testing.TB, url string, header map[string]string) *sseClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	tr := &http.Transport{DisableKeepAlives: true}
+	res, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		cancel()
+		t.Fatalf("GET %s: %d %q", url, res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	c := &sseClient{res: res, cancel: func() { cancel(); res.Body.Close(); tr.CloseIdleConnections() }, msgs: make(chan sseMessage, 1024)}
+	go func() {
+		defer close(c.msgs)
+		sc := bufio.NewScanner(res.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var m sseMessage
+		var data []string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if m.Event != "" || len(data) > 0 {
+					m.Data = strings.Join(data, "\n")
+					c.msgs <- m
+				}
+				m, data = sseMessage{}, nil
+			case strings.HasPrefix(line, "event: "):
+				m.Event = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "id: "):
+				m.ID = strings.TrimPrefix(line, "id: ")
+			case strings.HasPrefix(line, "data: "):
+				data = append(data, strings.TrimPrefix(line, "data: "))
+			case strings.HasPrefix(line, "retry: "):
+			default:
+				data = append(data, "MALFORMED "+line)
+			}
+		}
+	}()
+	t.Cleanup(c.cancel)
+	return c
+}
+
+// next returns the next message named one of names, skipping others.
+func (c *sseClient) next(t testing.TB, names ...string) sseMessage {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case m, ok := <-c.msgs:
+			if !ok {
+				t.Fatalf("stream ended while waiting for %v", names)
+			}
+			for _, n := range names {
+				if m.Event == n {
+					return m
+				}
+			}
+		case <-deadline:
+			t.Fatalf("no %v message within 20s", names)
+		}
+	}
+}
+
+func TestStreamUpdates(t *testing.T) {
+	noLeaks(t)
+	inst := newFakeInstances(running("web1", instance.AgentConnected))
+	ev := newBusEvents()
+	app, d := newTestApp(inst, ev, Config{Heartbeat: 100 * time.Millisecond})
+	url := server(t, app, d)
+
+	c := openStream(t, url+"/events", nil)
+	waitStreams(t, d, 1)
+	inst.put(ready("web1", time.Minute, 1200*time.Millisecond))
+	pub := ev.publish(t, events.InstanceReady, "web1", map[string]any{"boot": 2}, &events.Requestor{Protocol: "devlxd"})
+
+	m := c.next(t, "update")
+	if m.ID != strconv.FormatInt(pub.ID, 10) {
+		t.Errorf("update id %q, want %d", m.ID, pub.ID)
+	}
+	doc, err := goquery.NewDocumentFromReader(strings.NewReader("<table><tbody>" + m.Data + "</tbody></table>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name, sel, attr, want string
+	}{
+		{"row", `tr#row-web1`, "hx-swap-oob", "true"},
+		{"row status", `tr#row-web1 #status-web1`, "data-value", "Ready"},
+		{"row agent", `tr#row-web1 #agent-web1`, "data-value", "connected"},
+		{"row time to ready", `tr#row-web1 [data-testid="time-to-ready"]`, "", "1.2s"},
+		{"page badges", `#badges-web1`, "hx-swap-oob", "true"},
+		{"page status", `#badges-web1 #istatus-web1`, "data-value", "Ready"},
+		{"timeline", `[data-testid="timeline-entry"]`, "hx-swap-oob", "afterbegin:#timeline-web1"},
+		{"timeline kind", `[data-testid="timeline-entry"]`, "data-kind", "ready"},
+		{"timeline boot", `[data-testid="timeline-entry"]`, "data-boot", "2"},
+		{"timeline cause", `[data-testid="timeline-entry"]`, "data-cause", "devlxd"},
+		{"activity", `[data-testid="activity-item"]`, "hx-swap-oob", "afterbegin:#activity-list"},
+		{"activity id", `[data-testid="activity-item"]`, "data-event-id", strconv.FormatInt(pub.ID, 10)},
+	}
+	for _, ck := range checks {
+		s := doc.Find(ck.sel)
+		got := strings.TrimSpace(s.Text())
+		if ck.attr != "" {
+			got = s.AttrOr(ck.attr, "<none>")
+		}
+		if s.Length() != 1 || got != ck.want {
+			t.Errorf("%s: %d match(es) of %s, value %q, want %q", ck.name, s.Length(), ck.sel, got, ck.want)
+		}
+	}
+	if strings.Contains(m.Data, "MALFORMED") {
+		t.Errorf("malformed SSE lines: %s", m.Data)
+	}
+	// Counts follow a burst of updates; heartbeats keep coming.
+	cm := c.next(t, "counts")
+	if !strings.Contains(cm.Data, `id="status-counts"`) || !strings.Contains(cm.Data, `hx-swap-oob="true"`) {
+		t.Errorf("counts message %q lacks the out-of-band tiles", cm.Data)
+	}
+	for range 2 {
+		hb := c.next(t, "heartbeat")
+		if _, err := time.Parse(time.RFC3339, hb.Data); err != nil || hb.ID != "" {
+			t.Errorf("heartbeat %+v: want a timestamp and no id", hb)
+		}
+	}
+	// Deleted and created instances patch the table too.
+	inst.put(stopped("web9", "sim"))
+	ev.publish(t, events.InstanceCreated, "web9", nil, nil)
+	if m := c.next(t, "update"); !strings.Contains(m.Data, `hx-swap-oob="beforeend:#instance-rows"`) || !strings.Contains(m.Data, `id="row-web9"`) {
+		t.Errorf("created: %q, want a row appended", m.Data)
+	}
+	ev.publish(t, events.InstanceDeleted, "web9", nil, nil)
+	if m := c.next(t, "update"); !strings.Contains(m.Data, `id="row-web9" hx-swap-oob="delete"`) {
+		t.Errorf("deleted: %q, want the row removed", m.Data)
+	}
+	c.cancel()
+	waitStreams(t, d, 0)
+}
+
+// noLeaks checks, after every other cleanup of the test (the server's
+// shutdown included), that the test left no goroutine behind. Ignored:
+// process-wide clocks fiber and fasthttp start once, the CSRF token store's
+// collector (one per dashboard, not per request) and fasthttp's idle-worker
+// cleaner, which notices a stopped server only after its 10s sleep.
+func noLeaks(t *testing.T) {
+	opts := []goleak.Option{
+		goleak.IgnoreCurrent(),
+		goleak.IgnoreTopFunction("github.com/gofiber/fiber/v2/internal/memory.(*Storage).gc"),
+		goleak.IgnoreAnyFunction("github.com/gofiber/fiber/v2/utils.StartTimeStampUpdater.func1.1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+	}
+	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
+}
+
+func waitStreams(t testing.TB, d *Dashboard, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for d.OpenStreams() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d open streams after 20s, want %d", d.OpenStreams(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestStreamResume(t *testing.T) {
+	noLeaks(t)
+	inst := newFakeInstances(running("web1", instance.AgentConnected))
+	ev := newBusEvents()
+	app, d := newTestApp(inst, ev, Config{Heartbeat: 100 * time.Millisecond})
+	url := server(t, app, d)
+	for range 6 {
+		ev.publish(t, events.InstanceAgentConnected, "web1", nil, nil)
+	}
+	tests := []struct {
+		name   string
+		query  string
+		header string
+		first  int64
+	}{
+		{"since", "?since=2", "", 3},
+		{"Last-Event-ID", "", "4", 5},
+		{"header larger", "?since=1", "5", 6},
+		{"query larger", "?since=4", "2", 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := map[string]string{}
+			if tt.header != "" {
+				h["Last-Event-ID"] = tt.header
+			}
+			c := openStream(t, url+"/events"+tt.query, h)
+			for want := tt.first; want <= 6; want++ {
+				if m := c.next(t, "update"); m.ID != strconv.FormatInt(want, 10) {
+					t.Fatalf("update id %s, want %d (no gap, no duplicate)", m.ID, want)
+				}
+			}
+			ev.publish(t, events.InstanceAgentLost, "web1", nil, nil)
+			if m := c.next(t, "update"); m.ID != "7" {
+				t.Errorf("live update after the replay: id %s, want 7", m.ID)
+			}
+			c.cancel()
+			waitStreams(t, d, 0)
+			ev.log.mu.Lock()
+			ev.log.evs = ev.log.evs[:6] // forget the live event for the next case
+			ev.log.mu.Unlock()
+		})
+	}
+}
+
+func TestStreamBadResume(t *testing.T) {
+	app, _ := newTestApp(newFakeInstances(), newBusEvents(), Config{})
+	tests := []struct{ name, query, header, want string }{
+		{"since not a number", "?since=abc", "", `invalid resume id "abc"`},
+		{"since negative", "?since=-1", "", `invalid resume id "-1"`},
+		{"header not a number", "", "x7", `invalid resume id "x7"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, "/events"+tt.query, nil)
+			if tt.header != "" {
+				req.Header.Set("Last-Event-ID", tt.header)
+			}
+			res, body, _ := do(t, app, req)
+			if res.StatusCode != http.StatusBadRequest || !strings.Contains(body, tt.want) {
+				t.Errorf("%d %q, want 400 saying %q", res.StatusCode, body, tt.want)
+			}
+		})
+	}
+}
+
+// TestStreamDisconnect checks that closed tabs end their streams: the
+// subscription is closed and no goroutine is left once clients go away.
+func TestStreamDisconnect(t *testing.T) {
+	noLeaks(t)
+	ev := newBusEvents()
+	app, d := newTestApp(newFakeInstances(running("web1", instance.AgentConnected)), ev, Config{Heartbeat: 50 * time.Millisecond})
+	url := server(t, app, d)
+	var clients []*sseClient
+	for i := range 5 {
+		clients = append(clients, openStream(t, fmt.Sprintf("%s/events?since=%d", url, i), nil))
+	}
+	waitStreams(t, d, 5)
+	for _, c := range clients {
+		c.cancel()
+	}
+	waitStreams(t, d, 0)
+	// Close ends the streams of a server about to shut down.
+	openStream(t, url+"/events", nil)
+	waitStreams(t, d, 1)
+	d.Close()
+	waitStreams(t, d, 0)
+}
