@@ -260,7 +260,7 @@ func (b *Backend) Start(ctx context.Context, raw sdk.Handle, spec *sdk.GuestSpec
 	gc, _ := parseConfig(spec.Config)
 	p := h.paths()
 	client := simvm.NewClient(p)
-	if _, err := client.Status(ctx); err == nil {
+	if _, err := liveStatus(ctx, p); err == nil {
 		return nil, nil, fmt.Errorf("starting guest %q: already running: %w", h.ID, sdk.ErrConflict)
 	} else if !errors.Is(err, simvm.ErrNotRunning) {
 		return nil, nil, fmt.Errorf("starting guest %q: %w", h.ID, err)
@@ -305,9 +305,13 @@ func (b *Backend) Start(ctx context.Context, raw sdk.Handle, spec *sdk.GuestSpec
 }
 
 // Stop shuts the guest down: powerdown, then quit once the timeout passed
-// (at once with Force). It returns when the VMM has ended.
+// (at once with Force). It returns when the VMM has ended. Stopping a
+// stopped or deleted guest succeeds.
 func (b *Backend) Stop(ctx context.Context, raw sdk.Handle, opts sdk.StopOptions) (*sdk.GuestState, error) {
 	h, err := b.guest(raw)
+	if errors.Is(err, errGone) {
+		return &sdk.GuestState{Status: sdk.StatusStopped}, nil // deleted: nothing runs
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stopping guest: %w", err)
 	}
@@ -383,7 +387,7 @@ func (b *Backend) Delete(ctx context.Context, raw sdk.Handle) error {
 	if err != nil {
 		return fmt.Errorf("deleting guest: %w", err)
 	}
-	if _, err := simvm.NewClient(h.paths()).Status(ctx); err == nil {
+	if _, err := liveStatus(ctx, h.paths()); err == nil {
 		return fmt.Errorf("deleting guest %q: still running: %w", h.ID, sdk.ErrConflict)
 	} else if !errors.Is(err, simvm.ErrNotRunning) {
 		return fmt.Errorf("deleting guest %q: %w", h.ID, err)
@@ -406,7 +410,7 @@ func (b *Backend) State(ctx context.Context, raw sdk.Handle) (*sdk.GuestState, e
 
 func (b *Backend) state(ctx context.Context, h *handle) (*sdk.GuestState, error) {
 	p := h.paths()
-	st, err := simvm.NewClient(p).Status(ctx)
+	st, err := liveStatus(ctx, p)
 	if err == nil {
 		return runningState(p, st), nil
 	}
@@ -414,6 +418,31 @@ func (b *Backend) state(ctx context.Context, h *handle) (*sdk.GuestState, error)
 		return nil, fmt.Errorf("reading state of guest %q: %w", h.ID, err)
 	}
 	return b.stoppedState(h, false)
+}
+
+// shutdownWait bounds the wait for a VMM that is already shutting down.
+const shutdownWait = 15 * time.Second
+
+// liveStatus returns the status of p's VMM. A VMM whose guest has ended but
+// which is still delivering its last events counts as gone: liveStatus
+// waits for it to finish and returns simvm.ErrNotRunning.
+func liveStatus(ctx context.Context, p simvm.Paths) (*simvm.Status, error) {
+	c := simvm.NewClient(p)
+	deadline := time.Now().Add(shutdownWait)
+	for {
+		st, err := c.Status(ctx)
+		if err != nil || st.State != simvm.StateShutdown {
+			return st, err
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("vmm %d still shutting down after %v", st.VMMPID, shutdownWait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // runningState describes a running VMM.

@@ -242,6 +242,9 @@ func TestRingBufferThroughBackend(t *testing.T) {
 	if err := b.Delete(ctxT(t), h); err != nil {
 		t.Fatalf("second Delete = %v, want success", err)
 	}
+	if st, err := b.Stop(ctxT(t), h, sdk.StopOptions{Force: true}); err != nil || st.Status != sdk.StatusStopped {
+		t.Fatalf("Stop after Delete = %+v, %v, want stopped", st, err)
+	}
 	if _, err := b.State(ctxT(t), h); !errors.Is(err, sdk.ErrNotFound) {
 		t.Fatalf("State after Delete = %v, want ErrNotFound", err)
 	}
@@ -343,9 +346,9 @@ func TestStopModes(t *testing.T) {
 		opts    sdk.StopOptions
 		status  string
 	}{
-		{"powerdown", `trap 'exit 7' TERM; while :; do sleep 0.05; done`, sdk.StopOptions{Timeout: 30 * time.Second}, "exit status 7"},
-		{"powerdown ignored then killed", `trap '' TERM; while :; do sleep 0.05; done`, sdk.StopOptions{Timeout: 300 * time.Millisecond}, "signal: killed"},
-		{"force", `exec sleep 1000`, sdk.StopOptions{Force: true}, "signal: killed"},
+		{"powerdown", `trap 'exit 7' TERM; touch "$GUESTLINK_ROOT/ready"; while :; do sleep 0.05; done`, sdk.StopOptions{Timeout: 30 * time.Second}, "exit status 7"},
+		{"powerdown ignored then killed", `trap '' TERM; touch "$GUESTLINK_ROOT/ready"; while :; do sleep 0.05; done`, sdk.StopOptions{Timeout: 300 * time.Millisecond}, "signal: killed"},
+		{"force", `touch "$GUESTLINK_ROOT/ready"; exec sleep 1000`, sdk.StopOptions{Force: true}, "signal: killed"},
 	}
 	b := newBackend(t, testOptions(t))
 	for _, tc := range tests {
@@ -353,6 +356,12 @@ func TestStopModes(t *testing.T) {
 			evs := watchEvents(t, b)
 			spec := newSpec("stop", map[string]string{KeyCommand: tc.command})
 			h, _ := createStart(t, b, spec)
+			hd, _ := decodeHandle(h)
+			// Power the guest down once it has set its signal handling up.
+			waitFor(t, "the guest to be up", func() bool {
+				_, err := os.Stat(filepath.Join(hd.paths().Root(), "ready"))
+				return err == nil
+			})
 			st, err := b.Stop(ctxT(t), h, tc.opts)
 			if err != nil || st.Status != sdk.StatusStopped || st.Details[DetailExitStatus] != tc.status {
 				t.Fatalf("Stop = %+v, %v; want exit status %q", st, err, tc.status)
@@ -386,10 +395,12 @@ func TestGuestExitAndReset(t *testing.T) {
 		if !strings.Contains(ev.Detail, "exit status 0") {
 			t.Fatalf("EXITED detail = %q", ev.Detail)
 		}
-		waitFor(t, "stopped state", func() bool {
-			st, err := b.State(ctxT(t), h)
-			return err == nil && st.Status == sdk.StatusStopped && st.Details[DetailExitStatus] == "exit status 0"
-		})
+		// Right after EXITED the state is stopped, even while the VMM is
+		// still finishing.
+		st, err := b.State(ctxT(t), h)
+		if err != nil || st.Status != sdk.StatusStopped || st.Details[DetailExitStatus] != "exit status 0" {
+			t.Fatalf("State after EXITED = %+v, %v", st, err)
+		}
 	})
 	t.Run("system_reset", func(t *testing.T) {
 		spec := newSpec("reset", map[string]string{KeyCommand: `echo boot >> "$GUESTLINK_ROOT/boots"; exec sleep 1000`})

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/conformance"
+	"github.com/guestlink/guestlink/plugins/sim/simbackend"
+	"github.com/guestlink/guestlink/plugins/sim/simvm"
+)
+
+// binDir is a bin/ tree with the plugin at bin/plugins/sim, built by
+// TestMain, and a stand-in agent script at bin/guestlink-agent.
+var binDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "simbin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binDir = dir
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, "plugins", "sim"), ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the sim plugin:", err)
+		return 1
+	}
+	agent := "#!/bin/sh\n" +
+		"# stand-in for guestlink-agent: announce itself on the ring and wait\n" +
+		"echo \"$@\" > \"$GUESTLINK_ROOT/agent-args\"\n" +
+		"printf 'STARTED\\n' > \"$GUESTLINK_ROOT/dev/virtio-ports/com.canonical.lxd\"\n" +
+		"exec sleep 1000\n"
+	if err := os.WriteFile(filepath.Join(dir, "guestlink-agent"), []byte(agent), 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+func pluginPath() string { return filepath.Join(binDir, "plugins", "sim") }
+
+// dataDir returns a short plugin data dir (Unix socket paths are limited)
+// whose leftover VMMs are stopped when the test ends.
+func dataDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "simd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		socks, _ := filepath.Glob(filepath.Join(dir, "guests", "*", "control.sock"))
+		for _, s := range socks {
+			c := &simvm.Client{Socket: s}
+			_ = c.Execute(context.Background(), simvm.CmdQuit, nil, nil)
+			for i := 0; i < 1000; i++ {
+				if _, err := c.Status(context.Background()); errors.Is(err, simvm.ErrNotRunning) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
+}
+
+func launchOptions(dir string) sdk.LaunchOptions {
+	return sdk.LaunchOptions{Env: []string{simbackend.DataDirEnv + "=" + dir}, StartTimeout: time.Minute}
+}
+
+func TestConformance(t *testing.T) {
+	dir := dataDir(t)
+	conformance.Run(t, conformance.Config{
+		PluginPath: pluginPath(),
+		Spec: func(name, uuid string) *sdk.GuestSpec {
+			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{simbackend.KeyCommand: "exec sleep 1000"}}
+		},
+		ExitingSpec: func(name, uuid string) *sdk.GuestSpec {
+			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{simbackend.KeyCommand: "exit 0"}}
+		},
+		Capabilities: []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover},
+		Launch:       launchOptions(dir),
+	})
+}
+
+func launch(t *testing.T, dir string) *sdk.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := sdk.Launch(ctx, pluginPath(), launchOptions(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Kill)
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func waitEvent(t *testing.T, ch <-chan sdk.Event, uuid string, kind sdk.EventKind) sdk.Event {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				t.Fatalf("event stream closed before %v", kind)
+			}
+			if ev.UUID == uuid && ev.Kind == kind {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %v event for %s", kind, uuid)
+		}
+	}
+}
+
+// readRing reads the ring until it returned want in total (the guest's
+// write and the ring read race), failing on anything else.
+func readRing(t *testing.T, b sdk.Backend, h sdk.Handle, want string) {
+	t.Helper()
+	var got []byte
+	deadline := time.Now().Add(time.Minute)
+	for len(got) < len(want) && time.Now().Before(deadline) {
+		data, err := b.ReadRing(ctxT(t), h, 4096)
+		if err != nil {
+			t.Fatalf("ReadRing: %v", err)
+		}
+		got = append(got, data...)
+		if len(data) == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if string(got) != want {
+		t.Fatalf("ring gave %q, want %q", got, want)
+	}
+}
+
+// TestDefaultAgentSurvivesPluginKill runs the default command (the agent
+// found at bin/guestlink-agent next to bin/plugins/sim), kills the plugin
+// with SIGKILL, and re-attaches from a new plugin process: the guest keeps
+// running, its ring and events flow through the new process.
+func TestDefaultAgentSurvivesPluginKill(t *testing.T) {
+	dir := dataDir(t)
+	first := launch(t, dir)
+	b := first.Backend()
+	ctx := ctxT(t)
+	spec := &sdk.GuestSpec{Name: "agent1", UUID: "6a1e2c3d-0000-4000-8000-000000000001", Config: map[string]string{}}
+	events, err := b.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := b.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, st, err := b.Start(ctx, h, spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	root := strings.TrimSuffix(st.Details[simbackend.DetailDevlxdSocket], "/dev/lxd/sock")
+	waitEvent(t, events, spec.UUID, sdk.EventRingData)
+	readRing(t, b, h, "STARTED\n")
+	if args, err := os.ReadFile(filepath.Join(root, "agent-args")); err != nil || string(args) != "run\n" {
+		t.Fatalf("agent args = %q, %v", args, err)
+	}
+
+	if err := syscall.Kill(first.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.Done()
+	if err := syscall.Kill(int(st.PID), 0); err != nil {
+		t.Fatalf("vmm %d died with the plugin: %v", st.PID, err)
+	}
+
+	second := launch(t, dir)
+	b = second.Backend()
+	events, err = b.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, rst, err := b.Recover(ctx, h, spec)
+	if err != nil || rst.Status != sdk.StatusRunning || rst.PID != st.PID {
+		t.Fatalf("Recover = %+v, %v", rst, err)
+	}
+	// The guest writes again; the new plugin sees it.
+	port := filepath.Join(root, "dev", "virtio-ports", simvm.PortCurrent)
+	if err := os.WriteFile(port, []byte("CONNECTED\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, events, spec.UUID, sdk.EventRingData)
+	readRing(t, b, h, "CONNECTED\n")
+	if _, err := b.Stop(ctx, h, sdk.StopOptions{Timeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	ev := waitEvent(t, events, spec.UUID, sdk.EventExited)
+	if !strings.Contains(ev.Detail, "powerdown") {
+		t.Fatalf("EXITED detail = %q", ev.Detail)
+	}
+	if err := b.Delete(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestErrorsCrossTheBoundary checks that the sim backend's error kinds reach
+// the daemon side intact.
+func TestErrorsCrossTheBoundary(t *testing.T) {
+	b := launch(t, dataDir(t)).Backend()
+	ctx := ctxT(t)
+	_, err := b.Create(ctx, &sdk.GuestSpec{Name: "x", UUID: "u", Config: map[string]string{simbackend.KeyRingSize: "1000"}})
+	if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), simbackend.KeyRingSize) {
+		t.Fatalf("Create with a bad ring size = %v", err)
+	}
+	_, err = b.Create(ctx, &sdk.GuestSpec{Name: "x", UUID: "u", Config: map[string]string{"sim.colour": "blue"}})
+	if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), "sim.colour") || !strings.Contains(err.Error(), simbackend.KeyLayout) {
+		t.Fatalf("Create with an unknown key = %v", err)
+	}
+}
