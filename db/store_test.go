@@ -270,6 +270,17 @@ func testUpdateWithTimeline(t *testing.T, s db.Store) {
 			}
 		})
 	}
+	// UpdateInstance keeps the stored creation time whatever in says.
+	created := got.CreatedAt
+	got.CreatedAt = time.Time{}
+	got.PowerState = "error"
+	if err := s.UpdateInstance(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := s.GetInstance(ctx, "u1"); err != nil || !again.CreatedAt.Equal(created) || again.PowerState != "error" || !again.UpdatedAt.After(created) {
+		t.Errorf("after UpdateInstance: created %v (want %v), power %q, updated %v, err %v", again.CreatedAt, created, again.PowerState, again.UpdatedAt, err)
+	}
+	in.PowerState = "error"
 	// A failing update (rename onto another name) appends nothing.
 	mustCreate(ctx, t, s, newInstance("u2"))
 	in.Name = "u2"

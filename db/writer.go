@@ -112,7 +112,7 @@ func (w *writer) loop() {
 // commit runs batch in one transaction, falling back to one transaction per
 // call if that fails.
 func (w *writer) commit(batch []*writeOp) {
-	live := batch[:0]
+	live := make([]*writeOp, 0, len(batch))
 	for _, op := range batch {
 		if err := op.ctx.Err(); err != nil {
 			op.done <- err
