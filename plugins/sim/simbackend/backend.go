@@ -491,6 +491,9 @@ func (b *Backend) stoppedState(h *handle, settle bool) (*sdk.GuestState, error) 
 	}
 	msg := fmt.Sprintf("vmm (pid %d) ended without recording how the guest ended; see %s", h.VMMPID, p.VMMLog())
 	if settle {
+		if n := simvm.KillStrays(p); n > 0 {
+			b.log.Info("killed processes left over by a lost vmm", "dir", h.Dir, "count", n)
+		}
 		rec := &simvm.ExitRecord{Reason: simvm.ReasonError, Status: "vmm lost", Code: -1, Message: msg, VMMPID: h.VMMPID, ExitedAt: time.Now()}
 		if err := simvm.WriteExitRecord(p, rec); err != nil {
 			return nil, fmt.Errorf("stopping guest %q: %w", h.ID, err)

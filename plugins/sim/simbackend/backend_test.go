@@ -432,9 +432,16 @@ func TestGuestExitAndReset(t *testing.T) {
 func TestVMMKilled(t *testing.T) {
 	b := newBackend(t, testOptions(t))
 	evs := watchEvents(t, b)
-	spec := newSpec("crash", map[string]string{KeyCommand: "exec sleep 1000"})
+	spec := newSpec("crash", map[string]string{KeyCommand: `sleep 1000 & echo $! > "$GUESTLINK_ROOT/child"; wait`})
 	h, st := createStart(t, b, spec)
 	guestPID, _ := strconv.Atoi(st.Details[DetailGuestPID])
+	hd, _ := decodeHandle(h)
+	var childPID int
+	waitFor(t, "the guest's child", func() bool {
+		data, _ := os.ReadFile(filepath.Join(hd.paths().Root(), "child"))
+		childPID, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		return childPID > 0
+	})
 	if err := syscall.Kill(int(st.PID), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -446,13 +453,15 @@ func TestVMMKilled(t *testing.T) {
 	if err != nil || st.Status != sdk.StatusError || !strings.Contains(st.Message, "vmm") {
 		t.Fatalf("State after the vmm died = %+v, %v", st, err)
 	}
-	waitFor(t, "the guest to die with its vmm", func() bool {
-		return syscall.Kill(guestPID, 0) == syscall.ESRCH
-	})
+	waitFor(t, "the guest to die with its vmm", func() bool { return dead(guestPID) })
+	if dead(childPID) {
+		t.Fatalf("the guest's child %d should outlive a killed vmm until Stop", childPID)
+	}
 	st, err = b.Stop(ctxT(t), h, sdk.StopOptions{})
 	if err != nil || st.Status != sdk.StatusStopped || st.Message == "" {
 		t.Fatalf("Stop of a crashed guest = %+v, %v", st, err)
 	}
+	waitFor(t, "Stop to kill what the lost vmm left", func() bool { return dead(childPID) })
 	if _, st, err := b.Start(ctxT(t), h, spec); err != nil || st.Status != sdk.StatusRunning {
 		t.Fatalf("Start after a crash = %+v, %v", st, err)
 	}
@@ -630,4 +639,16 @@ func TestInfo(t *testing.T) {
 	if info.Has(sdk.CapStateful) {
 		t.Error("Info claims stateful")
 	}
+}
+
+// dead reports whether pid is gone or a zombie: orphans are reaped by
+// whatever init the machine has, sometimes slowly.
+func dead(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the parenthesised command name.
+	i := bytes.LastIndexByte(data, ')')
+	return i < 0 || i+2 >= len(data) || data[i+2] == 'Z'
 }

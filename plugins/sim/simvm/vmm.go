@@ -187,6 +187,9 @@ func (v *vmm) setup() error {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	_ = os.Remove(v.paths.Exit())
+	if n := KillStrays(v.paths); n > 0 {
+		log.Printf("killed %d processes left over from an earlier boot", n)
+	}
 	if err := v.buildRoot(); err != nil {
 		return err
 	}
