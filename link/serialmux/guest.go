@@ -175,8 +175,22 @@ func (g *Guest) run() {
 // serveOne opens the port, runs one session and dispatches host streams
 // until the session ends.
 func (g *Guest) serveOne() error {
-	rwc, err := g.open()
+	raw, err := g.open()
 	if err != nil {
+		return err
+	}
+	stopClose := make(chan struct{})
+	defer close(stopClose)
+	go func() { // Close must interrupt a handshake blocked in a read
+		select {
+		case <-g.stop:
+			raw.Close()
+		case <-stopClose:
+		}
+	}()
+	rwc, err := guestSync(raw)
+	if err != nil {
+		raw.Close()
 		return err
 	}
 	sess, err := yamux.Server(rwc, yamuxConfig())

@@ -25,12 +25,18 @@ func DialHost(ctx context.Context, path string) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to serial link %q: %w", path, err)
 	}
-	return NewHost(conn)
+	return NewHost(ctx, conn)
 }
 
-// NewHost starts the host side of a session over conn, which it owns.
-func NewHost(conn io.ReadWriteCloser) (*Host, error) {
-	sess, err := yamux.Client(conn, yamuxConfig())
+// NewHost starts the host side of a session over conn, which it owns: it
+// synchronises with the guest (see sync.go), waiting while ctx allows, and
+// starts the session.
+func NewHost(ctx context.Context, conn io.ReadWriteCloser) (*Host, error) {
+	rwc, err := hostSync(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := yamux.Client(rwc, yamuxConfig())
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("starting serial link session: %w", err)

@@ -4,6 +4,8 @@
 // the agent's side (Guest) opens /dev/virtio-ports/PortName and implements
 // the agent's transport.Guest, registered as the "serial" link scheme.
 //
+// Each session starts with a short handshake (sync.go) so that a host that
+// reconnects (the daemon restarted) never mixes with the previous session.
 // Either side may open streams. Each stream starts with an 8-byte header
 // naming the port it targets ("GLMX", version 1, reserved byte... see
 // writeHeader): guest->host streams target the daemon's link port,

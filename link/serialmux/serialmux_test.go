@@ -22,10 +22,12 @@ func TestMain(m *testing.M) {
 func pair(t *testing.T) (*Host, *Guest) {
 	t.Helper()
 	a, b := net.Pipe()
-	h, err := NewHost(a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return pairOver(t, a, b)
+}
+
+// pairOver runs the handshake of a Host on a and a Guest on b.
+func pairOver(t *testing.T, a, b io.ReadWriteCloser) (*Host, *Guest) {
+	t.Helper()
 	used := false
 	g := NewGuestOpener(func() (io.ReadWriteCloser, error) {
 		if used {
@@ -34,14 +36,52 @@ func pair(t *testing.T) (*Host, *Guest) {
 		used = true
 		return b, nil
 	})
+	g.mu.Lock()
+	g.startLocked()
+	g.mu.Unlock()
+	h, err := NewHost(ctx(t), a)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { h.Close(); g.Close(); a.Close(); b.Close() })
 	return h, g
 }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return c
+// staleConn is a connection whose reads start with leftovers.
+type staleConn struct {
+	io.Reader
+	net.Conn
+}
+
+func (c staleConn) Read(p []byte) (int, error) { return c.Reader.Read(p) }
+
+// TestStaleBytesSkipped puts leftovers of an old session (yamux frames,
+// stray text, an old handshake) in front of both directions: the new
+// session must still work.
+func TestStaleBytesSkipped(t *testing.T) {
+	a, b := net.Pipe()
+	stale := func() io.Reader {
+		return bytes.NewReader(append([]byte{0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0},
+			"\nGLMX-GO 0123456789abcdef\nGLMX-ACK 0123456789abcdef\njunk\n"...))
+	}
+	h, g := pairOver(t, staleConn{io.MultiReader(stale(), a), a}, staleConn{io.MultiReader(stale(), b), b})
+	l, _ := g.Listen(8443)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			c.Write([]byte("ok"))
+			c.Close()
+		}
+	}()
+	c, err := h.Dial(ctx(t), 8443)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ok" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
 }
 
 func TestHostToGuest(t *testing.T) {
@@ -173,4 +213,10 @@ func TestBadHeader(t *testing.T) {
 	if _, err := readHeader(bytes.NewReader([]byte("GET / HTTP/1.1\r\n"))); !errors.Is(err, ErrBadHeader) {
 		t.Fatalf("readHeader(garbage) = %v", err)
 	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
 }

@@ -32,15 +32,9 @@ func TestSerialLinkToAgent(t *testing.T) {
 	if err != nil || ep.Kind != sdk.LinkSerial {
 		t.Fatalf("LinkEndpoint = %+v, %v", ep, err)
 	}
-	host, err := serialmux.DialHost(ctx, ep.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-
 	// The test's config drive uses one key pair for the agent and as the
 	// daemon's client certificate (server.crt), so it can authenticate.
-	var cfgFiles = map[string][]byte{}
+	cfgFiles := map[string][]byte{}
 	for _, f := range e.spec.Files {
 		cfgFiles[f.Path] = f.Data
 	}
@@ -48,6 +42,23 @@ func TestSerialLinkToAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A daemon restart drops the chardev connection: the next session on a
+	// new connection must work as well.
+	for round := range 3 {
+		t.Logf("session %d", round)
+		getAgentInfo(ctx, t, ep.Path, pair)
+	}
+}
+
+// getAgentInfo connects to the chardev socket, opens a stream to 8443 and
+// does GET /1.0 over TLS, then closes the session.
+func getAgentInfo(ctx context.Context, t *testing.T, path string, pair tls.Certificate) {
+	t.Helper()
+	host, err := serialmux.DialHost(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
 	conn, err := host.Dial(ctx, 8443)
 	if err != nil {
 		t.Fatalf("Dial 8443 over the serial link: %v", err)
@@ -76,4 +87,91 @@ func TestSerialLinkToAgent(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /1.0 on the agent = %s", resp.Status)
 	}
+	tc.Close()
+}
+
+// TestSerialLinkAdvertise advertises a fake daemon to the agent over the
+// serial link and serves the agent's check on the same session (guest ->
+// host stream); the agent then writes CONNECTED to the ring buffer.
+func TestSerialLinkAdvertise(t *testing.T) {
+	e := newBootEnv(t, LayoutCurrent, "")
+	if !e.img.HasAgent {
+		t.Skip("the guest image has no agent (cmd/guestlink-agent was missing when make guest-image ran)")
+	}
+	e.start(t, false)
+	e.waitWord(t, ringline.Started, 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ep, err := e.b.LinkEndpoint(ctx, e.h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, f := range e.spec.Files {
+		files[f.Path] = f.Data
+	}
+	pair, err := tls.X509KeyPair(files["agent.crt"], files["agent.key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := serialmux.DialHost(ctx, ep.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+
+	const daemonPort = 40123
+	served := make(chan uint32, 1)
+	go func() { // the daemon's link listener
+		for {
+			c, port, err := host.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAnyClientCert})
+				r := bufio.NewReader(tc)
+				for {
+					req, err := http.ReadRequest(r)
+					if err != nil {
+						return
+					}
+					req.Body.Close()
+					select {
+					case served <- port:
+					default:
+					}
+					body := `{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":{}}`
+					fmt.Fprintf(tc, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+				}
+			}()
+		}
+	}()
+
+	conn, err := host.Dial(ctx, 8443)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tc := tls.Client(conn, &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true})
+	adv := fmt.Sprintf(`{"cid":2,"port":%d,"certificate":%q,"devlxd":false}`, daemonPort, files["agent.crt"])
+	fmt.Fprintf(tc, "PUT /1.0 HTTP/1.1\r\nHost: agent\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(adv), adv)
+	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+	if err != nil {
+		t.Fatalf("PUT /1.0: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("PUT /1.0 = %s", resp.Status)
+	}
+	select {
+	case port := <-served:
+		if port != daemonPort {
+			t.Fatalf("the agent's stream targets port %d, want %d", port, daemonPort)
+		}
+	case <-ctx.Done():
+		t.Fatal("the agent never called the advertised daemon over the serial link")
+	}
+	e.waitWord(t, ringline.Connected, 2*time.Minute)
 }
