@@ -35,7 +35,8 @@ guestlink is running.
   CLI:        GUESTLINK_STATE_DIR=$STATE_DIR bin/guestlink list
               GUESTLINK_STATE_DIR=$STATE_DIR bin/guestlink info demo
               GUESTLINK_STATE_DIR=$STATE_DIR bin/guestlink monitor
-  guest API:  curl --unix-socket \$(bin/guestlink info demo --format json | jq -r .devlxd_socket) lxd/1.0
+  guest API:  sock=\$(GUESTLINK_STATE_DIR=$STATE_DIR bin/guestlink info demo --format json | sed -n 's/.*"devlxd_socket": *"\\([^"]*\\)".*/\\1/p')
+              curl --unix-socket "\$sock" lxd/1.0
 Press Ctrl-C to stop the daemon (guests keep running; they are recovered at the next start).
 MSG
 wait $daemon
