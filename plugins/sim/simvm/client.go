@@ -24,6 +24,7 @@ type CommandError struct {
 	Desc    string
 }
 
+// Error returns the command, the error class and the VMM's description.
 func (e *CommandError) Error() string {
 	return fmt.Sprintf("vmm command %s: %s: %s", e.Command, e.Class, e.Desc)
 }

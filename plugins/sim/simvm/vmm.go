@@ -169,7 +169,7 @@ func Run(p Paths, ready *os.File) (err error) {
 	if werr := WriteExitRecord(p, rec); werr != nil {
 		log.Print(werr)
 	}
-	log.Printf("guest ended: reason %s, %s %s", rec.Reason, rec.Status, rec.Message)
+	log.Printf("guest ended: reason %s, %s (%s)", rec.Reason, rec.Status, rec.Message)
 	v.emit(EventExited, rec, "")
 	v.shutdown()
 	return nil
