@@ -109,8 +109,27 @@ type Backend struct {
 	env    []string // the VMMs' environment
 
 	mu       sync.Mutex
-	watchers map[string]*watcher // by guest directory
-	sinks    map[*sink]struct{}
+	watchers map[string]*watcher      // by guest directory
+	sinks    map[*sink]struct{}       // open Events streams
+	locks    map[string]chan struct{} // per guest directory: Start, Stop and Delete take turns
+}
+
+// lockGuest serialises Start, Stop and Delete of one guest within this
+// process (the VMM's own lock covers other processes). It honours ctx.
+func (b *Backend) lockGuest(ctx context.Context, h *handle) (unlock func(), err error) {
+	b.mu.Lock()
+	ch, ok := b.locks[h.Dir]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		b.locks[h.Dir] = ch
+	}
+	b.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("guest %q is busy: %w", h.ID, ctx.Err())
+	}
 }
 
 var _ sdk.Backend = (*Backend)(nil)
@@ -139,6 +158,7 @@ func New(opts Options) (*Backend, error) {
 		env:      vmmEnv(os.Environ()),
 		watchers: map[string]*watcher{},
 		sinks:    map[*sink]struct{}{},
+		locks:    map[string]chan struct{}{},
 	}, nil
 }
 
@@ -257,12 +277,20 @@ func (b *Backend) Start(ctx context.Context, raw sdk.Handle, spec *sdk.GuestSpec
 	if spec.RestoreState {
 		return nil, nil, fmt.Errorf("starting guest %q: restoring saved state: %w", h.ID, sdk.ErrNotSupported)
 	}
+	unlock, err := b.lockGuest(ctx, h)
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting guest: %w", err)
+	}
+	defer unlock()
 	gc, _ := parseConfig(spec.Config)
 	p := h.paths()
 	client := simvm.NewClient(p)
 	if _, err := liveStatus(ctx, p); err == nil {
 		return nil, nil, fmt.Errorf("starting guest %q: already running: %w", h.ID, sdk.ErrConflict)
 	} else if !errors.Is(err, simvm.ErrNotRunning) {
+		return nil, nil, fmt.Errorf("starting guest %q: %w", h.ID, err)
+	}
+	if err := waitVMMGone(ctx, p); err != nil {
 		return nil, nil, fmt.Errorf("starting guest %q: %w", h.ID, err)
 	}
 	agent := gc.Agent
@@ -318,6 +346,11 @@ func (b *Backend) Stop(ctx context.Context, raw sdk.Handle, opts sdk.StopOptions
 	if opts.Stateful {
 		return nil, fmt.Errorf("stopping guest %q statefully: %w", h.ID, sdk.ErrNotSupported)
 	}
+	unlock, err := b.lockGuest(ctx, h)
+	if err != nil {
+		return nil, fmt.Errorf("stopping guest: %w", err)
+	}
+	defer unlock()
 	p := h.paths()
 	client := simvm.NewClient(p)
 	sub, err := client.Subscribe(ctx)
@@ -350,6 +383,9 @@ func (b *Backend) Stop(ctx context.Context, raw sdk.Handle, opts sdk.StopOptions
 			select {
 			case <-ended:
 				t.Stop()
+				if err := waitVMMGone(ctx, p); err != nil {
+					return nil, fmt.Errorf("stopping guest %q: %w", h.ID, err)
+				}
 				return b.stoppedState(h, false)
 			case <-ctx.Done():
 				t.Stop()
@@ -375,6 +411,9 @@ func (b *Backend) Stop(ctx context.Context, raw sdk.Handle, opts sdk.StopOptions
 	case <-t.C:
 		return nil, fmt.Errorf("stopping guest %q: vmm did not end within %v after quit", h.ID, killWait)
 	}
+	if err := waitVMMGone(ctx, p); err != nil {
+		return nil, fmt.Errorf("stopping guest %q: %w", h.ID, err)
+	}
 	return b.stoppedState(h, false)
 }
 
@@ -387,6 +426,11 @@ func (b *Backend) Delete(ctx context.Context, raw sdk.Handle) error {
 	if err != nil {
 		return fmt.Errorf("deleting guest: %w", err)
 	}
+	unlock, err := b.lockGuest(ctx, h)
+	if err != nil {
+		return fmt.Errorf("deleting guest: %w", err)
+	}
+	defer unlock()
 	if _, err := liveStatus(ctx, h.paths()); err == nil {
 		return fmt.Errorf("deleting guest %q: still running: %w", h.ID, sdk.ErrConflict)
 	} else if !errors.Is(err, simvm.ErrNotRunning) {
@@ -395,6 +439,9 @@ func (b *Backend) Delete(ctx context.Context, raw sdk.Handle) error {
 	if err := os.RemoveAll(h.Dir); err != nil {
 		return fmt.Errorf("deleting guest %q: %w", h.ID, err)
 	}
+	b.mu.Lock()
+	delete(b.locks, h.Dir)
+	b.mu.Unlock()
 	b.log.Info("guest deleted", "dir", h.Dir)
 	return nil
 }
@@ -443,6 +490,13 @@ func liveStatus(ctx context.Context, p simvm.Paths) (*simvm.Status, error) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// waitVMMGone waits, at most killWait, for an exiting VMM's process to end.
+func waitVMMGone(ctx context.Context, p simvm.Paths) error {
+	ctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	return simvm.WaitUnlocked(ctx, p)
 }
 
 // runningState describes a running VMM.

@@ -652,3 +652,37 @@ func dead(pid int) bool {
 	i := bytes.LastIndexByte(data, ')')
 	return i < 0 || i+2 >= len(data) || data[i+2] == 'Z'
 }
+
+func TestConcurrentStart(t *testing.T) {
+	b := newBackend(t, testOptions(t))
+	spec := newSpec("race", map[string]string{KeyCommand: "exec sleep 1000"})
+	h, err := b.Create(ctxT(t), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			_, _, err := b.Start(ctxT(t), h, spec)
+			errs <- err
+		}()
+	}
+	var ok, conflict int
+	for i := 0; i < n; i++ {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case errors.Is(err, sdk.ErrConflict):
+			conflict++
+		default:
+			t.Errorf("concurrent Start: %v", err)
+		}
+	}
+	if ok != 1 || conflict != n-1 {
+		t.Fatalf("%d Starts succeeded and %d conflicted, want 1 and %d", ok, conflict, n-1)
+	}
+	if _, err := b.Stop(ctxT(t), h, sdk.StopOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -76,6 +76,9 @@ func (p Paths) Link() string { return filepath.Join(p.Dir, "link.sock") }
 // Console returns the file receiving the guest command's stdout and stderr.
 func (p Paths) Console() string { return filepath.Join(p.Dir, "console.log") }
 
+// Lock returns the file a running VMM holds an exclusive flock on.
+func (p Paths) Lock() string { return filepath.Join(p.Dir, "vmm.lock") }
+
 // VMMLog returns the file receiving the VMM's own log.
 func (p Paths) VMMLog() string { return filepath.Join(p.Dir, "vmm.log") }
 

@@ -90,3 +90,30 @@ func logTail(name string) string {
 	}
 	return string(data)
 }
+
+// WaitUnlocked waits until no VMM holds the lock of guest directory p: a
+// VMM closes its control socket a moment before its process ends.
+func WaitUnlocked(ctx context.Context, p Paths) error {
+	f, err := os.OpenFile(p.Lock(), os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // no VMM ever ran here
+	}
+	if err != nil {
+		return fmt.Errorf("opening vmm lock: %w", err)
+	}
+	defer f.Close()
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return fmt.Errorf("checking vmm lock: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the vmm to end: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

@@ -419,3 +419,22 @@ func TestVMMSigtermQuits(t *testing.T) {
 		t.Fatalf("guest %d survived its vmm: %v", st.GuestPID, err)
 	}
 }
+
+func TestSecondVMMRefused(t *testing.T) {
+	p := vmmDir(t)
+	cfg := Config{Name: "g", UUID: "u", Layout: LayoutCurrent, RingSize: 16, Command: "exec sleep 1000"}
+	c, _ := launch(t, p, cfg)
+	st := cont(t, c)
+	exe, _ := os.Executable()
+	_, err := Launch(context.Background(), exe, p, os.Environ())
+	if err == nil || !strings.Contains(err.Error(), ErrBusy.Error()) {
+		t.Fatalf("second Launch = %v, want %v", err, ErrBusy)
+	}
+	got, err := c.Status(context.Background())
+	if err != nil || got.VMMPID != st.VMMPID || got.State != StateRunning {
+		t.Fatalf("first vmm after a refused second one: %+v, %v", got, err)
+	}
+	if _, err := ReadExitRecord(p); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused vmm wrote an exit record: %v", err)
+	}
+}

@@ -97,6 +97,10 @@ func reportReady(ready *os.File, err error) {
 	ready.Close()
 }
 
+// ErrBusy is the kind of error a VMM fails with when another VMM already
+// runs the guest directory.
+var ErrBusy = errors.New("another vmm runs this guest")
+
 // vmm is one running VMM.
 type vmm struct {
 	cfg      *Config
@@ -105,6 +109,7 @@ type vmm struct {
 	ringPort string
 	ln       net.Listener
 	fifo     *os.File
+	lock     *os.File
 	started  time.Time
 	received atomic.Uint64
 
@@ -141,6 +146,10 @@ func Run(p Paths, ready *os.File) (err error) {
 	}
 	if err := v.setup(); err != nil {
 		err = fmt.Errorf("starting vmm in %s: %w", p.Dir, err)
+		if errors.Is(err, ErrBusy) {
+			reportReady(ready, err)
+			return err // the guest belongs to the running VMM: touch nothing
+		}
 		_ = WriteExitRecord(p, &ExitRecord{Reason: ReasonError, Status: "not started", Code: -1,
 			Message: err.Error(), VMMPID: os.Getpid(), ExitedAt: time.Now()})
 		reportReady(ready, err)
@@ -178,6 +187,15 @@ func Run(p Paths, ready *os.File) (err error) {
 // setup reads the configuration, builds the stand-in root and listens on
 // the control socket.
 func (v *vmm) setup() error {
+	lock, err := os.OpenFile(v.paths.Lock(), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening vmm lock: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	}
+	v.lock = lock // held (and never closed) until the process exits
 	cfg, err := ReadConfig(v.paths)
 	if err != nil {
 		return err
