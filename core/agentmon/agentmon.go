@@ -1,0 +1,332 @@
+// Package agentmon watches the agent inside each running guest and keeps it
+// pointed at the daemon. Per running instance a monitor reads the guest's
+// ring buffer (on every backend event and on a timer that follows the agent's
+// state), tracks the agent state (started, connected, stopped, lost) from the
+// words the agent writes (link/ringline), advertises the daemon to the agent
+// (PUT /1.0 over the link) until the agent confirms it with CONNECTED, and
+// pushes config and device changes to the agent (POST /1.0/events).
+//
+// One Service implements instance.Hooks and instance.FilesProvider: the
+// instance manager tells it when guests run, stop, reboot, change, and asks
+// it for the files of each guest's config drive.
+package agentmon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/guestlink/guestlink/core/devlxd/guestview"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/link/advert"
+	"github.com/guestlink/guestlink/link/devlxdapi"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// Instances is what the monitor needs from the instance service
+// (*instance.Manager implements it).
+type Instances interface {
+	// GetByUUID returns the instance with the given UUID.
+	GetByUUID(ctx context.Context, uuid string) (*instance.Instance, error)
+	// SetAgentState records the agent state and, when not zero, the time of
+	// the last heartbeat.
+	SetAgentState(ctx context.Context, uuid string, st instance.AgentState, heartbeat time.Time) error
+	// Runtime returns the backend and handle of a running instance, for
+	// reading its ring buffer.
+	Runtime(ctx context.Context, uuid string) (sdk.Backend, sdk.Handle, error)
+}
+
+// Links is the host side of the guest links (*linkhost.Host implements it).
+type Links interface {
+	// Port is the daemon's link port, advertised to agents.
+	Port() uint32
+	// Attach starts serving a running instance's link.
+	Attach(uuid string, ep *sdk.LinkEndpoint) error
+	// Detach stops serving it.
+	Detach(uuid string)
+	// DialAgent connects to the agent's link port.
+	DialAgent(ctx context.Context, uuid string) (net.Conn, error)
+}
+
+// Certs holds the daemon's and the instances' key pairs (*pki.Store
+// implements it).
+type Certs interface {
+	// Daemon is the daemon's certificate, advertised to agents.
+	Daemon() *pki.Pair
+	// Instance returns an instance's pairs, generating them on first use.
+	Instance(name string) (*pki.InstanceCerts, error)
+	// DeleteInstance forgets an instance's pairs.
+	DeleteInstance(name string) error
+}
+
+// Defaults of Config.
+const (
+	DefaultFastPoll          = 250 * time.Millisecond
+	DefaultStoppedPoll       = time.Second
+	DefaultConnectedPoll     = 5 * time.Second
+	DefaultHeartbeat         = 5 * time.Second
+	DefaultMissedHeartbeats  = 3
+	DefaultAdvertiseInterval = time.Second
+	DefaultRequestTimeout    = 5 * time.Second
+	// RingReadMax is the most bytes read from a ring buffer at once.
+	RingReadMax = 4096
+	// eventQueue is how many guest events wait per instance at most.
+	eventQueue = 256
+)
+
+// Config configures a Service. Zero durations take the defaults.
+type Config struct {
+	Instances Instances // required
+	Links     Links     // required
+	Certs     Certs     // required
+	Logger    *slog.Logger
+	// Now is the clock of heartbeats and of certificate validity (default
+	// time.Now). Poll timers and the advertisement rate limit use real time.
+	Now func() time.Time
+	// FastPoll is the ring read period while no agent is known or an
+	// advertisement awaits CONNECTED (default 250 ms).
+	FastPoll time.Duration
+	// StoppedPoll is the period while the agent is stopped or lost (1 s).
+	StoppedPoll time.Duration
+	// ConnectedPoll is the period while the agent is connected (5 s).
+	ConnectedPoll time.Duration
+	// Heartbeat is the agent's heartbeat period (5 s) and MissedHeartbeats
+	// how many may pass without a word before the agent is lost (3).
+	Heartbeat        time.Duration
+	MissedHeartbeats int
+	// AdvertiseInterval is the least time between two advertisements to
+	// one instance (1 s).
+	AdvertiseInterval time.Duration
+	// RequestTimeout bounds each ring read and each call to an agent (5 s).
+	RequestTimeout time.Duration
+}
+
+// Service runs one monitor per running instance. Create it with New; Close
+// stops every monitor.
+type Service struct {
+	cfg Config
+
+	mu       sync.Mutex
+	monitors map[string]*monitor // by instance UUID
+	closed   bool
+}
+
+var (
+	_ instance.Hooks         = (*Service)(nil)
+	_ instance.FilesProvider = (*Service)(nil)
+)
+
+// New returns a Service with no monitor running.
+func New(cfg Config) (*Service, error) {
+	if cfg.Instances == nil || cfg.Links == nil || cfg.Certs == nil {
+		return nil, errors.New("agent monitor: Instances, Links and Certs are required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.FastPoll, DefaultFastPoll)
+	def(&cfg.StoppedPoll, DefaultStoppedPoll)
+	def(&cfg.ConnectedPoll, DefaultConnectedPoll)
+	def(&cfg.Heartbeat, DefaultHeartbeat)
+	def(&cfg.AdvertiseInterval, DefaultAdvertiseInterval)
+	def(&cfg.RequestTimeout, DefaultRequestTimeout)
+	if cfg.MissedHeartbeats <= 0 {
+		cfg.MissedHeartbeats = DefaultMissedHeartbeats
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{cfg: cfg, monitors: map[string]*monitor{}}, nil
+}
+
+// Advertisement returns what the daemon advertises to the agent of inst:
+// the host CID, the current link port, the daemon certificate and whether
+// devlxd is enabled.
+func (s *Service) Advertisement(inst *instance.Instance) *advert.Advertisement {
+	return &advert.Advertisement{
+		CID:         2,
+		Port:        s.cfg.Links.Port(),
+		Certificate: string(s.cfg.Certs.Daemon().CertPEM),
+		Devlxd:      guestview.DevlxdEnabled(inst.Config),
+	}
+}
+
+// Files of the config drive.
+const (
+	FileAgentCert  = "agent.crt"
+	FileAgentKey   = "agent.key"
+	FileServerCert = "server.crt"
+	FileAgentConf  = "agent.conf"
+)
+
+// GuestFiles returns the agent's files for inst's config drive: its
+// certificate and key (agent.crt, agent.key 0600), the daemon client
+// certificate it must accept (server.crt) and the current advertisement
+// (agent.conf). The key pairs are generated on the first call.
+func (s *Service) GuestFiles(_ context.Context, inst *instance.Instance) ([]sdk.File, error) {
+	c, err := s.cfg.Certs.Instance(inst.Name)
+	if err != nil {
+		return nil, fmt.Errorf("guest files of instance %q: %w", inst.Name, err)
+	}
+	return []sdk.File{
+		{Path: FileAgentCert, Mode: 0o644, Data: c.Agent.CertPEM},
+		{Path: FileAgentKey, Mode: 0o600, Data: c.Agent.KeyPEM},
+		{Path: FileServerCert, Mode: 0o644, Data: c.Client.CertPEM},
+		{Path: FileAgentConf, Mode: 0o644, Data: s.Advertisement(inst).Marshal()},
+	}, nil
+}
+
+// GuestRunning attaches the instance's link, starts its monitor (or keeps the
+// running one) and advertises the daemon right away, which covers a daemon
+// restart: the agent learns the new port and re-declares its state.
+func (s *Service) GuestRunning(inst *instance.Instance, ep *sdk.LinkEndpoint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if ep != nil {
+		if err := s.cfg.Links.Attach(inst.UUID, ep); err != nil {
+			s.cfg.Logger.Error("agentmon: attaching link", "instance", inst.Name, "kind", ep.Kind, "err", err)
+		}
+	}
+	if m := s.monitors[inst.UUID]; m != nil {
+		m.requestAdvert(true)
+		return
+	}
+	certs, err := s.cfg.Certs.Instance(inst.Name)
+	if err != nil {
+		s.cfg.Logger.Error("agentmon: loading key pairs; not monitoring", "instance", inst.Name, "err", err)
+		return
+	}
+	m := newMonitor(s, inst, certs)
+	s.monitors[inst.UUID] = m
+	m.start()
+	m.requestAdvert(true)
+}
+
+// GuestStopped stops the instance's monitor and closes its link.
+func (s *Service) GuestStopped(inst *instance.Instance) {
+	s.mu.Lock()
+	m := s.monitors[inst.UUID]
+	delete(s.monitors, inst.UUID)
+	s.mu.Unlock()
+	if m != nil {
+		m.halt()
+	}
+	s.cfg.Links.Detach(inst.UUID)
+}
+
+// GuestReset forgets the agent of a guest that rebooted: its state is none
+// until the new boot's agent writes to the ring. The link stays attached
+// (the guest runs on) and the monitor goes on watching.
+func (s *Service) GuestReset(inst *instance.Instance) {
+	if m := s.monitor(inst.UUID); m != nil {
+		select {
+		case m.reset <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// BackendEvent makes the instance's monitor read the ring buffer now when
+// the event may mean new words (ring data, a port opened or closed).
+func (s *Service) BackendEvent(inst *instance.Instance, ev sdk.Event) {
+	switch ev.Kind {
+	case sdk.EventRingData, sdk.EventPortOpened, sdk.EventPortClosed:
+	default:
+		return
+	}
+	if m := s.monitor(inst.UUID); m != nil {
+		m.kickRead()
+	}
+}
+
+// ConfigChanged pushes user.* changes and device changes to the agent as
+// events, and re-advertises when security.devlxd changed.
+func (s *Service) ConfigChanged(inst *instance.Instance, changes []instance.ConfigChange) {
+	m := s.monitor(inst.UUID)
+	if m == nil {
+		return
+	}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	for _, ch := range changes {
+		switch {
+		case ch.Key == "security.devlxd":
+			m.requestAdvert(true)
+		case strings.HasPrefix(ch.Key, "user."):
+			m.queueEvent(devlxdapi.EventConfig, now, devlxdapi.ConfigEvent{Key: ch.Key, OldValue: ch.OldValue, Value: ch.Value})
+		}
+	}
+	for _, ev := range m.deviceChanges(inst) {
+		m.queueEvent(devlxdapi.EventDevice, now, ev)
+	}
+}
+
+// DeleteInstance forgets a deleted instance: stops its monitor, closes its
+// link and deletes its key pairs. The daemon calls it after the instance
+// manager deleted the instance.
+func (s *Service) DeleteInstance(inst *instance.Instance) error {
+	s.GuestStopped(inst)
+	if err := s.cfg.Certs.DeleteInstance(inst.Name); err != nil {
+		return fmt.Errorf("forgetting instance %q: %w", inst.Name, err)
+	}
+	return nil
+}
+
+// AgentState returns what the monitor of a running instance knows of its
+// agent, and false when the instance is not monitored.
+func (s *Service) AgentState(uuid string) (instance.AgentState, bool) {
+	m := s.monitor(uuid)
+	if m == nil {
+		return instance.AgentNone, false
+	}
+	return m.currentState(), true
+}
+
+// Close stops every monitor and waits for them.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	ms := make([]*monitor, 0, len(s.monitors))
+	for uuid, m := range s.monitors {
+		ms = append(ms, m)
+		delete(s.monitors, uuid)
+	}
+	s.mu.Unlock()
+	for _, m := range ms {
+		m.halt()
+		s.cfg.Links.Detach(m.uuid)
+	}
+	for _, m := range ms {
+		m.wait()
+	}
+	return nil
+}
+
+func (s *Service) monitor(uuid string) *monitor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.monitors[uuid]
+}
+
+// marshalEvent builds a guest event with the given metadata.
+func marshalEvent(typ, timestamp string, meta any) ([]byte, error) {
+	raw, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(devlxdapi.Event{Type: typ, Timestamp: timestamp, Metadata: raw})
+}

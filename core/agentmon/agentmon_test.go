@@ -1,0 +1,638 @@
+package agentmon
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/core/devlxd/guestview"
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/linkhost"
+	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/link/advert"
+	"github.com/guestlink/guestlink/link/devlxdapi"
+	"github.com/guestlink/guestlink/link/hybrid"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// fakeRing is a guest ring buffer: writes append, reads consume.
+type fakeRing struct {
+	sdk.Backend // other methods are not used
+	mu          sync.Mutex
+	buf         []byte
+	reads       int
+}
+
+func (r *fakeRing) ReadRing(_ context.Context, _ sdk.Handle, max int) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reads++
+	n := min(max, len(r.buf))
+	out := append([]byte(nil), r.buf[:n]...)
+	r.buf = r.buf[n:]
+	return out, nil
+}
+
+func (r *fakeRing) write(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.buf = append(r.buf, s...)
+}
+
+func (r *fakeRing) readCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reads
+}
+
+func (r *fakeRing) empty() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.buf) == 0
+}
+
+type stateCall struct {
+	st        instance.AgentState
+	heartbeat time.Time
+}
+
+// fakeInstances is an in-memory Instances.
+type fakeInstances struct {
+	mu     sync.Mutex
+	insts  map[string]*instance.Instance
+	rings  map[string]*fakeRing
+	states map[string][]stateCall
+}
+
+func (f *fakeInstances) GetByUUID(_ context.Context, uuid string) (*instance.Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	inst, ok := f.insts[uuid]
+	if !ok {
+		return nil, fmt.Errorf("instance %s: %w", uuid, errdefs.ErrNotFound)
+	}
+	cp := *inst
+	return &cp, nil
+}
+
+func (f *fakeInstances) SetAgentState(_ context.Context, uuid string, st instance.AgentState, hb time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.states[uuid] = append(f.states[uuid], stateCall{st, hb})
+	return nil
+}
+
+func (f *fakeInstances) Runtime(_ context.Context, uuid string) (sdk.Backend, sdk.Handle, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.rings[uuid]
+	if !ok {
+		return nil, nil, fmt.Errorf("instance %s: %w", uuid, errdefs.ErrNotFound)
+	}
+	return r, sdk.Handle("h"), nil
+}
+
+func (f *fakeInstances) calls(uuid string) []stateCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]stateCall(nil), f.states[uuid]...)
+}
+
+// lastState is the last state recorded for uuid.
+func (f *fakeInstances) lastState(uuid string) instance.AgentState {
+	c := f.calls(uuid)
+	if len(c) == 0 {
+		return instance.AgentNone
+	}
+	return c[len(c)-1].st
+}
+
+func (f *fakeInstances) update(uuid string, fn func(*instance.Instance)) *instance.Instance {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f.insts[uuid])
+	cp := *f.insts[uuid]
+	return &cp
+}
+
+// fakeAgent is the agent's link listener: TLS with the agent certificate,
+// accepting only the daemon's client certificate for this instance.
+type fakeAgent struct {
+	mu      sync.Mutex
+	adverts []*advert.Advertisement
+	events  [][]byte
+}
+
+func (a *fakeAgent) puts() []*advert.Advertisement {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]*advert.Advertisement(nil), a.adverts...)
+}
+
+func (a *fakeAgent) eventBodies() [][]byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([][]byte(nil), a.events...)
+}
+
+func startFakeAgent(t *testing.T, vmmSock string, certs *pki.InstanceCerts) *fakeAgent {
+	t.Helper()
+	vmm, err := hybrid.Listen(vmmSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vmm.Close() })
+	a := &fakeAgent{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("PUT /1.0", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		ad, err := advert.Parse(body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		a.mu.Lock()
+		a.adverts = append(a.adverts, ad)
+		a.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":null}`)
+	})
+	mux.HandleFunc("POST /1.0/events", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		a.mu.Lock()
+		a.events = append(a.events, body)
+		a.mu.Unlock()
+	})
+	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{
+		Certificates: []tls.Certificate{certs.Agent.TLS},
+		ClientAuth:   tls.RequireAnyClientCert,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 || !bytes.Equal(raw[0], certs.Client.Cert.Raw) {
+				return errors.New("not the daemon's client certificate")
+			}
+			return nil
+		},
+	}}
+	ln := vmm.Port(linkhost.AgentPort)
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	t.Cleanup(func() { srv.Close() })
+	return a
+}
+
+type clock struct{ ns atomic.Int64 }
+
+func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+type env struct {
+	t     *testing.T
+	svc   *Service
+	insts *fakeInstances
+	host  *linkhost.Host
+	pki   *pki.Store
+	clock *clock
+	dir   string
+}
+
+func newEnv(t *testing.T, mutate func(*Config)) *env {
+	t.Helper()
+	dir := t.TempDir()
+	store, err := pki.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := linkhost.New(linkhost.Config{DisableVsock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Close() })
+	e := &env{t: t, host: host, pki: store, clock: &clock{}, dir: dir, insts: &fakeInstances{
+		insts: map[string]*instance.Instance{}, rings: map[string]*fakeRing{}, states: map[string][]stateCall{},
+	}}
+	e.clock.ns.Store(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC).UnixNano())
+	cfg := Config{
+		Instances:         e.insts,
+		Links:             host,
+		Certs:             store,
+		Now:               e.clock.now,
+		FastPoll:          10 * time.Millisecond,
+		StoppedPoll:       20 * time.Millisecond,
+		ConnectedPoll:     40 * time.Millisecond,
+		AdvertiseInterval: 20 * time.Millisecond,
+		RequestTimeout:    10 * time.Second,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	e.svc, err = New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.svc.Close() })
+	return e
+}
+
+// guest creates a running instance with a hybrid link and its agent.
+type guest struct {
+	inst  *instance.Instance
+	ep    *sdk.LinkEndpoint
+	ring  *fakeRing
+	agent *fakeAgent
+}
+
+func (e *env) guest(name string) *guest {
+	e.t.Helper()
+	uuid := "uuid-" + name
+	inst := &instance.Instance{Name: name, UUID: uuid, Config: map[string]string{"user.foo": "bar"},
+		Devices: map[string]map[string]string{"root": {"type": "disk", "path": "/"}}}
+	ring := &fakeRing{}
+	e.insts.mu.Lock()
+	e.insts.insts[uuid] = inst
+	e.insts.rings[uuid] = ring
+	e.insts.mu.Unlock()
+	certs, err := e.pki.Instance(name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	gdir := filepath.Join(e.dir, "guests", name)
+	if err := os.MkdirAll(gdir, 0o700); err != nil {
+		e.t.Fatal(err)
+	}
+	ep := &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(gdir, "link.sock")}
+	cp := *inst
+	return &guest{inst: &cp, ep: ep, ring: ring, agent: startFakeAgent(e.t, ep.Path, certs)}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// feed writes a word and waits until the monitor read it.
+func (e *env) feed(g *guest, s string) {
+	e.t.Helper()
+	g.ring.write(s)
+	e.svc.BackendEvent(g.inst, sdk.Event{UUID: g.inst.UUID, Kind: sdk.EventRingData})
+	waitFor(e.t, "the ring to be read", g.ring.empty)
+}
+
+func (e *env) waitState(g *guest, st instance.AgentState) {
+	e.t.Helper()
+	waitFor(e.t, "agent state "+string(st), func() bool {
+		got, _ := e.svc.AgentState(g.inst.UUID)
+		return got == st && e.insts.lastState(g.inst.UUID) == st
+	})
+}
+
+// settle feeds CONNECTED heartbeats until the PUT count stops growing and
+// returns it.
+func (e *env) settle(g *guest) int {
+	e.t.Helper()
+	prev := -1
+	for range 100 {
+		for range 3 {
+			e.feed(g, "CONNECTED\n")
+			time.Sleep(30 * time.Millisecond)
+		}
+		n := len(g.agent.puts())
+		if n == prev {
+			return n
+		}
+		prev = n
+	}
+	e.t.Fatal("advertisements never stopped although the agent is connected")
+	return 0
+}
+
+func TestAdvertiseUntilConnected(t *testing.T) {
+	e := newEnv(t, nil)
+	g := e.guest("vm1")
+	e.svc.GuestRunning(g.inst, g.ep)
+	waitFor(t, "the advertisement at GuestRunning", func() bool { return len(g.agent.puts()) >= 1 })
+	ad := g.agent.puts()[0]
+	want := advert.Advertisement{CID: 2, Port: e.host.Port(), Certificate: string(e.pki.Daemon().CertPEM), Devlxd: true}
+	if *ad != want {
+		t.Fatalf("advertisement %+v, want %+v", *ad, want)
+	}
+	before := len(g.agent.puts())
+	e.feed(g, "STARTED\n")
+	e.waitState(g, instance.AgentStarted)
+	waitFor(t, "an advertisement after STARTED", func() bool { return len(g.agent.puts()) > before })
+	e.feed(g, "CONNECTED\n")
+	e.waitState(g, instance.AgentConnected)
+	n := e.settle(g)
+	for range 5 {
+		e.feed(g, "CONNECTED\n")
+	}
+	time.Sleep(100 * time.Millisecond) // more than AdvertiseInterval: a PUT would show
+	if got := len(g.agent.puts()); got != n {
+		t.Fatalf("%d advertisements after confirmation, want %d", got, n)
+	}
+	// The agent restarted (or lost the daemon): STARTED after CONNECTED.
+	e.feed(g, "STARTED\n")
+	e.waitState(g, instance.AgentStarted)
+	waitFor(t, "a re-advertisement after restart", func() bool { return len(g.agent.puts()) > n })
+	e.feed(g, "CONNECTED\n")
+	e.waitState(g, instance.AgentConnected)
+}
+
+func TestRingGarbageChangesNothing(t *testing.T) {
+	e := newEnv(t, nil)
+	g := e.guest("vm1")
+	e.svc.GuestRunning(g.inst, g.ep)
+	e.feed(g, "CONNECTED\n")
+	e.waitState(g, instance.AgentConnected)
+	puts := e.settle(g)
+	calls := len(e.insts.calls(g.inst.UUID))
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range 200 {
+		chunk := make([]byte, 1+rnd.IntN(64))
+		for j := range chunk {
+			chunk[j] = byte(rnd.IntN(256))
+		}
+		switch i % 4 {
+		case 1:
+			chunk = append(chunk, "\nSTART\n"...) // a partial word
+		case 2:
+			chunk = append(chunk, "\nconnected\n"...) // wrong case
+		case 3:
+			chunk = append(chunk, "\nSTARTEDX\n"...)
+		}
+		g.ring.write(string(chunk))
+		e.svc.BackendEvent(g.inst, sdk.Event{Kind: sdk.EventRingData})
+	}
+	waitFor(t, "the garbage to be read", g.ring.empty)
+	time.Sleep(100 * time.Millisecond)
+	if st, _ := e.svc.AgentState(g.inst.UUID); st != instance.AgentConnected {
+		t.Fatalf("state %q after garbage, want connected", st)
+	}
+	if got := e.insts.calls(g.inst.UUID); len(got) != calls {
+		t.Fatalf("garbage caused %d agent state reports: %+v", len(got)-calls, got[calls:])
+	}
+	if got := len(g.agent.puts()); got != puts {
+		t.Fatalf("garbage caused %d advertisements", got-puts)
+	}
+}
+
+func TestLostAfterMissedHeartbeats(t *testing.T) {
+	e := newEnv(t, nil)
+	g := e.guest("vm1")
+	e.svc.GuestRunning(g.inst, g.ep)
+	e.feed(g, "CONNECTED\n")
+	e.waitState(g, instance.AgentConnected)
+	// Heartbeats every 5 s keep it connected well past 15 s.
+	for range 6 {
+		e.clock.advance(5 * time.Second)
+		e.feed(g, "CONNECTED\n")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if st, _ := e.svc.AgentState(g.inst.UUID); st != instance.AgentConnected {
+		t.Fatalf("state %q with regular heartbeats, want connected", st)
+	}
+	// Two missed periods are not yet lost; three are.
+	e.clock.advance(14 * time.Second)
+	time.Sleep(100 * time.Millisecond)
+	if st, _ := e.svc.AgentState(g.inst.UUID); st != instance.AgentConnected {
+		t.Fatalf("state %q after 14 s without heartbeat, want connected", st)
+	}
+	e.clock.advance(time.Second)
+	e.waitState(g, instance.AgentLost)
+	puts := len(g.agent.puts())
+	// The agent comes back.
+	e.feed(g, "STARTED\n")
+	e.waitState(g, instance.AgentStarted)
+	waitFor(t, "an advertisement to the returning agent", func() bool { return len(g.agent.puts()) > puts })
+	for _, c := range e.insts.calls(g.inst.UUID) {
+		if c.st == instance.AgentLost && !c.heartbeat.IsZero() {
+			t.Fatalf("lost reported with a heartbeat %v", c.heartbeat)
+		}
+	}
+}
+
+func TestStoppedIsNotLost(t *testing.T) {
+	e := newEnv(t, nil)
+	g := e.guest("vm1")
+	e.svc.GuestRunning(g.inst, g.ep)
+	e.feed(g, "STOPPED\n")
+	e.waitState(g, instance.AgentStopped)
+	e.clock.advance(time.Hour)
+	time.Sleep(100 * time.Millisecond)
+	if st, _ := e.svc.AgentState(g.inst.UUID); st != instance.AgentStopped {
+		t.Fatalf("state %q, want stopped", st)
+	}
+}
+
+func TestAdvertisementRateLimit(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	e := newEnv(t, func(c *Config) { c.AdvertiseInterval = interval })
+	g := e.guest("vm1")
+	start := time.Now()
+	e.svc.GuestRunning(g.inst, g.ep)
+	for time.Since(start) < 1200*time.Millisecond {
+		e.feed(g, "STARTED\n")
+	}
+	elapsed := time.Since(start)
+	max := int(elapsed/interval) + 1
+	if n := len(g.agent.puts()); n > max || n < 2 {
+		t.Fatalf("%d advertisements in %v, want 2..%d", n, elapsed, max)
+	}
+}
+
+func TestDaemonRestartReadvertises(t *testing.T) {
+	e := newEnv(t, nil)
+	g := e.guest("vm1")
+	e.svc.GuestRunning(g.inst, g.ep)
+	e.feed(g, "CONNECTED\n")
+	e.settle(g)
+	e.svc.Close()
+	e.host.Close()
+	// A new daemon: new link port, same certificates, agent still CONNECTED.
+	host2, err := linkhost.New(linkhost.Config{DisableVsock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host2.Close()
+	svc2, err := New(Config{Instances: e.insts, Links: host2, Certs: e.pki, Now: e.clock.now, FastPoll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc2.Close()
+	before := len(g.agent.puts())
+	svc2.GuestRunning(g.inst, g.ep)
+	waitFor(t, "the new daemon's advertisement", func() bool { return len(g.agent.puts()) > before })
+	if got := g.agent.puts()[before]; got.Port != host2.Port() {
+		t.Fatalf("advertised port %d, want the new port %d", got.Port, host2.Port())
+	}
+	if _, err := os.Stat(hybrid.HostPath(g.ep.Path, host2.Port())); err != nil {
+		t.Fatalf("new daemon's hybrid socket: %v", err)
+	}
+}
+
+func TestDevlxdChangeReadvertises(t *testing.T) {
+	e := newEnv(t, nil)
+	g := e.guest("vm1")
+	e.svc.GuestRunning(g.inst, g.ep)
+	e.feed(g, "CONNECTED\n")
+	n := e.settle(g)
+	inst := e.insts.update(g.inst.UUID, func(i *instance.Instance) { i.Config["security.devlxd"] = "false" })
+	e.svc.ConfigChanged(inst, []instance.ConfigChange{{Key: "security.devlxd", Value: "false"}})
+	waitFor(t, "a re-advertisement", func() bool { return len(g.agent.puts()) > n })
+	if got := g.agent.puts()[n]; got.Devlxd {
+		t.Fatalf("advertisement after security.devlxd=false: %+v", got)
+	}
+	// Not confirmed yet: the next CONNECTED heartbeat confirms it.
+	e.settle(g)
+}
+
+func TestEventsPushed(t *testing.T) {
+	e := newEnv(t, nil)
+	g := e.guest("vm1")
+	e.svc.GuestRunning(g.inst, g.ep)
+	inst := e.insts.update(g.inst.UUID, func(i *instance.Instance) {
+		i.Config["user.foo"] = "baz"
+		i.Devices = map[string]map[string]string{"eth0": {"type": "nic", "network": "br0"}}
+	})
+	e.svc.ConfigChanged(inst, []instance.ConfigChange{
+		{Key: "user.foo", OldValue: "bar", Value: "baz"},
+		{Key: "limits.cpu", OldValue: "1", Value: "2"},
+		{Key: "cloud-init.user-data", Value: "x"},
+	})
+	waitFor(t, "three events", func() bool { return len(g.agent.eventBodies()) >= 3 })
+	time.Sleep(50 * time.Millisecond)
+	bodies := g.agent.eventBodies()
+	if len(bodies) != 3 {
+		t.Fatalf("%d events, want 3: %q", len(bodies), bodies)
+	}
+	type meta struct {
+		Key, OldValue, Value string
+		Action, Name         string
+		Config               map[string]string
+	}
+	var got []string
+	for _, b := range bodies {
+		var ev devlxdapi.Event
+		if err := json.Unmarshal(b, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := time.Parse(time.RFC3339Nano, ev.Timestamp); err != nil {
+			t.Fatalf("timestamp %q: %v", ev.Timestamp, err)
+		}
+		got = append(got, ev.Type+" "+string(ev.Metadata))
+	}
+	mac := guestview.GeneratedMAC(g.inst.UUID, "eth0")
+	want := []string{
+		`config {"key":"user.foo","old_value":"bar","value":"baz"}`,
+		`device {"action":"removed","name":"root","config":{"path":"/","type":"disk"}}`,
+		`device {"action":"added","name":"eth0","config":{"hwaddr":"` + mac + `","network":"br0","type":"nic"}}`,
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("event %d:\n got %s\nwant %s", i, got[i], want[i])
+		}
+	}
+}
+
+func TestGuestResetAndStopped(t *testing.T) {
+	e := newEnv(t, nil)
+	g := e.guest("vm1")
+	e.svc.GuestRunning(g.inst, g.ep)
+	e.feed(g, "CONNECTED\n")
+	e.waitState(g, instance.AgentConnected)
+	e.svc.GuestReset(g.inst)
+	e.waitState(g, instance.AgentNone)
+	if _, err := os.Stat(hybrid.HostPath(g.ep.Path, e.host.Port())); err != nil {
+		t.Fatalf("link closed by a reset: %v", err)
+	}
+	e.feed(g, "STARTED\n")
+	e.waitState(g, instance.AgentStarted)
+
+	e.svc.GuestStopped(g.inst)
+	if _, ok := e.svc.AgentState(g.inst.UUID); ok {
+		t.Fatal("still monitored after GuestStopped")
+	}
+	if _, err := os.Stat(hybrid.HostPath(g.ep.Path, e.host.Port())); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("hybrid socket after GuestStopped: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond) // a read in flight may end
+	reads := g.ring.readCount()
+	time.Sleep(200 * time.Millisecond)
+	if got := g.ring.readCount(); got != reads {
+		t.Fatalf("%d ring reads after GuestStopped", got-reads)
+	}
+}
+
+func TestGuestFiles(t *testing.T) {
+	e := newEnv(t, nil)
+	inst := &instance.Instance{Name: "vm9", UUID: "uuid-vm9", Config: map[string]string{"security.devlxd": "false"}}
+	files, err := e.svc.GuestFiles(context.Background(), inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := e.pki.LoadInstance("vm9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		mode uint32
+		data []byte
+	}{
+		FileAgentCert:  {0o644, certs.Agent.CertPEM},
+		FileAgentKey:   {0o600, certs.Agent.KeyPEM},
+		FileServerCert: {0o644, certs.Client.CertPEM},
+	}
+	if len(files) != 4 {
+		t.Fatalf("%d files, want 4", len(files))
+	}
+	for _, f := range files {
+		if f.Path == FileAgentConf {
+			ad, err := advert.Parse(f.Data)
+			if err != nil {
+				t.Fatalf("agent.conf: %v", err)
+			}
+			if ad.CID != 2 || ad.Port != e.host.Port() || ad.Devlxd || ad.Certificate != string(e.pki.Daemon().CertPEM) {
+				t.Fatalf("agent.conf %+v", ad)
+			}
+			continue
+		}
+		w, ok := want[f.Path]
+		if !ok {
+			t.Fatalf("unexpected file %q", f.Path)
+		}
+		if f.Mode != w.mode || !bytes.Equal(f.Data, w.data) {
+			t.Fatalf("%s: mode %o, data equal %v", f.Path, f.Mode, bytes.Equal(f.Data, w.data))
+		}
+	}
+	again, err := e.svc.GuestFiles(context.Background(), inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(again[1].Data, files[1].Data) {
+		t.Fatal("GuestFiles generated a new key on the second call")
+	}
+	if err := e.svc.DeleteInstance(inst); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pki.LoadInstance("vm9"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("key pairs after DeleteInstance: %v", err)
+	}
+}

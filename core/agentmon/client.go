@@ -1,0 +1,89 @@
+package agentmon
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/guestlink/guestlink/core/pki"
+)
+
+// agentClient calls one instance's agent on its link port: TLS with the
+// daemon's per-instance client certificate, pinning the agent certificate.
+type agentClient struct {
+	name string
+	http *http.Client
+}
+
+// maxAnswer is how much of an agent's answer is read (for error messages).
+const maxAnswer = 4 << 10
+
+func newAgentClient(links Links, uuid string, certs *pki.InstanceCerts, now func() time.Time) *agentClient {
+	cfg := &tls.Config{
+		Certificates: []tls.Certificate{certs.Client.TLS},
+		ServerName:   certs.Name,
+		MinVersion:   tls.VersionTLS12,
+		// The agent's certificate is self-signed and pinned: verified in
+		// VerifyConnection instead of against a CA.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("agent presented no certificate")
+			}
+			peer := cs.PeerCertificates[0]
+			if !certs.Agent.Equal(peer) {
+				return fmt.Errorf("agent certificate of instance %q does not match", certs.Name)
+			}
+			if !pki.ValidAt(peer, now()) {
+				return fmt.Errorf("agent certificate of instance %q is outside its validity", certs.Name)
+			}
+			return nil
+		},
+	}
+	tr := &http.Transport{
+		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			raw, err := links.DialAgent(ctx, uuid)
+			if err != nil {
+				return nil, err
+			}
+			c := tls.Client(raw, cfg)
+			if err := c.HandshakeContext(ctx); err != nil {
+				raw.Close()
+				return nil, fmt.Errorf("TLS handshake with agent of instance %q: %w", certs.Name, err)
+			}
+			return c, nil
+		},
+		// Calls are rare (advertisements, events) and an agent restart
+		// kills kept connections: a fresh one per call is simplest.
+		DisableKeepAlives: true,
+	}
+	return &agentClient{name: certs.Name, http: &http.Client{Transport: tr}}
+}
+
+// do sends a request with a JSON body to the agent and fails unless it
+// answers 2xx.
+func (c *agentClient) do(ctx context.Context, method, path string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, method, "https://agent"+path, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.name, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.name, err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("%s %s on agent of instance %q: %s: %q", method, path, c.name, resp.Status, bytes.TrimSpace(answer))
+	}
+	return nil
+}
+
+func (c *agentClient) close() { c.http.CloseIdleConnections() }

@@ -1,0 +1,306 @@
+package agentmon
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/guestlink/guestlink/core/devlxd/guestview"
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/link/devlxdapi"
+	"github.com/guestlink/guestlink/link/ringline"
+)
+
+// monitor watches one running instance. Its run goroutine owns the ring
+// parser and the tracker; an advertiser goroutine makes the PUT /1.0 calls
+// (at most one per AdvertiseInterval) and a pusher goroutine delivers guest
+// events in order, so a slow agent never delays ring reads.
+type monitor struct {
+	svc    *Service
+	uuid   string
+	name   string
+	client *agentClient
+
+	kick      chan struct{} // read the ring now
+	reset     chan struct{} // the guest rebooted
+	advReq    chan struct{} // advertise (coalesced)
+	advResult chan advResult
+	events    chan []byte
+	stop      chan struct{}
+	stopOnce  sync.Once
+	wg        sync.WaitGroup
+
+	// gen counts advertisement changes; a PUT result counts only for the
+	// generation it was made for.
+	gen atomic.Uint64
+
+	stateMu sync.Mutex
+	state   instance.AgentState
+
+	devMu   sync.Mutex
+	devices map[string]map[string]string // as last told to the guest
+
+	// Owned by run.
+	parser ringline.Parser
+	tr     tracker
+}
+
+type advResult struct {
+	gen uint64
+	err error
+}
+
+func newMonitor(s *Service, inst *instance.Instance, certs *pki.InstanceCerts) *monitor {
+	return &monitor{
+		svc:       s,
+		uuid:      inst.UUID,
+		name:      inst.Name,
+		client:    newAgentClient(s.cfg.Links, inst.UUID, certs, s.cfg.Now),
+		kick:      make(chan struct{}, 1),
+		reset:     make(chan struct{}, 1),
+		advReq:    make(chan struct{}, 1),
+		advResult: make(chan advResult, 1),
+		events:    make(chan []byte, eventQueue),
+		stop:      make(chan struct{}),
+		devices:   guestview.Devices(inst),
+	}
+}
+
+func (m *monitor) start() {
+	m.wg.Add(3)
+	go m.run()
+	go m.advertiser()
+	go m.pusher()
+}
+
+// halt asks the goroutines to end without waiting for them.
+func (m *monitor) halt() {
+	m.stopOnce.Do(func() {
+		close(m.stop)
+		m.client.close()
+	})
+}
+
+func (m *monitor) wait() { m.wg.Wait() }
+
+func (m *monitor) kickRead() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// requestAdvert asks the advertiser for a PUT /1.0; changed says the
+// advertisement itself changed (new monitor, devlxd flag), which voids the
+// agent's acceptance of the previous one.
+func (m *monitor) requestAdvert(changed bool) {
+	if changed {
+		m.gen.Add(1)
+	}
+	select {
+	case m.advReq <- struct{}{}:
+	default:
+	}
+}
+
+func (m *monitor) currentState() instance.AgentState {
+	m.stateMu.Lock()
+	defer m.stateMu.Unlock()
+	return m.state
+}
+
+func (m *monitor) run() {
+	defer m.wg.Done()
+	cfg := &m.svc.cfg
+	lostAfter := time.Duration(cfg.MissedHeartbeats) * cfg.Heartbeat
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	seenGen := m.gen.Load()
+	for {
+		var res *advResult
+		select {
+		case <-m.stop:
+			return
+		case <-m.kick:
+		case <-timer.C:
+		case r := <-m.advResult:
+			res = &r
+		case <-m.reset:
+			m.parser = ringline.Parser{}
+			m.tr = tracker{}
+			m.report(instance.AgentNone, time.Time{})
+		}
+		// A changed advertisement voids the agent's acceptance of the old
+		// one; a PUT result counts only for the advertisement it sent.
+		if g := m.gen.Load(); g != seenGen {
+			seenGen = g
+			m.tr.invalidate()
+		}
+		if res != nil && res.gen == seenGen {
+			m.tr.advertised(res.err == nil)
+		}
+		m.readRing()
+		if m.tr.check(cfg.Now(), lostAfter) {
+			m.report(m.tr.state, time.Time{})
+		}
+		timer.Reset(m.tr.interval(cfg.FastPoll, cfg.StoppedPoll, cfg.ConnectedPoll))
+	}
+}
+
+// readRing reads the ring once and applies the last complete word.
+func (m *monitor) readRing() {
+	cfg := &m.svc.cfg
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
+	defer cancel()
+	backend, handle, err := cfg.Instances.Runtime(ctx, m.uuid)
+	if err != nil {
+		cfg.Logger.Debug("agentmon: no runtime for ring read", "instance", m.name, "err", err)
+		return
+	}
+	data, err := backend.ReadRing(ctx, handle, RingReadMax)
+	if err != nil {
+		cfg.Logger.Debug("agentmon: reading ring buffer", "instance", m.name, "err", err)
+		return
+	}
+	w, ok := m.parser.Feed(data)
+	if !ok {
+		return
+	}
+	now := cfg.Now()
+	_, advertise := m.tr.word(w, now)
+	m.report(m.tr.state, now)
+	if advertise {
+		m.requestAdvert(false)
+	}
+}
+
+// report tells the instance service the agent state (every word is a
+// heartbeat; the service records only changes).
+func (m *monitor) report(st instance.AgentState, heartbeat time.Time) {
+	m.stateMu.Lock()
+	m.state = st
+	m.stateMu.Unlock()
+	cfg := &m.svc.cfg
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
+	defer cancel()
+	if err := cfg.Instances.SetAgentState(ctx, m.uuid, st, heartbeat); err != nil {
+		level := cfg.Logger.Warn
+		if errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrNotFound) {
+			level = cfg.Logger.Debug // the guest stopped meanwhile
+		}
+		level("agentmon: recording agent state", "instance", m.name, "state", st, "err", err)
+	}
+}
+
+// advertiser makes the PUT /1.0 calls, never two within AdvertiseInterval.
+func (m *monitor) advertiser() {
+	defer m.wg.Done()
+	cfg := &m.svc.cfg
+	var last time.Time
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-m.advReq:
+		}
+		if wait := cfg.AdvertiseInterval - time.Since(last); !last.IsZero() && wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-m.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		last = time.Now()
+		gen := m.gen.Load()
+		err := m.advertise()
+		if err != nil {
+			cfg.Logger.Debug("agentmon: advertising to agent", "instance", m.name, "err", err)
+		}
+		select {
+		case m.advResult <- advResult{gen: gen, err: err}:
+		case <-m.stop:
+			return
+		}
+	}
+}
+
+// advertise sends the current advertisement to the agent.
+func (m *monitor) advertise() error {
+	cfg := &m.svc.cfg
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
+	defer cancel()
+	inst, err := cfg.Instances.GetByUUID(ctx, m.uuid)
+	if err != nil {
+		return err
+	}
+	return m.client.do(ctx, http.MethodPut, "/1.0", m.svc.Advertisement(inst).Marshal())
+}
+
+// queueEvent queues a guest event for the pusher, dropping it (with a
+// warning) when the queue is full.
+func (m *monitor) queueEvent(typ, timestamp string, meta any) {
+	body, err := marshalEvent(typ, timestamp, meta)
+	if err != nil {
+		m.svc.cfg.Logger.Error("agentmon: encoding guest event", "instance", m.name, "err", err)
+		return
+	}
+	select {
+	case m.events <- body:
+	default:
+		m.svc.cfg.Logger.Warn("agentmon: guest event queue full, dropping event", "instance", m.name, "type", typ)
+	}
+}
+
+// pusher delivers queued events to the agent in order; an event the agent
+// cannot take is logged and dropped (as LXD does).
+func (m *monitor) pusher() {
+	defer m.wg.Done()
+	cfg := &m.svc.cfg
+	for {
+		select {
+		case <-m.stop:
+			return
+		case body := <-m.events:
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
+			err := m.client.do(ctx, http.MethodPost, "/1.0/events", body)
+			cancel()
+			if err != nil {
+				cfg.Logger.Warn("agentmon: pushing event to agent", "instance", m.name, "err", err)
+			}
+		}
+	}
+}
+
+// deviceChanges compares inst's devices with those last told to the guest
+// and returns the device events, updating the record.
+func (m *monitor) deviceChanges(inst *instance.Instance) []devlxdapi.DeviceEvent {
+	now := guestview.Devices(inst)
+	m.devMu.Lock()
+	defer m.devMu.Unlock()
+	var out []devlxdapi.DeviceEvent
+	for _, name := range slices.Sorted(maps.Keys(m.devices)) {
+		if _, ok := now[name]; !ok {
+			out = append(out, devlxdapi.DeviceEvent{Action: devlxdapi.DeviceRemoved, Name: name, Config: m.devices[name]})
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(now)) {
+		old, ok := m.devices[name]
+		switch {
+		case !ok:
+			out = append(out, devlxdapi.DeviceEvent{Action: devlxdapi.DeviceAdded, Name: name, Config: now[name]})
+		case !maps.Equal(old, now[name]):
+			out = append(out, devlxdapi.DeviceEvent{Action: devlxdapi.DeviceUpdated, Name: name, Config: now[name]})
+		}
+	}
+	m.devices = now
+	return out
+}
