@@ -177,23 +177,51 @@ func (e *bootEnv) waitAny(t testing.TB, within time.Duration) ringline.Word {
 	return ""
 }
 
+// TestBootAgentStarted boots the guest image under TCG in both layouts and
+// reads the agent's STARTED through ReadRing (the legacy layout has no
+// com.canonical.lxd port: the agent falls back to org.linuxcontainers.lxd).
+// A graceful stop then goes through the ACPI power button.
 func TestBootAgentStarted(t *testing.T) {
-	e := newBootEnv(t, LayoutCurrent, "")
-	if !e.img.HasAgent {
-		t.Skip("the guest image has no agent (cmd/guestlink-agent was missing when make guest-image ran)")
-	}
-	e.start(t, false)
-	e.waitWord(t, ringline.Started, 3*time.Minute)
+	for _, l := range []Layout{LayoutCurrent, LayoutLegacy} {
+		t.Run(string(l), func(t *testing.T) {
+			e := newBootEnv(t, l, "")
+			if !e.img.HasAgent {
+				t.Skip("the guest image has no agent (cmd/guestlink-agent was missing when make guest-image ran)")
+			}
+			events, err := e.b.Events(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.start(t, false)
+			e.waitWord(t, ringline.Started, 3*time.Minute)
 
-	ep, err := e.b.LinkEndpoint(context.Background(), e.h)
-	if err != nil || ep.Kind != sdk.LinkSerial || ep.Path == "" {
-		t.Fatalf("LinkEndpoint = %+v, %v", ep, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := e.b.Stop(ctx, e.h, sdk.StopOptions{Timeout: 45 * time.Second})
-	if err != nil || st.Status != sdk.StatusStopped {
-		t.Fatalf("graceful Stop = %+v, %v", st, err)
+			ep, err := e.b.LinkEndpoint(context.Background(), e.h)
+			if err != nil || ep.Kind != sdk.LinkSerial || ep.Path == "" {
+				t.Fatalf("LinkEndpoint = %+v, %v", ep, err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			st, err := e.b.Stop(ctx, e.h, sdk.StopOptions{Timeout: 45 * time.Second})
+			if err != nil || st.Status != sdk.StatusStopped {
+				t.Fatalf("graceful Stop = %+v, %v", st, err)
+			}
+			// The agent opened the ring port (VSERPORT_CHANGE) and QEMU exited.
+			seen := map[sdk.EventKind]string{}
+			for seen[sdk.EventExited] == "" {
+				select {
+				case ev := <-events:
+					if ev.Kind == sdk.EventPortOpened && ev.Port != l.RingPort() {
+						continue
+					}
+					seen[ev.Kind] = ev.Port + ev.Detail
+				case <-ctx.Done():
+					t.Fatalf("events seen %v, want port-opened on %s and exited", seen, l.RingPort())
+				}
+			}
+			if _, ok := seen[sdk.EventPortOpened]; !ok {
+				t.Errorf("no port-opened event for %s (seen %v)", l.RingPort(), seen)
+			}
+		})
 	}
 }
 
