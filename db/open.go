@@ -7,16 +7,19 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	gosqlite "github.com/glebarez/go-sqlite"
 	"github.com/glebarez/sqlite"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/callbacks"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // DefaultFileName is the SQLite database's file name inside the state directory.
@@ -155,7 +158,33 @@ func openSQLite(ctx context.Context, path string, o *options) (Store, error) {
 	// Readers run concurrently under WAL. All writes go through the single
 	// group-commit writer on its own connection, whose page cache then
 	// stays warm (no other connection of ours changes the file).
-	return openPair(ctx, func() gorm.Dialector { return sqliteDialector{sqlite.Dialector{DSN: dsn}} }, EngineSQLite, path, 8, o)
+	open := func() (Store, error) {
+		return openPair(ctx, func() gorm.Dialector { return sqliteDialector{sqlite.Dialector{DSN: dsn}} }, EngineSQLite, path, 8, o)
+	}
+	// Connections opening a new database at the same moment (several
+	// daemons, or a daemon and the CLI) can get SQLITE_BUSY while one of
+	// them switches the file to WAL: SQLite does not wait on busy_timeout
+	// there. Retry the whole open for up to the busy timeout.
+	deadline := time.Now().Add(o.busyTimeout)
+	delay := 5 * time.Millisecond
+	for {
+		s, err := open()
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return s, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("opening database %q: %w (after %w)", path, ctx.Err(), err)
+		case <-time.After(delay + time.Duration(rand.Int64N(int64(delay)))):
+		}
+		delay = min(2*delay, 200*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).
+func isBusy(err error) bool {
+	var serr *gosqlite.Error
+	return errors.As(err, &serr) && serr.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // sqliteDialector is glebarez/sqlite's dialector without INSERT ...
@@ -262,23 +291,45 @@ func createPrivate(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	fi, err := f.Stat()
-	if err == nil && fi.Mode().Perm()&0o077 != 0 {
-		err = f.Chmod(0o600)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	for _, suffix := range []string{"-wal", "-shm"} {
-		if err := os.Chmod(path+suffix, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// Never open the database file itself: closing any descriptor of a
+	// file drops every POSIX lock this process holds on it, including
+	// those of SQLite connections another Store already has open. A new
+	// file is created under a temporary name and linked into place.
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".new-*")
+		if err != nil {
 			return err
+		}
+		tmp := f.Name()
+		err = f.Chmod(0o600)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Link(tmp, path)
+			if errors.Is(err, fs.ErrExist) {
+				err = nil // another process created it meanwhile
+			}
+		}
+		if rerr := os.Remove(tmp); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		fi, err := os.Stat(path + suffix)
+		if errors.Is(err, fs.ErrNotExist) && suffix != "" {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(path+suffix, 0o600); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

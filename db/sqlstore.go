@@ -26,9 +26,10 @@ const readyKey = "volatile.last_state.ready"
 // reader never sees id n+1 before id n. With several daemons on one
 // PostgreSQL database, event-appending transactions also take a
 // transaction-scoped advisory lock, which keeps that order across daemons
-// at the cost of serialising their event writes. Ids of rolled-back
-// appends are never used (sequence holes); such holes never fill later, so
-// resuming after the last seen id stays correct.
+// at the cost of serialising their event writes. On PostgreSQL the ids of
+// rolled-back appends are skipped (sequence holes); a hole never fills
+// later, so resuming after the last seen id stays correct. On SQLite a
+// rolled-back id may be given to a later event, which no reader has seen.
 type sqlStore struct {
 	db     *gorm.DB // readers' pool
 	wdb    *gorm.DB // the writer's connection
