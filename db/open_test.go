@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/glebarez/sqlite"
+	"go.uber.org/goleak"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -223,5 +224,28 @@ func TestOpenCancelled(t *testing.T) {
 	if err == nil {
 		s.Close()
 		t.Fatal("Open with a cancelled context succeeded")
+	}
+}
+
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			url := e.URL(t)
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			ctx := testContext(t)
+			s, err := db.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.AppendEvent(ctx, &db.Event{Type: "lifecycle"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.EventsAfter(ctx, 0, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
