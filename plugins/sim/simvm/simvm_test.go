@@ -1,6 +1,7 @@
 package simvm
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -436,5 +437,32 @@ func TestSecondVMMRefused(t *testing.T) {
 	}
 	if _, err := ReadExitRecord(p); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the refused vmm wrote an exit record: %v", err)
+	}
+}
+
+func TestPowerOffKillsEscapedProcesses(t *testing.T) {
+	p := vmmDir(t)
+	// The child leaves the guest's process group (setsid) but keeps its
+	// environment; the guest command then exits.
+	cmd := `setsid sleep 1000 & echo $! > "$GUESTLINK_ROOT/child"; while [ ! -s "$GUESTLINK_ROOT/child" ]; do :; done; exit 0`
+	c, sub := launch(t, p, Config{Name: "g", UUID: "u", Layout: LayoutCurrent, RingSize: 16, Command: cmd})
+	cont(t, c)
+	nextEvent(t, sub, EventExited)
+	waitGone(t, c)
+	data, err := os.ReadFile(filepath.Join(p.Root(), "child"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(data))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil || bytes.Contains(stat, []byte(") Z ")) {
+			return // gone or a zombie waiting for init
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %s escaped the guest's power-off", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

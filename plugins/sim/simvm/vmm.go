@@ -97,6 +97,12 @@ func reportReady(ready *os.File, err error) {
 	ready.Close()
 }
 
+// started is the outcome of starting the guest command for cont.
+type started struct {
+	st  Status
+	err error
+}
+
 // ErrBusy is the kind of error a VMM fails with when another VMM already
 // runs the guest directory.
 var ErrBusy = errors.New("another vmm runs this guest")
@@ -123,7 +129,7 @@ type vmm struct {
 	subs      map[*conn]struct{}
 	contReq   chan struct{} // closed by the first cont
 	quitReq   chan struct{} // closed by quit or a signal
-	contDone  chan error    // the result of starting the guest after cont
+	contDone  chan started  // the result of starting the guest after cont
 	contOnce  sync.Once
 	quitOnce  sync.Once
 	conns     sync.WaitGroup
@@ -141,9 +147,23 @@ func Run(p Paths, ready *os.File) (err error) {
 		connsOpen: map[*conn]struct{}{},
 		contReq:   make(chan struct{}),
 		quitReq:   make(chan struct{}),
-		contDone:  make(chan error, 1),
+		contDone:  make(chan started, 1),
 		started:   time.Now(),
 	}
+	// Signals are handled from the start, so a VMM told to end always
+	// records how its guest ended. SIGHUP is ignored (no terminal).
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	go func() {
+		for s := range sigs {
+			if s == syscall.SIGHUP {
+				continue
+			}
+			log.Printf("received %v: quitting", s)
+			v.quit("vmm received " + s.String())
+		}
+	}()
 	if err := v.setup(); err != nil {
 		err = fmt.Errorf("starting vmm in %s: %w", p.Dir, err)
 		if errors.Is(err, ErrBusy) {
@@ -159,22 +179,10 @@ func Run(p Paths, ready *os.File) (err error) {
 	reportReady(ready, nil)
 	log.Printf("vmm for %q (%s) listening on %s, ring %d bytes on %s", v.cfg.Name, v.cfg.UUID, p.Control(), v.ring.Size(), v.ringPort)
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	go func() {
-		for s := range sigs {
-			if s == syscall.SIGHUP {
-				continue
-			}
-			log.Printf("received %v: quitting", s)
-			v.quit("vmm received " + s.String())
-		}
-	}()
 	go v.acceptLoop()
 	go v.ringLoop()
 
 	rec := v.runGuest()
-	signal.Stop(sigs)
 	if werr := WriteExitRecord(p, rec); werr != nil {
 		log.Print(werr)
 	}
@@ -304,16 +312,16 @@ func (v *vmm) runGuest() *ExitRecord {
 	console, err := os.OpenFile(v.paths.Console(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		err = fmt.Errorf("opening console log: %w", err)
-		v.contDone <- err
+		v.contDone <- started{err: err}
 		rec.Reason, rec.Status, rec.Code, rec.Message, rec.ExitedAt = ReasonError, "not started", -1, err.Error(), time.Now()
 		return rec
 	}
 	defer console.Close()
 	first := true
 	for {
-		cmd, err := v.startGuest(console)
+		cmd, st, err := v.startGuest(console)
 		if first {
-			v.contDone <- err
+			v.contDone <- started{st: st, err: err}
 			first = false
 		}
 		if err != nil {
@@ -322,8 +330,10 @@ func (v *vmm) runGuest() *ExitRecord {
 			return rec
 		}
 		waitErr := cmd.Wait()
-		// Power off: nothing of the guest survives its main process.
+		// Power off: nothing of the guest survives its main process, not
+		// even what left its process group.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		KillStrays(v.paths)
 		v.mu.Lock()
 		reset := v.resetReq
 		v.resetReq = false
@@ -358,7 +368,7 @@ func describeExit(ps *os.ProcessState, waitErr error) (string, int) {
 
 // startGuest starts the guest command in a process group of its own; the
 // guest is killed if the VMM dies.
-func (v *vmm) startGuest(console *os.File) (*exec.Cmd, error) {
+func (v *vmm) startGuest(console *os.File) (*exec.Cmd, Status, error) {
 	cmd := exec.Command("/bin/sh", "-c", v.cfg.Command)
 	cmd.Dir = v.paths.Root()
 	cmd.Stdin = nil
@@ -369,11 +379,11 @@ func (v *vmm) startGuest(console *os.File) (*exec.Cmd, error) {
 	v.mu.Lock()
 	if v.reason != "" {
 		v.mu.Unlock()
-		return nil, fmt.Errorf("guest not started: %s", v.reason)
+		return nil, Status{}, fmt.Errorf("guest not started: %s", v.reason)
 	}
 	if err := cmd.Start(); err != nil {
 		v.mu.Unlock()
-		return nil, fmt.Errorf("starting guest command: %w", err)
+		return nil, Status{}, fmt.Errorf("starting guest command: %w", err)
 	}
 	v.guestPID = cmd.Process.Pid
 	v.boot++
@@ -384,7 +394,7 @@ func (v *vmm) startGuest(console *os.File) (*exec.Cmd, error) {
 	if st.Boot > 1 {
 		v.emit(EventReset, st, "")
 	}
-	return cmd, nil
+	return cmd, st, nil
 }
 
 func (v *vmm) guestEnv() []string {
@@ -632,16 +642,16 @@ func (v *vmm) execute(c *conn, req *Request) Response {
 			return fail(ClassWrongState, "guest already started")
 		}
 		select {
-		case err := <-v.contDone:
-			if err != nil {
-				return fail(ClassGenericError, "%v", err)
+		case res := <-v.contDone:
+			if res.err != nil {
+				return fail(ClassGenericError, "%v", res.err)
 			}
+			// The status as the guest started: a guest that ends at once
+			// still answers cont with its running state.
+			return ok(res.st)
 		case <-v.quitReq:
 			return fail(ClassWrongState, "vmm is quitting")
 		}
-		v.mu.Lock()
-		defer v.mu.Unlock()
-		return ok(v.statusLocked())
 	case CmdRingbufRead:
 		var args RingbufReadArgs
 		if len(req.Arguments) > 0 {
