@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/a-h/templ"
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/core/errdefs"
@@ -164,21 +165,28 @@ func (d *Dashboard) renderEvent(ev events.Event) []byte {
 	defer cancel()
 	var buf bytes.Buffer
 	m := components.Meta{Now: time.Now()}
+	// Table rows and list items cannot stand alone in HTML: each fragment is
+	// wrapped in a <template>, which htmx unwraps for out-of-band swaps.
+	wrap := func(c templ.Component) {
+		buf.WriteString("<template>")
+		_ = c.Render(ctx, &buf)
+		buf.WriteString("</template>")
+	}
 	switch inst, err := d.cfg.Instances.Get(ctx, name); {
 	case lc.Action == events.InstanceDeleted:
-		_ = components.RowRemoved(name).Render(ctx, &buf)
+		wrap(components.RowRemoved(name))
 	case err != nil:
 		// Gone already (deleted since); nothing to patch.
 	case lc.Action == events.InstanceCreated:
-		_ = components.RowAdded(inst, m).Render(ctx, &buf)
+		wrap(components.RowAdded(inst, m))
 	default:
-		_ = components.InstanceRow(inst, m, true).Render(ctx, &buf)
+		wrap(components.InstanceRow(inst, m, true))
 		_ = components.InstanceBadges(inst, m, true).Render(ctx, &buf)
 	}
 	if item, ok := timelineItem(ev, lc); ok && name != "" {
-		_ = components.TimelineRow(name, item, true).Render(ctx, &buf)
+		wrap(components.TimelinePrepend(name, item))
 	}
-	_ = components.ActivityItem(activity(ev, lc, name), true).Render(ctx, &buf)
+	wrap(components.ActivityPrepend(activity(ev, lc, name)))
 	return buf.Bytes()
 }
 

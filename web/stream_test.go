@@ -150,11 +150,11 @@ func TestStreamUpdates(t *testing.T) {
 		{"row time to ready", `tr#row-web1 [data-testid="time-to-ready"]`, "", "1.2s"},
 		{"page badges", `#badges-web1`, "hx-swap-oob", "true"},
 		{"page status", `#badges-web1 #istatus-web1`, "data-value", "Ready"},
-		{"timeline", `[data-testid="timeline-entry"]`, "hx-swap-oob", "afterbegin:#timeline-web1"},
+		{"timeline", `ol:has([data-testid="timeline-entry"])`, "hx-swap-oob", "afterbegin:#timeline-web1"},
 		{"timeline kind", `[data-testid="timeline-entry"]`, "data-kind", "ready"},
 		{"timeline boot", `[data-testid="timeline-entry"]`, "data-boot", "2"},
 		{"timeline cause", `[data-testid="timeline-entry"]`, "data-cause", "devlxd"},
-		{"activity", `[data-testid="activity-item"]`, "hx-swap-oob", "afterbegin:#activity-list"},
+		{"activity", `ol:has([data-testid="activity-item"])`, "hx-swap-oob", "afterbegin:#activity-list"},
 		{"activity id", `[data-testid="activity-item"]`, "data-event-id", strconv.FormatInt(pub.ID, 10)},
 	}
 	for _, ck := range checks {

@@ -31,33 +31,56 @@
 
   function streamURL() { return "/events?since=" + encodeURIComponent(lastID()); }
 
+  function applied(ev) {
+    lastSeen = Date.now();
+    if (ev && ev.lastEventId) {
+      body().setAttribute("data-last-event-id", ev.lastEventId);
+      body().setAttribute("sse-connect", streamURL());
+    }
+    setIndicator("connected", "live");
+    trim("activity-list", 50);
+  }
+
+  // Live lists keep their newest entries only.
+  function trim(id, keep) {
+    var list = document.getElementById(id);
+    while (list && list.children.length > keep) list.removeChild(list.lastElementChild);
+  }
+
   function track(source) {
+    if (current === source) return;
     current = source;
-    source.addEventListener("open", function () { lastSeen = Date.now(); setIndicator("connected", "live"); });
-    source.addEventListener("error", function () { setIndicator("reconnecting", "reconnecting…"); });
-    ["update", "heartbeat", "counts"].forEach(function (name) {
-      source.addEventListener(name, function (ev) {
-        lastSeen = Date.now();
-        if (ev.lastEventId) {
-          body().setAttribute("data-last-event-id", ev.lastEventId);
-          body().setAttribute("sse-connect", streamURL());
-        }
-        setIndicator("connected", "live");
-      });
+    source.addEventListener("open", function () { applied(null); });
+    source.addEventListener("error", function () {
+      if (current === source) setIndicator("reconnecting", "reconnecting…");
     });
   }
 
-  document.addEventListener("DOMContentLoaded", function () {
-    if (!window.htmx) return;
-    // Every EventSource the extension creates starts after the last event seen.
+  // The extension announces its streams and every message it swaps (update,
+  // counts, heartbeat: all are in the body's sse-swap list) on the body.
+  document.addEventListener("htmx:sseOpen", function (e) {
+    if (e.detail && e.detail.source) track(e.detail.source);
+    applied(null);
+  });
+  document.addEventListener("htmx:sseMessage", function (e) { applied(e.detail); });
+  document.addEventListener("htmx:sseError", function (e) {
+    if (e.detail && e.detail.source && e.detail.source !== current) return;
+    setIndicator("reconnecting", "reconnecting…");
+  });
+
+  // Every EventSource the SSE extension creates (at page load, after its own
+  // retries, after reconnect below) starts after the last event applied.
+  // This runs before htmx processes the page (deferred scripts run in order,
+  // before DOMContentLoaded), so the first stream is tracked too.
+  if (window.htmx) {
     htmx.createEventSource = function () {
       var source = new EventSource(streamURL());
       track(source);
       return source;
     };
     // Missing out-of-band targets are normal: one stream serves every page.
-    htmx.on("htmx:oobErrorNoTarget", function (ev) { ev.preventDefault && ev.preventDefault(); });
-  });
+    htmx.config.allowNestedOobSwaps = false;
+  }
 
   var holdUntil = 0;
 

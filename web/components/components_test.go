@@ -294,8 +294,8 @@ func TestLiveFragments(t *testing.T) {
 	}{
 		{"row", "tr#row-web1", "true", InstanceRow(i, Meta{}, true)},
 		{"badges", "#badges-web1", "true", InstanceBadges(i, Meta{}, true)},
-		{"timeline", `[data-testid="timeline-entry"]`, "afterbegin:#timeline-web1", TimelineRow("web1", TimelineItem{Kind: "ready", To: "true"}, true)},
-		{"activity", `[data-testid="activity-item"]`, "afterbegin:#activity-list", ActivityItem(Activity{ID: 3, Instance: "web1", Action: "ready"}, true)},
+		{"timeline", `ol:has([data-testid="timeline-entry"])`, "afterbegin:#timeline-web1", TimelinePrepend("web1", TimelineItem{Kind: "ready", To: "true"})},
+		{"activity", `ol:has([data-testid="activity-item"])`, "afterbegin:#activity-list", ActivityPrepend(Activity{ID: 3, Instance: "web1", Action: "ready"})},
 		{"counts", "#status-counts", "true", Counts("status-counts", nil, true)},
 		{"removed", "#row-web1", "delete", RowRemoved("web1")},
 		{"added", "tbody", "beforeend:#instance-rows", RowAdded(i, Meta{})},

@@ -67,12 +67,14 @@ test("after the stream drops, the page resumes and misses nothing", async () => 
   await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { timeout: 30000, what: "reconnection" });
   // Every event since the drop arrives, in order, with no gap: the stream
   // carries lifecycle events only and their ids are consecutive.
+  let seen = {};
   await waitFor(async () => {
     const ids = (await page.locator('[data-testid="activity-item"]').evaluateAll((els) => els.map((e) => Number(e.dataset.eventId))))
       .filter((id) => id > before).sort((a, b) => a - b);
     const last = Number(await page.getAttribute("body", "data-last-event-id"));
+    seen = { before, last, ids };
     return ids.length >= 2 && ids[0] === before + 1 && ids[ids.length - 1] === last && ids.every((id, i) => id === before + 1 + i);
-  }, { what: "every event missed while disconnected to appear, without gaps" });
+  }, { what: () => `every event missed while disconnected to appear, without gaps (${JSON.stringify(seen)})` });
   await page.screenshot({ path: join(root, "docs", "dashboard-overview.png"), fullPage: true });
   await page.close();
 });

@@ -42,7 +42,7 @@ export async function waitFor(fn, { timeout = 30000, interval = 100, what = "con
     }
     await new Promise((r) => setTimeout(r, interval));
   }
-  throw new Error(`timed out waiting for ${what}${last ? ": " + last.message : ""}`);
+  throw new Error(`timed out after ${timeout} ms waiting for ${typeof what === "function" ? what() : what}${last ? ": " + last.message : ""}`);
 }
 
 /** Daemon is a running guestlinkd with its own state directory. */
