@@ -686,3 +686,18 @@ func TestConcurrentStart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestPortEvents(t *testing.T) {
+	b := newBackend(t, testOptions(t))
+	evs := watchEvents(t, b)
+	spec := newSpec("ports", map[string]string{KeyCommand: `printf 'STARTED\n' > ` + portCmd + `com.canonical.lxd"; exec sleep 1000`})
+	h, _ := createStart(t, b, spec)
+	for _, kind := range []sdk.EventKind{sdk.EventPortOpened, sdk.EventPortClosed} {
+		if ev := evs.wait(t, kind, spec.UUID); ev.Port != simvm.PortCurrent {
+			t.Fatalf("%v event port = %q", kind, ev.Port)
+		}
+	}
+	if _, err := b.Stop(ctxT(t), h, sdk.StopOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -88,6 +88,13 @@ func (b *Backend) forward(w *watcher) {
 			var d simvm.RingData
 			_ = json.Unmarshal(ev.Data, &d)
 			out.Kind, out.Port, key = sdk.EventRingData, d.Port, "ring"
+		case simvm.EventPortChange:
+			var pc simvm.PortChange
+			_ = json.Unmarshal(ev.Data, &pc)
+			out.Kind, out.Port, key = sdk.EventPortClosed, pc.Port, "port-closed"
+			if pc.Open {
+				out.Kind, key = sdk.EventPortOpened, "port-opened"
+			}
 		case simvm.EventReset:
 			out.Kind = sdk.EventReset
 		case simvm.EventExited:

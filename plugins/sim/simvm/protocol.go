@@ -38,6 +38,9 @@ const (
 	EventRingData = "RING_DATA" // the guest wrote to the wired port (data: RingData)
 	EventReset    = "RESET"     // the guest command was restarted (data: Status)
 	EventExited   = "EXITED"    // the guest ended; the VMM exits next (data: ExitRecord)
+	// EventPortChange: the guest opened the wired port, or closed it after
+	// writing (data: PortChange); QEMU's VSERPORT_CHANGE, not rate-limited.
+	EventPortChange = "PORT_CHANGE"
 )
 
 // Error classes of the control protocol.

@@ -466,3 +466,24 @@ func TestPowerOffKillsEscapedProcesses(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestPortChangeEvents(t *testing.T) {
+	p := vmmDir(t)
+	c, sub := launch(t, p, Config{Name: "g", UUID: "u", Layout: LayoutCurrent, RingSize: 16, Command: "exec sleep 1000"})
+	cont(t, c)
+	f, err := os.OpenFile(p.Port(PortCurrent), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("STARTED\n")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for _, want := range []bool{true, false} {
+		ev := nextEvent(t, sub, EventPortChange)
+		var pc PortChange
+		if err := json.Unmarshal(ev.Data, &pc); err != nil || pc.Port != PortCurrent || pc.Open != want {
+			t.Fatalf("PORT_CHANGE %s, want open=%v: %v", ev.Data, want, err)
+		}
+	}
+}

@@ -115,6 +115,7 @@ type vmm struct {
 	ringPort string
 	ln       net.Listener
 	fifo     *os.File
+	watch    *portWatch
 	lock     *os.File
 	started  time.Time
 	received atomic.Uint64
@@ -181,6 +182,7 @@ func Run(p Paths, ready *os.File) (err error) {
 
 	go v.acceptLoop()
 	go v.ringLoop()
+	go v.watch.run(v)
 
 	rec := v.runGuest()
 	if werr := WriteExitRecord(p, rec); werr != nil {
@@ -225,6 +227,9 @@ func (v *vmm) setup() error {
 	// the reader see EOF, and opening never blocks.
 	if v.fifo, err = os.OpenFile(v.paths.Port(wired), os.O_RDWR, 0); err != nil {
 		return fmt.Errorf("opening port %s: %w", wired, err)
+	}
+	if v.watch, err = v.watchPort(wired); err != nil {
+		return err
 	}
 	_ = os.Remove(v.paths.Control())
 	old := syscall.Umask(0o177)
@@ -528,6 +533,9 @@ func (v *vmm) cleanup() {
 	}
 	if v.fifo != nil {
 		v.fifo.Close()
+	}
+	if v.watch != nil {
+		v.watch.close()
 	}
 }
 
