@@ -106,6 +106,9 @@ func validInstance(in *Instance) error {
 	case in.UUID == "":
 		return fmt.Errorf("instance %q without a uuid: %w", in.Name, ErrInvalid)
 	}
+	if err := checkInstance(in); err != nil {
+		return fmt.Errorf("instance %q: %w", in.Name, err)
+	}
 	return nil
 }
 
@@ -250,6 +253,9 @@ func prepareEntries(entries []*TimelineEntry, instanceID int64) error {
 		if e.InstanceID == 0 {
 			return fmt.Errorf("timeline entry %d has no instance: %w", i, ErrInvalid)
 		}
+		if err := checkEntry(e); err != nil {
+			return fmt.Errorf("timeline entry %d: %w", i, err)
+		}
 		if e.Time.IsZero() {
 			e.Time = now()
 		}
@@ -271,7 +277,8 @@ func insertEntries(tx *gorm.DB, entries []*TimelineEntry) error {
 		return nil
 	}
 	resetEntries(entries)
-	return tx.Create(entries).Error
+	// Batches keep each INSERT under both engines' bound-parameter limits.
+	return tx.CreateInBatches(entries, 500).Error
 }
 
 // AppendTimeline appends entries (each naming its instance) and sets their IDs.
@@ -369,6 +376,9 @@ func (s *sqlStore) AppendEvent(ctx context.Context, ev *Event) error {
 	}
 	if ev.Type == "" {
 		return fmt.Errorf("appending event: no type: %w", ErrInvalid)
+	}
+	if err := checkEvent(ev); err != nil {
+		return fmt.Errorf("appending %s event: %w", ev.Type, err)
 	}
 	if ev.Time.IsZero() {
 		ev.Time = now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -214,6 +215,14 @@ func testInvalid(t *testing.T, s db.Store) {
 		{"update without id", func() error { return s.UpdateInstance(ctx, newInstance("x")) }},
 		{"nil entry", func() error { return s.AppendTimeline(ctx, nil) }},
 		{"entry without instance", func() error { return s.AppendTimeline(ctx, &db.TimelineEntry{Kind: "state"}) }},
+		{"name too long (64 characters)", func() error { return s.CreateInstance(ctx, newInstance(strings.Repeat("x", 64))) }},
+		{"name not utf-8", func() error { return s.CreateInstance(ctx, newInstance("bad\xff")) }},
+		{"name with NUL", func() error { return s.CreateInstance(ctx, newInstance("bad\x00")) }},
+		{"detail with NUL", func() error {
+			in := mustCreate(ctx, t, s, newInstance("nul-detail"))
+			return s.AppendTimeline(ctx, &db.TimelineEntry{InstanceID: in.ID, Kind: "state", To: "x", Detail: "a\x00b"})
+		}},
+		{"event type too long", func() error { return s.AppendEvent(ctx, &db.Event{Type: strings.Repeat("t", 33)}) }},
 		{"nil event", func() error { return s.AppendEvent(ctx, nil) }},
 		{"event without type", func() error { return s.AppendEvent(ctx, &db.Event{}) }},
 	} {
@@ -321,6 +330,27 @@ func testAppendSeveral(t *testing.T, s db.Store) {
 			if ids[e.ID] != e.Detail {
 				t.Errorf("stored entry %d has detail %q, AppendTimeline reported %q", e.ID, e.Detail, ids[e.ID])
 			}
+		}
+	}
+	// A long call is split into several INSERTs; ids must still match.
+	many := make([]*db.TimelineEntry, 1234)
+	for i := range many {
+		many[i] = &db.TimelineEntry{InstanceID: b.ID, Kind: "agent", To: "connected", Detail: fmt.Sprintf("m%d", i)}
+	}
+	if err := s.AppendTimeline(ctx, many...); err != nil {
+		t.Fatalf("AppendTimeline of %d entries: %v", len(many), err)
+	}
+	storedB, err := s.ListTimeline(ctx, b.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[int64]string{}
+	for _, e := range storedB {
+		byID[e.ID] = e.Detail
+	}
+	for _, e := range many {
+		if byID[e.ID] != e.Detail {
+			t.Fatalf("entry reported as id %d (%s) is stored as %q", e.ID, e.Detail, byID[e.ID])
 		}
 	}
 	// One bad entry fails the whole call and stores nothing.
