@@ -346,6 +346,13 @@ func (v *vmm) runGuest() *ExitRecord {
 		if reset && !quitting {
 			v.mu.Unlock()
 			fmt.Fprintf(console, "\n--- sim: system_reset, guest restarting ---\n")
+			// The killed boot's sockets would make the next agent's bind
+			// fail (EADDRINUSE); a rebooted machine has none of them.
+			for _, stale := range []string{v.paths.DevlxdSocket(), v.paths.Link()} {
+				if err := os.Remove(stale); err != nil && !errors.Is(err, os.ErrNotExist) {
+					log.Printf("removing stale socket after system_reset: %v", err)
+				}
+			}
 			continue
 		}
 		v.state = StateShutdown
