@@ -1,0 +1,63 @@
+// Command guestlinkd is the guestlink daemon. It runs in the foreground until
+// SIGTERM or SIGINT; guests keep running after it stops and are recovered by
+// the next start.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/guestlink/guestlink/core/daemon"
+)
+
+func main() {
+	var cfg daemon.Config
+	var level string
+	flag.StringVar(&cfg.StateDir, "state-dir", os.Getenv("GUESTLINK_STATE_DIR"), "state directory: database, admin socket (guestlink.sock), keys (env GUESTLINK_STATE_DIR)")
+	flag.StringVar(&cfg.HTTPAddr, "http", "", "also serve the admin API and the dashboard on this TCP address, e.g. 127.0.0.1:8080")
+	flag.StringVar(&cfg.DatabaseURL, "database", "", "database URL: sqlite://PATH (default DIR/guestlink.db) or postgres://...")
+	flag.StringVar(&cfg.PluginDir, "plugin-dir", defaultPluginDir(), "directory of backend plugins and their SHA256SUMS")
+	flag.StringVar(&cfg.DefaultBackend, "default-backend", "sim", "backend of instances launched without one")
+	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fail(fmt.Errorf("unexpected argument %q", flag.Arg(0)))
+	}
+	if cfg.StateDir == "" {
+		fail(fmt.Errorf("--state-dir is required"))
+	}
+	if err := cfg.LogLevel.UnmarshalText([]byte(level)); err != nil {
+		fail(fmt.Errorf("--log-level %q: %w", level, err))
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	d, err := daemon.Start(ctx, cfg)
+	if err != nil {
+		fail(err)
+	}
+	if err := d.Wait(ctx); err != nil {
+		fail(err)
+	}
+}
+
+// defaultPluginDir is bin/plugins next to the guestlinkd binary.
+func defaultPluginDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "bin/plugins"
+	}
+	return filepath.Join(filepath.Dir(exe), "plugins")
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "guestlinkd: %v\n", err)
+	os.Exit(1)
+}
