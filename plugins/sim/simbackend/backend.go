@@ -297,7 +297,7 @@ func (b *Backend) Start(ctx context.Context, raw sdk.Handle, spec *sdk.GuestSpec
 	if agent == "" {
 		agent = b.opts.Agent
 	}
-	if spec.Config[KeyCommand] == "" || strings.TrimSpace(spec.Config[KeyCommand]) == "" {
+	if gc.Command == DefaultCommand {
 		if _, err := os.Stat(agent); err != nil {
 			return nil, nil, fmt.Errorf("starting guest %q: the default command runs the agent, but %s is missing (build it or set %s): %w",
 				h.ID, agent, KeyAgent, sdk.ErrInvalid)
