@@ -3,6 +3,7 @@ package simvm
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -388,6 +389,9 @@ func (v *vmm) startGuest(console *os.File) (*exec.Cmd, Status, error) {
 	cmd.Stderr = console
 	cmd.Env = v.guestEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := writeBootID(v.paths); err != nil {
+		return nil, Status{}, err
+	}
 	v.mu.Lock()
 	if v.reason != "" {
 		v.mu.Unlock()
@@ -407,6 +411,31 @@ func (v *vmm) startGuest(console *os.File) (*exec.Cmd, Status, error) {
 		v.emit(EventReset, st, "")
 	}
 	return cmd, st, nil
+}
+
+// BootID returns where a guest's stand-in kernel boot id is: a process is not
+// a kernel, so the VMM stands in a new id at every boot (start or
+// system_reset), as the agent's boot state needs (docs/guest-link.md).
+func (p Paths) BootID() string {
+	return filepath.Join(p.Root(), "proc", "sys", "kernel", "random", "boot_id")
+}
+
+// writeBootID stands in a fresh random boot id (the kernel's format).
+func writeBootID(p Paths) error {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Errorf("making a boot id: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // variant 10
+	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+	if err := os.MkdirAll(filepath.Dir(p.BootID()), 0o755); err != nil {
+		return fmt.Errorf("writing boot id: %w", err)
+	}
+	if err := writeFileAtomic(p.BootID(), []byte(id), 0o444); err != nil {
+		return fmt.Errorf("writing boot id: %w", err)
+	}
+	return nil
 }
 
 func (v *vmm) guestEnv() []string {
