@@ -10,8 +10,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -31,6 +34,7 @@ import (
 	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
+	"github.com/guestlink/guestlink/link/hybrid"
 	"github.com/guestlink/guestlink/link/transport"
 )
 
@@ -380,6 +384,12 @@ type benchAgentPlayer struct {
 	Name     string
 	GuestDir string
 	up       *upstream.Client
+	cert     tls.Certificate
+
+	stop    chan struct{}
+	stopped sync.WaitGroup
+	ln      *hybrid.Listener
+	srv     *http.Server
 }
 
 // benchNewAgentPlayer prepares the player of the running guest in guestDir;
@@ -407,7 +417,7 @@ func benchNewAgentPlayer(name, guestDir string, perRequestTLS bool) (*benchAgent
 	if err := up.SetAdvertisement(adv); err != nil {
 		return nil, fmt.Errorf("advertisement of instance %q: %w", name, err)
 	}
-	return &benchAgentPlayer{Name: name, GuestDir: guestDir, up: up}, nil
+	return &benchAgentPlayer{Name: name, GuestDir: guestDir, up: up, cert: cert, stop: make(chan struct{})}, nil
 }
 
 // Get sends GET path to the daemon and fails unless it answers 200.
@@ -451,5 +461,102 @@ func (p *benchAgentPlayer) WriteWord(word string) error {
 	return nil
 }
 
-// Close drops the player's connections.
-func (p *benchAgentPlayer) Close() { p.up.CloseIdleConnections() }
+// Connect plays the agent's start-up and keeps it connected: it serves the
+// agent's link port (8443) on the guest's hybrid socket with TLS (agent
+// certificate; the daemon's client certificate from server.crt required),
+// writes STARTED, answers the daemon's advertisement (PUT /1.0) and then
+// writes CONNECTED, and repeats CONNECTED every heartbeat, as the agent does,
+// until Close.
+func (p *benchAgentPlayer) Connect(heartbeat time.Duration) error {
+	cfgDir := filepath.Join(p.GuestDir, "rootfs", "run", "guestlink-agent")
+	pemData, err := os.ReadFile(filepath.Join(cfgDir, "server.crt"))
+	if err != nil {
+		return fmt.Errorf("reading server.crt of instance %q: %w", p.Name, err)
+	}
+	block, _ := pem.Decode(pemData)
+	if block == nil {
+		return fmt.Errorf("server.crt of instance %q holds no PEM block", p.Name)
+	}
+	daemonClient := block.Bytes
+	ln, err := hybrid.Listen(filepath.Join(p.GuestDir, "link.sock"))
+	if err != nil {
+		return fmt.Errorf("serving the link of instance %q: %w", p.Name, err)
+	}
+	p.ln = ln
+	tlsConf := &tls.Config{
+		Certificates: []tls.Certificate{p.cert},
+		ClientAuth:   tls.RequireAnyClientCert,
+		MinVersion:   tls.VersionTLS12,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 || !bytes.Equal(raw[0], daemonClient) {
+				return errors.New("client certificate is not the daemon's")
+			}
+			return nil
+		},
+	}
+	ok, _ := devlxdapi.SyncResponse(nil)
+	p.srv = &http.Server{
+		ReadHeaderTimeout: 5 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(io.LimitReader(r.Body, advert.MaxSize+1))
+			if err != nil {
+				return
+			}
+			if r.Method == http.MethodPut && r.URL.Path == "/1.0" {
+				a, err := advert.Parse(body)
+				if err != nil {
+					w.WriteHeader(http.StatusBadRequest)
+					_, _ = w.Write(devlxdapi.ErrorResponse(http.StatusBadRequest, err.Error()))
+					return
+				}
+				if err := p.up.SetAdvertisement(a); err != nil {
+					w.WriteHeader(http.StatusInternalServerError)
+					_, _ = w.Write(devlxdapi.ErrorResponse(http.StatusInternalServerError, err.Error()))
+					return
+				}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(ok)
+			if r.Method == http.MethodPut {
+				if f, isFlusher := w.(http.Flusher); isFlusher {
+					f.Flush()
+				}
+				_ = p.WriteWord("CONNECTED")
+			}
+		}),
+	}
+	p.stopped.Add(2)
+	go func() {
+		defer p.stopped.Done()
+		_ = p.srv.Serve(tls.NewListener(ln.Port(8443), tlsConf))
+	}()
+	go func() {
+		defer p.stopped.Done()
+		t := time.NewTicker(heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+				_ = p.WriteWord("CONNECTED")
+			}
+		}
+	}()
+	return p.WriteWord("STARTED")
+}
+
+// Close stops playing the agent and drops the player's connections.
+func (p *benchAgentPlayer) Close() {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+		if p.srv != nil {
+			_ = p.srv.Close()
+			_ = p.ln.Close()
+		}
+		p.stopped.Wait()
+	}
+	p.up.CloseIdleConnections()
+}
