@@ -98,7 +98,7 @@ func New(cfg Config) *Dashboard {
 	}
 	d := &Dashboard{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
 	d.frags = newFragmentCache(d, 4096)
-	d.counts = &countCache{d: d, ttl: time.Second}
+	d.counts = &countCache{d: d}
 	return d
 }
 

@@ -72,7 +72,7 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 				}
 			case <-countsDue.C:
 				countsPending = false
-				writeMessage(w, "counts", 0, d.counts.fragment())
+				writeMessage(w, "counts", 0, d.counts.fragment(d.lastEventID()))
 			case now := <-tick.C:
 				writeMessage(w, "heartbeat", 0, []byte(now.UTC().Format(time.RFC3339)))
 			case <-d.done:
@@ -260,32 +260,33 @@ func (d *Dashboard) lastEventID() int64 {
 	return id
 }
 
-// countCache keeps the overview's counts for a second, so many open pages
-// and bursts of events cost one listing per second at most.
+// countCache keeps the overview's counts as of an event id, so that many
+// open pages cost one listing per burst of events, not one per page.
 type countCache struct {
 	d   *Dashboard
-	ttl time.Duration
 	mu  sync.Mutex
-	at  time.Time
+	id  int64 // the last event id the counts reflect
 	buf []byte
 }
 
-func (cc *countCache) fragment() []byte {
+// fragment returns the count tiles as of event id upTo (or later).
+func (cc *countCache) fragment(upTo int64) []byte {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	if time.Since(cc.at) < cc.ttl && cc.buf != nil {
+	if cc.buf != nil && cc.id >= upTo {
 		return cc.buf
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	all, err := cc.d.cfg.Instances.List(ctx, instance.ListFilter{})
 	if err != nil {
+		cc.d.log.Warn("dashboard: listing instances for the counts", "err", err)
 		return cc.buf
 	}
 	byStatus, byAgent := tally(all)
 	var buf bytes.Buffer
 	_ = components.Counts("status-counts", byStatus, true).Render(ctx, &buf)
 	_ = components.Counts("agent-counts", byAgent, true).Render(ctx, &buf)
-	cc.buf, cc.at = buf.Bytes(), time.Now()
+	cc.buf, cc.id = buf.Bytes(), upTo
 	return cc.buf
 }

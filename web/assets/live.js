@@ -39,6 +39,15 @@
     }
     setIndicator("connected", "live");
     trim("activity-list", 50);
+    recount();
+  }
+
+  // An unfiltered single-page table counts its rows as they come and go.
+  function recount() {
+    var total = document.getElementById("instances-total");
+    var rows = document.getElementById("instance-rows");
+    if (!total || !rows || !total.hasAttribute("data-live-count")) return;
+    total.textContent = rows.querySelectorAll('[data-testid="instance-row"]').length + " instances";
   }
 
   // Live lists keep their newest entries only.

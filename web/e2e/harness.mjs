@@ -30,6 +30,18 @@ async function freePort() {
   });
 }
 
+/** logTail returns the last lines the running test daemon logged. */
+export function logTail(lines = 40) {
+  const d = Daemon.current;
+  if (!d) return "";
+  const text = d.log.join("").split("\n").slice(-lines).join("\n");
+  return `\n--- guestlinkd log tail (${d.stateDir}) ---\n${text}`;
+}
+
+/**
+ * waitFor polls fn until it returns a truthy value, and fails with what it
+ * waited for, the last error and the daemon's log tail after timeout ms.
+ */
 export async function waitFor(fn, { timeout = 30000, interval = 100, what = "condition" } = {}) {
   const deadline = Date.now() + timeout;
   let last;
@@ -42,7 +54,7 @@ export async function waitFor(fn, { timeout = 30000, interval = 100, what = "con
     }
     await new Promise((r) => setTimeout(r, interval));
   }
-  throw new Error(`timed out after ${timeout} ms waiting for ${typeof what === "function" ? what() : what}${last ? ": " + last.message : ""}`);
+  throw new Error(`timed out after ${timeout} ms waiting for ${typeof what === "function" ? what() : what}${last ? ": " + last.message : ""}${logTail()}`);
 }
 
 /** Daemon is a running guestlinkd with its own state directory. */
@@ -52,6 +64,7 @@ export class Daemon {
       if (!existsSync(bin(b))) throw new Error(`${bin(b)} is missing: run make build first`);
     }
     const d = new Daemon();
+    Daemon.current = d;
     d.stateDir = mkdtempSync(join(tmpdir(), "guestlink-e2e-"));
     d.port = await freePort();
     d.url = `http://127.0.0.1:${d.port}`;
@@ -67,8 +80,13 @@ export class Daemon {
     const keep = (b) => { this.log.push(b.toString()); if (this.log.length > 500) this.log.shift(); };
     this.proc.stdout.on("data", keep);
     this.proc.stderr.on("data", keep);
-    this.exited = new Promise((r) => this.proc.on("exit", r));
-    await waitFor(async () => (await fetch(this.url + "/instances")).ok, { what: "the dashboard to answer" });
+    this.exited = new Promise((r) => this.proc.on("exit", (code, signal) => r({ code, signal })));
+    let gone = null;
+    this.exited.then((e) => { gone = e; });
+    await waitFor(async () => {
+      if (gone) throw new Error(`guestlinkd exited (${JSON.stringify(gone)}) before the dashboard answered`);
+      return (await fetch(this.url + "/instances", { signal: AbortSignal.timeout(2000) })).ok;
+    }, { what: `the dashboard at ${this.url} to answer`, timeout: 60000 });
   }
 
   async restart() {
@@ -79,11 +97,15 @@ export class Daemon {
 
   /** cli runs the guestlink CLI against this daemon and returns its stdout. */
   async cli(...args) {
-    const { stdout } = await run(bin("guestlink"), args, {
-      env: { ...process.env, GUESTLINK_STATE_DIR: this.stateDir },
-      timeout: 120000,
-    });
-    return stdout;
+    try {
+      const { stdout } = await run(bin("guestlink"), args, {
+        env: { ...process.env, GUESTLINK_STATE_DIR: this.stateDir },
+        timeout: 120000,
+      });
+      return stdout;
+    } catch (e) {
+      throw new Error(`guestlink ${args.join(" ")} failed: ${e.message}${e.stderr ? "\n" + e.stderr : ""}${logTail()}`);
+    }
   }
 
   async info(name) {
@@ -93,11 +115,16 @@ export class Daemon {
   /** guest runs guestlink-agent's client side inside a simulated guest. */
   async guest(name, ...args) {
     const info = await this.info(name);
-    const { stdout } = await run(bin("guestlink-agent"), args, {
-      env: { ...process.env, GUESTLINK_DEVLXD_SOCKET: info.devlxd_socket },
-      timeout: 60000,
-    });
-    return stdout;
+    if (!info.devlxd_socket) throw new Error(`guestlink info ${name} has no devlxd_socket (is it a sim guest?)`);
+    try {
+      const { stdout } = await run(bin("guestlink-agent"), args, {
+        env: { ...process.env, GUESTLINK_DEVLXD_SOCKET: info.devlxd_socket },
+        timeout: 60000,
+      });
+      return stdout;
+    } catch (e) {
+      throw new Error(`guestlink-agent ${args.join(" ")} in ${name} failed: ${e.message}${logTail()}`);
+    }
   }
 
   async stop() {
@@ -106,7 +133,10 @@ export class Daemon {
       for (const i of list) await this.cli("delete", "--force", i.name).catch(() => {});
     } catch { /* daemon already gone */ }
     this.proc.kill("SIGTERM");
+    const killer = setTimeout(() => this.proc.kill("SIGKILL"), 30000);
     await this.exited;
+    clearTimeout(killer);
+    if (Daemon.current === this) Daemon.current = null;
     rmSync(this.stateDir, { recursive: true, force: true });
   }
 }
