@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db/dbtest"
+	"github.com/guestlink/guestlink/plugins/sim/simvm"
 )
 
 // heartbeat is the agent's default ring-word period.
@@ -363,5 +365,56 @@ func TestAgentKilled(t *testing.T) {
 	rec.wait(ctx, mark, events.InstanceAgentLost, 1, opTimeout)
 	if inst.StatusCode != int(status.Running) {
 		t.Errorf("guest status after losing its agent: %s, want Running", inst.Status)
+	}
+}
+
+// TestGuestReboot reboots a Ready guest from inside (a VMM system_reset, as
+// a guest's reboot is to QEMU): Ready is cleared, and a declaration of the
+// previous boot is not resurrected when the daemon restarts afterwards.
+func TestGuestReboot(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	d := newDaemon(t)
+	const name = "reset1"
+	rec := d.record(name)
+	g := d.launch(ctx, name, nil, nil)
+	agentCommand(ctx, t, g, "ready")
+	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *wire.Instance) bool { return i.StatusCode == int(status.Ready) })
+	oldAgents := agentPIDs(g.root)
+
+	mark := rec.mark()
+	if err := simvm.NewClient(simvm.Paths{Dir: g.dir}).Execute(ctx, simvm.CmdSystemReset, nil, nil); err != nil {
+		t.Fatalf("system_reset of %s: %v", name, err)
+	}
+	rec.wait(ctx, mark, events.InstanceAgentConnected, 1, agentTimeout)
+	inst := d.waitInstance(ctx, name, "connected after the reset", opTimeout, func(i *wire.Instance) bool {
+		return i.Agent.State == instance.AgentConnected
+	})
+	if inst.StatusCode != int(status.Running) || inst.Ready() {
+		t.Errorf("after a guest reboot: status %s, volatile.last_state.ready %q; want Running, not ready",
+			inst.Status, inst.Config["volatile.last_state.ready"])
+	}
+	if n := count(rec.since(mark), events.InstanceReady); n != 0 {
+		t.Errorf("instance-ready after a guest reboot without a declaration: %v", rec.since(mark))
+	}
+	if ps := agentPIDs(g.root); len(ps) != 1 || slices.Equal(ps, oldAgents) {
+		t.Errorf("agents after the reset %v (before %v): want one new agent", ps, oldAgents)
+	}
+
+	// A new daemon advertises itself; the agent must not re-declare the
+	// previous boot's Ready.
+	lastID := rec.lastID()
+	d.kill()
+	d.start()
+	rec2 := d.recordSince(name, lastID)
+	rec2.wait(ctx, 0, events.InstanceAgentConnected, 1, heartbeat+10*time.Second)
+	inst, err := d.client.Instance(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.StatusCode != int(status.Running) || count(rec2.since(0), events.InstanceReady) != 0 {
+		t.Errorf("after reboot and daemon restart: status %s, events %v; the previous boot's Ready came back",
+			inst.Status, rec2.since(0))
 	}
 }
