@@ -189,6 +189,7 @@ func Build(ctx context.Context, opts Options) (*Image, error) {
 			img.HasAgent, img.AgentPath = true, agent
 		} else {
 			logf("no cmd/guestlink-agent in %s: the image has no agent", opts.SourceDir)
+			os.Remove(filepath.Join(opts.OutDir, AgentFile)) // HasAgent is read from its presence
 		}
 	}
 	for _, d := range []string{"bin", "sbin", "etc", "proc", "sys", "dev", "run", "root", "var", "var/run", "var/log"} {
