@@ -105,18 +105,24 @@ func tally(all []*instance.Instance) (byStatus, byAgent []components.Count) {
 		agent[components.AgentBadge(inst).Text]++
 	}
 	for _, s := range []string{"Ready", "Running", "Starting", "Stopping", "Stopped", "Error"} {
-		byStatus = append(byStatus, components.Count{Label: s, N: status[s], Tone: components.StatusBadge(s).Tone, Href: "/instances?status=" + s})
+		byStatus = append(byStatus, components.Count{Label: s, N: status[s], Tone: quiet(status[s], components.StatusBadge(s).Tone), Href: "/instances?status=" + s})
 	}
-	agentFilter := map[string]string{"connected": "connected", "started": "started", "starting": "none", "lost": "lost", "stopped": "stopped", "none expected": ""}
+	agentFilter := map[string]string{"connected": "agent=connected", "started": "agent=started", "starting": "status=Running&agent=none", "lost": "agent=lost", "stopped": "agent=stopped", "none expected": "agent=none"}
 	tone := map[string]components.Tone{"connected": components.ToneGood, "started": components.ToneWait, "starting": components.ToneWait, "lost": components.ToneBad, "stopped": components.ToneIdle, "none expected": components.ToneIdle}
 	for _, a := range []string{"connected", "started", "starting", "lost", "stopped", "none expected"} {
-		href := "/instances"
-		if f := agentFilter[a]; f != "" {
-			href += "?agent=" + f
-		}
-		byAgent = append(byAgent, components.Count{Label: a, N: agent[a], Tone: tone[a], Href: href})
+		href := "/instances?" + agentFilter[a]
+		byAgent = append(byAgent, components.Count{Label: a, N: agent[a], Tone: quiet(agent[a], tone[a]), Href: href})
 	}
 	return byStatus, byAgent
+}
+
+// quiet greys out the tiles of empty categories: a red "0 lost" alarms
+// for nothing.
+func quiet(n int, t components.Tone) components.Tone {
+	if n == 0 {
+		return components.ToneIdle
+	}
+	return t
 }
 
 func (d *Dashboard) backends() []components.BackendView {

@@ -80,6 +80,10 @@ test("after the stream drops, the page resumes and misses nothing", async () => 
     seen = { before, last, ids };
     return ids.length >= 2 && ids[0] === before + 1 && ids[ids.length - 1] === last && ids.every((id, i) => id === before + 1 + i);
   }, { what: () => `every event missed while disconnected to appear, without gaps (${JSON.stringify(seen)})` });
+  // The counts follow too (they come a second after a burst of events).
+  await waitFor(async () => (await page.getAttribute('[data-testid="agent-counts"] [data-label="connected"]', "data-n")) === "1" &&
+    (await page.getAttribute('[data-testid="status-counts"] [data-label="Running"]', "data-n")) === "1",
+    { what: "the overview counts to show web2 running with its agent connected" });
   await page.screenshot({ path: join(root, "docs", "dashboard-overview.png"), fullPage: true });
   await page.close();
 });
