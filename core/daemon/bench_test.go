@@ -12,7 +12,11 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"sync"
@@ -81,6 +85,53 @@ func BenchmarkDaemon10k(b *testing.B) {
 			}
 		}
 		lat.Report(b, "", time.Millisecond)
+	})
+
+	// The same request without decoding the answer: what the daemon takes
+	// (and the socket carries), apart from the client's JSON decoding.
+	b.Run("list-raw", func(b *testing.B) {
+		hc := &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var nd net.Dialer
+				return nd.DialContext(ctx, "unix", d.Socket)
+			},
+		}}
+		defer hc.CloseIdleConnections()
+		var lat, decode benchLatency
+		var body []byte
+		for b.Loop() {
+			start := time.Now()
+			resp, err := hc.Get("http://unix/1.0/instances")
+			if err != nil {
+				b.Fatal(err)
+			}
+			body, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			lat.Add(time.Since(start))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				b.Fatalf("GET /1.0/instances: %d, %v", resp.StatusCode, err)
+			}
+			// What the client does with the answer: the envelope, then
+			// its metadata.
+			start = time.Now()
+			var env struct {
+				Metadata json.RawMessage `json:"metadata"`
+			}
+			var list []wire.Instance
+			if err := json.Unmarshal(body, &env); err != nil {
+				b.Fatal(err)
+			}
+			if err := json.Unmarshal(env.Metadata, &list); err != nil {
+				b.Fatal(err)
+			}
+			decode.Add(time.Since(start))
+			if len(list) != n {
+				b.Fatalf("decoded %d instances, want %d", len(list), n)
+			}
+		}
+		lat.Report(b, "", time.Millisecond)
+		decode.Report(b, "decode-", time.Millisecond)
+		b.ReportMetric(float64(len(body))/(1<<20), "body-MiB")
 	})
 
 	b.Run("rss", func(b *testing.B) {
