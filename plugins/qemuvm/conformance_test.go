@@ -1,11 +1,13 @@
 package qemuvm
 
 import (
+	"context"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/link/ringline"
 	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/plugins/sdk/conformance"
@@ -53,5 +55,60 @@ func TestConformance(t *testing.T) {
 				Launch:       sdk.LaunchOptions{Env: []string{EnvDir + "=" + shortTempDir(t)}},
 			})
 		})
+	}
+}
+
+// TestPluginReadsStarted boots the guest through the qemu plugin binary (a
+// real plugin process, as the daemon runs it) and reads the agent's STARTED
+// through the plugin's ReadRing.
+func TestPluginReadsStarted(t *testing.T) {
+	img := qemutest.RequiresQEMU(t)
+	if !img.HasAgent {
+		t.Skip("the guest image has no agent (cmd/guestlink-agent was missing when make guest-image ran)")
+	}
+	bin := buildPlugin(t, "github.com/guestlink/guestlink/plugins/qemu", t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	client, err := sdk.Launch(ctx, bin, sdk.LaunchOptions{Env: []string{EnvDir + "=" + shortTempDir(t)}})
+	if err != nil {
+		t.Fatalf("launching the qemu plugin: %v", err)
+	}
+	defer client.Kill()
+	b := client.Backend()
+	spec := &sdk.GuestSpec{Name: "plugin1", UUID: newUUID(), Files: agentFiles(t), Config: map[string]string{
+		KeyKernel: img.Kernel, KeyInitrd: img.Initrd, KeyAccel: AccelTCG,
+	}}
+	h, err := b.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, st, err := b.Start(ctx, h, spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer b.Stop(context.Background(), h, sdk.StopOptions{Force: true})
+	if st.Details["accel"] != AccelTCG || st.Details["layout"] != string(LayoutCurrent) {
+		t.Errorf("state details = %v", st.Details)
+	}
+	var p ringline.Parser
+	for {
+		data, err := b.ReadRing(ctx, h, 4096)
+		if err != nil {
+			t.Fatalf("ReadRing: %v", err)
+		}
+		if w, ok := p.Feed(data); ok && w == ringline.Started {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no STARTED through the plugin's ReadRing")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if _, err := b.Stop(ctx, h, sdk.StopOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(ctx, h); err != nil {
+		t.Fatal(err)
 	}
 }
