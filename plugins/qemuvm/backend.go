@@ -551,6 +551,10 @@ func (b *Backend) Stop(ctx context.Context, hb sdk.Handle, opts sdk.StopOptions)
 		if budget <= 0 {
 			budget = DefaultStopTimeout
 		}
+		// Leave time within ctx to quit QEMU when the guest ignores the button.
+		if dl, ok := ctx.Deadline(); ok {
+			budget = max(min(budget, time.Until(dl)-10*time.Second), 0)
+		}
 		deadline := time.Now().Add(budget)
 		for time.Now().Before(deadline) {
 			// Repeat the button press: one sent while the guest was still
