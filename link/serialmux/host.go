@@ -17,8 +17,11 @@ type Host struct {
 	sess *yamux.Session
 }
 
-// DialHost connects to the guest's chardev Unix socket at path and starts a
-// session over it.
+// DialHost connects to the guest's chardev Unix socket at path (the
+// LinkEndpoint's Path) and starts a session over it. It returns once the
+// guest's side answered the handshake, so it waits (while ctx allows) until
+// the agent runs; give it a deadline and retry. QEMU serves one connection
+// per chardev at a time: keep one Host per guest and dial again after Done.
 func DialHost(ctx context.Context, path string) (*Host, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", path)

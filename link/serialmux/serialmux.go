@@ -7,8 +7,8 @@
 // Each session starts with a short handshake (sync.go) so that a host that
 // reconnects (the daemon restarted) never mixes with the previous session.
 // Either side may open streams. Each stream starts with an 8-byte header
-// naming the port it targets ("GLMX", version 1, reserved byte... see
-// writeHeader): guest->host streams target the daemon's link port,
+// naming the port it targets ("GLM", a version byte 1, the port as a
+// big-endian uint32): guest->host streams target the daemon's link port,
 // host->guest streams target the agent's port 8443. A stream for a port
 // nobody listens on is closed at once, which the opener sees as EOF.
 package serialmux
