@@ -25,7 +25,7 @@ import (
 // DefaultFileName is the SQLite database's file name inside the state directory.
 const DefaultFileName = "guestlink.db"
 
-// Engine names, as reported by Engine.
+// Engine names, used in log lines and as dbtest's engine names.
 const (
 	EngineSQLite   = "sqlite"
 	EnginePostgres = "postgres"
@@ -53,8 +53,9 @@ type Option func(*options)
 // are always relative to the working directory.
 func WithStateDir(dir string) Option { return func(o *options) { o.stateDir = dir } }
 
-// WithLogger sets the logger for slow statements, store errors and
-// migrations. Without it the Store logs nothing.
+// WithLogger sets the logger for the Store's opening and closing, slow
+// statements (warn) and failed statements (debug). Without it the Store
+// logs nothing.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithMaxBatch sets how many queued write calls the group-commit writer may
