@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -85,8 +86,18 @@ func (f *fakeInstances) GetByUUID(_ context.Context, uuid string) (*instance.Ins
 	if !ok {
 		return nil, fmt.Errorf("instance %s: %w", uuid, errdefs.ErrNotFound)
 	}
+	return clone(inst), nil
+}
+
+// clone copies an instance as the manager's views are copies.
+func clone(inst *instance.Instance) *instance.Instance {
 	cp := *inst
-	return &cp, nil
+	cp.Config = maps.Clone(inst.Config)
+	cp.Devices = map[string]map[string]string{}
+	for k, d := range inst.Devices {
+		cp.Devices[k] = maps.Clone(d)
+	}
+	return &cp
 }
 
 func (f *fakeInstances) SetAgentState(_ context.Context, uuid string, st instance.AgentState, hb time.Time) error {
@@ -125,8 +136,7 @@ func (f *fakeInstances) update(uuid string, fn func(*instance.Instance)) *instan
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f.insts[uuid])
-	cp := *f.insts[uuid]
-	return &cp
+	return clone(f.insts[uuid])
 }
 
 // fakeAgent is the agent's link listener: TLS with the agent certificate,
@@ -223,7 +233,7 @@ func newEnv(t *testing.T, mutate func(*Config)) *env {
 	e := &env{t: t, host: host, pki: store, clock: &clock{}, dir: dir, insts: &fakeInstances{
 		insts: map[string]*instance.Instance{}, rings: map[string]*fakeRing{}, states: map[string][]stateCall{},
 	}}
-	e.clock.ns.Store(time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC).UnixNano())
+	e.clock.ns.Store(time.Now().UnixNano())
 	cfg := Config{
 		Instances:         e.insts,
 		Links:             host,
@@ -273,8 +283,7 @@ func (e *env) guest(name string) *guest {
 		e.t.Fatal(err)
 	}
 	ep := &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(gdir, "link.sock")}
-	cp := *inst
-	return &guest{inst: &cp, ep: ep, ring: ring, agent: startFakeAgent(e.t, ep.Path, certs)}
+	return &guest{inst: clone(inst), ep: ep, ring: ring, agent: startFakeAgent(e.t, ep.Path, certs)}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
