@@ -440,6 +440,11 @@ func (d *daemonProc) recordSince(name string, since int64) *recorder {
 				continue
 			}
 			r.mu.Lock()
+			if n := len(r.events); n > 0 && ev.ID <= r.events[n-1].ID {
+				r.mu.Unlock()
+				r.fail(fmt.Errorf("event id %d (%s) after id %d: ids must increase", ev.ID, lc.Action, r.events[n-1].ID))
+				continue
+			}
 			r.events = append(r.events, ev)
 			r.actions = append(r.actions, lc.Action)
 			close(r.changed)
