@@ -74,7 +74,7 @@ func sameOrigin(c *fiber.Ctx) error {
 
 func (d *Dashboard) meta(c *fiber.Ctx, title, active string) components.Meta {
 	tok, _ := c.Locals(csrfKey).(string)
-	return components.Meta{Title: title, Active: active, CSRF: tok, LastEventID: d.lastEventID(), Now: time.Now()}
+	return components.Meta{Title: title, Active: active, CSRF: tok, LastEventID: d.lastEventID(), Now: time.Now(), HeartbeatMS: d.cfg.Heartbeat.Milliseconds()}
 }
 
 func render(c *fiber.Ctx, status int, comp templ.Component) error {

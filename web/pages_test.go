@@ -116,6 +116,9 @@ func TestOverview(t *testing.T) {
 	if got := doc.Find("body").AttrOr("data-last-event-id", ""); got != "2" {
 		t.Errorf("page's last event id = %q, want 2", got)
 	}
+	if got := doc.Find("body").AttrOr("data-heartbeat-ms", ""); got != "10000" {
+		t.Errorf("page's heartbeat period = %q ms, want the default 10000", got)
+	}
 	if got := doc.Find("body").AttrOr("sse-connect", ""); got != "/events?since=2" {
 		t.Errorf("sse-connect = %q, want /events?since=2", got)
 	}

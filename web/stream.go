@@ -51,6 +51,7 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 		countsDue := time.NewTimer(time.Hour)
 		countsDue.Stop()
 		countsPending := false
+		var lastID int64 // the newest event this stream sent
 		// Tell the browser how long to wait before its own reconnect.
 		fmt.Fprintf(w, "retry: 1000\n\n")
 		if w.Flush() != nil {
@@ -66,13 +67,14 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 				}
 				frag := d.frags.get(ev)
 				writeMessage(w, "update", ev.ID, frag)
+				lastID = ev.ID
 				if !countsPending {
 					countsPending = true
 					countsDue.Reset(time.Second)
 				}
 			case <-countsDue.C:
 				countsPending = false
-				writeMessage(w, "counts", 0, d.counts.fragment(d.lastEventID()))
+				writeMessage(w, "counts", 0, d.counts.fragment(lastID))
 			case now := <-tick.C:
 				writeMessage(w, "heartbeat", 0, []byte(now.UTC().Format(time.RFC3339)))
 			case <-d.done:

@@ -8,7 +8,7 @@
 // - keeps "4s ago" texts fresh.
 (function () {
   "use strict";
-  var HEARTBEAT_MS = 10000;
+  var HEARTBEAT_MS = Number(document.body && document.body.getAttribute("data-heartbeat-ms")) || 10000;
   var lastSeen = Date.now();
   var current = null;
 
@@ -18,7 +18,9 @@
 
   function setIndicator(state, text) {
     var el = document.getElementById("live-indicator");
-    if (!el) return;
+    // Only real changes: the indicator is a live region, and rewriting the
+    // same text on every heartbeat would make screen readers repeat it.
+    if (!el || el.getAttribute("data-state") === state) return;
     el.setAttribute("data-state", state);
     var dot = el.querySelector(".live-dot");
     var label = el.querySelector(".live-text");

@@ -15,6 +15,9 @@ type Meta struct {
 	CSRF        string
 	LastEventID int64
 	Now         time.Time
+	// HeartbeatMS is the live stream's heartbeat period; the page treats a
+	// stream silent for 2.5 periods as dead.
+	HeartbeatMS int64
 }
 
 // Count is one tile of the overview.

@@ -46,15 +46,25 @@ async function api(d, method, path, body) {
     body: body ? JSON.stringify(body) : undefined,
   });
   const text = await res.text();
-  if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`);
+  if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 2000)}`);
   return text ? JSON.parse(text) : null;
 }
 
+// pool runs fn over items, n at a time; after a failure it starts nothing
+// more, waits for the calls in flight and throws the first error.
 async function pool(items, n, fn) {
   let i = 0;
+  let failed = null;
   await Promise.all(Array.from({ length: n }, async () => {
-    while (i < items.length) await fn(items[i++]);
+    while (!failed && i < items.length) {
+      try {
+        await fn(items[i++]);
+      } catch (e) {
+        failed ||= e;
+      }
+    }
   }));
+  if (failed) throw failed;
 }
 
 /** sseClient reads /events and records when each instance's Ready row arrives. */
