@@ -1,0 +1,250 @@
+package agentmon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/agent/agenttest"
+	"github.com/guestlink/guestlink/core/devlxd"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/linkhost"
+	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// readyInstances adds SetReady to fakeInstances for the devlxd handlers.
+type readyInstances struct {
+	*fakeInstances
+	mu    sync.Mutex
+	ready []bool
+}
+
+func (r *readyInstances) SetReady(_ context.Context, uuid string, ready bool, _ events.Requestor) error {
+	r.update(uuid, func(i *instance.Instance) { i.Config["volatile.last_state.ready"] = fmt.Sprint(ready) })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ready = append(r.ready, ready)
+	return nil
+}
+
+func (r *readyInstances) readyCalls() []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]bool(nil), r.ready...)
+}
+
+// daemon is the guest-link half of a daemon: link host, devlxd server and
+// agent monitor, as core/daemon wires them.
+type daemon struct {
+	host *linkhost.Host
+	srv  *devlxd.Server
+	svc  *Service
+}
+
+func startDaemon(t *testing.T, insts *readyInstances, store *pki.Store) *daemon {
+	t.Helper()
+	host, err := linkhost.New(linkhost.Config{DisableVsock: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := devlxd.New(devlxd.Config{Instances: insts, Certs: store, Certificate: store.Daemon().TLS, Location: "testhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(host) //nolint:errcheck // ends when host closes
+	svc, err := New(Config{Instances: insts, Links: host, Certs: store, FastPoll: 50 * time.Millisecond, ConnectedPoll: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{host: host, srv: srv, svc: svc}
+	t.Cleanup(d.stop)
+	return d
+}
+
+func (d *daemon) stop() {
+	d.svc.Close()
+	d.host.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = d.srv.Shutdown(ctx)
+}
+
+// pipeRing stands in for the ring-buffer port: a FIFO the agent writes its
+// words to, copied into the fake backend's ring.
+func pipeRing(t *testing.T, root string, ring *fakeRing) {
+	t.Helper()
+	path := filepath.Join(root, "dev/virtio-ports", ringline.PortCurrent)
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	go func() {
+		buf := make([]byte, 256)
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				ring.write(string(buf[:n]))
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// guestGet calls the guest's /dev/lxd/sock.
+func guestCall(t *testing.T, sock, method, path, body string) (int, string, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		},
+	}}
+	defer c.CloseIdleConnections()
+	req, err := http.NewRequest(method, "http://lxd"+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s on /dev/lxd/sock: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+}
+
+// TestRealAgentOverHybridLink runs the real guestlink-agent binary in a
+// stand-in guest root with a hybrid link, against the real link host,
+// devlxd server and monitor: the agent starts, is advertised, connects,
+// serves /dev/lxd/sock through the daemon, declares Ready, and re-declares
+// it to a restarted daemon on a new port.
+func TestRealAgentOverHybridLink(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the agent binary")
+	}
+	bin, err := agenttest.BuildAgent(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := agenttest.NewGuest(t)
+	store, err := pki.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	insts := &readyInstances{fakeInstances: &fakeInstances{
+		insts: map[string]*instance.Instance{}, rings: map[string]*fakeRing{}, states: map[string][]stateCall{},
+	}}
+	inst := &instance.Instance{Name: "vm1", UUID: "uuid-vm1", Config: map[string]string{"user.foo": "bar\n%s"}}
+	ring := &fakeRing{}
+	insts.insts[inst.UUID] = inst
+	insts.rings[inst.UUID] = ring
+	d1 := startDaemon(t, insts, store)
+	// The config drive, as the manager passes GuestFiles to the backend.
+	files, err := d1.svc.GuestFiles(context.Background(), inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(g.Root, "run/guestlink-agent", f.Path), f.Data, os.FileMode(f.Mode)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pipeRing(t, g.Root, ring)
+	ep := &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: g.UDS}
+	agent := agenttest.StartAgent(t, bin, g, "--heartbeat", "500ms")
+	d1.svc.GuestRunning(clone(inst), ep)
+
+	waitConnected := func(svc *Service) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			st, _ := svc.AgentState(inst.UUID)
+			if st == instance.AgentConnected {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("agent state %q, want connected; agent log:\n%s", st, agent.Log())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitConnected(d1.svc)
+
+	if code, ctype, body := guestCall(t, g.Socket(), "GET", "/1.0", ""); code != 200 || ctype != "application/json" ||
+		body != `{"api_version":"1.0","state":"Started","instance_type":"virtual-machine","location":"testhost","auth":"untrusted","supported_storage_drivers":[]}`+"\n" {
+		t.Fatalf("GET /1.0: %d %q %q", code, ctype, body)
+	}
+	if code, ctype, body := guestCall(t, g.Socket(), "GET", "/1.0/config/user.foo", ""); code != 200 || ctype != "application/octet-stream" || body != "bar\n%s" {
+		t.Fatalf("GET /1.0/config/user.foo: %d %q %q", code, ctype, body)
+	}
+	if code, _, body := guestCall(t, g.Socket(), "GET", "/1.0/config/security.devlxd", ""); code != 403 || body != "Forbidden\n" {
+		t.Fatalf("GET a hidden key: %d %q", code, body)
+	}
+	if code, _, body := guestCall(t, g.Socket(), "PATCH", "/1.0", `{"state":"Ready"}`); code != 200 || body != "" {
+		t.Fatalf("PATCH Ready: %d %q", code, body)
+	}
+	if got := insts.readyCalls(); len(got) != 1 || !got[0] {
+		t.Fatalf("SetReady calls %v, want [true]", got)
+	}
+
+	// The daemon restarts on a new port: the new daemon advertises itself,
+	// the agent connects to it and re-declares Ready.
+	oldPort := d1.host.Port()
+	d1.stop()
+	d2 := startDaemon(t, insts, store)
+	if d2.host.Port() == oldPort {
+		t.Log("the new daemon drew the same port")
+	}
+	d2.svc.GuestRunning(clone(inst), ep)
+	waitConnected(d2.svc)
+	deadline := time.Now().Add(60 * time.Second)
+	for len(insts.readyCalls()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not re-declare Ready to the restarted daemon; agent log:\n%s", agent.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := insts.readyCalls(); !got[1] {
+		t.Fatalf("re-declared %v, want Ready", got)
+	}
+	if code, _, body := guestCall(t, g.Socket(), "GET", "/1.0", ""); code != 200 || !strings.Contains(body, `"state":"Ready"`) {
+		t.Fatalf("GET /1.0 after restart: %d %q", code, body)
+	}
+
+	// A clean agent exit is seen as stopped.
+	if exited, err := agent.Stop(20 * time.Second); !exited {
+		t.Fatalf("agent did not exit on SIGTERM: %v", err)
+	} else if err != nil && !errors.Is(err, context.Canceled) {
+		t.Logf("agent exit: %v", err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		if st, _ := d2.svc.AgentState(inst.UUID); st == instance.AgentStopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			st, _ := d2.svc.AgentState(inst.UUID)
+			t.Fatalf("agent state %q after its exit, want stopped", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
