@@ -11,11 +11,13 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/mdlayher/vsock"
 
 	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/link/hybrid"
+	"github.com/guestlink/guestlink/link/serialmux"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -34,6 +36,9 @@ const (
 // portTries is how many random ports are tried before giving up.
 const portTries = 64
 
+// serialOpenTimeout bounds connecting to a serial link's chardev socket.
+const serialOpenTimeout = 10 * time.Second
+
 // VsockListenFunc listens for vsock connections on the host CID at port.
 type VsockListenFunc func(port uint32) (net.Listener, error)
 
@@ -41,7 +46,7 @@ type VsockListenFunc func(port uint32) (net.Listener, error)
 type VsockDialFunc func(ctx context.Context, cid, port uint32) (net.Conn, error)
 
 // SerialTransport opens multiplexed sessions over a guest's serial link
-// channel (link/serialmux implements it for QEMU's Unix-socket chardev).
+// channel. The default is link/serialmux over QEMU's Unix-socket chardev.
 type SerialTransport interface {
 	// Open connects to the channel at path (sdk.LinkEndpoint.Path) and
 	// returns its session. The session lives until closed or the guest
@@ -49,18 +54,27 @@ type SerialTransport interface {
 	Open(ctx context.Context, path string) (SerialSession, error)
 }
 
-// SerialSession is one guest's serial link: streams in both directions.
+// SerialSession is one guest's serial link: streams in both directions
+// (*serialmux.Host implements it).
 type SerialSession interface {
-	// Accept returns the next stream the guest opened towards the daemon.
-	Accept() (net.Conn, error)
+	// Accept returns the next stream the guest opened towards the daemon
+	// and the port it asked for.
+	Accept() (net.Conn, uint32, error)
 	// Dial opens a stream to the guest's port (AgentPort).
 	Dial(ctx context.Context, port uint32) (net.Conn, error)
 	// Close ends the session and its streams.
 	Close() error
 }
 
+// serialMux is the default SerialTransport.
+type serialMux struct{}
+
+func (serialMux) Open(ctx context.Context, path string) (SerialSession, error) {
+	return serialmux.DialHost(ctx, path)
+}
+
 // Config configures a Host. The zero value works: vsock when
-// /dev/vhost-vsock exists, hybrid links always, no serial links.
+// /dev/vhost-vsock exists, hybrid and serial links always.
 type Config struct {
 	// VsockDevice is the device whose presence enables the vsock listener
 	// (default "/dev/vhost-vsock").
@@ -72,7 +86,7 @@ type Config struct {
 	ListenVsock VsockListenFunc
 	// DialVsock dials a guest CID (default: mdlayher/vsock).
 	DialVsock VsockDialFunc
-	// Serial carries serial links; nil makes them ErrNotSupported.
+	// Serial carries serial links (default link/serialmux).
 	Serial SerialTransport
 	// Logger receives link errors (default slog.Default).
 	Logger *slog.Logger
@@ -122,6 +136,9 @@ func New(cfg Config) (*Host, error) {
 		cfg.DialVsock = func(ctx context.Context, cid, port uint32) (net.Conn, error) {
 			return vsock.DialContext(ctx, cid, port, nil)
 		}
+	}
+	if cfg.Serial == nil {
+		cfg.Serial = serialMux{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -273,16 +290,15 @@ func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 			return fmt.Errorf("attaching vsock link of instance %s: guest CID %d: %w", uuid, ep.CID, errdefs.ErrInvalid)
 		}
 	case sdk.LinkSerial:
-		if h.cfg.Serial == nil {
-			return fmt.Errorf("attaching serial link of instance %s: %w", uuid, errdefs.ErrNotSupported)
-		}
-		s, err := h.cfg.Serial.Open(context.Background(), ep.Path)
+		ctx, cancel := context.WithTimeout(context.Background(), serialOpenTimeout)
+		s, err := h.cfg.Serial.Open(ctx, ep.Path)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("attaching serial link of instance %s: %w", uuid, err)
 		}
 		a.session = s
 		h.wg.Add(1)
-		go h.acceptFrom(a, s.Accept, id)
+		go h.acceptFrom(a, h.serialAccept(s), id)
 	default:
 		return fmt.Errorf("attaching link of instance %s: link kind %q: %w", uuid, ep.Kind, errdefs.ErrNotSupported)
 	}
@@ -391,6 +407,25 @@ func listenUnix(path string) (net.Listener, error) {
 	return ln, nil
 }
 
+// serialAccept returns an accept function for a serial session that keeps
+// the streams for the daemon's link port and closes the others (an agent
+// still using a previous daemon's port).
+func (h *Host) serialAccept(s SerialSession) func() (net.Conn, error) {
+	return func() (net.Conn, error) {
+		for {
+			c, port, err := s.Accept()
+			if err != nil {
+				return nil, err
+			}
+			if port == h.port {
+				return c, nil
+			}
+			h.cfg.Logger.Debug("linkhost: serial stream for another port", "port", port, "want", h.port)
+			c.Close()
+		}
+	}
+}
+
 // acceptFrom hands every connection accept returns on, tied to id, until it
 // fails or the attachment ends.
 func (h *Host) acceptFrom(a *attachment, accept func() (net.Conn, error), id Identity) {
@@ -451,4 +486,8 @@ func (h *Host) hand(c *Conn, detached <-chan struct{}) {
 	}
 }
 
-var _ net.Listener = (*Host)(nil)
+var (
+	_ net.Listener    = (*Host)(nil)
+	_ SerialSession   = (*serialmux.Host)(nil)
+	_ SerialTransport = serialMux{}
+)

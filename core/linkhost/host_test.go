@@ -17,6 +17,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/link/hybrid"
+	"github.com/guestlink/guestlink/link/serialmux"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -352,9 +353,6 @@ func TestVsockUnsupportedWithoutDevice(t *testing.T) {
 	if err := h.Attach("u", &sdk.LinkEndpoint{Kind: sdk.LinkVsock, CID: 5}); !errors.Is(err, errdefs.ErrNotSupported) {
 		t.Fatalf("vsock attach without vsock: %v, want ErrNotSupported", err)
 	}
-	if err := h.Attach("u", &sdk.LinkEndpoint{Kind: sdk.LinkSerial, Path: "/x"}); !errors.Is(err, errdefs.ErrNotSupported) {
-		t.Fatalf("serial attach without transport: %v, want ErrNotSupported", err)
-	}
 	if err := h.Attach("u", &sdk.LinkEndpoint{Kind: "carrier-pigeon"}); !errors.Is(err, errdefs.ErrNotSupported) {
 		t.Fatalf("unknown kind: %v, want ErrNotSupported", err)
 	}
@@ -369,6 +367,7 @@ type fakeSerial struct {
 type fakeSession struct {
 	accept *chanListener
 	dials  chan uint32
+	port   uint32 // the port streams ask for
 }
 
 func (f *fakeSerial) Open(_ context.Context, path string) (SerialSession, error) {
@@ -379,7 +378,20 @@ func (f *fakeSerial) Open(_ context.Context, path string) (SerialSession, error)
 	return s, nil
 }
 
-func (s *fakeSession) Accept() (net.Conn, error) { return s.accept.Accept() }
+func (s *fakeSession) Accept() (net.Conn, uint32, error) {
+	c, err := s.accept.Accept()
+	if err != nil {
+		return nil, 0, err
+	}
+	return c.(*portConn).Conn, c.(*portConn).port, nil
+}
+
+// portConn is a stream with the port it asked for.
+type portConn struct {
+	net.Conn
+	port uint32
+}
+
 func (s *fakeSession) Dial(_ context.Context, port uint32) (net.Conn, error) {
 	s.dials <- port
 	a, b := net.Pipe()
@@ -395,9 +407,16 @@ func TestSerialLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := fs.sessions["/run/vm/serial.sock"]
+	// A stream for another daemon's port is closed; ours is handed on.
+	old, oldGuest := net.Pipe()
+	defer oldGuest.Close()
+	s.accept.ch <- &portConn{old, h.Port() + 1}
+	if _, err := oldGuest.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream for another port: %v, want it closed", err)
+	}
 	a, b := net.Pipe()
 	defer b.Close()
-	go func() { s.accept.ch <- a }()
+	go func() { s.accept.ch <- &portConn{a, h.Port()} }()
 	if got := acceptOne(t, h); got.Identity != (Identity{InstanceUUID: "uuid-s", Link: sdk.LinkSerial}) {
 		t.Fatalf("identity %+v", got.Identity)
 	}
@@ -527,5 +546,68 @@ func TestReserveCIDRequiresDevice(t *testing.T) {
 	defer r2.Close()
 	if r2.CID == r.CID {
 		t.Fatal("a reserved CID was handed out twice")
+	}
+}
+
+// TestSerialLinkOverSerialmux runs the default serial transport against the
+// agent's side of link/serialmux through a Unix socket standing in for
+// QEMU's chardev.
+func TestSerialLinkOverSerialmux(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "serial.sock")
+	chardev, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chardev.Close()
+	guest := serialmux.NewGuestOpener(func() (io.ReadWriteCloser, error) { return chardev.Accept() })
+	defer guest.Close()
+	agentLn, err := guest.Listen(AgentPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := agentLn.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	h := newHost(t, Config{})
+	if err := h.Attach("uuid-s", &sdk.LinkEndpoint{Kind: sdk.LinkSerial, Path: path}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Guest -> host on the daemon's port, tied to the instance.
+	up, err := guest.Dial(ctx, HostCID, h.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	got := acceptOne(t, h)
+	if got.Identity != (Identity{InstanceUUID: "uuid-s", Link: sdk.LinkSerial}) {
+		t.Fatalf("identity %+v", got.Identity)
+	}
+	if _, err := io.WriteString(up, "hi"); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(got, buf); err != nil || string(buf) != "hi" {
+		t.Fatalf("read %q %v", buf, err)
+	}
+	// Host -> agent.
+	down, err := h.DialAgent(ctx, "uuid-s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	if _, err := io.WriteString(down, "echo"); err != nil {
+		t.Fatal(err)
+	}
+	buf = make([]byte, 4)
+	if _, err := io.ReadFull(down, buf); err != nil || string(buf) != "echo" {
+		t.Fatalf("echo %q %v", buf, err)
 	}
 }
