@@ -2,81 +2,260 @@ package serialmux
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/yamux"
 )
 
-// Host is the daemon's side of one guest's serial link. A Host lives as long
-// as its connection to the chardev socket; after Done is closed make a new
-// one (DialHost again).
+// Host is the daemon's side of one guest's serial link. It keeps a session
+// up for as long as the guest's chardev socket accepts connections: when a
+// session ends (the agent restarted, a keepalive failed) it reconnects and
+// synchronises again, so streams keep flowing through one Host. It ends
+// (Done) when Close is called or the socket can no longer be reached (QEMU
+// exited).
 type Host struct {
-	sess *yamux.Session
+	redial func(ctx context.Context) (io.ReadWriteCloser, error) // nil: no reconnection
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	sess  *yamux.Session
+	conn  io.ReadWriteCloser
+	ready chan struct{} // closed when sess is set; replaced after it ended
+	err   error         // why the Host ended
+
+	accepts chan accepted
+	done    chan struct{}
 }
+
+type accepted struct {
+	c    net.Conn
+	port uint32
+}
+
+// reconnectFor bounds how long a Host tries to reach the chardev socket
+// again after a session ended.
+var reconnectFor = 10 * time.Second
 
 // DialHost connects to the guest's chardev Unix socket at path (the
-// LinkEndpoint's Path) and starts a session over it. It returns once the
-// guest's side answered the handshake, so it waits (while ctx allows) until
-// the agent runs; give it a deadline and retry. QEMU serves one connection
-// per chardev at a time: keep one Host per guest and dial again after Done.
+// LinkEndpoint's Path) and returns at once; the session starts in the
+// background when the guest's side answers the handshake (the agent runs).
+// Dial waits for it within its ctx, Accept until it delivers a stream. ctx
+// bounds only the first connection. QEMU serves one connection per chardev
+// at a time: keep one Host per guest.
 func DialHost(ctx context.Context, path string) (*Host, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to serial link %q: %w", path, err)
+	dial := func(ctx context.Context) (io.ReadWriteCloser, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to serial link %q: %w", path, err)
+		}
+		return c, nil
 	}
-	return NewHost(ctx, conn)
-}
-
-// NewHost starts the host side of a session over conn, which it owns: it
-// synchronises with the guest (see sync.go), waiting while ctx allows, and
-// starts the session.
-func NewHost(ctx context.Context, conn io.ReadWriteCloser) (*Host, error) {
-	rwc, err := hostSync(ctx, conn)
+	conn, err := dial(ctx)
 	if err != nil {
 		return nil, err
+	}
+	return newHost(conn, dial), nil
+}
+
+// NewHost runs the host side over conn, which it owns; without a socket
+// path to reconnect to, the Host ends with its first session.
+func NewHost(conn io.ReadWriteCloser) *Host { return newHost(conn, nil) }
+
+func newHost(conn io.ReadWriteCloser, redial func(context.Context) (io.ReadWriteCloser, error)) *Host {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Host{redial: redial, ctx: ctx, cancel: cancel, ready: make(chan struct{}),
+		accepts: make(chan accepted), done: make(chan struct{})}
+	go h.run(conn)
+	return h
+}
+
+// run keeps sessions up until Close or until the socket is gone.
+func (h *Host) run(conn io.ReadWriteCloser) {
+	var cause error
+	for {
+		h.mu.Lock()
+		h.conn = conn
+		h.mu.Unlock()
+		if err := h.serveOne(conn); err != nil && h.ctx.Err() == nil {
+			cause = err
+		}
+		if h.ctx.Err() != nil {
+			cause = ErrClosed
+			break
+		}
+		if h.redial == nil {
+			cause = fmt.Errorf("%w: session ended: %v", ErrClosed, cause)
+			break
+		}
+		var err error
+		if conn, err = h.reconnect(); err != nil {
+			cause = fmt.Errorf("%w: %w", ErrClosed, err)
+			break
+		}
+	}
+	h.mu.Lock()
+	h.err = cause
+	h.mu.Unlock()
+	close(h.done)
+}
+
+// serveOne synchronises on conn, runs one session and hands its streams to
+// Accept until it ends.
+func (h *Host) serveOne(conn io.ReadWriteCloser) error {
+	rwc, err := hostSync(h.ctx, conn)
+	if err != nil {
+		conn.Close()
+		return err
 	}
 	sess, err := yamux.Client(rwc, yamuxConfig())
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("starting serial link session: %w", err)
+		return err
 	}
-	return &Host{sess: sess}, nil
+	h.mu.Lock()
+	h.sess = sess
+	close(h.ready)
+	h.mu.Unlock()
+	defer func() {
+		sess.Close()
+		h.mu.Lock()
+		h.sess = nil
+		h.ready = make(chan struct{})
+		h.mu.Unlock()
+	}()
+	for {
+		s, err := sess.AcceptStream()
+		if err != nil {
+			return err
+		}
+		go h.admit(s)
+	}
 }
 
-// Dial opens a stream to the guest's port (the agent listens on 8443).
+// admit reads a guest stream's header and queues it for Accept.
+func (h *Host) admit(s *yamux.Stream) {
+	s.SetReadDeadline(time.Now().Add(headerTimeout))
+	port, err := readHeader(s)
+	if err != nil {
+		s.Close()
+		return
+	}
+	s.SetReadDeadline(time.Time{})
+	select {
+	case h.accepts <- accepted{s, port}:
+	case <-h.done:
+		s.Close()
+	}
+}
+
+// reconnect dials the socket again for up to reconnectFor.
+func (h *Host) reconnect() (io.ReadWriteCloser, error) {
+	deadline := time.Now().Add(reconnectFor)
+	wait := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
+		c, err := h.redial(ctx)
+		cancel()
+		if err == nil {
+			return c, nil
+		}
+		if time.Now().After(deadline) || h.ctx.Err() != nil {
+			return nil, err
+		}
+		select {
+		case <-h.ctx.Done():
+			return nil, h.ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, time.Second)
+	}
+}
+
+// session waits for a live session while ctx allows.
+func (h *Host) session(ctx context.Context) (*yamux.Session, error) {
+	for {
+		h.mu.Lock()
+		sess, ready := h.sess, h.ready
+		h.mu.Unlock()
+		if sess != nil && !sess.IsClosed() {
+			return sess, nil
+		}
+		select {
+		case <-ready:
+		case <-h.done:
+			return nil, h.Err()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the guest's side of the serial link: %w", ctx.Err())
+		}
+	}
+}
+
+// Dial opens a stream to the guest's port (the agent listens on 8443),
+// waiting for a session while ctx allows.
 func (h *Host) Dial(ctx context.Context, port uint32) (net.Conn, error) {
-	return openStream(ctx, h.sess, port)
+	sess, err := h.session(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("opening serial link stream to port %d: %w", port, err)
+	}
+	return openStream(ctx, sess, port)
 }
 
 // Accept waits for a stream the guest opened and returns it with the port it
 // targets (the daemon's advertised link port). Streams with a bad header are
-// closed and skipped.
+// closed and skipped. After the Host ended it returns an error wrapping
+// ErrClosed.
 func (h *Host) Accept() (net.Conn, uint32, error) {
-	for {
-		s, err := h.sess.AcceptStream()
-		if err != nil {
-			return nil, 0, fmt.Errorf("accepting serial link stream: %w: %w", ErrClosed, err)
-		}
-		s.SetReadDeadline(time.Now().Add(headerTimeout))
-		port, err := readHeader(s)
-		if err != nil {
-			s.Close()
-			continue
-		}
-		s.SetReadDeadline(time.Time{})
-		return s, port, nil
+	select {
+	case a := <-h.accepts:
+		return a.c, a.port, nil
+	case <-h.done:
+		return nil, 0, fmt.Errorf("accepting serial link stream: %w", h.Err())
 	}
 }
 
-// Done returns a channel closed when the session ended.
-func (h *Host) Done() <-chan struct{} { return h.sess.CloseChan() }
+// Done returns a channel closed when the Host ended.
+func (h *Host) Done() <-chan struct{} { return h.done }
 
-// Close ends the session and its streams.
-func (h *Host) Close() error { return h.sess.Close() }
+// Err returns why the Host ended (wrapping ErrClosed), or nil while it runs.
+func (h *Host) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// Connected reports whether a session is up (the guest answered).
+func (h *Host) Connected() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sess != nil && !h.sess.IsClosed()
+}
+
+// Close ends the Host, its session and its streams.
+func (h *Host) Close() error {
+	h.cancel()
+	h.mu.Lock()
+	sess, conn := h.sess, h.conn
+	h.mu.Unlock()
+	if sess != nil {
+		sess.Close()
+	}
+	if conn != nil {
+		conn.Close()
+	}
+	<-h.done
+	if err := h.Err(); err != nil && !errors.Is(err, ErrClosed) {
+		return err
+	}
+	return nil
+}
 
 // openStream opens a stream on sess and writes the header for port.
 func openStream(ctx context.Context, sess *yamux.Session, port uint32) (net.Conn, error) {

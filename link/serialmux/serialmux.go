@@ -66,10 +66,13 @@ func readHeader(r io.Reader) (uint32, error) {
 func yamuxConfig() *yamux.Config {
 	c := yamux.DefaultConfig()
 	c.LogOutput = io.Discard
+	// A guest agent that restarted leaves the host's session talking to
+	// nobody: keepalives find out within about half a minute and the Host
+	// synchronises again.
 	c.EnableKeepAlive = true
-	c.KeepAliveInterval = 15 * time.Second
-	c.ConnectionWriteTimeout = 30 * time.Second
-	c.StreamOpenTimeout = 30 * time.Second
+	c.KeepAliveInterval = 10 * time.Second
+	c.ConnectionWriteTimeout = 20 * time.Second
+	c.StreamOpenTimeout = 20 * time.Second
 	return c
 }
 
