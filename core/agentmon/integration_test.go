@@ -54,7 +54,7 @@ type daemon struct {
 	svc  *Service
 }
 
-func startDaemon(t *testing.T, insts *readyInstances, store *pki.Store) *daemon {
+func startDaemon(t testing.TB, insts *readyInstances, store *pki.Store) *daemon {
 	t.Helper()
 	host, err := linkhost.New(linkhost.Config{DisableVsock: true})
 	if err != nil {
@@ -84,7 +84,7 @@ func (d *daemon) stop() {
 
 // pipeRing stands in for the ring-buffer port: a FIFO the agent writes its
 // words to, copied into the fake backend's ring.
-func pipeRing(t *testing.T, root string, ring *fakeRing) {
+func pipeRing(t testing.TB, root string, ring *fakeRing) {
 	t.Helper()
 	path := filepath.Join(root, "dev/virtio-ports", ringline.PortCurrent)
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
@@ -110,7 +110,7 @@ func pipeRing(t *testing.T, root string, ring *fakeRing) {
 }
 
 // guestGet calls the guest's /dev/lxd/sock.
-func guestCall(t *testing.T, sock, method, path, body string) (int, string, string) {
+func guestCall(t testing.TB, sock, method, path, body string) (int, string, string) {
 	t.Helper()
 	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -132,6 +132,71 @@ func guestCall(t *testing.T, sock, method, path, body string) (int, string, stri
 	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
 }
 
+// realAgent is a stand-in guest running the real agent binary, linked to a
+// daemon half over a hybrid link.
+type realAgent struct {
+	g     *agenttest.Guest
+	insts *readyInstances
+	store *pki.Store
+	d     *daemon
+	proc  *agenttest.Process
+	inst  *instance.Instance
+	ep    *sdk.LinkEndpoint
+}
+
+// startRealAgent builds and starts the agent and waits until it is
+// connected to the daemon.
+func startRealAgent(t testing.TB) *realAgent {
+	t.Helper()
+	bin, err := agenttest.BuildAgent(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &realAgent{g: agenttest.NewGuest(t)}
+	if r.store, err = pki.Open(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	r.insts = &readyInstances{fakeInstances: &fakeInstances{
+		insts: map[string]*instance.Instance{}, rings: map[string]*fakeRing{}, states: map[string][]stateCall{},
+	}}
+	r.inst = &instance.Instance{Name: "vm1", UUID: "uuid-vm1", Config: map[string]string{"user.foo": "bar\n%s"}}
+	ring := &fakeRing{}
+	r.insts.insts[r.inst.UUID] = r.inst
+	r.insts.rings[r.inst.UUID] = ring
+	r.d = startDaemon(t, r.insts, r.store)
+	// The config drive, as the manager passes GuestFiles to the backend.
+	files, err := r.d.svc.GuestFiles(context.Background(), r.inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(r.g.Root, "run/guestlink-agent", f.Path), f.Data, os.FileMode(f.Mode)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pipeRing(t, r.g.Root, ring)
+	r.ep = &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: r.g.UDS}
+	r.proc = agenttest.StartAgent(t, bin, r.g, "--heartbeat", "500ms")
+	r.d.svc.GuestRunning(clone(r.inst), r.ep)
+	r.waitConnected(t, r.d.svc)
+	return r
+}
+
+func (r *realAgent) waitConnected(t testing.TB, svc *Service) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, _ := svc.AgentState(r.inst.UUID)
+		if st == instance.AgentConnected {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent state %q, want connected; agent log:\n%s", st, r.proc.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestRealAgentOverHybridLink runs the real guestlink-agent binary in a
 // stand-in guest root with a hybrid link, against the real link host,
 // devlxd server and monitor: the agent starts, is advertised, connects,
@@ -141,53 +206,8 @@ func TestRealAgentOverHybridLink(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the agent binary")
 	}
-	bin, err := agenttest.BuildAgent(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := agenttest.NewGuest(t)
-	store, err := pki.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	insts := &readyInstances{fakeInstances: &fakeInstances{
-		insts: map[string]*instance.Instance{}, rings: map[string]*fakeRing{}, states: map[string][]stateCall{},
-	}}
-	inst := &instance.Instance{Name: "vm1", UUID: "uuid-vm1", Config: map[string]string{"user.foo": "bar\n%s"}}
-	ring := &fakeRing{}
-	insts.insts[inst.UUID] = inst
-	insts.rings[inst.UUID] = ring
-	d1 := startDaemon(t, insts, store)
-	// The config drive, as the manager passes GuestFiles to the backend.
-	files, err := d1.svc.GuestFiles(context.Background(), inst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if err := os.WriteFile(filepath.Join(g.Root, "run/guestlink-agent", f.Path), f.Data, os.FileMode(f.Mode)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pipeRing(t, g.Root, ring)
-	ep := &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: g.UDS}
-	agent := agenttest.StartAgent(t, bin, g, "--heartbeat", "500ms")
-	d1.svc.GuestRunning(clone(inst), ep)
-
-	waitConnected := func(svc *Service) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			st, _ := svc.AgentState(inst.UUID)
-			if st == instance.AgentConnected {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("agent state %q, want connected; agent log:\n%s", st, agent.Log())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitConnected(d1.svc)
+	r := startRealAgent(t)
+	g, insts, inst, agent := r.g, r.insts, r.inst, r.proc
 
 	if code, ctype, body := guestCall(t, g.Socket(), "GET", "/1.0", ""); code != 200 || ctype != "application/json" ||
 		body != `{"api_version":"1.0","state":"Started","instance_type":"virtual-machine","location":"testhost","auth":"untrusted","supported_storage_drivers":[]}`+"\n" {
@@ -208,14 +228,14 @@ func TestRealAgentOverHybridLink(t *testing.T) {
 
 	// The daemon restarts on a new port: the new daemon advertises itself,
 	// the agent connects to it and re-declares Ready.
-	oldPort := d1.host.Port()
-	d1.stop()
-	d2 := startDaemon(t, insts, store)
+	oldPort := r.d.host.Port()
+	r.d.stop()
+	d2 := startDaemon(t, insts, r.store)
 	if d2.host.Port() == oldPort {
 		t.Log("the new daemon drew the same port")
 	}
-	d2.svc.GuestRunning(clone(inst), ep)
-	waitConnected(d2.svc)
+	d2.svc.GuestRunning(clone(inst), r.ep)
+	r.waitConnected(t, d2.svc)
 	deadline := time.Now().Add(60 * time.Second)
 	for len(insts.readyCalls()) < 2 {
 		if time.Now().After(deadline) {
