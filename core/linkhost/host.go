@@ -54,23 +54,51 @@ type SerialTransport interface {
 	Open(ctx context.Context, path string) (SerialSession, error)
 }
 
-// SerialSession is one guest's serial link: streams in both directions
-// (*serialmux.Host implements it).
+// SerialSession is one guest's serial link: streams in both directions.
 type SerialSession interface {
-	// Accept returns the next stream the guest opened towards the daemon
-	// and the port it asked for.
-	Accept() (net.Conn, uint32, error)
+	// Accept returns the next stream the guest opened towards the daemon.
+	Accept() (net.Conn, error)
 	// Dial opens a stream to the guest's port (AgentPort).
 	Dial(ctx context.Context, port uint32) (net.Conn, error)
 	// Close ends the session and its streams.
 	Close() error
 }
 
-// serialMux is the default SerialTransport.
-type serialMux struct{}
+// serialMux is the default SerialTransport: link/serialmux sessions that
+// keep the streams for the daemon's link port and close the others (an
+// agent still using a previous daemon's port).
+type serialMux struct {
+	port   uint32
+	logger *slog.Logger
+}
 
-func (serialMux) Open(ctx context.Context, path string) (SerialSession, error) {
-	return serialmux.DialHost(ctx, path)
+func (t serialMux) Open(ctx context.Context, path string) (SerialSession, error) {
+	h, err := serialmux.DialHost(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return &serialMuxSession{Host: h, port: t.port, logger: t.logger}, nil
+}
+
+type serialMuxSession struct {
+	*serialmux.Host
+	port   uint32
+	logger *slog.Logger
+}
+
+// Accept returns the next stream for the daemon's port.
+func (s *serialMuxSession) Accept() (net.Conn, error) {
+	for {
+		c, port, err := s.Host.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if port == s.port {
+			return c, nil
+		}
+		s.logger.Debug("linkhost: serial stream for another port", "port", port, "want", s.port)
+		c.Close()
+	}
 }
 
 // Config configures a Host. The zero value works: vsock when
@@ -137,9 +165,6 @@ func New(cfg Config) (*Host, error) {
 			return vsock.DialContext(ctx, cid, port, nil)
 		}
 	}
-	if cfg.Serial == nil {
-		cfg.Serial = serialMux{}
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -163,6 +188,9 @@ func New(cfg Config) (*Host, error) {
 	}
 	if h.port == 0 {
 		h.port = randomPort()
+	}
+	if h.cfg.Serial == nil {
+		h.cfg.Serial = serialMux{port: h.port, logger: cfg.Logger}
 	}
 	return h, nil
 }
@@ -298,7 +326,7 @@ func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 		}
 		a.session = s
 		h.wg.Add(1)
-		go h.acceptFrom(a, h.serialAccept(s), id)
+		go h.acceptFrom(a, s.Accept, id)
 	default:
 		return fmt.Errorf("attaching link of instance %s: link kind %q: %w", uuid, ep.Kind, errdefs.ErrNotSupported)
 	}
@@ -407,25 +435,6 @@ func listenUnix(path string) (net.Listener, error) {
 	return ln, nil
 }
 
-// serialAccept returns an accept function for a serial session that keeps
-// the streams for the daemon's link port and closes the others (an agent
-// still using a previous daemon's port).
-func (h *Host) serialAccept(s SerialSession) func() (net.Conn, error) {
-	return func() (net.Conn, error) {
-		for {
-			c, port, err := s.Accept()
-			if err != nil {
-				return nil, err
-			}
-			if port == h.port {
-				return c, nil
-			}
-			h.cfg.Logger.Debug("linkhost: serial stream for another port", "port", port, "want", h.port)
-			c.Close()
-		}
-	}
-}
-
 // acceptFrom hands every connection accept returns on, tied to id, until it
 // fails or the attachment ends.
 func (h *Host) acceptFrom(a *attachment, accept func() (net.Conn, error), id Identity) {
@@ -488,6 +497,6 @@ func (h *Host) hand(c *Conn, detached <-chan struct{}) {
 
 var (
 	_ net.Listener    = (*Host)(nil)
-	_ SerialSession   = (*serialmux.Host)(nil)
+	_ SerialSession   = (*serialMuxSession)(nil)
 	_ SerialTransport = serialMux{}
 )
