@@ -55,13 +55,13 @@ test: deps build lint check-generated ## run every test (installs what it needs)
 bench: build ## run the benchmarks named in the issues; figures go to docs/performance.md
 	@ulimit -n "$$(ulimit -Hn)"; set -e; \
 	echo "== store: durable state-change writes (SQLite)"; \
-	$(GO) test -count=1 -run '^$$' -bench 'StateChangeWrites/sqlite' -benchtime 3s ./db; \
+	$(GO) test -count=1 -vet=off -run '^$$' -bench 'StateChangeWrites/sqlite' -benchtime 3s ./db; \
 	echo "== daemon at 10,000 instances: list, RSS, state changes, cold start"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m -run '^$$' -bench 'Daemon10k' -benchtime 10x ./core/daemon; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Daemon10k' -benchtime 10x ./core/daemon; \
 	echo "== guest link: GET /1.0 via the agent, agent state -> event"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m -run '^$$' -bench 'GuestLinkGet|AgentStateEvent' -benchtime 500x ./core/daemon; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'GuestLinkGet|AgentStateEvent' -benchtime 500x ./core/daemon; \
 	echo "== 1,000 running guests: idle CPU, Ready -> instance-ready"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./core/daemon
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./core/daemon
 
 .PHONY: clean
 clean: ## remove build output and the run state
