@@ -27,6 +27,10 @@ build: ## build guestlinkd, guestlink, guestlink-agent and the plugins into bin/
 run: build ## build, start the daemon (SQLite, sim backend, dashboard on $(HTTP)) and launch a demo guest
 	@STATE_DIR="$(STATE_DIR)" HTTP="$(HTTP)" scripts/run.sh
 
+.PHONY: guest-image
+guest-image: ## build the QEMU test guest (Debian cloud kernel, busybox, static agent) into bin/guest/
+	$(GO) run ./plugins/qemuvm/guestimage/cmd -out $(BIN)/guest
+
 .PHONY: deps
 deps: ## install system and npm packages the tests need (Debian)
 	scripts/install-deps.sh
@@ -47,7 +51,7 @@ lint: ## gofmt and go vet
 	$(GO) vet ./...
 
 .PHONY: test
-test: deps build lint check-generated ## run every test (installs what it needs)
+test: deps build guest-image lint check-generated ## run every test (installs what it needs)
 	$(GO) test -count=1 -timeout 30m ./...
 	@if [ -f package.json ]; then npm test; fi
 

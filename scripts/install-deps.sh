@@ -11,10 +11,12 @@ missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+# Fresh package lists also matter when nothing is missing: the guest image
+# downloads the current cloud kernel, and Debian drops superseded versions.
+$SUDO apt-get update -qq
 if [ "${#missing[@]}" -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   echo "install-deps: apt-get install ${missing[*]}"
-  $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
