@@ -51,12 +51,20 @@ const (
 	EnvInitrd = "GUESTLINK_QEMU_INITRD" // default qemu.initrd
 )
 
+// EnvDataDir is the plugin data directory the daemon hands every plugin.
+const EnvDataDir = "GUESTLINK_PLUGIN_DATA_DIR"
+
 // OptionsFromEnv fills Dir, Binary and Defaults from the environment; Dir
-// defaults to the user cache directory's guestlink/<name>.
+// defaults to <$GUESTLINK_PLUGIN_DATA_DIR>/<name> when the daemon set it,
+// else to the user cache directory's guestlink/<name>.
 func OptionsFromEnv(name string, layout Layout) Options {
 	o := Options{Name: name, Layout: layout, Dir: os.Getenv(EnvDir), Binary: os.Getenv(EnvBinary),
 		Defaults: Defaults{Kernel: os.Getenv(EnvKernel), Initrd: os.Getenv(EnvInitrd)}}
 	if o.Dir == "" {
+		if data := os.Getenv(EnvDataDir); data != "" {
+			o.Dir = filepath.Join(data, name)
+			return o
+		}
 		base, err := os.UserCacheDir()
 		if err != nil {
 			base = os.TempDir()
