@@ -36,6 +36,7 @@ type sqlStore struct {
 	engine string
 	name   string
 	w      *writer
+	prep   *prepared // used only by the writer's goroutine
 	log    *slog.Logger
 
 	closed    atomic.Bool
@@ -57,7 +58,15 @@ func newStore(ctx context.Context, rdb, wdb *gorm.DB, engine, name string, o *op
 	if err := migrate(ctx, wdb, engine); err != nil {
 		return nil, fmt.Errorf("opening database %q: %w", name, err)
 	}
-	s := &sqlStore{db: rdb, wdb: wdb, engine: engine, name: name, log: o.logger}
+	wsql, err := wdb.DB()
+	if err != nil {
+		return nil, fmt.Errorf("opening database %q: %w", name, err)
+	}
+	prep := &prepared{db: wsql, engine: engine}
+	if err := prep.prepare(ctx); err != nil {
+		return nil, fmt.Errorf("opening database %q: %w", name, err)
+	}
+	s := &sqlStore{db: rdb, wdb: wdb, engine: engine, name: name, log: o.logger, prep: prep}
 	s.w = newWriter(wdb, engine, o.maxBatch, o.logger)
 	if o.logger != nil {
 		o.logger.Info("database opened", "engine", engine, "database", name)
@@ -214,7 +223,7 @@ func (s *sqlStore) UpdateInstanceWithTimeline(ctx context.Context, in *Instance,
 		if err := updateInstance(tx, in); err != nil {
 			return err
 		}
-		return insertEntries(tx, entries)
+		return s.prep.insertEntries(tx, entries)
 	})
 	if err != nil {
 		resetEntries(entries)
@@ -272,15 +281,6 @@ func resetEntries(entries []*TimelineEntry) {
 	}
 }
 
-func insertEntries(tx *gorm.DB, entries []*TimelineEntry) error {
-	if len(entries) == 0 {
-		return nil
-	}
-	resetEntries(entries)
-	// Batches keep each INSERT under both engines' bound-parameter limits.
-	return tx.CreateInBatches(entries, 500).Error
-}
-
 // AppendTimeline appends entries (each naming its instance) and sets their IDs.
 func (s *sqlStore) AppendTimeline(ctx context.Context, entries ...*TimelineEntry) error {
 	if len(entries) == 0 {
@@ -289,7 +289,7 @@ func (s *sqlStore) AppendTimeline(ctx context.Context, entries ...*TimelineEntry
 	if err := prepareEntries(entries, 0); err != nil {
 		return fmt.Errorf("appending to timeline: %w", err)
 	}
-	err := s.w.do(ctx, false, func(tx *gorm.DB) error { return insertEntries(tx, entries) })
+	err := s.w.do(ctx, false, func(tx *gorm.DB) error { return s.prep.insertEntries(tx, entries) })
 	if err != nil {
 		resetEntries(entries)
 		return fmt.Errorf("appending to timeline of instance %d: %w", entries[0].InstanceID, translate(err))
@@ -389,7 +389,7 @@ func (s *sqlStore) AppendEvent(ctx context.Context, ev *Event) error {
 	}
 	err := s.w.do(ctx, true, func(tx *gorm.DB) error {
 		ev.ID = 0
-		return tx.Create(ev).Error
+		return s.prep.insertEvent(tx, ev)
 	})
 	if err != nil {
 		ev.ID = 0
@@ -439,6 +439,7 @@ func (s *sqlStore) Close() error {
 		start := time.Now()
 		s.closed.Store(true)
 		s.w.close()
+		s.prep.close()
 		var errs []error
 		for _, g := range []*gorm.DB{s.db, s.wdb} {
 			sqlDB, err := g.DB()
