@@ -24,6 +24,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/devlxd/guestview"
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
@@ -156,7 +157,7 @@ func New(cfg Config) (*Service, error) {
 // devlxd is enabled.
 func (s *Service) Advertisement(inst *instance.Instance) *advert.Advertisement {
 	return &advert.Advertisement{
-		CID:         2,
+		CID:         linkhost.HostCID,
 		Port:        s.cfg.Links.Port(),
 		Certificate: string(s.cfg.Certs.Daemon().CertPEM),
 		Devlxd:      guestview.DevlxdEnabled(inst.Config),

@@ -92,7 +92,6 @@ type Server struct {
 	app   *fiber.App
 	queue *connQueue
 	done  chan struct{} // closed when the HTTP server returned
-	err   error         // what the HTTP server returned
 	once  sync.Once
 }
 
@@ -155,8 +154,10 @@ func New(cfg Config) (*Server, error) {
 	})
 	s.routes()
 	go func() {
-		s.err = s.app.Listener(s.queue)
-		close(s.done)
+		defer close(s.done)
+		if err := s.app.Listener(s.queue); err != nil {
+			cfg.Logger.Error("devlxd: HTTP server stopped", "err", err)
+		}
 	}()
 	return s, nil
 }
