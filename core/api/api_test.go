@@ -211,6 +211,24 @@ func TestCrossSiteRefused(t *testing.T) {
 			}
 		})
 	}
+	// A page can POST a Blob with an empty type in no-cors mode: the browser
+	// then sends no Content-Type at all, still without a preflight.
+	t.Run("no content type", func(t *testing.T) {
+		req, _ := http.NewRequest("POST", "http://guestlink/1.0/instances", strings.NewReader(`{"name":"x1","backend":"sim"}`))
+		resp, err := httpClient(srv).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var env envelope
+		if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+			t.Fatal(err)
+		}
+		want := `content type "" is not accepted: send application/json`
+		if resp.StatusCode != 415 || env.Error != want {
+			t.Fatalf("got %d %q, want 415 %q", resp.StatusCode, env.Error, want)
+		}
+	})
 	t.Run("websocket origin", func(t *testing.T) {
 		req, _ := http.NewRequest("GET", "http://guestlink/1.0/events", nil)
 		for k, v := range map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",

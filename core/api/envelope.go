@@ -78,17 +78,17 @@ func (a *API) envelopeErrors(c *fiber.Ctx) error {
 }
 
 // decodeBody decodes the request's JSON body into v, refusing unknown
-// fields, trailing data and an empty body. Bodies a browser may send
-// cross-site without a CORS preflight (form and text/plain content types)
-// are refused, so a web page cannot drive the localhost TCP API.
+// fields, trailing data and an empty body. Only application/json bodies are
+// accepted: a browser sends anything else (form and text/plain types, or no
+// Content-Type at all for a Blob without type) cross-site without a CORS
+// preflight, so a web page cannot drive the localhost TCP API.
 func decodeBody(c *fiber.Ctx, v any) error {
 	ct := strings.ToLower(strings.TrimSpace(strings.Split(c.Get(fiber.HeaderContentType), ";")[0]))
-	switch ct {
-	case "text/plain", "application/x-www-form-urlencoded", "multipart/form-data":
+	body := c.Body()
+	if ct != fiber.MIMEApplicationJSON && (ct != "" || len(body) > 0) {
 		return fiber.NewError(http.StatusUnsupportedMediaType,
 			fmt.Sprintf("content type %q is not accepted: send application/json", ct))
 	}
-	body := c.Body()
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("invalid request body: empty, a JSON object is required")
 	}
