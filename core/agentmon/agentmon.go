@@ -287,6 +287,14 @@ func (s *Service) DeleteInstance(inst *instance.Instance) error {
 	return nil
 }
 
+// InstanceDeleted forgets a deleted instance: its monitor, its link and its
+// key pairs (instance.DeleteHooks).
+func (s *Service) InstanceDeleted(inst *instance.Instance) {
+	if err := s.DeleteInstance(inst); err != nil {
+		s.cfg.Logger.Error("agentmon: forgetting a deleted instance", "instance", inst.Name, "err", err)
+	}
+}
+
 // AgentState returns what the monitor of a running instance knows of its
 // agent, and false when the instance is not monitored.
 func (s *Service) AgentState(uuid string) (instance.AgentState, bool) {

@@ -322,7 +322,16 @@ func (l *lateHooks) ConfigChanged(inst *instance.Instance, changes []instance.Co
 	}
 }
 
-var _ instance.Hooks = (*lateHooks)(nil)
+func (l *lateHooks) InstanceDeleted(inst *instance.Instance) {
+	if dh, ok := l.h.(instance.DeleteHooks); ok {
+		dh.InstanceDeleted(inst)
+	}
+}
+
+var (
+	_ instance.Hooks       = (*lateHooks)(nil)
+	_ instance.DeleteHooks = (*lateHooks)(nil)
+)
 
 // lateInstances forwards the agent monitor's calls to the manager, which is
 // built after the monitor (the monitor is the manager's hooks). It is set

@@ -238,7 +238,10 @@ type recHooks struct {
 	chg   [][]ConfigChange
 }
 
-var _ Hooks = (*recHooks)(nil)
+var (
+	_ Hooks       = (*recHooks)(nil)
+	_ DeleteHooks = (*recHooks)(nil)
+)
 
 func (h *recHooks) add(s string) { h.mu.Lock(); h.calls = append(h.calls, s); h.mu.Unlock() }
 func (h *recHooks) GuestRunning(inst *Instance, ep *sdk.LinkEndpoint) {
@@ -247,8 +250,9 @@ func (h *recHooks) GuestRunning(inst *Instance, ep *sdk.LinkEndpoint) {
 	h.mu.Unlock()
 	h.add("running " + inst.Name)
 }
-func (h *recHooks) GuestStopped(inst *Instance) { h.add("stopped " + inst.Name) }
-func (h *recHooks) GuestReset(inst *Instance)   { h.add("reset " + inst.Name) }
+func (h *recHooks) GuestStopped(inst *Instance)    { h.add("stopped " + inst.Name) }
+func (h *recHooks) GuestReset(inst *Instance)      { h.add("reset " + inst.Name) }
+func (h *recHooks) InstanceDeleted(inst *Instance) { h.add("deleted " + inst.Name) }
 func (h *recHooks) BackendEvent(inst *Instance, ev sdk.Event) {
 	h.add(ev.Kind.String() + " " + inst.Name)
 }

@@ -42,3 +42,11 @@ type Hooks interface {
 type FilesProvider interface {
 	GuestFiles(ctx context.Context, inst *Instance) ([]sdk.File, error)
 }
+
+// DeleteHooks is an optional interface of Hooks: InstanceDeleted is called
+// once an instance is gone (store, backend, events), so that services drop
+// what they keep per instance (its key pairs, its link). It runs after
+// GuestStopped for an instance that was running.
+type DeleteHooks interface {
+	InstanceDeleted(inst *Instance)
+}

@@ -537,9 +537,14 @@ func (m *Manager) Delete(ctx context.Context, name string, force bool, by events
 	m.removeLocked(e)
 	m.mu.Unlock()
 	m.publish(ctx, []events.Event{events.NewLifecycle(events.InstanceDeleted, rec.Name, nil, &by)})
-	if running && m.hooks != nil {
+	if m.hooks != nil {
 		e.hook.Lock()
-		m.hooks.GuestStopped(view)
+		if running {
+			m.hooks.GuestStopped(view)
+		}
+		if dh, ok := m.hooks.(DeleteHooks); ok {
+			dh.InstanceDeleted(view)
+		}
 		e.hook.Unlock()
 	}
 	return nil

@@ -642,13 +642,17 @@ func TestDelete(t *testing.T) {
 	if got := e.actions("web1"); got[len(got)-1] != events.InstanceDeleted {
 		t.Errorf("events %v", got)
 	}
-	if h := e.hooks.list(); h[len(h)-1] != "stopped web1" {
-		t.Errorf("hooks %v", h)
+	if h := e.hooks.list(); len(h) < 2 || h[len(h)-2] != "stopped web1" || h[len(h)-1] != "deleted web1" {
+		t.Errorf("hooks %v, want ... stopped web1, deleted web1", h)
 	}
 	// The name is free again; a stopped instance is deleted without force.
 	e.create("web1", nil)
 	if err := e.m.Delete(bg, "web1", false, api); err != nil {
 		t.Fatal(err)
+	}
+	// A stopped instance is only deleted: no GuestStopped before it.
+	if h := e.hooks.list(); h[len(h)-1] != "deleted web1" || h[len(h)-2] != "deleted web1" {
+		t.Errorf("deleting a stopped instance: hooks %v, want deleted twice in a row", h)
 	}
 }
 
