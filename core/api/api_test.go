@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/user"
@@ -469,4 +470,47 @@ func TestListenUnix(t *testing.T) {
 			t.Fatal("file was touched")
 		}
 	})
+}
+
+// TestRebindingRefused checks that on a loopback TCP listener only requests
+// naming localhost or an IP address are served: a page whose DNS name was
+// rebound to 127.0.0.1 is same-origin for the browser and must not reach the
+// API.
+func TestRebindingRefused(t *testing.T) {
+	srv := apitest.NewServer(t, apitest.Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.API.Serve(ln) }()
+	port := ln.Addr().(*net.TCPAddr).Port
+	tests := []struct {
+		host string
+		code int
+	}{
+		{fmt.Sprintf("127.0.0.1:%d", port), 200},
+		{fmt.Sprintf("localhost:%d", port), 200},
+		{fmt.Sprintf("[::1]:%d", port), 200},
+		{fmt.Sprintf("evil.example:%d", port), 403},
+		{"evil.example", 403},
+	}
+	for _, tt := range tests {
+		t.Run(tt.host, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/1.0/instances", port), nil)
+			req.Host = tt.host
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var env envelope
+			if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tt.code {
+				t.Fatalf("Host %q: got %d %q, want %d", tt.host, resp.StatusCode, env.Error, tt.code)
+			}
+			checkEnvelope(t, resp.StatusCode, env)
+		})
+	}
 }
