@@ -121,7 +121,18 @@ func benchStartDaemon(b *testing.B, bin, stateDir string) *benchDaemon {
 	if _, err := d.start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { d.Stop() })
+	b.Cleanup(func() {
+		if b.Failed() && d.cmd != nil {
+			_ = d.cmd.Process.Signal(syscall.SIGQUIT) // goroutine dump into the log
+			select {
+			case <-d.waited:
+			case <-time.After(5 * time.Second):
+			}
+			data, _ := os.ReadFile(filepath.Join(d.StateDir, "guestlinkd.log"))
+			b.Logf("guestlinkd log:\n%s", data)
+		}
+		d.Stop()
+	})
 	return d
 }
 
@@ -181,7 +192,7 @@ func (d *benchDaemon) Stop() {
 		return
 	}
 	d.Client.Close()
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	_ = d.cmd.Process.Signal(syscall.SIGTERM) // fails harmlessly after an exit
 	select {
 	case <-d.waited:
 	case <-time.After(time.Minute):
@@ -201,8 +212,8 @@ func (d *benchDaemon) Restart() (time.Duration, error) {
 
 func (d *benchDaemon) logTail() string {
 	data, _ := os.ReadFile(filepath.Join(d.StateDir, "guestlinkd.log"))
-	if len(data) > 2048 {
-		data = data[len(data)-2048:]
+	if len(data) > 64<<10 {
+		data = data[len(data)-64<<10:]
 	}
 	return string(data)
 }
@@ -210,6 +221,8 @@ func (d *benchDaemon) logTail() string {
 // benchCreate creates n instances name-0..name-(n-1) with config through
 // the API, conc at a time, starting them when start is set.
 func benchCreate(ctx context.Context, c *client.Client, prefix string, n, conc int, config map[string]string, start bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(conc)
 	for i := range n {

@@ -227,7 +227,10 @@ func BenchmarkGuestLinkGet(b *testing.B) {
 		if cmd != "" {
 			cfg["sim.command"] = cmd
 		}
-		if _, err := d.Client.Create(ctx, wire.InstancesPost{Name: name, Backend: "sim", Config: cfg, Start: true}); err != nil {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		_, err := d.Client.Create(cctx, wire.InstancesPost{Name: name, Backend: "sim", Config: cfg, Start: true})
+		cancel()
+		if err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -323,8 +326,11 @@ func BenchmarkAgentStateEvent(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const name = "words"
-	if _, err := d.Client.Create(ctx, wire.InstancesPost{Name: name, Backend: "sim",
-		Config: map[string]string{"sim.command": benchSleepCommand}, Start: true}); err != nil {
+	cctx, ccancel := context.WithTimeout(ctx, 2*time.Minute)
+	_, err := d.Client.Create(cctx, wire.InstancesPost{Name: name, Backend: "sim",
+		Config: map[string]string{"sim.command": benchSleepCommand}, Start: true})
+	ccancel()
+	if err != nil {
 		b.Fatal(err)
 	}
 	inst := benchWaitInstance(b, d.Client, name, "guest directory", func(i *wire.Instance) bool { return i.Details["guest_dir"] != "" })
