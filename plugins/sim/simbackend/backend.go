@@ -249,11 +249,17 @@ func newID(name string) (string, error) {
 	return s + "-" + hex.EncodeToString(rnd[:]), nil
 }
 
-// guest decodes a handle and checks its directory.
+// guest decodes a handle and checks its directory, which must be a guest
+// directory of this backend's data dir: a handle naming any other directory
+// is sdk.ErrInvalid, so a crafted handle cannot make the backend stop or
+// delete what is not its own.
 func (b *Backend) guest(raw sdk.Handle) (*handle, error) {
 	h, err := decodeHandle(raw)
 	if err != nil {
 		return nil, err
+	}
+	if filepath.Dir(h.Dir) != b.guests {
+		return nil, fmt.Errorf("guest %q: directory %s is outside the data dir %s: %w", h.ID, h.Dir, b.guests, sdk.ErrInvalid)
 	}
 	if err := checkDir(h); err != nil {
 		return nil, err

@@ -695,3 +695,37 @@ func TestPortEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHandleOutsideDataDir checks that a handle naming a guest directory
+// outside the backend's data dir (here a real guest of another backend, with
+// a valid marker) is refused by every operation and nothing of it is touched.
+func TestHandleOutsideDataDir(t *testing.T) {
+	ctx := ctxT(t)
+	other := newBackend(t, testOptions(t))
+	spec := newSpec("foreign", nil)
+	h, err := other.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hd, err := decodeHandle(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBackend(t, testOptions(t))
+	calls := map[string]error{}
+	_, _, calls["Start"] = b.Start(ctx, h, spec)
+	_, calls["Stop"] = b.Stop(ctx, h, sdk.StopOptions{Force: true})
+	calls["Delete"] = b.Delete(ctx, h)
+	_, calls["State"] = b.State(ctx, h)
+	_, calls["ReadRing"] = b.ReadRing(ctx, h, 16)
+	_, calls["LinkEndpoint"] = b.LinkEndpoint(ctx, h)
+	_, _, calls["Recover"] = b.Recover(ctx, h, spec)
+	for name, err := range calls {
+		if !errors.Is(err, sdk.ErrInvalid) {
+			t.Errorf("%s(handle in %s) = %v, want ErrInvalid", name, hd.Dir, err)
+		}
+	}
+	if _, err := os.Stat(markerPath(hd.Dir)); err != nil {
+		t.Fatalf("the other backend's guest was touched: %v", err)
+	}
+}
