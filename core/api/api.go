@@ -144,7 +144,7 @@ func (a *API) App() *fiber.App { return a.app }
 // Register adds the API's routes under /1.0 to r. Errors of these routes are
 // always answered in the LXD envelope, whatever r's error handler.
 func (a *API) Register(r fiber.Router) {
-	v1 := r.Group("/1.0", a.envelopeErrors, checkHost)
+	v1 := r.Group("/1.0", a.envelopeErrors, CheckHost)
 	v1.Get("/", a.getServer)
 	v1.Get("/instances", a.listInstances)
 	v1.Post("/instances", a.createInstance)

@@ -9,13 +9,16 @@ import (
 	"github.com/gofiber/fiber/v2"
 )
 
-// checkHost refuses a request that arrived on a loopback TCP address but
-// whose Host names something other than localhost or an IP address. A web
+// CheckHost is a fiber middleware that refuses (403) a request that arrived
+// on a loopback TCP address but whose Host names something other than
+// localhost or an IP address. A web
 // page whose DNS name an attacker rebinds to 127.0.0.1 (DNS rebinding) is
 // same-origin for the browser, so neither Content-Type nor Origin checks
 // stop it; its Host header still names the attacker's domain. Requests on
-// the Unix socket and on other addresses pass.
-func checkHost(c *fiber.Ctx) error {
+// the Unix socket and on other addresses pass. Register applies it to the
+// /1.0 routes; a daemon serving more routes on the same TCP listener (the
+// dashboard) applies it to the whole app with app.Use(CheckHost).
+func CheckHost(c *fiber.Ctx) error {
 	la, ok := c.Context().LocalAddr().(*net.TCPAddr)
 	if !ok || !la.IP.IsLoopback() {
 		return c.Next()
