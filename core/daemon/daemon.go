@@ -216,6 +216,7 @@ func (d *Daemon) listenHTTP(addr string) error {
 	fc := api.FiberConfig(0)
 	fc.WriteTimeout = 0 // the dashboard's live stream is long-lived
 	app := fiber.New(fc)
+	app.Use(api.CheckHost) // DNS rebinding: the dashboard is guarded like the API
 	d.api.Register(app)
 	web.New(web.Config{
 		Instances: d.mgr,
