@@ -49,6 +49,8 @@ const (
 	VmlinuxFile = "vmlinux"
 	InitrdFile  = "initrd.img"
 	AgentFile   = "guestlink-agent"
+	// DevlxdGetFile is the guest's /dev/lxd/sock GET tool (built with the agent).
+	DevlxdGetFile = "devlxdget"
 )
 
 // Options configures Build.
@@ -187,6 +189,19 @@ func Build(ctx context.Context, opts Options) (*Image, error) {
 			}
 			entries = append(entries, entry{name: "sbin/guestlink-agent", mode: cpio.TypeReg | 0o755, data: b})
 			img.HasAgent, img.AgentPath = true, agent
+			// devlxdget lets /init show what guest software reads from
+			// /dev/lxd/sock (kernel parameter guestlink.get=PATH).
+			tool := filepath.Join(opts.OutDir, DevlxdGetFile)
+			cmd = exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", tool, "./plugins/qemuvm/guestimage/devlxdget")
+			cmd.Dir = opts.SourceDir
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("building guest image: building devlxdget: %w: %s", err, out)
+			}
+			if b, err = os.ReadFile(tool); err != nil {
+				return nil, fmt.Errorf("building guest image: %w", err)
+			}
+			entries = append(entries, entry{name: "sbin/devlxdget", mode: cpio.TypeReg | 0o755, data: b})
 		} else {
 			logf("no cmd/guestlink-agent in %s: the image has no agent", opts.SourceDir)
 			os.Remove(filepath.Join(opts.OutDir, AgentFile)) // HasAgent is read from its presence
