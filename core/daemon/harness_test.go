@@ -95,6 +95,9 @@ func (d *daemonProc) start() {
 	cmd := exec.Command(filepath.Join(binDir, "guestlinkd"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = cleanEnv()
+	// The daemon dies with the test binary (a -timeout panic runs no
+	// cleanup); its plugins die with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		t.Fatalf("starting guestlinkd: %v", err)
@@ -174,9 +177,16 @@ func (d *daemonProc) signal(sig syscall.Signal, within time.Duration) error {
 	case <-done:
 		return nil
 	case <-time.After(within):
-		_ = cmd.Process.Kill()
-		<-done
-		return fmt.Errorf("guestlinkd did not exit within %v of %v", within, sig)
+		// A hung daemon: SIGQUIT makes the Go runtime write every
+		// goroutine's stack to the log before it exits.
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		return fmt.Errorf("guestlinkd did not exit within %v of %v; its goroutine dump is in %s", within, sig, d.logPath)
 	}
 }
 
