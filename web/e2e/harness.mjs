@@ -12,7 +12,10 @@ import { chromium } from "playwright-core";
 
 const run = promisify(execFile);
 export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
-const bin = (name) => join(root, "bin", name);
+// GUESTLINK_BIN points at a private copy of bin/ (other builds in the same
+// tree then cannot replace binaries under a running test); default bin/.
+export const binDir = process.env.GUESTLINK_BIN ? resolve(process.env.GUESTLINK_BIN) : join(root, "bin");
+const bin = (name) => join(binDir, name);
 
 export const CHROMIUM_FLAGS = [
   "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -77,6 +80,8 @@ export class Daemon {
     this.proc = spawn(bin("guestlinkd"), ["--state-dir", this.stateDir, "--http", `127.0.0.1:${this.port}`, "--plugin-dir", bin("plugins")], {
       stdio: ["ignore", "pipe", "pipe"],
     });
+    // Never leave the daemon behind this process.
+    process.once("exit", () => this.proc.kill("SIGKILL"));
     const keep = (b) => { this.log.push(b.toString()); if (this.log.length > 500) this.log.shift(); };
     this.proc.stdout.on("data", keep);
     this.proc.stderr.on("data", keep);
@@ -143,4 +148,39 @@ export class Daemon {
 
 export async function browser() {
   return chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: CHROMIUM_FLAGS });
+}
+
+/**
+ * streamIDs reads the dashboard's own stream from since and returns the ids
+ * of the update messages up to and including until: the authoritative list
+ * of lifecycle events a page resuming from since must apply.
+ */
+export async function streamIDs(url, since, until, timeout = 20000) {
+  const ctrl = new AbortController();
+  const timer = setTimeout(() => ctrl.abort(), timeout);
+  const ids = [];
+  try {
+    const res = await fetch(`${url}/events?since=${since}`, { signal: ctrl.signal });
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let buf = "";
+    while (ids[ids.length - 1] !== until) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true });
+      let k;
+      while ((k = buf.indexOf("\n\n")) >= 0) {
+        const msg = buf.slice(0, k);
+        buf = buf.slice(k + 2);
+        const id = /^id: (\d+)$/m.exec(msg);
+        if (msg.startsWith("event: update") && id) ids.push(Number(id[1]));
+      }
+    }
+  } catch (e) {
+    if (e.name !== "AbortError") throw e;
+  } finally {
+    clearTimeout(timer);
+    ctrl.abort();
+  }
+  return ids;
 }
