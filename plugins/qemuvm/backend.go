@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -150,8 +151,8 @@ func (b *Backend) vm(uuid string) *vm {
 	return v
 }
 
-// markerFile marks a directory as a guest directory of this package, so
-// Delete never removes anything else.
+// markerFile marks a directory as a guest directory of this package and
+// holds the guest's UUID, so Delete never removes anything else.
 const markerFile = ".guestlink-qemu"
 
 // Create validates the spec and prepares the guest's directory.
@@ -169,7 +170,7 @@ func (b *Backend) Create(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle, er
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, markerFile), []byte(spec.Name+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, markerFile), []byte(spec.UUID+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)
 	}
 	h := &handle{Version: handleVersion, UUID: spec.UUID, Name: spec.Name, Dir: dir, Layout: b.opts.Layout}
@@ -211,7 +212,7 @@ var ErrLayoutMismatch = errors.New("saved state has another serial port layout")
 // Start boots the guest (or restores its saved state) and returns once QEMU
 // runs it.
 func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
-	h, err := decodeHandle(hb)
+	h, err := b.decode(hb)
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting guest: %w", err)
 	}
@@ -528,7 +529,7 @@ const DefaultStopTimeout = 30 * time.Second
 // Stop shuts the guest down: saving its state (Stateful), at once (Force),
 // or through the ACPI power button with QMP quit after the budget.
 func (b *Backend) Stop(ctx context.Context, hb sdk.Handle, opts sdk.StopOptions) (*sdk.GuestState, error) {
-	h, err := decodeHandle(hb)
+	h, err := b.decode(hb)
 	if err != nil {
 		return nil, fmt.Errorf("stopping guest: %w", err)
 	}
@@ -646,7 +647,7 @@ func (b *Backend) saveState(ctx context.Context, h *handle, c *qmp.Client) error
 
 // Delete removes a stopped guest's directory.
 func (b *Backend) Delete(_ context.Context, hb sdk.Handle) error {
-	h, err := decodeHandle(hb)
+	h, err := b.decode(hb)
 	if err != nil {
 		return fmt.Errorf("deleting guest: %w", err)
 	}
@@ -656,7 +657,11 @@ func (b *Backend) Delete(_ context.Context, hb sdk.Handle) error {
 	if h.running() {
 		return fmt.Errorf("deleting guest %q: %w: it is running (pid %d)", h.Name, sdk.ErrConflict, h.PID)
 	}
-	if _, err := os.Stat(filepath.Join(h.Dir, markerFile)); err == nil {
+	marker, err := os.ReadFile(filepath.Join(h.Dir, markerFile))
+	switch {
+	case err == nil && strings.TrimSpace(string(marker)) != h.UUID:
+		return fmt.Errorf("deleting guest %q: %w: directory %s is marked for another guest", h.Name, sdk.ErrInvalid, h.Dir)
+	case err == nil:
 		if err := os.RemoveAll(h.Dir); err != nil {
 			return fmt.Errorf("deleting guest %q: %w", h.Name, err)
 		}
@@ -669,7 +674,7 @@ func (b *Backend) Delete(_ context.Context, hb sdk.Handle) error {
 
 // State reports the guest's state.
 func (b *Backend) State(_ context.Context, hb sdk.Handle) (*sdk.GuestState, error) {
-	h, err := decodeHandle(hb)
+	h, err := b.decode(hb)
 	if err != nil {
 		return nil, fmt.Errorf("guest state: %w", err)
 	}
@@ -722,7 +727,7 @@ func (b *Backend) emit(ev sdk.Event) {
 
 // ReadRing reads and consumes up to max bytes of the guest's ring buffer.
 func (b *Backend) ReadRing(ctx context.Context, hb sdk.Handle, max int) ([]byte, error) {
-	h, err := decodeHandle(hb)
+	h, err := b.decode(hb)
 	if err != nil {
 		return nil, fmt.Errorf("reading ring buffer: %w", err)
 	}
@@ -749,7 +754,7 @@ func (b *Backend) ReadRing(ctx context.Context, hb sdk.Handle, max int) ([]byte,
 
 // LinkEndpoint tells how the daemon reaches the running guest's agent.
 func (b *Backend) LinkEndpoint(_ context.Context, hb sdk.Handle) (*sdk.LinkEndpoint, error) {
-	h, err := decodeHandle(hb)
+	h, err := b.decode(hb)
 	if err != nil {
 		return nil, fmt.Errorf("link endpoint: %w", err)
 	}
@@ -765,7 +770,7 @@ func (b *Backend) LinkEndpoint(_ context.Context, hb sdk.Handle) (*sdk.LinkEndpo
 // Recover re-attaches to a running guest's QEMU (a new QMP connection) and
 // reports its state; it is idempotent.
 func (b *Backend) Recover(ctx context.Context, hb sdk.Handle, _ *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
-	h, err := decodeHandle(hb)
+	h, err := b.decode(hb)
 	if err != nil {
 		return nil, nil, fmt.Errorf("recovering guest: %w", err)
 	}

@@ -138,7 +138,8 @@ func TestLayoutPorts(t *testing.T) {
 }
 
 func TestDecodeHandle(t *testing.T) {
-	good := handle{Version: 1, UUID: "abc-1", Name: "g", Dir: "/x/abc-1", Layout: LayoutCurrent}
+	const u = "0b5c8f0e-3d2a-4f1b-9c6d-7e8f9a0b1c2d"
+	good := handle{Version: 1, UUID: u, Name: "g", Dir: "/x/" + u, Layout: LayoutCurrent}
 	tests := []struct {
 		name string
 		mod  func(h *handle)
@@ -151,7 +152,10 @@ func TestDecodeHandle(t *testing.T) {
 		{"version", func(h *handle) { h.Version = 2 }, "", false},
 		{"uuid with slash", func(h *handle) { h.UUID = "../x" }, "", false},
 		{"dir not the uuid", func(h *handle) { h.Dir = "/etc" }, "", false},
-		{"relative dir", func(h *handle) { h.Dir = "abc-1" }, "", false},
+		{"relative dir", func(h *handle) { h.Dir = u }, "", false},
+		{"uuid an option", func(h *handle) { h.UUID, h.Dir = "-c", "/x/-c" }, "", false},
+		{"uuid not canonical", func(h *handle) { h.UUID, h.Dir = "abc-1", "/x/abc-1" }, "", false},
+		{"uuid upper case", func(h *handle) { h.UUID = strings.ToUpper(u); h.Dir = "/x/" + h.UUID }, "", false},
 		{"dir with quote", func(h *handle) { h.Dir = "/x'y/abc-1" }, "", false},
 		{"layout", func(h *handle) { h.Layout = "new" }, "", false},
 	}

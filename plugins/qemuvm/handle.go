@@ -57,15 +57,40 @@ func decodeHandle(b sdk.Handle) (*handle, error) {
 	return &h, nil
 }
 
-// checkUUID accepts the UUID-like ids guests are named by in paths.
+// checkUUID accepts only the canonical lowercase UUIDs the daemon gives
+// guests (8-4-4-4-12 hex digits), the form QEMU's -uuid takes: the uuid
+// names the guest directory and identifies its QEMU process, so nothing
+// else (an option such as "-c", a path) may pass.
 func checkUUID(u string) error {
-	if u == "" || len(u) > 64 {
-		return fmt.Errorf("uuid %q: want 1 to 64 characters", u)
+	if len(u) != 36 {
+		return fmt.Errorf("uuid %q: want 36 characters (8-4-4-4-12 lowercase hex digits)", u)
 	}
-	for _, r := range u {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
-			return fmt.Errorf("uuid %q: only letters, digits and '-' are allowed", u)
+	for i, r := range u {
+		switch i {
+		case 8, 13, 18, 23:
+			if r != '-' {
+				return fmt.Errorf("uuid %q: want '-' at offset %d", u, i)
+			}
+		default:
+			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+				return fmt.Errorf("uuid %q: only lowercase hex digits and '-' are allowed", u)
+			}
 		}
 	}
 	return nil
+}
+
+// decode parses and checks a handle like decodeHandle, and also requires its
+// guest directory to be a guest directory of this backend (directly under
+// Options.Dir): a handle naming any other directory is sdk.ErrInvalid, so a
+// crafted handle cannot make the backend stop or delete what is not its own.
+func (b *Backend) decode(raw sdk.Handle) (*handle, error) {
+	h, err := decodeHandle(raw)
+	if err != nil {
+		return nil, err
+	}
+	if filepath.Dir(h.Dir) != b.opts.Dir {
+		return nil, fmt.Errorf("%w: handle of %q: guest directory %s is outside %s", sdk.ErrInvalid, h.UUID, h.Dir, b.opts.Dir)
+	}
+	return h, nil
 }

@@ -40,17 +40,22 @@ func procStartTime(pid int) (uint64, bool) {
 }
 
 // processMatches reports whether pid is alive, started at start, and is the
-// QEMU of the guest with uuid (its command line names it).
+// QEMU of the guest with uuid: its command line holds the exact argument
+// pair "-uuid <uuid>" QEMU is started with. A zero start time never matches,
+// so a handle without one cannot designate an arbitrary process.
 func processMatches(pid int, start uint64, uuid string) bool {
+	if start == 0 || uuid == "" {
+		return false
+	}
 	st, ok := procStartTime(pid)
-	if !ok || (start != 0 && st != start) {
+	if !ok || st != start {
 		return false
 	}
 	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil {
 		return false
 	}
-	return bytes.Contains(cmdline, []byte("\x00"+uuid+"\x00"))
+	return bytes.Contains(cmdline, []byte("\x00-uuid\x00"+uuid+"\x00"))
 }
 
 // tail returns the last n bytes of a file, trimmed, for error messages.
