@@ -455,6 +455,7 @@ func TestThousandConnections(t *testing.T) {
 	g := d.launch(ctx, name, nil, nil)
 	link := newLinkClient(t, g, g)
 
+	fdsBefore := openFiles(t, d.pid())
 	const n = 1000
 	var (
 		wg     sync.WaitGroup
@@ -498,6 +499,10 @@ func TestThousandConnections(t *testing.T) {
 	if len(conns) != n {
 		t.Errorf("%d of %d connections were established", len(conns), n)
 	}
+	// All of them were open at the daemon at once.
+	if open := openFiles(t, d.pid()); open < fdsBefore+len(conns) {
+		t.Errorf("daemon has %d files open with %d connections up (%d before)", open, len(conns), fdsBefore)
+	}
 	for _, c := range conns {
 		c.Close()
 	}
@@ -515,4 +520,22 @@ func TestThousandConnections(t *testing.T) {
 	if !d.running() {
 		t.Fatal("the daemon died")
 	}
+	// The daemon lets go of the closed connections.
+	deadline := time.Now().Add(opTimeout)
+	for openFiles(t, d.pid()) > fdsBefore+20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon holds %d open files %v after the connections closed (%d before)", openFiles(t, d.pid()), opTimeout, fdsBefore)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// openFiles returns how many file descriptors process pid has open.
+func openFiles(t *testing.T, pid int) int {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(fds)
 }
