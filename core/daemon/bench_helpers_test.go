@@ -261,7 +261,8 @@ func benchKillUnder(dir string) {
 	if dir == "" || dir == "/" {
 		return
 	}
-	needle := []byte(dir + "/")
+	// The directory as a whole argument or as a path prefix.
+	needles := [][]byte{[]byte(dir + "/"), []byte(dir + "\x00")}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return
@@ -274,7 +275,7 @@ func benchKillUnder(dir string) {
 		}
 		for _, f := range []string{"cmdline", "environ"} {
 			data, err := os.ReadFile(filepath.Join("/proc", e.Name(), f))
-			if err == nil && bytes.Contains(data, needle) {
+			if err == nil && (bytes.Contains(data, needles[0]) || bytes.Contains(data, needles[1])) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 				break
 			}
