@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,6 +39,17 @@ const portTries = 64
 
 // serialOpenTimeout bounds connecting to a serial link's chardev socket.
 const serialOpenTimeout = 10 * time.Second
+
+// DefaultMaxConnsPerInstance is the default of Config.MaxConnsPerInstance:
+// above the 1,000 concurrent devlxd connections one guest must be able to
+// hold, well below the daemon's file descriptor limit.
+const DefaultMaxConnsPerInstance = 1024
+
+// Backoff of an accept loop after a temporary error (such as EMFILE).
+const (
+	minAcceptBackoff = 5 * time.Millisecond
+	maxAcceptBackoff = time.Second
+)
 
 // VsockListenFunc listens for vsock connections on the host CID at port.
 type VsockListenFunc func(port uint32) (net.Listener, error)
@@ -118,6 +130,11 @@ type Config struct {
 	Serial SerialTransport
 	// Logger receives link errors (default slog.Default).
 	Logger *slog.Logger
+	// MaxConnsPerInstance caps the link connections one instance holds open
+	// at once, over all its links, so one guest cannot exhaust the daemon's
+	// file descriptors: a connection over the cap is closed as soon as it
+	// is accepted. Zero or less means DefaultMaxConnsPerInstance.
+	MaxConnsPerInstance int
 }
 
 // Host is the host side of all guest links. It is a net.Listener: Accept
@@ -147,6 +164,21 @@ type attachment struct {
 	path    string        // hybrid: the socket path
 	session SerialSession // serial
 	done    chan struct{}
+	failed  chan struct{} // closed when the accept loop stopped on an error
+
+	live    atomic.Int64 // connections handed on and not yet closed
+	overCap atomic.Bool  // the last connection was refused by the cap
+}
+
+// dead reports whether the attachment's accept loop stopped on an error, so
+// the link no longer takes connections.
+func (a *attachment) dead() bool {
+	select {
+	case <-a.failed:
+		return true
+	default:
+		return false
+	}
 }
 
 // New picks the daemon's link port (random in MinPort..MaxPort, new at every
@@ -167,6 +199,9 @@ func New(cfg Config) (*Host, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxConnsPerInstance <= 0 {
+		cfg.MaxConnsPerInstance = DefaultMaxConnsPerInstance
 	}
 	h := &Host{
 		cfg:      cfg,
@@ -273,7 +308,8 @@ func (h *Host) Close() error {
 // listens on hybrid.HostPath(ep.Path, Port()) (mode 0600); for vsock it maps
 // the guest CID to the instance; for serial it opens the session. Attaching
 // again with the same endpoint does nothing; with another endpoint it
-// replaces the old link. A link kind the host cannot serve is
+// replaces the old link; a link that stopped accepting on an error is
+// re-created. A link kind the host cannot serve is
 // errdefs.ErrNotSupported.
 func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 	if uuid == "" || ep == nil {
@@ -290,12 +326,12 @@ func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 	old := h.attached[uuid]
 	h.mu.Unlock()
 	if old != nil {
-		if old.ep == *ep {
+		if old.ep == *ep && !old.dead() {
 			return nil
 		}
 		h.detach(uuid)
 	}
-	a := &attachment{uuid: uuid, ep: *ep, done: make(chan struct{})}
+	a := &attachment{uuid: uuid, ep: *ep, done: make(chan struct{}), failed: make(chan struct{})}
 	id := Identity{InstanceUUID: uuid, Link: ep.Kind}
 	switch ep.Kind {
 	case sdk.LinkHybrid:
@@ -435,39 +471,66 @@ func listenUnix(path string) (net.Listener, error) {
 	return ln, nil
 }
 
-// acceptFrom hands every connection accept returns on, tied to id, until it
-// fails or the attachment ends.
+// acceptFrom hands every connection accept returns on, tied to id, until
+// the attachment ends or accept fails for good. After a temporary error
+// (EMFILE and the like) it backs off and retries; after any other it marks
+// the attachment failed, so the next Attach re-creates it.
 func (h *Host) acceptFrom(a *attachment, accept func() (net.Conn, error), id Identity) {
 	defer h.wg.Done()
+	delay := time.Duration(0)
 	for {
 		c, err := accept()
 		if err != nil {
 			select {
 			case <-a.done:
+				return
 			case <-h.done:
+				return
 			default:
-				h.cfg.Logger.Warn("linkhost: link stopped accepting", "instance", id.InstanceUUID, "link", id.Link, "err", err)
 			}
+			if temporary(err) {
+				delay = nextBackoff(delay)
+				h.cfg.Logger.Debug("linkhost: temporary accept error, retrying", "instance", id.InstanceUUID, "link", id.Link, "err", err, "in", delay)
+				if !h.sleep(delay, a.done) {
+					return
+				}
+				continue
+			}
+			h.cfg.Logger.Warn("linkhost: link stopped accepting", "instance", id.InstanceUUID, "link", id.Link, "err", err)
+			close(a.failed)
 			return
 		}
-		h.hand(WithIdentity(c, id), a.done)
+		delay = 0
+		h.admit(a, c, id)
 	}
 }
 
 // acceptVsock accepts on the vsock listener and ties each connection to the
-// instance its peer CID was attached with; others are closed.
+// instance its peer CID was attached with; others are closed. Temporary
+// errors are retried with backoff: the listener serves every guest.
 func (h *Host) acceptVsock() {
 	defer h.wg.Done()
+	delay := time.Duration(0)
 	for {
 		c, err := h.vsock.Accept()
 		if err != nil {
 			select {
 			case <-h.done:
+				return
 			default:
-				h.cfg.Logger.Error("linkhost: vsock listener failed", "err", err)
 			}
+			if temporary(err) {
+				delay = nextBackoff(delay)
+				h.cfg.Logger.Debug("linkhost: temporary vsock accept error, retrying", "err", err, "in", delay)
+				if !h.sleep(delay, nil) {
+					return
+				}
+				continue
+			}
+			h.cfg.Logger.Error("linkhost: vsock listener failed", "err", err)
 			return
 		}
+		delay = 0
 		addr, ok := c.RemoteAddr().(*vsock.Addr)
 		h.mu.Lock()
 		var a *attachment
@@ -480,7 +543,61 @@ func (h *Host) acceptVsock() {
 			c.Close()
 			continue
 		}
-		h.hand(WithIdentity(c, Identity{InstanceUUID: a.uuid, Link: sdk.LinkVsock}), a.done)
+		h.admit(a, c, Identity{InstanceUUID: a.uuid, Link: sdk.LinkVsock})
+	}
+}
+
+// admit hands c on tied to id, unless the instance already holds
+// Config.MaxConnsPerInstance connections: then c is closed at once, and the
+// first refusal of a burst is logged.
+func (h *Host) admit(a *attachment, c net.Conn, id Identity) {
+	if a.live.Add(1) > int64(h.cfg.MaxConnsPerInstance) {
+		a.live.Add(-1)
+		c.Close()
+		if !a.overCap.Swap(true) {
+			h.cfg.Logger.Warn("linkhost: instance holds too many link connections, closing new ones", "instance", id.InstanceUUID, "link", id.Link, "max", h.cfg.MaxConnsPerInstance)
+		}
+		return
+	}
+	a.overCap.Store(false)
+	lc := WithIdentity(c, id)
+	lc.release = func() { a.live.Add(-1) }
+	h.hand(lc, a.done)
+}
+
+// temporary reports whether an accept error may go away by itself (out of
+// file descriptors or memory, an aborted or interrupted accept, a timeout).
+func temporary(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR, syscall.EAGAIN, syscall.EPROTO} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// nextBackoff doubles the delay after a temporary error, from
+// minAcceptBackoff up to maxAcceptBackoff.
+func nextBackoff(d time.Duration) time.Duration {
+	return min(max(2*d, minAcceptBackoff), maxAcceptBackoff)
+}
+
+// sleep waits d, and reports false when the Host closed or stop was closed
+// first.
+func (h *Host) sleep(d time.Duration, stop <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-stop:
+		return false
+	case <-h.done:
+		return false
 	}
 }
 

@@ -2,6 +2,7 @@ package linkhost
 
 import (
 	"net"
+	"sync"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
@@ -19,6 +20,19 @@ type Identity struct {
 type Conn struct {
 	net.Conn
 	Identity Identity
+
+	release     func() // frees the connection's slot of its instance's cap
+	releaseOnce sync.Once
+}
+
+// Close closes the connection and frees its place among the instance's
+// link connections (Config.MaxConnsPerInstance).
+func (c *Conn) Close() error {
+	err := c.Conn.Close()
+	if c.release != nil {
+		c.releaseOnce.Do(c.release)
+	}
+	return err
 }
 
 // WithIdentity ties c to id. Tests and in-process callers (benchmarks serving
