@@ -115,8 +115,38 @@ type Service struct {
 	cfg Config
 
 	mu       sync.Mutex
-	monitors map[string]*monitor // by instance UUID
+	monitors map[string]*monitor      // by instance UUID
+	ops      map[string]*instanceLock // by instance UUID, while in use
 	closed   bool
+}
+
+// instanceLock serialises GuestRunning and GuestStopped of one instance, so
+// its link is attached and detached in the order the calls came, without
+// holding Service.mu (and stalling every other instance) while attaching.
+type instanceLock struct {
+	mu   sync.Mutex
+	refs int // guarded by Service.mu
+}
+
+// lockInstance takes the instance's lock and returns its release.
+func (s *Service) lockInstance(uuid string) (unlock func()) {
+	s.mu.Lock()
+	l := s.ops[uuid]
+	if l == nil {
+		l = &instanceLock{}
+		s.ops[uuid] = l
+	}
+	l.refs++
+	s.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(s.ops, uuid)
+		}
+		s.mu.Unlock()
+	}
 }
 
 var (
@@ -149,7 +179,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Service{cfg: cfg, monitors: map[string]*monitor{}}, nil
+	return &Service{cfg: cfg, monitors: map[string]*monitor{}, ops: map[string]*instanceLock{}}, nil
 }
 
 // Advertisement returns what the daemon advertises to the agent of inst:
@@ -192,10 +222,15 @@ func (s *Service) GuestFiles(_ context.Context, inst *instance.Instance) ([]sdk.
 // GuestRunning attaches the instance's link, starts its monitor (or keeps the
 // running one) and advertises the daemon right away, which covers a daemon
 // restart: the agent learns the new port and re-declares its state.
+// Attaching (which may wait seconds for a serial link) holds only this
+// instance's lock: other instances' monitors carry on meanwhile.
 func (s *Service) GuestRunning(inst *instance.Instance, ep *sdk.LinkEndpoint) {
+	unlock := s.lockInstance(inst.UUID)
+	defer unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
 		return
 	}
 	if ep != nil {
@@ -203,6 +238,14 @@ func (s *Service) GuestRunning(inst *instance.Instance, ep *sdk.LinkEndpoint) {
 			s.cfg.Logger.Error("agentmon: attaching link", "instance", inst.Name, "kind", ep.Kind, "err", err)
 		}
 	}
+	s.mu.Lock()
+	if s.closed {
+		// Close ran while attaching and detached only what it knew of.
+		s.mu.Unlock()
+		s.cfg.Links.Detach(inst.UUID)
+		return
+	}
+	defer s.mu.Unlock()
 	if m := s.monitors[inst.UUID]; m != nil {
 		m.requestAdvert(true)
 		return
@@ -218,8 +261,11 @@ func (s *Service) GuestRunning(inst *instance.Instance, ep *sdk.LinkEndpoint) {
 	m.requestAdvert(true)
 }
 
-// GuestStopped stops the instance's monitor and closes its link.
+// GuestStopped stops the instance's monitor and closes its link. It waits
+// for a GuestRunning of the instance under way, so the link ends detached.
 func (s *Service) GuestStopped(inst *instance.Instance) {
+	unlock := s.lockInstance(inst.UUID)
+	defer unlock()
 	s.mu.Lock()
 	m := s.monitors[inst.UUID]
 	delete(s.monitors, inst.UUID)
