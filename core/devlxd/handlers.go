@@ -127,11 +127,14 @@ func DecodeState(body []byte) (ready bool, err error) {
 }
 
 func (s *Server) patchState(c *fiber.Ctx) error {
+	inst := callerOf(c)
+	if !s.stateLimits.allow(inst.UUID) {
+		return sendError(c, http.StatusTooManyRequests, "")
+	}
 	ready, err := DecodeState(c.Body())
 	if err != nil {
 		return sendError(c, http.StatusBadRequest, err.Error())
 	}
-	inst := callerOf(c)
 	id := c.Locals(localsIdentity).(linkhost.Identity)
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()

@@ -53,6 +53,8 @@ const (
 	DefaultIdleTimeout       = 30 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultBodyLimit         = 64 << 10
+	DefaultStateRate         = 10
+	DefaultStateBurst        = 20
 	requestTimeout           = 30 * time.Second
 )
 
@@ -78,6 +80,13 @@ type Config struct {
 	// BodyLimit is the largest request body accepted, in bytes (default
 	// 64 KiB); larger bodies are answered 413.
 	BodyLimit int
+	// StateRate is how many PATCH /1.0 (state changes) per second one
+	// instance may send over time, and StateBurst how many at once (default
+	// 10 per second, bursts of 20). Each accepted one is recorded (an event,
+	// a timeline entry), so a guest must not send them unbounded: those over
+	// the limit are answered 429 Too Many Requests.
+	StateRate  float64
+	StateBurst int
 	// Now is the clock used to check certificate validity (default time.Now).
 	Now func() time.Time
 	// Logger receives errors of the listener (default slog.Default).
@@ -87,12 +96,13 @@ type Config struct {
 // Server serves the devlxd API. Create it with New, feed it connections with
 // Serve or ServeConn, stop it with Shutdown.
 type Server struct {
-	cfg   Config
-	tls   *tls.Config
-	app   *fiber.App
-	queue *connQueue
-	done  chan struct{} // closed when the HTTP server returned
-	once  sync.Once
+	cfg         Config
+	stateLimits *rateLimiter // PATCH /1.0 by instance UUID
+	tls         *tls.Config
+	app         *fiber.App
+	queue       *connQueue
+	done        chan struct{} // closed when the HTTP server returned
+	once        sync.Once
 }
 
 // New returns a running Server that serves the connections handed to it.
@@ -125,11 +135,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.StateRate <= 0 {
+		cfg.StateRate = DefaultStateRate
+	}
+	if cfg.StateBurst <= 0 {
+		cfg.StateBurst = DefaultStateBurst
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	s := &Server{
-		cfg: cfg,
+		cfg:         cfg,
+		stateLimits: newRateLimiter(cfg.StateRate, cfg.StateBurst, time.Now),
 		tls: &tls.Config{
 			Certificates: []tls.Certificate{cfg.Certificate},
 			// The certificate is checked per request against the agent

@@ -428,6 +428,37 @@ func TestPatchState(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// TestPatchStateRateLimit checks that an instance sending state changes
+// faster than the limit is answered 429 without them being recorded, and
+// that other instances keep their own allowance.
+func TestPatchStateRateLimit(t *testing.T) {
+	const burst = 3
+	// Practically no refill within the test: one token per 1,000 s.
+	e := newEnv(t, func(c *Config) { c.StateRate, c.StateBurst = 0.001, burst })
+	a := e.client(uuidA, e.agents["a"])
+	b := e.client(uuidB, e.agents["b"])
+	for i := range burst {
+		if got := do(t, a, "PATCH", "/1.0", `{"state":"Ready"}`); got != sync200("null") {
+			t.Fatalf("PATCH %d within the burst: %d %q", i+1, got.status, got.body)
+		}
+	}
+	before := len(e.insts.readyCalls())
+	for _, body := range []string{`{"state":"Ready"}`, `{"state":"Started"}`, `garbage`} {
+		if got, want := do(t, a, "PATCH", "/1.0", body), fail(429, "Too Many Requests"); got != want {
+			t.Fatalf("PATCH %s over the limit: %d %q, want %d %q", body, got.status, got.body, want.status, want.body)
+		}
+	}
+	if n := len(e.insts.readyCalls()) - before; n != 0 {
+		t.Fatalf("SetReady called %d times over the limit", n)
+	}
+	if got := do(t, a, "GET", "/1.0", ""); got.status != 200 {
+		t.Fatalf("GET /1.0 over the PATCH limit: %d %q", got.status, got.body)
+	}
+	if got := do(t, b, "PATCH", "/1.0", `{"state":"Ready"}`); got != sync200("null") {
+		t.Fatalf("another instance's PATCH: %d %q", got.status, got.body)
+	}
+}
+
 func TestBodyLimit(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.BodyLimit = 1024 })
 	a := e.client(uuidA, e.agents["a"])
