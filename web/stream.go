@@ -121,38 +121,46 @@ func writeMessage(w *bufio.Writer, name string, id int64, data []byte) {
 }
 
 // fragmentCache renders each event's fragments once, however many pages are
-// open: the rendering of the most recent events is kept by id.
+// open: the first stream to need an event renders it while the others wait
+// for that rendering, and the most recent renderings are kept by id.
 type fragmentCache struct {
 	d    *Dashboard
 	size int
 	mu   sync.Mutex
-	byID map[int64][]byte
+	byID map[int64]*rendering
 	ids  []int64
 }
 
+// rendering is one event's fragments; ready is closed once b is set.
+type rendering struct {
+	ready chan struct{}
+	b     []byte
+}
+
 func newFragmentCache(d *Dashboard, size int) *fragmentCache {
-	return &fragmentCache{d: d, size: size, byID: make(map[int64][]byte)}
+	return &fragmentCache{d: d, size: size, byID: make(map[int64]*rendering)}
 }
 
 func (fc *fragmentCache) get(ev events.Event) []byte {
 	fc.mu.Lock()
-	if b, ok := fc.byID[ev.ID]; ok {
+	if r, ok := fc.byID[ev.ID]; ok {
 		fc.mu.Unlock()
-		return b
+		<-r.ready
+		return r.b
+	}
+	r := &rendering{ready: make(chan struct{})}
+	fc.byID[ev.ID] = r
+	fc.ids = append(fc.ids, ev.ID)
+	if len(fc.ids) > fc.size {
+		delete(fc.byID, fc.ids[0])
+		fc.ids = fc.ids[1:]
 	}
 	fc.mu.Unlock()
-	b := fc.d.renderEvent(ev)
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	if _, ok := fc.byID[ev.ID]; !ok {
-		fc.byID[ev.ID] = b
-		fc.ids = append(fc.ids, ev.ID)
-		if len(fc.ids) > fc.size {
-			delete(fc.byID, fc.ids[0])
-			fc.ids = fc.ids[1:]
-		}
-	}
-	return b
+	func() {
+		defer close(r.ready) // never leave the other streams waiting
+		r.b = fc.d.renderEvent(ev)
+	}()
+	return r.b
 }
 
 // renderEvent renders the out-of-band fragments for one lifecycle event.

@@ -150,6 +150,7 @@ func TestStreamUpdates(t *testing.T) {
 		{"row time to ready", `tr#row-web1 [data-testid="time-to-ready"]`, "", "1.2s"},
 		{"page badges", `#badges-web1`, "hx-swap-oob", "true"},
 		{"page status", `#badges-web1 #istatus-web1`, "data-value", "Ready"},
+		{"page time to ready", `#badges-web1 [data-testid="badge-time-to-ready"]`, "", "ready in 1.2s"},
 		{"timeline", `ol:has([data-testid="timeline-entry"])`, "hx-swap-oob", "afterbegin:#timeline-web1"},
 		{"timeline kind", `[data-testid="timeline-entry"]`, "data-kind", "ready"},
 		{"timeline boot", `[data-testid="timeline-entry"]`, "data-boot", "2"},

@@ -49,7 +49,8 @@
     var total = document.getElementById("instances-total");
     var rows = document.getElementById("instance-rows");
     if (!total || !rows || !total.hasAttribute("data-live-count")) return;
-    total.textContent = rows.querySelectorAll('[data-testid="instance-row"]').length + " instances";
+    var n = rows.querySelectorAll('[data-testid="instance-row"]').length;
+    total.textContent = n + (n === 1 ? " instance" : " instances");
   }
 
   // Live lists keep their newest entries only.

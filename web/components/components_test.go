@@ -319,3 +319,14 @@ func TestLiveFragments(t *testing.T) {
 		t.Error("a page row carries hx-swap-oob")
 	}
 }
+
+func TestPlural(t *testing.T) {
+	for n, want := range map[int]string{0: "0 instances", 1: "1 instance", 2: "2 instances", 10000: "10000 instances"} {
+		t.Run(want, func(t *testing.T) {
+			doc := render(t, InstancesPage(InstancesData{Total: n, Pages: 1, Filter: Filter{Sort: "name", Page: 1}}))
+			if got := doc.Find(`[data-testid="total"]`).Text(); got != want {
+				t.Errorf("total %q, want %q", got, want)
+			}
+		})
+	}
+}

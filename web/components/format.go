@@ -174,6 +174,14 @@ func SortedKeys[V any](m map[string]V) []string {
 // are DNS labels, so they are safe in ids as they are.
 func DOMID(prefix, name string) string { return prefix + "-" + name }
 
+// Plural returns "1 instance", "2 instances", "0 instances".
+func Plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
 // FilterFields returns the query fields of f that differ from the defaults
 // (sort by name, first page), in a fixed order.
 func FilterFields(f Filter) [][2]string {

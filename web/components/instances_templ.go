@@ -247,15 +247,15 @@ func InstancesPage(d InstancesData) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var7 string
-			templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(strconv.Itoa(d.Total))
+			templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(Plural(d.Total, "instance"))
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `instances.templ`, Line: 72, Col: 311}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `instances.templ`, Line: 72, Col: 317}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var7))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, " instances</span></div><div class=\"overflow-x-auto rounded border border-slate-200 bg-white dark:border-slate-800 dark:bg-slate-900\"><table class=\"min-w-full text-sm\" data-testid=\"instances-table\"><caption class=\"sr-only\">Instances, their status and agent state</caption> <thead class=\"bg-slate-100 text-left dark:bg-slate-800\"><tr><th scope=\"col\" class=\"px-3 py-2\"><span class=\"sr-only\">Select</span></th><th scope=\"col\" class=\"px-3 py-2\">Name</th><th scope=\"col\" class=\"px-3 py-2\">Status</th><th scope=\"col\" class=\"px-3 py-2\">Agent</th><th scope=\"col\" class=\"px-3 py-2\">Last heartbeat</th><th scope=\"col\" class=\"px-3 py-2\">Time to ready</th><th scope=\"col\" class=\"px-3 py-2\">Backend</th><th scope=\"col\" class=\"px-3 py-2\">Link</th></tr></thead> <tbody id=\"instance-rows\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, "</span></div><div class=\"overflow-x-auto rounded border border-slate-200 bg-white dark:border-slate-800 dark:bg-slate-900\"><table class=\"min-w-full text-sm\" data-testid=\"instances-table\"><caption class=\"sr-only\">Instances, their status and agent state</caption> <thead class=\"bg-slate-100 text-left dark:bg-slate-800\"><tr><th scope=\"col\" class=\"px-3 py-2\"><span class=\"sr-only\">Select</span></th><th scope=\"col\" class=\"px-3 py-2\">Name</th><th scope=\"col\" class=\"px-3 py-2\">Status</th><th scope=\"col\" class=\"px-3 py-2\">Agent</th><th scope=\"col\" class=\"px-3 py-2\">Last heartbeat</th><th scope=\"col\" class=\"px-3 py-2\">Time to ready</th><th scope=\"col\" class=\"px-3 py-2\">Backend</th><th scope=\"col\" class=\"px-3 py-2\">Link</th></tr></thead> <tbody id=\"instance-rows\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -34,7 +34,7 @@ test("a guest goes connected then Ready live, and stops from its page", async ()
   await waitFor(async () => (await badge(page, "status-web1")) === "Ready", { what: "status badge Ready" });
 
   assert.equal(await page.locator('[data-testid="no-instances"]').isVisible(), false, "the empty-table note hides once a row arrives");
-  await waitFor(async () => (await page.textContent('[data-testid="total"]')) === "1 instances", { what: "the row count to follow the live rows" });
+  await waitFor(async () => (await page.textContent('[data-testid="total"]')) === "1 instance", { what: "the row count to follow the live rows" });
   await page.screenshot({ path: join(root, "docs", "dashboard-instances.png"), fullPage: true });
   await page.emulateMedia({ colorScheme: "dark" });
   await page.screenshot({ path: join(root, "docs", "dashboard-instances-dark.png"), fullPage: true });
