@@ -64,7 +64,7 @@ export async function waitFor(fn, { timeout = 30000, interval = 100, what = "con
 export class Daemon {
   static async start() {
     for (const b of ["guestlinkd", "guestlink", "guestlink-agent", "plugins/sim"]) {
-      if (!existsSync(bin(b))) throw new Error(`${bin(b)} is missing: run make build first`);
+      if (!existsSync(bin(b))) throw new Error(`${bin(b)} is missing: run make build first (or point GUESTLINK_BIN at a built bin/)`);
     }
     const d = new Daemon();
     Daemon.current = d;
@@ -147,7 +147,9 @@ export class Daemon {
 }
 
 export async function browser() {
-  return chromium.launch({ executablePath: process.env.CHROMIUM || "/usr/bin/chromium", args: CHROMIUM_FLAGS });
+  const exe = process.env.CHROMIUM || "/usr/bin/chromium";
+  if (!existsSync(exe)) throw new Error(`${exe} is missing: install Debian's chromium (make deps) or set CHROMIUM`);
+  return chromium.launch({ executablePath: exe, args: CHROMIUM_FLAGS, timeout: 60000 });
 }
 
 /**
