@@ -43,6 +43,7 @@ type options struct {
 	logger      *slog.Logger
 	maxBatch    int
 	busyTimeout time.Duration
+	keep        retention
 }
 
 // Option changes how Open opens a Store.
@@ -57,6 +58,25 @@ func WithStateDir(dir string) Option { return func(o *options) { o.stateDir = di
 // statements (warn) and failed statements (debug). Without it the Store
 // logs nothing.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithRetention sets how much history the Store keeps: the newest
+// timelinePerInstance timeline entries of each instance (default
+// DefaultTimelineRetention) and the newest events (default
+// DefaultEventRetention). Older ones are deleted by the writer in the
+// background, a few appends past each limit (a tenth of it), so the tables
+// stay bounded whatever guests make the daemon record; an event subscriber
+// resuming from a pruned id gets the oldest events kept. Zero or less keeps
+// a default.
+func WithRetention(timelinePerInstance, events int) Option {
+	return func(o *options) {
+		if timelinePerInstance > 0 {
+			o.keep.timeline = timelinePerInstance
+		}
+		if events > 0 {
+			o.keep.events = events
+		}
+	}
+}
 
 // WithMaxBatch sets how many queued write calls the group-commit writer may
 // commit in one transaction (default 256; 1 disables batching).
@@ -99,7 +119,8 @@ func DefaultURL(stateDir string) string {
 // synchronous=FULL, so a nil return from a write means the change survives
 // a crash of the process or of the machine.
 func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
-	o := options{maxBatch: 256, busyTimeout: 10 * time.Second}
+	o := options{maxBatch: 256, busyTimeout: 10 * time.Second,
+		keep: retention{timeline: DefaultTimelineRetention, events: DefaultEventRetention}}
 	for _, opt := range opts {
 		opt(&o)
 	}

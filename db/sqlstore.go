@@ -67,7 +67,7 @@ func newStore(ctx context.Context, rdb, wdb *gorm.DB, engine, name string, o *op
 		return nil, fmt.Errorf("opening database %q: %w", name, err)
 	}
 	s := &sqlStore{db: rdb, wdb: wdb, engine: engine, name: name, log: o.logger, prep: prep}
-	s.w = newWriter(wdb, engine, o.maxBatch, o.logger)
+	s.w = newWriter(wdb, engine, o.maxBatch, o.keep, o.logger)
 	if o.logger != nil {
 		o.logger.Info("database opened", "engine", engine, "database", name)
 	}
@@ -219,7 +219,7 @@ func (s *sqlStore) UpdateInstanceWithTimeline(ctx context.Context, in *Instance,
 		return fmt.Errorf("updating instance %q: %w", in.Name, err)
 	}
 	normalize(in)
-	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
+	err := s.w.doAppend(ctx, false, entryInstances(entries), func(tx *gorm.DB) error {
 		if err := updateInstance(tx, in); err != nil {
 			return err
 		}
@@ -273,6 +273,18 @@ func prepareEntries(entries []*TimelineEntry, instanceID int64) error {
 	return nil
 }
 
+// entryInstances returns the instance id of each entry.
+func entryInstances(entries []*TimelineEntry) []int64 {
+	if len(entries) == 0 {
+		return nil
+	}
+	ids := make([]int64, len(entries))
+	for i, e := range entries {
+		ids[i] = e.InstanceID
+	}
+	return ids
+}
+
 func resetEntries(entries []*TimelineEntry) {
 	for _, e := range entries {
 		if e != nil {
@@ -289,7 +301,7 @@ func (s *sqlStore) AppendTimeline(ctx context.Context, entries ...*TimelineEntry
 	if err := prepareEntries(entries, 0); err != nil {
 		return fmt.Errorf("appending to timeline: %w", err)
 	}
-	err := s.w.do(ctx, false, func(tx *gorm.DB) error { return s.prep.insertEntries(tx, entries) })
+	err := s.w.doAppend(ctx, false, entryInstances(entries), func(tx *gorm.DB) error { return s.prep.insertEntries(tx, entries) })
 	if err != nil {
 		resetEntries(entries)
 		return fmt.Errorf("appending to timeline of instance %d: %w", entries[0].InstanceID, translate(err))

@@ -12,10 +12,11 @@ import (
 // writeOp is one queued write call: fn runs inside the batch's transaction
 // and must be safe to run again (after a failed batch it runs alone).
 type writeOp struct {
-	ctx    context.Context
-	events bool // appends events: takes the event lock on PostgreSQL
-	fn     func(tx *gorm.DB) error
-	done   chan error
+	ctx      context.Context
+	events   bool    // appends events: takes the event lock on PostgreSQL
+	timeline []int64 // the instance of each timeline entry it appends
+	fn       func(tx *gorm.DB) error
+	done     chan error
 }
 
 // writer is the group-commit writer: every write of a Store goes through
@@ -36,16 +37,23 @@ type writer struct {
 	closed  bool
 	ops     chan *writeOp
 	stopped chan struct{}
+
+	keep retention
+	// Appends committed since the last prune; used only by the goroutine.
+	newEvents   int
+	newTimeline map[int64]int // by instance id
 }
 
-func newWriter(db *gorm.DB, engine string, maxBatch int, log *slog.Logger) *writer {
+func newWriter(db *gorm.DB, engine string, maxBatch int, keep retention, log *slog.Logger) *writer {
 	w := &writer{
-		db:       db,
-		engine:   engine,
-		maxBatch: maxBatch,
-		log:      log,
-		ops:      make(chan *writeOp, maxBatch),
-		stopped:  make(chan struct{}),
+		db:          db,
+		engine:      engine,
+		maxBatch:    maxBatch,
+		log:         log,
+		ops:         make(chan *writeOp, maxBatch),
+		stopped:     make(chan struct{}),
+		keep:        keep,
+		newTimeline: map[int64]int{},
 	}
 	go w.loop()
 	return w
@@ -54,10 +62,16 @@ func newWriter(db *gorm.DB, engine string, maxBatch int, log *slog.Logger) *writ
 // do queues fn and returns once the transaction holding it committed (nil)
 // or failed. A call whose ctx ends before its batch starts is not run.
 func (w *writer) do(ctx context.Context, events bool, fn func(tx *gorm.DB) error) error {
+	return w.doAppend(ctx, events, nil, fn)
+}
+
+// doAppend is do for a call that appends timeline entries, one for each
+// instance id in timeline (repeated per entry), so the writer can prune.
+func (w *writer) doAppend(ctx context.Context, events bool, timeline []int64, fn func(tx *gorm.DB) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	op := &writeOp{ctx: ctx, events: events, fn: fn, done: make(chan error, 1)}
+	op := &writeOp{ctx: ctx, events: events, timeline: timeline, fn: fn, done: make(chan error, 1)}
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()
@@ -123,9 +137,13 @@ func (w *writer) commit(batch []*writeOp) {
 	if len(live) == 0 {
 		return
 	}
+	defer w.prune()
 	err := w.run(live)
 	if err == nil || len(live) == 1 {
 		for _, op := range live {
+			if err == nil {
+				w.account(op)
+			}
 			op.done <- err
 		}
 		return
@@ -138,7 +156,11 @@ func (w *writer) commit(batch []*writeOp) {
 			op.done <- err
 			continue
 		}
-		op.done <- w.run([]*writeOp{op})
+		err := w.run([]*writeOp{op})
+		if err == nil {
+			w.account(op)
+		}
+		op.done <- err
 	}
 }
 
