@@ -20,9 +20,9 @@ import (
 // its precise status and message, and nothing changes.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
+	d := newDaemon(t) // first: it may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	d := newDaemon(t)
 	const name = "bad-ok"
 	d.launch(ctx, name, map[string]string{"user.keep": "1"}, nil)
 	before := snapshot(ctx, t, d)

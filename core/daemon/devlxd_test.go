@@ -43,9 +43,9 @@ var macRE = regexp.MustCompile(`^([0-9a-f]{2}:){5}[0-9a-f]{2}$`)
 // curl byte for byte, and with cloud-init's own LXD datasource.
 func TestDevlxd(t *testing.T) {
 	t.Parallel()
+	d := newDaemon(t) // first: it may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	d := newDaemon(t)
 	const name = "devlxd1"
 	g := d.launch(ctx, name, map[string]string{
 		"user.x":                   userX,
@@ -271,9 +271,9 @@ func readAll(resp *http.Response) (string, error) {
 // link meanwhile.
 func TestDevlxdToggle(t *testing.T) {
 	t.Parallel()
+	d := newDaemon(t) // first: it may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	d := newDaemon(t)
 	const name = "toggle1"
 	g := d.launch(ctx, name, map[string]string{"user.k": "v"}, nil)
 	link := newLinkClient(t, g, g)
@@ -314,9 +314,9 @@ func TestDevlxdToggle(t *testing.T) {
 // the config event from the guest's raw /1.0/events stream.
 func TestConfigPush(t *testing.T) {
 	t.Parallel()
+	d := newDaemon(t) // first: it may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	d := newDaemon(t)
 	const name = "push1"
 	g := d.launch(ctx, name, nil, nil)
 
@@ -379,9 +379,9 @@ func TestConfigPush(t *testing.T) {
 // guest's link: the daemon answers 401.
 func TestAgentCertIsolation(t *testing.T) {
 	t.Parallel()
+	d := newDaemon(t) // first: it may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	d := newDaemon(t)
 	a := d.launch(ctx, "iso-a", nil, nil)
 	b := d.launch(ctx, "iso-b", nil, nil)
 
@@ -448,9 +448,9 @@ func selfSigned(t *testing.T) tls.Certificate {
 // agent certificate over its hybrid link and sends GET /1.0 on each at once.
 func TestThousandConnections(t *testing.T) {
 	t.Parallel()
+	d := newDaemon(t) // first: it may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	d := newDaemon(t)
 	const name = "many1"
 	g := d.launch(ctx, name, nil, nil)
 	link := newLinkClient(t, g, g)

@@ -338,7 +338,9 @@ func (g *guest) agentDir() string { return filepath.Join(g.root, "run", "guestli
 // waits until the agent is connected.
 func (d *daemonProc) launch(ctx context.Context, name string, config map[string]string, devices map[string]map[string]string) *guest {
 	d.t.Helper()
-	if _, err := d.client.Create(ctx, wire.InstancesPost{Name: name, Backend: "sim", Config: config, Devices: devices, Start: true}); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, agentTimeout)
+	defer cancel()
+	if _, err := d.client.Create(cctx, wire.InstancesPost{Name: name, Backend: "sim", Config: config, Devices: devices, Start: true}); err != nil {
 		d.t.Fatalf("launching %s: %v", name, err)
 	}
 	inst := d.waitInstance(ctx, name, "agent connected", agentTimeout, func(i *wire.Instance) bool {

@@ -177,9 +177,9 @@ func inOrder(got, want []string) bool {
 // guest is Ready again only once it declares it.
 func TestRestartClearsReady(t *testing.T) {
 	t.Parallel()
+	d := newDaemon(t) // first: it may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	d := newDaemon(t)
 	const name = "reboot1"
 	rec := d.record(name)
 	g := d.launch(ctx, name, nil, nil)
@@ -212,9 +212,9 @@ func TestRestartClearsReady(t *testing.T) {
 // restarts it on the same state directory.
 func TestDaemonKilled(t *testing.T) {
 	t.Parallel()
+	d := newDaemon(t) // first: it may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	d := newDaemon(t)
 	const name = "crash1"
 	rec := d.record(name)
 	g := d.launch(ctx, name, nil, nil)
@@ -292,9 +292,9 @@ func waitGone(ctx context.Context, t *testing.T, what string, cond func() bool) 
 // the daemon restarts the plugin and recovers them.
 func TestPluginKilled(t *testing.T) {
 	t.Parallel()
+	d := newDaemon(t) // first: it may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	d := newDaemon(t)
 	const name = "plug1"
 	g := d.launch(ctx, name, nil, nil)
 	agentCommand(ctx, t, g, "ready")
@@ -359,9 +359,9 @@ func simBackend(ctx context.Context, t *testing.T, d *daemonProc) wire.Backend {
 // daemon declares it lost after three missed heartbeats.
 func TestAgentKilled(t *testing.T) {
 	t.Parallel()
+	d := newDaemon(t) // first: it may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	d := newDaemon(t)
 	const name = "lost1"
 	rec := d.record(name)
 	// The agent is not the guest's main process, so the guest outlives it.
@@ -390,9 +390,9 @@ func TestAgentKilled(t *testing.T) {
 // previous boot is not resurrected when the daemon restarts afterwards.
 func TestGuestReboot(t *testing.T) {
 	t.Parallel()
+	d := newDaemon(t) // first: it may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	d := newDaemon(t)
 	const name = "reset1"
 	rec := d.record(name)
 	g := d.launch(ctx, name, nil, nil)
