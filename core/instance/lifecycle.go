@@ -105,7 +105,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	}
 	h, err := b.Create(ctx, specOf(rec, nil))
 	if err != nil {
-		return nil, wrap(fmt.Errorf("backend %q: %w", backend, err))
+		return nil, wrap(err) // the plugin host names the backend
 	}
 	rec.Handle = h
 	if err := m.store.CreateInstance(ctx, rec); err != nil {
@@ -258,7 +258,7 @@ func (m *Manager) start(ctx context.Context, e *entry, by events.Requestor, acti
 	if err != nil {
 		bad := errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, errdefs.ErrNotSupported) ||
 			errors.Is(err, sdk.ErrInvalid) || errors.Is(err, sdk.ErrNotSupported)
-		return fail(fmt.Errorf("backend %q: %w", rec.Backend, err), !bad)
+		return fail(err, !bad)
 	}
 	if gs == nil {
 		gs = &sdk.GuestState{Status: sdk.StatusRunning}
@@ -410,7 +410,7 @@ func (m *Manager) stop(ctx context.Context, e *entry, opts StopOptions, by event
 			if pending != nil {
 				m.guestExited(context.WithoutCancel(ctx), e, *pending)
 			}
-			return fmt.Errorf("backend %q: %w", rec.Backend, err)
+			return err
 		}
 		if gs == nil {
 			gs = &sdk.GuestState{Status: sdk.StatusStopped}
@@ -523,7 +523,7 @@ func (m *Manager) Delete(ctx context.Context, name string, force bool, by events
 			}
 		}
 		if err := b.Delete(ctx, rec.Handle); err != nil && !isNotFound(err) {
-			return wrap(fmt.Errorf("backend %q: %w", rec.Backend, err))
+			return wrap(err)
 		}
 	}
 	e.mu.Lock()
