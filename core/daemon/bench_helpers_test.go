@@ -237,23 +237,6 @@ func benchCreate(ctx context.Context, c *client.Client, prefix string, n, conc i
 	return g.Wait()
 }
 
-// benchStopAll force-stops every running instance, conc at a time.
-func benchStopAll(ctx context.Context, c *client.Client, conc int) error {
-	list, err := c.Instances(ctx, client.InstanceFilter{Status: "Running"})
-	if err != nil {
-		return err
-	}
-	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(conc)
-	for _, inst := range list {
-		g.Go(func() error {
-			_, err := c.SetState(ctx, inst.Name, wire.InstanceStatePut{Action: "stop", Force: true, Timeout: 10})
-			return err
-		})
-	}
-	return g.Wait()
-}
-
 // benchKillUnder SIGKILLs every process of ours whose command line or
 // environment names dir (the VMMs and guests of a benchmark's state
 // directory), so that nothing outlives a benchmark.
