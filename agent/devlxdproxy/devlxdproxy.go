@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"mime"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,6 +25,7 @@ import (
 	"github.com/guestlink/guestlink/agent/eventhub"
 	"github.com/guestlink/guestlink/agent/upstream"
 	"github.com/guestlink/guestlink/link/devlxdapi"
+	"github.com/guestlink/guestlink/link/unixsock"
 )
 
 // Server timeouts and limits (devlxd.md).
@@ -356,13 +356,9 @@ func (s *Server) Start() error {
 	if err := os.Remove(s.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("removing stale devlxd socket %s: %w", s.Path, err)
 	}
-	ln, err := net.Listen("unix", s.Path)
+	ln, err := unixsock.Listen(s.Path, 0o600)
 	if err != nil {
-		return fmt.Errorf("listening on devlxd socket %s: %w", s.Path, err)
-	}
-	if err := os.Chmod(s.Path, 0o600); err != nil {
-		ln.Close()
-		return fmt.Errorf("setting mode of devlxd socket %s: %w", s.Path, err)
+		return fmt.Errorf("listening on devlxd socket: %w", err)
 	}
 	s.Handler.Events.Reopen()
 	srv := &http.Server{

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/link/unixsock"
 )
 
 // SocketMode is the permission of the admin API's Unix socket: the daemon's
@@ -37,14 +38,10 @@ func ListenUnix(path string) (net.Listener, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("listening on %q: %w", path, err)
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	// Created with its mode: a client never finds it wider meanwhile.
+	ln, err := unixsock.Listen(path, SocketMode)
 	if err != nil {
-		return nil, fmt.Errorf("listening on %q: %w", path, err)
-	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(path, SocketMode); err != nil {
-		_ = ln.Close()
-		return nil, fmt.Errorf("setting mode of socket %q: %w", path, err)
+		return nil, err
 	}
 	return ln, nil
 }

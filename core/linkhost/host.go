@@ -19,6 +19,7 @@ import (
 	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/link/hybrid"
 	"github.com/guestlink/guestlink/link/serialmux"
+	"github.com/guestlink/guestlink/link/unixsock"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -460,13 +461,9 @@ func listenUnix(path string) (net.Listener, error) {
 			return nil, fmt.Errorf("removing stale socket %q: %w", path, err)
 		}
 	}
-	ln, err := net.Listen("unix", path)
+	ln, err := unixsock.Listen(path, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("listening on %q: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("restricting %q: %w", path, err)
+		return nil, err
 	}
 	return ln, nil
 }

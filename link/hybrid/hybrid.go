@@ -17,10 +17,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/guestlink/guestlink/link/unixsock"
 )
 
 // MaxLine is the longest handshake line accepted, newline included.
@@ -186,13 +187,9 @@ type Listener struct {
 // Listen listens on the Unix socket udsPath (mode 0600) and starts
 // accepting.
 func Listen(udsPath string) (*Listener, error) {
-	uds, err := net.Listen("unix", udsPath)
+	uds, err := unixsock.Listen(udsPath, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("listening on hybrid vsock %s: %w", udsPath, err)
-	}
-	if err := os.Chmod(udsPath, 0o600); err != nil {
-		uds.Close()
-		return nil, fmt.Errorf("setting mode of hybrid vsock %s: %w", udsPath, err)
+		return nil, fmt.Errorf("listening on hybrid vsock: %w", err)
 	}
 	l := &Listener{
 		uds:   uds,
