@@ -108,12 +108,22 @@ func (c *Client) Close() {
 	c.http.CloseIdleConnections()
 }
 
-// rawResponse is the envelope with its metadata kept raw.
+// rawResponse is the envelope with its metadata kept raw, for error answers.
 type rawResponse struct {
 	Type      string          `json:"type"`
 	ErrorCode int             `json:"error_code"`
 	Error     string          `json:"error"`
 	Metadata  json.RawMessage `json:"metadata"`
+}
+
+// syncResponse is the envelope whose metadata is decoded straight into the
+// caller's value: encoding/json decodes into the pointer an interface holds,
+// so a 2xx answer is parsed once, envelope and metadata in the same pass.
+type syncResponse struct {
+	Type      string `json:"type"`
+	ErrorCode int    `json:"error_code"`
+	Error     string `json:"error"`
+	Metadata  any    `json:"metadata"`
 }
 
 // do sends a request and decodes the answer's metadata into out (if not
@@ -157,33 +167,59 @@ func unwrapURLError(err error) error {
 }
 
 // decodeResponse reads an envelope: an error envelope (or any non-2xx
-// answer) becomes *StatusError, a sync one fills out.
+// answer) becomes *StatusError, a sync one fills out. A 2xx answer is parsed
+// once: the metadata is decoded into out while the envelope is read.
 func decodeResponse(resp *http.Response, what string, out any) error {
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	raw, err := readBody(resp)
 	if err != nil {
 		return fmt.Errorf("reading answer of %s: %w", what, err)
 	}
-	var env rawResponse
+	if resp.StatusCode >= 300 {
+		return statusError(resp.StatusCode, raw)
+	}
+	env := syncResponse{Metadata: out}
+	if out == nil {
+		env.Metadata = &json.RawMessage{} // validated, then dropped
+	}
 	if err := json.Unmarshal(raw, &env); err != nil {
-		if resp.StatusCode >= 300 {
-			return &StatusError{Code: resp.StatusCode, Message: strings.TrimSpace(string(raw))}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && env.Type == wire.TypeError {
+			return statusError(resp.StatusCode, raw)
 		}
 		return fmt.Errorf("decoding answer of %s: %w", what, err)
 	}
-	if resp.StatusCode >= 300 || env.Type == wire.TypeError {
-		code := resp.StatusCode
-		if env.ErrorCode != 0 {
-			code = env.ErrorCode
-		}
-		return &StatusError{Code: code, Message: env.Error}
-	}
-	if out == nil || len(env.Metadata) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(env.Metadata, out); err != nil {
-		return fmt.Errorf("decoding metadata of %s: %w", what, err)
+	if env.Type == wire.TypeError {
+		return statusError(resp.StatusCode, raw)
 	}
 	return nil
+}
+
+// readBody reads an answer's body (at most 64 MiB) into one buffer, sized
+// from Content-Length when the daemon sent one.
+func readBody(resp *http.Response) ([]byte, error) {
+	const limit = 64 << 20
+	if n := resp.ContentLength; n > 0 && n <= limit {
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(resp.Body, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, limit))
+}
+
+// statusError turns an error answer into *StatusError: the envelope's code
+// and message when the body is one, else the HTTP status and the body.
+func statusError(httpCode int, raw []byte) error {
+	var env rawResponse
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return &StatusError{Code: httpCode, Message: strings.TrimSpace(string(raw))}
+	}
+	code := httpCode
+	if env.ErrorCode != 0 {
+		code = env.ErrorCode
+	}
+	return &StatusError{Code: code, Message: env.Error}
 }
 
 // instancePath returns the escaped path of an instance resource.
