@@ -58,11 +58,6 @@ test: deps build guest-image lint check-generated ## run every test (installs wh
 .PHONY: bench
 bench: build ## run the benchmarks named in the issues; figures go to docs/performance.md
 	@ulimit -n "$$(ulimit -Hn)"; set -e; \
-	inotify=$$(cat /proc/sys/fs/inotify/max_user_instances); \
-	if [ "$$inotify" -lt 2048 ] && [ "$$(id -u)" = 0 ]; then \
-	  echo "== fs.inotify.max_user_instances $$inotify -> 2048 for the run (one per sim VMM), restored after"; \
-	  sysctl -qw fs.inotify.max_user_instances=2048; trap "sysctl -qw fs.inotify.max_user_instances=$$inotify" EXIT; \
-	fi; \
 	echo "== store: durable state-change writes (SQLite)"; \
 	$(GO) test -count=1 -vet=off -run '^$$' -bench 'StateChangeWrites/sqlite' -benchtime 3s ./db; \
 	echo "== daemon at 10,000 instances: list, RSS, state changes, cold start"; \

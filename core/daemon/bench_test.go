@@ -19,7 +19,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -374,14 +373,9 @@ func BenchmarkAgentStateEvent(b *testing.B) {
 func BenchmarkReady1000(b *testing.B) {
 	benchRaiseNoFile(b)
 	n := benchSize(b, benchGuestsEnv, 1000)
-	// Each sim VMM holds an inotify instance (port open/close events); the
-	// kernel's per-user default of 128 stops the guests well before 1,000.
-	if data, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances"); err == nil {
-		if limit, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && limit < n+64 {
-			b.Logf("fs.inotify.max_user_instances is %d: sim VMMs need one each, so %d guests may fail to start "+
-				"(\"too many open files\"); raise it with sysctl -w fs.inotify.max_user_instances=%d", limit, n, 2*n)
-		}
-	}
+	// Each sim VMM takes an inotify instance for its port open/close events
+	// while the per-user limit (fs.inotify.max_user_instances, default 128)
+	// allows; the others run without them (ring-data events still flow).
 	bin := benchBinaries(b)
 	d := benchStartDaemon(b, bin, benchNewStateDir(b))
 	ctx, cancel := context.WithCancel(context.Background())

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +18,9 @@ import (
 // "<test binary> vmm <dir>".
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == Subcommand {
+		if os.Getenv(envNoInotify) != "" { // as with fs.inotify.max_user_instances exhausted
+			inotifyInit = func() (int, error) { return -1, syscall.EMFILE }
+		}
 		os.Exit(Main(os.Args[2:]))
 	}
 	os.Exit(m.Run())
@@ -464,6 +468,58 @@ func TestPowerOffKillsEscapedProcesses(t *testing.T) {
 			t.Fatalf("process %s escaped the guest's power-off", pid)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// envNoInotify makes the test binary's VMM fail to get an inotify instance.
+const envNoInotify = "SIMVM_TEST_NO_INOTIFY"
+
+// TestVMMWithoutInotify runs a VMM whose inotify instance cannot be had (the
+// per-user limit reached): it must run, deliver ring data and its events,
+// and say once in its log that port events are off.
+func TestVMMWithoutInotify(t *testing.T) {
+	t.Setenv(envNoInotify, "1")
+	p := vmmDir(t)
+	port := `"$GUESTLINK_ROOT/dev/virtio-ports/com.canonical.lxd"`
+	c, sub := launch(t, p, Config{Name: "g", UUID: "u", Layout: LayoutCurrent, RingSize: 64,
+		Command: `printf 'STARTED\n' > ` + port + `; exec sleep 1000`})
+	cont(t, c)
+	// The guest opened the port, wrote and closed it: the ring-data event
+	// comes, and no port change before it.
+	seen := make(chan []string, 1)
+	go func() {
+		var names []string
+		for {
+			ev, err := sub.Next()
+			if err != nil {
+				seen <- append(names, err.Error())
+				return
+			}
+			names = append(names, ev.Event)
+			if ev.Event == EventRingData {
+				seen <- names
+				return
+			}
+		}
+	}()
+	select {
+	case names := <-seen:
+		if names[len(names)-1] != EventRingData || slices.Contains(names, EventPortChange) {
+			t.Fatalf("events %v, want %s and no %s", names, EventRingData, EventPortChange)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s event", EventRingData)
+	}
+	waitReceived(t, c, 8)
+	if data, err := c.ReadRing(context.Background(), 100); err != nil || string(data) != "STARTED\n" {
+		t.Fatalf("ringbuf-read = %q, %v", data, err)
+	}
+	logData, err := os.ReadFile(p.VMMLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(logData), "running without port open/close events"); n != 1 {
+		t.Fatalf("vmm log says %d times that port events are off, want once:\n%s", n, logData)
 	}
 }
 

@@ -183,7 +183,9 @@ func Run(p Paths, ready *os.File) (err error) {
 
 	go v.acceptLoop()
 	go v.ringLoop()
-	go v.watch.run(v)
+	if v.watch != nil {
+		go v.watch.run(v)
+	}
 
 	rec := v.runGuest()
 	if werr := WriteExitRecord(p, rec); werr != nil {
@@ -229,7 +231,11 @@ func (v *vmm) setup() error {
 	if v.fifo, err = os.OpenFile(v.paths.Port(wired), os.O_RDWR, 0); err != nil {
 		return fmt.Errorf("opening port %s: %w", wired, err)
 	}
-	if v.watch, err = v.watchPort(wired); err != nil {
+	// Port events are optional (ring-data events still flow): without an
+	// inotify instance to spare the guest runs, said once in the log.
+	if v.watch, err = v.watchPort(wired); errors.Is(err, errNoInotify) {
+		log.Printf("%v: running without port open/close events (raise fs.inotify.max_user_instances to have them)", err)
+	} else if err != nil {
 		return err
 	}
 	_ = os.Remove(v.paths.Control())
