@@ -573,7 +573,7 @@ func (b *Backend) ReadRing(ctx context.Context, raw sdk.Handle, max int) ([]byte
 	if max <= 0 {
 		return nil, fmt.Errorf("reading ring buffer of guest %q: size must be greater than zero, got %d: %w", h.ID, max, sdk.ErrInvalid)
 	}
-	data, err := simvm.NewClient(h.paths()).ReadRing(ctx, max)
+	data, err := b.ringReader(h).ReadRing(ctx, max)
 	if errors.Is(err, simvm.ErrNotRunning) {
 		return nil, fmt.Errorf("reading ring buffer of guest %q: not running: %w", h.ID, sdk.ErrConflict)
 	}
@@ -581,6 +581,19 @@ func (b *Backend) ReadRing(ctx context.Context, raw sdk.Handle, max int) ([]byte
 		return nil, fmt.Errorf("reading ring buffer of guest %q: %w", h.ID, err)
 	}
 	return data, nil
+}
+
+// ringReader returns the kept control connection of h's VMM while this
+// process watches it (the guest runs), else a client that dials per read.
+func (b *Backend) ringReader(h *handle) interface {
+	ReadRing(ctx context.Context, size int) ([]byte, error)
+} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w, ok := b.watchers[h.Dir]; ok {
+		return w.ctl
+	}
+	return simvm.NewClient(h.paths())
 }
 
 // LinkEndpoint returns the guest's hybrid link socket.

@@ -17,6 +17,7 @@ import (
 type watcher struct {
 	h    *handle
 	sub  *simvm.Subscription
+	ctl  *simvm.Conn // kept control connection for ReadRing, closed with the watch
 	done chan struct{}
 	// closed is set by Close: the subscription ends because this process
 	// lets go of the VMM, not because the VMM went away.
@@ -45,7 +46,7 @@ func (b *Backend) watch(ctx context.Context, h *handle) error {
 	if err != nil {
 		return err
 	}
-	w := &watcher{h: h, sub: sub, done: make(chan struct{})}
+	w := &watcher{h: h, sub: sub, ctl: simvm.NewConn(h.paths()), done: make(chan struct{})}
 	b.mu.Lock()
 	if old, ok := b.watchers[h.Dir]; ok {
 		select {
@@ -74,6 +75,7 @@ func (b *Backend) forward(w *watcher) {
 		b.mu.Unlock()
 		close(w.done)
 		w.sub.Close()
+		w.ctl.Close()
 	}()
 	exited := false
 	for {

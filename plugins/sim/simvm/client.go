@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -86,6 +87,14 @@ func notRunningOnEOF(err error) error {
 func (s *session) execute(ctx context.Context, command string, args, ret any) error {
 	stop := context.AfterFunc(ctx, func() { s.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
+	if err := s.send(command, args); err != nil {
+		return err
+	}
+	return s.receive(ctx, command, ret)
+}
+
+// send writes one command.
+func (s *session) send(command string, args any) error {
 	req := Request{Execute: command}
 	if args != nil {
 		raw, err := json.Marshal(args)
@@ -98,6 +107,11 @@ func (s *session) execute(ctx context.Context, command string, args, ret any) er
 	if _, err := s.nc.Write(append(data, '\n')); err != nil {
 		return fmt.Errorf("sending %s: %w", command, notRunningOnEOF(err))
 	}
+	return nil
+}
+
+// receive reads the answer of command into ret (nil to ignore it).
+func (s *session) receive(ctx context.Context, command string, ret any) error {
 	var resp Response
 	if err := s.dec.Decode(&resp); err != nil {
 		if ctx.Err() != nil {
@@ -191,3 +205,107 @@ func (sub *Subscription) Next() (*Event, error) {
 
 // Close ends the subscription.
 func (sub *Subscription) Close() error { return sub.s.nc.Close() }
+
+// Conn is a client that keeps its control connection to one running VMM
+// between commands, for frequent short commands such as ringbuf-read: a
+// command takes the idle connection (or dials a new one when another command
+// holds it) and gives it back when done, so Conn is safe for concurrent use.
+// A kept connection the VMM has closed (it exited or restarted) is noticed
+// when the command cannot be sent, and the command is sent once more on a
+// fresh connection; a command that was sent is never repeated, since
+// ringbuf-read consumes what it returns.
+type Conn struct {
+	client Client
+
+	mu     sync.Mutex
+	idle   *session
+	closed bool
+}
+
+// NewConn returns a connection-keeping client of the VMM of guest directory
+// p. It dials on first use; Close releases it.
+func NewConn(p Paths) *Conn { return &Conn{client: Client{Socket: p.Control()}} }
+
+// Execute runs one command with args (nil for none) and decodes its answer
+// into ret (nil to ignore it).
+func (c *Conn) Execute(ctx context.Context, command string, args, ret any) error {
+	c.mu.Lock()
+	s, reused := c.idle, c.idle != nil
+	c.idle = nil
+	c.mu.Unlock()
+	if s == nil {
+		var err error
+		if s, err = c.client.dial(ctx); err != nil {
+			return err
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { s.nc.SetDeadline(time.Unix(1, 0)) })
+	if dl, ok := ctx.Deadline(); ok {
+		s.nc.SetDeadline(dl)
+	} else {
+		s.nc.SetDeadline(time.Now().Add(DefaultTimeout))
+	}
+	err := s.send(command, args)
+	if err != nil && reused && ctx.Err() == nil {
+		// The kept connection went stale while idle: nothing was sent.
+		stop()
+		s.nc.Close()
+		if s, err = c.client.dial(ctx); err != nil {
+			return err
+		}
+		stop = context.AfterFunc(ctx, func() { s.nc.SetDeadline(time.Unix(1, 0)) })
+		err = s.send(command, args)
+	}
+	if err == nil {
+		err = s.receive(ctx, command, ret)
+	}
+	if !stop() { // ctx ended: the deadline was forced, the connection is unusable
+		s.nc.Close()
+		return err
+	}
+	var ce *CommandError
+	if err != nil && !errors.As(err, &ce) {
+		s.nc.Close() // out of step with the VMM, or the VMM went away
+		return err
+	}
+	c.release(s)
+	return err
+}
+
+// release keeps s as the idle connection, or closes it if one is kept
+// already or Close was called.
+func (c *Conn) release(s *session) {
+	c.mu.Lock()
+	if c.idle == nil && !c.closed {
+		c.idle, s = s, nil
+	}
+	c.mu.Unlock()
+	if s != nil {
+		s.nc.Close()
+	}
+}
+
+// ReadRing consumes and returns up to size bytes of the ring buffer.
+func (c *Conn) ReadRing(ctx context.Context, size int) ([]byte, error) {
+	var ret RingbufReadReturn
+	if err := c.Execute(ctx, CmdRingbufRead, RingbufReadArgs{Size: size}, &ret); err != nil {
+		return nil, err
+	}
+	if ret.Data == nil {
+		ret.Data = []byte{}
+	}
+	return ret.Data, nil
+}
+
+// Close closes the kept connection; commands still running close theirs
+// when they end. Execute may still be called and then dials per command.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	s := c.idle
+	c.idle, c.closed = nil, true
+	c.mu.Unlock()
+	if s != nil {
+		return s.nc.Close()
+	}
+	return nil
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -541,5 +542,125 @@ func TestPortChangeEvents(t *testing.T) {
 		if err := json.Unmarshal(ev.Data, &pc); err != nil || pc.Port != PortCurrent || pc.Open != want {
 			t.Fatalf("PORT_CHANGE %s, want open=%v: %v", ev.Data, want, err)
 		}
+	}
+}
+
+// TestConn checks the connection-keeping client: one connection for a
+// series of commands, concurrent callers, and a fresh connection after the
+// VMM restarted.
+func TestConn(t *testing.T) {
+	p := vmmDir(t)
+	cfg := Config{Name: "g", UUID: "u", Layout: LayoutCurrent, RingSize: 4096, Command: "exec sleep 1000"}
+	c, _ := launch(t, p, cfg)
+	cont(t, c)
+	conn := NewConn(p)
+	t.Cleanup(func() { conn.Close() })
+	ctx := context.Background()
+
+	t.Run("kept", func(t *testing.T) {
+		if _, err := conn.ReadRing(ctx, 16); err != nil {
+			t.Fatal(err)
+		}
+		first := conn.idle
+		for range 10 {
+			if _, err := conn.ReadRing(ctx, 16); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if first == nil || conn.idle != first {
+			t.Fatalf("kept connection %p, then %p: want the same one", first, conn.idle)
+		}
+	})
+	t.Run("concurrent", func(t *testing.T) {
+		const n = 400
+		want := strings.Repeat("x", n)
+		f, err := os.OpenFile(p.Port(PortCurrent), os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(want); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		waitReceived(t, c, n)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var got strings.Builder
+		for range 8 {
+			wg.Go(func() {
+				for range n / 8 {
+					data, err := conn.ReadRing(ctx, 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					got.Write(data)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if got.String() != want {
+			t.Fatalf("read %d bytes concurrently, want %d", got.Len(), n)
+		}
+	})
+	t.Run("vmm restarted", func(t *testing.T) {
+		if err := c.Execute(ctx, CmdQuit, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, c)
+		if _, err := NewConn(p).ReadRing(ctx, 16); !errors.Is(err, ErrNotRunning) {
+			t.Fatalf("ReadRing with the vmm gone = %v, want ErrNotRunning", err)
+		}
+		if conn.idle == nil {
+			t.Fatal("no kept connection")
+		}
+		c2, _ := launch(t, p, cfg)
+		cont(t, c2)
+		if _, err := conn.ReadRing(ctx, 16); err != nil {
+			t.Fatalf("ReadRing after the vmm restarted: %v", err)
+		}
+	})
+}
+
+// BenchmarkReadRing compares a ringbuf-read on a fresh connection (Client)
+// with one on the kept connection (Conn).
+func BenchmarkReadRing(b *testing.B) {
+	p := Paths{Dir: b.TempDir()}
+	cfg := Config{Name: "g", UUID: "u", Layout: LayoutCurrent, RingSize: 4096, Command: "exec sleep 1000"}
+	if err := WriteConfig(p, &cfg); err != nil {
+		b.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := Launch(ctx, exe, p, os.Environ()); err != nil {
+		b.Fatal(err)
+	}
+	c := NewClient(p)
+	defer func() {
+		_ = c.Execute(ctx, CmdQuit, nil, nil)
+		_ = WaitUnlocked(ctx, p)
+	}()
+	if err := c.Execute(ctx, CmdCont, nil, nil); err != nil {
+		b.Fatal(err)
+	}
+	conn := NewConn(p)
+	defer conn.Close()
+	for _, r := range []struct {
+		name string
+		read func(context.Context, int) ([]byte, error)
+	}{{"dial-per-read", c.ReadRing}, {"kept-connection", conn.ReadRing}} {
+		b.Run(r.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := r.read(ctx, 16); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/read")
+		})
 	}
 }
