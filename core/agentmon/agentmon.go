@@ -70,6 +70,7 @@ type Certs interface {
 // Defaults of Config.
 const (
 	DefaultFastPoll          = 250 * time.Millisecond
+	DefaultIdlePoll          = 5 * time.Second
 	DefaultStoppedPoll       = time.Second
 	DefaultConnectedPoll     = 5 * time.Second
 	DefaultHeartbeat         = 5 * time.Second
@@ -94,6 +95,13 @@ type Config struct {
 	// FastPoll is the ring read period while no agent is known or an
 	// advertisement awaits CONNECTED (default 250 ms).
 	FastPoll time.Duration
+	// IdlePoll is the longest ring read period while no agent is known and
+	// nothing is heard (default 5 s): the period doubles from FastPoll up to
+	// it, and any word, backend event or advertisement makes it fast again.
+	// Backend events (ring data, port opened or closed) read the ring at
+	// once, so the timer is only a fallback. While an advertisement awaits
+	// CONNECTED the period doubles up to StoppedPoll only.
+	IdlePoll time.Duration
 	// StoppedPoll is the period while the agent is stopped or lost (1 s).
 	StoppedPoll time.Duration
 	// ConnectedPoll is the period while the agent is connected (5 s).
@@ -165,6 +173,7 @@ func New(cfg Config) (*Service, error) {
 		}
 	}
 	def(&cfg.FastPoll, DefaultFastPoll)
+	def(&cfg.IdlePoll, DefaultIdlePoll)
 	def(&cfg.StoppedPoll, DefaultStoppedPoll)
 	def(&cfg.ConnectedPoll, DefaultConnectedPoll)
 	def(&cfg.Heartbeat, DefaultHeartbeat)

@@ -645,3 +645,68 @@ func TestGuestFiles(t *testing.T) {
 		t.Fatalf("key pairs after DeleteInstance: %v", err)
 	}
 }
+
+// TestNoAgentPollBacksOff checks that a guest whose agent says nothing is
+// read less and less often (down to IdlePoll), that backend events still
+// read its ring at once, and that the fallback timer alone still finds a
+// word.
+func TestNoAgentPollBacksOff(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	e := newEnv(t, func(c *Config) { c.IdlePoll = idle })
+	g := e.guest("vm1")
+	e.svc.GuestRunning(g.inst, g.ep)
+	// 10, 20, 40, 80, 160, 200 ms...: after 8 reads the period is IdlePoll.
+	waitFor(t, "8 ring reads", func() bool { return g.ring.readCount() >= 8 })
+	t.Run("backed off", func(t *testing.T) {
+		const window = time.Second
+		before := g.ring.readCount()
+		time.Sleep(window) // timers fire late under load, never early: an upper bound holds
+		// Without the back-off, FastPoll (10 ms) would read ~100 times.
+		if n, most := g.ring.readCount()-before, int(window/idle)+2; n > most {
+			t.Fatalf("%d ring reads in %v without an agent, want at most %d", n, window, most)
+		}
+	})
+	t.Run("event reads at once", func(t *testing.T) {
+		e.feed(g, "STARTED\n") // feed sends ring-data and waits for the read
+		e.waitState(g, instance.AgentStarted)
+	})
+	t.Run("timer alone finds a word", func(t *testing.T) {
+		e.svc.GuestReset(g.inst)
+		e.waitState(g, instance.AgentNone)
+		base := g.ring.readCount()
+		waitFor(t, "the poll to back off", func() bool { return g.ring.readCount() >= base+7 })
+		g.ring.write("STARTED\n") // no backend event
+		e.waitState(g, instance.AgentStarted)
+	})
+}
+
+func TestNextPoll(t *testing.T) {
+	const fast, mid, slow, idle = 10 * time.Millisecond, 40 * time.Millisecond, 100 * time.Millisecond, 80 * time.Millisecond
+	svc := &Service{cfg: Config{FastPoll: fast, StoppedPoll: mid, ConnectedPoll: slow, IdlePoll: idle}}
+	tests := []struct {
+		name  string
+		tr    tracker
+		heard []bool
+		want  []time.Duration
+	}{
+		{"no agent backs off to IdlePoll", tracker{}, []bool{false, false, false, false, false},
+			[]time.Duration{fast, 2 * fast, 4 * fast, idle, idle}},
+		{"anything heard resets", tracker{}, []bool{false, false, true, false},
+			[]time.Duration{fast, 2 * fast, fast, 2 * fast}},
+		{"awaiting CONNECTED backs off to StoppedPoll", tracker{state: instance.AgentStarted}, []bool{false, false, false, false},
+			[]time.Duration{fast, 2 * fast, mid, mid}},
+		{"connected is slow", tracker{state: instance.AgentConnected, confirmed: true}, []bool{false, false},
+			[]time.Duration{slow, slow}},
+		{"lost is mid", tracker{state: instance.AgentLost}, []bool{false}, []time.Duration{mid}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := &monitor{svc: svc, tr: tt.tr}
+			for i, heard := range tt.heard {
+				if got := m.nextPoll(heard); got != tt.want[i] {
+					t.Fatalf("poll %d (heard %v) = %v, want %v", i, heard, got, tt.want[i])
+				}
+			}
+		})
+	}
+}

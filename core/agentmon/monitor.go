@@ -50,6 +50,7 @@ type monitor struct {
 	// Owned by run.
 	parser ringline.Parser
 	tr     tracker
+	quiet  time.Duration // the current backed-off fast period (see nextPoll)
 }
 
 type advResult struct {
@@ -125,11 +126,13 @@ func (m *monitor) run() {
 	seenGen := m.gen.Load()
 	for {
 		var res *advResult
+		heard := true // something happened: poll fast again
 		select {
 		case <-m.stop:
 			return
 		case <-m.kick:
 		case <-timer.C:
+			heard = false
 		case r := <-m.advResult:
 			res = &r
 		case <-m.reset:
@@ -146,32 +149,57 @@ func (m *monitor) run() {
 		if res != nil && res.gen == seenGen {
 			m.tr.advertised(res.err == nil)
 		}
-		m.readRing()
+		if m.readRing() {
+			heard = true
+		}
 		if m.tr.check(cfg.Now(), lostAfter) {
 			m.report(m.tr.state, time.Time{})
 		}
-		timer.Reset(m.tr.interval(cfg.FastPoll, cfg.StoppedPoll, cfg.ConnectedPoll))
+		timer.Reset(m.nextPoll(heard))
 	}
 }
 
-// readRing reads the ring once and applies the last complete word.
-func (m *monitor) readRing() {
+// nextPoll is how long to wait before the next timed ring read. Where the
+// tracker asks for fast reads (no agent known, or an advertisement awaiting
+// CONNECTED) the period doubles from FastPoll while nothing is heard, up to
+// IdlePoll without an agent and StoppedPoll while awaiting CONNECTED (QEMU
+// signals port changes at most once a second, so the timer must still find
+// a CONNECTED soon). heard (a word, a backend event, an advertisement)
+// makes it fast again.
+func (m *monitor) nextPoll(heard bool) time.Duration {
+	cfg := &m.svc.cfg
+	d := m.tr.interval(cfg.FastPoll, cfg.StoppedPoll, cfg.ConnectedPoll)
+	if d != cfg.FastPoll || heard || m.quiet == 0 {
+		m.quiet = d
+		return d
+	}
+	limit := cfg.StoppedPoll
+	if m.tr.state == instance.AgentNone {
+		limit = cfg.IdlePoll
+	}
+	m.quiet = min(2*m.quiet, max(limit, cfg.FastPoll))
+	return m.quiet
+}
+
+// readRing reads the ring once and applies the last complete word. It
+// reports whether any bytes were read.
+func (m *monitor) readRing() bool {
 	cfg := &m.svc.cfg
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
 	defer cancel()
 	backend, handle, err := cfg.Instances.Runtime(ctx, m.uuid)
 	if err != nil {
 		cfg.Logger.Debug("agentmon: no runtime for ring read", "instance", m.name, "err", err)
-		return
+		return false
 	}
 	data, err := backend.ReadRing(ctx, handle, RingReadMax)
 	if err != nil {
 		cfg.Logger.Debug("agentmon: reading ring buffer", "instance", m.name, "err", err)
-		return
+		return false
 	}
 	w, ok := m.parser.Feed(data)
 	if !ok {
-		return
+		return len(data) > 0
 	}
 	now := cfg.Now()
 	_, advertise := m.tr.word(w, now)
@@ -179,6 +207,7 @@ func (m *monitor) readRing() {
 	if advertise {
 		m.requestAdvert(false)
 	}
+	return true
 }
 
 // report tells the instance service the agent state (every word is a
