@@ -76,6 +76,7 @@ type Dashboard struct {
 	log    *slog.Logger
 	frags  *fragmentCache
 	counts *countCache
+	hub    *hub
 
 	streams   atomic.Int64  // open live streams
 	done      chan struct{} // closed by Close: ends every live stream
@@ -99,6 +100,7 @@ func New(cfg Config) *Dashboard {
 	d := &Dashboard{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
 	d.frags = newFragmentCache(d, 4096)
 	d.counts = &countCache{d: d}
+	d.hub = newHub(cfg.Events, d.log)
 	return d
 }
 
@@ -127,7 +129,10 @@ func (d *Dashboard) Register(r fiber.Router) {
 // which otherwise waits for the streams forever. It is safe to call more
 // than once.
 func (d *Dashboard) Close() {
-	d.closeOnce.Do(func() { close(d.done) })
+	d.closeOnce.Do(func() {
+		close(d.done)
+		d.hub.close()
+	})
 }
 
 // OpenStreams returns how many live streams are open.

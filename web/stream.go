@@ -33,9 +33,18 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 	if err != nil {
 		return d.fail(c, err)
 	}
-	sub, err := d.cfg.Events.Subscribe(events.Filter{Types: []string{events.TypeLifecycle}, After: since})
+	f, upTo, err := d.hub.join()
 	if err != nil {
 		return d.fail(c, err)
+	}
+	var replay *events.Subscription
+	if since > 0 && since < upTo {
+		// The events between since and upTo are in the log only. All
+		// types: upTo may be the id of an event of another type.
+		if replay, err = d.cfg.Events.Subscribe(events.Filter{After: since}); err != nil {
+			d.hub.leave(f)
+			return d.fail(c, err)
+		}
 	}
 	c.Set("Content-Type", "text/event-stream")
 	c.Set("Cache-Control", "no-store")
@@ -45,29 +54,43 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 	d.streams.Add(1)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer d.streams.Add(-1)
-		defer sub.Close()
-		tick := time.NewTicker(heartbeat)
-		defer tick.Stop()
-		countsDue := time.NewTimer(time.Hour)
-		countsDue.Stop()
-		countsPending := false
+		defer d.hub.leave(f)
 		var lastID int64 // the newest event this stream sent
+		send := func(ev events.Event) {
+			writeMessage(w, "update", ev.ID, d.frags.get(ev))
+			lastID = ev.ID
+		}
 		// Tell the browser how long to wait before its own reconnect.
 		fmt.Fprintf(w, "retry: 1000\n\n")
 		if w.Flush() != nil {
 			return
 		}
+		if replay != nil {
+			ok := d.replay(w, replay, upTo, send)
+			replay.Close()
+			if !ok {
+				return
+			}
+		}
+		tick := time.NewTicker(heartbeat)
+		defer tick.Stop()
+		countsDue := time.NewTimer(time.Second)
+		countsPending := lastID > 0 // the replay sent events: counts follow
+		if !countsPending {
+			countsDue.Stop()
+		}
 		for {
 			select {
-			case ev, ok := <-sub.C():
+			case ev, ok := <-f.ch:
 				if !ok {
-					// Overflow or shutdown: end the stream; the client
+					// Fell behind, or shutdown: end the stream; the client
 					// reconnects and resumes from its last id.
 					return
 				}
-				frag := d.frags.get(ev)
-				writeMessage(w, "update", ev.ID, frag)
-				lastID = ev.ID
+				if ev.ID <= lastID {
+					continue // sent by the replay already
+				}
+				send(ev)
 				if !countsPending {
 					countsPending = true
 					countsDue.Reset(time.Second)
@@ -86,6 +109,31 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 		}
 	})
 	return nil
+}
+
+// replay sends the stored lifecycle events of sub up to and including id
+// upTo; it reports false when the stream must end (client gone, shutdown,
+// subscription ended early).
+func (d *Dashboard) replay(w *bufio.Writer, sub *events.Subscription, upTo int64, send func(events.Event)) bool {
+	for {
+		select {
+		case ev, ok := <-sub.C():
+			if !ok {
+				return false
+			}
+			if ev.Type == events.TypeLifecycle {
+				send(ev)
+				if w.Flush() != nil {
+					return false
+				}
+			}
+			if ev.ID >= upTo {
+				return true
+			}
+		case <-d.done:
+			return false
+		}
+	}
 }
 
 // resumePoint returns the id to resume after: the larger of the query's

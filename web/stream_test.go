@@ -225,13 +225,6 @@ func waitStreams(t testing.TB, d *Dashboard, n int64) {
 
 func TestStreamResume(t *testing.T) {
 	noLeaks(t)
-	inst := newFakeInstances(running("web1", instance.AgentConnected))
-	ev := newBusEvents()
-	app, d := newTestApp(inst, ev, Config{Heartbeat: 100 * time.Millisecond})
-	url := server(t, app, d)
-	for range 6 {
-		ev.publish(t, events.InstanceAgentConnected, "web1", nil, nil)
-	}
 	tests := []struct {
 		name   string
 		query  string
@@ -242,9 +235,17 @@ func TestStreamResume(t *testing.T) {
 		{"Last-Event-ID", "", "4", 5},
 		{"header larger", "?since=1", "5", 6},
 		{"query larger", "?since=4", "2", 5},
+		{"up to date", "?since=6", "", 7},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			inst := newFakeInstances(running("web1", instance.AgentConnected))
+			ev := newBusEvents()
+			app, d := newTestApp(inst, ev, Config{Heartbeat: 100 * time.Millisecond})
+			url := server(t, app, d)
+			for range 6 {
+				ev.publish(t, events.InstanceAgentConnected, "web1", nil, nil)
+			}
 			h := map[string]string{}
 			if tt.header != "" {
 				h["Last-Event-ID"] = tt.header
@@ -255,15 +256,18 @@ func TestStreamResume(t *testing.T) {
 					t.Fatalf("update id %s, want %d (no gap, no duplicate)", m.ID, want)
 				}
 			}
+			if tt.first <= 6 {
+				// A page that resumed gets fresh counts too.
+				if m := c.next(t, "counts"); !strings.Contains(m.Data, `id="agent-counts"`) {
+					t.Errorf("counts after the replay: %q", m.Data)
+				}
+			}
 			ev.publish(t, events.InstanceAgentLost, "web1", nil, nil)
 			if m := c.next(t, "update"); m.ID != "7" {
 				t.Errorf("live update after the replay: id %s, want 7", m.ID)
 			}
 			c.cancel()
 			waitStreams(t, d, 0)
-			ev.log.mu.Lock()
-			ev.log.evs = ev.log.evs[:6] // forget the live event for the next case
-			ev.log.mu.Unlock()
 		})
 	}
 }
@@ -309,5 +313,66 @@ func TestStreamDisconnect(t *testing.T) {
 	openStream(t, url+"/events", nil)
 	waitStreams(t, d, 1)
 	d.Close()
+	waitStreams(t, d, 0)
+}
+
+// TestStreamSlowClient checks that a page that stops reading neither holds
+// up the others nor stays registered: its feed is dropped, the others get
+// every event, and its stream ends once it goes away.
+func TestStreamSlowClient(t *testing.T) {
+	noLeaks(t)
+	ev := newBusEvents()
+	app, d := newTestApp(newFakeInstances(running("web1", instance.AgentConnected)), ev, Config{Heartbeat: 100 * time.Millisecond})
+	url := server(t, app, d)
+	addr := strings.TrimPrefix(url, "http://")
+	slow, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	if tc, ok := slow.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4096)
+	}
+	fmt.Fprintf(slow, "GET /events HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+	fast := openStream(t, url+"/events", nil)
+	waitStreams(t, d, 2)
+
+	const n = 3000
+	for range n {
+		ev.publish(t, events.InstanceAgentConnected, "web1", nil, nil)
+	}
+	// A burst that outruns a stream ends it; like a browser, the client
+	// reconnects with Last-Event-ID and gets the rest, with no gap and no
+	// duplicate.
+	want, reconnects := 1, 0
+	deadline := time.After(60 * time.Second)
+	for want <= n {
+		select {
+		case m, ok := <-fast.msgs:
+			if !ok {
+				reconnects++
+				fast = openStream(t, url+"/events", map[string]string{"Last-Event-ID": strconv.Itoa(want - 1)})
+				continue
+			}
+			if m.Event != "update" {
+				continue
+			}
+			if m.ID != strconv.Itoa(want) {
+				t.Fatalf("fast client: update %s, want %d", m.ID, want)
+			}
+			want++
+		case <-deadline:
+			t.Fatalf("fast client got %d of %d events in 60s", want-1, n)
+		}
+	}
+	t.Logf("%d events in a burst, %d reconnects", n, reconnects)
+	d.hub.mu.Lock()
+	feeds := len(d.hub.feeds)
+	d.hub.mu.Unlock()
+	if feeds != 1 {
+		t.Errorf("%d feeds registered, want 1 (the slow page's dropped)", feeds)
+	}
+	slow.Close()
+	fast.cancel()
 	waitStreams(t, d, 0)
 }

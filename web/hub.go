@@ -1,0 +1,122 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/guestlink/guestlink/core/events"
+)
+
+// feedBuffer is how many live events a stream may have waiting before the
+// hub drops it (the page then reconnects and resumes from its last id).
+const feedBuffer = 128
+
+// hub shares one live bus subscription among every open stream, so an open
+// page costs a small queue instead of a bus subscription of its own. A
+// stream that resumes from an older id replays the stored events with a
+// short-lived subscription of its own, then switches to its feed.
+type hub struct {
+	ev  Events
+	log *slog.Logger
+
+	mu     sync.Mutex
+	sub    *events.Subscription // nil until a stream needs it, and after it ends
+	ran    chan struct{}        // closed when the goroutine reading sub returns
+	last   int64                // the newest event id the feeds are complete after
+	feeds  map[*feed]struct{}
+	closed bool
+}
+
+// feed is one stream's queue of live lifecycle events; ch is closed when
+// the hub drops the stream (it fell behind, or the hub stopped).
+type feed struct {
+	ch chan events.Event
+}
+
+func newHub(ev Events, log *slog.Logger) *hub {
+	return &hub{ev: ev, log: log, feeds: make(map[*feed]struct{})}
+}
+
+// join registers a new feed. Every lifecycle event with an id greater than
+// the returned id arrives on the feed; older ones are in the event log.
+func (h *hub) join() (*feed, int64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, 0, fmt.Errorf("joining the live stream: %w", events.ErrClosed)
+	}
+	if h.sub == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		last, err := h.ev.LastID(ctx)
+		cancel()
+		if err != nil {
+			return nil, 0, fmt.Errorf("starting the live stream: %w", err)
+		}
+		// Resuming after the newest stored id leaves no gap between the
+		// log and the live events.
+		sub, err := h.ev.Subscribe(events.Filter{Types: []string{events.TypeLifecycle}, After: last})
+		if err != nil {
+			return nil, 0, fmt.Errorf("starting the live stream: %w", err)
+		}
+		h.sub, h.last, h.ran = sub, last, make(chan struct{})
+		go h.run(sub, h.ran)
+	}
+	f := &feed{ch: make(chan events.Event, feedBuffer)}
+	h.feeds[f] = struct{}{}
+	return f, h.last, nil
+}
+
+// leave unregisters f.
+func (h *hub) leave(f *feed) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.feeds, f)
+}
+
+// run fans the subscription's events out to the feeds, never waiting for
+// one: a full feed is dropped.
+func (h *hub) run(sub *events.Subscription, ran chan struct{}) {
+	defer close(ran)
+	for ev := range sub.C() {
+		h.mu.Lock()
+		h.last = ev.ID
+		for f := range h.feeds {
+			select {
+			case f.ch <- ev:
+			default:
+				delete(h.feeds, f)
+				close(f.ch)
+			}
+		}
+		h.mu.Unlock()
+	}
+	// The subscription ended (it fell behind, or the bus closed): end
+	// every stream; the pages resume from their last ids on a new one.
+	if err := sub.Err(); err != nil {
+		h.log.Warn("dashboard: live event subscription ended", "err", err)
+	}
+	h.mu.Lock()
+	for f := range h.feeds {
+		delete(h.feeds, f)
+		close(f.ch)
+	}
+	if h.sub == sub {
+		h.sub = nil
+	}
+	h.mu.Unlock()
+}
+
+// close stops the hub and ends every feed.
+func (h *hub) close() {
+	h.mu.Lock()
+	h.closed = true
+	sub, ran := h.sub, h.ran
+	h.mu.Unlock()
+	if sub != nil {
+		_ = sub.Close()
+		<-ran
+	}
+}
