@@ -1,6 +1,8 @@
 package api
 
 import (
+	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -47,11 +49,14 @@ func (a *API) listInstances(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	out := make([]wire.Instance, 0, len(list))
-	for _, inst := range list {
-		out = append(out, wire.Instance{Instance: *inst})
+	body, err := appendInstanceList(make([]byte, 0, 512*len(list)+128), list)
+	if err != nil {
+		return fmt.Errorf("listing instances: %w", err)
 	}
-	return sync200(c, out)
+	c.Status(http.StatusOK)
+	c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
+	c.Response().SetBodyRaw(body)
+	return nil
 }
 
 // createInstance answers POST /1.0/instances with 201 and the new instance.

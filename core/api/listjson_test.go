@@ -1,0 +1,134 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/core/instance"
+)
+
+// marshalList is the reference: what encoding/json makes of the answer.
+func marshalList(t testing.TB, list []*instance.Instance) []byte {
+	t.Helper()
+	out := make([]wire.Instance, 0, len(list))
+	for _, inst := range list {
+		out = append(out, wire.Instance{Instance: *inst})
+	}
+	want, err := json.Marshal(wire.Sync(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+func TestAppendInstanceListMatchesEncodingJSON(t *testing.T) {
+	zone := time.FixedZone("x", -(3*3600 + 30*60))
+	t1 := time.Date(2026, 11, 22, 1, 2, 3, 456789000, time.UTC)
+	t2 := time.Date(1999, 1, 2, 3, 4, 5, 0, zone)
+	t3 := time.Date(2026, 1, 1, 0, 0, 0, 1, time.Local)
+	odd := "a<b>&c\"d\\e\x00\x01\x1f\x7f\t\n\r\b\f é☃😀 \u2028\u2029 \xff\xfe end"
+	tests := []struct {
+		name string
+		list []*instance.Instance
+	}{
+		{"empty", nil},
+		{"zero instance", []*instance.Instance{{}}},
+		{"full", []*instance.Instance{{
+			Name: "vm1", UUID: "u-1", Backend: "sim", Status: "Ready", StatusCode: 103,
+			Config:  map[string]string{"z": "1", "a": "2", "user.x": odd, odd: "k"},
+			Devices: map[string]map[string]string{"root": {"type": "disk", "path": "/"}, "eth0": {"type": "nic"}, "empty": {}, "nil": nil},
+			Boot:    -7, CreatedAt: t1, StartedAt: &t2, ReadyAt: &t3, Link: "hybrid",
+			Agent:        instance.AgentInfo{State: instance.AgentConnected, LastHeartbeat: &t1, Since: &t2},
+			DevlxdSocket: "/tmp/x<y>/sock", Details: map[string]string{"pid": "42", "b": odd},
+		}}},
+		{"empty maps", []*instance.Instance{{Name: odd, Config: map[string]string{}, Devices: map[string]map[string]string{}, Details: map[string]string{}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := appendInstanceList(nil, tt.list)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := marshalList(t, tt.list); !bytes.Equal(got, want) {
+				t.Fatalf("got\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
+	t.Run("random strings", func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		alphabet := []string{"a", "Z", "0", " ", "<", ">", "&", "\"", "\\", "/", "\x00", "\x1f", "\x7f", "é", "\u2028", "\u2029", "😀", "\xff", "\xe2\x80", "\n"}
+		str := func() string {
+			var b []byte
+			for range rng.IntN(12) {
+				b = append(b, alphabet[rng.IntN(len(alphabet))]...)
+			}
+			return string(b)
+		}
+		var list []*instance.Instance
+		for i := range 500 {
+			created := time.Unix(rng.Int64N(1<<33), rng.Int64N(1e9)).In(time.FixedZone("", (rng.IntN(48)-24)*1800))
+			inst := &instance.Instance{Name: str(), UUID: str(), Backend: str(), Status: str(), StatusCode: rng.IntN(400) - 200,
+				Config: map[string]string{str(): str(), str(): str()}, Devices: map[string]map[string]string{str(): {str(): str()}},
+				Boot: rng.Int64(), CreatedAt: created, Link: str(), Agent: instance.AgentInfo{State: instance.AgentState(str())},
+				DevlxdSocket: str(), Details: map[string]string{str(): str()}}
+			if i%2 == 0 {
+				inst.StartedAt, inst.Agent.Since = &created, &created
+			}
+			list = append(list, inst)
+		}
+		got, err := appendInstanceList(nil, list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := marshalList(t, list); !bytes.Equal(got, want) {
+			t.Fatalf("differs from encoding/json:\n%s\n%s", got, want)
+		}
+	})
+	t.Run("year out of range", func(t *testing.T) {
+		bad := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+		if _, err := appendInstanceList(nil, []*instance.Instance{{Name: "vm1", StartedAt: &bad}}); err == nil {
+			t.Fatal("no error for year 10000")
+		}
+	})
+}
+
+// sampleList returns n instances shaped like the daemon's stopped sim
+// instances (4-key config, one device).
+func sampleList(n int) []*instance.Instance {
+	now := time.Now()
+	list := make([]*instance.Instance, n)
+	for i := range list {
+		list[i] = &instance.Instance{Name: fmt.Sprintf("vm%05d", i), UUID: fmt.Sprintf("%08x-1f2e-4d3c-8b4a-0123456789ab", i),
+			Backend: "sim", Status: "Stopped", StatusCode: 102,
+			Config:    map[string]string{"user.role": "web", "limits.cpu": "2", "limits.memory": "1GiB", "volatile.uuid": "x"},
+			Devices:   map[string]map[string]string{"root": {"type": "disk"}},
+			CreatedAt: now, Agent: instance.AgentInfo{State: instance.AgentNone}}
+	}
+	return list
+}
+
+// BenchmarkInstanceList10k encodes the GET /1.0/instances answer for 10,000
+// instances: the hand-written encoder against encoding/json (as fiber's
+// c.JSON did, including the copy into []wire.Instance).
+func BenchmarkInstanceList10k(b *testing.B) {
+	list := sampleList(10000)
+	b.Run("append", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := appendInstanceList(make([]byte, 0, 512*len(list)+128), list); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			marshalList(b, list)
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
+	})
+}
