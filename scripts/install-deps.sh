@@ -20,7 +20,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ -f package-lock.json ] && [ ! -d node_modules ]; then
-  npm ci --no-audit --no-fund --loglevel=error
+if [ -f package-lock.json ] && [ ! -d node_modules/playwright-core ]; then
+  # npm ci refuses this lock file (npm 11 wants every platform's optional
+  # tailwind binary listed); npm install follows the lock for what is listed.
+  npm install --no-audit --no-fund --loglevel=error
 fi
 go mod download
