@@ -39,11 +39,13 @@ type Instances interface {
 	Timeline(ctx context.Context, name string, limit int) ([]instance.TimelineEntry, error)
 }
 
-// Events is what the dashboard needs of the event bus (core/events.Bus plus
-// Recent, which the daemon provides over the event log).
+// Events is what the dashboard needs of the event bus (core/events.Bus
+// satisfies it). The dashboard keeps one live lifecycle subscription for
+// all open pages, plus a short-lived one per page that resumes from an
+// older id.
 type Events interface {
 	// Subscribe starts a subscription; with f.After > 0 the stored events
-	// after that id come first. The dashboard closes it when the page goes.
+	// after that id come first, then live ones, with no gap.
 	Subscribe(f events.Filter) (*events.Subscription, error)
 	// LastID returns the id of the newest event (0 when there is none).
 	LastID(ctx context.Context) (int64, error)
@@ -51,17 +53,24 @@ type Events interface {
 	Recent(ctx context.Context, typ string, n int) ([]events.Event, error)
 }
 
-// Backends lists the backend plugins and their health.
+// Backends lists the backend plugins and their health
+// (core/pluginhost.Host satisfies it).
 type Backends interface {
 	List() []pluginhost.Status
 }
 
-// Config configures the dashboard.
+var (
+	_ Events    = (*events.Bus)(nil)
+	_ Backends  = (*pluginhost.Host)(nil)
+	_ Instances = (*instance.Manager)(nil)
+)
+
+// Config configures the dashboard. Instances and Events are required.
 type Config struct {
 	Instances Instances
 	Events    Events
-	Backends  Backends
-	Logger    *slog.Logger
+	Backends  Backends     // nil: the overview lists no backend
+	Logger    *slog.Logger // nil: slog.Default()
 	// PageSize is how many rows the instances table shows per page.
 	PageSize int
 	// Heartbeat is the period of the live stream's heartbeat.
