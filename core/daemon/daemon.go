@@ -65,6 +65,7 @@ type Daemon struct {
 	monitor *agentmon.Service
 	api     *api.API
 	web     *fiber.App
+	dash    *web.Dashboard
 	unixLn  net.Listener
 	tcpLn   net.Listener
 	serving chan error
@@ -218,12 +219,13 @@ func (d *Daemon) listenHTTP(addr string) error {
 	app := fiber.New(fc)
 	app.Use(api.CheckHost) // DNS rebinding: the dashboard is guarded like the API
 	d.api.Register(app)
-	web.New(web.Config{
+	d.dash = web.New(web.Config{
 		Instances: d.mgr,
 		Events:    d.bus,
 		Backends:  d.plugins,
 		Logger:    d.log.With("component", "web"),
-	}).Register(app)
+	})
+	d.dash.Register(app)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", addr, err)
@@ -257,6 +259,9 @@ func (d *Daemon) Wait(ctx context.Context) error {
 // close undoes Start in reverse order; parts that were never started are
 // skipped.
 func (d *Daemon) close(ctx context.Context) {
+	if d.dash != nil {
+		d.dash.Close() // ends the live streams, which would hold the shutdown
+	}
 	if d.web != nil {
 		_ = d.web.ShutdownWithContext(ctx)
 	}
