@@ -252,11 +252,46 @@ type ListFilter struct {
 // List returns the instances matching f, sorted by name. It reads memory
 // only. A bad Status is errdefs.ErrInvalid.
 func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
+	var out []*Instance
+	err := m.list(ctx, f, func(matched []*entry) error {
+		views := make([]Instance, len(matched)) // one allocation for all views
+		out = make([]*Instance, len(matched))
+		for i, e := range matched {
+			fillView(&views[i], e, false)
+			out[i] = &views[i]
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ListFunc calls fn with the view of every instance matching f, in name
+// order, as List would return them, for callers that only serialise the list
+// (GET /1.0/instances): the views are not copies. Each view shares the
+// manager's maps and times and is valid only during its call; fn must not
+// keep or change it, nor call the manager (the manager's read lock is held,
+// so changes wait until ListFunc returns). An error from fn ends the listing
+// and is returned.
+func (m *Manager) ListFunc(ctx context.Context, f ListFilter, fn func(*Instance) error) error {
+	return m.list(ctx, f, func(matched []*entry) error {
+		var view Instance
+		for _, e := range matched {
+			fillView(&view, e, true)
+			if err := fn(&view); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// list calls fn with the entries matching f, under the read lock.
+func (m *Manager) list(ctx context.Context, f ListFilter, fn func([]*entry) error) error {
 	var want status.Code
 	if f.Status != "" {
 		c, err := status.Parse(f.Status)
 		if err != nil {
-			return nil, fmt.Errorf("listing instances: %w", err)
+			return fmt.Errorf("listing instances: %w", err)
 		}
 		want = c
 	}
@@ -266,7 +301,7 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
 	}
 	q := strings.ToLower(f.Query)
 	if err := m.load(ctx, false); err != nil {
-		return nil, err
+		return err
 	}
 	m.mu.RLock()
 	matched := make([]*entry, 0, len(m.sorted))
@@ -288,14 +323,8 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
 		}
 		matched = append(matched, e)
 	}
-	views := make([]Instance, len(matched)) // one allocation for all views
-	out := make([]*Instance, len(matched))
-	for i, e := range matched {
-		fillView(&views[i], e)
-		out[i] = &views[i]
-	}
-	m.mu.RUnlock()
-	return out, nil
+	defer m.mu.RUnlock()
+	return fn(matched)
 }
 
 // Runtime returns the backend and the current handle of the instance with
@@ -328,12 +357,20 @@ func statusOf(e *entry) status.Code {
 // viewOf builds the Instance view of an entry; Manager.mu must be held.
 func viewOf(e *entry) *Instance {
 	inst := new(Instance)
-	fillView(inst, e)
+	fillView(inst, e, false)
 	return inst
 }
 
+// noDevices is the Devices of shared views of entries without devices.
+var noDevices = map[string]map[string]string{}
+
+// noConfig is the Config of shared views of entries without config.
+var noConfig = map[string]string{}
+
 // fillView fills inst with the view of an entry; Manager.mu must be held.
-func fillView(inst *Instance, e *entry) {
+// A shared view (ListFunc) points at the entry's maps and times instead of
+// copies of them.
+func fillView(inst *Instance, e *entry, shared bool) {
 	rec, rt := e.rec, &e.rt
 	code := statusOf(e)
 	*inst = Instance{
@@ -342,20 +379,33 @@ func fillView(inst *Instance, e *entry) {
 		Backend:    rec.Backend,
 		Status:     code.String(),
 		StatusCode: int(code),
-		Config:     maps.Clone(rec.Config),
-		Devices:    cloneDevices(rec.Devices),
 		Boot:       rec.Boot,
 		CreatedAt:  rec.CreatedAt,
-		StartedAt:  cloneTime(rec.StartedAt),
-		ReadyAt:    cloneTime(rt.readyAt),
 		Link:       rt.link,
 		Agent: AgentInfo{
-			State:         rt.agent.State,
-			LastHeartbeat: cloneTime(rt.agent.LastHeartbeat),
-			Since:         cloneTime(rt.agent.Since),
+			State: rt.agent.State,
 		},
 		DevlxdSocket: rt.details["devlxd_socket"],
 	}
+	if shared {
+		inst.Config, inst.Devices = rec.Config, rec.Devices
+		inst.StartedAt, inst.ReadyAt = rec.StartedAt, rt.readyAt
+		inst.Agent.LastHeartbeat, inst.Agent.Since = rt.agent.LastHeartbeat, rt.agent.Since
+		if inst.Devices == nil {
+			inst.Devices = noDevices
+		}
+		if len(rt.details) > 0 {
+			inst.Details = rt.details
+		}
+		if inst.Config == nil {
+			inst.Config = noConfig
+		}
+		return
+	}
+	inst.Config = maps.Clone(rec.Config)
+	inst.Devices = cloneDevices(rec.Devices)
+	inst.StartedAt, inst.ReadyAt = cloneTime(rec.StartedAt), cloneTime(rt.readyAt)
+	inst.Agent.LastHeartbeat, inst.Agent.Since = cloneTime(rt.agent.LastHeartbeat), cloneTime(rt.agent.Since)
 	if inst.Config == nil {
 		inst.Config = map[string]string{}
 	}

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -832,7 +833,29 @@ func TestListFilters(t *testing.T) {
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("got %v, want %v", got, tt.want)
 			}
+			// ListFunc's shared views encode exactly as List's copies.
+			var want, viewed []string
+			for _, i := range list {
+				b, _ := json.Marshal(i)
+				want = append(want, string(b))
+			}
+			err = m.ListFunc(bg, tt.f, func(v *Instance) error {
+				b, err := json.Marshal(v)
+				viewed = append(viewed, string(b))
+				return err
+			})
+			if !errors.Is(err, tt.err) {
+				t.Fatalf("ListFunc: %v, want %v", err, tt.err)
+			}
+			if diff := cmp.Diff(want, viewed); diff != "" {
+				t.Errorf("ListFunc views differ from List (-List +ListFunc):\n%s", diff)
+			}
 		})
+	}
+	stop := errors.New("stop")
+	n := 0
+	if err := m.ListFunc(bg, ListFilter{}, func(*Instance) error { n++; return stop }); !errors.Is(err, stop) || n != 1 {
+		t.Fatalf("ListFunc with fn failing: %v after %d calls, want stop after 1", err, n)
 	}
 }
 
@@ -958,6 +981,21 @@ func BenchmarkList10k(b *testing.B) {
 					b.Fatal(err)
 				}
 				n = len(list)
+			}
+			b.ReportMetric(float64(n), "instances")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
+		})
+		b.Run(fmt.Sprintf("func/status=%s,q=%s", f.Status, f.Query), func(b *testing.B) {
+			m := e.manager()
+			if _, err := m.List(bg, f); err != nil { // loads the cache
+				b.Fatal(err)
+			}
+			var n int
+			for b.Loop() {
+				n = 0
+				if err := m.ListFunc(bg, f, func(*Instance) error { n++; return nil }); err != nil {
+					b.Fatal(err)
+				}
 			}
 			b.ReportMetric(float64(n), "instances")
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
