@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -32,6 +33,14 @@ func nameParam(c *fiber.Ctx) (string, error) {
 	return name, instance.ValidateName(name)
 }
 
+// instanceLister is implemented by instance services that can hand out
+// shared views for serialising (core/instance.Manager).
+type instanceLister interface {
+	ListFunc(ctx context.Context, f instance.ListFilter, fn func(*instance.Instance) error) error
+}
+
+var _ instanceLister = (*instance.Manager)(nil)
+
 // listInstances answers GET /1.0/instances.
 func (a *API) listInstances(c *fiber.Ctx) error {
 	filter := instance.ListFilter{
@@ -45,13 +54,22 @@ func (a *API) listInstances(c *fiber.Ctx) error {
 	default:
 		return badRequest("invalid agent filter %q: must be none, started, connected, stopped or lost", filter.Agent)
 	}
-	list, err := a.cfg.Instances.List(c.UserContext(), filter)
-	if err != nil {
-		return err
-	}
-	body, err := appendInstanceList(make([]byte, 0, 512*len(list)+128), list)
-	if err != nil {
-		return fmt.Errorf("listing instances: %w", err)
+	var body []byte
+	if l, ok := a.cfg.Instances.(instanceLister); ok {
+		// Encode the shared views as they are listed: no copies.
+		e := newListEncoder(128)
+		if err := l.ListFunc(c.UserContext(), filter, e.add); err != nil {
+			return err
+		}
+		body = e.bytes()
+	} else {
+		list, err := a.cfg.Instances.List(c.UserContext(), filter)
+		if err != nil {
+			return err
+		}
+		if body, err = appendInstanceList(list); err != nil {
+			return fmt.Errorf("listing instances: %w", err)
+		}
 	}
 	c.Status(http.StatusOK)
 	c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)

@@ -12,23 +12,49 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 )
 
-// appendInstanceList appends the sync envelope around list, byte for byte
-// what encoding/json makes of wire.Sync([]wire.Instance{...}) (the answer of
-// GET /1.0/instances), about 3× faster: the fields are written in order
-// without reflection and map keys are sorted with one reused slice.
-func appendInstanceList(b []byte, list []*instance.Instance) ([]byte, error) {
-	b = append(b, `{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":[`...)
-	var keys []string
-	var err error
-	for i, inst := range list {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		if b, keys, err = appendInstance(b, inst, keys); err != nil {
-			return nil, fmt.Errorf("encoding instance %q: %w", inst.Name, err)
+// listEncoder writes the answer of GET /1.0/instances, byte for byte what
+// encoding/json makes of wire.Sync([]wire.Instance{...}), about 3× faster:
+// the fields are written in order without reflection and map keys are sorted
+// with one reused slice.
+type listEncoder struct {
+	b    []byte
+	n    int
+	keys []string // scratch space for sorting map keys
+}
+
+// newListEncoder starts an answer in a buffer sized for about n instances.
+func newListEncoder(n int) *listEncoder {
+	e := &listEncoder{b: make([]byte, 0, 512*n+128)}
+	e.b = append(e.b, `{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":[`...)
+	return e
+}
+
+// add appends one instance.
+func (e *listEncoder) add(inst *instance.Instance) error {
+	if e.n > 0 {
+		e.b = append(e.b, ',')
+	}
+	b, keys, err := appendInstance(e.b, inst, e.keys)
+	if err != nil {
+		return fmt.Errorf("encoding instance %q: %w", inst.Name, err)
+	}
+	e.b, e.keys = b, keys
+	e.n++
+	return nil
+}
+
+// bytes ends the answer and returns it.
+func (e *listEncoder) bytes() []byte { return append(e.b, "]}"...) }
+
+// appendInstanceList returns the answer listing list.
+func appendInstanceList(list []*instance.Instance) ([]byte, error) {
+	e := newListEncoder(len(list))
+	for _, inst := range list {
+		if err := e.add(inst); err != nil {
+			return nil, err
 		}
 	}
-	return append(b, "]}"...), nil
+	return e.bytes(), nil
 }
 
 // appendInstance appends inst as encoding/json encodes wire.Instance (with

@@ -50,7 +50,7 @@ func TestAppendInstanceListMatchesEncodingJSON(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := appendInstanceList(nil, tt.list)
+			got, err := appendInstanceList(tt.list)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,7 +81,7 @@ func TestAppendInstanceListMatchesEncodingJSON(t *testing.T) {
 			}
 			list = append(list, inst)
 		}
-		got, err := appendInstanceList(nil, list)
+		got, err := appendInstanceList(list)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestAppendInstanceListMatchesEncodingJSON(t *testing.T) {
 	})
 	t.Run("year out of range", func(t *testing.T) {
 		bad := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
-		if _, err := appendInstanceList(nil, []*instance.Instance{{Name: "vm1", StartedAt: &bad}}); err == nil {
+		if _, err := appendInstanceList([]*instance.Instance{{Name: "vm1", StartedAt: &bad}}); err == nil {
 			t.Fatal("no error for year 10000")
 		}
 	})
@@ -119,7 +119,7 @@ func BenchmarkInstanceList10k(b *testing.B) {
 	list := sampleList(10000)
 	b.Run("append", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := appendInstanceList(make([]byte, 0, 512*len(list)+128), list); err != nil {
+			if _, err := appendInstanceList(list); err != nil {
 				b.Fatal(err)
 			}
 		}

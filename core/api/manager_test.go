@@ -192,6 +192,23 @@ func TestRealManager(t *testing.T) {
 	if len(list) != 1 {
 		t.Fatalf("running list = %+v", list)
 	}
+	// The list the manager's shared views are encoded into is what
+	// encoding/json makes of List's copies, byte for byte.
+	mustCall(t, srv, "POST", "/1.0/instances", `{"name":"m0","config":{"user.x":"<&>\u2028"},"devices":{"d":{"type":"disk"}}}`, 201)
+	for q, f := range map[string]instance.ListFilter{"": {}, "?status=running": {Status: "running"}, "?q=m0": {Query: "m0"}} {
+		views, err := mgr.List(context.Background(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]wire.Instance, 0, len(views))
+		for _, v := range views {
+			want = append(want, wire.Instance{Instance: *v})
+		}
+		wantJSON, _ := json.Marshal(want)
+		if got := mustCall(t, srv, "GET", "/1.0/instances"+q, "", 200).Metadata; string(got) != string(wantJSON) {
+			t.Fatalf("GET /1.0/instances%s =\n%s\nwant\n%s", q, got, wantJSON)
+		}
+	}
 	mustCall(t, srv, "PUT", "/1.0/instances/m1/state", `{"action":"restart"}`, http.StatusOK)
 	mustCall(t, srv, "DELETE", "/1.0/instances/m1?force=true", "", http.StatusOK)
 	mustCall(t, srv, "GET", "/1.0/instances/m1", "", http.StatusNotFound)
