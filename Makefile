@@ -37,7 +37,7 @@ deps: ## install system and npm packages the tests need (Debian)
 
 .PHONY: generate
 generate: ## regenerate templ, protobuf and CSS output
-	$(GO) tool templ generate
+	$(GO) tool templ generate -path web/components
 	$(GO) tool -modfile=tools/go.mod buf generate
 	@if [ -f package.json ] && [ -d node_modules ]; then npm run --silent build:css; fi
 
