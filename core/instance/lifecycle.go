@@ -274,6 +274,8 @@ func (m *Manager) start(ctx context.Context, e *entry, by events.Requestor, acti
 		c.rec.Boot++
 		c.rec.StartedAt = &startAt
 		c.rec.Config[KeyReady] = "false" // a fresh boot is never Ready
+		savedReady := c.rec.Config[KeySavedReady] == "true"
+		delete(c.rec.Config, KeySavedReady) // a saved state is used once
 		c.persist = true
 		c.rt.op = status.OpNone
 		c.rt.agent = AgentInfo{}
@@ -293,6 +295,14 @@ func (m *Manager) start(ctx context.Context, e *entry, by events.Requestor, acti
 		}
 		c.note(kindState, from, status.PowerRunning, causeOf(by), detail)
 		c.emit(action, nil, by)
+		if spec.RestoreState && savedReady {
+			// The restored memory holds the guest's Ready declaration; its
+			// agent has no reason to repeat it.
+			c.rec.Config[KeyReady] = "true"
+			c.rt.readyAt = &startAt
+			c.note(kindReady, "false", "true", causeOf(by), "restored")
+			c.emit(events.InstanceReady, map[string]any{"restored": true}, by)
+		}
 		return nil
 	})
 	if err != nil {
@@ -418,8 +428,12 @@ func (m *Manager) stop(ctx context.Context, e *entry, opts StopOptions, by event
 	}
 	_, err = m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
 		detail := ""
+		delete(c.rec.Config, KeySavedReady)
 		if opts.Stateful {
 			detail = "stateful"
+			if c.rec.Config[KeyReady] == "true" {
+				c.rec.Config[KeySavedReady] = "true"
+			}
 		}
 		m.stopped(c, powerOf(gs.Status, status.PowerStopped), gs.Message, causeOf(by), detail)
 		if action != "" {

@@ -1219,3 +1219,61 @@ func TestInitWithMissingBackend(t *testing.T) {
 		t.Errorf("timeline %v", tl)
 	}
 }
+
+func TestStatefulRestoreKeepsReady(t *testing.T) {
+	tests := []struct {
+		name      string
+		ready     bool // declared before the stop
+		stateful  bool
+		wantReady bool
+	}{
+		{"ready guest restored", true, true, true},
+		{"running guest restored", false, true, false},
+		{"ready guest stopped statelessly", true, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.be.stateful = true
+			inst := e.create("web1", nil)
+			if err := e.m.Start(bg, "web1", api); err != nil {
+				t.Fatal(err)
+			}
+			if tt.ready {
+				if err := e.m.SetReady(bg, inst.UUID, true, events.Requestor{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := e.m.Stop(bg, "web1", StopOptions{Stateful: tt.stateful}, api); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.get("web1"); got.Ready() || got.Status != "Stopped" {
+				t.Fatalf("stopped instance: %s, ready %v", got.Status, got.Ready())
+			}
+			readyEvents := count(e.actions("web1"), events.InstanceReady)
+			if err := e.m.Start(bg, "web1", api); err != nil {
+				t.Fatal(err)
+			}
+			got := e.get("web1")
+			if got.Ready() != tt.wantReady {
+				t.Errorf("after the start: status %s, ready %v, want ready %v", got.Status, got.Ready(), tt.wantReady)
+			}
+			if _, ok := got.Config[KeySavedReady]; ok {
+				t.Errorf("%s left behind after the start", KeySavedReady)
+			}
+			if n := count(e.actions("web1"), events.InstanceReady) - readyEvents; (n == 1) != tt.wantReady {
+				t.Errorf("%d instance-ready events at the start", n)
+			}
+			// A second, plain start is a fresh boot: never Ready by itself.
+			if err := e.m.Stop(bg, "web1", StopOptions{}, api); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.m.Start(bg, "web1", api); err != nil {
+				t.Fatal(err)
+			}
+			if e.get("web1").Ready() {
+				t.Error("a plain start after the restore is Ready")
+			}
+		})
+	}
+}

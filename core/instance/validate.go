@@ -11,7 +11,11 @@ import (
 
 // Instance keys the daemon manages (shared/spec/status.md).
 const (
-	KeyReady              = "volatile.last_state.ready"
+	KeyReady = "volatile.last_state.ready"
+	// KeySavedReady keeps the Ready flag a guest had when a stateful stop
+	// saved it, so that restoring the state restores Ready too: the guest's
+	// software declared it in the memory that comes back.
+	KeySavedReady         = "volatile.last_state.saved_ready"
 	KeyUUID               = "volatile.uuid"
 	KeyVsockID            = "volatile.vsock_id"
 	KeyCloudInitID        = "volatile.cloud-init.instance-id"
@@ -145,7 +149,8 @@ var fixedKeys = map[string]keyChecker{
 
 // daemonKeys are set only by the daemon itself.
 var daemonKeys = map[string]bool{
-	KeyReady: true,
+	KeyReady:      true,
+	KeySavedReady: true,
 }
 
 // validateKey checks that a user may set (or unset) key to v on an instance
