@@ -526,13 +526,14 @@ func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error
 	e.rec, e.rt = c.rec, c.rt
 	view := viewOf(e)
 	m.mu.Unlock()
-	m.publish(ctx, c.events)
 	if !c.persist && len(c.timeline) > 0 {
-		// After the events: they are what watchers wait for.
+		// Before the events, so that a watcher that reads the timeline
+		// when an event arrives finds the entry.
 		if err := m.store.AppendTimeline(ctx, c.timeline...); err != nil {
 			m.log.Error("recording timeline", "instance", c.rec.Name, "err", err)
 		}
 	}
+	m.publish(ctx, c.events)
 	return view, nil
 }
 
