@@ -177,6 +177,14 @@ func decodeResponse(resp *http.Response, what string, out any) error {
 	if resp.StatusCode >= 300 {
 		return statusError(resp.StatusCode, raw)
 	}
+	if list, ok := out.(*[]wire.Instance); ok {
+		if l, ok := decodeInstanceList(raw); ok {
+			if l != nil { // null metadata leaves out alone, as encoding/json does
+				*list = l
+			}
+			return nil
+		}
+	}
 	env := syncResponse{Metadata: out}
 	if out == nil {
 		env.Metadata = &json.RawMessage{} // validated, then dropped

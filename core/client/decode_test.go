@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"testing"
 	"time"
@@ -89,8 +90,8 @@ func TestDecodeResponse(t *testing.T) {
 }
 
 // BenchmarkDecodeInstances10k decodes a GET /1.0/instances answer with
-// 10,000 instances: the client's single pass against the former two passes
-// (envelope with raw metadata, then the metadata).
+// 10,000 instances: the client (the list parser), one pass of encoding/json
+// and the former two passes (envelope with raw metadata, then the metadata).
 func BenchmarkDecodeInstances10k(b *testing.B) {
 	body, err := json.Marshal(wire.Sync(sampleInstances(10000)))
 	if err != nil {
@@ -106,6 +107,16 @@ func BenchmarkDecodeInstances10k(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
 		b.ReportMetric(float64(len(body))/(1<<20), "MiB")
 	})
+	b.Run("one-pass-encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			var list []wire.Instance
+			env := syncResponse{Metadata: &list}
+			if err := json.Unmarshal(body, &env); err != nil || len(list) != 10000 {
+				b.Fatal(err, len(list))
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
+	})
 	b.Run("two-pass", func(b *testing.B) {
 		for b.Loop() {
 			raw, _ := io.ReadAll(fakeResponse(200, body).Body)
@@ -120,4 +131,92 @@ func BenchmarkDecodeInstances10k(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
 	})
+}
+
+// referenceDecode is what encoding/json makes of an answer.
+func referenceDecode(body []byte) ([]wire.Instance, error) {
+	var list []wire.Instance
+	env := syncResponse{Metadata: &list}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+func TestDecodeInstanceListMatchesEncodingJSON(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	alphabet := []string{"a", "Z", "0", " ", "<", ">", "&", "\"", "\\", "/", "\x00", "\x1f", "\x7f", "é", "\u2028", "😀", "\xff", "\xe2\x80", "\n"}
+	str := func() string {
+		var b []byte
+		for range rng.IntN(10) {
+			b = append(b, alphabet[rng.IntN(len(alphabet))]...)
+		}
+		return string(b)
+	}
+	random := make([]wire.Instance, 300)
+	for i := range random {
+		created := time.Unix(rng.Int64N(1<<33), rng.Int64N(1e9)).In(time.FixedZone("", (rng.IntN(48)-24)*1800))
+		inst := instance.Instance{Name: str(), UUID: str(), Backend: str(), Status: str(), StatusCode: rng.IntN(400) - 200,
+			Config: map[string]string{str(): str(), str(): str()}, Devices: map[string]map[string]string{str(): {str(): str()}, "n": nil},
+			Boot: rng.Int64() - 1<<62, CreatedAt: created, Link: str(), Agent: instance.AgentInfo{State: instance.AgentState(str())},
+			DevlxdSocket: str(), Details: map[string]string{str(): str()}}
+		switch i % 3 {
+		case 0:
+			inst.StartedAt, inst.ReadyAt, inst.Agent.Since, inst.Agent.LastHeartbeat = &created, &created, &created, &created
+		case 1:
+			inst.Config, inst.Devices, inst.Details = nil, nil, nil
+		}
+		random[i] = wire.Instance{Instance: inst}
+	}
+	randomBody, err := json.Marshal(wire.Sync(random))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample, _ := json.Marshal(wire.Sync(sampleInstances(20)))
+	one := `{"name":"vm1","status_code":1,"config":{"a":"b"},"created_at":"2026-11-22T01:02:03Z","agent":{"state":"none","since":null}}`
+	tests := []struct {
+		name string
+		body string
+		fast bool // the parser must not give up
+	}{
+		{"daemon list", string(sample), true},
+		{"random strings", string(randomBody), true},
+		{"empty list", `{"type":"sync","metadata":[]}`, true},
+		{"null metadata", `{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":null}`, true},
+		{"white space", " {\n\"metadata\" : [ " + one + " ] , \"type\":\"sync\" }\t", true},
+		{"escapes", `{"type":"sync","metadata":[{"name":"a\u00e9\"\\\/\ud83d\ude00","config":{"k\n":"v\u2028"}}]}`, true},
+		{"unknown key", `{"type":"sync","metadata":[{"name":"a","extra":{"x":[1,2,{"y":null}]}}]}`, false},
+		{"other case key", `{"type":"sync","metadata":[{"Name":"a"}]}`, false},
+		{"timeline", `{"type":"sync","metadata":[{"name":"a","timeline":[]}]}`, false},
+		{"duplicate key", `{"type":"sync","metadata":[{"name":"a","name":"b"}]}`, false},
+		{"duplicate map key", `{"type":"sync","metadata":[{"config":{"a":"1","a":"2"}}]}`, false},
+		{"null string", `{"type":"sync","metadata":[{"name":null}]}`, false},
+		{"null time", `{"type":"sync","metadata":[{"created_at":null}]}`, false},
+		{"leading zero", `{"type":"sync","metadata":[{"boot":01}]}`, false},
+		{"float", `{"type":"sync","metadata":[{"status_code":1.5}]}`, false},
+		{"bad time", `{"type":"sync","metadata":[{"created_at":"yesterday"}]}`, false},
+		{"truncated", string(sample[:len(sample)-3]), false},
+		{"trailing garbage", string(sample) + "x", false},
+		{"not a list", `{"type":"sync","metadata":{"name":"a"}}`, false},
+		{"no type", `{"metadata":[]}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want, wantErr := referenceDecode([]byte(tt.body))
+			if _, ok := decodeInstanceList([]byte(tt.body)); ok != tt.fast {
+				t.Fatalf("parser took the answer: %v, want %v", ok, tt.fast)
+			}
+			var got []wire.Instance
+			err := decodeResponse(fakeResponse(200, []byte(tt.body)), "GET /1.0/instances", &got)
+			if (err != nil) != (wantErr != nil) {
+				t.Fatalf("error %v, encoding/json says %v", err, wantErr)
+			}
+			if wantErr != nil {
+				return
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("differs from encoding/json (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
