@@ -111,17 +111,14 @@ func BenchmarkDaemon10k(b *testing.B) {
 			if err != nil || resp.StatusCode != http.StatusOK {
 				b.Fatalf("GET /1.0/instances: %d, %v", resp.StatusCode, err)
 			}
-			// What the client does with the answer: the envelope, then
-			// its metadata.
+			// What the client does with the answer: one pass over the
+			// envelope, the metadata decoded into the list on the way.
 			start = time.Now()
-			var env struct {
-				Metadata json.RawMessage `json:"metadata"`
-			}
 			var list []wire.Instance
+			env := struct {
+				Metadata any `json:"metadata"`
+			}{Metadata: &list}
 			if err := json.Unmarshal(body, &env); err != nil {
-				b.Fatal(err)
-			}
-			if err := json.Unmarshal(env.Metadata, &list); err != nil {
 				b.Fatal(err)
 			}
 			decode.Add(time.Since(start))
