@@ -99,8 +99,9 @@ type Config struct {
 	// nothing is heard (default 5 s): the period doubles from FastPoll up to
 	// it, and any word, backend event or advertisement makes it fast again.
 	// Backend events (ring data, port opened or closed) read the ring at
-	// once, so the timer is only a fallback. While an advertisement awaits
-	// CONNECTED the period doubles up to StoppedPoll only.
+	// once, so the timer is only a fallback. With an agent not yet
+	// confirmed the period doubles up to StoppedPoll only, and it stays at
+	// FastPoll while an accepted advertisement awaits its CONNECTED.
 	IdlePoll time.Duration
 	// StoppedPoll is the period while the agent is stopped or lost (1 s).
 	StoppedPoll time.Duration

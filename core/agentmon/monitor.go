@@ -160,16 +160,18 @@ func (m *monitor) run() {
 }
 
 // nextPoll is how long to wait before the next timed ring read. Where the
-// tracker asks for fast reads (no agent known, or an advertisement awaiting
-// CONNECTED) the period doubles from FastPoll while nothing is heard, up to
-// IdlePoll without an agent and StoppedPoll while awaiting CONNECTED (QEMU
-// signals port changes at most once a second, so the timer must still find
-// a CONNECTED soon). heard (a word, a backend event, an advertisement)
-// makes it fast again.
+// tracker asks for fast reads (no agent known, or an agent not yet
+// confirmed) the period doubles from FastPoll while nothing is heard, up to
+// IdlePoll without an agent and StoppedPoll with one. heard (a word, a
+// backend event, an advertisement) makes it fast again. Once the agent
+// accepted the advertisement it stays fast until the CONNECTED that confirms
+// it: QEMU signals port changes at most once a second and not ring data, so
+// the timer is what finds that CONNECTED there.
 func (m *monitor) nextPoll(heard bool) time.Duration {
 	cfg := &m.svc.cfg
 	d := m.tr.interval(cfg.FastPoll, cfg.StoppedPoll, cfg.ConnectedPoll)
-	if d != cfg.FastPoll || heard || m.quiet == 0 {
+	awaitingConfirm := m.tr.state != instance.AgentNone && m.tr.advertOK && !m.tr.confirmed
+	if d != cfg.FastPoll || heard || m.quiet == 0 || awaitingConfirm {
 		m.quiet = d
 		return d
 	}
