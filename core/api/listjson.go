@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -19,8 +20,11 @@ import (
 type listEncoder struct {
 	b    []byte
 	n    int
-	keys []string // scratch space for sorting map keys
+	keys []kv // scratch space for sorting map entries
 }
+
+// kv is one map entry being sorted.
+type kv struct{ k, v string }
 
 // newListEncoder starts an answer in a buffer sized for about n instances.
 func newListEncoder(n int) *listEncoder {
@@ -59,7 +63,7 @@ func appendInstanceList(list []*instance.Instance) ([]byte, error) {
 
 // appendInstance appends inst as encoding/json encodes wire.Instance (with
 // no timeline). keys is scratch space for sorting map keys.
-func appendInstance(b []byte, inst *instance.Instance, keys []string) ([]byte, []string, error) {
+func appendInstance(b []byte, inst *instance.Instance, keys []kv) ([]byte, []kv, error) {
 	var err error
 	b = append(b, `{"name":`...)
 	b = appendJSONString(b, inst.Name)
@@ -132,25 +136,25 @@ func appendInstance(b []byte, inst *instance.Instance, keys []string) ([]byte, [
 }
 
 // appendStringMap appends m with its keys sorted, as encoding/json does.
-func appendStringMap(b []byte, m map[string]string, keys []string) ([]byte, []string) {
+func appendStringMap(b []byte, m map[string]string, entries []kv) ([]byte, []kv) {
 	if m == nil {
-		return append(b, "null"...), keys
+		return append(b, "null"...), entries
 	}
-	keys = keys[:0]
-	for k := range m {
-		keys = append(keys, k)
+	entries = entries[:0]
+	for k, v := range m {
+		entries = append(entries, kv{k, v})
 	}
-	slices.Sort(keys)
+	slices.SortFunc(entries, func(a, b kv) int { return strings.Compare(a.k, b.k) })
 	b = append(b, '{')
-	for i, k := range keys {
+	for i, e := range entries {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, k)
+		b = appendJSONString(b, e.k)
 		b = append(b, ':')
-		b = appendJSONString(b, m[k])
+		b = appendJSONString(b, e.v)
 	}
-	return append(b, '}'), keys
+	return append(b, '}'), entries
 }
 
 // appendJSONTime appends t as time.Time.MarshalJSON does (null for nil).
@@ -170,6 +174,14 @@ func appendJSONTime(b []byte, t *time.Time) ([]byte, error) {
 	return append(b, '"'), nil
 }
 
+// jsonSafe tells the ASCII characters encoding/json writes as they are.
+var jsonSafe = func() (t [utf8.RuneSelf]bool) {
+	for c := range t {
+		t[c] = c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
 // appendJSONString appends s quoted as encoding/json does by default: HTML
 // characters, control characters, U+2028 and U+2029 escaped, invalid UTF-8
 // replaced by U+FFFD.
@@ -179,7 +191,7 @@ func appendJSONString(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if jsonSafe[c] {
 				i++
 				continue
 			}
