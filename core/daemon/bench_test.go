@@ -399,8 +399,9 @@ func BenchmarkReady1000(b *testing.B) {
 		players = append(players, p)
 	}
 
-	// Idle guests whose agent never started: the agent monitor polls each
-	// ring at its fast rate, waiting for an agent.
+	// Idle guests whose agent never started: the agent monitor's poll of
+	// each ring has backed off to agentmon.DefaultIdlePoll, waiting for an
+	// agent (ring-data events would wake it at once).
 	b.Run("idle-cpu-no-agent", func(b *testing.B) { benchIdleCPU(b, d, n) })
 
 	// Idle guests with a connected agent (played: STARTED, the
