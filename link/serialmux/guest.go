@@ -226,13 +226,10 @@ func (g *Guest) serveOne() error {
 
 // dispatch reads a host stream's header and hands it to its port's listener.
 func (g *Guest) dispatch(s *yamux.Stream) {
-	s.SetReadDeadline(time.Now().Add(headerTimeout))
-	port, err := readHeader(s)
-	if err != nil {
-		s.Close()
+	port, ok := streamPort(s)
+	if !ok {
 		return
 	}
-	s.SetReadDeadline(time.Time{})
 	g.mu.Lock()
 	l := g.listeners[port]
 	g.mu.Unlock()

@@ -142,13 +142,10 @@ func (h *Host) serveOne(conn io.ReadWriteCloser) error {
 
 // admit reads a guest stream's header and queues it for Accept.
 func (h *Host) admit(s *yamux.Stream) {
-	s.SetReadDeadline(time.Now().Add(headerTimeout))
-	port, err := readHeader(s)
-	if err != nil {
-		s.Close()
+	port, ok := streamPort(s)
+	if !ok {
 		return
 	}
-	s.SetReadDeadline(time.Time{})
 	select {
 	case h.accepts <- accepted{s, port}:
 	case <-h.done:

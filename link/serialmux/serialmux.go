@@ -78,3 +78,16 @@ func yamuxConfig() *yamux.Config {
 
 // headerTimeout bounds how long an accepted stream may take to send its header.
 const headerTimeout = 30 * time.Second
+
+// streamPort reads the port header of a stream the peer opened, giving it
+// headerTimeout; a stream without a valid header is closed.
+func streamPort(s *yamux.Stream) (uint32, bool) {
+	s.SetReadDeadline(time.Now().Add(headerTimeout))
+	port, err := readHeader(s)
+	if err != nil {
+		s.Close()
+		return 0, false
+	}
+	s.SetReadDeadline(time.Time{})
+	return port, true
+}
