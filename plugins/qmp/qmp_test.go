@@ -280,13 +280,17 @@ func startQEMU(t testing.TB) (string, *exec.Cmd) {
 		t.Fatalf("starting qemu: %v", err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// The socket file appears at bind, a moment before QEMU listens on it:
+	// wait until a connection is accepted. QEMU serves one QMP client at a
+	// time and takes the next once this probe closes.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, err := os.Stat(sock); err == nil {
+		if conn, err := net.Dial("unix", sock); err == nil {
+			conn.Close()
 			return sock, cmd
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("qemu did not create its qmp socket")
+			t.Fatal("qemu did not listen on its qmp socket")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
