@@ -52,7 +52,7 @@ lint: ## gofmt and go vet
 
 .PHONY: test
 test: deps build guest-image lint check-generated ## run every test (installs what it needs)
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -p 1 -count=1 -timeout 45m ./... # one package at a time: the VM and daemon tests are timing-sensitive on 2 cores
 	@if [ -f package.json ]; then npm test; fi
 
 .PHONY: bench
