@@ -87,7 +87,9 @@ func row(w io.Writer, cells ...string) {
 		if c == "" {
 			cells[i] = "-"
 		}
-		cells[i] = strings.ReplaceAll(cells[i], "\t", " ")
+		// One line per row: a multi-line value (user.meta-data, a cloud-init
+		// document) shows its line breaks as \n; `config get` prints it raw.
+		cells[i] = strings.NewReplacer("\t", " ", "\r", `\r`, "\n", `\n`).Replace(cells[i])
 	}
 	fmt.Fprintln(w, strings.Join(cells, "\t"))
 }
