@@ -13,6 +13,8 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pluginhost"
 )
@@ -40,6 +42,14 @@ type instanceLister interface {
 }
 
 var _ instanceLister = (*instance.Manager)(nil)
+
+// statelessStarter is implemented by instance services that can start a
+// guest without restoring its saved state (core/instance.Manager).
+type statelessStarter interface {
+	StartWith(ctx context.Context, name string, opts instance.StartOptions, by events.Requestor) error
+}
+
+var _ statelessStarter = (*instance.Manager)(nil)
 
 // listInstances answers GET /1.0/instances.
 func (a *API) listInstances(c *fiber.Ctx) error {
@@ -235,10 +245,21 @@ func (a *API) putState(c *fiber.Ctx) error {
 		Force:    req.Force,
 		Stateful: req.Stateful,
 	}
+	if req.Stateless && req.Action != wire.ActionStart {
+		return badRequest("stateless applies to start only, not %q", req.Action)
+	}
 	ctx, by := c.UserContext(), requestor(c)
 	switch req.Action {
 	case wire.ActionStart:
-		err = a.cfg.Instances.Start(ctx, name, by)
+		if req.Stateless {
+			s, ok := a.cfg.Instances.(statelessStarter)
+			if !ok {
+				return fmt.Errorf("starting instance %q without its saved state: %w", name, errdefs.ErrNotSupported)
+			}
+			err = s.StartWith(ctx, name, instance.StartOptions{Stateless: true}, by)
+		} else {
+			err = a.cfg.Instances.Start(ctx, name, by)
+		}
 	case wire.ActionStop:
 		err = a.cfg.Instances.Stop(ctx, name, opts, by)
 	case wire.ActionRestart:

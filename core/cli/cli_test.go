@@ -121,6 +121,9 @@ func TestStateCommands(t *testing.T) {
 	fails(t, srv, `invalid --timeout -1s: must not be negative`, "stop", "a1", "--timeout", "-1s")
 	ok(t, srv, "start", "a1")
 	fails(t, srv, `starting instance "a1": already running: conflict; starting instance "zz": not found`, "start", "a1", "b1", "zz")
+	// The state flags reach the API (the test service has no stateful backend).
+	fails(t, srv, `stopping instance "a1" statefully: not supported`, "stop", "a1", "--stateful")
+	fails(t, srv, `starting instance "a1" without its saved state: not supported`, "start", "a1", "--stateless")
 	// b1 was started although the others failed.
 	if out := ok(t, srv, "list", "--status", "running", "--format", "json"); strings.Count(out, `"name"`) != 2 {
 		t.Fatalf("running after partial start: %s", out)

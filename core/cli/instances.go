@@ -68,6 +68,7 @@ func (s *session) launchCommand() *cobra.Command {
 func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Command {
 	var force bool
 	var timeout time.Duration
+	var stateful, stateless bool
 	cmd := &cobra.Command{
 		Use:   action + " NAME...",
 		Short: short,
@@ -76,7 +77,8 @@ func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Comm
 			if timeout < 0 {
 				return fmt.Errorf("invalid --timeout %s: must not be negative", timeout)
 			}
-			req := wire.InstanceStatePut{Action: action, Force: force, Timeout: int(math.Ceil(timeout.Seconds()))}
+			req := wire.InstanceStatePut{Action: action, Force: force, Timeout: int(math.Ceil(timeout.Seconds())),
+				Stateful: stateful, Stateless: stateless}
 			var states []*wire.InstanceState
 			err := eachName(args, func(name string) error {
 				st, err := s.client.SetState(cmd.Context(), name, req)
@@ -92,6 +94,12 @@ func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Comm
 			}
 			return err
 		},
+	}
+	switch action {
+	case wire.ActionStart:
+		cmd.Flags().BoolVar(&stateless, "stateless", false, "boot afresh, discarding a state saved by stop --stateful")
+	case wire.ActionStop:
+		cmd.Flags().BoolVar(&stateful, "stateful", false, "save the guest's state; the next start restores it (backends with the stateful capability)")
 	}
 	if stopFlags {
 		cmd.Flags().BoolVarP(&force, "force", "f", false, "stop at once, without a clean shutdown")

@@ -170,14 +170,29 @@ func (m *Manager) setOp(ctx context.Context, e *entry, op string) error {
 // hooks learn the guest's link endpoint. A failed start leaves the
 // instance Stopped (bad input) or Error with the message, in the timeline
 // and an instance-error event.
+// A guest whose state a stateful stop saved is restored from it.
 func (m *Manager) Start(ctx context.Context, name string, by events.Requestor) error {
+	return m.StartWith(ctx, name, StartOptions{}, by)
+}
+
+// StartOptions says how to start a guest.
+type StartOptions struct {
+	// Stateless boots the guest afresh even when a stateful stop saved its
+	// state; the backend discards that state. It is the way out when a
+	// saved state cannot be restored (say, saved under another serial
+	// layout).
+	Stateless bool
+}
+
+// StartWith is Start with options.
+func (m *Manager) StartWith(ctx context.Context, name string, opts StartOptions, by events.Requestor) error {
 	e, err := m.lookup(ctx, name)
 	if err != nil {
 		return fmt.Errorf("starting instance %q: %w", name, err)
 	}
 	e.op.Lock()
 	defer e.op.Unlock()
-	if err := m.start(ctx, e, by, events.InstanceStarted); err != nil {
+	if err := m.start(ctx, e, opts, by, events.InstanceStarted); err != nil {
 		return fmt.Errorf("starting instance %q: %w", name, err)
 	}
 	return nil
@@ -185,7 +200,7 @@ func (m *Manager) Start(ctx context.Context, name string, by events.Requestor) e
 
 // start starts e's guest; e.op is held. action is the event published on
 // success.
-func (m *Manager) start(ctx context.Context, e *entry, by events.Requestor, action string) error {
+func (m *Manager) start(ctx context.Context, e *entry, opts StartOptions, by events.Requestor, action string) error {
 	rec, _, err := m.snapshot(e)
 	if err != nil {
 		return err
@@ -248,7 +263,7 @@ func (m *Manager) start(ctx context.Context, e *entry, by events.Requestor, acti
 			return fail(err, false)
 		}
 	}
-	if info.Has(sdk.CapStateful) {
+	if info.Has(sdk.CapStateful) && !opts.Stateless {
 		if st, err := b.State(ctx, h); err == nil && st.HasSavedState {
 			spec.RestoreState = true
 		}
@@ -498,7 +513,7 @@ func (m *Manager) Restart(ctx context.Context, name string, opts StopOptions, by
 	if err := m.stop(ctx, e, opts, by, ""); err != nil {
 		return fmt.Errorf("restarting instance %q: %w", name, err)
 	}
-	if err := m.start(ctx, e, by, events.InstanceRestarted); err != nil {
+	if err := m.start(ctx, e, StartOptions{}, by, events.InstanceRestarted); err != nil {
 		return fmt.Errorf("restarting instance %q: %w", name, err)
 	}
 	return nil

@@ -1277,3 +1277,33 @@ func TestStatefulRestoreKeepsReady(t *testing.T) {
 		})
 	}
 }
+
+func TestStatelessStartIgnoresSavedState(t *testing.T) {
+	e := newEnv(t)
+	e.be.stateful = true
+	inst := e.create("web1", nil)
+	if err := e.m.Start(bg, "web1", api); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.SetReady(bg, inst.UUID, true, events.Requestor{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Stop(bg, "web1", StopOptions{Stateful: true}, api); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.StartWith(bg, "web1", StartOptions{Stateless: true}, api); err != nil {
+		t.Fatal(err)
+	}
+	e.be.mu.Lock()
+	var restored bool
+	for _, g := range e.be.guests {
+		restored = g.spec.RestoreState
+	}
+	e.be.mu.Unlock()
+	if restored {
+		t.Error("a stateless start asked the backend to restore the saved state")
+	}
+	if got := e.get("web1"); got.Ready() || got.Status != "Running" {
+		t.Errorf("after a stateless start: %s, ready %v; want Running, not Ready", got.Status, got.Ready())
+	}
+}

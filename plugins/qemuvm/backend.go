@@ -336,10 +336,10 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 	if err := client.Execute(ctx, "cont", nil, nil); err != nil {
 		return fail("resuming the guest", err)
 	}
-	if l.Restore {
-		os.Remove(filepath.Join(h.Dir, stateFile))
-		os.Remove(filepath.Join(h.Dir, stateMeta))
-	}
+	// A saved state is used once: restored now, or discarded by a
+	// stateless start, which must not be restored by a later one.
+	os.Remove(filepath.Join(h.Dir, stateFile))
+	os.Remove(filepath.Join(h.Dir, stateMeta))
 	b.log.Info("guest started", "name", name, "pid", h.PID, "accel", h.Accel, "link", h.Link, "layout", h.Layout, "restored", l.Restore)
 	return h.encode(), b.stateOf(h), nil
 }

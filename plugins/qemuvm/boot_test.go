@@ -271,4 +271,16 @@ func TestStatefulRestore(t *testing.T) {
 	if st.Status != sdk.StatusRunning || st.HasSavedState {
 		t.Fatalf("restore state = %+v", st)
 	}
+
+	// A stateless start after another stateful stop boots afresh and
+	// discards the state, so no later start can restore a stale one.
+	if st, err = e.b.Stop(ctx, e.h, sdk.StopOptions{Stateful: true}); err != nil || !st.HasSavedState {
+		t.Fatalf("second stateful Stop = %+v, %v", st, err)
+	}
+	if st = e.start(t, false); st.Status != sdk.StatusRunning || st.HasSavedState {
+		t.Fatalf("stateless start = %+v, want running with no saved state", st)
+	}
+	if st, err = e.b.Stop(ctx, e.h, sdk.StopOptions{Force: true}); err != nil || st.HasSavedState {
+		t.Fatalf("after a stateless start and a plain stop = %+v, %v; want no saved state", st, err)
+	}
 }

@@ -82,12 +82,14 @@ const (
 
 // InstanceStatePut is the body of PUT /1.0/instances/{name}/state. Timeout is
 // in seconds (0: the backend's default); Force and Stateful apply to stop and
-// restart.
+// restart; Stateless applies to start: boot afresh, discarding a state a
+// stateful stop saved (a start restores it otherwise).
 type InstanceStatePut struct {
-	Action   string `json:"action"`
-	Timeout  int    `json:"timeout,omitempty"`
-	Force    bool   `json:"force,omitempty"`
-	Stateful bool   `json:"stateful,omitempty"`
+	Action    string `json:"action"`
+	Timeout   int    `json:"timeout,omitempty"`
+	Force     bool   `json:"force,omitempty"`
+	Stateful  bool   `json:"stateful,omitempty"`
+	Stateless bool   `json:"stateless,omitempty"`
 }
 
 // InstanceState is the answer of GET and PUT /1.0/instances/{name}/state.
