@@ -185,6 +185,9 @@ func TestRestartClearsReady(t *testing.T) {
 	g := d.launch(ctx, name, nil, nil)
 	agentCommand(ctx, t, g, "ready")
 	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *wire.Instance) bool { return i.StatusCode == int(status.Ready) })
+	// The status is visible a moment before its event is delivered: wait
+	// for the event, or it would count as one after the mark.
+	rec.wait(ctx, 0, events.InstanceReady, 1, opTimeout)
 
 	mark := rec.mark()
 	d.cli(ctx, "restart", name)
@@ -398,6 +401,7 @@ func TestGuestReboot(t *testing.T) {
 	g := d.launch(ctx, name, nil, nil)
 	agentCommand(ctx, t, g, "ready")
 	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *wire.Instance) bool { return i.StatusCode == int(status.Ready) })
+	rec.wait(ctx, 0, events.InstanceReady, 1, opTimeout) // delivered, so not counted after the mark
 	oldAgents := agentPIDs(g.root)
 
 	mark := rec.mark()

@@ -186,11 +186,14 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 	inst = d.waitInstance(ctx, name, "agent connected after the restore", qemuBootTimeout, func(i *wire.Instance) bool {
 		return i.Boot == 2 && i.Agent.State == instance.AgentConnected
 	})
-	// The daemon starts every boot not Ready, and the restored agent,
-	// whose word is still CONNECTED, gets no new advertisement and so
-	// does not re-declare: Ready waits for the guest (reported).
-	t.Logf("%s: after the restore: status %s, agent %s", name, inst.Status, inst.Agent.State)
+	// The restored memory holds the guest's Ready declaration: the daemon
+	// restores the Ready flag it saved with the state (the agent, whose
+	// word is still CONNECTED, has no reason to declare it again).
+	if !inst.Ready() || inst.StatusCode != int(status.Ready) {
+		t.Errorf("after the restore: status %s, ready %v; want Ready, as saved", inst.Status, inst.Ready())
+	}
 	rec2.wait(ctx, mark, events.InstanceAgentConnected, 1, qemuOpTimeout)
+	rec2.wait(ctx, mark, events.InstanceReady, 1, qemuOpTimeout)
 	if got := rec2.since(mark); !inOrder(got, []string{events.InstanceStopped, events.InstanceStarted, events.InstanceAgentConnected}) {
 		t.Errorf("events of the stateful stop and restore: %v", got)
 	}
