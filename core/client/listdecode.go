@@ -218,13 +218,19 @@ func (p *listParser) timePtr() (*time.Time, bool) {
 
 // stringMap reads an object of strings, or null.
 func (p *listParser) stringMap() (map[string]string, bool) {
+	return parseObject(p, p.interned)
+}
+
+// parseObject reads a JSON object (or null) whose values value reads; a
+// duplicate key makes the parser give up, as everything unusual does.
+func parseObject[V any](p *listParser, value func() (V, bool)) (map[string]V, bool) {
 	if p.null() {
 		return nil, true
 	}
 	if !p.consume('{') {
 		return nil, false
 	}
-	m := map[string]string{}
+	m := map[string]V{}
 	for first := true; ; first = false {
 		if p.consume('}') {
 			return m, true
@@ -239,7 +245,7 @@ func (p *listParser) stringMap() (map[string]string, bool) {
 		if _, dup := m[k]; dup {
 			return nil, false
 		}
-		if m[k], ok = p.interned(); !ok {
+		if m[k], ok = value(); !ok {
 			return nil, false
 		}
 	}
@@ -358,31 +364,7 @@ var instanceKeys = map[string]uint32{
 
 // devices reads the devices object, or null.
 func (p *listParser) devices() (map[string]map[string]string, bool) {
-	if p.null() {
-		return nil, true
-	}
-	if !p.consume('{') {
-		return nil, false
-	}
-	m := map[string]map[string]string{}
-	for first := true; ; first = false {
-		if p.consume('}') {
-			return m, true
-		}
-		if !first && !p.consume(',') {
-			return nil, false
-		}
-		k, ok := p.key()
-		if !ok {
-			return nil, false
-		}
-		if _, dup := m[k]; dup {
-			return nil, false
-		}
-		if m[k], ok = p.stringMap(); !ok {
-			return nil, false
-		}
-	}
+	return parseObject(p, p.stringMap)
 }
 
 // agent reads the agent object.
