@@ -137,10 +137,6 @@ func FiberConfig(bodyLimit int) fiber.Config {
 	}
 }
 
-// App returns the fiber app Serve runs, so the daemon can mount more routes
-// (the dashboard) next to the API on the same listener.
-func (a *API) App() *fiber.App { return a.app }
-
 // Register adds the API's routes under /1.0 to r. Errors of these routes are
 // always answered in the LXD envelope, whatever r's error handler.
 func (a *API) Register(r fiber.Router) {
