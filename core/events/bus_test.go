@@ -324,6 +324,37 @@ func TestResumeFiltered(t *testing.T) {
 	}
 }
 
+// TestReplayFromStart checks that Replay with After 0 replays the stored log
+// from its first event (monitor --since 0), and that After 0 alone does not.
+func TestReplayFromStart(t *testing.T) {
+	tests := []struct {
+		name   string
+		filter Filter
+		want   []int64 // ids received before the live event
+	}{
+		{"replay from the start", Filter{Replay: true}, []int64{1, 2, 3}},
+		{"replay after 2", Filter{After: 2, Replay: true}, []int64{3}},
+		{"live only", Filter{}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBus(t, dbtest.SQLite(t))
+			publishN(t, b, 3, "i1")
+			sub, err := b.Subscribe(tt.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			live := publishN(t, b, 1, "i1")
+			got := ids(receive(t, sub, len(tt.want)+1))
+			want := append(slices.Clone(tt.want), live[0].ID)
+			if !slices.Equal(got, want) {
+				t.Fatalf("got ids %v, want %v", got, want)
+			}
+		})
+	}
+}
+
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
