@@ -27,6 +27,7 @@ import (
 	"github.com/guestlink/guestlink/core/api/wire"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/internal/testenv"
 )
 
 // Config values the guest must see byte for byte.
@@ -243,7 +244,7 @@ func cloudInitPython(t *testing.T) string {
 			return py
 		}
 	}
-	t.Skip("cloud-init is not installed (Debian package cloud-init; scripts/install-deps.sh installs it)")
+	testenv.Requires(t, "cloud-init", "not installed (Debian package cloud-init; scripts/install-deps.sh installs it)")
 	return ""
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
 )
 
@@ -50,7 +51,7 @@ const readyMarker = "guestlink: declaring ready"
 func BenchmarkQEMUGuestLink(b *testing.B) {
 	img := qemutest.RequiresQEMU(b)
 	if !img.HasAgent {
-		b.Skip("the guest image has no agent: run make guest-image")
+		testenv.Requires(b, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
 	}
 	bin := benchBinaries(b)
 	for _, f := range []string{"plugins/qemu"} {

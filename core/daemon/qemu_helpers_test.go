@@ -19,6 +19,7 @@ import (
 	"github.com/guestlink/guestlink/core/api/wire"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
 )
 
@@ -83,7 +84,7 @@ func newQEMUDaemon(t *testing.T) (*daemonProc, qemutest.Image) {
 	t.Helper()
 	img := qemutest.RequiresQEMU(t)
 	if !img.HasAgent {
-		t.Skip("the guest image has no agent: run make guest-image")
+		testenv.Requires(t, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
 	}
 	binaries(t)
 	d := newDaemon(t, "--plugin-dir", qemuPlugins(t), "--default-backend", "qemu")

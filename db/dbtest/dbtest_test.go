@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/internal/testenv"
 )
 
 // childEnv makes the re-executed test binary start a cluster, print the
@@ -109,7 +110,7 @@ func TestClusterDiesWithTestBinary(t *testing.T) {
 		return
 	}
 	if _, err := pgBinDir(); err != nil {
-		t.Skip(err.Error())
+		testenv.Requires(t, "PostgreSQL", err.Error())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

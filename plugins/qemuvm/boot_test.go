@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/link/ringline"
 	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -150,6 +151,7 @@ func TestBootRingWiring(t *testing.T) {
 		t.Run(string(l), func(t *testing.T) {
 			e := newBootEnv(t, l, "guestlink.ring=STOPPED")
 			if e.img.HasAgent {
+				// Not a missing requirement: this test is for images without the agent.
 				t.Skip("the image has the agent: TestBootAgentStarted covers the wiring")
 			}
 			st := e.start(t, false)
@@ -192,7 +194,7 @@ func TestBootAgentStarted(t *testing.T) {
 		t.Run(string(l), func(t *testing.T) {
 			e := newBootEnv(t, l, "")
 			if !e.img.HasAgent {
-				t.Skip("the guest image has no agent (cmd/guestlink-agent was missing when make guest-image ran)")
+				testenv.Requires(t, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
 			}
 			events, err := e.b.Events(t.Context())
 			if err != nil {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/guestlink/guestlink/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -270,7 +272,7 @@ func startQEMU(t testing.TB) (string, *exec.Cmd) {
 	t.Helper()
 	bin, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
-		t.Skip("qemu-system-x86_64 not installed (scripts/install-deps.sh installs it)")
+		testenv.Requires(t, "qemu-system-x86_64", "not installed (scripts/install-deps.sh installs qemu-system-x86)")
 	}
 	sock := filepath.Join(t.TempDir(), "qmp.sock")
 	cmd := exec.Command(bin, "-machine", "none", "-nodefaults", "-display", "none",
