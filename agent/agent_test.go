@@ -20,6 +20,7 @@ import (
 
 	"github.com/guestlink/guestlink/agent/agenttest"
 	"github.com/guestlink/guestlink/agent/devlxdclient"
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 	"github.com/guestlink/guestlink/link/ringline"
 )
@@ -51,16 +52,10 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-// waitCond polls cond until it holds or the generous timeout passes.
+// waitCond waits until cond holds or the generous timeout passes.
 func waitCond(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, what, wait, cond)
 }
 
 // advertise sends the daemon's advertisement until the agent's link port is

@@ -40,6 +40,8 @@ func (s *jitterStore) AppendEvent(ctx context.Context, ev *db.Event) error {
 	ev.ID = cp.ID
 	s.mu.Unlock()
 	if s.jitter > 0 {
+		// The behaviour under test: a store whose commits take a random
+		// while, so concurrent publishers finish out of id order.
 		time.Sleep(rand.N(s.jitter))
 	}
 	return ctx.Err()
@@ -258,6 +260,7 @@ func TestResumeWhilePublishing(t *testing.T) {
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			var live []int64
+			enough := make(chan struct{}) // closed at the 21st live event
 			for w := range 4 {
 				wg.Go(func() {
 					for i := 0; ctx.Err() == nil; i++ {
@@ -268,12 +271,19 @@ func TestResumeWhilePublishing(t *testing.T) {
 						}
 						mu.Lock()
 						live = append(live, ev.ID)
+						if len(live) == 21 {
+							close(enough)
+						}
 						mu.Unlock()
 					}
 				})
 			}
 			// Let the writers run before and during the replay.
-			waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(live) > 20 })
+			select {
+			case <-enough:
+			case <-time.After(waitTimeout):
+				t.Fatal("the writers published nothing")
+			}
 			sub, err := b.Subscribe(Filter{After: after})
 			if err != nil {
 				t.Fatal(err)
@@ -352,17 +362,6 @@ func TestReplayFromStart(t *testing.T) {
 				t.Fatalf("got ids %v, want %v", got, want)
 			}
 		})
-	}
-}
-
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for a condition")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
