@@ -14,6 +14,7 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db/dbtest"
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/plugins/sim/simvm"
 )
 
@@ -64,7 +65,7 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 	wantSteps := []string{string(instance.AgentStarted), string(instance.AgentConnected)}
 	var agentSteps []string
 	var tl []instance.TimelineEntry
-	for deadline := time.Now().Add(opTimeout); ; {
+	testwait.Until(opTimeout, func() bool {
 		if tl, err = d.client.Timeline(ctx, name, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -74,11 +75,8 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 				agentSteps = append(agentSteps, e.To)
 			}
 		}
-		if inOrder(agentSteps, wantSteps) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return inOrder(agentSteps, wantSteps)
+	})
 	if !inOrder(agentSteps, wantSteps) {
 		t.Errorf("timeline agent steps %v, want started then connected (timeline %+v)", agentSteps, tl)
 	}
@@ -311,16 +309,12 @@ func TestPluginKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	deadline := time.Now().Add(opTimeout)
-	for {
-		b := simBackend(ctx, t, d)
-		if b.Restarts == 1 && b.Health == "healthy" && b.PID != pluginPID && b.PID != 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sim backend not restarted within %v: %+v", opTimeout, b)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var b wire.Backend
+	if !testwait.Until(opTimeout, func() bool {
+		b = simBackend(ctx, t, d)
+		return b.Restarts == 1 && b.Health == "healthy" && b.PID != pluginPID && b.PID != 0
+	}) {
+		t.Fatalf("sim backend not restarted within %v: %+v", opTimeout, b)
 	}
 	var listed []wire.Backend
 	if err := json.Unmarshal([]byte(d.cli(ctx, "backends", "--format", "json")), &listed); err != nil {
