@@ -17,9 +17,11 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"go.uber.org/goleak"
 
 	"github.com/guestlink/guestlink/agent/agenttest"
 	"github.com/guestlink/guestlink/agent/devlxdclient"
+	"github.com/guestlink/guestlink/internal/leakcheck"
 	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 	"github.com/guestlink/guestlink/link/ringline"
@@ -41,6 +43,14 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	if code == 0 {
+		// No test may leave a goroutine behind (the agents run as processes;
+		// these are the tests' own daemons and clients).
+		if err := goleak.Find(leakcheck.Known...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
