@@ -49,9 +49,14 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 	g := d.launch(ctx, name, nil, nil)
 	rec.wait(ctx, 0, events.InstanceAgentConnected, 1, opTimeout)
 	got := rec.since(0)
-	wantOrder := []string{events.InstanceCreated, events.InstanceStarted, events.InstanceAgentStarted, events.InstanceAgentConnected}
-	if !inOrder(got, wantOrder) {
-		t.Errorf("launch events %v do not contain %v in order", got, wantOrder)
+	// The monitor applies the last complete word of each ring read: when
+	// the agent wrote STARTED and CONNECTED between two reads (a loaded
+	// machine), only CONNECTED is seen. agent-started is optional, but never
+	// after agent-connected.
+	wantOrder := []string{events.InstanceCreated, events.InstanceStarted, events.InstanceAgentConnected}
+	if !inOrder(got, wantOrder) || (slices.Contains(got, events.InstanceAgentStarted) &&
+		!inOrder(got, []string{events.InstanceStarted, events.InstanceAgentStarted, events.InstanceAgentConnected})) {
+		t.Errorf("launch events %v do not contain %v in order (with instance-agent-started, if any, before connected)", got, wantOrder)
 	}
 	inst, err := d.client.Instance(ctx, name)
 	if err != nil {
@@ -62,7 +67,11 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 	}
 	// Runtime-only changes (agent states) reach the timeline just after
 	// their events are published: poll.
-	wantSteps := []string{string(instance.AgentStarted), string(instance.AgentConnected)}
+	// As above, "started" may be missed, never "connected".
+	wantSteps := []string{string(instance.AgentConnected)}
+	if slices.Contains(got, events.InstanceAgentStarted) {
+		wantSteps = []string{string(instance.AgentStarted), string(instance.AgentConnected)}
+	}
 	var agentSteps []string
 	var tl []instance.TimelineEntry
 	testwait.Until(opTimeout, func() bool {
@@ -78,7 +87,7 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 		return inOrder(agentSteps, wantSteps)
 	})
 	if !inOrder(agentSteps, wantSteps) {
-		t.Errorf("timeline agent steps %v, want started then connected (timeline %+v)", agentSteps, tl)
+		t.Errorf("timeline agent steps %v, want %v (timeline %+v)", agentSteps, wantSteps, tl)
 	}
 	if a := curlDevlxd(ctx, t, g.socket, "GET", "/1.0", ""); !strings.Contains(string(a.body), `"state":"Started"`) {
 		t.Errorf("devlxd GET /1.0 before Ready: %d %s", a.status, a.body)
