@@ -5,7 +5,8 @@
 #
 # Before COMMAND it records the time and `git status`, gives the run a private
 # TMPDIR (so t.TempDir and go's build dirs are recognisable) and exports
-# GUESTLINK_TEST_RUN_ID into the environment every test process inherits. After it, it
+# GLTEST_RUN_ID into the environment every test process inherits (not
+# GUESTLINK_*: the daemon tests strip those from their children). After it, it
 # fails (listing them) if
 #   - a process started during the run is still alive (zombies aside) and
 #     belongs to the run: its environment holds the run id, or its
@@ -46,7 +47,7 @@ run_id="$$-$mark"
 run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/guestlink-test.XXXXXX")
 chmod 0700 "$run_tmp"
 
-TMPDIR=$run_tmp GUESTLINK_TEST_RUN_ID=$run_id "$@"
+TMPDIR=$run_tmp GLTEST_RUN_ID=$run_id "$@"
 status=$?
 
 # Ancestors of this script (make, a CI runner) are not leftovers.
@@ -69,7 +70,7 @@ for d in /proc/[0-9]*; do
   exe=$(readlink "$d/exe" 2>/dev/null || true)
   cmdline=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null || true)
   ours=""
-  if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "GUESTLINK_TEST_RUN_ID=$run_id"; then
+  if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "GLTEST_RUN_ID=$run_id"; then
     ours=env
   elif [[ "$exe" == "$root/bin/"* || "$exe" == "$run_tmp/"* || "$cmdline" == *"$root/bin/"* || "$cmdline" == *"$run_tmp/"* ]]; then
     ours=path
