@@ -11,7 +11,8 @@ BENCHTIME ?= 1x
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}' \
+	  | sed -e 's|\$$(HTTP)|$(HTTP)|g' -e 's|\$$(STATE_DIR)|$(STATE_DIR)|g'
 
 .PHONY: build
 build: ## build guestlinkd, guestlink, guestlink-agent and the plugins into bin/
@@ -26,6 +27,10 @@ build: ## build guestlinkd, guestlink, guestlink-agent and the plugins into bin/
 .PHONY: run
 run: build ## build, start the daemon (SQLite, sim backend, dashboard on $(HTTP)) and launch a demo guest
 	@STATE_DIR="$(STATE_DIR)" HTTP="$(HTTP)" scripts/run.sh
+
+.PHONY: stop
+stop: build ## stop every guest of make run's state directory (starts the daemon for it if needed)
+	@STATE_DIR="$(STATE_DIR)" scripts/stop.sh
 
 .PHONY: guest-image
 guest-image: ## build the QEMU test guest (Debian cloud kernel, busybox, static agent) into bin/guest/
@@ -51,8 +56,22 @@ lint: ## gofmt and go vet
 	$(GO) vet ./...
 
 .PHONY: test
-test: deps build guest-image lint check-generated ## run every test (installs what it needs)
+test: deps build guest-image lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
+	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
+
+.PHONY: test-go
+test-go: ## the Go tests (no install, no checks)
 	$(GO) test -p 1 -count=1 -timeout 45m ./... # one package at a time: the VM and daemon tests are timing-sensitive on 2 cores
+
+# The race detector needs cgo. The end-to-end packages (core/daemon) run
+# their daemons as separate processes, which -race does not instrument.
+RACE_PKGS := ./core/... ./agent/... ./link/... ./db/...
+.PHONY: test-race
+test-race: ## the daemon, agent, link and db packages under the race detector
+	CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
+
+.PHONY: test-js
+test-js: ## the browser tests (Chromium)
 	@if [ -f package.json ]; then npm test; fi
 
 .PHONY: bench

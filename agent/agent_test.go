@@ -17,9 +17,12 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"go.uber.org/goleak"
 
 	"github.com/guestlink/guestlink/agent/agenttest"
 	"github.com/guestlink/guestlink/agent/devlxdclient"
+	"github.com/guestlink/guestlink/internal/leakcheck"
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 	"github.com/guestlink/guestlink/link/ringline"
 )
@@ -40,6 +43,14 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	if code == 0 {
+		// No test may leave a goroutine behind (the agents run as processes;
+		// these are the tests' own daemons and clients).
+		if err := goleak.Find(leakcheck.Known...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
@@ -51,16 +62,10 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-// waitCond polls cond until it holds or the generous timeout passes.
+// waitCond waits until cond holds or the generous timeout passes.
 func waitCond(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, what, wait, cond)
 }
 
 // advertise sends the daemon's advertisement until the agent's link port is

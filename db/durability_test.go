@@ -11,7 +11,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
@@ -169,7 +168,7 @@ func TestDurabilityChild(t *testing.T) {
 			}
 		}()
 	}
-	// The parent kills us; never return on our own.
-	time.Sleep(10 * time.Minute)
-	t.Fatal("child of TestDurability was not killed")
+	// The parent kills us; never return on our own (the writers run on,
+	// so this is no deadlock; -timeout ends a child whose parent vanished).
+	select {}
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts guestlinkd on the embedded default (SQLite in $STATE_DIR, simulated
 # backend, dashboard on $HTTP), launches one demo guest and says where to look.
-# The daemon runs in the foreground until Ctrl-C.
+# The daemon runs until Ctrl-C (or SIGTERM); then the script says which guests
+# keep running and how to stop them, stops the daemon and exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STATE_DIR=${STATE_DIR:-$PWD/.run}
@@ -9,13 +10,26 @@ HTTP=${HTTP:-127.0.0.1:8080}
 export GUESTLINK_STATE_DIR="$STATE_DIR"
 mkdir -p "$STATE_DIR"
 
+# On a terminal, job control puts the daemon in its own process group and
+# the wait below in the foreground one: Ctrl-C then ends only the wait, not
+# the daemon and not make (which would report "Error 1" or "Interrupt").
+terminal=false
+if [ -t 0 ] && [ -t 1 ]; then
+  terminal=true
+  set -m
+fi
+
 bin/guestlinkd --state-dir "$STATE_DIR" --http "$HTTP" --plugin-dir bin/plugins &
 daemon=$!
-trap 'kill -TERM $daemon 2>/dev/null; wait $daemon 2>/dev/null' INT TERM EXIT
+stop_daemon() {
+  kill -TERM "$daemon" 2>/dev/null || true
+  wait "$daemon" 2>/dev/null || true
+}
+trap stop_daemon EXIT
 
 for _ in $(seq 1 100); do
   [ -S "$STATE_DIR/guestlink.sock" ] && bin/guestlink list >/dev/null 2>&1 && break
-  kill -0 $daemon 2>/dev/null || { echo "guestlinkd exited; see above" >&2; exit 1; }
+  kill -0 "$daemon" 2>/dev/null || { echo "guestlinkd exited; see above" >&2; exit 1; }
   sleep 0.1
 done
 
@@ -32,11 +46,41 @@ cat <<MSG
 
 guestlink is running.
   dashboard:  http://$HTTP/
-  CLI:        GUESTLINK_STATE_DIR=$STATE_DIR bin/guestlink list
-              GUESTLINK_STATE_DIR=$STATE_DIR bin/guestlink info demo
-              GUESTLINK_STATE_DIR=$STATE_DIR bin/guestlink monitor
-  guest API:  sock=\$(GUESTLINK_STATE_DIR=$STATE_DIR bin/guestlink info demo --format json | sed -n 's/.*"devlxd_socket": *"\\([^"]*\\)".*/\\1/p')
-              curl --unix-socket "\$sock" lxd/1.0
+  CLI:        export GUESTLINK_STATE_DIR=$STATE_DIR
+              bin/guestlink list
+              bin/guestlink info demo
+              bin/guestlink monitor --since 0
+  guest API:  sock=\$(bin/guestlink info demo --format json | sed -n 's/.*"devlxd_socket": *"\\([^"]*\\)".*/\\1/p' | head -n1)
+              curl -s --unix-socket "\$sock" lxd/1.0
 Press Ctrl-C to stop the daemon (guests keep running; they are recovered at the next start).
 MSG
-wait $daemon
+
+code=0
+if $terminal; then
+  # The foreground job: it ends on Ctrl-C, or when the daemon exits. The
+  # trap keeps bash from ending itself when its foreground job dies of SIGINT.
+  trap : INT
+  tail --pid="$daemon" -f /dev/null || true
+else
+  trap : INT TERM # interrupts the wait below
+  wait "$daemon" || code=$?
+fi
+if ! kill -0 "$daemon" 2>/dev/null; then
+  trap - EXIT
+  $terminal && { wait "$daemon" || code=$?; }
+  echo "guestlinkd exited with status $code; see above" >&2
+  exit "$code"
+fi
+
+running=$(bin/guestlink list --status running 2>/dev/null | tail -n +2 | awk '{print $1}' | paste -sd' ' || true)
+stop_daemon
+trap - EXIT
+echo
+echo "guestlinkd stopped."
+if [ -n "$running" ]; then
+  echo "These guests keep running without it: $running"
+  echo "The next 'make run' recovers them; to stop them all: make stop (or, with the daemon running, bin/guestlink stop --all)."
+else
+  echo "No guest is running."
+fi
+exit 0

@@ -18,6 +18,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/internal/testwait"
 )
 
 // sseMessage is one parsed server-sent event.
@@ -214,12 +215,8 @@ func noLeaks(t *testing.T) {
 
 func waitStreams(t testing.TB, d *Dashboard, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for d.OpenStreams() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d open streams after 20s, want %d", d.OpenStreams(), n)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(20*time.Second, func() bool { return d.OpenStreams() == n }) {
+		t.Fatalf("%d open streams after 20s, want %d", d.OpenStreams(), n)
 	}
 }
 

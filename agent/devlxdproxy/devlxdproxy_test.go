@@ -17,6 +17,7 @@ import (
 
 	"github.com/guestlink/guestlink/agent/eventhub"
 	"github.com/guestlink/guestlink/agent/upstream"
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 )
 
@@ -152,18 +153,11 @@ func TestWebsocketDropsSilentClient(t *testing.T) {
 		t.Fatalf("dial silent: %v", err)
 	}
 	defer silent.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for hub.Len() != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("subscriptions = %d, want 2", hub.Len())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(20*time.Second, func() bool { return hub.Len() == 2 }) {
+		t.Fatalf("subscriptions = %d, want 2", hub.Len())
 	}
-	for hub.Len() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("silent client not dropped: %d subscriptions", hub.Len())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.Until(20*time.Second, func() bool { return hub.Len() == 1 }) {
+		t.Fatalf("silent client not dropped: %d subscriptions", hub.Len())
 	}
 	// Stop ends the remaining stream and removes the socket.
 	if err := s.Stop(context.Background()); err != nil {

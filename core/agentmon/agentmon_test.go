@@ -30,18 +30,48 @@ import (
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
+// changes wakes waitFor whenever a fake records something (a ring read or
+// write, an agent state, an instance update, a PUT or an event at the fake
+// agent), so the tests wait for events rather than poll.
+var changes = newBroadcast()
+
+// broadcast is a condition without a lock: next returns a channel that the
+// next notify closes.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
+
+func (b *broadcast) next() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+}
+
 // fakeRing is a guest ring buffer: writes append, reads consume.
 type fakeRing struct {
 	sdk.Backend // other methods are not used
 	mu          sync.Mutex
 	buf         []byte
 	reads       int
+	times       []time.Time // when each read began
 }
 
 func (r *fakeRing) ReadRing(_ context.Context, _ sdk.Handle, max int) ([]byte, error) {
+	defer changes.notify()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.reads++
+	r.times = append(r.times, time.Now())
 	n := min(max, len(r.buf))
 	out := append([]byte(nil), r.buf[:n]...)
 	r.buf = r.buf[n:]
@@ -49,6 +79,7 @@ func (r *fakeRing) ReadRing(_ context.Context, _ sdk.Handle, max int) ([]byte, e
 }
 
 func (r *fakeRing) write(s string) {
+	defer changes.notify()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.buf = append(r.buf, s...)
@@ -58,6 +89,13 @@ func (r *fakeRing) readCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.reads
+}
+
+// readTimes returns when each read began.
+func (r *fakeRing) readTimes() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.times...)
 }
 
 func (r *fakeRing) empty() bool {
@@ -101,6 +139,7 @@ func clone(inst *instance.Instance) *instance.Instance {
 }
 
 func (f *fakeInstances) SetAgentState(_ context.Context, uuid string, st instance.AgentState, hb time.Time) error {
+	defer changes.notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.states[uuid] = append(f.states[uuid], stateCall{st, hb})
@@ -133,6 +172,7 @@ func (f *fakeInstances) lastState(uuid string) instance.AgentState {
 }
 
 func (f *fakeInstances) update(uuid string, fn func(*instance.Instance)) *instance.Instance {
+	defer changes.notify()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f.insts[uuid])
@@ -178,6 +218,7 @@ func startFakeAgent(t *testing.T, vmmSock string, certs *pki.InstanceCerts) *fak
 		a.mu.Lock()
 		a.adverts = append(a.adverts, ad)
 		a.mu.Unlock()
+		changes.notify()
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":null}`)
 	})
@@ -186,6 +227,7 @@ func startFakeAgent(t *testing.T, vmmSock string, certs *pki.InstanceCerts) *fak
 		a.mu.Lock()
 		a.events = append(a.events, body)
 		a.mu.Unlock()
+		changes.notify()
 	})
 	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{
 		Certificates: []tls.Certificate{certs.Agent.TLS},
@@ -286,14 +328,34 @@ func (e *env) guest(name string) *guest {
 	return &guest{inst: clone(inst), ep: ep, ring: ring, agent: startFakeAgent(e.t, ep.Path, certs)}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitFor waits up to 30 s until cond holds, evaluating it again at each
+// change a fake records.
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	waitForWithin(t, what, 30*time.Second, cond)
+}
+
+func waitForWithin(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	if !waitUntil(d, cond) {
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+	}
+}
+
+// waitUntil waits up to d until cond holds and reports whether it did.
+func waitUntil(d time.Duration, cond func() bool) bool {
+	timeout := time.NewTimer(d)
+	defer timeout.Stop()
+	for {
+		changed := changes.next() // before cond: a change in between wakes us
+		if cond() {
+			return true
 		}
-		time.Sleep(2 * time.Millisecond)
+		select {
+		case <-changed:
+		case <-timeout.C:
+			return cond()
+		}
 	}
 }
 
@@ -313,21 +375,51 @@ func (e *env) waitState(g *guest, st instance.AgentState) {
 	})
 }
 
-// settle feeds CONNECTED heartbeats until the PUT count stops growing and
-// returns it.
+// barrier returns once the guest's monitor has gone through a whole loop
+// (ring read, heartbeat check, state report) that began after the call: so
+// it has seen the fake clock and every word written before. Two reads: the
+// first began after the call, the second after the first's loop ended.
+func (e *env) barrier(g *guest) {
+	e.t.Helper()
+	r0 := g.ring.readCount()
+	for i := 1; i <= 2; i++ {
+		e.svc.BackendEvent(g.inst, sdk.Event{UUID: g.inst.UUID, Kind: sdk.EventRingData})
+		waitFor(e.t, "a ring read", func() bool { return g.ring.readCount() >= r0+i })
+	}
+}
+
+// quiet returns once the monitor has nothing left to do: every word read
+// and handled, no advertisement queued or under way, and the last PUT's
+// result taken in (which could have asked for another).
+func (e *env) quiet(g *guest) {
+	e.t.Helper()
+	m := e.svc.monitor(g.inst.UUID)
+	if m == nil {
+		e.t.Fatalf("%s is not monitored", g.inst.Name)
+	}
+	for range 100 {
+		waitFor(e.t, "no advertisement pending", func() bool { return m.advPending.Load() == 0 })
+		e.barrier(g)
+		if m.advPending.Load() == 0 {
+			return
+		}
+	}
+	e.t.Fatal("the monitor keeps advertising")
+}
+
+// settle feeds CONNECTED heartbeats until one changes nothing (the agent
+// confirmed the advertisement: no PUT follows) and returns the PUT count.
 func (e *env) settle(g *guest) int {
 	e.t.Helper()
-	prev := -1
 	for range 100 {
-		for range 3 {
-			e.feed(g, "CONNECTED\n")
-			time.Sleep(30 * time.Millisecond)
-		}
+		e.feed(g, "CONNECTED\n")
+		e.quiet(g)
 		n := len(g.agent.puts())
-		if n == prev {
+		e.feed(g, "CONNECTED\n")
+		e.quiet(g)
+		if len(g.agent.puts()) == n {
 			return n
 		}
-		prev = n
 	}
 	e.t.Fatal("advertisements never stopped although the agent is connected")
 	return 0
@@ -353,7 +445,7 @@ func TestAdvertiseUntilConnected(t *testing.T) {
 	for range 5 {
 		e.feed(g, "CONNECTED\n")
 	}
-	time.Sleep(100 * time.Millisecond) // more than AdvertiseInterval: a PUT would show
+	e.quiet(g) // every heartbeat handled, no PUT queued or under way
 	if got := len(g.agent.puts()); got != n {
 		t.Fatalf("%d advertisements after confirmation, want %d", got, n)
 	}
@@ -391,7 +483,7 @@ func TestRingGarbageChangesNothing(t *testing.T) {
 		e.svc.BackendEvent(g.inst, sdk.Event{Kind: sdk.EventRingData})
 	}
 	waitFor(t, "the garbage to be read", g.ring.empty)
-	time.Sleep(100 * time.Millisecond)
+	e.quiet(g)
 	if st, _ := e.svc.AgentState(g.inst.UUID); st != instance.AgentConnected {
 		t.Fatalf("state %q after garbage, want connected", st)
 	}
@@ -414,13 +506,13 @@ func TestLostAfterMissedHeartbeats(t *testing.T) {
 		e.clock.advance(5 * time.Second)
 		e.feed(g, "CONNECTED\n")
 	}
-	time.Sleep(100 * time.Millisecond)
+	e.barrier(g)
 	if st, _ := e.svc.AgentState(g.inst.UUID); st != instance.AgentConnected {
 		t.Fatalf("state %q with regular heartbeats, want connected", st)
 	}
 	// Two missed periods are not yet lost; three are.
 	e.clock.advance(14 * time.Second)
-	time.Sleep(100 * time.Millisecond)
+	e.barrier(g) // the monitor checked the heartbeat at the new time
 	if st, _ := e.svc.AgentState(g.inst.UUID); st != instance.AgentConnected {
 		t.Fatalf("state %q after 14 s without heartbeat, want connected", st)
 	}
@@ -445,7 +537,7 @@ func TestStoppedIsNotLost(t *testing.T) {
 	e.feed(g, "STOPPED\n")
 	e.waitState(g, instance.AgentStopped)
 	e.clock.advance(time.Hour)
-	time.Sleep(100 * time.Millisecond)
+	e.barrier(g) // the monitor checked the heartbeat an hour later
 	if st, _ := e.svc.AgentState(g.inst.UUID); st != instance.AgentStopped {
 		t.Fatalf("state %q, want stopped", st)
 	}
@@ -526,12 +618,15 @@ func TestEventsPushed(t *testing.T) {
 		{Key: "limits.cpu", OldValue: "1", Value: "2"},
 		{Key: "cloud-init.user-data", Value: "x"},
 	})
-	waitFor(t, "three events", func() bool { return len(g.agent.eventBodies()) >= 3 })
-	time.Sleep(50 * time.Millisecond)
+	// Events reach the agent in order: once a last, marker event arrived,
+	// nothing else from the changes above is coming.
+	e.svc.ConfigChanged(inst, []instance.ConfigChange{{Key: "user.marker", Value: "end"}})
+	waitFor(t, "four events", func() bool { return len(g.agent.eventBodies()) >= 4 })
 	bodies := g.agent.eventBodies()
-	if len(bodies) != 3 {
-		t.Fatalf("%d events, want 3: %q", len(bodies), bodies)
+	if len(bodies) != 4 || !bytes.Contains(bodies[3], []byte(`"user.marker"`)) {
+		t.Fatalf("%d events, want 3 and the marker: %q", len(bodies), bodies)
 	}
+	bodies = bodies[:3]
 	type meta struct {
 		Key, OldValue, Value string
 		Action, Name         string
@@ -575,6 +670,7 @@ func TestGuestResetAndStopped(t *testing.T) {
 	e.feed(g, "STARTED\n")
 	e.waitState(g, instance.AgentStarted)
 
+	m := e.svc.monitor(g.inst.UUID)
 	e.svc.GuestStopped(g.inst)
 	if _, ok := e.svc.AgentState(g.inst.UUID); ok {
 		t.Fatal("still monitored after GuestStopped")
@@ -582,9 +678,11 @@ func TestGuestResetAndStopped(t *testing.T) {
 	if _, err := os.Stat(hybrid.HostPath(g.ep.Path, e.host.Port())); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("hybrid socket after GuestStopped: %v", err)
 	}
-	time.Sleep(50 * time.Millisecond) // a read in flight may end
+	// Once its goroutines ended (a read in flight may finish), nothing
+	// is left that could read the ring again.
+	m.wait()
 	reads := g.ring.readCount()
-	time.Sleep(200 * time.Millisecond)
+	e.svc.BackendEvent(g.inst, sdk.Event{UUID: g.inst.UUID, Kind: sdk.EventRingData})
 	if got := g.ring.readCount(); got != reads {
 		t.Fatalf("%d ring reads after GuestStopped", got-reads)
 	}
@@ -658,12 +756,28 @@ func TestNoAgentPollBacksOff(t *testing.T) {
 	// 10, 20, 40, 80, 160, 200 ms...: after 8 reads the period is IdlePoll.
 	waitFor(t, "8 ring reads", func() bool { return g.ring.readCount() >= 8 })
 	t.Run("backed off", func(t *testing.T) {
-		const window = time.Second
-		before := g.ring.readCount()
-		time.Sleep(window) // timers fire late under load, never early: an upper bound holds
-		// Without the back-off, FastPoll (10 ms) would read ~100 times.
-		if n, most := g.ring.readCount()-before, int(window/idle)+2; n > most {
-			t.Fatalf("%d ring reads in %v without an agent, want at most %d", n, window, most)
+		// Once a gap of IdlePoll shows, every later timed read comes at
+		// least IdlePoll after the one before (timers fire late under load,
+		// never early): without the back-off they would come every 10 ms.
+		gap := func(ts []time.Time, i int) time.Duration { return ts[i].Sub(ts[i-1]) }
+		var from int
+		waitFor(t, "a read IdlePoll after the previous one", func() bool {
+			ts := g.ring.readTimes()
+			for i := max(from, 1); i < len(ts); i++ {
+				if gap(ts, i) >= idle {
+					from = i
+					return true
+				}
+			}
+			from = len(ts)
+			return false
+		})
+		waitFor(t, "3 more timed reads", func() bool { return g.ring.readCount() >= from+4 })
+		ts := g.ring.readTimes()
+		for i := from + 1; i <= from+3; i++ {
+			if d := gap(ts, i); d < idle {
+				t.Fatalf("read %d came %v after the one before, want at least IdlePoll %v", i, d, idle)
+			}
 		}
 	})
 	t.Run("event reads at once", func(t *testing.T) {

@@ -33,6 +33,7 @@ type readyInstances struct {
 }
 
 func (r *readyInstances) SetReady(_ context.Context, uuid string, ready bool, _ events.Requestor) error {
+	defer changes.notify()
 	r.update(uuid, func(i *instance.Instance) { i.Config["volatile.last_state.ready"] = fmt.Sprint(ready) })
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -184,16 +185,13 @@ func startRealAgent(t testing.TB) *realAgent {
 
 func (r *realAgent) waitConnected(t testing.TB, svc *Service) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	connected := func() bool {
 		st, _ := svc.AgentState(r.inst.UUID)
-		if st == instance.AgentConnected {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent state %q, want connected; agent log:\n%s", st, r.proc.Log())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return st == instance.AgentConnected
+	}
+	if !waitUntil(60*time.Second, connected) {
+		st, _ := svc.AgentState(r.inst.UUID)
+		t.Fatalf("agent state %q, want connected; agent log:\n%s", st, r.proc.Log())
 	}
 }
 
@@ -236,12 +234,8 @@ func TestRealAgentOverHybridLink(t *testing.T) {
 	}
 	d2.svc.GuestRunning(clone(inst), r.ep)
 	r.waitConnected(t, d2.svc)
-	deadline := time.Now().Add(60 * time.Second)
-	for len(insts.readyCalls()) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent did not re-declare Ready to the restarted daemon; agent log:\n%s", agent.Log())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !waitUntil(60*time.Second, func() bool { return len(insts.readyCalls()) >= 2 }) {
+		t.Fatalf("the agent did not re-declare Ready to the restarted daemon; agent log:\n%s", agent.Log())
 	}
 	if got := insts.readyCalls(); !got[1] {
 		t.Fatalf("re-declared %v, want Ready", got)
@@ -256,15 +250,8 @@ func TestRealAgentOverHybridLink(t *testing.T) {
 	} else if err != nil && !errors.Is(err, context.Canceled) {
 		t.Logf("agent exit: %v", err)
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		if st, _ := d2.svc.AgentState(inst.UUID); st == instance.AgentStopped {
-			break
-		}
-		if time.Now().After(deadline) {
-			st, _ := d2.svc.AgentState(inst.UUID)
-			t.Fatalf("agent state %q after its exit, want stopped", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "agent state stopped after its exit", func() bool {
+		st, _ := d2.svc.AgentState(inst.UUID)
+		return st == instance.AgentStopped
+	})
 }

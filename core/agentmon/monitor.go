@@ -40,6 +40,9 @@ type monitor struct {
 	// gen counts advertisement changes; a PUT result counts only for the
 	// generation it was made for.
 	gen atomic.Uint64
+	// advPending counts advertisement requests queued or being served: at
+	// zero no PUT /1.0 is coming (tests prove "nothing happened" with it).
+	advPending atomic.Int64
 
 	stateMu sync.Mutex
 	state   instance.AgentState
@@ -105,9 +108,11 @@ func (m *monitor) requestAdvert(changed bool) {
 	if changed {
 		m.gen.Add(1)
 	}
+	m.advPending.Add(1)
 	select {
 	case m.advReq <- struct{}{}:
 	default:
+		m.advPending.Add(-1) // coalesced with the request already queued
 	}
 }
 
@@ -256,6 +261,7 @@ func (m *monitor) advertiser() {
 		if err != nil {
 			cfg.Logger.Debug("agentmon: advertising to agent", "instance", m.name, "err", err)
 		}
+		m.advPending.Add(-1)
 		select {
 		case m.advResult <- advResult{gen: gen, err: err}:
 		case <-m.stop:

@@ -69,7 +69,7 @@ func parseEventFilter(c *fiber.Ctx) (events.Filter, error) {
 		if err != nil || id < 0 {
 			return f, badRequest("invalid since %q: must be a non-negative event id", v)
 		}
-		f.After = id
+		f.After, f.Replay = id, true // since=0: from the first stored event
 	}
 	return f, nil
 }

@@ -130,6 +130,29 @@ func TestEventsResume(t *testing.T) {
 	}
 }
 
+// TestEventsSinceZero checks that since=0 replays the stored log from its
+// first event (guestlink monitor --since 0), then live events.
+func TestEventsSinceZero(t *testing.T) {
+	srv := apitest.NewServer(t, apitest.Options{})
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, publish(t, srv, fmt.Sprintf("step-%d", i), "z1", ""))
+	}
+	conn := dialEvents(t, srv, "?since=0")
+	for _, want := range ids {
+		if ev := readEvent(t, conn); ev.ID != want {
+			t.Fatalf("replayed event id %d, want %d", ev.ID, want)
+		}
+	}
+	if ids[0] != 1 {
+		t.Fatalf("first event id %d, want 1", ids[0])
+	}
+	live := publish(t, srv, "live", "z1", "")
+	if ev := readEvent(t, conn); ev.ID != live {
+		t.Fatalf("live event id %d, want %d", ev.ID, live)
+	}
+}
+
 func TestEventsOverflowResume(t *testing.T) {
 	srv := apitest.NewServer(t, apitest.Options{BusBuffer: 4})
 	conn := dialEvents(t, srv, "?instance=o1")

@@ -145,6 +145,35 @@ func TestStateCommands(t *testing.T) {
 	}
 }
 
+func TestStopAll(t *testing.T) {
+	srv := apitest.NewServer(t, apitest.Options{})
+	for _, name := range []string{"a1", "b1", "c1"} {
+		ok(t, srv, "launch", name, "--backend", "sim")
+	}
+	ok(t, srv, "stop", "b1")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"reports each running instance", []string{"stop", "--all", "--force"}, "a1: Stopped\nc1: Stopped\n"},
+		{"nothing left running", []string{"stop", "--all"}, "no running instances\n"},
+		{"json", []string{"stop", "--all", "--format", "json"}, "[]\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ok(t, srv, tt.args...); got != tt.want {
+				t.Fatalf("guestlink %s = %q, want %q", strings.Join(tt.args, " "), got, tt.want)
+			}
+		})
+	}
+	fails(t, srv, "guestlink stop --all takes no instance names, got 1 (usage: guestlink stop NAME... | --all [flags])", "stop", "--all", "a1")
+	fails(t, srv, "guestlink stop takes at least 1 argument(s), got 0 (usage: guestlink stop NAME... | --all [flags])", "stop")
+	if out := ok(t, srv, "list", "--status", "running", "--format", "json"); out != "[]\n" {
+		t.Fatalf("running after stop --all: %s", out)
+	}
+}
+
 func TestListFormats(t *testing.T) {
 	srv := apitest.NewServer(t, apitest.Options{})
 	ok(t, srv, "launch", "web1", "--backend", "sim")
@@ -315,16 +344,32 @@ func TestStateDirEnv(t *testing.T) {
 	}
 }
 
-// syncBuffer is a buffer safe for a writer and a concurrent reader.
+// syncBuffer is a buffer safe for a writer and a concurrent reader; a
+// reader can wait for the next write.
 type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	written chan struct{} // closed (and replaced) at each write
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.written != nil {
+		close(b.written)
+		b.written = nil
+	}
 	return b.buf.Write(p)
+}
+
+// snapshot returns the contents and a channel closed at the next write.
+func (b *syncBuffer) snapshot() (string, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.written == nil {
+		b.written = make(chan struct{})
+	}
+	return b.buf.String(), b.written
 }
 
 func (b *syncBuffer) String() string {
@@ -358,15 +403,19 @@ func monitor(t *testing.T, srv *apitest.Server, out *syncBuffer, args ...string)
 // waitFor waits until the buffer holds n lines.
 func waitFor(t *testing.T, b *syncBuffer, n int) []string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if s := b.String(); strings.Count(s, "\n") >= n {
+	timeout := time.After(30 * time.Second)
+	for {
+		s, written := b.snapshot()
+		if strings.Count(s, "\n") >= n {
 			return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-written:
+		case <-timeout:
+			t.Fatalf("waiting for %d lines, got:\n%s", n, b.String())
+			return nil
+		}
 	}
-	t.Fatalf("waiting for %d lines, got:\n%s", n, b.String())
-	return nil
 }
 
 func TestMonitor(t *testing.T) {
@@ -415,6 +464,20 @@ func TestMonitor(t *testing.T) {
 		for i, want := range []string{" #6 lifecycle instance-started other by unix", " #7 lifecycle instance-stopped new by unix"} {
 			if !strings.Contains(lines[i], want) {
 				t.Fatalf("line %q lacks %q", lines[i], want)
+			}
+		}
+	})
+
+	t.Run("since 0 replays from the first event", func(t *testing.T) {
+		var out syncBuffer
+		stop := monitor(t, srv, &out, "--format", "json", "--since", "0", "--instance", "old")
+		lines := waitFor(t, &out, 2)
+		if code, stderr := stop(); code != 0 || stderr != "" {
+			t.Fatalf("monitor exit %d, stderr %q", code, stderr)
+		}
+		for i, want := range []string{`"id":1,`, `"id":2,`} {
+			if !strings.Contains(lines[i], want) {
+				t.Fatalf("line %d %q lacks %s", i, lines[i], want)
 			}
 		}
 	})

@@ -68,7 +68,7 @@ func (s *session) launchCommand() *cobra.Command {
 func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Command {
 	var force bool
 	var timeout time.Duration
-	var stateful, stateless bool
+	var stateful, stateless, all bool
 	cmd := &cobra.Command{
 		Use:   action + " NAME...",
 		Short: short,
@@ -79,6 +79,9 @@ func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Comm
 			}
 			req := wire.InstanceStatePut{Action: action, Force: force, Timeout: int(math.Ceil(timeout.Seconds())),
 				Stateful: stateful, Stateless: stateless}
+			if all {
+				return s.stopAll(cmd, req)
+			}
 			var states []*wire.InstanceState
 			err := eachName(args, func(name string) error {
 				st, err := s.client.SetState(cmd.Context(), name, req)
@@ -99,7 +102,18 @@ func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Comm
 	case wire.ActionStart:
 		cmd.Flags().BoolVar(&stateless, "stateless", false, "boot afresh, discarding a state saved by stop --stateful")
 	case wire.ActionStop:
+		cmd.Use = action + " NAME... | --all"
+		cmd.Args = func(cmd *cobra.Command, args []string) error {
+			if all {
+				if len(args) > 0 {
+					return fmt.Errorf("%s --all takes no instance names, got %d (usage: %s)", cmd.CommandPath(), len(args), cmd.UseLine())
+				}
+				return nil
+			}
+			return argsAtLeast(1)(cmd, args)
+		}
 		cmd.Flags().BoolVar(&stateful, "stateful", false, "save the guest's state; the next start restores it (backends with the stateful capability)")
+		cmd.Flags().BoolVar(&all, "all", false, "stop every running instance and report each")
 	}
 	if stopFlags {
 		cmd.Flags().BoolVarP(&force, "force", "f", false, "stop at once, without a clean shutdown")
@@ -114,6 +128,52 @@ func (s *session) startCommand() *cobra.Command {
 
 func (s *session) stopCommand() *cobra.Command {
 	return s.stateCommand(wire.ActionStop, "Stop instances", true)
+}
+
+// stopAll stops every running instance (Running or Ready) with req and
+// reports each: a line per instance for people, the list of states with
+// --format json|yaml. It goes on after a failure and returns the failures.
+func (s *session) stopAll(cmd *cobra.Command, req wire.InstanceStatePut) error {
+	list, err := s.client.Instances(cmd.Context(), client.InstanceFilter{Status: "Running"})
+	if err != nil {
+		return fmt.Errorf("listing running instances: %w", err)
+	}
+	states := []*wire.InstanceState{}
+	var lines []string
+	err = eachName(instanceNames(list), func(name string) error {
+		st, err := s.client.SetState(cmd.Context(), name, req)
+		if err != nil {
+			lines = append(lines, fmt.Sprintf("%s: not stopped: %v", name, err))
+			return err
+		}
+		states = append(states, st)
+		lines = append(lines, fmt.Sprintf("%s: %s", name, st.Status))
+		return nil
+	})
+	if s.format != FormatTable {
+		if rerr := s.render(states, nil); rerr != nil {
+			return rerr
+		}
+		return err
+	}
+	if len(list) == 0 {
+		lines = append(lines, "no running instances")
+	}
+	for _, l := range lines {
+		if _, werr := fmt.Fprintln(s.out, l); werr != nil {
+			return werr
+		}
+	}
+	return err
+}
+
+// instanceNames returns the names of list, in order.
+func instanceNames(list []wire.Instance) []string {
+	names := make([]string, len(list))
+	for i, inst := range list {
+		names[i] = inst.Name
+	}
+	return names
 }
 
 func (s *session) restartCommand() *cobra.Command {

@@ -23,13 +23,16 @@ func (s *session) monitorCommand() *cobra.Command {
 		Short: "Follow the daemon's events until interrupted",
 		Long: "monitor prints the daemon's events as they happen: one JSON object per line with --format json,\n" +
 			"YAML documents with --format yaml, a readable line otherwise. --since ID first prints every\n" +
-			"stored event after that id.",
+			"stored event after that id: --since 0 replays the stored log from its first event, then follows.\n" +
+			"Without --since, only new events are printed.",
 		Args: argsExactly(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if since < 0 {
 				return fmt.Errorf("invalid --since %d: must be a non-negative event id", since)
 			}
-			f := client.EventFilter{Types: splitList(types), Instances: splitList(instances), Since: since}
+			// An explicit --since (0 included) replays; no flag means from now on.
+			f := client.EventFilter{Types: splitList(types), Instances: splitList(instances), Since: since,
+				Replay: cmd.Flags().Changed("since")}
 			evc, errc := s.client.Events(cmd.Context(), f)
 			for ev := range evc {
 				if err := s.writeEvent(ev); err != nil {
@@ -44,7 +47,7 @@ func (s *session) monitorCommand() *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&types, "type", nil, "event types: lifecycle, logging (repeatable or comma-separated)")
 	cmd.Flags().StringSliceVar(&instances, "instance", nil, "instance names (repeatable or comma-separated)")
-	cmd.Flags().Int64Var(&since, "since", 0, "first print the stored events after this id (0: only new events)")
+	cmd.Flags().Int64Var(&since, "since", 0, "first print the stored events after this id (0: from the first event; without the flag: only new events)")
 	return cmd
 }
 

@@ -30,8 +30,11 @@ type EventFilter struct {
 	Types     []string // "lifecycle", "logging"
 	Instances []string
 	// Since resumes after an event id: every event after it is delivered
-	// first. 0 means from now on.
+	// first. 0 means from now on, unless Replay is set.
 	Since int64
+	// Replay asks for the stored events after Since even when Since is 0:
+	// with Since 0, every stored event from the first one.
+	Replay bool
 }
 
 // query encodes f as the events query string.
@@ -43,7 +46,7 @@ func (f EventFilter) query(since int64) url.Values {
 	if len(f.Instances) > 0 {
 		q.Set("instance", strings.Join(f.Instances, ","))
 	}
-	if since > 0 {
+	if since > 0 || f.Replay {
 		q.Set("since", strconv.FormatInt(since, 10))
 	}
 	return q

@@ -27,6 +27,8 @@ import (
 	"github.com/guestlink/guestlink/core/api/wire"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/internal/testenv"
+	"github.com/guestlink/guestlink/internal/testwait"
 )
 
 // Config values the guest must see byte for byte.
@@ -243,7 +245,7 @@ func cloudInitPython(t *testing.T) string {
 			return py
 		}
 	}
-	t.Skip("cloud-init is not installed (Debian package cloud-init; scripts/install-deps.sh installs it)")
+	testenv.Requires(t, "cloud-init", "not installed (Debian package cloud-init; scripts/install-deps.sh installs it)")
 	return ""
 }
 
@@ -530,12 +532,8 @@ func TestThousandConnections(t *testing.T) {
 		t.Fatal("the daemon died")
 	}
 	// The daemon lets go of the closed connections.
-	deadline := time.Now().Add(opTimeout)
-	for openFiles(t, d.pid()) > fdsBefore+20 {
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon holds %d open files %v after the connections closed (%d before)", openFiles(t, d.pid()), opTimeout, fdsBefore)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !testwait.Until(opTimeout, func() bool { return openFiles(t, d.pid()) <= fdsBefore+20 }) {
+		t.Fatalf("daemon holds %d open files %v after the connections closed (%d before)", openFiles(t, d.pid()), opTimeout, fdsBefore)
 	}
 }
 

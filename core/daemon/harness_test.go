@@ -26,6 +26,7 @@ import (
 	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/internal/testwait"
 )
 
 // Timeouts of the end-to-end tests: generous, as the machine is loaded.
@@ -219,15 +220,11 @@ func (d *daemonProc) cleanup() {
 	}
 	// Plugins die with the daemon, VMMs with their guests' deletion; give
 	// exiting processes a moment before calling them leftovers.
-	deadline := time.Now().Add(15 * time.Second)
 	var left []proc
-	for {
+	testwait.Until(15*time.Second, func() bool {
 		left = procsUnder(d.stateDir)
-		if len(left) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(left) == 0
+	})
 	for _, p := range left {
 		t.Errorf("cleanup: process %d (%s) of state dir %s still running; killing it", p.pid, p.cmdline, d.stateDir)
 		_ = syscall.Kill(p.pid, syscall.SIGKILL)

@@ -14,6 +14,7 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db/dbtest"
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/plugins/sim/simvm"
 )
 
@@ -48,9 +49,14 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 	g := d.launch(ctx, name, nil, nil)
 	rec.wait(ctx, 0, events.InstanceAgentConnected, 1, opTimeout)
 	got := rec.since(0)
-	wantOrder := []string{events.InstanceCreated, events.InstanceStarted, events.InstanceAgentStarted, events.InstanceAgentConnected}
-	if !inOrder(got, wantOrder) {
-		t.Errorf("launch events %v do not contain %v in order", got, wantOrder)
+	// The monitor applies the last complete word of each ring read: when
+	// the agent wrote STARTED and CONNECTED between two reads (a loaded
+	// machine), only CONNECTED is seen. agent-started is optional, but never
+	// after agent-connected.
+	wantOrder := []string{events.InstanceCreated, events.InstanceStarted, events.InstanceAgentConnected}
+	if !inOrder(got, wantOrder) || (slices.Contains(got, events.InstanceAgentStarted) &&
+		!inOrder(got, []string{events.InstanceStarted, events.InstanceAgentStarted, events.InstanceAgentConnected})) {
+		t.Errorf("launch events %v do not contain %v in order (with instance-agent-started, if any, before connected)", got, wantOrder)
 	}
 	inst, err := d.client.Instance(ctx, name)
 	if err != nil {
@@ -61,10 +67,14 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 	}
 	// Runtime-only changes (agent states) reach the timeline just after
 	// their events are published: poll.
-	wantSteps := []string{string(instance.AgentStarted), string(instance.AgentConnected)}
+	// As above, "started" may be missed, never "connected".
+	wantSteps := []string{string(instance.AgentConnected)}
+	if slices.Contains(got, events.InstanceAgentStarted) {
+		wantSteps = []string{string(instance.AgentStarted), string(instance.AgentConnected)}
+	}
 	var agentSteps []string
 	var tl []instance.TimelineEntry
-	for deadline := time.Now().Add(opTimeout); ; {
+	testwait.Until(opTimeout, func() bool {
 		if tl, err = d.client.Timeline(ctx, name, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -74,13 +84,10 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 				agentSteps = append(agentSteps, e.To)
 			}
 		}
-		if inOrder(agentSteps, wantSteps) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return inOrder(agentSteps, wantSteps)
+	})
 	if !inOrder(agentSteps, wantSteps) {
-		t.Errorf("timeline agent steps %v, want started then connected (timeline %+v)", agentSteps, tl)
+		t.Errorf("timeline agent steps %v, want %v (timeline %+v)", agentSteps, wantSteps, tl)
 	}
 	if a := curlDevlxd(ctx, t, g.socket, "GET", "/1.0", ""); !strings.Contains(string(a.body), `"state":"Started"`) {
 		t.Errorf("devlxd GET /1.0 before Ready: %d %s", a.status, a.body)
@@ -311,16 +318,12 @@ func TestPluginKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	deadline := time.Now().Add(opTimeout)
-	for {
-		b := simBackend(ctx, t, d)
-		if b.Restarts == 1 && b.Health == "healthy" && b.PID != pluginPID && b.PID != 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sim backend not restarted within %v: %+v", opTimeout, b)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var b wire.Backend
+	if !testwait.Until(opTimeout, func() bool {
+		b = simBackend(ctx, t, d)
+		return b.Restarts == 1 && b.Health == "healthy" && b.PID != pluginPID && b.PID != 0
+	}) {
+		t.Fatalf("sim backend not restarted within %v: %+v", opTimeout, b)
 	}
 	var listed []wire.Backend
 	if err := json.Unmarshal([]byte(d.cli(ctx, "backends", "--format", "json")), &listed); err != nil {

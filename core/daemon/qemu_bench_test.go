@@ -16,6 +16,8 @@ import (
 	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/internal/testenv"
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
 )
 
@@ -50,7 +52,7 @@ const readyMarker = "guestlink: declaring ready"
 func BenchmarkQEMUGuestLink(b *testing.B) {
 	img := qemutest.RequiresQEMU(b)
 	if !img.HasAgent {
-		b.Skip("the guest image has no agent: run make guest-image")
+		testenv.Requires(b, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
 	}
 	bin := benchBinaries(b)
 	for _, f := range []string{"plugins/qemu"} {
@@ -85,19 +87,16 @@ func BenchmarkQEMUGuestLink(b *testing.B) {
 		accel = inst.Details["accel"]
 		// Runtime changes reach the timeline just after the view: poll.
 		var started, connected, readyAt time.Time
-		for deadline := time.Now().Add(time.Minute); ; {
-			tl, err := c.Timeline(ctx, name, 0)
-			if err != nil {
+		var tl []instance.TimelineEntry
+		if !testwait.Until(time.Minute, func() bool {
+			var err error
+			if tl, err = c.Timeline(ctx, name, 0); err != nil {
 				b.Fatal(err)
 			}
 			started, connected, readyAt = timelineTime(tl, "agent", "started"), timelineTime(tl, "agent", "connected"), timelineTime(tl, "ready", "true")
-			if !started.IsZero() && !connected.IsZero() && !readyAt.IsZero() {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("timeline of %s lacks agent started/connected or ready: %+v", name, tl)
-			}
-			time.Sleep(50 * time.Millisecond)
+			return !started.IsZero() && !connected.IsZero() && !readyAt.IsZero()
+		}) {
+			b.Fatalf("timeline of %s lacks agent started/connected or ready: %+v", name, tl)
 		}
 		startToStarted = append(startToStarted, started.Sub(*inst.StartedAt).Seconds())
 		startedToConnected = append(startedToConnected, connected.Sub(started).Seconds())
@@ -107,7 +106,7 @@ func BenchmarkQEMUGuestLink(b *testing.B) {
 
 		// The VM idles Ready: the daemon's CPU over the window, then the
 		// same window without a VM.
-		time.Sleep(5 * time.Second) // let the ring poll settle to its connected period
+		time.Sleep(5 * time.Second) // the measurement is of the steady state: the ring poll settles to its connected period, which nothing announces
 		withVM, err := benchIdleTicks(pid)
 		if err != nil {
 			b.Fatal(err)
@@ -196,7 +195,7 @@ func benchQEMUDaemon(b *testing.B, bin, stateDir string) (int, *client.Client) {
 		if time.Now().After(deadline) {
 			b.Fatalf("guestlinkd did not answer within a minute: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the measurement's resolution: start-up is timed to the first answer
 	}
 }
 
@@ -208,7 +207,7 @@ func benchIdleTicks(pid int) (float64, error) {
 		return 0, err
 	}
 	began := time.Now()
-	time.Sleep(qemuIdleWindow)
+	time.Sleep(qemuIdleWindow) // the measurement itself: CPU used over an idle window
 	after, err := procTicks(pid)
 	if err != nil {
 		return 0, err
@@ -220,17 +219,15 @@ func benchIdleTicks(pid int) (float64, error) {
 // benchWaitInstanceWithin polls the instance until cond holds.
 func benchWaitInstanceWithin(b *testing.B, c *client.Client, name, what string, within time.Duration, cond func(*wire.Instance) bool) *wire.Instance {
 	b.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		inst, err := c.Instance(context.Background(), name)
-		if err == nil && cond(inst) {
-			return inst
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("instance %q: no %s within %v (last: %+v, err %v)", name, what, within, inst, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var inst *wire.Instance
+	var err error
+	if !testwait.Until(within, func() bool {
+		inst, err = c.Instance(context.Background(), name)
+		return err == nil && cond(inst)
+	}) {
+		b.Fatalf("instance %q: no %s within %v (last: %+v, err %v)", name, what, within, inst, err)
 	}
+	return inst
 }
 
 // timelineTime returns the time of the first timeline entry of kind going

@@ -17,6 +17,7 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/ringline"
 	"github.com/guestlink/guestlink/plugins/qemuvm"
 	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
@@ -148,16 +149,12 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 	if err := syscall.Kill(old.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(qemuOpTimeout)
-	for {
-		b := backendOf(ctx, t, d, plugin)
-		if b.Restarts >= 1 && b.Health == string(pluginhost.HealthHealthy) && b.PID != old.PID && b.PID != 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("backend %s not restarted within %v: %+v", plugin, qemuOpTimeout, b)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var b wire.Backend
+	if !testwait.Until(qemuOpTimeout, func() bool {
+		b = backendOf(ctx, t, d, plugin)
+		return b.Restarts >= 1 && b.Health == string(pluginhost.HealthHealthy) && b.PID != old.PID && b.PID != 0
+	}) {
+		t.Fatalf("backend %s not restarted within %v: %+v", plugin, qemuOpTimeout, b)
 	}
 	if got := qemuPID(t, inst.UUID); got != pid {
 		t.Fatalf("after the plugin's SIGKILL: QEMU pid %d, want %d", got, pid)
@@ -352,20 +349,20 @@ func newTestUUID(t testing.TB) string {
 // timeline records it, polled until there is one) and the timeline.
 func firstAgentStep(ctx context.Context, t *testing.T, d *daemonProc, name string, boot int64) (string, []instance.TimelineEntry) {
 	t.Helper()
-	deadline := time.Now().Add(qemuOpTimeout)
-	for {
-		tl, err := d.client.Timeline(ctx, name, 0)
-		if err != nil {
+	var step string
+	var tl []instance.TimelineEntry
+	testwait.Until(qemuOpTimeout, func() bool {
+		var err error
+		if tl, err = d.client.Timeline(ctx, name, 0); err != nil {
 			t.Fatalf("timeline of %s: %v", name, err)
 		}
 		for _, e := range tl {
 			if e.Boot == boot && e.Kind == "agent" {
-				return e.To, tl
+				step = e.To
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			return "", tl
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false
+	})
+	return step, tl
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/guestlink/guestlink/core/api/wire"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/internal/testenv"
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
 )
 
@@ -83,7 +85,7 @@ func newQEMUDaemon(t *testing.T) (*daemonProc, qemutest.Image) {
 	t.Helper()
 	img := qemutest.RequiresQEMU(t)
 	if !img.HasAgent {
-		t.Skip("the guest image has no agent: run make guest-image")
+		testenv.Requires(t, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
 	}
 	binaries(t)
 	d := newDaemon(t, "--plugin-dir", qemuPlugins(t), "--default-backend", "qemu")
@@ -148,37 +150,40 @@ func backendOf(ctx context.Context, t testing.TB, d *daemonProc, name string) wi
 func consoleGet(ctx context.Context, t testing.TB, consoleLog, path string, within time.Duration) (*http.Response, []byte) {
 	t.Helper()
 	prefix := "guestlink: GET " + path + " "
-	deadline := time.Now().Add(within)
-	for {
-		data, _ := os.ReadFile(consoleLog)
+	var data []byte
+	var rest string
+	found := testwait.Until(within, func() bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		data, _ = os.ReadFile(consoleLog)
 		for _, line := range strings.Split(string(data), "\n") {
-			line = strings.TrimRight(line, "\r")
-			rest, ok := strings.CutPrefix(line, prefix)
-			if !ok {
-				continue
+			var ok bool
+			if rest, ok = strings.CutPrefix(strings.TrimRight(line, "\r"), prefix); ok {
+				return true
 			}
-			if rest == "failed" {
-				t.Fatalf("the guest's GET %s failed; console:\n%s", path, tailString(string(data), 3000))
-			}
-			raw, err := base64.StdEncoding.DecodeString(rest)
-			if err != nil {
-				t.Fatalf("the guest's answer to GET %s is not base64 (%v): %q", path, err, rest)
-			}
-			resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil)
-			if err != nil {
-				t.Fatalf("the guest's answer to GET %s is not HTTP (%v): %q", path, err, raw)
-			}
-			var body bytes.Buffer
-			if _, err := body.ReadFrom(resp.Body); err != nil {
-				t.Fatalf("reading the body of the guest's answer to GET %s: %v", path, err)
-			}
-			return resp, body.Bytes()
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("no answer to GET %s on the guest console within %v; console:\n%s", path, within, tailString(string(data), 3000))
-		}
-		time.Sleep(200 * time.Millisecond)
+		return false
+	})
+	if !found {
+		t.Fatalf("no answer to GET %s on the guest console within %v; console:\n%s", path, within, tailString(string(data), 3000))
 	}
+	if rest == "failed" {
+		t.Fatalf("the guest's GET %s failed; console:\n%s", path, tailString(string(data), 3000))
+	}
+	raw, err := base64.StdEncoding.DecodeString(rest)
+	if err != nil {
+		t.Fatalf("the guest's answer to GET %s is not base64 (%v): %q", path, err, rest)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil)
+	if err != nil {
+		t.Fatalf("the guest's answer to GET %s is not HTTP (%v): %q", path, err, raw)
+	}
+	var body bytes.Buffer
+	if _, err := body.ReadFrom(resp.Body); err != nil {
+		t.Fatalf("reading the body of the guest's answer to GET %s: %v", path, err)
+	}
+	return resp, body.Bytes()
 }
 
 // tailString returns the last n bytes of s.
@@ -194,13 +199,14 @@ func tailString(s string, n int) string {
 // order: runtime changes reach the timeline just after their events.
 func timelineSteps(ctx context.Context, t testing.TB, d *daemonProc, name, kind string, want []string, within time.Duration) ([]string, []instance.TimelineEntry) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		tl, err := d.client.Timeline(ctx, name, 0)
-		if err != nil {
+	var steps []string
+	var tl []instance.TimelineEntry
+	testwait.Until(within, func() bool {
+		var err error
+		if tl, err = d.client.Timeline(ctx, name, 0); err != nil {
 			t.Fatalf("timeline of %s: %v", name, err)
 		}
-		var steps []string
+		steps = steps[:0]
 		for _, e := range tl {
 			if e.Kind != kind {
 				continue
@@ -211,11 +217,9 @@ func timelineSteps(ctx context.Context, t testing.TB, d *daemonProc, name, kind 
 				steps = append(steps, e.To)
 			}
 		}
-		if inOrder(steps, want) || time.Now().After(deadline) {
-			return steps, tl
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return inOrder(steps, want)
+	})
+	return steps, tl
 }
 
 // procTicks returns a process's user+system CPU time in clock ticks.

@@ -241,8 +241,11 @@ type Filter struct {
 	Instances []string // instance names; empty means all
 	// After resumes a stream: every stored event with an id greater than
 	// After is delivered first, then live ones, with no gap and no
-	// duplicate. 0 means from now on.
+	// duplicate. 0 means from now on, unless Replay is set.
 	After int64
+	// Replay replays the stored events after After even when After is 0,
+	// so a subscriber can ask for the whole stored log from event 1.
+	Replay bool
 }
 
 // Match reports whether ev passes the filter's type and instance lists.
@@ -282,8 +285,9 @@ type Subscription struct {
 	err      error
 }
 
-// Subscribe starts a subscription. With f.After > 0 the stored events after
-// that id are replayed first; a negative After is errdefs.ErrInvalid.
+// Subscribe starts a subscription. With f.After > 0 (or f.Replay) the stored
+// events after that id are replayed first; a negative After is
+// errdefs.ErrInvalid.
 func (b *Bus) Subscribe(f Filter) (*Subscription, error) {
 	if f.After < 0 {
 		return nil, fmt.Errorf("subscribing to events: negative resume id %d: %w", f.After, errdefs.ErrInvalid)
@@ -307,7 +311,7 @@ func (b *Bus) Subscribe(f Filter) (*Subscription, error) {
 		return nil, fmt.Errorf("subscribing to events: %w", ErrClosed)
 	}
 	b.subs[s] = struct{}{}
-	if f.After == 0 {
+	if f.After == 0 && !f.Replay {
 		close(s.done)
 		return s, nil
 	}

@@ -40,6 +40,8 @@ func (s *jitterStore) AppendEvent(ctx context.Context, ev *db.Event) error {
 	ev.ID = cp.ID
 	s.mu.Unlock()
 	if s.jitter > 0 {
+		// The behaviour under test: a store whose commits take a random
+		// while, so concurrent publishers finish out of id order.
 		time.Sleep(rand.N(s.jitter))
 	}
 	return ctx.Err()
@@ -258,6 +260,7 @@ func TestResumeWhilePublishing(t *testing.T) {
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			var live []int64
+			enough := make(chan struct{}) // closed at the 21st live event
 			for w := range 4 {
 				wg.Go(func() {
 					for i := 0; ctx.Err() == nil; i++ {
@@ -268,12 +271,19 @@ func TestResumeWhilePublishing(t *testing.T) {
 						}
 						mu.Lock()
 						live = append(live, ev.ID)
+						if len(live) == 21 {
+							close(enough)
+						}
 						mu.Unlock()
 					}
 				})
 			}
 			// Let the writers run before and during the replay.
-			waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(live) > 20 })
+			select {
+			case <-enough:
+			case <-time.After(waitTimeout):
+				t.Fatal("the writers published nothing")
+			}
 			sub, err := b.Subscribe(Filter{After: after})
 			if err != nil {
 				t.Fatal(err)
@@ -324,14 +334,34 @@ func TestResumeFiltered(t *testing.T) {
 	}
 }
 
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for a condition")
-		}
-		time.Sleep(time.Millisecond)
+// TestReplayFromStart checks that Replay with After 0 replays the stored log
+// from its first event (monitor --since 0), and that After 0 alone does not.
+func TestReplayFromStart(t *testing.T) {
+	tests := []struct {
+		name   string
+		filter Filter
+		want   []int64 // ids received before the live event
+	}{
+		{"replay from the start", Filter{Replay: true}, []int64{1, 2, 3}},
+		{"replay after 2", Filter{After: 2, Replay: true}, []int64{3}},
+		{"live only", Filter{}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newBus(t, dbtest.SQLite(t))
+			publishN(t, b, 3, "i1")
+			sub, err := b.Subscribe(tt.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			live := publishN(t, b, 1, "i1")
+			got := ids(receive(t, sub, len(tt.want)+1))
+			want := append(slices.Clone(tt.want), live[0].ID)
+			if !slices.Equal(got, want) {
+				t.Fatalf("got ids %v, want %v", got, want)
+			}
+		})
 	}
 }
 

@@ -103,7 +103,7 @@ func (f *fakeBackend) Start(_ context.Context, h sdk.Handle, spec *sdk.GuestSpec
 	}
 	defer leave()
 	f.record("start " + spec.Name)
-	time.Sleep(f.delay)
+	time.Sleep(f.delay) // the behaviour under test: a slow plugin call (delay is 0 unless a test sets it)
 	switch spec.Config["fake.fail"] {
 	case "start":
 		return nil, nil, fmt.Errorf("the emulator crashed: %w", errdefs.ErrUnavailable)
@@ -132,7 +132,7 @@ func (f *fakeBackend) Stop(_ context.Context, h sdk.Handle, opts sdk.StopOptions
 	}
 	defer leave()
 	f.record("stop")
-	time.Sleep(f.delay)
+	time.Sleep(f.delay) // the behaviour under test: a slow plugin call (delay is 0 unless a test sets it)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	g.running = false

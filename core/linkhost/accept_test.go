@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -146,19 +147,11 @@ func TestReattachRevivesFailedLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until the first session's loop met its error.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.For(t, "the accept loop to stop on the session error", 20*time.Second, func() bool {
 		h.mu.Lock()
-		dead := h.attached["uuid-s"].dead()
-		h.mu.Unlock()
-		if dead {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the accept loop never stopped on the session error")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer h.mu.Unlock()
+		return h.attached["uuid-s"].dead()
+	})
 	if err := h.Attach("uuid-s", ep); err != nil {
 		t.Fatal(err)
 	}

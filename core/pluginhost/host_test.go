@@ -21,6 +21,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -136,16 +137,11 @@ func status(h *pluginhost.Host, name string) pluginhost.Status {
 	return pluginhost.Status{}
 }
 
-// waitFor polls cond until it holds or a minute passed.
+// waitFor waits until cond holds (plugin processes and the supervisor
+// announce nothing to the test) or a minute passed.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.For(t, what, time.Minute, cond)
 }
 
 // alive reports whether pid exists and is not a zombie.

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/internal/testenv"
+	"github.com/guestlink/guestlink/internal/testwait"
 )
 
 // childEnv makes the re-executed test binary start a cluster, print the
@@ -45,18 +47,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// waitGone waits until process pid no longer exists.
+// waitGone waits until process pid has exited.
 func waitGone(pid int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("postgres (pid %d) still running after %v", pid, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := testwait.ProcessExit(pid, timeout); err != nil {
+		return fmt.Errorf("postgres: %w", err)
 	}
+	return nil
 }
 
 func TestEnginesGiveFreshDatabases(t *testing.T) {
@@ -105,11 +101,10 @@ func TestClusterDiesWithTestBinary(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
 		u := PostgresURL(t)
 		fmt.Printf("CLUSTER %d %s\n", shared.cmd.Process.Pid, u)
-		time.Sleep(10 * time.Minute) // until killed
-		return
+		select {} // until the parent kills us
 	}
 	if _, err := pgBinDir(); err != nil {
-		t.Skip(err.Error())
+		testenv.Requires(t, "PostgreSQL", err.Error())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

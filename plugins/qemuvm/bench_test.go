@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/link/ringline"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
@@ -18,7 +19,7 @@ import (
 func BenchmarkBootToStarted(b *testing.B) {
 	e := newBootEnv(b, LayoutCurrent, "")
 	if !e.img.HasAgent {
-		b.Skip("the guest image has no agent")
+		testenv.Requires(b, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
 	}
 	var started, toWord []float64
 	for b.Loop() {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/internal/testenv"
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/ringline"
 	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -107,18 +109,18 @@ func (e *bootEnv) start(t testing.TB, restore bool) *sdk.GuestState {
 func (e *bootEnv) waitWord(t testing.TB, w ringline.Word, within time.Duration) {
 	t.Helper()
 	var p ringline.Parser
-	deadline := time.Now().Add(within)
 	var seen bytes.Buffer
-	for time.Now().Before(deadline) {
+	// QEMU announces no ring data: read the ring until the word shows.
+	if testwait.Until(within, func() bool {
 		data, err := e.b.ReadRing(context.Background(), e.h, 4096)
 		if err != nil {
 			t.Fatalf("ReadRing: %v", err)
 		}
 		seen.Write(data)
-		if got, ok := p.Feed(data); ok && got == w {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+		got, ok := p.Feed(data)
+		return ok && got == w
+	}) {
+		return
 	}
 	h, _ := decodeHandle(e.h)
 	t.Fatalf("no %s in the ring within %v (read %q); console:\n%s", w, within, seen.Bytes(), tail(filepath.Join(h.Dir, consoleLog), 3000))
@@ -150,6 +152,7 @@ func TestBootRingWiring(t *testing.T) {
 		t.Run(string(l), func(t *testing.T) {
 			e := newBootEnv(t, l, "guestlink.ring=STOPPED")
 			if e.img.HasAgent {
+				// Not a missing requirement: this test is for images without the agent.
 				t.Skip("the image has the agent: TestBootAgentStarted covers the wiring")
 			}
 			st := e.start(t, false)
@@ -167,16 +170,17 @@ func TestBootRingWiring(t *testing.T) {
 func (e *bootEnv) waitAny(t testing.TB, within time.Duration) ringline.Word {
 	t.Helper()
 	var p ringline.Parser
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
+	var w ringline.Word
+	if testwait.Until(within, func() bool {
 		data, err := e.b.ReadRing(context.Background(), e.h, 4096)
 		if err != nil {
 			t.Fatalf("ReadRing: %v", err)
 		}
-		if w, ok := p.Feed(data); ok {
-			return w
-		}
-		time.Sleep(100 * time.Millisecond)
+		var ok bool
+		w, ok = p.Feed(data)
+		return ok
+	}) {
+		return w
 	}
 	h, _ := decodeHandle(e.h)
 	t.Fatalf("no word in the ring within %v; console:\n%s", within, tail(filepath.Join(h.Dir, consoleLog), 3000))
@@ -192,7 +196,7 @@ func TestBootAgentStarted(t *testing.T) {
 		t.Run(string(l), func(t *testing.T) {
 			e := newBootEnv(t, l, "")
 			if !e.img.HasAgent {
-				t.Skip("the guest image has no agent (cmd/guestlink-agent was missing when make guest-image ran)")
+				testenv.Requires(t, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
 			}
 			events, err := e.b.Events(t.Context())
 			if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/link/ringline"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
@@ -207,7 +208,7 @@ func TestAccel(t *testing.T) {
 // Start must fail promptly with QEMU's own words, and leave nothing running.
 func TestStartFailureShowsQEMUError(t *testing.T) {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("qemu-system-x86_64 is not installed (scripts/install-deps.sh installs qemu-system-x86)")
+		testenv.Requires(t, "qemu-system-x86_64", "not installed (scripts/install-deps.sh installs qemu-system-x86)")
 	}
 	dir := shortTempDir(t)
 	kernel := filepath.Join(dir, "not-a-kernel")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/link/ringline"
 	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -64,7 +65,7 @@ func TestConformance(t *testing.T) {
 func TestPluginReadsStarted(t *testing.T) {
 	img := qemutest.RequiresQEMU(t)
 	if !img.HasAgent {
-		t.Skip("the guest image has no agent (cmd/guestlink-agent was missing when make guest-image ran)")
+		testenv.Requires(t, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
 	}
 	bin := buildPlugin(t, "github.com/guestlink/guestlink/plugins/qemu", t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

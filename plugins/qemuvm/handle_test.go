@@ -1,6 +1,7 @@
 package qemuvm
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,22 +12,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/internal/testproc"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
 // startVictim starts a real process of this user whose command line holds
-// "-c" and the pair "-uuid <uuid>", like a QEMU would, and returns its pid.
+// "-c" and the pair "-uuid <uuid>", like a QEMU would, and returns its pid
+// once the exec has happened: until then /proc/PID/cmdline is the test
+// binary's (or empty), so the shell says when it runs. The shell and its
+// sleep form their own process group, killed when the test ends.
 func startVictim(t *testing.T, uuid string) int {
 	t.Helper()
 	// "; :" keeps the shell from exec'ing sleep, so the shell stays the pid.
-	cmd := exec.Command("/bin/sh", "-c", "sleep 120; :", "-uuid", uuid)
-	if err := cmd.Start(); err != nil {
+	cmd := exec.Command("/bin/sh", "-c", "echo ready; sleep 120; :", "-uuid", uuid)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
+	testproc.Start(t, cmd)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("waiting for the victim shell: %q, %v", line, err)
+	}
 	return cmd.Process.Pid
 }
 
@@ -39,12 +46,8 @@ func alive(pid int) bool {
 func TestProcessMatches(t *testing.T) {
 	u := newUUID()
 	pid := startVictim(t, u)
-	var start uint64
-	deadline := time.Now().Add(10 * time.Second)
-	for start == 0 && time.Now().Before(deadline) {
-		start, _ = procStartTime(pid)
-	}
-	if start == 0 {
+	start, ok := procStartTime(pid)
+	if !ok || start == 0 {
 		t.Fatalf("no start time for pid %d", pid)
 	}
 	tests := []struct {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/link/ringline"
 	"github.com/guestlink/guestlink/link/serialmux"
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -22,7 +23,7 @@ import (
 func TestSerialLinkToAgent(t *testing.T) {
 	e := newBootEnv(t, LayoutCurrent, "")
 	if !e.img.HasAgent {
-		t.Skip("the guest image has no agent (cmd/guestlink-agent was missing when make guest-image ran)")
+		testenv.Requires(t, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
 	}
 	e.start(t, false)
 	e.waitWord(t, ringline.Started, 3*time.Minute)
@@ -110,7 +111,7 @@ func agentInfoOnce(ctx context.Context, host *serialmux.Host, pair tls.Certifica
 func TestSerialLinkAdvertise(t *testing.T) {
 	e := newBootEnv(t, LayoutCurrent, "")
 	if !e.img.HasAgent {
-		t.Skip("the guest image has no agent (cmd/guestlink-agent was missing when make guest-image ran)")
+		testenv.Requires(t, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
 	}
 	e.start(t, false)
 	e.waitWord(t, ringline.Started, 3*time.Minute)

@@ -15,6 +15,10 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/guestlink/guestlink/internal/testenv"
+	"github.com/guestlink/guestlink/internal/testproc"
+	"github.com/guestlink/guestlink/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -270,30 +274,25 @@ func startQEMU(t testing.TB) (string, *exec.Cmd) {
 	t.Helper()
 	bin, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
-		t.Skip("qemu-system-x86_64 not installed (scripts/install-deps.sh installs it)")
+		testenv.Requires(t, "qemu-system-x86_64", "not installed (scripts/install-deps.sh installs qemu-system-x86)")
 	}
 	sock := filepath.Join(t.TempDir(), "qmp.sock")
 	cmd := exec.Command(bin, "-machine", "none", "-nodefaults", "-display", "none",
 		"-qmp", "unix:"+sock+",server=on,wait=off")
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting qemu: %v", err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	testproc.Start(t, cmd) // its own process group, killed when the test ends
 	// The socket file appears at bind, a moment before QEMU listens on it:
 	// wait until a connection is accepted. QEMU serves one QMP client at a
 	// time and takes the next once this probe closes.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if conn, err := net.Dial("unix", sock); err == nil {
-			conn.Close()
-			return sock, cmd
+	testwait.For(t, "qemu to listen on its qmp socket", 30*time.Second, func() bool {
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("qemu did not listen on its qmp socket")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		conn.Close()
+		return true
+	})
+	return sock, cmd
 }
 
 func TestRealQEMU(t *testing.T) {

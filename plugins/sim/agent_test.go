@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/agent/agenttest"
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/plugins/sim/simbackend"
 )
@@ -84,8 +85,7 @@ func TestRealAgent(t *testing.T) {
 func waitRingLine(t *testing.T, b sdk.Backend, h sdk.Handle, word string) {
 	t.Helper()
 	var seen []byte
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
+	found := testwait.Until(time.Minute, func() bool {
 		data, err := b.ReadRing(context.Background(), h, 4096)
 		if err != nil {
 			t.Fatalf("ReadRing: %v", err)
@@ -93,24 +93,17 @@ func waitRingLine(t *testing.T, b sdk.Backend, h sdk.Handle, word string) {
 		seen = append(seen, data...)
 		for _, line := range bytes.Split(seen, []byte("\n"))[1:] { // skip a possibly truncated first line
 			if string(line) == word {
-				return
+				return true
 			}
 		}
-		if bytes.HasPrefix(seen, []byte(word+"\n")) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+		return bytes.HasPrefix(seen, []byte(word+"\n"))
+	})
+	if !found {
+		t.Fatalf("no %q line on the ring; read %q", word, seen)
 	}
-	t.Fatalf("no %q line on the ring; read %q", word, seen)
 }
 
 func waitCond(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, what, time.Minute, cond)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/plugins/sdk/conformance"
 	"github.com/guestlink/guestlink/plugins/sim/simbackend"
@@ -67,12 +68,10 @@ func dataDir(t *testing.T) string {
 		for _, s := range socks {
 			c := &simvm.Client{Socket: s}
 			_ = c.Execute(context.Background(), simvm.CmdQuit, nil, nil)
-			for i := 0; i < 1000; i++ {
-				if _, err := c.Status(context.Background()); errors.Is(err, simvm.ErrNotRunning) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			testwait.Until(20*time.Second, func() bool {
+				_, err := c.Status(context.Background())
+				return errors.Is(err, simvm.ErrNotRunning)
+			})
 		}
 		os.RemoveAll(dir)
 	})
@@ -139,17 +138,14 @@ func waitEvent(t *testing.T, ch <-chan sdk.Event, uuid string, kind sdk.EventKin
 func readRing(t *testing.T, b sdk.Backend, h sdk.Handle, want string) {
 	t.Helper()
 	var got []byte
-	deadline := time.Now().Add(time.Minute)
-	for len(got) < len(want) && time.Now().Before(deadline) {
+	testwait.Until(time.Minute, func() bool {
 		data, err := b.ReadRing(ctxT(t), h, 4096)
 		if err != nil {
 			t.Fatalf("ReadRing: %v", err)
 		}
 		got = append(got, data...)
-		if len(data) == 0 {
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+		return len(got) >= len(want)
+	})
 	if string(got) != want {
 		t.Fatalf("ring gave %q, want %q", got, want)
 	}

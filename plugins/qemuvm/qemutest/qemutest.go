@@ -1,5 +1,6 @@
 // Package qemutest gates tests that boot real QEMU guests: RequiresQEMU
-// skips (saying why) when QEMU or the guest image is missing, and returns the
+// skips (saying why; with CI=true it fails, see internal/testenv) when QEMU
+// or the guest image is missing, and returns the
 // image to boot. CI installs QEMU (scripts/install-deps.sh) and builds the
 // image (make guest-image), so nothing skips there.
 package qemutest
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/plugins/qemuvm/guestimage"
 )
 
@@ -24,26 +26,26 @@ type Image struct {
 	QEMU     string
 }
 
-// RequiresQEMU skips t unless qemu-system-x86_64 and the guest image (by
+// RequiresQEMU skips t (fails it with CI=true) unless qemu-system-x86_64 and the guest image (by
 // default bin/guest/ of the module root) exist.
 func RequiresQEMU(t testing.TB) Image {
 	t.Helper()
 	bin, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
-		t.Skip("qemu-system-x86_64 is not installed (scripts/install-deps.sh installs qemu-system-x86)")
+		testenv.Requires(t, "qemu-system-x86_64", "not installed (scripts/install-deps.sh installs qemu-system-x86)")
 	}
 	dir := os.Getenv(EnvImageDir)
 	if dir == "" {
 		root, err := moduleRoot()
 		if err != nil {
-			t.Skipf("guest image: cannot find the module root: %v", err)
+			testenv.Requires(t, "the guest image", "cannot find the module root: "+err.Error())
 		}
 		dir = filepath.Join(root, "bin", "guest")
 	}
 	img := Image{Kernel: filepath.Join(dir, guestimage.KernelFile), Initrd: filepath.Join(dir, guestimage.InitrdFile), QEMU: bin}
 	for _, f := range []string{img.Kernel, img.Initrd} {
 		if _, err := os.Stat(f); err != nil {
-			t.Skipf("guest image missing (%v): run make guest-image", err)
+			testenv.Requires(t, "the guest image", err.Error()+": run make guest-image")
 		}
 	}
 	// The uncompressed kernel boots seconds faster under TCG.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/plugins/sim/simvm"
 )
@@ -54,13 +55,10 @@ func quitAll(t *testing.T, dataDir string) {
 	for _, s := range socks {
 		c := &simvm.Client{Socket: s}
 		_ = c.Execute(context.Background(), simvm.CmdQuit, nil, nil)
-		deadline := time.Now().Add(waitLong)
-		for time.Now().Before(deadline) {
-			if _, err := c.Status(context.Background()); errors.Is(err, simvm.ErrNotRunning) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testwait.Until(waitLong, func() bool {
+			_, err := c.Status(context.Background())
+			return errors.Is(err, simvm.ErrNotRunning)
+		})
 	}
 }
 
@@ -150,29 +148,18 @@ func vmmClient(t *testing.T, h sdk.Handle) *simvm.Client {
 func waitReceived(t *testing.T, h sdk.Handle, n uint64) {
 	t.Helper()
 	c := vmmClient(t, h)
-	deadline := time.Now().Add(waitLong)
-	for time.Now().Before(deadline) {
+	testwait.For(t, fmt.Sprintf("the vmm to receive %d bytes", n), waitLong, func() bool {
 		st, err := c.Status(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.RingReceived >= n {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("vmm did not receive %d bytes", n)
+		return st.RingReceived >= n
+	})
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.For(t, what, waitLong, cond)
 }
 
 const portCmd = `"$GUESTLINK_ROOT/dev/virtio-ports/`

@@ -1,18 +1,21 @@
 package simvm
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/guestlink/guestlink/internal/testwait"
 )
 
 // TestMain lets the test binary act as a VMM: Launch runs
@@ -124,10 +127,12 @@ func launch(t *testing.T, p Paths, cfg Config) (*Client, *Subscription) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Launch(ctx, exe, p, os.Environ()); err != nil {
+	pid, err := Launch(ctx, exe, p, os.Environ())
+	if err != nil {
 		t.Fatalf("Launch: %v", err)
 	}
 	c := NewClient(p)
+	vmmPIDs.Store(c, pid)
 	t.Cleanup(func() {
 		_ = c.Execute(context.Background(), CmdQuit, nil, nil)
 		waitGone(t, c)
@@ -140,16 +145,23 @@ func launch(t *testing.T, p Paths, cfg Config) (*Client, *Subscription) {
 	return c, sub
 }
 
+// vmmPIDs maps the clients launch returned to their VMM's pid.
+var vmmPIDs sync.Map
+
+// waitGone waits until c's VMM no longer answers and, when launch started
+// it, until its process exited: only then is its guest directory lock
+// released for a new VMM.
 func waitGone(t *testing.T, c *Client) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := c.Status(context.Background()); errors.Is(err, ErrNotRunning) {
-			return
+	testwait.For(t, "the vmm to end", 30*time.Second, func() bool {
+		_, err := c.Status(context.Background())
+		return errors.Is(err, ErrNotRunning)
+	})
+	if pid, ok := vmmPIDs.Load(c); ok {
+		if err := testwait.ProcessExit(pid.(int), 30*time.Second); err != nil {
+			t.Fatalf("vmm: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("vmm still running")
 }
 
 // nextEvent returns the next event with the given name, skipping others.
@@ -298,18 +310,13 @@ func TestVMMRootRingAndExit(t *testing.T) {
 
 func waitReceived(t *testing.T, c *Client, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	testwait.For(t, fmt.Sprintf("the vmm to receive %d bytes", n), 60*time.Second, func() bool {
 		st, err := c.Status(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.RingReceived >= n {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("the vmm did not receive %d bytes", n)
+		return st.RingReceived >= n
+	})
 }
 
 func TestVMMResetPowerdownQuit(t *testing.T) {
@@ -359,15 +366,10 @@ func TestVMMResetPowerdownQuit(t *testing.T) {
 
 func waitLines(t *testing.T, name string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	testwait.For(t, fmt.Sprintf("%s to reach %d lines", name, n), 30*time.Second, func() bool {
 		data, _ := os.ReadFile(name)
-		if strings.Count(string(data), "\n") >= n {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s never reached %d lines", name, n)
+		return strings.Count(string(data), "\n") >= n
+	})
 }
 
 func TestVMMStartFailures(t *testing.T) {
@@ -458,17 +460,13 @@ func TestPowerOffKillsEscapedProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := strings.TrimSpace(string(data))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		stat, err := os.ReadFile("/proc/" + pid + "/stat")
-		if err != nil || bytes.Contains(stat, []byte(") Z ")) {
-			return // gone or a zombie waiting for init
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %s escaped the guest's power-off", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatalf("guest pid %q: %v", data, err)
+	}
+	// Gone, or a zombie waiting for init.
+	if err := testwait.ProcessExit(pid, 30*time.Second); err != nil {
+		t.Fatalf("process %d escaped the guest's power-off: %v", pid, err)
 	}
 }
 

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Runs a test command and checks that it left nothing behind:
+#
+#   scripts/check-leftovers.sh run -- COMMAND [ARGS...]
+#
+# Before COMMAND it records the time and `git status`, gives the run a private
+# TMPDIR (so t.TempDir and go's build dirs are recognisable) and exports
+# GLTEST_RUN_ID into the environment every test process inherits (not
+# GUESTLINK_*: the daemon tests strip those from their children). After it, it
+# fails (listing them) if
+#   - a process started during the run is still alive (zombies aside) and
+#     belongs to the run: its environment holds the run id, or its
+#     executable or command line lies under this tree's bin/ or the run's
+#     TMPDIR; with CI=true (a machine running nothing else) also any
+#     sleep, qemu-system-*, guestlink*, postgres or chromium started since;
+#   - `git status --porcelain` (and the diff) changed: a test rewrote or
+#     created a file in the tree.
+# The exit status is COMMAND's if it failed, else 1 on leftovers, else 0.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+[ "${1:-}" = run ] && [ "${2:-}" = -- ] && [ $# -ge 3 ] || {
+  echo "usage: $0 run -- COMMAND [ARGS...]" >&2
+  exit 2
+}
+shift 2
+
+# starttime (field 22 of /proc/PID/stat, clock ticks since boot) of pid $1,
+# and its state (field 3), as "START STATE"; empty if it is gone.
+proc_start_state() {
+  local stat rest
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  rest=${stat##*) } # the command name is in parentheses and may hold spaces
+  read -r -a f <<<"$rest"
+  echo "${f[19]} ${f[0]}"
+}
+
+tree_state() {
+  git status --porcelain --untracked-files=all 2>/dev/null
+  git diff HEAD 2>/dev/null | sha256sum
+}
+
+read -r mark _ < <(proc_start_state $$)
+before=$(tree_state)
+run_id="$$-$mark"
+run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/guestlink-test.XXXXXX")
+chmod 0700 "$run_tmp"
+
+TMPDIR=$run_tmp GLTEST_RUN_ID=$run_id "$@"
+status=$?
+
+# Ancestors of this script (make, a CI runner) are not leftovers.
+declare -A mine=()
+p=$$
+while [ "${p:-0}" -gt 1 ]; do
+  mine[$p]=1
+  stat=$(cat "/proc/$p/stat" 2>/dev/null) || break
+  read -r -a f <<<"${stat##*) }"
+  p=${f[1]}
+done
+
+leftovers=()
+for d in /proc/[0-9]*; do
+  pid=${d#/proc/}
+  [ -n "${mine[$pid]:-}" ] && continue
+  read -r start state < <(proc_start_state "$pid") || continue
+  [ -n "${start:-}" ] && [ "$start" -gt "$mark" ] || continue
+  [ "$state" = Z ] || [ "$state" = X ] && continue
+  exe=$(readlink "$d/exe" 2>/dev/null || true)
+  cmdline=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null || true)
+  ours=""
+  if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "GLTEST_RUN_ID=$run_id"; then
+    ours=env
+  elif [[ "$exe" == "$root/bin/"* || "$exe" == "$run_tmp/"* || "$cmdline" == *"$root/bin/"* || "$cmdline" == *"$run_tmp/"* ]]; then
+    ours=path
+  elif [ "${CI:-}" = true ]; then
+    case "$(basename "${exe:-none}")" in
+      sleep | qemu-system-* | guestlink* | postgres | chromium*) ours=name ;;
+    esac
+  fi
+  [ -n "$ours" ] && leftovers+=("  pid $pid ($ours): ${cmdline:0:200}")
+done
+
+after=$(tree_state)
+rm -rf "$run_tmp" 2>/dev/null
+
+bad=0
+if [ "${#leftovers[@]}" -gt 0 ]; then
+  echo "check-leftovers: ${#leftovers[@]} process(es) started by the tests are still running:" >&2
+  printf '%s\n' "${leftovers[@]}" >&2
+  bad=1
+fi
+if [ "$before" != "$after" ]; then
+  echo "check-leftovers: the tests changed the tree (git status before / after):" >&2
+  diff <(echo "$before") <(echo "$after") | sed -n 's/^[<>]/ &/p' >&2
+  bad=1
+fi
+[ "$status" -ne 0 ] && exit "$status"
+exit "$bad"
