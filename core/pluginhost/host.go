@@ -263,6 +263,38 @@ func (h *Host) Restart(name string) error {
 	return nil
 }
 
+// RestartWait is Restart, then waits until the new launch attempt concluded
+// (the plugin runs, failed to start, or was rejected) or ctx ends, and
+// returns the plugin's status then. A ctx that ends first is not an error:
+// the restart goes on and the status says where it is.
+func (h *Host) RestartWait(ctx context.Context, name string) (Status, error) {
+	h.mu.Lock()
+	m, ok := h.plugins[name]
+	h.mu.Unlock()
+	if !ok {
+		return Status{}, fmt.Errorf("restarting backend %q: %w", name, errdefs.ErrNotFound)
+	}
+	m.mu.Lock()
+	gen := m.attempts
+	m.mu.Unlock()
+	if err := h.Restart(name); err != nil {
+		return m.status(), err
+	}
+	for {
+		m.mu.Lock()
+		done, ch := m.attempts > gen, m.attemptCh
+		m.mu.Unlock()
+		if done {
+			return m.status(), nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return m.status(), nil
+		}
+	}
+}
+
 // Close stops supervising, kills every plugin process and waits until they
 // are gone. Guests keep running. Calls made afterwards fail with
 // ErrUnavailable.

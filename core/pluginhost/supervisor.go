@@ -43,10 +43,12 @@ type managed struct {
 	lastErr    string
 	launches   int
 	restarts   int
-	failures   int       // failed starts and early exits in a row
-	nextRetry  time.Time // when the supervisor starts the plugin again; zero unless waiting
-	skipped    int       // health checks not counted: the daemon was saturated
-	running    bool      // a supervise goroutine runs
+	failures   int           // failed starts and early exits in a row
+	nextRetry  time.Time     // when the supervisor starts the plugin again; zero unless waiting
+	skipped    int           // health checks not counted: the daemon was saturated
+	running    bool          // a supervise goroutine runs
+	attempts   int           // launch attempts concluded (running, failed or rejected)
+	attemptCh  chan struct{} // closed and replaced when attempts grows
 	restartReq bool
 	subs       map[chan sdk.Event]struct{}
 }
@@ -62,6 +64,7 @@ func newManaged(h *Host, c candidate) *managed {
 		firstDone: make(chan struct{}),
 		kick:      make(chan struct{}, 1),
 		restartCh: make(chan struct{}, 1),
+		attemptCh: make(chan struct{}),
 		health:    HealthRestarting,
 		subs:      map[chan sdk.Event]struct{}{},
 	}
@@ -135,6 +138,14 @@ func (m *managed) requestRestart() bool {
 	return true
 }
 
+// concludedLocked records that a launch attempt concluded and wakes
+// RestartWait; m.mu must be held.
+func (m *managed) concludedLocked() {
+	m.attempts++
+	close(m.attemptCh)
+	m.attemptCh = make(chan struct{})
+}
+
 func (m *managed) setDown(health Health, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -155,6 +166,7 @@ func (m *managed) supervise(ctx context.Context) {
 		m.mu.Lock()
 		m.running = false
 		m.nextRetry = time.Time{}
+		m.concludedLocked()
 		m.mu.Unlock()
 		m.firstOnce.Do(func() { close(m.firstDone) })
 	}()
@@ -170,6 +182,7 @@ func (m *managed) supervise(ctx context.Context) {
 		m.mu.Lock()
 		m.failures++
 		failures := m.failures
+		m.concludedLocked()
 		m.client = nil
 		m.health = HealthRestarting
 		m.lastErr = err.Error()
@@ -290,6 +303,7 @@ func (m *managed) run(ctx context.Context, c *sdk.Client, info *sdk.Info) error 
 	}()
 	m.mu.Lock()
 	m.client, m.info, m.health = c, info, HealthHealthy
+	m.concludedLocked()
 	restarted := m.launches > 1
 	m.mu.Unlock()
 	m.log.Info("plugin running", "pid", c.PID(), "version", info.Version)

@@ -1,6 +1,7 @@
 package pluginhost_test
 
 import (
+	"errors"
 	"runtime"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/pluginhost"
 )
 
@@ -74,12 +76,15 @@ func TestFailingBinaryKeepsRetrying(t *testing.T) {
 		t.Fatalf("status = %+v (saw next_retry_at: %v), want restarting with the start error", st, sawRetryAt)
 	}
 	setBehaviour(t, bdir, "broken", nil)
-	if err := h.Restart("broken"); err != nil {
+	st, err := h.RestartWait(ctxT(t), "broken")
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "healthy after the fix", func() bool { return status(h, "broken").Health == pluginhost.HealthHealthy })
-	if st := status(h, "broken"); st.Failures != 0 || st.NextRetryAt != nil || st.PID == 0 {
-		t.Fatalf("after Restart: %+v", st)
+	if st.Health != pluginhost.HealthHealthy || st.Failures != 0 || st.NextRetryAt != nil || st.PID == 0 {
+		t.Fatalf("RestartWait = %+v, want healthy with the failures reset", st)
+	}
+	if _, err := h.RestartWait(ctxT(t), "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("RestartWait(nope) = %v, want ErrNotFound", err)
 	}
 }
 
