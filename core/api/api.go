@@ -93,7 +93,7 @@ type API struct {
 	closed    bool
 	listeners []net.Listener
 	streams   sync.WaitGroup // running event websockets
-	lim       limiter        // enforces cfg.Limits
+	lim       limits         // enforce cfg.Limits
 }
 
 // New returns an API serving cfg's services. It panics if a service is

@@ -30,6 +30,11 @@ func limitServer(t *testing.T, lim Limits, started chan<- string, release <-chan
 		return sync200(c, "done")
 	})
 	v1.Get("/events", func(c *fiber.Ctx) error { return sync200(c, "stream") })
+	v1.Get("/instances", func(c *fiber.Ctx) error {
+		started <- "list"
+		<-release
+		return sync200(c, []string{})
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -127,10 +132,33 @@ func TestLimits(t *testing.T) {
 func waitQueued(t *testing.T, a *API, n int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for a.lim.waiting.Load() < int64(n) {
+	for a.lim.other.waiting.Load() < int64(n) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d requests queued, want %d", a.lim.waiting.Load(), n)
+			t.Fatalf("%d requests queued, want %d", a.lim.other.waiting.Load(), n)
 		}
 		time.Sleep(time.Millisecond) // polling a counter, not guessing a delay
+	}
+}
+
+// TestListsHaveTheirOwnSlots: a flood of instance lists fills the lists'
+// slots and queue, not the other requests'.
+func TestListsHaveTheirOwnSlots(t *testing.T) {
+	started, release := make(chan string, 16), make(chan struct{})
+	base, _ := limitServer(t, Limits{MaxInFlight: 1, MaxLists: 1, QueueWait: 50 * time.Millisecond}, started, release)
+	held := make(chan answer, 2)
+	go func() { held <- get(t, base+"/1.0/instances") }()
+	<-started
+	if got := get(t, base+"/1.0/instances"); got.code != 503 || !strings.Contains(got.env.Error, "1 instance lists are running") {
+		t.Fatalf("second list: %d %+v, want 503 for the lists' limit", got.code, got.env)
+	}
+	go func() { held <- get(t, base+"/1.0/slow?id=other") }()
+	if id := <-started; id != "other" {
+		t.Fatalf("started %q, want the other request", id)
+	}
+	close(release)
+	for range 2 {
+		if a := <-held; a.code != 200 {
+			t.Fatalf("held request: %d %+v", a.code, a.env)
+		}
 	}
 }
