@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 STATE_DIR=${STATE_DIR:-$PWD/.run}
 HTTP=${HTTP:-127.0.0.1:8080}
 export GUESTLINK_STATE_DIR="$STATE_DIR"
-mkdir -p "$STATE_DIR"
+mkdir -p "$STATE_DIR" && chmod go-w "$STATE_DIR" # guestlinkd refuses a state dir others can write
 
 bin/guestlinkd --state-dir "$STATE_DIR" --http "$HTTP" --plugin-dir bin/plugins &
 daemon=$!
