@@ -23,6 +23,7 @@ build: ## build guestlinkd, guestlink, guestlink-agent and the plugins into bin/
 	  if [ -d plugins/$$p ] && ls plugins/$$p/*.go >/dev/null 2>&1; then $(GO) build -trimpath -o $(BIN)/plugins/$$p ./plugins/$$p; fi; \
 	done
 	@cd $(BIN)/plugins && rm -f SHA256SUMS && sha256sum $$(ls | grep -v SHA256SUMS) > SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS
+	@chmod -R go-w $(BIN) # the daemon refuses plugins that others could replace (any umask)
 
 .PHONY: run
 run: build ## build, start the daemon (SQLite, sim backend, dashboard on $(HTTP)) and launch a demo guest

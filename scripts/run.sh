@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 STATE_DIR=${STATE_DIR:-$PWD/.run}
 HTTP=${HTTP:-127.0.0.1:8080}
 export GUESTLINK_STATE_DIR="$STATE_DIR"
-mkdir -p "$STATE_DIR"
+mkdir -p "$STATE_DIR" && chmod go-w "$STATE_DIR" # guestlinkd refuses a state dir others can write
 
 # On a terminal, job control puts the daemon in its own process group and
 # the wait below in the foreground one: Ctrl-C then ends only the wait, not

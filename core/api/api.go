@@ -77,6 +77,8 @@ type Config struct {
 	PingInterval time.Duration
 	// Logger receives the API's own log lines; nil discards them.
 	Logger *slog.Logger
+	// Limits bound concurrent requests (see Limits; zero: the defaults).
+	Limits Limits
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -91,6 +93,7 @@ type API struct {
 	closed    bool
 	listeners []net.Listener
 	streams   sync.WaitGroup // running event websockets
+	lim       limits         // enforce cfg.Limits
 }
 
 // New returns an API serving cfg's services. It panics if a service is
@@ -140,7 +143,7 @@ func FiberConfig(bodyLimit int) fiber.Config {
 // Register adds the API's routes under /1.0 to r. Errors of these routes are
 // always answered in the LXD envelope, whatever r's error handler.
 func (a *API) Register(r fiber.Router) {
-	v1 := r.Group("/1.0", a.envelopeErrors, CheckHost)
+	v1 := r.Group("/1.0", a.envelopeErrors, CheckHost, a.limit)
 	v1.Get("/", a.getServer)
 	v1.Get("/instances", a.listInstances)
 	v1.Post("/instances", a.createInstance)
@@ -151,6 +154,7 @@ func (a *API) Register(r fiber.Router) {
 	v1.Put("/instances/:name/state", a.putState)
 	v1.Get("/instances/:name/timeline", a.getTimeline)
 	v1.Get("/backends", a.listBackends)
+	v1.Post("/backends/:name/restart", a.restartBackend)
 	v1.Get("/events", a.eventsUpgrade, a.eventsSocket())
 }
 

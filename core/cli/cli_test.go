@@ -309,9 +309,9 @@ func TestBackends(t *testing.T) {
 	srv := apitest.NewServer(t, apitest.Options{})
 	lines := strings.Split(strings.TrimSuffix(ok(t, srv, "backends"), "\n"), "\n")
 	want := []string{
-		"NAME  HEALTH      VERSION  PID   RESTARTS  CAPABILITIES    LAST ERROR",
-		"qemu  restarting  0.1.0    -     2         stateful,vsock  plugin exited: signal: killed",
-		"sim   healthy     0.1.0    4242  0         devlxd-socket   -",
+		"NAME  HEALTH      VERSION  PID   RESTARTS  FAILURES  NEXT RETRY  CAPABILITIES    LAST ERROR",
+		"qemu  restarting  0.1.0    -     2         0         -           stateful,vsock  plugin exited: signal: killed",
+		"sim   healthy     0.1.0    4242  0         0         -           devlxd-socket   -",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("backends:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))

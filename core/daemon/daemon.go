@@ -97,6 +97,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("starting daemon: creating state directory: %w", err)
 	}
+	if err := checkPermissions(cfg); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger, serving: make(chan error, 4)}
 	defer func() {
 		if err != nil {

@@ -84,6 +84,7 @@ type Bus struct {
 	buffer  int
 	backlog int
 	log     *slog.Logger
+	retry   WriteRetry // of appends to the event log
 
 	mu     sync.Mutex
 	closed bool
@@ -112,6 +113,7 @@ func New(store EventStore, opts ...Option) *Bus {
 		buffer:   DefaultBuffer,
 		backlog:  DefaultBacklog,
 		log:      slog.New(slog.DiscardHandler),
+		retry:    DefaultWriteRetry,
 		subs:     make(map[*Subscription]struct{}),
 		returned: make(map[uint64]struct{}),
 	}
@@ -161,7 +163,7 @@ func (b *Bus) Publish(ctx context.Context, ev Event) (Event, error) {
 	b.nextTicket++
 	b.mu.Unlock()
 
-	err = b.store.AppendEvent(ctx, rec)
+	err = b.appendEvent(ctx, rec)
 
 	b.mu.Lock()
 	b.returned[ticket] = struct{}{}

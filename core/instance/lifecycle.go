@@ -123,9 +123,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	entry := &db.TimelineEntry{InstanceID: rec.ID, Time: now, Kind: kindState, To: status.PowerStopped, Cause: causeOf(by), Detail: "created"}
 	ev := events.NewLifecycle(events.InstanceCreated, rec.Name, nil, &by)
 	m.publish(ctx, []events.Event{ev})
-	if err := m.store.AppendTimeline(ctx, entry); err != nil {
-		m.log.Error("recording timeline", "instance", rec.Name, "err", err)
-	}
+	m.appendTimeline(ctx, rec.Name, entry)
 	if !req.Start {
 		return view, nil
 	}

@@ -69,6 +69,10 @@ type Manager struct {
 
 	infoMu sync.Mutex
 	infos  map[string]*sdk.Info // backend Info cache, reset by Recover
+
+	retry  writeRetry    // how failed store writes are retried
+	lostMu sync.Mutex    // guards lost
+	lost   map[int64]int // timeline entries lost, by instance ID, not yet reported
 }
 
 // entry is one instance in memory.
@@ -145,6 +149,8 @@ func NewManager(cfg Config) (*Manager, error) {
 		byUUID:   make(map[string]*entry),
 		reserved: make(map[string]bool),
 		infos:    make(map[string]*sdk.Info),
+		retry:    defaultWriteRetry,
+		lost:     make(map[int64]int),
 	}, nil
 }
 
@@ -253,11 +259,11 @@ type ListFilter struct {
 // only. A bad Status is errdefs.ErrInvalid.
 func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
 	var out []*Instance
-	err := m.list(ctx, f, func(matched []*entry) error {
+	err := m.list(ctx, f, func(matched []snapshot) error {
 		views := make([]Instance, len(matched)) // one allocation for all views
 		out = make([]*Instance, len(matched))
-		for i, e := range matched {
-			fillView(&views[i], e, false)
+		for i := range matched {
+			fillView(&views[i], matched[i].rec, &matched[i].rt, false)
 			out[i] = &views[i]
 		}
 		return nil
@@ -268,15 +274,17 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
 // ListFunc calls fn with the view of every instance matching f, in name
 // order, as List would return them, for callers that only serialise the list
 // (GET /1.0/instances): the views are not copies. Each view shares the
-// manager's maps and times and is valid only during its call; fn must not
-// keep or change it, nor call the manager (the manager's read lock is held,
-// so changes wait until ListFunc returns). An error from fn ends the listing
-// and is returned.
+// manager's maps and times (which are replaced, never changed in place) and
+// is valid only during its call; fn must not keep or change it. fn runs
+// without the manager's lock, on a snapshot taken when ListFunc was called:
+// a slow listing (thousands of instances, a flood of concurrent lists) never
+// holds up state changes, agent updates or timeline writes. An error from fn
+// ends the listing and is returned.
 func (m *Manager) ListFunc(ctx context.Context, f ListFilter, fn func(*Instance) error) error {
-	return m.list(ctx, f, func(matched []*entry) error {
+	return m.list(ctx, f, func(matched []snapshot) error {
 		var view Instance
-		for _, e := range matched {
-			fillView(&view, e, true)
+		for i := range matched {
+			fillView(&view, matched[i].rec, &matched[i].rt, true)
 			if err := fn(&view); err != nil {
 				return err
 			}
@@ -285,8 +293,17 @@ func (m *Manager) ListFunc(ctx context.Context, f ListFilter, fn func(*Instance)
 	})
 }
 
-// list calls fn with the entries matching f, under the read lock.
-func (m *Manager) list(ctx context.Context, f ListFilter, fn func([]*entry) error) error {
+// snapshot is an entry's state at one instant: its record and runtime are
+// replaced, never changed in place, so the copy stays valid without the
+// lock.
+type snapshot struct {
+	rec *db.Instance
+	rt  runtime
+}
+
+// list calls fn with snapshots of the entries matching f, taken under the
+// read lock; fn runs after the lock is released.
+func (m *Manager) list(ctx context.Context, f ListFilter, fn func([]snapshot) error) error {
 	var want status.Code
 	if f.Status != "" {
 		c, err := status.Parse(f.Status)
@@ -304,7 +321,7 @@ func (m *Manager) list(ctx context.Context, f ListFilter, fn func([]*entry) erro
 		return err
 	}
 	m.mu.RLock()
-	matched := make([]*entry, 0, len(m.sorted))
+	matched := make([]snapshot, 0, len(m.sorted))
 	for _, e := range m.sorted {
 		if f.Backend != "" && e.rec.Backend != f.Backend {
 			continue
@@ -321,9 +338,9 @@ func (m *Manager) list(ctx context.Context, f ListFilter, fn func([]*entry) erro
 				continue
 			}
 		}
-		matched = append(matched, e)
+		matched = append(matched, snapshot{rec: e.rec, rt: e.rt})
 	}
-	defer m.mu.RUnlock()
+	m.mu.RUnlock()
 	return fn(matched)
 }
 
@@ -351,13 +368,18 @@ func (m *Manager) Runtime(ctx context.Context, uuid string) (sdk.Backend, sdk.Ha
 
 // statusOf derives an entry's status; Manager.mu must be held.
 func statusOf(e *entry) status.Code {
-	return status.Derive(e.rec.PowerState, e.rec.Config[KeyReady] == "true", e.rt.op)
+	return statusOfState(e.rec, &e.rt)
+}
+
+// statusOfState derives the status of a record and runtime.
+func statusOfState(rec *db.Instance, rt *runtime) status.Code {
+	return status.Derive(rec.PowerState, rec.Config[KeyReady] == "true", rt.op)
 }
 
 // viewOf builds the Instance view of an entry; Manager.mu must be held.
 func viewOf(e *entry) *Instance {
 	inst := new(Instance)
-	fillView(inst, e, false)
+	fillView(inst, e.rec, &e.rt, false)
 	return inst
 }
 
@@ -367,12 +389,11 @@ var noDevices = map[string]map[string]string{}
 // noConfig is the Config of shared views of entries without config.
 var noConfig = map[string]string{}
 
-// fillView fills inst with the view of an entry; Manager.mu must be held.
-// A shared view (ListFunc) points at the entry's maps and times instead of
-// copies of them.
-func fillView(inst *Instance, e *entry, shared bool) {
-	rec, rt := e.rec, &e.rt
-	code := statusOf(e)
+// fillView fills inst with the view of an entry's record and runtime (taken
+// under Manager.mu, or a snapshot). A shared view (ListFunc) points at the
+// entry's maps and times instead of copies of them.
+func fillView(inst *Instance, rec *db.Instance, rt *runtime, shared bool) {
+	code := statusOfState(rec, rt)
 	*inst = Instance{
 		Name:       rec.Name,
 		UUID:       rec.UUID,
@@ -518,9 +539,14 @@ func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error
 		return nil, err
 	}
 	if c.persist {
-		if err := m.store.UpdateInstanceWithTimeline(ctx, c.rec, c.timeline...); err != nil {
-			return nil, fmt.Errorf("saving instance %q: %w", c.rec.Name, storeErr(err))
+		tl, lost := m.withLost(c.rec.ID, c.now, c.rec.Boot, c.timeline)
+		err := m.retryWrite(ctx, fmt.Sprintf("saving instance %q", c.rec.Name), func(ctx context.Context) error {
+			return storeErr(m.store.UpdateInstanceWithTimeline(ctx, c.rec, tl...))
+		})
+		if err != nil {
+			return nil, err
 		}
+		m.reportedLost(c.rec.ID, lost)
 	}
 	m.mu.Lock()
 	e.rec, e.rt = c.rec, c.rt
@@ -529,9 +555,7 @@ func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error
 	if !c.persist && len(c.timeline) > 0 {
 		// Before the events, so that a watcher that reads the timeline
 		// when an event arrives finds the entry.
-		if err := m.store.AppendTimeline(ctx, c.timeline...); err != nil {
-			m.log.Error("recording timeline", "instance", c.rec.Name, "err", err)
-		}
+		m.appendTimeline(ctx, c.rec.Name, c.timeline...)
 	}
 	m.publish(ctx, c.events)
 	return view, nil
@@ -568,11 +592,13 @@ func (m *Manager) notify(e *entry, cond func(*entry) bool, call func(h Hooks, in
 }
 
 // publish publishes events; the change they announce is already made, so a
-// failure is logged rather than returned.
+// failure (after the bus's retries) is not returned: it is logged and
+// recorded in the instance's timeline (eventLost).
 func (m *Manager) publish(ctx context.Context, evs []events.Event) {
 	for _, ev := range evs {
 		if _, err := m.bus.Publish(context.WithoutCancel(ctx), ev); err != nil {
 			m.log.Error("publishing event", "instance", ev.Instance, "type", ev.Type, "err", err)
+			m.eventLost(ctx, ev, err)
 		}
 	}
 }

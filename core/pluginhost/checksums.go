@@ -155,13 +155,26 @@ type candidate struct {
 	rejected   error
 }
 
-// discover lists dir's plugins and checks each against SumsFile.
+// discover lists dir's plugins and checks each against SumsFile. The
+// directory, SumsFile and every plugin binary must be trusted
+// (CheckTrusted): otherwise discover fails and no plugin runs.
 func discover(dir string) ([]candidate, error) {
+	if err := CheckTrusted("plugin directory", dir); err != nil {
+		return nil, err
+	}
 	names, err := pluginFiles(dir)
 	if err != nil {
 		return nil, err
 	}
 	sumsPath := filepath.Join(dir, SumsFile)
+	if err := CheckTrusted("checksum file", sumsPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	for _, name := range names {
+		if err := CheckTrusted("plugin binary", filepath.Join(dir, name)); err != nil {
+			return nil, err
+		}
+	}
 	sums, sumsErr := ReadChecksums(sumsPath)
 	var out []candidate
 	for _, name := range names {
@@ -177,7 +190,7 @@ func discover(dir string) ([]candidate, error) {
 			case err != nil:
 				c.rejected = fmt.Errorf("checksumming %q: %w", c.path, err)
 			case !bytes.Equal(got, want):
-				c.rejected = fmt.Errorf("%s says sha256 %x for %q, the file has %x: %w", SumsFile, want, name, got, ErrChecksum)
+				c.rejected = fmt.Errorf("%s says sha256 %x for %q, the file has sha256 %x: %w", SumsFile, want, name, got, ErrChecksum)
 			default:
 				c.sum = want
 			}
@@ -185,4 +198,14 @@ func discover(dir string) ([]candidate, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// checksumChanged explains a binary refused at launch because its content
+// no longer matches the checksum read at discovery: both hashes.
+func checksumChanged(path string, want []byte, err error) error {
+	got, herr := fileSum(path)
+	if herr != nil {
+		return fmt.Errorf("plugin binary %q: %s said sha256 %x, the file cannot be read (%v): %w", path, SumsFile, want, herr, err)
+	}
+	return fmt.Errorf("plugin binary %q changed: %s said sha256 %x, the file now has sha256 %x: %w", path, SumsFile, want, got, err)
 }

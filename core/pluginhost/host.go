@@ -34,8 +34,10 @@ const (
 	// HealthRestarting: the plugin is down (not yet started, crashed, hung)
 	// and the supervisor is starting it again.
 	HealthRestarting Health = "restarting"
-	// HealthFailed: the plugin failed to start or crashed MaxFailures times
-	// in a row; the supervisor gave up until Restart is called.
+	// HealthFailed: the plugin host was closed; nothing restarts the
+	// plugin any more. (The supervisor never gives up while the host runs:
+	// a plugin that keeps failing stays "restarting", with its last error
+	// and the time of its next attempt.)
 	HealthFailed Health = "failed"
 	// HealthRejected: the binary's checksum is missing or wrong; it is never
 	// started.
@@ -52,6 +54,16 @@ type Status struct {
 	Restarts     int              `json:"restarts"`   // launches after the first one
 	LastError    string           `json:"last_error"` // why it last failed, "" if never
 	PID          int              `json:"pid"`        // the plugin process, 0 when down
+	// Failures counts the failed starts and early exits in a row; the wait
+	// before the next attempt doubles with each (MinBackoff to MaxBackoff).
+	Failures int `json:"failures"`
+	// NextRetryAt is when the supervisor starts the plugin again, set while
+	// it waits (health "restarting"); Restart skips the wait.
+	NextRetryAt *time.Time `json:"next_retry_at,omitempty"`
+	// SkippedChecks counts the health checks that failed while the daemon
+	// itself was saturated (its goroutines ran late): they are not held
+	// against the plugin.
+	SkippedChecks int `json:"skipped_checks"`
 }
 
 // Config configures a Host. Zero durations take the defaults shown.
@@ -71,20 +83,21 @@ type Config struct {
 	// timeout plus CallTimeout.
 	LongCallTimeout time.Duration
 	// HealthInterval is how often a running plugin is pinged with Info (5s);
-	// HealthTimeout bounds each ping (5s). Two failed pings in a row count
-	// as a hung plugin, which is killed and restarted.
+	// HealthTimeout bounds each ping (5s). Three failed pings in a row,
+	// spread over at least two intervals, count as a hung plugin, which is
+	// killed and restarted. A ping that failed while the daemon itself was
+	// saturated (a probe timer fired late, or the ping returned well after
+	// its deadline) is not counted: see Status.SkippedChecks.
 	HealthInterval time.Duration
 	HealthTimeout  time.Duration
 	// MinBackoff and MaxBackoff bound the exponential wait between restarts
-	// (500ms, 30s).
+	// (500ms, 1m). The supervisor never gives up: a plugin that keeps
+	// failing is started again every MaxBackoff, forever.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
-	// StableAfter is how long a plugin must run for its failure count to be
-	// reset (30s).
+	// StableAfter is how long a plugin must run for its failure count (and
+	// so its backoff) to be reset (30s).
 	StableAfter time.Duration
-	// MaxFailures is how many failed starts or early crashes in a row make
-	// a plugin "failed" (5).
-	MaxFailures int
 	// Env are extra environment variables for plugin processes.
 	Env []string
 	// OnEvent receives every backend event, from one goroutine per plugin.
@@ -115,11 +128,8 @@ func (c *Config) setDefaults() {
 	def(&c.HealthInterval, 5*time.Second)
 	def(&c.HealthTimeout, 5*time.Second)
 	def(&c.MinBackoff, 500*time.Millisecond)
-	def(&c.MaxBackoff, 30*time.Second)
+	def(&c.MaxBackoff, time.Minute)
 	def(&c.StableAfter, 30*time.Second)
-	if c.MaxFailures <= 0 {
-		c.MaxFailures = 5
-	}
 }
 
 // Host runs the backend plugins of one daemon.
@@ -128,6 +138,10 @@ type Host struct {
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// wait sleeps between restarts: it waits for d, ctx or a wake-up and
+	// reports whether ctx is still live. Tests replace it (fake clock).
+	wait func(ctx context.Context, d time.Duration, wake <-chan struct{}) bool
 
 	mu      sync.Mutex
 	plugins map[string]*managed
@@ -138,7 +152,7 @@ type Host struct {
 func New(cfg Config) *Host {
 	cfg.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Host{cfg: cfg, ctx: ctx, cancel: cancel, plugins: map[string]*managed{}}
+	return &Host{cfg: cfg, ctx: ctx, cancel: cancel, wait: sleep, plugins: map[string]*managed{}}
 }
 
 // Start discovers the plugins, starts every one whose checksum is right and
@@ -223,9 +237,9 @@ func (h *Host) List() []Status {
 	return out
 }
 
-// Restart kills the named plugin's process if it runs and starts a new one,
-// also when the plugin had "failed" (its failure count is reset). The
-// daemon's OnRestart follows as for any restart.
+// Restart kills the named plugin's process if it runs and starts a new one
+// now, also when the supervisor was waiting to retry: the failure count and
+// the backoff are reset. The daemon's OnRestart follows as for any restart.
 func (h *Host) Restart(name string) error {
 	h.mu.Lock()
 	m, ok := h.plugins[name]
@@ -247,6 +261,38 @@ func (h *Host) Restart(name string) error {
 		}()
 	}
 	return nil
+}
+
+// RestartWait is Restart, then waits until the new launch attempt concluded
+// (the plugin runs, failed to start, or was rejected) or ctx ends, and
+// returns the plugin's status then. A ctx that ends first is not an error:
+// the restart goes on and the status says where it is.
+func (h *Host) RestartWait(ctx context.Context, name string) (Status, error) {
+	h.mu.Lock()
+	m, ok := h.plugins[name]
+	h.mu.Unlock()
+	if !ok {
+		return Status{}, fmt.Errorf("restarting backend %q: %w", name, errdefs.ErrNotFound)
+	}
+	m.mu.Lock()
+	gen := m.attempts
+	m.mu.Unlock()
+	if err := h.Restart(name); err != nil {
+		return m.status(), err
+	}
+	for {
+		m.mu.Lock()
+		done, ch := m.attempts > gen, m.attemptCh
+		m.mu.Unlock()
+		if done {
+			return m.status(), nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return m.status(), nil
+		}
+	}
 }
 
 // Close stops supervising, kills every plugin process and waits until they

@@ -13,8 +13,9 @@ import (
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
-// healthMisses is how many failed health pings in a row make a plugin hung.
-const healthMisses = 2
+// healthMisses is how many failed health pings in a row make a plugin
+// hung; they must also span at least two health intervals.
+const healthMisses = 3
 
 // errRestartRequested ends a plugin's watch when Restart was called.
 var errRestartRequested = errors.New("restart requested")
@@ -42,7 +43,12 @@ type managed struct {
 	lastErr    string
 	launches   int
 	restarts   int
-	running    bool // a supervise goroutine runs
+	failures   int           // failed starts and early exits in a row
+	nextRetry  time.Time     // when the supervisor starts the plugin again; zero unless waiting
+	skipped    int           // health checks not counted: the daemon was saturated
+	running    bool          // a supervise goroutine runs
+	attempts   int           // launch attempts concluded (running, failed or rejected)
+	attemptCh  chan struct{} // closed and replaced when attempts grows
 	restartReq bool
 	subs       map[chan sdk.Event]struct{}
 }
@@ -58,6 +64,7 @@ func newManaged(h *Host, c candidate) *managed {
 		firstDone: make(chan struct{}),
 		kick:      make(chan struct{}, 1),
 		restartCh: make(chan struct{}, 1),
+		attemptCh: make(chan struct{}),
 		health:    HealthRestarting,
 		subs:      map[chan sdk.Event]struct{}{},
 	}
@@ -80,6 +87,13 @@ func (m *managed) status() Status {
 		Health:    m.health,
 		Restarts:  m.restarts,
 		LastError: m.lastErr,
+		Failures:  m.failures,
+
+		SkippedChecks: m.skipped,
+	}
+	if !m.nextRetry.IsZero() {
+		t := m.nextRetry
+		st.NextRetryAt = &t
 	}
 	if m.info != nil {
 		st.Version = m.info.Version
@@ -124,6 +138,14 @@ func (m *managed) requestRestart() bool {
 	return true
 }
 
+// concludedLocked records that a launch attempt concluded and wakes
+// RestartWait; m.mu must be held.
+func (m *managed) concludedLocked() {
+	m.attempts++
+	close(m.attemptCh)
+	m.attemptCh = make(chan struct{})
+}
+
 func (m *managed) setDown(health Health, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -134,40 +156,50 @@ func (m *managed) setDown(health Health, err error) {
 	}
 }
 
-// supervise starts the plugin and keeps it running until ctx ends, the
-// plugin fails MaxFailures times in a row, or its binary is rejected.
+// supervise starts the plugin and keeps it running until ctx ends or its
+// binary is rejected. It never gives up on a plugin that fails: it starts
+// it again after an exponential backoff (MinBackoff doubling up to
+// MaxBackoff), forever; Restart skips the wait and resets the backoff.
 func (m *managed) supervise(ctx context.Context) {
 	cfg := &m.h.cfg
 	defer func() {
 		m.mu.Lock()
 		m.running = false
+		m.nextRetry = time.Time{}
+		m.concludedLocked()
 		m.mu.Unlock()
 		m.firstOnce.Do(func() { close(m.firstDone) })
 	}()
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = cfg.MinBackoff
 	bo.MaxInterval = cfg.MaxBackoff
+	bo.RandomizationFactor = 0.2
 	bo.Reset()
-	failures := 0
-	// failed counts a failure and reports whether to go on after the
-	// backoff.
+	// failed counts a failure, waits out the backoff and reports whether
+	// ctx is still live.
 	failed := func(err error) bool {
-		failures++
-		if failures >= cfg.MaxFailures {
-			m.log.Error("plugin failed, giving up", "failures", failures, "error", err)
-			m.setDown(HealthFailed, fmt.Errorf("gave up after %d failures in a row: %w", failures, err))
-			return false
-		}
-		wait := bo.NextBackOff()
-		m.log.Warn("plugin down, restarting", "in", wait, "error", err)
-		m.setDown(HealthRestarting, err)
+		wait := min(bo.NextBackOff(), cfg.MaxBackoff)
+		m.mu.Lock()
+		m.failures++
+		failures := m.failures
+		m.concludedLocked()
+		m.client = nil
+		m.health = HealthRestarting
+		m.lastErr = err.Error()
+		m.nextRetry = time.Now().Add(wait)
+		m.mu.Unlock()
+		m.log.Warn("plugin down, restarting", "in", wait, "failures", failures, "error", err)
 		m.firstOnce.Do(func() { close(m.firstDone) })
-		return sleep(ctx, wait, m.restartCh)
+		ok := m.h.wait(ctx, wait, m.restartCh)
+		m.mu.Lock()
+		m.nextRetry = time.Time{}
+		m.mu.Unlock()
+		return ok
 	}
 	for ctx.Err() == nil {
 		m.mu.Lock()
 		if m.restartReq {
-			failures = 0
+			m.failures = 0
 			bo.Reset()
 		}
 		m.restartReq = false
@@ -177,8 +209,8 @@ func (m *managed) supervise(ctx context.Context) {
 		default:
 		}
 		c, info, err := m.launch(ctx)
-		if errors.Is(err, sdk.ErrChecksum) {
-			m.log.Error("plugin binary changed, rejected", "error", err)
+		if errors.Is(err, sdk.ErrChecksum) || errors.Is(err, ErrUntrusted) {
+			m.log.Error("plugin binary changed or no longer trusted, rejected", "error", err)
 			m.setDown(HealthRejected, err)
 			return
 		}
@@ -187,7 +219,7 @@ func (m *managed) supervise(ctx context.Context) {
 				break
 			}
 			if !failed(err) {
-				return
+				break
 			}
 			continue
 		}
@@ -201,11 +233,13 @@ func (m *managed) supervise(ctx context.Context) {
 			m.setDown(HealthRestarting, nil)
 		default:
 			if time.Since(started) >= cfg.StableAfter {
-				failures = 0
+				m.mu.Lock()
+				m.failures = 0
+				m.mu.Unlock()
 				bo.Reset()
 			}
 			if !failed(down) {
-				return
+				break
 			}
 		}
 	}
@@ -221,6 +255,9 @@ func (m *managed) launch(ctx context.Context) (*sdk.Client, *sdk.Info, error) {
 		m.restarts++
 	}
 	m.mu.Unlock()
+	if err := CheckTrusted("plugin binary", m.path); err != nil {
+		return nil, nil, fmt.Errorf("starting plugin %q: %w", m.name, err)
+	}
 	lctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
 	c, err := sdk.Launch(lctx, m.path, sdk.LaunchOptions{
@@ -229,6 +266,9 @@ func (m *managed) launch(ctx context.Context) (*sdk.Client, *sdk.Info, error) {
 		Checksum:     m.sum,
 		Env:          cfg.Env,
 	})
+	if errors.Is(err, sdk.ErrChecksum) {
+		return nil, nil, checksumChanged(m.path, m.sum, err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -263,6 +303,7 @@ func (m *managed) run(ctx context.Context, c *sdk.Client, info *sdk.Info) error 
 	}()
 	m.mu.Lock()
 	m.client, m.info, m.health = c, info, HealthHealthy
+	m.concludedLocked()
 	restarted := m.launches > 1
 	m.mu.Unlock()
 	m.log.Info("plugin running", "pid", c.PID(), "version", info.Version)
@@ -273,13 +314,15 @@ func (m *managed) run(ctx context.Context, c *sdk.Client, info *sdk.Info) error 
 	return m.watch(ctx, c)
 }
 
-// watch waits until the process exits, fails healthMisses pings in a row, a
-// restart is requested or ctx ends (nil).
+// watch waits until the process exits, is hung (fails healthMisses pings in
+// a row, spread over two health intervals, while the daemon was not
+// saturated), a restart is requested or ctx ends (nil).
 func (m *managed) watch(ctx context.Context, c *sdk.Client) error {
 	cfg := &m.h.cfg
 	tick := time.NewTicker(cfg.HealthInterval)
 	defer tick.Stop()
 	misses := 0
+	var firstMiss time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -291,22 +334,28 @@ func (m *managed) watch(ctx context.Context, c *sdk.Client) error {
 		case <-m.kick:
 		case <-tick.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, cfg.HealthTimeout)
-		_, err := c.Backend().Info(pctx)
-		cancel()
+		res, err := ping(ctx, c, cfg.HealthTimeout)
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case c.Exited():
 			return exitErr(c)
-		case err != nil:
+		case res == pingOK:
+			misses = 0
+		case res == pingSaturated:
+			m.mu.Lock()
+			m.skipped++
+			m.mu.Unlock()
+			m.log.Warn("plugin health check failed while the daemon is saturated; not counted", "error", err)
+		default:
 			misses++
+			if misses == 1 {
+				firstMiss = time.Now()
+			}
 			m.log.Warn("plugin health check failed", "misses", misses, "error", err)
-			if misses >= healthMisses {
+			if misses >= healthMisses && time.Since(firstMiss) >= 2*cfg.HealthInterval {
 				return fmt.Errorf("plugin process %d hung: %d health checks failed, last: %w", c.PID(), misses, err)
 			}
-		default:
-			misses = 0
 		}
 	}
 }

@@ -8,6 +8,7 @@ package apitest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/api"
+	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/db"
@@ -130,6 +132,24 @@ func DefaultBackends() []pluginhost.Status {
 		{Name: "sim", Path: "/usr/lib/guestlink/plugins/sim", Version: "0.1.0", Capabilities: []sdk.Capability{"devlxd-socket"}, Health: pluginhost.HealthHealthy, PID: 4242},
 		{Name: "qemu", Path: "/usr/lib/guestlink/plugins/qemu", Version: "0.1.0", Capabilities: []sdk.Capability{sdk.CapStateful, "vsock"}, Health: pluginhost.HealthRestarting, Restarts: 2, LastError: "plugin exited: signal: killed"},
 	}
+}
+
+// RestartWait restarts a plugin as core/pluginhost does when it comes back
+// at once: it is made healthy, its restarts counted, its failures, retry
+// time and error cleared. An unknown name is errdefs.ErrNotFound.
+func (b *Backends) RestartWait(_ context.Context, name string) (pluginhost.Status, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.list {
+		if st := &b.list[i]; st.Name == name {
+			st.Health, st.Restarts, st.Failures, st.NextRetryAt, st.LastError = pluginhost.HealthHealthy, st.Restarts+1, 0, nil, ""
+			if st.PID == 0 {
+				st.PID = 4343
+			}
+			return *st, nil
+		}
+	}
+	return pluginhost.Status{}, fmt.Errorf("restarting backend %q: %w", name, errdefs.ErrNotFound)
 }
 
 // Set replaces the list.

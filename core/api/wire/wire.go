@@ -136,4 +136,13 @@ type Backend struct {
 	Restarts     int      `json:"restarts"`
 	LastError    string   `json:"last_error"`
 	PID          int      `json:"pid"`
+	// Failures counts the failed starts and early exits in a row; the
+	// supervisor waits longer after each (up to a minute) and never gives up.
+	Failures int `json:"failures"`
+	// NextRetryAt is when the supervisor starts the plugin again, while it
+	// waits; POST /1.0/backends/{name}/restart skips the wait.
+	NextRetryAt *time.Time `json:"next_retry_at,omitempty"`
+	// SkippedChecks counts health checks not held against the plugin
+	// because the daemon itself was saturated.
+	SkippedChecks int `json:"skipped_checks"`
 }

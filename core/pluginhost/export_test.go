@@ -1,0 +1,16 @@
+package pluginhost
+
+import (
+	"context"
+	"time"
+)
+
+// SetWait replaces h's wait between restarts, for tests on a fake clock:
+// f is called with each backoff instead of sleeping, and the supervisor
+// goes on at once (unless ctx ended). Call it before Start.
+func SetWait(h *Host, f func(d time.Duration)) {
+	h.wait = func(ctx context.Context, d time.Duration, _ <-chan struct{}) bool {
+		f(d)
+		return ctx.Err() == nil
+	}
+}
