@@ -26,6 +26,7 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -116,12 +117,34 @@ type Config struct {
 	AdvertiseInterval time.Duration
 	// RequestTimeout bounds each ring read and each call to an agent (5 s).
 	RequestTimeout time.Duration
+	// RingBytesPerSecond and RingLinesPerSecond are each guest's ring read
+	// budget over time, RingBurstBytes and RingBurstLines at once
+	// (defaults DefaultRing*: 4 KiB and 20 lines per second, bursts of
+	// 16 KiB and 100 lines). A read over it is dropped without being
+	// parsed, reads pause until the budget holds a full read again, and
+	// the guest's backend events stop waking the monitor meanwhile; the
+	// episode is recorded once through Throttles. RingBurstBytes is at
+	// least RingReadMax.
+	RingBytesPerSecond float64
+	RingBurstBytes     int
+	RingLinesPerSecond float64
+	RingBurstLines     int
+	// StateBudget is the per-instance budget of state changes shared with
+	// devlxd PATCH /1.0 (core/statebudget): a ring word that would change
+	// the agent state takes one change from it; beyond it the word waits
+	// (the last one wins) and the episode is recorded once. Nil makes a
+	// Budget with the defaults for this Service alone.
+	StateBudget *statebudget.Budget
+	// Throttles records throttling episodes (an event and a timeline
+	// entry); nil only logs them.
+	Throttles Throttles
 }
 
 // Service runs one monitor per running instance. Create it with New; Close
 // stops every monitor.
 type Service struct {
-	cfg Config
+	cfg    Config
+	budget *statebudget.Budget
 
 	mu       sync.Mutex
 	monitors map[string]*monitor      // by instance UUID
@@ -189,7 +212,23 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Service{cfg: cfg, monitors: map[string]*monitor{}, ops: map[string]*instanceLock{}}, nil
+	if cfg.RingBytesPerSecond <= 0 {
+		cfg.RingBytesPerSecond = DefaultRingBytesPerSecond
+	}
+	if cfg.RingBurstBytes <= 0 {
+		cfg.RingBurstBytes = DefaultRingBurstBytes
+	}
+	cfg.RingBurstBytes = max(cfg.RingBurstBytes, RingReadMax)
+	if cfg.RingLinesPerSecond <= 0 {
+		cfg.RingLinesPerSecond = DefaultRingLinesPerSecond
+	}
+	if cfg.RingBurstLines <= 0 {
+		cfg.RingBurstLines = DefaultRingBurstLines
+	}
+	if cfg.StateBudget == nil {
+		cfg.StateBudget = statebudget.New(0, 0)
+	}
+	return &Service{cfg: cfg, budget: cfg.StateBudget, monitors: map[string]*monitor{}, ops: map[string]*instanceLock{}}, nil
 }
 
 // Advertisement returns what the daemon advertises to the agent of inst:
