@@ -351,23 +351,33 @@ func (s *Service) BackendEvent(inst *instance.Instance, ev sdk.Event) {
 }
 
 // ConfigChanged pushes user.* changes and device changes to the agent as
-// events, and re-advertises when security.devlxd changed.
+// events, and re-advertises when security.devlxd changed. Events that do
+// not fit the instance's queue are dropped with one warning per call.
 func (s *Service) ConfigChanged(inst *instance.Instance, changes []instance.ConfigChange) {
 	m := s.monitor(inst.UUID)
 	if m == nil {
 		return
 	}
 	now := time.Now().UTC().Format(time.RFC3339Nano)
+	dropped := 0
 	for _, ch := range changes {
 		switch {
 		case ch.Key == "security.devlxd":
 			m.requestAdvert(true)
 		case strings.HasPrefix(ch.Key, "user."):
-			m.queueEvent(devlxdapi.EventConfig, now, devlxdapi.ConfigEvent{Key: ch.Key, OldValue: ch.OldValue, Value: ch.Value})
+			if !m.queueEvent(devlxdapi.EventConfig, now, devlxdapi.ConfigEvent{Key: ch.Key, OldValue: ch.OldValue, Value: ch.Value}) {
+				dropped++
+			}
 		}
 	}
 	for _, ev := range m.deviceChanges(inst) {
-		m.queueEvent(devlxdapi.EventDevice, now, ev)
+		if !m.queueEvent(devlxdapi.EventDevice, now, ev) {
+			dropped++
+		}
+	}
+	if dropped > 0 {
+		// One warning per change, however many events it dropped.
+		s.cfg.Logger.Warn("agentmon: guest event queue full, dropping events", "instance", inst.Name, "dropped", dropped)
 	}
 }
 

@@ -258,18 +258,19 @@ func (m *monitor) advertise() error {
 	return m.client.do(ctx, http.MethodPut, "/1.0", m.svc.Advertisement(inst).Marshal())
 }
 
-// queueEvent queues a guest event for the pusher, dropping it (with a
-// warning) when the queue is full.
-func (m *monitor) queueEvent(typ, timestamp string, meta any) {
+// queueEvent queues a guest event for the pusher. It reports false when the
+// queue is full and the event was dropped; the caller warns once per batch.
+func (m *monitor) queueEvent(typ, timestamp string, meta any) bool {
 	body, err := marshalEvent(typ, timestamp, meta)
 	if err != nil {
 		m.svc.cfg.Logger.Error("agentmon: encoding guest event", "instance", m.name, "err", err)
-		return
+		return true
 	}
 	select {
 	case m.events <- body:
+		return true
 	default:
-		m.svc.cfg.Logger.Warn("agentmon: guest event queue full, dropping event", "instance", m.name, "type", typ)
+		return false
 	}
 }
 

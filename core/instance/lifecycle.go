@@ -57,6 +57,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	if err != nil {
 		return nil, wrap(err)
 	}
+	if err := checkChangeSize(len(req.Config)); err != nil {
+		return nil, wrap(err)
+	}
 	cfg := make(map[string]string, len(req.Config)+1)
 	for _, k := range slices.Sorted(maps.Keys(req.Config)) {
 		v := req.Config[k]
@@ -72,6 +75,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 		cfg[KeyUUID] = newUUID()
 	}
 	uuid := cfg[KeyUUID]
+	if err := checkConfigBounds(cfg); err != nil {
+		return nil, wrap(err)
+	}
 
 	m.mu.Lock()
 	_, taken := m.byName[req.Name]
@@ -600,6 +606,9 @@ func (m *Manager) UpdateConfig(ctx context.Context, name string, set map[string]
 	if err != nil {
 		return nil, wrap(err)
 	}
+	if err := checkChangeSize(len(set) + len(unset)); err != nil {
+		return nil, wrap(err)
+	}
 	var prefixes []string
 	needPrefixes := false
 	for _, k := range append(slices.Collect(maps.Keys(set)), unset...) {
@@ -649,6 +658,9 @@ func (m *Manager) UpdateConfig(ctx context.Context, name string, set map[string]
 			changes = append(changes, ConfigChange{Key: k, OldValue: old, Value: v})
 		}
 		if len(changes) > 0 {
+			if err := checkConfigBounds(c.rec.Config); err != nil {
+				return err
+			}
 			c.persist = true
 			c.emit(events.InstanceUpdated, nil, by)
 		}
