@@ -32,13 +32,15 @@ type StopOptions = sdk.StopOptions
 // Create creates an instance: it validates the request, lets the backend
 // prepare the guest (the backend checks its own config keys), stores the
 // instance with a new volatile.uuid, records it in the timeline and
-// publishes instance-created; with req.Start it then starts it. A bad name
+// publishes instance-created; with req.Start it then starts it. The name
+// is stored lowercase and a name taken in any case is taken. A bad name
 // or config is errdefs.ErrInvalid, a taken name errdefs.ErrAlreadyExists,
 // an unknown backend errdefs.ErrNotFound; a failed Create changes nothing.
 func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Requestor) (*Instance, error) {
 	if err := ValidateName(req.Name); err != nil {
 		return nil, fmt.Errorf("creating instance: %w", err)
 	}
+	req.Name = canonicalName(req.Name) // names are case-insensitive, stored lowercase (names.go)
 	wrap := func(err error) error { return fmt.Errorf("creating instance %q: %w", req.Name, err) }
 	backend := req.Backend
 	if backend == "" {
@@ -80,7 +82,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	}
 
 	m.mu.Lock()
-	_, taken := m.byName[req.Name]
+	_, taken := m.findLocked(req.Name)
 	other, uuidTaken := m.byUUID[uuid]
 	switch {
 	case taken || m.reserved[req.Name]:
