@@ -120,7 +120,8 @@ type Config struct {
 	// RingBytesPerSecond and RingLinesPerSecond are each guest's ring read
 	// budget over time, RingBurstBytes and RingBurstLines at once
 	// (defaults DefaultRing*: 4 KiB and 20 lines per second, bursts of
-	// 16 KiB and 100 lines). A read over it is dropped without being
+	// 16 KiB and 100 lines, or 4 s and 5 s of a larger rate); a read costs
+	// at least 256 bytes of it. A read over it is dropped without being
 	// parsed, reads pause until the budget holds a full read again, and
 	// the guest's backend events stop waking the monitor meanwhile; the
 	// episode is recorded once through Throttles. RingBurstBytes is at
@@ -216,14 +217,14 @@ func New(cfg Config) (*Service, error) {
 		cfg.RingBytesPerSecond = DefaultRingBytesPerSecond
 	}
 	if cfg.RingBurstBytes <= 0 {
-		cfg.RingBurstBytes = DefaultRingBurstBytes
+		cfg.RingBurstBytes = max(DefaultRingBurstBytes, int(min(4*cfg.RingBytesPerSecond, 1<<30)))
 	}
 	cfg.RingBurstBytes = max(cfg.RingBurstBytes, RingReadMax)
 	if cfg.RingLinesPerSecond <= 0 {
 		cfg.RingLinesPerSecond = DefaultRingLinesPerSecond
 	}
 	if cfg.RingBurstLines <= 0 {
-		cfg.RingBurstLines = DefaultRingBurstLines
+		cfg.RingBurstLines = max(DefaultRingBurstLines, int(min(5*cfg.RingLinesPerSecond, 1<<30)))
 	}
 	if cfg.StateBudget == nil {
 		cfg.StateBudget = statebudget.New(0, 0)

@@ -51,6 +51,11 @@ type Config struct {
 	Logger *slog.Logger
 	// LogLevel sets the level of plugin logs carried into the daemon's log.
 	LogLevel slog.Level
+	// GuestRingBytes and GuestRingLines are each guest's ring read budget
+	// per second (agentmon.Config.RingBytesPerSecond and
+	// RingLinesPerSecond; zero takes agentmon's defaults, 4096 and 20).
+	GuestRingBytes float64
+	GuestRingLines float64
 }
 
 // Daemon is a running guestlinkd.
@@ -157,6 +162,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Logger:      d.log.With("component", "agentmon"),
 		StateBudget: stateBudget,
 		Throttles:   late,
+
+		RingBytesPerSecond: cfg.GuestRingBytes,
+		RingLinesPerSecond: cfg.GuestRingLines,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: agent monitor: %w", err)
