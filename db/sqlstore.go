@@ -401,6 +401,7 @@ func (s *sqlStore) AppendEvent(ctx context.Context, ev *Event) error {
 	}
 	err := s.w.do(ctx, true, func(tx *gorm.DB) error {
 		ev.ID = 0
+		s.w.noteEvent(ev.Instance) // per-instance retention (retention.go)
 		return s.prep.insertEvent(tx, ev)
 	})
 	if err != nil {

@@ -42,6 +42,8 @@ type writer struct {
 	// Appends committed since the last prune; used only by the goroutine.
 	newEvents   int
 	newTimeline map[int64]int // by instance id
+	// newInstanceEvents counts events by instance name (noteEvent).
+	newInstanceEvents map[string]int
 }
 
 func newWriter(db *gorm.DB, engine string, maxBatch int, keep retention, log *slog.Logger) *writer {

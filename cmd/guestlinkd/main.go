@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/guestlink/guestlink/core/agentmon"
 	"github.com/guestlink/guestlink/core/daemon"
 )
 
@@ -25,6 +26,8 @@ func main() {
 	flag.StringVar(&cfg.PluginDir, "plugin-dir", defaultPluginDir(), "directory of backend plugins and their SHA256SUMS")
 	flag.StringVar(&cfg.DefaultBackend, "default-backend", "sim", "backend of instances launched without one")
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
+	flag.Float64Var(&cfg.GuestRingBytes, "guest-ring-bytes", agentmon.DefaultRingBytesPerSecond, "ring-buffer bytes read per second from each guest; a guest writing more is throttled")
+	flag.Float64Var(&cfg.GuestRingLines, "guest-ring-lines", agentmon.DefaultRingLinesPerSecond, "ring-buffer lines read per second from each guest; a guest writing more is throttled")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fail(fmt.Errorf("unexpected argument %q", flag.Arg(0)))

@@ -26,6 +26,7 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -116,12 +117,35 @@ type Config struct {
 	AdvertiseInterval time.Duration
 	// RequestTimeout bounds each ring read and each call to an agent (5 s).
 	RequestTimeout time.Duration
+	// RingBytesPerSecond and RingLinesPerSecond are each guest's ring read
+	// budget over time, RingBurstBytes and RingBurstLines at once
+	// (defaults DefaultRing*: 4 KiB and 20 lines per second, bursts of
+	// 16 KiB and 100 lines, or 4 s and 5 s of a larger rate); a read costs
+	// at least 256 bytes of it. A read over it is dropped without being
+	// parsed, reads pause until the budget holds a full read again, and
+	// the guest's backend events stop waking the monitor meanwhile; the
+	// episode is recorded once through Throttles. RingBurstBytes is at
+	// least RingReadMax.
+	RingBytesPerSecond float64
+	RingBurstBytes     int
+	RingLinesPerSecond float64
+	RingBurstLines     int
+	// StateBudget is the per-instance budget of state changes shared with
+	// devlxd PATCH /1.0 (core/statebudget): a ring word that would change
+	// the agent state takes one change from it; beyond it the word waits
+	// (the last one wins) and the episode is recorded once. Nil makes a
+	// Budget with the defaults for this Service alone.
+	StateBudget *statebudget.Budget
+	// Throttles records throttling episodes (an event and a timeline
+	// entry); nil only logs them.
+	Throttles Throttles
 }
 
 // Service runs one monitor per running instance. Create it with New; Close
 // stops every monitor.
 type Service struct {
-	cfg Config
+	cfg    Config
+	budget *statebudget.Budget
 
 	mu       sync.Mutex
 	monitors map[string]*monitor      // by instance UUID
@@ -189,7 +213,23 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Service{cfg: cfg, monitors: map[string]*monitor{}, ops: map[string]*instanceLock{}}, nil
+	if cfg.RingBytesPerSecond <= 0 {
+		cfg.RingBytesPerSecond = DefaultRingBytesPerSecond
+	}
+	if cfg.RingBurstBytes <= 0 {
+		cfg.RingBurstBytes = max(DefaultRingBurstBytes, int(min(4*cfg.RingBytesPerSecond, 1<<30)))
+	}
+	cfg.RingBurstBytes = max(cfg.RingBurstBytes, RingReadMax)
+	if cfg.RingLinesPerSecond <= 0 {
+		cfg.RingLinesPerSecond = DefaultRingLinesPerSecond
+	}
+	if cfg.RingBurstLines <= 0 {
+		cfg.RingBurstLines = max(DefaultRingBurstLines, int(min(5*cfg.RingLinesPerSecond, 1<<30)))
+	}
+	if cfg.StateBudget == nil {
+		cfg.StateBudget = statebudget.New(0, 0)
+	}
+	return &Service{cfg: cfg, budget: cfg.StateBudget, monitors: map[string]*monitor{}, ops: map[string]*instanceLock{}}, nil
 }
 
 // Advertisement returns what the daemon advertises to the agent of inst:
@@ -312,23 +352,33 @@ func (s *Service) BackendEvent(inst *instance.Instance, ev sdk.Event) {
 }
 
 // ConfigChanged pushes user.* changes and device changes to the agent as
-// events, and re-advertises when security.devlxd changed.
+// events, and re-advertises when security.devlxd changed. Events that do
+// not fit the instance's queue are dropped with one warning per call.
 func (s *Service) ConfigChanged(inst *instance.Instance, changes []instance.ConfigChange) {
 	m := s.monitor(inst.UUID)
 	if m == nil {
 		return
 	}
 	now := time.Now().UTC().Format(time.RFC3339Nano)
+	dropped := 0
 	for _, ch := range changes {
 		switch {
 		case ch.Key == "security.devlxd":
 			m.requestAdvert(true)
 		case strings.HasPrefix(ch.Key, "user."):
-			m.queueEvent(devlxdapi.EventConfig, now, devlxdapi.ConfigEvent{Key: ch.Key, OldValue: ch.OldValue, Value: ch.Value})
+			if !m.queueEvent(devlxdapi.EventConfig, now, devlxdapi.ConfigEvent{Key: ch.Key, OldValue: ch.OldValue, Value: ch.Value}) {
+				dropped++
+			}
 		}
 	}
 	for _, ev := range m.deviceChanges(inst) {
-		m.queueEvent(devlxdapi.EventDevice, now, ev)
+		if !m.queueEvent(devlxdapi.EventDevice, now, ev) {
+			dropped++
+		}
+	}
+	if dropped > 0 {
+		// One warning per change, however many events it dropped.
+		s.cfg.Logger.Warn("agentmon: guest event queue full, dropping events", "instance", inst.Name, "dropped", dropped)
 	}
 }
 

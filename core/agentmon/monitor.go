@@ -54,6 +54,12 @@ type monitor struct {
 	parser ringline.Parser
 	tr     tracker
 	quiet  time.Duration // the current backed-off fast period (see nextPoll)
+	ring   ringBudget
+	// pending is a word the state budget held back, retried at pendingAt
+	// unless a newer word replaces it.
+	pending   ringline.Word
+	pendingAt time.Time
+	stateEp   episode
 }
 
 type advResult struct {
@@ -74,6 +80,7 @@ func newMonitor(s *Service, inst *instance.Instance, certs *pki.InstanceCerts) *
 		events:    make(chan []byte, eventQueue),
 		stop:      make(chan struct{}),
 		devices:   guestview.Devices(inst),
+		ring:      newRingBudget(&s.cfg),
 	}
 }
 
@@ -95,6 +102,9 @@ func (m *monitor) halt() {
 func (m *monitor) wait() { m.wg.Wait() }
 
 func (m *monitor) kickRead() {
+	if m.ring.pausedUntil.after(time.Now()) {
+		return // over its ring budget: the timer reads when it allows
+	}
 	select {
 	case m.kick <- struct{}{}:
 	default:
@@ -143,6 +153,7 @@ func (m *monitor) run() {
 		case <-m.reset:
 			m.parser = ringline.Parser{}
 			m.tr = tracker{}
+			m.pending = ""
 			m.report(instance.AgentNone, time.Time{})
 		}
 		// A changed advertisement voids the agent's acceptance of the old
@@ -160,7 +171,7 @@ func (m *monitor) run() {
 		if m.tr.check(cfg.Now(), lostAfter) {
 			m.report(m.tr.state, time.Time{})
 		}
-		timer.Reset(m.nextPoll(heard))
+		timer.Reset(m.pollLimits(m.nextPoll(heard)))
 	}
 }
 
@@ -186,35 +197,6 @@ func (m *monitor) nextPoll(heard bool) time.Duration {
 	}
 	m.quiet = min(2*m.quiet, max(limit, cfg.FastPoll))
 	return m.quiet
-}
-
-// readRing reads the ring once and applies the last complete word. It
-// reports whether any bytes were read.
-func (m *monitor) readRing() bool {
-	cfg := &m.svc.cfg
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
-	defer cancel()
-	backend, handle, err := cfg.Instances.Runtime(ctx, m.uuid)
-	if err != nil {
-		cfg.Logger.Debug("agentmon: no runtime for ring read", "instance", m.name, "err", err)
-		return false
-	}
-	data, err := backend.ReadRing(ctx, handle, RingReadMax)
-	if err != nil {
-		cfg.Logger.Debug("agentmon: reading ring buffer", "instance", m.name, "err", err)
-		return false
-	}
-	w, ok := m.parser.Feed(data)
-	if !ok {
-		return len(data) > 0
-	}
-	now := cfg.Now()
-	_, advertise := m.tr.word(w, now)
-	m.report(m.tr.state, now)
-	if advertise {
-		m.requestAdvert(false)
-	}
-	return true
 }
 
 // report tells the instance service the agent state (every word is a
@@ -282,18 +264,19 @@ func (m *monitor) advertise() error {
 	return m.client.do(ctx, http.MethodPut, "/1.0", m.svc.Advertisement(inst).Marshal())
 }
 
-// queueEvent queues a guest event for the pusher, dropping it (with a
-// warning) when the queue is full.
-func (m *monitor) queueEvent(typ, timestamp string, meta any) {
+// queueEvent queues a guest event for the pusher. It reports false when the
+// queue is full and the event was dropped; the caller warns once per batch.
+func (m *monitor) queueEvent(typ, timestamp string, meta any) bool {
 	body, err := marshalEvent(typ, timestamp, meta)
 	if err != nil {
 		m.svc.cfg.Logger.Error("agentmon: encoding guest event", "instance", m.name, "err", err)
-		return
+		return true
 	}
 	select {
 	case m.events <- body:
+		return true
 	default:
-		m.svc.cfg.Logger.Warn("agentmon: guest event queue full, dropping event", "instance", m.name, "type", typ)
+		return false
 	}
 }
 

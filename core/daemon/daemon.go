@@ -25,6 +25,7 @@ import (
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/web"
@@ -50,6 +51,11 @@ type Config struct {
 	Logger *slog.Logger
 	// LogLevel sets the level of plugin logs carried into the daemon's log.
 	LogLevel slog.Level
+	// GuestRingBytes and GuestRingLines are each guest's ring read budget
+	// per second (agentmon.Config.RingBytesPerSecond and
+	// RingLinesPerSecond; zero takes agentmon's defaults, 4096 and 20).
+	GuestRingBytes float64
+	GuestRingLines float64
 }
 
 // Daemon is a running guestlinkd.
@@ -150,11 +156,18 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		},
 	})
 	late := &lateInstances{}
+	// One state-change budget per guest across devlxd and ring words.
+	stateBudget := statebudget.New(0, 0)
 	d.monitor, err = agentmon.New(agentmon.Config{
-		Instances: late,
-		Certs:     certs,
-		Links:     d.links,
-		Logger:    d.log.With("component", "agentmon"),
+		Instances:   late,
+		Certs:       certs,
+		Links:       d.links,
+		Logger:      d.log.With("component", "agentmon"),
+		StateBudget: stateBudget,
+		Throttles:   late,
+
+		RingBytesPerSecond: cfg.GuestRingBytes,
+		RingLinesPerSecond: cfg.GuestRingLines,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: agent monitor: %w", err)
@@ -180,6 +193,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Certs:       certs,
 		Certificate: certs.Daemon().TLS,
 		Logger:      d.log.With("component", "devlxd"),
+		StateBudget: stateBudget,
 	}); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
@@ -361,7 +375,14 @@ func (l *lateInstances) Runtime(ctx context.Context, uuid string) (sdk.Backend, 
 	return l.m.Runtime(ctx, uuid)
 }
 
-var _ agentmon.Instances = (*lateInstances)(nil)
+func (l *lateInstances) GuestThrottled(ctx context.Context, uuid, budget, detail string) error {
+	return l.m.GuestThrottled(ctx, uuid, budget, detail)
+}
+
+var (
+	_ agentmon.Instances = (*lateInstances)(nil)
+	_ agentmon.Throttles = (*lateInstances)(nil)
+)
 
 func levelOf(l slog.Level) hclog.Level {
 	switch {

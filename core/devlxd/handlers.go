@@ -128,7 +128,7 @@ func DecodeState(body []byte) (ready bool, err error) {
 
 func (s *Server) patchState(c *fiber.Ctx) error {
 	inst := callerOf(c)
-	if !s.stateLimits.allow(inst.UUID) {
+	if !s.stateLimits.Allow(inst.UUID) {
 		return sendError(c, http.StatusTooManyRequests, "")
 	}
 	ready, err := DecodeState(c.Body())

@@ -28,6 +28,7 @@ import (
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
+	"github.com/guestlink/guestlink/core/statebudget"
 )
 
 // Instances is what the handlers need from the instance service
@@ -53,8 +54,8 @@ const (
 	DefaultIdleTimeout       = 30 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultBodyLimit         = 64 << 10
-	DefaultStateRate         = 10
-	DefaultStateBurst        = 20
+	DefaultStateRate         = statebudget.DefaultRate
+	DefaultStateBurst        = statebudget.DefaultBurst
 	requestTimeout           = 30 * time.Second
 )
 
@@ -84,9 +85,15 @@ type Config struct {
 	// instance may send over time, and StateBurst how many at once (default
 	// 10 per second, bursts of 20). Each accepted one is recorded (an event,
 	// a timeline entry), so a guest must not send them unbounded: those over
-	// the limit are answered 429 Too Many Requests.
+	// the limit are answered 429 Too Many Requests. They are used only when
+	// StateBudget is nil.
 	StateRate  float64
 	StateBurst int
+	// StateBudget is the per-instance budget of state changes shared with
+	// the agent monitor's ring words (core/statebudget): the daemon passes
+	// one Budget to both so a guest has one budget across every path. Nil
+	// makes a Budget of StateRate and StateBurst for this server alone.
+	StateBudget *statebudget.Budget
 	// Now is the clock used to check certificate validity (default time.Now).
 	Now func() time.Time
 	// Logger receives errors of the listener (default slog.Default).
@@ -97,7 +104,7 @@ type Config struct {
 // Serve or ServeConn, stop it with Shutdown.
 type Server struct {
 	cfg         Config
-	stateLimits *rateLimiter // PATCH /1.0 by instance UUID
+	stateLimits *statebudget.Budget // PATCH /1.0 by instance UUID
 	tls         *tls.Config
 	app         *fiber.App
 	queue       *connQueue
@@ -144,9 +151,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.StateBudget == nil {
+		cfg.StateBudget = statebudget.New(cfg.StateRate, cfg.StateBurst)
+	}
 	s := &Server{
 		cfg:         cfg,
-		stateLimits: newRateLimiter(cfg.StateRate, cfg.StateBurst, time.Now),
+		stateLimits: cfg.StateBudget,
 		tls: &tls.Config{
 			Certificates: []tls.Certificate{cfg.Certificate},
 			// The certificate is checked per request against the agent

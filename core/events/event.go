@@ -29,6 +29,10 @@ const (
 	InstanceAgentStopped   = "instance-agent-stopped"
 	InstanceAgentLost      = "instance-agent-lost"
 	InstanceError          = "instance-error"
+	// InstanceThrottled says a guest went over one of its budgets (ring
+	// reads, state changes): what it sent beyond is dropped. It comes once
+	// per throttling episode; context: budget, detail.
+	InstanceThrottled = "instance-throttled"
 )
 
 // Requestor says who caused an event.

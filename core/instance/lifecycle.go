@@ -32,13 +32,15 @@ type StopOptions = sdk.StopOptions
 // Create creates an instance: it validates the request, lets the backend
 // prepare the guest (the backend checks its own config keys), stores the
 // instance with a new volatile.uuid, records it in the timeline and
-// publishes instance-created; with req.Start it then starts it. A bad name
+// publishes instance-created; with req.Start it then starts it. The name
+// is stored lowercase and a name taken in any case is taken. A bad name
 // or config is errdefs.ErrInvalid, a taken name errdefs.ErrAlreadyExists,
 // an unknown backend errdefs.ErrNotFound; a failed Create changes nothing.
 func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Requestor) (*Instance, error) {
 	if err := ValidateName(req.Name); err != nil {
 		return nil, fmt.Errorf("creating instance: %w", err)
 	}
+	req.Name = canonicalName(req.Name) // names are case-insensitive, stored lowercase (names.go)
 	wrap := func(err error) error { return fmt.Errorf("creating instance %q: %w", req.Name, err) }
 	backend := req.Backend
 	if backend == "" {
@@ -57,6 +59,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	if err != nil {
 		return nil, wrap(err)
 	}
+	if err := checkChangeSize(len(req.Config)); err != nil {
+		return nil, wrap(err)
+	}
 	cfg := make(map[string]string, len(req.Config)+1)
 	for _, k := range slices.Sorted(maps.Keys(req.Config)) {
 		v := req.Config[k]
@@ -72,9 +77,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 		cfg[KeyUUID] = newUUID()
 	}
 	uuid := cfg[KeyUUID]
+	if err := checkConfigBounds(cfg); err != nil {
+		return nil, wrap(err)
+	}
 
 	m.mu.Lock()
-	_, taken := m.byName[req.Name]
+	_, taken := m.findLocked(req.Name)
 	other, uuidTaken := m.byUUID[uuid]
 	switch {
 	case taken || m.reserved[req.Name]:
@@ -598,6 +606,9 @@ func (m *Manager) UpdateConfig(ctx context.Context, name string, set map[string]
 	if err != nil {
 		return nil, wrap(err)
 	}
+	if err := checkChangeSize(len(set) + len(unset)); err != nil {
+		return nil, wrap(err)
+	}
 	var prefixes []string
 	needPrefixes := false
 	for _, k := range append(slices.Collect(maps.Keys(set)), unset...) {
@@ -647,6 +658,9 @@ func (m *Manager) UpdateConfig(ctx context.Context, name string, set map[string]
 			changes = append(changes, ConfigChange{Key: k, OldValue: old, Value: v})
 		}
 		if len(changes) > 0 {
+			if err := checkConfigBounds(c.rec.Config); err != nil {
+				return err
+			}
 			c.persist = true
 			c.emit(events.InstanceUpdated, nil, by)
 		}

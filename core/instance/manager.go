@@ -63,6 +63,7 @@ type Manager struct {
 
 	mu       sync.RWMutex // guards the maps and every entry's rec and rt
 	byName   map[string]*entry
+	byLower  map[string]*entry // by canonicalName, see names.go
 	byUUID   map[string]*entry
 	sorted   []*entry        // by name, for List
 	reserved map[string]bool // names being created
@@ -97,6 +98,7 @@ func newEntry(rec *db.Instance) *entry {
 // addLocked makes e known by name and uuid; Manager.mu must be held.
 func (m *Manager) addLocked(e *entry) {
 	m.byName[e.name] = e
+	m.indexNameLocked(e)
 	m.byUUID[e.rec.UUID] = e
 	i, _ := slices.BinarySearchFunc(m.sorted, e.name, func(x *entry, name string) int { return strings.Compare(x.name, name) })
 	m.sorted = slices.Insert(m.sorted, i, e)
@@ -105,6 +107,7 @@ func (m *Manager) addLocked(e *entry) {
 // removeLocked forgets e; Manager.mu must be held.
 func (m *Manager) removeLocked(e *entry) {
 	delete(m.byName, e.name)
+	m.unindexNameLocked(e)
 	delete(m.byUUID, e.rec.UUID)
 	if i, ok := slices.BinarySearchFunc(m.sorted, e.name, func(x *entry, name string) int { return strings.Compare(x.name, name) }); ok {
 		m.sorted = slices.Delete(m.sorted, i, i+1)
@@ -146,6 +149,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		log:      log,
 		defBack:  cfg.DefaultBackend,
 		byName:   make(map[string]*entry),
+		byLower:  make(map[string]*entry),
 		byUUID:   make(map[string]*entry),
 		reserved: make(map[string]bool),
 		infos:    make(map[string]*sdk.Info),
@@ -178,6 +182,9 @@ func (m *Manager) load(ctx context.Context, force bool) error {
 		}
 		m.addLocked(newEntry(rec))
 	}
+	if !m.loaded.Load() {
+		m.warnNameCasesLocked()
+	}
 	m.loaded.Store(true)
 	return nil
 }
@@ -199,7 +206,7 @@ func (m *Manager) lookup(ctx context.Context, name string) (*entry, error) {
 		return nil, err
 	}
 	m.mu.RLock()
-	e, ok := m.byName[name]
+	e, ok := m.findLocked(name)
 	m.mu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("instance %q: %w", name, errdefs.ErrNotFound)

@@ -160,6 +160,14 @@ func validateKey(key, v string, unset bool, backendPrefixes []string) error {
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalid)...)
 	}
+	if err := checkKeySyntax(key); err != nil {
+		return err
+	}
+	if !unset {
+		if err := checkValue(key, v); err != nil {
+			return err
+		}
+	}
 	if daemonKeys[key] {
 		return invalid("configuration key %q is managed by the daemon", key)
 	}
