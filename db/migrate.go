@@ -81,6 +81,7 @@ func migrations() []*gormigrate.Migration {
 				return tx.Migrator().DropTable("events", "timeline_entries", "instances")
 			},
 		},
+		authMigration(),
 	}
 }
 
