@@ -103,7 +103,7 @@ func (a *API) authenticateTCP(c *fiber.Ctx) (events.Requestor, error) {
 	if certErr != nil {
 		return events.Requestor{}, fmt.Errorf("%w; %s", certErr, authHelp)
 	}
-	return events.Requestor{}, fmt.Errorf("authentication required: %s: %w", authHelp, errdefs.ErrUnauthorized)
+	return events.Requestor{}, fmt.Errorf("%w: authentication required: %s", errdefs.ErrUnauthorized, authHelp)
 }
 
 // hostAllowed reports whether host (the Host header without its port) may
