@@ -366,7 +366,7 @@ func (s *session) remoteAddCommand() *cobra.Command {
 			fmt.Fprintf(out, "Remote %q added (%s).\n", name, r.URL)
 			fmt.Fprintf(out, "Client certificate: %s\n", certPath)
 			if token == "" {
-				fmt.Fprintf(out, "To be trusted, an admin runs on the daemon's host: guestlink config trust add %s\n", filepath.Base(certPath))
+				fmt.Fprintf(out, "To be trusted, an admin runs on the daemon's host: guestlink config trust add %s\n", certPath)
 			}
 			return nil
 		},
