@@ -33,6 +33,8 @@ type Options struct {
 	// SQLite store in the test's directory), so TCP requests can
 	// authenticate; Server.Auth is then set.
 	Auth bool
+	// AuthNow is the auth service's clock (default time.Now).
+	AuthNow func() time.Time
 	// Hosts is api.Config.Hosts.
 	Hosts []string
 	// DashboardURL is the base of dashboard login URLs ("" : none).
@@ -95,7 +97,7 @@ func NewServer(t testing.TB, opts Options) *Server {
 	s.Backends.Set(DefaultBackends()...)
 	var authn api.Authenticator
 	if opts.Auth {
-		s.Auth = newAuth(t, dir)
+		s.Auth = newAuth(t, dir, opts.AuthNow)
 		authn = s.Auth
 	}
 	s.API = api.New(api.Config{
@@ -219,14 +221,14 @@ var _ events.EventStore = (*MemEventStore)(nil)
 
 // newAuth returns an authentication service over a SQLite store in dir,
 // closed when the test ends.
-func newAuth(t testing.TB, dir string) *auth.Service {
+func newAuth(t testing.TB, dir string, now func() time.Time) *auth.Service {
 	t.Helper()
 	st, err := db.Open(context.Background(), "sqlite://"+filepath.Join(dir, "auth.db"))
 	if err != nil {
 		t.Fatalf("opening the auth store: %v", err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	svc, err := auth.New(auth.Config{Store: st.(db.AuthStore)})
+	svc, err := auth.New(auth.Config{Store: st.(db.AuthStore), Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
