@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/db"
 )
 
@@ -258,5 +259,62 @@ func TestListenRefused(t *testing.T) {
 				t.Errorf("a refused start opened the database")
 			}
 		})
+	}
+}
+
+// TestOtherLocalUser runs curl as a real unprivileged user (nobody, via
+// setpriv) against a daemon with TCP listeners: every attempt, reading
+// or launching a guest that would run its command as root, is refused.
+func TestOtherLocalUser(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch to another user with setpriv")
+	}
+	setpriv, err1 := exec.LookPath("setpriv")
+	curl, err2 := exec.LookPath("curl")
+	if err1 != nil || err2 != nil {
+		t.Skipf("needs setpriv and curl: %v %v", err1, err2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	d := newTCPDaemon(t)
+	launch := `{"name":"pwn","backend":"sim","config":{"sim.command":"touch /tmp/pwned"},"start":true}`
+	asNobody := func(args ...string) (string, int) {
+		cmd := exec.CommandContext(ctx, setpriv, append([]string{"--reuid", "65534", "--regid", "65534", "--clear-groups", "--",
+			curl, "-s", "-k", "-o", "/dev/null", "-w", "%{http_code}"}, args...)...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/"}
+		out, err := cmd.Output()
+		var ee *exec.ExitError
+		code := 0
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("running curl as nobody: %v", err)
+		}
+		return string(out), code
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"list over http", []string{d.httpURL + "/1.0/instances"}, "401"},
+		{"launch over http", []string{"-X", "POST", "-H", "Content-Type: application/json", "-d", launch, d.httpURL + "/1.0/instances"}, "401"},
+		{"launch over https", []string{"-X", "POST", "-H", "Content-Type: application/json", "-d", launch, d.httpsURL + "/1.0/instances"}, "401"},
+		{"guessed token", []string{"-H", "Authorization: Bearer glb_" + strings.Repeat("A", 43), d.httpURL + "/1.0/instances"}, "401"},
+		{"trust itself", []string{"-X", "POST", "-H", "Content-Type: application/json", "-d", `{"certificate":"x"}`, d.httpsURL + "/1.0/certificates"}, "401"},
+		{"mint a token", []string{"-X", "POST", d.httpURL + "/1.0/auth/identities/bearer/ci/token"}, "401"},
+		{"mint a login URL", []string{"-X", "POST", d.httpURL + "/1.0/auth/dashboard-logins"}, "401"},
+		{"the admin socket", []string{"--unix-socket", filepath.Join(d.stateDir, "guestlink.sock"), "http://x/1.0/instances"}, "000"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, _ := asNobody(tt.args...); got != tt.want {
+				t.Fatalf("HTTP status %q, want %s", got, tt.want)
+			}
+		})
+	}
+	list, err := d.client.Instances(ctx, client.InstanceFilter{})
+	if err != nil || len(list) != 0 {
+		t.Fatalf("instances after the attempts: %+v, %v", list, err)
 	}
 }
