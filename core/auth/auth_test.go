@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/guestlink/guestlink/core/auth"
@@ -375,4 +376,52 @@ func TestCertificates(t *testing.T) {
 	if _, err := svc.AuthenticateCertificate(ctx, cert); !errors.Is(err, errdefs.ErrUnauthorized) {
 		t.Fatalf("not-yet-valid certificate = %v, want unauthorized", err)
 	}
+}
+
+// TestRunPurges checks, on synctest's fake clock, that Run deletes expired
+// login tokens within one interval, and nothing before they expire.
+func TestRunPurges(t *testing.T) {
+	path := "sqlite://" + filepath.Join(t.TempDir(), "auth.db")
+	synctest.Test(t, func(t *testing.T) {
+		// The store lives in the bubble too: its writer goroutine and
+		// connection pool run on the fake clock, and close before the end.
+		bg := context.Background()
+		st, err := db.Open(bg, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		as := st.(db.AuthStore)
+		svc, err := auth.New(auth.Config{Store: as, LoginTTL: 10 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		login, _, err := svc.NewLogin(bg, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(bg)
+		done := make(chan struct{})
+		go func() { defer close(done); svc.Run(ctx, time.Minute) }()
+
+		time.Sleep(9 * time.Minute) // fake time: nine purges ran, the token is live
+		synctest.Wait()
+		if n, err := as.PurgeAuth(bg, time.Now().Add(time.Hour)); err != nil || n != 1 {
+			t.Fatalf("before expiry %d rows were left for a later purge (%v), want the live token", n, err)
+		}
+		login, _, err = svc.NewLogin(bg, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(11 * time.Minute) // expired, and Run's next tick came
+		synctest.Wait()
+		if _, _, err := svc.Redeem(bg, login); !errors.Is(err, errdefs.ErrUnauthorized) {
+			t.Fatalf("expired login redeemed: %v", err)
+		}
+		if n, err := as.PurgeAuth(bg, time.Now().Add(time.Hour)); err != nil || n != 0 {
+			t.Fatalf("after Run, %d expired rows were left (%v)", n, err)
+		}
+		cancel()
+		<-done
+	})
 }
