@@ -3,17 +3,25 @@ package daemon_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"io/fs"
+	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,14 +49,8 @@ var (
 func newTCPDaemon(t *testing.T) *tcpDaemon {
 	t.Helper()
 	d := &tcpDaemon{daemonProc: newDaemon(t, "--http", "127.0.0.1:0", "--https", "127.0.0.1:0")}
-	deadline := time.Now().Add(daemonStartTimeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !strings.Contains(d.log(), `msg="guestlinkd started"`) {
-		if time.Now().After(deadline) || !d.running() {
-			t.Fatalf("no start line in the log:\n%s", d.logTail(logTailLines))
-		}
-		<-tick.C
+	if !waitFor(t, d.daemonProc, 1) {
+		t.Fatalf("no start line in the log:\n%s", d.logTail(logTailLines))
 	}
 	log := d.log()
 	m := loginLine.FindStringSubmatch(log)
@@ -240,6 +242,8 @@ func TestListenRefused(t *testing.T) {
 		{"IPv6 any", []string{"--http", "[::]:0"}, "--https"},
 		{"key without cert", []string{"--https", "127.0.0.1:0", "--tls-key", "/x"}, "go together"},
 		{"cert without https", []string{"--tls-cert", "/x", "--tls-key", "/y"}, "needs --https"},
+		{"host with a port", []string{"--http", "127.0.0.1:0", "--http-host", "example.com:80"}, "--http-host"},
+		{"host as an IP", []string{"--http", "127.0.0.1:0", "--http-host", "192.0.2.1"}, "--http-host"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -317,4 +321,81 @@ func TestOtherLocalUser(t *testing.T) {
 	if err != nil || len(list) != 0 {
 		t.Fatalf("instances after the attempts: %+v, %v", list, err)
 	}
+}
+
+// TestHTTPSCertificate checks the daemon's HTTPS certificate: the
+// self-signed one is made once and kept across restarts (a pinned
+// fingerprint stays valid), and --tls-cert/--tls-key replace it.
+func TestHTTPSCertificate(t *testing.T) {
+	t.Parallel()
+	d := newTCPDaemon(t)
+	first := d.fingerprint
+	if err := d.signal(syscall.SIGTERM, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	d.start()
+	if !waitFor(t, d.daemonProc, 2) {
+		t.Fatalf("no second TLS line:\n%s", d.logTail(logTailLines))
+	}
+	all := tlsLine.FindAllStringSubmatch(d.log(), -1)
+	if got := all[len(all)-1][2]; got != first {
+		t.Fatalf("fingerprint after restart %s, want %s", got, first)
+	}
+
+	// An operator's own certificate.
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	own := writeServerPair(t, certFile, keyFile)
+	d2 := &tcpDaemon{daemonProc: newDaemon(t, "--https", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile)}
+	if !waitFor(t, d2.daemonProc, 1) {
+		t.Fatalf("no TLS line:\n%s", d2.logTail(logTailLines))
+	}
+	if got := tlsLine.FindStringSubmatch(d2.log())[2]; got != own {
+		t.Fatalf("fingerprint with --tls-cert %s, want %s", got, own)
+	}
+	if _, err := os.Stat(filepath.Join(d2.stateDir, "pki", "https.key")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a self-signed key was made beside --tls-cert: %v", err)
+	}
+}
+
+// waitFor waits until the daemon's log holds n "guestlinkd started" lines
+// (each comes after the listeners of that start).
+func waitFor(t *testing.T, d *daemonProc, n int) bool {
+	t.Helper()
+	deadline := time.Now().Add(daemonStartTimeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for strings.Count(d.log(), `msg="guestlinkd started"`) < n {
+		if time.Now().After(deadline) || !d.running() {
+			return false
+		}
+		<-tick.C
+	}
+	return true
+}
+
+// writeServerPair writes a self-signed ECDSA server pair and returns the
+// certificate's fingerprint.
+func writeServerPair(t *testing.T, certFile, keyFile string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "operator"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: []string{"localhost"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, _ := x509.MarshalPKCS8PrivateKey(key)
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:])
 }

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,11 +76,30 @@ func CheckListen(cfg Config) error {
 		return fmt.Errorf("--tls-cert needs --https ADDR: %w", errdefs.ErrInvalid)
 	}
 	for _, h := range cfg.HTTPHosts {
-		if h == "" || net.ParseIP(h) != nil || len(h) > 253 {
-			return fmt.Errorf("--http-host %q: want a DNS name (IP addresses of the listener are accepted anyway): %w", h, errdefs.ErrInvalid)
+		if !validHostName(h) {
+			return fmt.Errorf("--http-host %q: want a DNS name such as guestlink.example.com (the listener's IP addresses are accepted anyway): %w", h, errdefs.ErrInvalid)
 		}
 	}
 	return nil
+}
+
+// validHostName reports whether h is a DNS name: dot-separated labels of
+// letters, digits and hyphens, not an IP address.
+func validHostName(h string) bool {
+	if h == "" || len(h) > 253 || net.ParseIP(h) != nil {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if r != '-' && (r < '0' || r > '9') && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // isLoopback reports whether host (an address's host part) is localhost or
@@ -187,9 +207,12 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 	d.tcp.dashURL = base
 	d.tcp.mu.Unlock()
 
+	// The daemon starts even when no login URL can be made (the cap of
+	// live login tokens is reached): guestlink dashboard makes one later.
 	token, expires, err := d.tcp.auth.NewLogin(ctx, "daemon start")
 	if err != nil {
-		return fmt.Errorf("making the dashboard login URL: %w", err)
+		d.log.Warn("no dashboard login URL at start; run guestlink dashboard for one", "err", err)
+		return nil
 	}
 	d.log.Info("dashboard login URL", "url", api.LoginURL(base, token), "expires", expires.Format(time.RFC3339))
 	return nil
@@ -229,7 +252,13 @@ func (d *Daemon) httpsCertificate() (tls.Certificate, error) {
 		_, kerr := os.Stat(keyPath)
 		switch {
 		case errors.Is(cerr, fs.ErrNotExist) && errors.Is(kerr, fs.ErrNotExist):
-			if err := writeSelfSigned(certPath, keyPath, d.cfg.HTTPHosts); err != nil {
+			var ips []net.IP
+			if host, _, err := net.SplitHostPort(d.cfg.HTTPSAddr); err == nil {
+				if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
+					ips = append(ips, ip)
+				}
+			}
+			if err := writeSelfSigned(certPath, keyPath, d.cfg.HTTPHosts, ips); err != nil {
 				return tls.Certificate{}, fmt.Errorf("creating the self-signed HTTPS certificate: %w", err)
 			}
 			d.log.Info("created a self-signed HTTPS certificate", "cert", certPath)
@@ -245,8 +274,9 @@ func (d *Daemon) httpsCertificate() (tls.Certificate, error) {
 }
 
 // writeSelfSigned creates an ECDSA P-256 self-signed server certificate for
-// localhost, the loopback addresses and names, valid 10 years.
-func writeSelfSigned(certPath, keyPath string, names []string) error {
+// localhost, the host's name, the loopback addresses, names and ips, valid
+// 10 years.
+func writeSelfSigned(certPath, keyPath string, names []string, ips []net.IP) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -266,7 +296,7 @@ func writeSelfSigned(certPath, keyPath string, names []string) error {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		DNSNames:              append([]string{"localhost"}, names...),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		IPAddresses:           append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, ips...),
 	}
 	if host != "" {
 		tmpl.DNSNames = append(tmpl.DNSNames, host)
