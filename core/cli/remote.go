@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -220,6 +221,27 @@ func writeClientPair(dir, certPath, keyPath string) error {
 	return writeFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
 }
 
+// interactive reports whether the command reads a terminal.
+func interactive(cmd *cobra.Command) bool {
+	f, ok := cmd.InOrStdin().(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// askAccept shows the daemon's fingerprint and asks whether to trust it.
+func askAccept(cmd *cobra.Command, url, fp string) bool {
+	fmt.Fprintf(cmd.ErrOrStderr(), "Certificate fingerprint of %s: %s\nCompare it with the one guestlinkd logs at start. Accept it? (y/N): ", url, fp)
+	line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
+}
+
 // validRemoteName checks a remote's name: a DNS label, not "local".
 func validRemoteName(name string) error {
 	ok := name != "" && len(name) <= 63 && name[0] != '-' && name[len(name)-1] != '-' && (name[0] < '0' || name[0] > '9')
@@ -348,6 +370,9 @@ func (s *session) remoteAddCommand() *cobra.Command {
 						return err
 					}
 					fp := client.Fingerprint(cert)
+					if !accept && interactive(cmd) {
+						accept = askAccept(cmd, r.URL, fp)
+					}
 					if !accept {
 						return fmt.Errorf("the certificate of %s has fingerprint %s: check it against the one guestlinkd logs at start, then rerun with --accept-certificate or --fingerprint %s", r.URL, fp, fp)
 					}
