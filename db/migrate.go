@@ -82,6 +82,7 @@ func migrations() []*gormigrate.Migration {
 			},
 		},
 		migrationEventsByInstance(),
+		authMigration(),
 	}
 }
 

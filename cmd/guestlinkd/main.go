@@ -21,7 +21,14 @@ func main() {
 	var cfg daemon.Config
 	var level string
 	flag.StringVar(&cfg.StateDir, "state-dir", os.Getenv("GUESTLINK_STATE_DIR"), "state directory: database, admin socket (guestlink.sock), keys (env GUESTLINK_STATE_DIR)")
-	flag.StringVar(&cfg.HTTPAddr, "http", "", "also serve the admin API and the dashboard on this TCP address, e.g. 127.0.0.1:8080")
+	flag.StringVar(&cfg.HTTPAddr, "http", "", "also serve the admin API and the dashboard on plain HTTP on this loopback address, e.g. 127.0.0.1:8080 (every request is authenticated)")
+	flag.StringVar(&cfg.HTTPSAddr, "https", "", "also serve the admin API and the dashboard over TLS on this address, e.g. 0.0.0.0:8443 (every request is authenticated)")
+	flag.StringVar(&cfg.TLSCert, "tls-cert", "", "certificate (PEM) of --https (default: a self-signed one under the state dir)")
+	flag.StringVar(&cfg.TLSKey, "tls-key", "", "private key (PEM) of --tls-cert")
+	flag.Func("http-host", "a DNS name the Host header of TCP requests may give besides localhost and the listener's address (repeatable)", func(v string) error {
+		cfg.HTTPHosts = append(cfg.HTTPHosts, v)
+		return nil
+	})
 	flag.StringVar(&cfg.DatabaseURL, "database", "", "database URL: sqlite://PATH (default DIR/guestlink.db) or postgres://...")
 	flag.StringVar(&cfg.PluginDir, "plugin-dir", defaultPluginDir(), "directory of backend plugins and their SHA256SUMS")
 	flag.StringVar(&cfg.DefaultBackend, "default-backend", "sim", "backend of instances launched without one")

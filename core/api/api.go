@@ -79,6 +79,17 @@ type Config struct {
 	Logger *slog.Logger
 	// Limits bound concurrent requests (see Limits; zero: the defaults).
 	Limits Limits
+	// Auth authenticates requests on TCP listeners and serves the
+	// /1.0/certificates and /1.0/auth routes. Without it every TCP request
+	// is refused (401) and those routes answer 501.
+	Auth Authenticator
+	// Hosts are the extra names a TCP request's Host header may give
+	// (besides localhost and the listener's address): guestlinkd's
+	// --http-host.
+	Hosts []string
+	// DashboardURL returns the dashboard's base URL ("http://127.0.0.1:8080")
+	// for one-time login URLs; nil or "" when no TCP listener serves it.
+	DashboardURL func() string
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -134,16 +145,21 @@ func FiberConfig(bodyLimit int) fiber.Config {
 		// The API takes JSON only: a multipart body is refused by the handler
 		// with a precise message rather than parsed.
 		DisablePreParseMultipartForm: true,
-		ReadTimeout:                  time.Minute,
-		IdleTimeout:                  2 * time.Minute,
-		ErrorHandler:                 errorHandler(bodyLimit),
+		// Proxy headers (X-Forwarded-Host, -Proto, -For) are never trusted:
+		// with the check on and no trusted proxy, c.Hostname(), c.Protocol()
+		// and c.IP() read the request itself.
+		EnableTrustedProxyCheck: true,
+		TrustedProxies:          []string{},
+		ReadTimeout:             time.Minute,
+		IdleTimeout:             2 * time.Minute,
+		ErrorHandler:            errorHandler(bodyLimit),
 	}
 }
 
 // Register adds the API's routes under /1.0 to r. Errors of these routes are
 // always answered in the LXD envelope, whatever r's error handler.
 func (a *API) Register(r fiber.Router) {
-	v1 := r.Group("/1.0", a.envelopeErrors, CheckHost, a.limit)
+	v1 := r.Group("/1.0", a.envelopeErrors, a.CheckHost, a.authenticate, a.limit)
 	v1.Get("/", a.getServer)
 	v1.Get("/instances", a.listInstances)
 	v1.Post("/instances", a.createInstance)
@@ -156,6 +172,7 @@ func (a *API) Register(r fiber.Router) {
 	v1.Get("/backends", a.listBackends)
 	v1.Post("/backends/:name/restart", a.restartBackend)
 	v1.Get("/events", a.eventsUpgrade, a.eventsSocket())
+	a.registerAuth(v1)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several

@@ -492,9 +492,9 @@ func TestRebindingRefused(t *testing.T) {
 		host string
 		code int
 	}{
-		{fmt.Sprintf("127.0.0.1:%d", port), 200},
-		{fmt.Sprintf("localhost:%d", port), 200},
-		{fmt.Sprintf("[::1]:%d", port), 200},
+		{fmt.Sprintf("127.0.0.1:%d", port), 401},
+		{fmt.Sprintf("localhost:%d", port), 401},
+		{fmt.Sprintf("[::1]:%d", port), 401},
 		{fmt.Sprintf("evil.example:%d", port), 403},
 		{"evil.example", 403},
 	}

@@ -130,14 +130,16 @@ func (a *API) eventsUpgrade(c *fiber.Ctx) error {
 }
 
 // checkOrigin refuses websockets opened by a web page of another origin
-// (browsers send Origin; other clients usually do not).
+// (browsers send Origin; other clients usually do not). The origin is
+// compared with the request's own Host header, never with X-Forwarded-Host,
+// which any client can send.
 func checkOrigin(c *fiber.Ctx) error {
 	origin := c.Get(fiber.HeaderOrigin)
 	if origin == "" {
 		return nil
 	}
 	u, err := url.Parse(origin)
-	if err != nil || !strings.EqualFold(u.Host, c.Hostname()) {
+	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, string(c.Request().Host())) {
 		return fiber.NewError(http.StatusForbidden, fmt.Sprintf("cross-origin websocket from %q refused", origin))
 	}
 	return nil

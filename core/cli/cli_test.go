@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -18,10 +19,25 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-	)
+	// The CLI's remotes live in its configuration directory: never the
+	// user's own.
+	dir, err := os.MkdirTemp("", "glcli-config-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv(cli.EnvConfigDir, dir)
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(
+			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+			goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // result is one run of the command line.
@@ -100,7 +116,7 @@ func TestLaunchAndConfig(t *testing.T) {
 		{"get unknown instance", []string{"config", "get", "nope", "user.a"}, `instance "nope": not found`},
 		{"config without subcommand", []string{"config"}, "missing config subcommand: get, set, unset or show"},
 		{"unknown config subcommand", []string{"config", "del", "web1"}, `unknown config subcommand "del": use get, set, unset or show`},
-		{"unknown command", []string{"lauch", "x"}, `unknown command "lauch" for "guestlink" Did you mean this? launch`},
+		{"unknown command", []string{"lauch", "x"}, `unknown command "lauch" for "guestlink" Did you mean this? launch auth`},
 		{"unset nothing", []string{"config", "unset", "web1"}, "guestlink config unset takes at least 2 argument(s), got 1 (usage: guestlink config unset NAME KEY... [flags])"},
 	}
 	for _, tt := range tests {

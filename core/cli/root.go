@@ -4,11 +4,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -36,6 +34,7 @@ const (
 // the API client (made before any command runs).
 type session struct {
 	stateDir string
+	remote   string // --remote: a remote of the configuration (remote.go)
 	format   string
 	out      io.Writer
 	client   *client.Client
@@ -79,6 +78,7 @@ func NewRootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&s.stateDir, "state-dir", os.Getenv(EnvStateDir),
 		"daemon state directory holding "+SocketName+" (env "+EnvStateDir+")")
 	root.PersistentFlags().StringVar(&s.format, "format", FormatTable, "output format: table, json or yaml")
+	root.PersistentFlags().StringVar(&s.remote, "remote", "", "talk to this remote (guestlink remote list; default: the switched remote, else the local socket)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 
 	root.AddCommand(
@@ -89,9 +89,12 @@ func NewRootCommand() *cobra.Command {
 		s.deleteCommand(),
 		s.listCommand(),
 		s.infoCommand(),
-		s.configCommand(),
+		s.withTrust(s.configCommand()),
 		s.monitorCommand(),
 		s.backendsCommand(),
+		s.remoteCommand(),
+		s.authCommand(),
+		s.dashboardCommand(),
 	)
 	return root
 }
@@ -103,16 +106,13 @@ func (s *session) setup(cmd *cobra.Command) error {
 	default:
 		return fmt.Errorf("invalid format %q: must be table, json or yaml", s.format)
 	}
-	if s.stateDir == "" {
-		return errors.New("no state directory: give --state-dir DIR or set " + EnvStateDir)
-	}
 	s.out = cmd.OutOrStdout()
-	c, err := client.New(filepath.Join(s.stateDir, SocketName))
-	if err != nil {
-		return err
+	for c := cmd; c != nil; c = c.Parent() {
+		if c.Annotations[noClient] != "" {
+			return nil
+		}
 	}
-	s.client = c
-	return nil
+	return s.connect()
 }
 
 // oneLine joins the trimmed, non-empty lines of msg with spaces.

@@ -6,6 +6,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,31 +63,62 @@ func (e *StatusError) Is(target error) bool {
 
 // Client talks to one daemon. It is safe for concurrent use.
 type Client struct {
-	base   string // "http://host:port" or "http://unix"
-	wsBase string // "ws://host:port" or "ws://unix"
+	base   string // "http://host:port", "https://host:port" or "http://unix"
+	wsBase string // "ws://host:port", "wss://host:port" or "ws://unix"
 	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	tls    *tls.Config // https only
+	token  string      // bearer token, "" for none
 	http   *http.Client
 	addr   string
 }
 
+// Options are the credentials of a TCP client; the zero value sends none
+// (only the Unix socket then lets requests through).
+type Options struct {
+	// Token is sent as "Authorization: Bearer TOKEN" (http or https).
+	Token string
+	// Certificate is the client certificate presented over https.
+	Certificate *tls.Certificate
+	// ServerFingerprint pins the daemon's certificate over https: the
+	// SHA-256 of its DER in hex (colons and a "sha256:" prefix are
+	// accepted). Without it the certificate must verify against the
+	// system's roots.
+	ServerFingerprint string
+}
+
 // New returns a client of the daemon at addr: a Unix socket path (or
-// "unix://" followed by the path), or an "http://host:port" URL.
-func New(addr string) (*Client, error) {
+// "unix://" followed by the path), or an "http://host:port" or
+// "https://host:port" URL. It sends no credentials: see NewWithOptions.
+func New(addr string) (*Client, error) { return NewWithOptions(addr, Options{}) }
+
+// NewWithOptions returns a client of the daemon at addr (as New) that
+// authenticates with opts on TCP.
+func NewWithOptions(addr string, opts Options) (*Client, error) {
 	if addr == "" {
 		return nil, fmt.Errorf("creating API client: empty address: %w", errdefs.ErrInvalid)
 	}
-	c := &Client{addr: addr}
+	if strings.ContainsAny(opts.Token, "\r\n") {
+		return nil, fmt.Errorf("creating API client for %q: the token contains a line break: %w", addr, errdefs.ErrInvalid)
+	}
+	c := &Client{addr: addr, token: opts.Token}
 	var d net.Dialer
 	switch {
-	case strings.HasPrefix(addr, "http://"):
+	case strings.HasPrefix(addr, "http://"), strings.HasPrefix(addr, "https://"):
 		u, err := url.Parse(addr)
 		if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") {
-			return nil, fmt.Errorf("creating API client for %q: want http://host:port: %w", addr, errdefs.ErrInvalid)
+			return nil, fmt.Errorf("creating API client for %q: want http(s)://host:port: %w", addr, errdefs.ErrInvalid)
 		}
-		c.base, c.wsBase = "http://"+u.Host, "ws://"+u.Host
+		c.base = u.Scheme + "://" + u.Host
+		c.wsBase = "ws://" + u.Host
 		c.dial = d.DialContext
-	case strings.HasPrefix(addr, "https://"):
-		return nil, fmt.Errorf("creating API client for %q: https is not supported: %w", addr, errdefs.ErrNotSupported)
+		if u.Scheme == "https" {
+			c.wsBase = "wss://" + u.Host
+			cfg, err := clientTLS(u.Hostname(), opts)
+			if err != nil {
+				return nil, fmt.Errorf("creating API client for %q: %w", addr, err)
+			}
+			c.tls = cfg
+		}
 	default:
 		path := strings.TrimPrefix(addr, "unix://")
 		c.addr = path
@@ -97,6 +129,8 @@ func New(addr string) (*Client, error) {
 	}
 	c.http = &http.Client{Transport: &http.Transport{
 		DialContext:         c.dial,
+		TLSClientConfig:     c.tls,
+		ForceAttemptHTTP2:   false,
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     30 * time.Second,
 	}}
@@ -148,6 +182,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	c.authorize(req.Header)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s %s: daemon %w at %s: %w", method, path, errdefs.ErrUnavailable, c.addr, unwrapURLError(err))

@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -48,7 +47,8 @@ func TestNew(t *testing.T) {
 		{"", false},
 		{"http://", false},
 		{"http://127.0.0.1:1/x", false},
-		{"https://127.0.0.1:8443", false},
+		{"https://127.0.0.1:8443", true},
+		{"https://127.0.0.1:8443/x", false},
 	} {
 		t.Run(tt.addr, func(t *testing.T) {
 			_, err := client.New(tt.addr)
@@ -178,23 +178,66 @@ func TestUnavailable(t *testing.T) {
 }
 
 func TestTCP(t *testing.T) {
-	srv := apitest.NewServer(t, apitest.Options{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	srv := apitest.NewServer(t, apitest.Options{Auth: true})
+	addr := srv.ServeTCP(t)
+	token := srv.BearerToken(t, "ci")
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name  string
+		token string
+		code  int
+	}{
+		{"no token", "", 401},
+		{"wrong token", "glb_" + strings.Repeat("A", 43), 401},
+		{"garbage", "nope", 401},
+		{"good token", token, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := client.NewWithOptions("http://"+addr, client.Options{Token: tt.token})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, err = c.Instances(ctx, client.InstanceFilter{})
+			var se *client.StatusError
+			switch {
+			case tt.code == 0 && err != nil:
+				t.Fatalf("Instances: %v", err)
+			case tt.code != 0 && (!errors.As(err, &se) || se.Code != tt.code):
+				t.Fatalf("Instances error = %v, want %d", err, tt.code)
+			}
+		})
 	}
-	go func() { _ = srv.API.Serve(ln) }()
-	c, err := client.New("http://" + ln.Addr().String())
+	c, err := client.NewWithOptions("http://"+addr, client.Options{Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Create(context.Background(), wire.InstancesPost{Name: "t1", Backend: "sim"}); err != nil {
+	if _, err := c.Create(ctx, wire.InstancesPost{Name: "t1", Backend: "sim"}); err != nil {
 		t.Fatal(err)
 	}
 	by := srv.Instances.LastRequestor()
-	if by.Protocol != "http" || !strings.HasPrefix(by.Address, "127.0.0.1:") {
+	if by.Protocol != "bearer" || by.Username != "bearer/ci" || !strings.HasPrefix(by.Address, "127.0.0.1:") {
 		t.Fatalf("requestor over TCP = %+v", by)
+	}
+	// The events websocket authenticates too: with the token it streams
+	// (the next change arrives), without it the upgrade is refused.
+	ectx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	evc, errc := c.Events(ectx, client.EventFilter{})
+	if _, err := c.UpdateConfig(ctx, "t1", map[string]string{"user.x": "1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, evc, errc, 1)
+	noAuth, err := client.New("http://" + addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noAuth.Close()
+	_, errc2 := noAuth.Events(ctx, client.EventFilter{})
+	var se *client.StatusError
+	if err := <-errc2; !errors.As(err, &se) || se.Code != 401 {
+		t.Fatalf("events without a token: %v, want 401", err)
 	}
 }
 

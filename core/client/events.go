@@ -102,12 +102,14 @@ func (c *Client) Events(ctx context.Context, f EventFilter) (<-chan events.Event
 
 // dialEvents opens the events websocket.
 func (c *Client) dialEvents(ctx context.Context, f EventFilter, since int64) (*websocket.Conn, error) {
-	d := websocket.Dialer{NetDialContext: c.dial, HandshakeTimeout: 30 * time.Second}
+	d := websocket.Dialer{NetDialContext: c.dial, TLSClientConfig: c.tls, HandshakeTimeout: 30 * time.Second}
 	target := c.wsBase + "/1.0/events"
 	if q := f.query(since); len(q) > 0 {
 		target += "?" + q.Encode()
 	}
-	conn, resp, err := d.DialContext(ctx, target, nil)
+	h := http.Header{}
+	c.authorize(h)
+	conn, resp, err := d.DialContext(ctx, target, h)
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			defer resp.Body.Close()

@@ -38,9 +38,15 @@ var Version = "dev"
 type Config struct {
 	// StateDir holds the database, the admin socket, keys and plugin data.
 	StateDir string
-	// HTTPAddr, when set, serves the admin API and the dashboard on TCP
-	// (e.g. 127.0.0.1:8080).
+	// HTTPAddr, when set, serves the admin API and the dashboard on plain
+	// HTTP (e.g. 127.0.0.1:8080); loopback addresses only.
 	HTTPAddr string
+	// HTTPSAddr, when set, serves them over TLS on any address; TLSCert
+	// and TLSKey name the certificate, else a self-signed one is made
+	// under StateDir (see http.go).
+	HTTPSAddr, TLSCert, TLSKey string
+	// HTTPHosts are the extra names the Host header of TCP requests may give.
+	HTTPHosts []string
 	// DatabaseURL selects the store (default SQLite in StateDir).
 	DatabaseURL string
 	// PluginDir holds the backend plugins and their SHA256SUMS.
@@ -74,6 +80,7 @@ type Daemon struct {
 	dash    *web.Dashboard
 	unixLn  net.Listener
 	tcpLn   net.Listener
+	tcp     tcpState
 	serving chan error
 }
 
@@ -85,6 +92,9 @@ func SocketPath(stateDir string) string { return filepath.Join(stateDir, "guestl
 func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if cfg.StateDir == "" {
 		return nil, errors.New("starting daemon: a state directory is required")
+	}
+	if err := CheckListen(cfg); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -121,6 +131,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("starting daemon: opening the database: %w", err)
 	}
 	d.bus = events.New(d.store, events.WithLogger(d.log.With("component", "events")))
+	if err := d.startAuth(); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
 
 	certs, err := pki.Open(cfg.StateDir)
 	if err != nil {
@@ -206,50 +219,19 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("starting daemon: recovering instances: %w", err)
 	}
 
-	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api")})
+	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
+		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL})
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	go d.serve("admin socket", func() error { return d.api.Serve(d.unixLn) })
 
-	if cfg.HTTPAddr != "" {
-		if err := d.listenHTTP(cfg.HTTPAddr); err != nil {
-			return nil, fmt.Errorf("starting daemon: %w", err)
-		}
+	if err := d.listenTCP(ctx); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	d.log.Info("guestlinkd started", "version", Version, "state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir),
-		"http", cfg.HTTPAddr, "link_port", d.links.Port(), "vsock", d.links.Vsock())
+		"http", cfg.HTTPAddr, "https", cfg.HTTPSAddr, "link_port", d.links.Port(), "vsock", d.links.Vsock())
 	return d, nil
-}
-
-// listenHTTP serves the admin API and the dashboard on a TCP address.
-func (d *Daemon) listenHTTP(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("http address %q: %w", addr, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		d.log.Warn("the admin API and dashboard listen on a non-loopback address; anyone who can reach it controls the guests", "addr", addr)
-	}
-	fc := api.FiberConfig(0)
-	fc.WriteTimeout = 0 // the dashboard's live stream is long-lived
-	app := fiber.New(fc)
-	app.Use(api.CheckHost) // DNS rebinding: the dashboard is guarded like the API
-	d.api.Register(app)
-	d.dash = web.New(web.Config{
-		Instances: d.mgr,
-		Events:    d.bus,
-		Backends:  d.plugins,
-		Logger:    d.log.With("component", "web"),
-	})
-	d.dash.Register(app)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", addr, err)
-	}
-	d.web, d.tcpLn = app, ln
-	go d.serve("http", func() error { return app.Listener(ln) })
-	return nil
 }
 
 func (d *Daemon) serve(what string, fn func() error) {
@@ -285,6 +267,7 @@ func (d *Daemon) close(ctx context.Context) {
 	if d.api != nil {
 		_ = d.api.Shutdown(ctx)
 	}
+	d.closeTCP()
 	if d.unixLn != nil {
 		_ = os.Remove(SocketPath(d.cfg.StateDir))
 	}

@@ -38,8 +38,12 @@ const (
 // Requestor says who caused an event.
 type Requestor struct {
 	Username string `json:"username"`
-	Protocol string `json:"protocol"` // "unix", "devlxd", "agent", "backend", "daemon"
+	Protocol string `json:"protocol"` // "unix", "tls", "bearer", "session", "devlxd", "agent", "backend", "daemon"
 	Address  string `json:"address"`
+	// UID is the peer's uid on the admin socket (protocol unix).
+	UID string `json:"uid,omitempty"`
+	// Fingerprint is the SHA-256 of the client certificate (protocol tls).
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // Lifecycle is the metadata of a lifecycle event.

@@ -625,7 +625,7 @@ func causeOf(by events.Requestor) string {
 	case "devlxd", "agent", "backend", "daemon":
 		return by.Protocol
 	}
-	return "api"
+	return by.APICause()
 }
 
 // Requestors of the manager's own changes.

@@ -180,7 +180,7 @@ func TestCreate(t *testing.T) {
 	if got := e.actions("web1"); !slices.Equal(got, []string{events.InstanceCreated}) {
 		t.Errorf("events %v", got)
 	}
-	if got := e.timeline("web1"); !slices.Equal(got, []string{"state ->stopped api"}) {
+	if got := e.timeline("web1"); !slices.Equal(got, []string{"state ->stopped api: unix root"}) {
 		t.Errorf("timeline %v", got)
 	}
 	if _, err := e.m.Get(bg, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
@@ -272,8 +272,8 @@ func TestStartStop(t *testing.T) {
 	if got := e.actions("web1"); !slices.Equal(got, want) {
 		t.Errorf("events %v, want %v", got, want)
 	}
-	wantTL := []string{"state ->stopped api", "state stopped->running api", "state running->stopped api",
-		"state stopped->running api", "state running->stopped api", "state stopped->running api"}
+	wantTL := []string{"state ->stopped api: unix root", "state stopped->running api: unix root", "state running->stopped api: unix root",
+		"state stopped->running api: unix root", "state running->stopped api: unix root", "state stopped->running api: unix root"}
 	if got := e.timeline("web1"); !slices.Equal(got, wantTL) {
 		t.Errorf("timeline\n got %v\nwant %v", got, wantTL)
 	}

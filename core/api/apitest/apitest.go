@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/api"
+	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/pluginhost"
@@ -30,6 +31,16 @@ type Options struct {
 	BusBuffer    int           // events.WithBuffer; small values make subscriptions overflow
 	PingInterval time.Duration // api.Config.PingInterval
 	BodyLimit    int           // api.Config.BodyLimit
+	// Auth gives the API a real authentication service (core/auth over a
+	// SQLite store in the test's directory), so TCP requests can
+	// authenticate; Server.Auth is then set.
+	Auth bool
+	// AuthNow is the auth service's clock (default time.Now).
+	AuthNow func() time.Time
+	// Hosts is api.Config.Hosts.
+	Hosts []string
+	// DashboardURL is the base of dashboard login URLs ("" : none).
+	DashboardURL string
 }
 
 // Server is a running admin API on a Unix socket.
@@ -41,6 +52,7 @@ type Server struct {
 	Store     *MemEventStore
 	Instances *Instances
 	Backends  *Backends
+	Auth      *auth.Service // with Options.Auth
 
 	subs atomic.Int64
 }
@@ -85,7 +97,15 @@ func NewServer(t testing.TB, opts Options) *Server {
 		Backends:  &Backends{},
 	}
 	s.Backends.Set(DefaultBackends()...)
+	var authn api.Authenticator
+	if opts.Auth {
+		s.Auth = newAuth(t, dir, opts.AuthNow)
+		authn = s.Auth
+	}
 	s.API = api.New(api.Config{
+		Auth:         authn,
+		Hosts:        opts.Hosts,
+		DashboardURL: func() string { return opts.DashboardURL },
 		Instances:    s.Instances,
 		Events:       &countingSource{bus: bus, n: &s.subs},
 		Backends:     s.Backends,
@@ -218,3 +238,48 @@ func (m *MemEventStore) LastEventID(context.Context) (int64, error) {
 }
 
 var _ events.EventStore = (*MemEventStore)(nil)
+
+// newAuth returns an authentication service over a SQLite store in dir,
+// closed when the test ends.
+func newAuth(t testing.TB, dir string, now func() time.Time) *auth.Service {
+	t.Helper()
+	st, err := db.Open(context.Background(), "sqlite://"+filepath.Join(dir, "auth.db"))
+	if err != nil {
+		t.Fatalf("opening the auth store: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	svc, err := auth.New(auth.Config{Store: st.(db.AuthStore), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// BearerToken creates the identity bearer/name and returns a token for it.
+func (s *Server) BearerToken(t testing.TB, name string) string {
+	t.Helper()
+	if s.Auth == nil {
+		t.Fatal("BearerToken needs Options.Auth")
+	}
+	ctx := context.Background()
+	if _, err := s.Auth.CreateIdentity(ctx, name, "test"); err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := s.Auth.IssueToken(ctx, name, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+// ServeTCP serves the API on a new loopback TCP listener and returns its
+// address (host:port).
+func (s *Server) ServeTCP(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.API.Serve(ln) }()
+	return ln.Addr().String()
+}

@@ -1,0 +1,202 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/db"
+)
+
+// Identity types.
+const (
+	TypeTLS    = "tls"
+	TypeBearer = "bearer"
+)
+
+// MaxExpiry is the longest token expiry ParseExpiry accepts.
+const MaxExpiry = 10 * 365 * 24 * time.Hour
+
+// Identity is one identity of the admin API: a trusted certificate (type
+// tls, id = fingerprint) or a bearer identity (type bearer, id = name).
+// Tokens are never shown.
+type Identity struct {
+	Type           string     `json:"type"`
+	Name           string     `json:"name"`
+	ID             string     `json:"id"`
+	CreatedAt      time.Time  `json:"created_at"`
+	CreatedBy      string     `json:"created_by"`
+	HasToken       bool       `json:"has_token"`
+	TokenIssuedAt  *time.Time `json:"token_issued_at,omitempty"`
+	TokenExpiresAt *time.Time `json:"token_expires_at,omitempty"`
+}
+
+// ParseExpiry parses a token expiry: a Go duration ("90m", "24h") or a
+// number of days ("7d"), from one minute to MaxExpiry. "" means no expiry
+// (0).
+func ParseExpiry(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	var d time.Duration
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil {
+			return 0, fmt.Errorf("invalid expiry %q: want a duration such as 30m, 24h or 7d: %w", s, errdefs.ErrInvalid)
+		}
+		d = time.Duration(days) * 24 * time.Hour
+		if days > int(MaxExpiry/(24*time.Hour)) {
+			d = MaxExpiry + 1
+		}
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("invalid expiry %q: want a duration such as 30m, 24h or 7d: %w", s, errdefs.ErrInvalid)
+		}
+	}
+	switch {
+	case d < time.Minute:
+		return 0, fmt.Errorf("invalid expiry %q: at least 1m: %w", s, errdefs.ErrInvalid)
+	case d > MaxExpiry:
+		return 0, fmt.Errorf("invalid expiry %q: at most %dd: %w", s, int(MaxExpiry/(24*time.Hour)), errdefs.ErrInvalid)
+	}
+	return d, nil
+}
+
+// SplitIdentity splits "bearer/NAME" into its type and name and validates
+// them; only bearer identities are named this way.
+func SplitIdentity(ref string) (string, error) {
+	typ, name, ok := strings.Cut(ref, "/")
+	if !ok || typ != TypeBearer {
+		return "", fmt.Errorf("invalid identity %q: want bearer/NAME: %w", ref, errdefs.ErrInvalid)
+	}
+	if err := ValidateName(name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func identityOf(b *db.BearerIdentity) Identity {
+	return Identity{
+		Type: TypeBearer, Name: b.Name, ID: TypeBearer + "/" + b.Name,
+		CreatedAt: b.CreatedAt, CreatedBy: b.CreatedBy,
+		HasToken: b.TokenHash != "", TokenIssuedAt: b.TokenIssuedAt, TokenExpiresAt: b.TokenExpiresAt,
+	}
+}
+
+// CreateIdentity creates the bearer identity name (without a token);
+// errdefs.ErrAlreadyExists if it exists.
+func (s *Service) CreateIdentity(ctx context.Context, name, by string) (*Identity, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	rec := &db.BearerIdentity{Name: name, CreatedAt: s.now(), CreatedBy: by}
+	if err := s.store.CreateIdentity(ctx, rec); err != nil {
+		if errors.Is(err, errdefs.ErrAlreadyExists) {
+			return nil, fmt.Errorf("identity bearer/%s already exists: %w", name, errdefs.ErrAlreadyExists)
+		}
+		return nil, err
+	}
+	out := identityOf(rec)
+	return &out, nil
+}
+
+// Identities lists every identity: trusted certificates, then bearer
+// identities.
+func (s *Service) Identities(ctx context.Context) ([]Identity, error) {
+	certs, err := s.store.Certificates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	bearers, err := s.store.Identities(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Identity, 0, len(certs)+len(bearers))
+	for _, c := range certs {
+		out = append(out, Identity{Type: TypeTLS, Name: c.Name, ID: c.Fingerprint, CreatedAt: c.AddedAt, CreatedBy: c.AddedBy})
+	}
+	for _, b := range bearers {
+		out = append(out, identityOf(b))
+	}
+	return out, nil
+}
+
+// DeleteIdentity deletes the bearer identity name and its token.
+func (s *Service) DeleteIdentity(ctx context.Context, name string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if err := s.store.DeleteIdentity(ctx, name); err != nil {
+		return err
+	}
+	s.log.Info("bearer identity deleted", "name", name)
+	return nil
+}
+
+// IssueToken gives the bearer identity name a new token, replacing any
+// live one, and returns it: the only time it is seen in clear. expiry 0
+// means no expiry.
+func (s *Service) IssueToken(ctx context.Context, name string, expiry time.Duration) (string, *time.Time, error) {
+	if err := ValidateName(name); err != nil {
+		return "", nil, err
+	}
+	if expiry < 0 || expiry > MaxExpiry {
+		return "", nil, fmt.Errorf("invalid expiry %v: %w", expiry, errdefs.ErrInvalid)
+	}
+	token, err := newSecret(PrefixBearer)
+	if err != nil {
+		return "", nil, fmt.Errorf("issuing token for bearer/%s: %w", name, err)
+	}
+	now := s.now()
+	var expires *time.Time
+	if expiry > 0 {
+		t := now.Add(expiry)
+		expires = &t
+	}
+	if err := s.store.SetIdentityToken(ctx, name, Hash(token), &now, expires); err != nil {
+		return "", nil, err
+	}
+	s.log.Info("bearer token issued", "identity", "bearer/"+name, "expires", expires)
+	return token, expires, nil
+}
+
+// RevokeToken revokes the bearer identity's token, if any.
+func (s *Service) RevokeToken(ctx context.Context, name string) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if err := s.store.SetIdentityToken(ctx, name, "", nil, nil); err != nil {
+		return err
+	}
+	s.log.Info("bearer token revoked", "identity", "bearer/"+name)
+	return nil
+}
+
+// AuthenticateToken returns the name of the bearer identity whose live
+// token is token, or an error wrapping errdefs.ErrUnauthorized (unknown,
+// revoked or expired token).
+func (s *Service) AuthenticateToken(ctx context.Context, token string) (string, error) {
+	if !wellFormed(token, PrefixBearer) {
+		return "", unauthorized("invalid bearer token")
+	}
+	h := Hash(token)
+	id, err := s.store.IdentityByTokenHash(ctx, h)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return "", unauthorized("invalid bearer token (unknown or revoked)")
+	}
+	if err != nil {
+		return "", fmt.Errorf("checking bearer token: %w", err)
+	}
+	if !sameHash(id.TokenHash, h) {
+		return "", unauthorized("invalid bearer token (unknown or revoked)")
+	}
+	if id.TokenExpiresAt != nil && !s.cfg.Now().Before(*id.TokenExpiresAt) {
+		return "", unauthorized("bearer token of bearer/%s expired at %s", id.Name, id.TokenExpiresAt.Format(time.RFC3339))
+	}
+	return id.Name, nil
+}

@@ -1,0 +1,4 @@
+package db
+
+// MigrationCount is how many migrations the schema history holds.
+var MigrationCount = len(migrations())
