@@ -432,4 +432,3 @@ func TestWithoutSessions(t *testing.T) {
 		t.Errorf("/logout: %d, want no such route", res.StatusCode)
 	}
 }
-

@@ -22,14 +22,14 @@ import (
 
 // fakeInstances is a small in-memory stand-in for the instance service: it
 // filters like core/instance.Manager (Running matches Ready, agent "none"),
-// records the filters it was asked for and the actions it ran.
+// records the last filter it was asked for and the actions it ran.
 type fakeInstances struct {
 	mu       sync.Mutex
 	byName   map[string]*instance.Instance
 	sorted   []string
-	filters  []instance.ListFilter
-	actions  []string // "stop web1 force=true"
-	by       []events.Requestor // who asked for each action
+	filter   instance.ListFilter // the last one asked for
+	actions  []string            // "stop web1 force=true"
+	by       []events.Requestor  // who asked for each action
 	failing  map[string]error
 	timeline map[string][]instance.TimelineEntry
 }
@@ -57,7 +57,7 @@ func (f *fakeInstances) put(i *instance.Instance) {
 func (f *fakeInstances) List(_ context.Context, lf instance.ListFilter) ([]*instance.Instance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.filters = append(f.filters, lf)
+	f.filter = lf
 	q := strings.ToLower(lf.Query)
 	views := make([]instance.Instance, 0, len(f.sorted))
 	for _, n := range f.sorted {
@@ -86,7 +86,7 @@ func (f *fakeInstances) List(_ context.Context, lf instance.ListFilter) ([]*inst
 func (f *fakeInstances) lastFilter() instance.ListFilter {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.filters[len(f.filters)-1]
+	return f.filter
 }
 
 func (f *fakeInstances) Get(_ context.Context, name string) (*instance.Instance, error) {
