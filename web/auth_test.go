@@ -364,6 +364,11 @@ func TestCSRFTiedToSession(t *testing.T) {
 		{"cross-site", a.sid, with(a.token), map[string]string{"Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
 		{"another port of this host", a.sid, with(a.token), map[string]string{"Sec-Fetch-Site": "same-site"}, http.StatusForbidden},
 		{"foreign origin", a.sid, with(a.token), map[string]string{"Origin": "http://evil.example"}, http.StatusForbidden},
+		{"null origin", a.sid, with(a.token), map[string]string{"Origin": "null"}, http.StatusForbidden},
+		{"null origin, cross-site", a.sid, with(a.token), map[string]string{"Origin": "null", "Sec-Fetch-Site": "cross-site"}, http.StatusForbidden},
+		// Chromium's form post under Referrer-Policy: no-referrer.
+		{"null origin, same-origin", a.sid, with(a.token), map[string]string{"Origin": "null", "Sec-Fetch-Site": "same-origin"}, http.StatusOK},
+		{"own origin", a.sid, with(a.token), map[string]string{"Origin": "http://example.com", "Sec-Fetch-Site": "same-origin"}, http.StatusOK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -118,14 +118,20 @@ func validAnonCookie(v string) bool {
 // sameOrigin refuses a request the browser marks as cross-site or same-site
 // (Sec-Fetch-Site: another port of the same host is same-site) or whose
 // Origin is not this server. The Host compared is the request's own Host
-// header, never X-Forwarded-Host.
+// header, never X-Forwarded-Host. Under Referrer-Policy no-referrer,
+// Chromium sends "Origin: null" with same-origin form posts: null passes
+// only when the browser also says same-origin.
 func sameOrigin(c *fiber.Ctx) error {
-	switch site := c.Get("Sec-Fetch-Site"); site {
+	site := c.Get("Sec-Fetch-Site")
+	switch site {
 	case "", "same-origin", "none":
 	default:
 		return fmt.Errorf("%s request refused", site)
 	}
 	if o := c.Get(fiber.HeaderOrigin); o != "" {
+		if o == "null" && site == "same-origin" {
+			return nil
+		}
 		u, err := url.Parse(o)
 		if err != nil || o == "null" || !strings.EqualFold(u.Host, string(c.Request().Host())) {
 			return fmt.Errorf("request from origin %q refused", o)
