@@ -190,10 +190,14 @@ test("a post without a session, a cross-site post and a post without the token a
   assert.equal(stream.status, 401, "no live stream without a session");
 });
 
-test("Log out ends the session and its live stream", async () => {
+test("Log out ends the session, and its other open pages go to the login page", async () => {
   const page = await signedIn().newPage();
+  const other = await signedIn().newPage();
   await page.goto(daemon.url + "/instances");
-  await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { what: "the live indicator" });
+  await other.goto(daemon.url + "/");
+  for (const p of [page, other]) {
+    await waitFor(async () => (await p.getAttribute("#live-indicator", "data-state")) === "connected", { what: "the live indicator" });
+  }
   const cookie = await sessionHeader(signedIn());
   await page.click('[data-testid="logout"]');
   await page.waitForSelector('[data-testid="login-page"]');
@@ -203,5 +207,10 @@ test("Log out ends the session and its live stream", async () => {
   // The old cookie, replayed, opens nothing.
   const res = await fetch(daemon.url + "/", { headers: { Cookie: cookie, Accept: "text/html" } });
   assert.equal(res.status, 401);
+  // The other page's live stream ends at its next heartbeat; the page
+  // then finds the session gone and shows the login page.
+  await other.waitForSelector('[data-testid="login-page"]', { timeout: 45000 });
+  assert.match(await other.textContent('[data-testid="login-notice"]'), /session has ended/);
   await page.close();
+  await other.close();
 });

@@ -174,6 +174,29 @@ export class Daemon {
     }
   }
 
+  /**
+   * api calls the admin API over this daemon's TCP address. The TCP API
+   * wants credentials: on a 401 the harness creates the bearer identity
+   * bearer/e2e with the CLI (over the admin socket), issues its token and
+   * sends it from then on.
+   */
+  async api(method, path, body) {
+    const call = () => fetch(this.url + path, {
+      method,
+      headers: { ...(body ? { "Content-Type": "application/json" } : {}), ...(this.bearer ? { Authorization: `Bearer ${this.bearer}` } : {}) },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    let res = await call();
+    if (res.status === 401 && !this.bearer) {
+      await this.cli("auth", "identity", "create", "bearer/e2e").catch(() => {}); // may exist already
+      this.bearer = (await this.cli("auth", "identity", "token", "issue", "bearer/e2e")).trim();
+      res = await call();
+    }
+    const text = await res.text();
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 2000)}`);
+    return text ? JSON.parse(text) : null;
+  }
+
   async info(name) {
     return JSON.parse(await this.cli("info", name, "--format", "json"));
   }
