@@ -136,11 +136,11 @@ func (d *Dashboard) Register(r fiber.Router) {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	r.Use("/assets", securityHeaders, filesystem.New(filesystem.Config{Root: http.FS(sub), MaxAge: 3600}))
-	r.Get("/login", securityHeaders, d.login)
-	page := []fiber.Handler{securityHeaders, d.authenticate, d.csrf}
+	r.Use("/assets", SecurityHeaders, filesystem.New(filesystem.Config{Root: http.FS(sub), MaxAge: 3600}))
+	r.Get("/login", SecurityHeaders, d.login)
+	page := []fiber.Handler{SecurityHeaders, d.authenticate, d.csrf}
 	route := func(h fiber.Handler) []fiber.Handler { return append(slices.Clip(page), h) }
-	r.Get("/events", securityHeaders, d.authenticate, sameOriginStream, d.stream)
+	r.Get("/events", SecurityHeaders, d.authenticate, sameOriginStream, d.stream)
 	r.Get("/", route(d.overview)...)
 	r.Get("/instances", route(d.instances)...)
 	r.Post("/instances/actions", route(d.bulkAction)...)

@@ -11,11 +11,14 @@ import "github.com/gofiber/fiber/v2"
 const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
 
-// securityHeaders sets the security headers on a response before anything
-// else runs, so pages, fragments, the live stream, assets, the login page
-// and error answers all carry them. Referrer-Policy no-referrer keeps a
-// login URL's token out of any Referer.
-func securityHeaders(c *fiber.Ctx) error {
+// SecurityHeaders is a fiber middleware that sets the dashboard's security
+// headers on a response before anything else runs. Register puts it on
+// every dashboard route, so pages, fragments, the live stream, assets, the
+// login page and their error answers all carry them; a daemon may also
+// app.Use it first on the whole TCP app, so that answers no dashboard
+// route makes (unknown paths, a refused Host) carry them too.
+// Referrer-Policy no-referrer keeps a login URL's token out of any Referer.
+func SecurityHeaders(c *fiber.Ctx) error {
 	h := &c.Response().Header
 	h.Set("Content-Security-Policy", ContentSecurityPolicy)
 	h.Set("X-Frame-Options", "DENY")

@@ -214,3 +214,21 @@ test("Log out ends the session, and its other open pages go to the login page", 
   await page.close();
   await other.close();
 });
+
+test("a login link followed from another site asks for a click, then signs in", async () => {
+  // A fresh one-time URL: the daemon prints one at each start.
+  await daemon.restart();
+  const url = await daemon.loginURL();
+  const browserCtx = await chrome.newContext();
+  const page = await browserCtx.newPage();
+  // A page of no origin of ours links to the login URL (a chat, a mail).
+  await page.setContent(`<a id="go" href="${url}">dashboard</a>`);
+  await page.click("#go");
+  await page.waitForSelector('[data-testid="login-confirm"]');
+  assert.equal((await browserCtx.cookies()).some((c) => c.name === SESSION_COOKIE), false, "not signed in by another site's link alone");
+  await page.click('[data-testid="login-confirm"] button');
+  await page.waitForURL(daemon.url + "/");
+  await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { what: "the live indicator after confirming" });
+  assert.match(await page.textContent('[data-testid="who"]'), /^session\//);
+  await browserCtx.close();
+});
