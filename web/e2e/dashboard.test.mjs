@@ -45,7 +45,7 @@ test("the login URL signs in once, with an HttpOnly SameSite=Strict cookie", asy
   // No session: every page is the login page, which says how to get in.
   for (const path of ["/", "/instances", "/instances/nope"]) {
     const res = await page.goto(daemon.url + path);
-    assert.equal(res.status(), 401, `GET ${path} without a session`);
+    assert.equal(res.status(), 401, `GET ${path} without a session (200: guestlinkd does not wire web.Config.Sessions)`);
     await page.waitForSelector('[data-testid="login-page"]');
     assert.match(await page.textContent('[data-testid="login-command"]'), /guestlink dashboard/);
     assert.equal(await page.locator('[data-testid="instances-table"]').count(), 0, "no data without a session");
