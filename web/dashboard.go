@@ -2,6 +2,13 @@
 // requests into calls on the daemon's services and render templ components
 // (web/components), plus the live event stream (server-sent events) that
 // patches open pages in place. Services never see HTTP or HTML.
+//
+// Access: with Config.Sessions, every page, fragment, action and the live
+// stream need a session, which a one-time login URL (GET /login?token=T)
+// opens and POST /logout ends; the CSRF token of the forms is derived from
+// the session, so nothing is stored per request. Every answer carries a
+// strict Content-Security-Policy and the other security headers, and no
+// X-Forwarded-* header is trusted.
 package web
 
 import (
