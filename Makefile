@@ -87,6 +87,10 @@ bench: build ## run the benchmarks named in the issues; figures go to docs/perfo
 	echo "== 1,000 running guests: idle CPU, Ready -> instance-ready"; \
 	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./core/daemon
 
+.PHONY: screenshots
+screenshots: build ## regenerate the committed docs/dashboard-*.png with the browser tests (npm test writes them outside the tree)
+	GUESTLINK_SCREENSHOTS=docs npm test
+
 .PHONY: clean
 clean: ## remove build output and the run state
 	rm -rf $(BIN) $(STATE_DIR)

@@ -2,6 +2,13 @@
 // requests into calls on the daemon's services and render templ components
 // (web/components), plus the live event stream (server-sent events) that
 // patches open pages in place. Services never see HTTP or HTML.
+//
+// Access: with Config.Sessions, every page, fragment, action and the live
+// stream need a session, which a one-time login URL (GET /login?token=T)
+// opens and POST /logout ends; the CSRF token of the forms is derived from
+// the session, so nothing is stored per request. Every answer carries a
+// strict Content-Security-Policy and the other security headers, and no
+// X-Forwarded-* header is trusted.
 package web
 
 import (
@@ -10,6 +17,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,8 +77,14 @@ var (
 type Config struct {
 	Instances Instances
 	Events    Events
-	Backends  Backends     // nil: the overview lists no backend
-	Logger    *slog.Logger // nil: slog.Default()
+	Backends  Backends // nil: the overview lists no backend
+	// Sessions authenticates dashboard users. With it, every page,
+	// fragment, action and the live stream need a session (the login URL
+	// gives one) and actions are recorded as done by that session. nil
+	// leaves the dashboard open to whoever reaches it: only for tests and
+	// embedders that authenticate otherwise; guestlinkd always sets it.
+	Sessions Sessions
+	Logger   *slog.Logger // nil: slog.Default()
 	// PageSize is how many rows the instances table shows per page.
 	PageSize int
 	// Heartbeat is the period of the live stream's heartbeat.
@@ -86,6 +100,9 @@ type Dashboard struct {
 	frags  *fragmentCache
 	counts *countCache
 	hub    *hub
+	// csrfKey derives the CSRF tokens; it lives as long as the process,
+	// so a page loaded before a daemon restart must be reloaded to post.
+	csrfKey csrfSecret
 
 	streams   atomic.Int64  // open live streams
 	done      chan struct{} // closed by Close: ends every live stream
@@ -106,31 +123,39 @@ func New(cfg Config) *Dashboard {
 	if cfg.ActionTimeout <= 0 {
 		cfg.ActionTimeout = 2 * time.Minute
 	}
-	d := &Dashboard{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
+	d := &Dashboard{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), csrfKey: newCSRFSecret()}
 	d.frags = newFragmentCache(d, 4096)
 	d.counts = &countCache{d: d}
 	d.hub = newHub(cfg.Events, d.log)
 	return d
 }
 
-// Register mounts the dashboard's routes on r: "/", "/instances",
-// "/instances/:name", their POST actions, "/events" and "/assets/*". The app
-// serving them must have a zero WriteTimeout (the live stream is long-lived)
-// and Immutable set. The CSRF protection applies to the dashboard's own
-// routes only, so r may be shared with other handlers.
+// Register mounts the dashboard's routes on r: "/login", "/logout" (with
+// Sessions), "/", "/instances", "/instances/:name", their POST actions,
+// "/events" and "/assets/*". The app serving them must have a zero
+// WriteTimeout (the live stream is long-lived) and Immutable set. Every
+// route answers with the security headers; all but the assets and the login
+// page need a session (with Sessions), and the POST routes a CSRF token.
+// The middleware is attached per route, so r may be shared with other
+// handlers (the admin API).
 func (d *Dashboard) Register(r fiber.Router) {
 	sub, err := fs.Sub(assets, "assets")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	r.Use("/assets", filesystem.New(filesystem.Config{Root: http.FS(sub), MaxAge: 3600}))
-	r.Get("/events", d.stream)
-	guard := d.csrf()
-	r.Get("/", guard, d.overview)
-	r.Get("/instances", guard, d.instances)
-	r.Post("/instances/actions", guard, d.bulkAction)
-	r.Get("/instances/:name", guard, d.instancePage)
-	r.Post("/instances/:name/actions", guard, d.instanceAction)
+	r.Use("/assets", SecurityHeaders, filesystem.New(filesystem.Config{Root: http.FS(sub), MaxAge: 3600}))
+	r.Get("/login", SecurityHeaders, d.login)
+	page := []fiber.Handler{SecurityHeaders, d.authenticate, d.csrf}
+	route := func(h fiber.Handler) []fiber.Handler { return append(slices.Clip(page), h) }
+	r.Get("/events", SecurityHeaders, d.authenticate, sameOriginStream, d.stream)
+	r.Get("/", route(d.overview)...)
+	r.Get("/instances", route(d.instances)...)
+	r.Post("/instances/actions", route(d.bulkAction)...)
+	r.Get("/instances/:name", route(d.instancePage)...)
+	r.Post("/instances/:name/actions", route(d.instanceAction)...)
+	if d.cfg.Sessions != nil {
+		r.Post("/logout", route(d.logout)...)
+	}
 }
 
 // Close ends every open live stream (the pages reconnect on their own), so

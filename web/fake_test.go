@@ -22,13 +22,14 @@ import (
 
 // fakeInstances is a small in-memory stand-in for the instance service: it
 // filters like core/instance.Manager (Running matches Ready, agent "none"),
-// records the filters it was asked for and the actions it ran.
+// records the last filter it was asked for and the actions it ran.
 type fakeInstances struct {
 	mu       sync.Mutex
 	byName   map[string]*instance.Instance
 	sorted   []string
-	filters  []instance.ListFilter
-	actions  []string // "stop web1 force=true"
+	filter   instance.ListFilter // the last one asked for
+	actions  []string            // "stop web1 force=true"
+	by       []events.Requestor  // who asked for each action
 	failing  map[string]error
 	timeline map[string][]instance.TimelineEntry
 }
@@ -56,7 +57,7 @@ func (f *fakeInstances) put(i *instance.Instance) {
 func (f *fakeInstances) List(_ context.Context, lf instance.ListFilter) ([]*instance.Instance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.filters = append(f.filters, lf)
+	f.filter = lf
 	q := strings.ToLower(lf.Query)
 	views := make([]instance.Instance, 0, len(f.sorted))
 	for _, n := range f.sorted {
@@ -85,7 +86,7 @@ func (f *fakeInstances) List(_ context.Context, lf instance.ListFilter) ([]*inst
 func (f *fakeInstances) lastFilter() instance.ListFilter {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.filters[len(f.filters)-1]
+	return f.filter
 }
 
 func (f *fakeInstances) Get(_ context.Context, name string) (*instance.Instance, error) {
@@ -99,29 +100,37 @@ func (f *fakeInstances) Get(_ context.Context, name string) (*instance.Instance,
 	return &c, nil
 }
 
-func (f *fakeInstances) act(name, what string) error {
+func (f *fakeInstances) act(name, what string, by events.Requestor) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.byName[name]; !ok {
 		return fmt.Errorf("instance %q: %w", name, errdefs.ErrNotFound)
 	}
 	f.actions = append(f.actions, what+" "+name)
+	f.by = append(f.by, by)
 	if err := f.failing[name]; err != nil {
 		return fmt.Errorf("%s instance %q: %w", what, name, err)
 	}
 	return nil
 }
 
-func (f *fakeInstances) Start(_ context.Context, name string, _ events.Requestor) error {
-	return f.act(name, "start")
+func (f *fakeInstances) Start(_ context.Context, name string, by events.Requestor) error {
+	return f.act(name, "start", by)
 }
 
-func (f *fakeInstances) Stop(_ context.Context, name string, o instance.StopOptions, _ events.Requestor) error {
-	return f.act(name, fmt.Sprintf("stop(force=%v)", o.Force))
+func (f *fakeInstances) Stop(_ context.Context, name string, o instance.StopOptions, by events.Requestor) error {
+	return f.act(name, fmt.Sprintf("stop(force=%v)", o.Force), by)
 }
 
-func (f *fakeInstances) Restart(_ context.Context, name string, _ instance.StopOptions, _ events.Requestor) error {
-	return f.act(name, "restart")
+func (f *fakeInstances) Restart(_ context.Context, name string, _ instance.StopOptions, by events.Requestor) error {
+	return f.act(name, "restart", by)
+}
+
+// requestors returns who asked for each action, in order.
+func (f *fakeInstances) requestors() []events.Requestor {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.by)
 }
 
 func (f *fakeInstances) Timeline(_ context.Context, name string, limit int) ([]instance.TimelineEntry, error) {

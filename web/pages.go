@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/a-h/templ"
 	"github.com/gofiber/fiber/v2"
-	"github.com/gofiber/fiber/v2/middleware/csrf"
 
 	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
@@ -21,60 +19,10 @@ import (
 	"github.com/guestlink/guestlink/web/components"
 )
 
-const csrfKey = "csrf"
-
-// csrf protects the state-changing routes against cross-site requests: a
-// double-submit token (cookie plus form field or X-Csrf-Token header) and a
-// refusal of requests the browser marks as cross-site.
-func (d *Dashboard) csrf() fiber.Handler {
-	token := csrf.New(csrf.Config{
-		CookieName:        "guestlink_csrf",
-		CookieSameSite:    "Strict",
-		CookieHTTPOnly:    true,
-		CookieSessionOnly: true,
-		Expiration:        24 * time.Hour,
-		ContextKey:        csrfKey,
-		Extractor: func(c *fiber.Ctx) (string, error) {
-			if v := c.Get(csrf.HeaderName); v != "" {
-				return v, nil
-			}
-			return csrf.CsrfFromForm("_csrf")(c)
-		},
-		ErrorHandler: func(c *fiber.Ctx, err error) error {
-			return c.Status(http.StatusForbidden).SendString("Forbidden: the form's security token is missing or stale; reload the page and try again\n")
-		},
-	})
-	return func(c *fiber.Ctx) error {
-		if c.Method() == http.MethodPost {
-			if err := sameOrigin(c); err != nil {
-				c.Status(http.StatusForbidden)
-				return c.SendString("Forbidden: " + err.Error() + "\n")
-			}
-		}
-		return token(c)
-	}
-}
-
-// sameOrigin refuses a request the browser marks as cross-site
-// (Sec-Fetch-Site) or whose Origin is not this server.
-func sameOrigin(c *fiber.Ctx) error {
-	switch site := c.Get("Sec-Fetch-Site"); site {
-	case "", "same-origin", "none":
-	default:
-		return fmt.Errorf("%s request refused", site)
-	}
-	if o := c.Get(fiber.HeaderOrigin); o != "" {
-		u, err := url.Parse(o)
-		if err != nil || o == "null" || !strings.EqualFold(u.Host, string(c.Request().Host())) {
-			return fmt.Errorf("request from origin %q refused", o)
-		}
-	}
-	return nil
-}
-
 func (d *Dashboard) meta(c *fiber.Ctx, title, active string) components.Meta {
 	tok, _ := c.Locals(csrfKey).(string)
-	return components.Meta{Title: title, Active: active, CSRF: tok, LastEventID: d.lastEventID(), Now: time.Now(), HeartbeatMS: d.cfg.Heartbeat.Milliseconds()}
+	who, _ := c.Locals(localWho).(string)
+	return components.Meta{Title: title, Active: active, CSRF: tok, Who: who, LastEventID: d.lastEventID(), Now: time.Now(), HeartbeatMS: d.cfg.Heartbeat.Milliseconds()}
 }
 
 func render(c *fiber.Ctx, status int, comp templ.Component) error {
@@ -310,10 +258,6 @@ func (d *Dashboard) action(ctx context.Context, name, action string, by events.R
 		o.Err = err.Error()
 	}
 	return o
-}
-
-func requestor(c *fiber.Ctx) events.Requestor {
-	return events.Requestor{Protocol: "http", Address: c.IP(), Username: "dashboard"}
 }
 
 func (d *Dashboard) instanceAction(c *fiber.Ctx) error {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -51,6 +52,7 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 	c.Set("Connection", "keep-alive")
 	c.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	heartbeat := d.cfg.Heartbeat
+	sid, _ := c.Locals(localSession).(string)
 	d.streams.Add(1)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer d.streams.Add(-1)
@@ -99,6 +101,11 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 				countsPending = false
 				writeMessage(w, "counts", 0, d.counts.fragment(lastID))
 			case now := <-tick.C:
+				if !d.sessionLive(sid) {
+					// Signed out or expired: the stream ends, and the
+					// page's reconnect meets the login.
+					return
+				}
 				writeMessage(w, "heartbeat", 0, []byte(now.UTC().Format(time.RFC3339)))
 			case <-d.done:
 				return
@@ -109,6 +116,25 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 		}
 	})
 	return nil
+}
+
+// sessionLive reports whether the session a stream was opened with is still
+// valid (always, without Sessions). A stream checks at each heartbeat, so a
+// revoked or expired session stops receiving within one period. A failure
+// of the service itself keeps the stream: it was valid, and the next
+// heartbeat asks again.
+func (d *Dashboard) sessionLive(sid string) bool {
+	if d.cfg.Sessions == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := d.cfg.Sessions.Validate(ctx, sid)
+	if err != nil && !errors.Is(err, errdefs.ErrUnauthorized) {
+		d.log.Warn("dashboard: checking a live stream's session", "err", err)
+		return true
+	}
+	return err == nil
 }
 
 // replay sends the stored lifecycle events of sub up to and including id
@@ -275,8 +301,11 @@ func timelineItem(ev events.Event, lc events.Lifecycle) (components.TimelineItem
 
 func activity(ev events.Event, lc events.Lifecycle, name string) components.Activity {
 	a := components.Activity{ID: ev.ID, Time: ev.Timestamp, Instance: name, Action: strings.TrimPrefix(lc.Action, "instance-")}
-	if lc.Requestor != nil {
-		a.Who = lc.Requestor.Protocol
+	if r := lc.Requestor; r != nil {
+		a.Who = r.Protocol
+		if r.Username != "" {
+			a.Who += " " + r.Username // "dashboard session/abcd1234"
+		}
 	}
 	return a
 }

@@ -5,7 +5,10 @@
 // - shows a connected / reconnecting indicator;
 // - treats a stream that stays silent past two heartbeats as dead (sleeping
 //   laptops, proxies that drop idle connections) and reconnects;
-// - keeps "4s ago" texts fresh.
+// - keeps "4s ago" texts fresh;
+// - sends the page's CSRF token with every htmx request (X-CSRF-Token);
+// - when the stream cannot reconnect because the session ended (signed out
+//   elsewhere, expired), goes to the login page instead of retrying.
 (function () {
   "use strict";
   var HEARTBEAT_MS = Number(document.body && document.body.getAttribute("data-heartbeat-ms")) || 10000;
@@ -94,7 +97,31 @@
     htmx.config.allowNestedOobSwaps = false;
   }
 
+  // htmx requests carry the CSRF token the page was rendered with.
+  document.addEventListener("htmx:configRequest", function (e) {
+    var meta = document.querySelector('meta[name="csrf-token"]');
+    if (meta && meta.content && e.detail && e.detail.headers) e.detail.headers["X-CSRF-Token"] = meta.content;
+  });
+
   var holdUntil = 0;
+  var probing = false;
+
+  // A closed stream may mean the session ended: the dashboard then answers
+  // 401 to everything. Ask once (HEAD /) before reconnecting, and go to
+  // the login page if so.
+  function checkSession(then) {
+    if (probing) return;
+    probing = true;
+    fetch("/", { method: "HEAD", cache: "no-store", credentials: "same-origin" }).then(function (r) {
+      probing = false;
+      if (r.status === 401) {
+        setIndicator("signed-out", "signed out");
+        window.location.assign("/login?ended=1");
+        return;
+      }
+      then();
+    }, function () { probing = false; then(); });
+  }
 
   function reconnect() {
     setIndicator("reconnecting", "reconnecting…");
@@ -110,7 +137,7 @@
   // Watchdog: no event, not even a heartbeat, for 2.5 periods = dead stream.
   setInterval(function () {
     if (!current || Date.now() < holdUntil) return;
-    if (current.readyState === 2 /* CLOSED */ || Date.now() - lastSeen >= 2.5 * HEARTBEAT_MS) reconnect();
+    if (current.readyState === 2 /* CLOSED */ || Date.now() - lastSeen >= 2.5 * HEARTBEAT_MS) checkSession(reconnect);
   }, 1000);
 
   // guestlinkLive.drop(ms) closes the stream as a network failure would and

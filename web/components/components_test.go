@@ -235,9 +235,9 @@ func TestOutcomes(t *testing.T) {
 func TestAccessibleMarkup(t *testing.T) {
 	i := inst("web1", "Ready", instance.AgentConnected)
 	pages := map[string]*goquery.Document{
-		"instances": render(t, InstancesPage(InstancesData{Rows: []*instance.Instance{i}, Pages: 1, Filter: Filter{Sort: "name", Page: 1}, Meta: Meta{Active: "instances"}})),
-		"instance":  render(t, InstancePage(InstanceData{Inst: i, Meta: Meta{Active: "instances"}})),
-		"overview":  render(t, OverviewPage(OverviewData{Meta: Meta{Active: "overview"}})),
+		"instances": render(t, InstancesPage(InstancesData{Rows: []*instance.Instance{i}, Pages: 1, Filter: Filter{Sort: "name", Page: 1}, Meta: Meta{Active: "instances", Who: "session/abcd1234"}})),
+		"instance":  render(t, InstancePage(InstanceData{Inst: i, Meta: Meta{Active: "instances", Who: "session/abcd1234"}})),
+		"overview":  render(t, OverviewPage(OverviewData{Meta: Meta{Active: "overview", Who: "session/abcd1234"}})),
 	}
 	for name, doc := range pages {
 		t.Run(name, func(t *testing.T) {
@@ -268,6 +268,14 @@ func TestAccessibleMarkup(t *testing.T) {
 					t.Errorf("unlabelled control %s name=%q", goquery.NodeName(s), s.AttrOr("name", ""))
 				}
 			})
+			doc.Find("button").Each(func(_ int, s *goquery.Selection) {
+				if strings.TrimSpace(s.Text()) == "" && s.AttrOr("aria-label", "") == "" {
+					t.Errorf("button %q without a label", s.AttrOr("data-testid", ""))
+				}
+			})
+			if doc.Find(`[data-testid="logout-form"] button`).Text() != "Log out" {
+				t.Error("no Log out button for a signed-in session")
+			}
 			doc.Find("table").Each(func(_ int, s *goquery.Selection) {
 				if s.Find("caption").Length() != 1 {
 					t.Errorf("table %q without a caption", s.AttrOr("data-testid", ""))
@@ -283,6 +291,51 @@ func TestAccessibleMarkup(t *testing.T) {
 	sel := pages["instances"].Find(`[data-testid="select"]`)
 	if sel.AttrOr("aria-label", "") != "Select web1" {
 		t.Errorf("row checkbox label %q", sel.AttrOr("aria-label", ""))
+	}
+}
+
+func TestLoginPage(t *testing.T) {
+	tests := []struct {
+		name string
+		data LoginData
+	}{
+		{"plain", LoginData{}},
+		{"error", LoginData{Error: "This login link does not work"}},
+		{"notice", LoginData{Notice: "You are signed out."}},
+		{"confirm", LoginData{Confirm: "tok123"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := render(t, LoginPage(tt.data))
+			if doc.Find("html").AttrOr("lang", "") == "" || doc.Find(`meta[name="color-scheme"]`).AttrOr("content", "") != "light dark" {
+				t.Error("no lang or color-scheme")
+			}
+			if doc.Find("h1").Length() != 1 || doc.Find("main").Length() != 1 {
+				t.Error("want one h1 and a main")
+			}
+			if doc.Find("script").Length() != 0 {
+				t.Error("the login page loads a script")
+			}
+			if doc.Find(`meta[name="referrer"]`).AttrOr("content", "") != "no-referrer" {
+				t.Error("the login page may leak its token in a Referer")
+			}
+			if !strings.Contains(doc.Find(`[data-testid="login-command"]`).Text(), "guestlink dashboard") {
+				t.Error("the page does not say how to get in")
+			}
+			if got := doc.Find(`[role="alert"][data-testid="login-error"]`).Text(); got != tt.data.Error {
+				t.Errorf("error %q, want %q", got, tt.data.Error)
+			}
+			if got := doc.Find(`[role="status"][data-testid="login-notice"]`).Text(); got != tt.data.Notice {
+				t.Errorf("notice %q, want %q", got, tt.data.Notice)
+			}
+			form := doc.Find(`form[data-testid="login-confirm"]`)
+			if (form.Length() == 1) != (tt.data.Confirm != "") {
+				t.Fatalf("confirmation form shown = %v", form.Length() == 1)
+			}
+			if tt.data.Confirm != "" && (form.AttrOr("method", "") != "get" || form.Find(`input[name="token"]`).AttrOr("value", "") != tt.data.Confirm || strings.TrimSpace(form.Find("button").Text()) == "") {
+				t.Error("the confirmation form does not carry the token to GET /login with a labelled button")
+			}
+		})
 	}
 }
 

@@ -10,9 +10,12 @@ import (
 // CSRF token for forms and the last event id the page reflects (the live
 // stream resumes after it).
 type Meta struct {
-	Title       string
-	Active      string // "overview" or "instances"
-	CSRF        string
+	Title  string
+	Active string // "overview" or "instances"
+	CSRF   string
+	// Who is the signed-in session ("session/abcd1234"); empty when the
+	// dashboard has no login, and then no "Log out" control is shown.
+	Who         string
 	LastEventID int64
 	Now         time.Time
 	// HeartbeatMS is the live stream's heartbeat period; the page treats a
@@ -83,6 +86,17 @@ type InstancesData struct {
 	Pages    int
 	Backends []string
 	Outcomes []Outcome
+}
+
+// LoginData is the login page's data.
+type LoginData struct {
+	// Notice is an informational line (signed out, session ended).
+	Notice string
+	// Error says why a login link did not work.
+	Error string
+	// Confirm is the token of a login link another site sent the browser
+	// to: the page asks for a click before redeeming it.
+	Confirm string
 }
 
 // TimelineItem is one timeline entry as the dashboard shows it.

@@ -21,7 +21,7 @@
 // its guests are removed at the end.
 import { spawn } from "node:child_process";
 import { join } from "node:path";
-import { Daemon, browser, waitFor, binDir } from "./harness.mjs";
+import { Daemon, browser, waitFor, binDir, sessionHeader } from "./harness.mjs";
 
 const GUESTS = Number(process.env.GUESTS || 1000);
 const AGENTS = Math.min(Number(process.env.AGENTS || 50), GUESTS);
@@ -40,16 +40,7 @@ const expired = new Promise((_, rej) => {
 const pad = (n, w) => String(n).padStart(w, "0");
 const log = (...a) => console.log(new Date().toISOString().slice(11, 23), ...a);
 
-async function api(d, method, path, body) {
-  const res = await fetch(d.url + path, {
-    method,
-    headers: body ? { "Content-Type": "application/json" } : {},
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  const text = await res.text();
-  if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 2000)}`);
-  return text ? JSON.parse(text) : null;
-}
+const api = (d, method, path, body) => d.api(method, path, body);
 
 // pool runs fn over items, n at a time; after a failure it starts nothing
 // more, waits for the calls in flight and throws the first error.
@@ -69,10 +60,11 @@ async function pool(items, n, fn) {
 }
 
 /** sseClient reads /events and records when each instance's Ready row arrives. */
-function sseClient(url, onReady) {
+function sseClient(url, cookie, onReady) {
   const ctrl = new AbortController();
   const done = (async () => {
-    const res = await fetch(url + "/events", { signal: ctrl.signal });
+    const res = await fetch(url + "/events", { signal: ctrl.signal, headers: { Cookie: cookie } });
+    if (res.status !== 200) throw new Error(`GET /events: ${res.status}`);
     const reader = res.body.getReader();
     const dec = new TextDecoder();
     let buf = "";
@@ -133,14 +125,19 @@ async function measure() {
   // Observers: CLIENTS SSE clients and one Chromium page.
   const atClients = {}; // name -> [latency ms per client]
   const eventTs = {}; // name -> the instance-ready event's timestamp
+  // One dashboard session (the daemon's login URL) for the Chromium page
+  // and every SSE client.
+  chrome = await browser();
+  const ctx = await chrome.newContext();
+  await d.login(ctx);
+  const cookie = await sessionHeader(ctx);
   for (let i = 0; i < CLIENTS; i++) {
-    clients.push(sseClient(d.url, (name, ts, now) => {
+    clients.push(sseClient(d.url, cookie, (name, ts, now) => {
       eventTs[name] ||= ts;
       (atClients[name] ||= []).push(now - ts);
     }));
   }
-  chrome = await browser();
-  const page = await chrome.newPage();
+  const page = await ctx.newPage();
   await page.goto(d.url + "/instances");
   await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { what: "the page's live stream" });
   await page.evaluate(() => {

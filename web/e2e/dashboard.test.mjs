@@ -1,12 +1,14 @@
 // Browser end-to-end tests of the dashboard: a real daemon, real simulated
-// guests running the real agent, and Debian's Chromium.
+// guests running the real agent, and Debian's Chromium. The tests run in
+// order: the first signs in with the daemon's login URL, the others use
+// that signed-in browser context, the last signs out.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { join } from "node:path";
-import { Daemon, browser, waitFor, root, streamIDs } from "./harness.mjs";
+import { Daemon, browser, waitFor, streamIDs, shot, sessionHeader, SESSION_COOKIE } from "./harness.mjs";
 
 let daemon;
 let chrome;
+let ctx; // the signed-in browser context
 
 before(async () => {
   daemon = await Daemon.start();
@@ -20,8 +22,69 @@ after(async () => {
 
 const badge = (page, id) => page.locator(`#${id}`).getAttribute("data-value");
 
+// cspWatch collects what a page's Content-Security-Policy blocked and the
+// page's script errors: htmx, its SSE extension and live.js must run under
+// the policy untouched.
+function cspWatch(page) {
+  const problems = [];
+  page.on("console", (m) => { if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text()); });
+  page.on("pageerror", (e) => problems.push("page error: " + e.message));
+  return problems;
+}
+
+function signedIn() {
+  assert.ok(ctx, "the login test signs the browser in first");
+  return ctx;
+}
+
+test("the login URL signs in once, with an HttpOnly SameSite=Strict cookie", async () => {
+  const browserCtx = await chrome.newContext();
+  const page = await browserCtx.newPage();
+  const problems = cspWatch(page);
+
+  // No session: every page is the login page, which says how to get in.
+  for (const path of ["/", "/instances", "/instances/nope"]) {
+    const res = await page.goto(daemon.url + path);
+    assert.equal(res.status(), 401, `GET ${path} without a session (200: guestlinkd does not wire web.Config.Sessions)`);
+    await page.waitForSelector('[data-testid="login-page"]');
+    assert.match(await page.textContent('[data-testid="login-command"]'), /guestlink dashboard/);
+    assert.equal(await page.locator('[data-testid="instances-table"]').count(), 0, "no data without a session");
+  }
+  await page.screenshot({ path: shot("dashboard-login.png"), fullPage: true });
+
+  // The login URL: lands on the overview, token gone from the address bar.
+  const url = await daemon.loginURL();
+  const res = await page.goto(url);
+  assert.equal(res.status(), 200);
+  assert.equal(page.url(), daemon.url + "/", "redirected to / with no token in the URL");
+  await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { what: "the live indicator after signing in" });
+  assert.match(await page.textContent('[data-testid="who"]'), /^session\/.{8}$/);
+
+  const cookie = (await browserCtx.cookies()).find((c) => c.name === SESSION_COOKIE);
+  assert.ok(cookie, "a session cookie is set");
+  assert.equal(cookie.httpOnly, true, "HttpOnly");
+  assert.equal(cookie.sameSite, "Strict", "SameSite=Strict");
+  assert.equal(cookie.path, "/");
+  assert.ok(cookie.expires > Date.now() / 1000, "the cookie expires with the session, not with the browser");
+  assert.equal(await page.evaluate(() => document.cookie.includes("guestlink_session")), false, "scripts cannot read the session");
+
+  // The same URL again, in another browser: refused.
+  const other = await chrome.newContext();
+  const again = await other.newPage();
+  const reused = await again.goto(url);
+  assert.equal(reused.status(), 401);
+  assert.match(await again.textContent('[data-testid="login-error"]'), /already used/);
+  assert.equal((await other.cookies()).some((c) => c.name === SESSION_COOKIE), false);
+  await other.close();
+
+  assert.deepEqual(problems, [], "no Content-Security-Policy violation or script error");
+  await page.close();
+  ctx = browserCtx;
+});
+
 test("a guest goes connected then Ready live, and stops from its page", async () => {
-  const page = await chrome.newPage();
+  const page = await signedIn().newPage();
+  const problems = cspWatch(page);
   await page.goto(daemon.url + "/instances");
   await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { what: "the live indicator" });
 
@@ -35,9 +98,9 @@ test("a guest goes connected then Ready live, and stops from its page", async ()
 
   assert.equal(await page.locator('[data-testid="no-instances"]').isVisible(), false, "the empty-table note hides once a row arrives");
   await waitFor(async () => (await page.textContent('[data-testid="total"]')) === "1 instance", { what: "the row count to follow the live rows" });
-  await page.screenshot({ path: join(root, "docs", "dashboard-instances.png"), fullPage: true });
+  await page.screenshot({ path: shot("dashboard-instances.png"), fullPage: true });
   await page.emulateMedia({ colorScheme: "dark" });
-  await page.screenshot({ path: join(root, "docs", "dashboard-instances-dark.png"), fullPage: true });
+  await page.screenshot({ path: shot("dashboard-instances-dark.png"), fullPage: true });
   await page.emulateMedia({ colorScheme: "light" });
 
   await page.click('a[href="/instances/web1"]');
@@ -45,19 +108,25 @@ test("a guest goes connected then Ready live, and stops from its page", async ()
   assert.equal(await badge(page, "istatus-web1"), "Ready");
   const kinds = await page.locator('[data-testid="timeline-entry"]').evaluateAll((els) => els.map((e) => e.dataset.kind + ":" + e.dataset.to));
   assert.ok(kinds.includes("ready:true"), `timeline shows the Ready change: ${kinds}`);
-  await page.screenshot({ path: join(root, "docs", "dashboard-instance.png"), fullPage: true });
+  await page.screenshot({ path: shot("dashboard-instance.png"), fullPage: true });
 
   await page.click('[data-testid="action-stop"]');
   await page.waitForLoadState();
   await waitFor(async () => (await badge(page, "istatus-web1")) === "Stopped", { timeout: 60000, what: "status Stopped" });
   const outcome = await page.locator('[data-testid="outcome"]').first().getAttribute("data-ok");
   assert.equal(outcome, "true");
+  // The recent activity says who did it: this dashboard session.
+  const who = await page.textContent('[data-testid="who"]');
+  await page.goto(daemon.url + "/");
+  const acts = await page.locator('[data-testid="activity-item"]').evaluateAll((els) => els.map((e) => e.textContent.replace(/\s+/g, " ").trim()));
+  assert.ok(acts.some((a) => a.includes("web1 stopped by dashboard " + who)), `the activity names the session ${who}: ${JSON.stringify(acts)}`);
+  assert.deepEqual(problems, [], "no Content-Security-Policy violation or script error");
   await page.close();
 });
 
 test("after the stream drops, the page resumes and misses nothing", async () => {
   await daemon.cli("launch", "web2", "--backend", "sim");
-  const page = await chrome.newPage();
+  const page = await signedIn().newPage();
   await page.goto(daemon.url + "/");
   await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { what: "the live indicator" });
 
@@ -81,20 +150,21 @@ test("after the stream drops, the page resumes and misses nothing", async () => 
     seen = { before, last, ids };
     return ids.length >= 2 && ids[ids.length - 1] === last;
   }, { what: () => `the events missed while disconnected to appear (${JSON.stringify(seen)})` });
-  const want = await streamIDs(daemon.url, before, seen.last);
+  const want = await streamIDs(daemon.url, await sessionHeader(signedIn()), before, seen.last);
   assert.deepEqual(seen.ids, want, "the page applied every event after the drop, once each");
   // The counts follow too (they come a second after a burst of events).
   await waitFor(async () => (await page.getAttribute('[data-testid="agent-counts"] [data-label="connected"]', "data-n")) === "1" &&
     (await page.getAttribute('[data-testid="status-counts"] [data-label="Running"]', "data-n")) === "1",
     { what: "the overview counts to show web2 running with its agent connected" });
-  await page.screenshot({ path: join(root, "docs", "dashboard-overview.png"), fullPage: true });
+  await page.screenshot({ path: shot("dashboard-overview.png"), fullPage: true });
   await page.close();
 });
 
 test("actions work as plain forms without JavaScript", async () => {
   await daemon.cli("launch", "web3", "--backend", "sim");
-  const ctx = await chrome.newContext({ javaScriptEnabled: false });
-  const page = await ctx.newPage();
+  const noJS = await chrome.newContext({ javaScriptEnabled: false });
+  await noJS.addCookies(await signedIn().cookies());
+  const page = await noJS.newPage();
   await page.goto(daemon.url + "/instances?q=web3");
   await page.check('input[name="names"][value="web3"]');
   await page.click('[data-testid="bulk-force-stop"]');
@@ -102,20 +172,63 @@ test("actions work as plain forms without JavaScript", async () => {
   assert.equal(await page.locator('[data-testid="outcome"][data-name="web3"]').getAttribute("data-ok"), "true");
   const info = await daemon.info("web3");
   assert.equal(info.status, "Stopped");
-  await ctx.close();
+  await noJS.close();
 });
 
-test("a cross-site form post is refused", async () => {
-  const res = await fetch(daemon.url + "/instances/actions", {
+test("a post without a session, a cross-site post and a post without the token are refused", async () => {
+  const post = (headers) => fetch(daemon.url + "/instances/actions", {
     method: "POST",
-    headers: { "Content-Type": "application/x-www-form-urlencoded", "Sec-Fetch-Site": "cross-site" },
+    redirect: "manual",
+    headers: { "Content-Type": "application/x-www-form-urlencoded", ...headers },
     body: "action=stop&names=web1",
   });
-  assert.equal(res.status, 403);
-  const noToken = await fetch(daemon.url + "/instances/actions", {
-    method: "POST",
-    headers: { "Content-Type": "application/x-www-form-urlencoded" },
-    body: "action=stop&names=web1",
-  });
-  assert.equal(noToken.status, 403);
+  const cookie = await sessionHeader(signedIn());
+  assert.equal((await post({})).status, 401, "no session");
+  assert.equal((await post({ Cookie: cookie, "Sec-Fetch-Site": "cross-site" })).status, 403, "cross-site");
+  assert.equal((await post({ Cookie: cookie })).status, 403, "no CSRF token");
+  const stream = await fetch(daemon.url + "/events", { headers: { Accept: "text/event-stream" } });
+  assert.equal(stream.status, 401, "no live stream without a session");
+});
+
+test("Log out ends the session, and its other open pages go to the login page", async () => {
+  const page = await signedIn().newPage();
+  const other = await signedIn().newPage();
+  await page.goto(daemon.url + "/instances");
+  await other.goto(daemon.url + "/");
+  for (const p of [page, other]) {
+    await waitFor(async () => (await p.getAttribute("#live-indicator", "data-state")) === "connected", { what: "the live indicator" });
+  }
+  const cookie = await sessionHeader(signedIn());
+  await page.click('[data-testid="logout"]');
+  await page.waitForSelector('[data-testid="login-page"]');
+  assert.equal(new URL(page.url()).pathname, "/login");
+  assert.equal(await page.textContent('[data-testid="login-notice"]'), "You are signed out.");
+  assert.equal((await signedIn().cookies()).some((c) => c.name === SESSION_COOKIE && c.value), false, "the cookie is cleared");
+  // The old cookie, replayed, opens nothing.
+  const res = await fetch(daemon.url + "/", { headers: { Cookie: cookie, Accept: "text/html" } });
+  assert.equal(res.status, 401);
+  // The other page's live stream ends at its next heartbeat; the page
+  // then finds the session gone and shows the login page.
+  await other.waitForSelector('[data-testid="login-page"]', { timeout: 45000 });
+  assert.match(await other.textContent('[data-testid="login-notice"]'), /session has ended/);
+  await page.close();
+  await other.close();
+});
+
+test("a login link followed from another site asks for a click, then signs in", async () => {
+  // A fresh one-time URL: the daemon prints one at each start.
+  await daemon.restart();
+  const url = await daemon.loginURL();
+  const browserCtx = await chrome.newContext();
+  const page = await browserCtx.newPage();
+  // A page of no origin of ours links to the login URL (a chat, a mail).
+  await page.setContent(`<a id="go" href="${url}">dashboard</a>`);
+  await page.click("#go");
+  await page.waitForSelector('[data-testid="login-confirm"]');
+  assert.equal((await browserCtx.cookies()).some((c) => c.name === SESSION_COOKIE), false, "not signed in by another site's link alone");
+  await page.click('[data-testid="login-confirm"] button');
+  await page.waitForURL(daemon.url + "/");
+  await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { what: "the live indicator after confirming" });
+  assert.match(await page.textContent('[data-testid="who"]'), /^session\//);
+  await browserCtx.close();
 });

@@ -1,8 +1,11 @@
 // Test harness for the dashboard's browser tests: a real guestlinkd (built
 // by `make build`) on a private state directory and a free localhost port,
-// the real CLI, and Debian's Chromium driven by playwright-core.
+// the real CLI, and Debian's Chromium driven by playwright-core. The
+// dashboard needs a session: the harness signs in with the one-time login
+// URL guestlinkd prints at start (`dashboard login URL`), or a fresh one
+// from `guestlink dashboard --print-url`.
 import { spawn, execFile } from "node:child_process";
-import { mkdtempSync, existsSync, rmSync } from "node:fs";
+import { mkdtempSync, mkdirSync, existsSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
@@ -16,6 +19,19 @@ export const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..")
 // tree then cannot replace binaries under a running test); default bin/.
 export const binDir = process.env.GUESTLINK_BIN ? resolve(process.env.GUESTLINK_BIN) : join(root, "bin");
 const bin = (name) => join(binDir, name);
+
+// Screenshots go outside the tree unless asked for: `make screenshots` sets
+// GUESTLINK_SCREENSHOTS=docs to regenerate the committed docs/dashboard-*.png
+// on purpose; a plain `npm test` leaves the tree as it was.
+export const shotDir = process.env.GUESTLINK_SCREENSHOTS
+  ? resolve(root, process.env.GUESTLINK_SCREENSHOTS)
+  : join(tmpdir(), "guestlink-screenshots");
+mkdirSync(shotDir, { recursive: true });
+/** shot returns the path of a screenshot named name (dashboard-*.png). */
+export const shot = (name) => join(shotDir, name);
+
+/** The cookie holding the dashboard session. */
+export const SESSION_COOKIE = "guestlink_session";
 
 export const CHROMIUM_FLAGS = [
   "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
@@ -72,6 +88,7 @@ export class Daemon {
     d.port = await freePort();
     d.url = `http://127.0.0.1:${d.port}`;
     d.log = [];
+    d.logText = "";
     await d.spawn();
     return d;
   }
@@ -82,7 +99,15 @@ export class Daemon {
     });
     // Never leave the daemon behind this process.
     process.once("exit", () => this.proc.kill("SIGKILL"));
-    const keep = (b) => { this.log.push(b.toString()); if (this.log.length > 500) this.log.shift(); };
+    this.startURL = null;
+    const keep = (b) => {
+      const text = b.toString();
+      this.log.push(text);
+      if (this.log.length > 500) this.log.shift();
+      // The login URL guestlinkd prints once at start (one-time token).
+      const m = !this.startURL && /(https?:\/\/[^\s"]+\/login\?token=[A-Za-z0-9._~%-]+)/.exec(text);
+      if (m) this.startURL = m[1];
+    };
     this.proc.stdout.on("data", keep);
     this.proc.stderr.on("data", keep);
     this.exited = new Promise((r) => this.proc.on("exit", (code, signal) => r({ code, signal })));
@@ -90,8 +115,44 @@ export class Daemon {
     this.exited.then((e) => { gone = e; });
     await waitFor(async () => {
       if (gone) throw new Error(`guestlinkd exited (${JSON.stringify(gone)}) before the dashboard answered`);
-      return (await fetch(this.url + "/instances", { signal: AbortSignal.timeout(2000) })).ok;
+      // The assets are public: they answer before anyone signs in.
+      return (await fetch(this.url + "/assets/app.css", { signal: AbortSignal.timeout(2000) })).ok;
     }, { what: `the dashboard at ${this.url} to answer`, timeout: 60000 });
+  }
+
+  /**
+   * loginURL returns a one-time dashboard login URL on this daemon's
+   * address: first the one guestlinkd printed at start, then fresh ones
+   * from `guestlink dashboard --print-url`.
+   */
+  async loginURL() {
+    let printed = this.startURL;
+    this.startURL = null; // one-time: never hand it out twice
+    if (!printed) {
+      try {
+        printed = (await this.cli("dashboard", "--print-url")).trim();
+      } catch (e) {
+        throw new Error(`no dashboard login URL: guestlinkd printed none at start (a "dashboard login URL" log line) and ${e.message}`);
+      }
+    }
+    const u = new URL(printed);
+    if (u.pathname !== "/login" || !u.searchParams.get("token")) throw new Error(`not a dashboard login URL: ${printed}`);
+    return this.url + u.pathname + u.search;
+  }
+
+  /**
+   * login signs a browser context in (its cookie jar gets the session) and
+   * returns the URL it landed on.
+   */
+  async login(context) {
+    const page = await context.newPage();
+    try {
+      const res = await page.goto(await this.loginURL());
+      if (!res || res.status() !== 200) throw new Error(`signing in: the login URL answered ${res && res.status()}${logTail()}`);
+      return page.url();
+    } finally {
+      await page.close();
+    }
   }
 
   async restart() {
@@ -111,6 +172,29 @@ export class Daemon {
     } catch (e) {
       throw new Error(`guestlink ${args.join(" ")} failed: ${e.message}${e.stderr ? "\n" + e.stderr : ""}${logTail()}`);
     }
+  }
+
+  /**
+   * api calls the admin API over this daemon's TCP address. The TCP API
+   * wants credentials: on a 401 the harness creates the bearer identity
+   * bearer/e2e with the CLI (over the admin socket), issues its token and
+   * sends it from then on.
+   */
+  async api(method, path, body) {
+    const call = () => fetch(this.url + path, {
+      method,
+      headers: { ...(body ? { "Content-Type": "application/json" } : {}), ...(this.bearer ? { Authorization: `Bearer ${this.bearer}` } : {}) },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    let res = await call();
+    if (res.status === 401 && !this.bearer) {
+      await this.cli("auth", "identity", "create", "bearer/e2e").catch(() => {}); // may exist already
+      this.bearer = (await this.cli("auth", "identity", "token", "issue", "bearer/e2e")).trim();
+      res = await call();
+    }
+    const text = await res.text();
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 2000)}`);
+    return text ? JSON.parse(text) : null;
   }
 
   async info(name) {
@@ -152,17 +236,26 @@ export async function browser() {
   return chromium.launch({ executablePath: exe, args: CHROMIUM_FLAGS, timeout: 60000 });
 }
 
+/** sessionHeader returns a Cookie header carrying a context's session. */
+export async function sessionHeader(context) {
+  const c = (await context.cookies()).find((c) => c.name === SESSION_COOKIE);
+  if (!c) throw new Error("the browser context has no dashboard session");
+  return `${c.name}=${c.value}`;
+}
+
 /**
- * streamIDs reads the dashboard's own stream from since and returns the ids
- * of the update messages up to and including until: the authoritative list
- * of lifecycle events a page resuming from since must apply.
+ * streamIDs reads the dashboard's own stream from since (with the session
+ * cookie) and returns the ids of the update messages up to and including
+ * until: the authoritative list of lifecycle events a page resuming from
+ * since must apply.
  */
-export async function streamIDs(url, since, until, timeout = 20000) {
+export async function streamIDs(url, cookie, since, until, timeout = 20000) {
   const ctrl = new AbortController();
   const timer = setTimeout(() => ctrl.abort(), timeout);
   const ids = [];
   try {
-    const res = await fetch(`${url}/events?since=${since}`, { signal: ctrl.signal });
+    const res = await fetch(`${url}/events?since=${since}`, { signal: ctrl.signal, headers: { Cookie: cookie } });
+    if (res.status !== 200) throw new Error(`GET /events: ${res.status} ${await res.text()}`);
     const reader = res.body.getReader();
     const dec = new TextDecoder();
     let buf = "";
