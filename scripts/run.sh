@@ -42,10 +42,14 @@ elif ! bin/guestlink info demo --format json | grep -q '"status": *"\(Running\|R
   bin/guestlink start demo
 fi
 
+# The dashboard needs a session: a one-time login URL signs the browser in.
+login=$(bin/guestlink dashboard --print-url 2>/dev/null || echo "http://$HTTP/ (run bin/guestlink dashboard --print-url for a login URL)")
+
 cat <<MSG
 
 guestlink is running.
-  dashboard:  http://$HTTP/
+  dashboard:  $login
+              (one-time login URL; bin/guestlink dashboard --print-url prints a new one)
   CLI:        export GUESTLINK_STATE_DIR=$STATE_DIR
               bin/guestlink list
               bin/guestlink info demo

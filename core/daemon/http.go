@@ -155,9 +155,12 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 	fc := api.FiberConfig(0)
 	fc.WriteTimeout = 0 // the dashboard's live stream is long-lived
 	app := fiber.New(fc)
+	// Security headers first, so Host refusals and unknown paths carry them.
+	app.Use(web.SecurityHeaders)
 	app.Use(d.api.CheckHost) // DNS rebinding: the dashboard is guarded like the API
 	d.api.Register(app)
 	d.dash = web.New(web.Config{
+		Sessions:  d.tcp.auth, // no session, no data
 		Instances: d.mgr,
 		Events:    d.bus,
 		Backends:  d.plugins,
@@ -346,3 +349,6 @@ func (d *Daemon) closeTCP() {
 		<-d.tcp.purgeDone
 	}
 }
+
+// The authentication service is the dashboard's session store.
+var _ web.Sessions = (*auth.Service)(nil)

@@ -28,14 +28,18 @@ func (r Requestor) Describe() string {
 const maxCause = 64
 
 // APICause is the timeline cause of a change made through the admin API or
-// the dashboard: "api: " and Describe, cut to the 64 characters the
-// timeline keeps ("api" alone when the requestor is unknown).
+// the dashboard: "api: " (or "dashboard: ") and Describe, cut to the 64
+// characters the timeline keeps ("api" alone when the requestor is unknown).
 func (r Requestor) APICause() string {
+	prefix := "api"
+	if r.Protocol == "dashboard" {
+		prefix = "dashboard"
+	}
 	d := r.Describe()
 	if d == "" {
-		return "api"
+		return prefix
 	}
-	c := "api: " + d
+	c := prefix + ": " + d
 	if len(c) > maxCause {
 		c = strings.ToValidUTF8(c[:maxCause], "")
 	}
