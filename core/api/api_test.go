@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/user"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -283,8 +284,8 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("created = %+v", inst)
 		}
 		by := srv.Instances.LastRequestor()
-		if by.Protocol != "unix" {
-			t.Fatalf("requestor = %+v, want protocol unix", by)
+		if by.Protocol != "unix" || by.UID != strconv.Itoa(os.Getuid()) {
+			t.Fatalf("requestor = %+v, want protocol unix and uid %d", by, os.Getuid())
 		}
 		if u, err := user.Current(); err == nil && by.Username != u.Username {
 			t.Fatalf("requestor user = %q, want %q", by.Username, u.Username)

@@ -43,8 +43,16 @@ type Authenticator interface {
 
 var _ Authenticator = (*auth.Service)(nil)
 
-// requestorKey carries the authenticated requestor in the fiber context.
-const requestorKey = "guestlink.requestor"
+// Locals keys of an authenticated TCP request: the requestor, and a
+// function that checks its credentials again (for long event streams).
+const (
+	requestorKey = "guestlink.requestor"
+	recheckKey   = "guestlink.recheck"
+)
+
+// recheckFunc checks a TCP request's credentials again; it returns an error
+// wrapping errdefs.ErrUnauthorized once they were revoked or expired.
+type recheckFunc func(ctx context.Context) error
 
 // authHelp is the end of every 401 message on TCP.
 const authHelp = "present a trusted client certificate over https (guestlink remote add) or an Authorization: Bearer token (guestlink auth identity token issue)"
@@ -62,49 +70,62 @@ func (a *API) authenticate(c *fiber.Ctx) error {
 			return c.Next()
 		}
 	}
-	by, err := a.authenticateTCP(c)
+	by, recheck, err := a.authenticateTCP(c)
 	if err != nil {
 		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="guestlink"`)
 		return err
 	}
 	c.Locals(requestorKey, by)
+	c.Locals(recheckKey, recheck)
 	return c.Next()
 }
 
-// authenticateTCP checks a TCP request's credentials.
-func (a *API) authenticateTCP(c *fiber.Ctx) (events.Requestor, error) {
+// authenticateTCP checks a TCP request's credentials and returns who sent
+// it and how to check the same credentials again later.
+func (a *API) authenticateTCP(c *fiber.Ctx) (events.Requestor, recheckFunc, error) {
 	addr := ""
 	if ra := c.Context().RemoteAddr(); ra != nil {
 		addr = ra.String()
 	}
-	if a.cfg.Auth == nil {
-		return events.Requestor{}, fiber.NewError(http.StatusUnauthorized, "authentication is not available on this listener: use the admin socket")
+	svc := a.cfg.Auth
+	if svc == nil {
+		return events.Requestor{}, nil, fiber.NewError(http.StatusUnauthorized, "authentication is not available on this listener: use the admin socket")
 	}
 	ctx := c.UserContext()
 	var certErr error
 	if cs := c.Context().TLSConnectionState(); cs != nil && len(cs.PeerCertificates) > 0 {
-		cert, err := a.cfg.Auth.AuthenticateCertificate(ctx, cs.PeerCertificates[0])
+		peer := cs.PeerCertificates[0]
+		cert, err := svc.AuthenticateCertificate(ctx, peer)
 		if err == nil {
-			return events.Requestor{Username: cert.Name, Protocol: ProtocolTLS, Address: addr, Fingerprint: cert.Fingerprint}, nil
+			recheck := func(ctx context.Context) error {
+				_, err := svc.AuthenticateCertificate(ctx, peer)
+				return err
+			}
+			return events.Requestor{Username: cert.Name, Protocol: ProtocolTLS, Address: addr, Fingerprint: cert.Fingerprint}, recheck, nil
 		}
 		certErr = err
 	}
 	if h := c.Get(fiber.HeaderAuthorization); h != "" {
 		scheme, token, _ := strings.Cut(strings.TrimSpace(h), " ")
 		if !strings.EqualFold(scheme, "Bearer") {
-			return events.Requestor{}, fiber.NewError(http.StatusUnauthorized,
+			return events.Requestor{}, nil, fiber.NewError(http.StatusUnauthorized,
 				fmt.Sprintf("authorization scheme %q is not supported: send Authorization: Bearer TOKEN", scheme))
 		}
-		name, err := a.cfg.Auth.AuthenticateToken(ctx, strings.TrimSpace(token))
+		token = strings.TrimSpace(token)
+		name, err := svc.AuthenticateToken(ctx, token)
 		if err != nil {
-			return events.Requestor{}, err
+			return events.Requestor{}, nil, err
 		}
-		return events.Requestor{Username: auth.TypeBearer + "/" + name, Protocol: ProtocolBearer, Address: addr}, nil
+		recheck := func(ctx context.Context) error {
+			_, err := svc.AuthenticateToken(ctx, token)
+			return err
+		}
+		return events.Requestor{Username: auth.TypeBearer + "/" + name, Protocol: ProtocolBearer, Address: addr}, recheck, nil
 	}
 	if certErr != nil {
-		return events.Requestor{}, fmt.Errorf("%w; %s", certErr, authHelp)
+		return events.Requestor{}, nil, fmt.Errorf("%w; %s", certErr, authHelp)
 	}
-	return events.Requestor{}, fmt.Errorf("%w: authentication required: %s", errdefs.ErrUnauthorized, authHelp)
+	return events.Requestor{}, nil, fmt.Errorf("%w: authentication required: %s", errdefs.ErrUnauthorized, authHelp)
 }
 
 // hostAllowed reports whether host (the Host header without its port) may

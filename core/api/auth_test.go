@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -20,9 +21,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/guestlink/guestlink/core/api/apitest"
 	"github.com/guestlink/guestlink/core/api/wire"
 	"github.com/guestlink/guestlink/core/auth"
+	"github.com/guestlink/guestlink/core/client"
+	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 )
 
@@ -371,5 +376,62 @@ func TestForwardedHeadersIgnored(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 401 {
 		t.Fatalf("configured host: %d, want 401 (past the Host check)", resp.StatusCode)
+	}
+}
+
+// TestRevokedStreamEnds checks that an events websocket opened with a
+// token or a certificate ends (close 1008) at the next ping once its
+// credentials are revoked, while one opened on the socket goes on.
+func TestRevokedStreamEnds(t *testing.T) {
+	srv := apitest.NewServer(t, apitest.Options{Auth: true, PingInterval: 50 * time.Millisecond})
+	addr := srv.ServeTCP(t)
+	token := srv.BearerToken(t, "ci")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	c, err := client.NewWithOptions("http://"+addr, client.Options{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	local, err := client.New(srv.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	evc, errc := c.Events(ctx, client.EventFilter{})
+	levc, lerrc := local.Events(ctx, client.EventFilter{})
+	if _, err := local.Create(ctx, wire.InstancesPost{Name: "r1", Backend: "sim"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []<-chan events.Event{evc, levc} {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatal("no event before the revocation")
+		}
+	}
+	if err := srv.Auth.RevokeToken(ctx, "ci"); err != nil {
+		t.Fatal(err)
+	}
+	for range evc {
+	}
+	err = <-errc
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || !strings.Contains(ce.Text, "revoked") {
+		t.Fatalf("stream after revocation ended with %v, want close 1008", err)
+	}
+	// The socket's stream is not affected.
+	if _, err := local.UpdateConfig(ctx, "r1", map[string]string{"user.a": "1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev, ok := <-levc:
+		if !ok {
+			t.Fatalf("socket stream ended: %v", <-lerrc)
+		}
+		_ = ev
+	case <-ctx.Done():
+		t.Fatal("socket stream stalled")
 	}
 }

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,6 +14,7 @@ import (
 	"github.com/gofiber/contrib/websocket"
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 )
@@ -39,6 +42,7 @@ const (
 type pendingSub struct {
 	sub     *events.Subscription
 	after   int64
+	recheck recheckFunc // TCP: the credentials, checked again at every ping
 	claimed atomic.Bool
 	timer   *time.Timer
 }
@@ -111,6 +115,7 @@ func (a *API) eventsUpgrade(c *fiber.Ctx) error {
 		return fmt.Errorf("subscribing to events: %w", err)
 	}
 	p := &pendingSub{sub: sub, after: filter.After}
+	p.recheck, _ = c.Locals(recheckKey).(recheckFunc)
 	// If the upgrade fails after this handler returns, nobody runs the
 	// websocket handler: the timer then closes the subscription.
 	p.timer = time.AfterFunc(claimWait, func() {
@@ -159,14 +164,14 @@ func (a *API) eventsSocket() fiber.Handler {
 		}
 		a.streams.Add(1)
 		defer a.streams.Done()
-		a.stream(conn, p.sub, p.after)
+		a.stream(conn, p.sub, p.after, p.recheck)
 	}, websocket.Config{HandshakeTimeout: 10 * time.Second})
 }
 
 // stream sends sub's events on conn as JSON text messages, pings the client
 // every PingInterval, and ends when the client goes, the subscription ends
 // or the API shuts down.
-func (a *API) stream(conn *websocket.Conn, sub *events.Subscription, last int64) {
+func (a *API) stream(conn *websocket.Conn, sub *events.Subscription, last int64, recheck recheckFunc) {
 	defer sub.Close()
 	ping := a.cfg.PingInterval
 
@@ -210,6 +215,18 @@ func (a *API) stream(conn *websocket.Conn, sub *events.Subscription, last int64)
 			}
 			last = ev.ID
 		case <-ticker.C:
+			// A revoked token or certificate ends the stream at the next
+			// ping; a store error does not (the credentials were good).
+			if recheck != nil {
+				rctx, cancel := context.WithTimeout(context.Background(), writeWait)
+				err := recheck(rctx)
+				cancel()
+				if errors.Is(err, errdefs.ErrUnauthorized) {
+					closeWith(conn, websocket.ClosePolicyViolation, "credentials revoked or expired: "+err.Error())
+					a.waitClose(gone)
+					return
+				}
+			}
 			if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
 				return
 			}
