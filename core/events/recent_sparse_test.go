@@ -11,7 +11,7 @@ import (
 // sparseStore is an event log whose ids have large gaps, as retention
 // leaves them after pruning a noisy instance; it counts the reads.
 type sparseStore struct {
-	EventStore // only LastEventID and EventsAfter are used
+	EventStore             // only LastEventID and EventsAfter are used
 	events     []*db.Event // by id, ascending
 	reads      int
 	rows       int
