@@ -28,7 +28,7 @@ type TimelineEntry struct {
 	InstanceID int64     `gorm:"index:idx_timeline_instance,priority:1;not null"`
 	Time       time.Time `gorm:"index:idx_timeline_instance,priority:2;not null"`
 	Boot       int64     `gorm:"not null"`
-	Kind       string    `gorm:"size:16;not null"` // "state", "agent", "ready"
+	Kind       string    `gorm:"size:16;not null"` // "state", "agent", "ready", "throttle"
 	From       string    `gorm:"size:32"`
 	To         string    `gorm:"size:32;not null"`
 	Cause      string    `gorm:"size:64"` // "api", "devlxd", "backend", "daemon", "agent"
@@ -41,6 +41,6 @@ type Event struct {
 	ID       int64     `gorm:"primaryKey;autoIncrement"`
 	Time     time.Time `gorm:"index;not null"`
 	Type     string    `gorm:"size:32;not null"`
-	Instance string    `gorm:"index;size:63"`
+	Instance string    `gorm:"size:63"`  // indexed with id (migration 202611230001)
 	Body     []byte    `gorm:"not null"` // the event's JSON as sent to subscribers, minus its id
 }

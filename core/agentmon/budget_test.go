@@ -287,3 +287,105 @@ func TestDevlxdAndRingStorm(t *testing.T) {
 		}
 	})
 }
+
+// TestRingBudgetAdmit walks one guest's ring budget read by read: reads
+// within it pass, a read over the bytes or the lines is refused whole
+// (nothing taken) and pauses reads until a full read fits again, and every
+// read costs at least readCost.
+func TestRingBudgetAdmit(t *testing.T) {
+	cfg := Config{RingBytesPerSecond: 1024, RingBurstBytes: RingReadMax, RingLinesPerSecond: 2, RingBurstLines: 4}
+	b := newRingBudget(&cfg)
+	t0 := time.Unix(1_000_000, 0)
+	steps := []struct {
+		name   string
+		at     time.Duration
+		data   string
+		admit  bool
+		paused time.Duration // how long reads are paused after the step (0: not)
+	}{
+		{"a word", 0, "STARTED\n", true, 0},
+		{"an empty read costs readCost", 0, "", true, 0},
+		{"two lines", 0, "A\nB\n", true, 0},
+		// Lines: 1 left of 4, refused; reads resume when the bytes hold a
+		// full read (768 missing at 1024/s) and the lines half their burst
+		// (1 missing at 2/s): 750 ms.
+		{"one line left in the burst", 0, "A\nB\n", false, 750 * time.Millisecond},
+		{"still paused", 500 * time.Millisecond, "", false, 0},
+		{"resumed", 750 * time.Millisecond, "CONNECTED\n", true, 0},
+		{"a full read over the bytes", 750 * time.Millisecond, strings.Repeat("x", RingReadMax), false, 0},
+	}
+	for _, st := range steps {
+		now := t0.Add(st.at)
+		if st.name == "still paused" {
+			if !b.paused(now) {
+				t.Fatalf("%s: not paused at +%v", st.name, st.at)
+			}
+			continue
+		}
+		if b.paused(now) {
+			t.Fatalf("%s: paused at +%v", st.name, st.at)
+		}
+		if got := b.admit([]byte(st.data), now); got != st.admit {
+			t.Fatalf("%s: admit = %v, want %v", st.name, got, st.admit)
+		}
+		if st.paused > 0 {
+			if got := b.resumeAt.Sub(now); got != st.paused {
+				t.Fatalf("%s: paused for %v, want %v", st.name, got, st.paused)
+			}
+		}
+		if !st.admit && !b.pausedUntil.after(now) {
+			t.Fatalf("%s: backend events would still wake the monitor", st.name)
+		}
+	}
+}
+
+// TestEpisode checks that refusals less than throttleQuiet apart are one
+// episode (reported once) and a refusal after a quiet spell starts another.
+func TestEpisode(t *testing.T) {
+	var e episode
+	t0 := time.Unix(1_000_000, 0)
+	for _, st := range []struct {
+		at    time.Duration
+		start bool
+	}{
+		{0, true},
+		{time.Second, false},
+		{time.Second + throttleQuiet - time.Millisecond, false},
+		{3*time.Second + 2*throttleQuiet, true},
+	} {
+		if got := e.refuse(t0.Add(st.at)); got != st.start {
+			t.Fatalf("refusal at +%v starts an episode: %v, want %v", st.at, got, st.start)
+		}
+	}
+}
+
+// TestRingOverBudgetNotParsed checks that a read over the budget is
+// dropped whole, unparsed: a word in it changes nothing.
+func TestRingOverBudgetNotParsed(t *testing.T) {
+	certs := testCerts(t)
+	synctest.Test(t, func(t *testing.T) {
+		svc, g := startRingGuest(t, certs, 8192, func(c *Config) {
+			c.RingBytesPerSecond, c.RingBurstBytes = 1024, RingReadMax
+		})
+		g.write(svc, []byte("CONNECTED\n")) // costs readCost of the burst
+		synctest.Wait()
+		if _, _, last, _ := g.counts(); last != instance.AgentConnected {
+			t.Fatalf("agent state %q, want connected", last)
+		}
+		// A full read: more than the budget left.
+		g.write(svc, append([]byte(strings.Repeat("x", RingReadMax-len("STOPPED\n"))), "STOPPED\n"...))
+		synctest.Wait()
+		time.Sleep(5 * time.Second) // the budget refills; nothing is left to read
+		synctest.Wait()
+		_, changes, last, throttles := g.counts()
+		if last != instance.AgentConnected || len(changes) != 1 {
+			t.Errorf("agent states %q: the word in the dropped read was applied", changes)
+		}
+		if len(throttles) != 1 {
+			t.Errorf("throttle records %q, want one", throttles)
+		}
+		if n := g.ring.Len(); n != 0 {
+			t.Errorf("%d bytes left in the ring: the dropped read should have consumed them", n)
+		}
+	})
+}

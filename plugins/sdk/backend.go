@@ -123,8 +123,12 @@ const (
 	EventReset                // the guest rebooted, its process kept
 	EventPortOpened           // the guest opened a serial port (Port)
 	EventPortClosed           // the guest closed a serial port (Port)
-	EventRingData             // the guest wrote to the agent ring buffer
-	EventError                // a backend-side failure for this guest (Detail)
+	// EventRingData: the guest wrote to the agent ring buffer. Send it at
+	// most every few tens of milliseconds per guest (the sim sends one per
+	// 20 ms at most, QEMU none): a guest flooding its port must not become
+	// a flood of events the daemon has to take.
+	EventRingData
+	EventError // a backend-side failure for this guest (Detail)
 )
 
 // String returns the event kind name.
