@@ -50,6 +50,8 @@ type Config struct {
 	Logger *slog.Logger
 	// LogLevel sets the level of plugin logs carried into the daemon's log.
 	LogLevel slog.Level
+	// APILimits bound the admin API's concurrent requests (zero: defaults).
+	APILimits api.Limits
 }
 
 // Daemon is a running guestlinkd.
@@ -192,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("starting daemon: recovering instances: %w", err)
 	}
 
-	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api")})
+	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"), Limits: cfg.APILimits})
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
