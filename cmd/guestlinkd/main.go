@@ -35,12 +35,17 @@ func main() {
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	flag.Float64Var(&cfg.GuestRingBytes, "guest-ring-bytes", agentmon.DefaultRingBytesPerSecond, "ring-buffer bytes read per second from each guest; a guest writing more is throttled")
 	flag.Float64Var(&cfg.GuestRingLines, "guest-ring-lines", agentmon.DefaultRingLinesPerSecond, "ring-buffer lines read per second from each guest; a guest writing more is throttled")
+	flag.IntVar(&cfg.APILimits.MaxInFlight, "api-max-requests", 0, "admin API requests served at once, more wait briefly then get 503 (default 8 x GOMAXPROCS)")
+	flag.IntVar(&cfg.APILimits.MaxLists, "api-max-lists", 0, "instance lists served at once, apart from the other requests (default 2 x GOMAXPROCS)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fail(fmt.Errorf("unexpected argument %q", flag.Arg(0)))
 	}
 	if cfg.StateDir == "" {
 		fail(fmt.Errorf("--state-dir is required"))
+	}
+	if cfg.APILimits.MaxInFlight < 0 || cfg.APILimits.MaxLists < 0 {
+		fail(fmt.Errorf("--api-max-requests and --api-max-lists must be positive (0: the default)"))
 	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(level)); err != nil {
 		fail(fmt.Errorf("--log-level %q: %w", level, err))

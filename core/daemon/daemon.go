@@ -62,6 +62,8 @@ type Config struct {
 	// RingLinesPerSecond; zero takes agentmon's defaults, 4096 and 20).
 	GuestRingBytes float64
 	GuestRingLines float64
+	// APILimits bound the admin API's concurrent requests (zero: defaults).
+	APILimits api.Limits
 }
 
 // Daemon is a running guestlinkd.
@@ -220,7 +222,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 
 	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
-		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL})
+		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits})
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}

@@ -39,11 +39,11 @@ func CheckTrusted(what, path string) error {
 	if err != nil {
 		return fmt.Errorf("checking %s %q: %w", what, path, err)
 	}
-	if err := checkOwnerMode(what, path, real, false); err != nil {
+	if err := checkOwnerMode(what, path, abs, real, false); err != nil {
 		return err
 	}
 	for dir := filepath.Dir(real); ; dir = filepath.Dir(dir) {
-		if err := checkOwnerMode(what, path, dir, true); err != nil {
+		if err := checkOwnerMode(what, path, abs, dir, true); err != nil {
 			return err
 		}
 		if dir == filepath.Dir(dir) {
@@ -52,9 +52,9 @@ func CheckTrusted(what, path string) error {
 	}
 }
 
-// checkOwnerMode checks one path of CheckTrusted: p is path itself or, if
-// parent, one of the directories above it.
-func checkOwnerMode(what, path, p string, parent bool) error {
+// checkOwnerMode checks one path of CheckTrusted: p is path itself (abs, or
+// the target of a link) or, if parent, one of the directories above it.
+func checkOwnerMode(what, path, abs, p string, parent bool) error {
 	fi, err := os.Stat(p)
 	if err != nil {
 		return fmt.Errorf("checking %s %q: %w", what, path, err)
@@ -64,7 +64,7 @@ func checkOwnerMode(what, path, p string, parent bool) error {
 		return fmt.Errorf("checking %s %q: no owner information for %q: %w", what, path, p, ErrUntrusted)
 	}
 	subject := fmt.Sprintf("%s %q", what, path)
-	if p != path {
+	if p != abs {
 		if parent {
 			subject += fmt.Sprintf(": directory %q above it", p)
 		} else {
