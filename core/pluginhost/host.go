@@ -215,8 +215,8 @@ func (h *Host) Backend(name string) (sdk.Backend, error) {
 		}
 		return nil, fmt.Errorf("backend %q (available: %s): %w", name, avail, errdefs.ErrNotFound)
 	}
-	if m.rejected != nil {
-		return nil, unavailable(fmt.Errorf("backend %q is rejected: %w", name, m.rejected))
+	if err := m.rejection(); err != nil {
+		return nil, unavailable(fmt.Errorf("backend %q is rejected: %w", name, err))
 	}
 	return m.proxy, nil
 }
@@ -240,6 +240,12 @@ func (h *Host) List() []Status {
 // Restart kills the named plugin's process if it runs and starts a new one
 // now, also when the supervisor was waiting to retry: the failure count and
 // the backoff are reset. The daemon's OnRestart follows as for any restart.
+//
+// The binary is verified again first, as at discovery: trusted paths and a
+// checksum read anew from SumsFile. So a rejected plugin whose binary or
+// checksum was fixed is started, and a plugin upgraded together with its
+// checksum runs the new binary. A plugin that fails the check is not
+// restarted (a running process keeps running): the error says why.
 func (h *Host) Restart(name string) error {
 	h.mu.Lock()
 	m, ok := h.plugins[name]
@@ -247,12 +253,27 @@ func (h *Host) Restart(name string) error {
 	if !ok {
 		return fmt.Errorf("restarting backend %q: %w", name, errdefs.ErrNotFound)
 	}
-	if m.rejected != nil {
-		return unavailable(fmt.Errorf("restarting backend %q: rejected: %w", name, m.rejected))
-	}
 	if h.ctx.Err() != nil {
 		return unavailable(fmt.Errorf("restarting backend %q: plugin host closed", name))
 	}
+	c, err := verify(h.cfg.Dir, name)
+	if err == nil {
+		err = c.rejected
+	}
+	if err != nil {
+		m.mu.Lock()
+		if m.client == nil && !m.running {
+			m.lastErr = err.Error()
+		}
+		m.mu.Unlock()
+		return unavailable(fmt.Errorf("restarting backend %q: rejected: %w", name, err))
+	}
+	m.mu.Lock()
+	if m.rejected != nil && m.launches == 0 {
+		m.lateStart = true // never ran: the daemon has not recovered its guests
+	}
+	m.sum, m.rejected = c.sum, nil
+	m.mu.Unlock()
 	if m.requestRestart() {
 		h.wg.Add(1)
 		go func() {

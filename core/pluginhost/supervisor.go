@@ -23,13 +23,11 @@ var errRestartRequested = errors.New("restart requested")
 // managed is one discovered plugin and, unless it is rejected, its
 // supervisor's state.
 type managed struct {
-	h        *Host
-	name     string
-	path     string
-	sum      []byte
-	rejected error // set at discovery, never changes
-	proxy    *proxy
-	log      hclog.Logger
+	h     *Host
+	name  string
+	path  string
+	proxy *proxy
+	log   hclog.Logger
 
 	firstDone chan struct{} // closed after the first start attempt
 	firstOnce sync.Once
@@ -37,6 +35,9 @@ type managed struct {
 	restartCh chan struct{} // wake the supervisor: Restart was called
 
 	mu         sync.Mutex
+	sum        []byte      // the binary's checksum (from SumsFile)
+	rejected   error       // why the plugin is not started; set at discovery, cleared by a Restart that verified it
+	lateStart  bool        // started by Restart after a rejection at discovery: its guests need Recover
 	client     *sdk.Client // the current process, nil while down
 	info       *sdk.Info   // from the last successful start
 	health     Health
@@ -76,6 +77,13 @@ func newManaged(h *Host, c candidate) *managed {
 		m.running = true // Start runs supervise next
 	}
 	return m
+}
+
+// rejection returns why the plugin is not started, nil if it may be.
+func (m *managed) rejection() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rejected
 }
 
 func (m *managed) status() Status {
@@ -254,6 +262,7 @@ func (m *managed) launch(ctx context.Context) (*sdk.Client, *sdk.Info, error) {
 	if m.launches > 1 {
 		m.restarts++
 	}
+	sum := m.sum
 	m.mu.Unlock()
 	if err := CheckTrusted("plugin binary", m.path); err != nil {
 		return nil, nil, fmt.Errorf("starting plugin %q: %w", m.name, err)
@@ -263,11 +272,11 @@ func (m *managed) launch(ctx context.Context) (*sdk.Client, *sdk.Info, error) {
 	c, err := sdk.Launch(lctx, m.path, sdk.LaunchOptions{
 		Logger:       cfg.Logger,
 		StartTimeout: cfg.StartTimeout,
-		Checksum:     m.sum,
+		Checksum:     sum,
 		Env:          cfg.Env,
 	})
 	if errors.Is(err, sdk.ErrChecksum) {
-		return nil, nil, checksumChanged(m.path, m.sum, err)
+		return nil, nil, checksumChanged(m.path, sum, err)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -304,7 +313,8 @@ func (m *managed) run(ctx context.Context, c *sdk.Client, info *sdk.Info) error 
 	m.mu.Lock()
 	m.client, m.info, m.health = c, info, HealthHealthy
 	m.concludedLocked()
-	restarted := m.launches > 1
+	restarted := m.launches > 1 || m.lateStart
+	m.lateStart = false
 	m.mu.Unlock()
 	m.log.Info("plugin running", "pid", c.PID(), "version", info.Version)
 	m.firstOnce.Do(func() { close(m.firstDone) })
