@@ -39,8 +39,9 @@ const (
 	// a plugin that keeps failing stays "restarting", with its last error
 	// and the time of its next attempt.)
 	HealthFailed Health = "failed"
-	// HealthRejected: the binary's checksum is missing or wrong; it is never
-	// started.
+	// HealthRejected: the binary's checksum is missing or wrong, or a path
+	// is not trusted (CheckTrusted); it is not started until a Restart
+	// verifies it again.
 	HealthRejected Health = "rejected"
 )
 
@@ -55,7 +56,7 @@ type Status struct {
 	LastError    string           `json:"last_error"` // why it last failed, "" if never
 	PID          int              `json:"pid"`        // the plugin process, 0 when down
 	// Failures counts the failed starts and early exits in a row; the wait
-	// before the next attempt doubles with each (MinBackoff to MaxBackoff).
+	// before the next attempt grows with each (MinBackoff to MaxBackoff).
 	Failures int `json:"failures"`
 	// NextRetryAt is when the supervisor starts the plugin again, set while
 	// it waits (health "restarting"); Restart skips the wait.
@@ -86,8 +87,9 @@ type Config struct {
 	// HealthTimeout bounds each ping (5s). Three failed pings in a row,
 	// spread over at least two intervals, count as a hung plugin, which is
 	// killed and restarted. A ping that failed while the daemon itself was
-	// saturated (a probe timer fired late, or the ping returned well after
-	// its deadline) is not counted: see Status.SkippedChecks.
+	// saturated (its runnable goroutines waited for a CPU longer than the
+	// ping could allow, or the ping returned well after its deadline) is not
+	// counted: see Status.SkippedChecks.
 	HealthInterval time.Duration
 	HealthTimeout  time.Duration
 	// MinBackoff and MaxBackoff bound the exponential wait between restarts

@@ -96,9 +96,8 @@ func (m *managed) status() Status {
 		Restarts:  m.restarts,
 		LastError: m.lastErr,
 		Failures:  m.failures,
-
-		SkippedChecks: m.skipped,
 	}
+	st.SkippedChecks = m.skipped
 	if !m.nextRetry.IsZero() {
 		t := m.nextRetry
 		st.NextRetryAt = &t
@@ -166,7 +165,7 @@ func (m *managed) setDown(health Health, err error) {
 
 // supervise starts the plugin and keeps it running until ctx ends or its
 // binary is rejected. It never gives up on a plugin that fails: it starts
-// it again after an exponential backoff (MinBackoff doubling up to
+// it again after an exponential backoff (MinBackoff growing 1.5× up to
 // MaxBackoff), forever; Restart skips the wait and resets the backoff.
 func (m *managed) supervise(ctx context.Context) {
 	cfg := &m.h.cfg
