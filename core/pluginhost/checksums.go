@@ -176,28 +176,54 @@ func discover(dir string) ([]candidate, error) {
 		}
 	}
 	sums, sumsErr := ReadChecksums(sumsPath)
-	var out []candidate
+	out := make([]candidate, 0, len(names))
 	for _, name := range names {
-		c := candidate{name: name, path: filepath.Join(dir, name)}
-		switch want, ok := sums[name]; {
-		case sumsErr != nil:
-			c.rejected = fmt.Errorf("no usable %s: %w: %w", SumsFile, sumsErr, ErrChecksum)
-		case !ok:
-			c.rejected = fmt.Errorf("no checksum for %q in %s: %w", name, sumsPath, ErrChecksum)
-		default:
-			got, err := fileSum(c.path)
-			switch {
-			case err != nil:
-				c.rejected = fmt.Errorf("checksumming %q: %w", c.path, err)
-			case !bytes.Equal(got, want):
-				c.rejected = fmt.Errorf("%s says sha256 %x for %q, the file has sha256 %x: %w", SumsFile, want, name, got, ErrChecksum)
-			default:
-				c.sum = want
-			}
-		}
-		out = append(out, c)
+		out = append(out, check(dir, name, sums, sumsErr))
 	}
 	return out, nil
+}
+
+// verify checks one plugin of dir again as discover does, reading SumsFile
+// anew (Restart: the administrator may have fixed the binary or its
+// checksum). An untrusted path is an error; a checksum that is missing or
+// wrong is the candidate's rejection.
+func verify(dir, name string) (candidate, error) {
+	if err := CheckTrusted("plugin directory", dir); err != nil {
+		return candidate{}, err
+	}
+	sumsPath := filepath.Join(dir, SumsFile)
+	if err := CheckTrusted("checksum file", sumsPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return candidate{}, err
+	}
+	if err := CheckTrusted("plugin binary", filepath.Join(dir, name)); err != nil {
+		return candidate{}, err
+	}
+	sums, sumsErr := ReadChecksums(sumsPath)
+	return check(dir, name, sums, sumsErr), nil
+}
+
+// check compares one plugin binary with its checksum in sums (read from
+// dir's SumsFile, or sumsErr).
+func check(dir, name string, sums map[string][]byte, sumsErr error) candidate {
+	sumsPath := filepath.Join(dir, SumsFile)
+	c := candidate{name: name, path: filepath.Join(dir, name)}
+	switch want, ok := sums[name]; {
+	case sumsErr != nil:
+		c.rejected = fmt.Errorf("no usable %s: %w: %w", SumsFile, sumsErr, ErrChecksum)
+	case !ok:
+		c.rejected = fmt.Errorf("no checksum for %q in %s: %w", name, sumsPath, ErrChecksum)
+	default:
+		got, err := fileSum(c.path)
+		switch {
+		case err != nil:
+			c.rejected = fmt.Errorf("checksumming %q: %w", c.path, err)
+		case !bytes.Equal(got, want):
+			c.rejected = fmt.Errorf("%s says sha256 %x for %q, the file has sha256 %x: %w", SumsFile, want, name, got, ErrChecksum)
+		default:
+			c.sum = want
+		}
+	}
+	return c
 }
 
 // checksumChanged explains a binary refused at launch because its content

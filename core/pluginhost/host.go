@@ -39,8 +39,9 @@ const (
 	// a plugin that keeps failing stays "restarting", with its last error
 	// and the time of its next attempt.)
 	HealthFailed Health = "failed"
-	// HealthRejected: the binary's checksum is missing or wrong; it is never
-	// started.
+	// HealthRejected: the binary's checksum is missing or wrong, or a path
+	// is not trusted (CheckTrusted); it is not started until a Restart
+	// verifies it again.
 	HealthRejected Health = "rejected"
 )
 
@@ -55,7 +56,7 @@ type Status struct {
 	LastError    string           `json:"last_error"` // why it last failed, "" if never
 	PID          int              `json:"pid"`        // the plugin process, 0 when down
 	// Failures counts the failed starts and early exits in a row; the wait
-	// before the next attempt doubles with each (MinBackoff to MaxBackoff).
+	// before the next attempt grows with each (MinBackoff to MaxBackoff).
 	Failures int `json:"failures"`
 	// NextRetryAt is when the supervisor starts the plugin again, set while
 	// it waits (health "restarting"); Restart skips the wait.
@@ -86,8 +87,9 @@ type Config struct {
 	// HealthTimeout bounds each ping (5s). Three failed pings in a row,
 	// spread over at least two intervals, count as a hung plugin, which is
 	// killed and restarted. A ping that failed while the daemon itself was
-	// saturated (a probe timer fired late, or the ping returned well after
-	// its deadline) is not counted: see Status.SkippedChecks.
+	// saturated (its runnable goroutines waited for a CPU longer than the
+	// ping could allow, or the ping returned well after its deadline) is not
+	// counted: see Status.SkippedChecks.
 	HealthInterval time.Duration
 	HealthTimeout  time.Duration
 	// MinBackoff and MaxBackoff bound the exponential wait between restarts
@@ -215,8 +217,8 @@ func (h *Host) Backend(name string) (sdk.Backend, error) {
 		}
 		return nil, fmt.Errorf("backend %q (available: %s): %w", name, avail, errdefs.ErrNotFound)
 	}
-	if m.rejected != nil {
-		return nil, unavailable(fmt.Errorf("backend %q is rejected: %w", name, m.rejected))
+	if err := m.rejection(); err != nil {
+		return nil, unavailable(fmt.Errorf("backend %q is rejected: %w", name, err))
 	}
 	return m.proxy, nil
 }
@@ -240,6 +242,12 @@ func (h *Host) List() []Status {
 // Restart kills the named plugin's process if it runs and starts a new one
 // now, also when the supervisor was waiting to retry: the failure count and
 // the backoff are reset. The daemon's OnRestart follows as for any restart.
+//
+// The binary is verified again first, as at discovery: trusted paths and a
+// checksum read anew from SumsFile. So a rejected plugin whose binary or
+// checksum was fixed is started, and a plugin upgraded together with its
+// checksum runs the new binary. A plugin that fails the check is not
+// restarted (a running process keeps running): the error says why.
 func (h *Host) Restart(name string) error {
 	h.mu.Lock()
 	m, ok := h.plugins[name]
@@ -247,12 +255,27 @@ func (h *Host) Restart(name string) error {
 	if !ok {
 		return fmt.Errorf("restarting backend %q: %w", name, errdefs.ErrNotFound)
 	}
-	if m.rejected != nil {
-		return unavailable(fmt.Errorf("restarting backend %q: rejected: %w", name, m.rejected))
-	}
 	if h.ctx.Err() != nil {
 		return unavailable(fmt.Errorf("restarting backend %q: plugin host closed", name))
 	}
+	c, err := verify(h.cfg.Dir, name)
+	if err == nil {
+		err = c.rejected
+	}
+	if err != nil {
+		m.mu.Lock()
+		if m.client == nil && !m.running {
+			m.lastErr = err.Error()
+		}
+		m.mu.Unlock()
+		return unavailable(fmt.Errorf("restarting backend %q: rejected: %w", name, err))
+	}
+	m.mu.Lock()
+	if m.rejected != nil && m.launches == 0 {
+		m.lateStart = true // never ran: the daemon has not recovered its guests
+	}
+	m.sum, m.rejected = c.sum, nil
+	m.mu.Unlock()
 	if m.requestRestart() {
 		h.wg.Add(1)
 		go func() {

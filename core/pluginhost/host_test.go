@@ -598,4 +598,11 @@ func TestReplacedBinaryRejectedAtRestart(t *testing.T) {
 	if st := status(h, "swapped"); !strings.Contains(st.LastError, "checksum") || strings.Count(st.LastError, "sha256 ") != 2 || st.PID != 0 {
 		t.Fatalf("status = %+v, want rejected for its checksum, with both hashes", st)
 	}
+	// The administrator vouches for the new binary: Restart runs it.
+	if err := pluginhost.WriteChecksums(dir); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := h.RestartWait(ctxT(t), "swapped"); err != nil || st.Health != pluginhost.HealthHealthy {
+		t.Fatalf("RestartWait after WriteChecksums = %+v, %v; want healthy", st, err)
+	}
 }

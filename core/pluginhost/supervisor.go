@@ -23,13 +23,11 @@ var errRestartRequested = errors.New("restart requested")
 // managed is one discovered plugin and, unless it is rejected, its
 // supervisor's state.
 type managed struct {
-	h        *Host
-	name     string
-	path     string
-	sum      []byte
-	rejected error // set at discovery, never changes
-	proxy    *proxy
-	log      hclog.Logger
+	h     *Host
+	name  string
+	path  string
+	proxy *proxy
+	log   hclog.Logger
 
 	firstDone chan struct{} // closed after the first start attempt
 	firstOnce sync.Once
@@ -37,6 +35,9 @@ type managed struct {
 	restartCh chan struct{} // wake the supervisor: Restart was called
 
 	mu         sync.Mutex
+	sum        []byte      // the binary's checksum (from SumsFile)
+	rejected   error       // why the plugin is not started; set at discovery, cleared by a Restart that verified it
+	lateStart  bool        // started by Restart after a rejection at discovery: its guests need Recover
 	client     *sdk.Client // the current process, nil while down
 	info       *sdk.Info   // from the last successful start
 	health     Health
@@ -78,6 +79,13 @@ func newManaged(h *Host, c candidate) *managed {
 	return m
 }
 
+// rejection returns why the plugin is not started, nil if it may be.
+func (m *managed) rejection() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rejected
+}
+
 func (m *managed) status() Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -88,9 +96,8 @@ func (m *managed) status() Status {
 		Restarts:  m.restarts,
 		LastError: m.lastErr,
 		Failures:  m.failures,
-
-		SkippedChecks: m.skipped,
 	}
+	st.SkippedChecks = m.skipped
 	if !m.nextRetry.IsZero() {
 		t := m.nextRetry
 		st.NextRetryAt = &t
@@ -158,7 +165,7 @@ func (m *managed) setDown(health Health, err error) {
 
 // supervise starts the plugin and keeps it running until ctx ends or its
 // binary is rejected. It never gives up on a plugin that fails: it starts
-// it again after an exponential backoff (MinBackoff doubling up to
+// it again after an exponential backoff (MinBackoff growing 1.5× up to
 // MaxBackoff), forever; Restart skips the wait and resets the backoff.
 func (m *managed) supervise(ctx context.Context) {
 	cfg := &m.h.cfg
@@ -254,6 +261,7 @@ func (m *managed) launch(ctx context.Context) (*sdk.Client, *sdk.Info, error) {
 	if m.launches > 1 {
 		m.restarts++
 	}
+	sum := m.sum
 	m.mu.Unlock()
 	if err := CheckTrusted("plugin binary", m.path); err != nil {
 		return nil, nil, fmt.Errorf("starting plugin %q: %w", m.name, err)
@@ -263,11 +271,11 @@ func (m *managed) launch(ctx context.Context) (*sdk.Client, *sdk.Info, error) {
 	c, err := sdk.Launch(lctx, m.path, sdk.LaunchOptions{
 		Logger:       cfg.Logger,
 		StartTimeout: cfg.StartTimeout,
-		Checksum:     m.sum,
+		Checksum:     sum,
 		Env:          cfg.Env,
 	})
 	if errors.Is(err, sdk.ErrChecksum) {
-		return nil, nil, checksumChanged(m.path, m.sum, err)
+		return nil, nil, checksumChanged(m.path, sum, err)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -304,7 +312,8 @@ func (m *managed) run(ctx context.Context, c *sdk.Client, info *sdk.Info) error 
 	m.mu.Lock()
 	m.client, m.info, m.health = c, info, HealthHealthy
 	m.concludedLocked()
-	restarted := m.launches > 1
+	restarted := m.launches > 1 || m.lateStart
+	m.lateStart = false
 	m.mu.Unlock()
 	m.log.Info("plugin running", "pid", c.PID(), "version", info.Version)
 	m.firstOnce.Do(func() { close(m.firstDone) })

@@ -2,6 +2,8 @@ package pluginhost_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -184,5 +186,47 @@ func TestHealthChecksUnderCPUFlood(t *testing.T) {
 	b, _ := h.Backend("busy")
 	if _, err := b.Info(ctxT(t)); err != nil {
 		t.Fatalf("Info after the flood: %v", err)
+	}
+}
+
+// TestRestartVerifiesAgain: Restart reads SHA256SUMS anew, so a plugin
+// rejected at discovery starts once its checksum is fixed (and the daemon
+// is told to recover its guests), and a wrong checksum is refused.
+func TestRestartVerifiesAgain(t *testing.T) {
+	dir, bdir := pluginDir(t, map[string]map[string]any{"late": nil})
+	f, err := os.OpenFile(filepath.Join(dir, "late"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("upgraded"))
+	f.Close()
+	restarted := make(chan string, 4)
+	cfg := testConfig(dir, bdir)
+	cfg.OnRestart = func(name string) { restarted <- name }
+	h := startHost(t, cfg)
+	if st := status(h, "late"); st.Health != pluginhost.HealthRejected {
+		t.Fatalf("status = %+v, want rejected", st)
+	}
+	_, err = h.RestartWait(ctxT(t), "late")
+	if !errors.Is(err, errdefs.ErrUnavailable) || !errors.Is(err, pluginhost.ErrChecksum) || strings.Count(err.Error(), "sha256 ") != 2 {
+		t.Fatalf("RestartWait with the old checksum = %v, want a checksum rejection with both hashes", err)
+	}
+	if err := pluginhost.WriteChecksums(dir); err != nil {
+		t.Fatal(err)
+	}
+	st, err := h.RestartWait(ctxT(t), "late")
+	if err != nil || st.Health != pluginhost.HealthHealthy || st.PID == 0 {
+		t.Fatalf("RestartWait after fixing SHA256SUMS = %+v, %v; want healthy", st, err)
+	}
+	select {
+	case name := <-restarted:
+		if name != "late" {
+			t.Fatalf("OnRestart(%q)", name)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("OnRestart not called for a plugin first started by Restart")
+	}
+	if _, err := h.Backend("late"); err != nil {
+		t.Fatalf("Backend after the fix: %v", err)
 	}
 }
