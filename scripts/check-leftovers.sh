@@ -44,7 +44,9 @@ tree_state() {
 read -r mark _ < <(proc_start_state $$)
 before=$(tree_state)
 run_id="$$-$mark"
-run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/guestlink-test.XXXXXX")
+# Short: unix socket paths under it (guests' QMP sockets) must stay within
+# the kernel's 107 bytes.
+run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/glt.XXXXXX")
 chmod 0700 "$run_tmp"
 
 TMPDIR=$run_tmp GLTEST_RUN_ID=$run_id "$@"
@@ -68,9 +70,9 @@ for d in /proc/[0-9]*; do
   [ -n "${start:-}" ] && [ "$start" -gt "$mark" ] || continue
   [ "$state" = Z ] || [ "$state" = X ] && continue
   exe=$(readlink "$d/exe" 2>/dev/null || true)
-  cmdline=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null || true)
+  cmdline=$(tr '\0' ' ' 2>/dev/null <"$d/cmdline" || true)
   ours=""
-  if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "GLTEST_RUN_ID=$run_id"; then
+  if tr '\0' '\n' 2>/dev/null <"$d/environ" | grep -qx "GLTEST_RUN_ID=$run_id"; then
     ours=env
   elif [[ "$exe" == "$root/bin/"* || "$exe" == "$run_tmp/"* || "$cmdline" == *"$root/bin/"* || "$cmdline" == *"$run_tmp/"* ]]; then
     ours=path

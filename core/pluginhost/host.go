@@ -297,15 +297,19 @@ func (h *Host) RestartWait(ctx context.Context, name string) (Status, error) {
 	if !ok {
 		return Status{}, fmt.Errorf("restarting backend %q: %w", name, errdefs.ErrNotFound)
 	}
+	// An attempt that began before the request (a process started as the
+	// backoff ran out) may conclude first: wait for one that began after it.
+	// A supervisor that ended (a rejected binary) serves nothing more.
 	m.mu.Lock()
-	gen := m.attempts
+	req, gen := m.requested+1, m.attempts
 	m.mu.Unlock()
 	if err := h.Restart(name); err != nil {
 		return m.status(), err
 	}
 	for {
 		m.mu.Lock()
-		done, ch := m.attempts > gen, m.attemptCh
+		done := m.served >= req || (!m.running && m.attempts > gen)
+		ch := m.attemptCh
 		m.mu.Unlock()
 		if done {
 			return m.status(), nil

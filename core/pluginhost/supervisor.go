@@ -49,6 +49,9 @@ type managed struct {
 	skipped    int           // health checks not counted: the daemon was saturated
 	running    bool          // a supervise goroutine runs
 	attempts   int           // launch attempts concluded (running, failed or rejected)
+	requested  int           // restart requests made (Restart)
+	serving    int           // requests the current launch attempt serves (requested when it began)
+	served     int           // requests served by the last attempt that concluded
 	attemptCh  chan struct{} // closed and replaced when attempts grows
 	restartReq bool
 	subs       map[chan sdk.Event]struct{}
@@ -132,6 +135,7 @@ func (m *managed) poke() {
 func (m *managed) requestRestart() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.requested++
 	if m.running {
 		m.restartReq = true
 		select {
@@ -149,6 +153,7 @@ func (m *managed) requestRestart() bool {
 // RestartWait; m.mu must be held.
 func (m *managed) concludedLocked() {
 	m.attempts++
+	m.served = m.serving
 	close(m.attemptCh)
 	m.attemptCh = make(chan struct{})
 }
@@ -210,6 +215,7 @@ func (m *managed) supervise(ctx context.Context) {
 			bo.Reset()
 		}
 		m.restartReq = false
+		m.serving = m.requested // this attempt begins after every request so far
 		m.mu.Unlock()
 		select {
 		case <-m.restartCh: // served by this launch
