@@ -3,16 +3,18 @@
 #
 #   scripts/check-leftovers.sh run -- COMMAND [ARGS...]
 #
-# Before COMMAND it records the time and `git status`, gives the run a private
-# TMPDIR (so t.TempDir and go's build dirs are recognisable) and exports
+# Before COMMAND it records the time and `git status` and exports
 # GLTEST_RUN_ID into the environment every test process inherits (not
-# GUESTLINK_*: the daemon tests strip those from their children). After it, it
-# fails (listing them) if
+# GUESTLINK_*: the daemon tests strip those from their children). TMPDIR is
+# left alone: Unix socket paths in the tests are near their 107-byte limit.
+# After COMMAND it fails (listing them) if
 #   - a process started during the run is still alive (zombies aside) and
 #     belongs to the run: its environment holds the run id, or its
-#     executable or command line lies under this tree's bin/ or the run's
-#     TMPDIR; with CI=true (a machine running nothing else) also any
-#     sleep, qemu-system-*, guestlink*, postgres or chromium started since;
+#     executable or command line lies under this tree's bin/; with CI=true
+#     (a machine running nothing else) also any process started since whose
+#     executable or command line lies under a test's temporary directory
+#     ($TMPDIR/go-build*, $TMPDIR/Test*) or that is a sleep, qemu-system-*,
+#     guestlink*, postgres or chromium;
 #   - `git status --porcelain` (and the diff) changed: a test rewrote or
 #     created a file in the tree.
 # The exit status is COMMAND's if it failed, else 1 on leftovers, else 0.
@@ -44,12 +46,10 @@ tree_state() {
 read -r mark _ < <(proc_start_state $$)
 before=$(tree_state)
 run_id="$$-$mark"
-# Short: unix socket paths under it (guests' QMP sockets) must stay within
-# the kernel's 107 bytes.
-run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/glt.XXXXXX")
-chmod 0700 "$run_tmp"
+tmp=${TMPDIR:-/tmp}
+tmp=${tmp%/}
 
-TMPDIR=$run_tmp GLTEST_RUN_ID=$run_id "$@"
+GLTEST_RUN_ID=$run_id "$@"
 status=$?
 
 # Ancestors of this script (make, a CI runner) are not leftovers.
@@ -69,23 +69,27 @@ for d in /proc/[0-9]*; do
   read -r start state < <(proc_start_state "$pid") || continue
   [ -n "${start:-}" ] && [ "$start" -gt "$mark" ] || continue
   [ "$state" = Z ] || [ "$state" = X ] && continue
+  # The process may end while we look: every read tolerates that.
   exe=$(readlink "$d/exe" 2>/dev/null || true)
-  cmdline=$(tr '\0' ' ' 2>/dev/null <"$d/cmdline" || true)
+  cmdline=$( { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null || true)
   ours=""
-  if tr '\0' '\n' 2>/dev/null <"$d/environ" | grep -qx "GLTEST_RUN_ID=$run_id"; then
+  if { tr '\0' '\n' <"$d/environ"; } 2>/dev/null | grep -qx "GLTEST_RUN_ID=$run_id"; then
     ours=env
-  elif [[ "$exe" == "$root/bin/"* || "$exe" == "$run_tmp/"* || "$cmdline" == *"$root/bin/"* || "$cmdline" == *"$run_tmp/"* ]]; then
+  elif [[ "$exe" == "$root/bin/"* || "$cmdline" == *"$root/bin/"* ]]; then
     ours=path
   elif [ "${CI:-}" = true ]; then
-    case "$(basename "${exe:-none}")" in
-      sleep | qemu-system-* | guestlink* | postgres | chromium*) ours=name ;;
-    esac
+    if [[ "$exe $cmdline" == *"$tmp/go-build"* || "$exe $cmdline" == *"$tmp/Test"* ]]; then
+      ours=tempdir
+    else
+      case "$(basename "${exe:-none}")" in
+        sleep | qemu-system-* | guestlink* | postgres | chromium*) ours=name ;;
+      esac
+    fi
   fi
   [ -n "$ours" ] && leftovers+=("  pid $pid ($ours): ${cmdline:0:200}")
 done
 
 after=$(tree_state)
-rm -rf "$run_tmp" 2>/dev/null
 
 bad=0
 if [ "${#leftovers[@]}" -gt 0 ]; then

@@ -378,7 +378,7 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
-// snapshot returns the contents and a channel closed at the next write.
+// snapshot returns what was written and a channel closed at the next write.
 func (b *syncBuffer) snapshot() (string, <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

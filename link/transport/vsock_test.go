@@ -13,7 +13,7 @@ import (
 )
 
 // requiresVsockLoopback skips unless AF_VSOCK loopback (CID 1) works here.
-// It is a kernel feature no package provides (a VM or container may lack
+// It is a kernel feature no package provides (a VM or a sandbox may lack
 // it), so it skips even with CI=true, unlike internal/testenv requirements.
 func requiresVsockLoopback(t *testing.T) {
 	t.Helper()
