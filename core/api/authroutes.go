@@ -11,7 +11,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/api/wire"
 	"github.com/guestlink/guestlink/core/auth"
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // registerAuth adds the trust-store and identity routes to v1.

@@ -15,10 +15,10 @@ import (
 	"github.com/guestlink/guestlink/core/api"
 	"github.com/guestlink/guestlink/core/api/apitest"
 	"github.com/guestlink/guestlink/core/api/wire"
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/db/dbtest"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 

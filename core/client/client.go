@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/api/wire"
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // StatusError is an error answer of the API: the HTTP status and the

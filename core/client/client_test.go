@@ -13,8 +13,8 @@ import (
 	"github.com/guestlink/guestlink/core/api/apitest"
 	"github.com/guestlink/guestlink/core/api/wire"
 	"github.com/guestlink/guestlink/core/client"
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 func TestMain(m *testing.M) {

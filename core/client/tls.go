@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // Fingerprint returns the SHA-256 of a certificate's DER in lowercase hex,

@@ -27,8 +27,8 @@ import (
 
 	"github.com/guestlink/guestlink/core/api"
 	"github.com/guestlink/guestlink/core/auth"
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/web"
 )
 
