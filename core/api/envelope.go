@@ -11,7 +11,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/errdefs"
 )
 

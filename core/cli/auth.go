@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -93,7 +93,7 @@ func (s *session) identityListCommand() *cobra.Command {
 				return err
 			}
 			if list == nil {
-				list = []wire.Identity{}
+				list = []api.Identity{}
 			}
 			return s.render(list, func(w io.Writer) error {
 				row(w, "TYPE", "NAME", "ID", "TOKEN", "TOKEN EXPIRES", "CREATED BY")
@@ -187,7 +187,7 @@ func (s *session) sessionListCommand() *cobra.Command {
 				return err
 			}
 			if list == nil {
-				list = []wire.Session{}
+				list = []api.Session{}
 			}
 			return s.render(list, func(w io.Writer) error {
 				row(w, "ID", "CREATED", "EXPIRES", "LOGIN URL BY")

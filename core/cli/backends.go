@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 )
 
 func (s *session) backendsCommand() *cobra.Command {
@@ -29,7 +29,7 @@ restart NAME" restarts a plugin now.`,
 				return err
 			}
 			if list == nil {
-				list = []wire.Backend{}
+				list = []api.Backend{}
 			}
 			return s.render(list, func(w io.Writer) error {
 				row(w, "NAME", "HEALTH", "VERSION", "PID", "RESTARTS", "FAILURES", "NEXT RETRY", "CAPABILITIES", "LAST ERROR")
@@ -76,7 +76,7 @@ guests, as after any plugin restart.`,
 }
 
 // backendRow writes one backend of the table.
-func backendRow(w io.Writer, b wire.Backend) {
+func backendRow(w io.Writer, b api.Backend) {
 	pid := ""
 	if b.PID != 0 {
 		pid = strconv.Itoa(b.PID)

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/api/wire"
 )
 
 func TestBackendsRestart(t *testing.T) {
@@ -32,7 +32,7 @@ func TestBackendsRestart(t *testing.T) {
 			}
 		})
 	}
-	var b wire.Backend
+	var b api.Backend
 	if err := json.Unmarshal([]byte(ok(t, srv, "backends", "restart", "sim", "--format", "json")), &b); err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/client"
-	"github.com/guestlink/guestlink/core/instance"
 )
 
 // parseKeyValues parses "key=value" arguments (a value may contain "=" and
@@ -47,7 +46,7 @@ func (s *session) launchCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			inst, err := s.client.Create(cmd.Context(), wire.InstancesPost{
+			inst, err := s.client.Create(cmd.Context(), api.InstancesPost{
 				Name: args[0], Backend: backend, Config: cfg, Start: true,
 			})
 			if err != nil {
@@ -77,12 +76,12 @@ func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Comm
 			if timeout < 0 {
 				return fmt.Errorf("invalid --timeout %s: must not be negative", timeout)
 			}
-			req := wire.InstanceStatePut{Action: action, Force: force, Timeout: int(math.Ceil(timeout.Seconds())),
+			req := api.InstanceStatePut{Action: action, Force: force, Timeout: int(math.Ceil(timeout.Seconds())),
 				Stateful: stateful, Stateless: stateless}
 			if all {
 				return s.stopAll(cmd, req)
 			}
-			var states []*wire.InstanceState
+			var states []*api.InstanceState
 			err := eachName(args, func(name string) error {
 				st, err := s.client.SetState(cmd.Context(), name, req)
 				if err == nil {
@@ -99,9 +98,9 @@ func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Comm
 		},
 	}
 	switch action {
-	case wire.ActionStart:
+	case api.ActionStart:
 		cmd.Flags().BoolVar(&stateless, "stateless", false, "boot afresh, discarding a state saved by stop --stateful")
-	case wire.ActionStop:
+	case api.ActionStop:
 		cmd.Use = action + " NAME... | --all"
 		cmd.Args = func(cmd *cobra.Command, args []string) error {
 			if all {
@@ -123,22 +122,22 @@ func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Comm
 }
 
 func (s *session) startCommand() *cobra.Command {
-	return s.stateCommand(wire.ActionStart, "Start instances", false)
+	return s.stateCommand(api.ActionStart, "Start instances", false)
 }
 
 func (s *session) stopCommand() *cobra.Command {
-	return s.stateCommand(wire.ActionStop, "Stop instances", true)
+	return s.stateCommand(api.ActionStop, "Stop instances", true)
 }
 
 // stopAll stops every running instance (Running or Ready) with req and
 // reports each: a line per instance for people, the list of states with
 // --format json|yaml. It goes on after a failure and returns the failures.
-func (s *session) stopAll(cmd *cobra.Command, req wire.InstanceStatePut) error {
+func (s *session) stopAll(cmd *cobra.Command, req api.InstanceStatePut) error {
 	list, err := s.client.Instances(cmd.Context(), client.InstanceFilter{Status: "Running"})
 	if err != nil {
 		return fmt.Errorf("listing running instances: %w", err)
 	}
-	states := []*wire.InstanceState{}
+	states := []*api.InstanceState{}
 	var lines []string
 	err = eachName(instanceNames(list), func(name string) error {
 		st, err := s.client.SetState(cmd.Context(), name, req)
@@ -168,7 +167,7 @@ func (s *session) stopAll(cmd *cobra.Command, req wire.InstanceStatePut) error {
 }
 
 // instanceNames returns the names of list, in order.
-func instanceNames(list []wire.Instance) []string {
+func instanceNames(list []api.Instance) []string {
 	names := make([]string, len(list))
 	for i, inst := range list {
 		names[i] = inst.Name
@@ -177,7 +176,7 @@ func instanceNames(list []wire.Instance) []string {
 }
 
 func (s *session) restartCommand() *cobra.Command {
-	return s.stateCommand(wire.ActionRestart, "Restart instances", true)
+	return s.stateCommand(api.ActionRestart, "Restart instances", true)
 }
 
 func (s *session) deleteCommand() *cobra.Command {
@@ -208,7 +207,7 @@ func (s *session) listCommand() *cobra.Command {
 				return err
 			}
 			if list == nil {
-				list = []wire.Instance{}
+				list = []api.Instance{}
 			}
 			return s.render(list, func(w io.Writer) error {
 				row(w, "NAME", "STATUS", "BACKEND", "AGENT", "LINK", "BOOT", "STARTED")
@@ -236,7 +235,7 @@ func (s *session) infoCommand() *cobra.Command {
 				return err
 			}
 			if inst.Timeline == nil {
-				inst.Timeline = []instance.TimelineEntry{}
+				inst.Timeline = []api.TimelineEntry{}
 			}
 			return s.render(inst, func(w io.Writer) error {
 				writeInfo(w, inst)
@@ -247,7 +246,7 @@ func (s *session) infoCommand() *cobra.Command {
 }
 
 // writeInfo prints an instance for people.
-func writeInfo(w io.Writer, inst *wire.Instance) {
+func writeInfo(w io.Writer, inst *api.Instance) {
 	row(w, "Name:", inst.Name)
 	row(w, "UUID:", inst.UUID)
 	row(w, "Backend:", inst.Backend)

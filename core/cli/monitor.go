@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/client"
-	"github.com/guestlink/guestlink/core/events"
 )
 
 func (s *session) monitorCommand() *cobra.Command {
@@ -63,7 +63,7 @@ func splitList(in []string) []string {
 }
 
 // writeEvent prints one event in the session's format.
-func (s *session) writeEvent(ev events.Event) error {
+func (s *session) writeEvent(ev api.Event) error {
 	switch s.format {
 	case FormatJSON:
 		line, err := json.Marshal(ev)
@@ -84,11 +84,11 @@ func (s *session) writeEvent(ev events.Event) error {
 
 // eventLine formats an event for people:
 // "2026-11-22T00:00:00.123Z #42 lifecycle instance-ready web1 by devlxd".
-func eventLine(ev events.Event) string {
+func eventLine(ev api.Event) string {
 	var b strings.Builder
 	b.WriteString(ev.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 	b.WriteString(" #" + strconv.FormatInt(ev.ID, 10) + " " + ev.Type)
-	if ev.Type == events.TypeLifecycle {
+	if ev.Type == api.EventTypeLifecycle {
 		if lc, err := ev.Lifecycle(); err == nil {
 			b.WriteString(" " + lc.Action)
 			if ev.Instance != "" {

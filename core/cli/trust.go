@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 )
 
 // withTrust adds "trust" to the config command.
@@ -69,7 +69,7 @@ func (s *session) trustListCommand() *cobra.Command {
 				return err
 			}
 			if list == nil {
-				list = []wire.Certificate{}
+				list = []api.Certificate{}
 			}
 			return s.render(list, func(w io.Writer) error {
 				row(w, "NAME", "FINGERPRINT", "ADDED", "ADDED BY")

@@ -5,12 +5,12 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 )
 
 // Certificates lists the trusted client certificates.
-func (c *Client) Certificates(ctx context.Context) ([]wire.Certificate, error) {
-	var list []wire.Certificate
+func (c *Client) Certificates(ctx context.Context) ([]api.Certificate, error) {
+	var list []api.Certificate
 	if err := c.do(ctx, http.MethodGet, "/1.0/certificates", nil, nil, &list); err != nil {
 		return nil, err
 	}
@@ -18,9 +18,9 @@ func (c *Client) Certificates(ctx context.Context) ([]wire.Certificate, error) {
 }
 
 // AddCertificate trusts a client certificate (PEM); name may be empty.
-func (c *Client) AddCertificate(ctx context.Context, name string, pemData []byte) (*wire.Certificate, error) {
-	var out wire.Certificate
-	body := wire.CertificatesPost{Name: name, Type: "client", Certificate: string(pemData)}
+func (c *Client) AddCertificate(ctx context.Context, name string, pemData []byte) (*api.Certificate, error) {
+	var out api.Certificate
+	body := api.CertificatesPost{Name: name, Type: "client", Certificate: string(pemData)}
 	if err := c.do(ctx, http.MethodPost, "/1.0/certificates", nil, body, &out); err != nil {
 		return nil, err
 	}
@@ -28,8 +28,8 @@ func (c *Client) AddCertificate(ctx context.Context, name string, pemData []byte
 }
 
 // Certificate returns one trusted certificate.
-func (c *Client) Certificate(ctx context.Context, fingerprint string) (*wire.Certificate, error) {
-	var out wire.Certificate
+func (c *Client) Certificate(ctx context.Context, fingerprint string) (*api.Certificate, error) {
+	var out api.Certificate
 	if err := c.do(ctx, http.MethodGet, "/1.0/certificates/"+url.PathEscape(fingerprint), nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -42,8 +42,8 @@ func (c *Client) RemoveCertificate(ctx context.Context, fingerprint string) erro
 }
 
 // Identities lists the identities (trusted certificates and bearer identities).
-func (c *Client) Identities(ctx context.Context) ([]wire.Identity, error) {
-	var list []wire.Identity
+func (c *Client) Identities(ctx context.Context) ([]api.Identity, error) {
+	var list []api.Identity
 	if err := c.do(ctx, http.MethodGet, "/1.0/auth/identities", nil, nil, &list); err != nil {
 		return nil, err
 	}
@@ -51,9 +51,9 @@ func (c *Client) Identities(ctx context.Context) ([]wire.Identity, error) {
 }
 
 // CreateBearerIdentity creates the identity bearer/name.
-func (c *Client) CreateBearerIdentity(ctx context.Context, name string) (*wire.Identity, error) {
-	var out wire.Identity
-	if err := c.do(ctx, http.MethodPost, "/1.0/auth/identities/bearer", nil, wire.IdentitiesBearerPost{Name: name}, &out); err != nil {
+func (c *Client) CreateBearerIdentity(ctx context.Context, name string) (*api.Identity, error) {
+	var out api.Identity
+	if err := c.do(ctx, http.MethodPost, "/1.0/auth/identities/bearer", nil, api.IdentitiesBearerPost{Name: name}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -66,9 +66,9 @@ func (c *Client) DeleteBearerIdentity(ctx context.Context, name string) error {
 
 // IssueToken issues a new token for bearer/name (replacing its live one);
 // expiry is a duration ("24h", "7d") or "" for none.
-func (c *Client) IssueToken(ctx context.Context, name, expiry string) (*wire.Token, error) {
-	var out wire.Token
-	if err := c.do(ctx, http.MethodPost, "/1.0/auth/identities/bearer/"+url.PathEscape(name)+"/token", nil, wire.TokenPost{Expiry: expiry}, &out); err != nil {
+func (c *Client) IssueToken(ctx context.Context, name, expiry string) (*api.Token, error) {
+	var out api.Token
+	if err := c.do(ctx, http.MethodPost, "/1.0/auth/identities/bearer/"+url.PathEscape(name)+"/token", nil, api.TokenPost{Expiry: expiry}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -80,8 +80,8 @@ func (c *Client) RevokeToken(ctx context.Context, name string) error {
 }
 
 // DashboardLogin asks for a one-time dashboard login URL.
-func (c *Client) DashboardLogin(ctx context.Context) (*wire.DashboardLogin, error) {
-	var out wire.DashboardLogin
+func (c *Client) DashboardLogin(ctx context.Context) (*api.DashboardLogin, error) {
+	var out api.DashboardLogin
 	if err := c.do(ctx, http.MethodPost, "/1.0/auth/dashboard-logins", nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -89,8 +89,8 @@ func (c *Client) DashboardLogin(ctx context.Context) (*wire.DashboardLogin, erro
 }
 
 // Sessions lists the live dashboard sessions.
-func (c *Client) Sessions(ctx context.Context) ([]wire.Session, error) {
-	var list []wire.Session
+func (c *Client) Sessions(ctx context.Context) ([]api.Session, error) {
+	var list []api.Session
 	if err := c.do(ctx, http.MethodGet, "/1.0/auth/sessions", nil, nil, &list); err != nil {
 		return nil, err
 	}

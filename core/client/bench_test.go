@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/api/wire"
 	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/core/events"
 )
@@ -21,7 +21,7 @@ func BenchmarkInstance(b *testing.B) {
 	}
 	defer c.Close()
 	ctx := context.Background()
-	if _, err := c.Create(ctx, wire.InstancesPost{Name: "bench", Backend: "sim", Start: true}); err != nil {
+	if _, err := c.Create(ctx, api.InstancesPost{Name: "bench", Backend: "sim", Start: true}); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()

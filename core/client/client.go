@@ -18,8 +18,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/guestlink/guestlink/core/api/wire"
-	"github.com/guestlink/guestlink/core/instance"
+	gojson "github.com/goccy/go-json"
+
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -142,24 +143,6 @@ func (c *Client) Close() {
 	c.http.CloseIdleConnections()
 }
 
-// rawResponse is the envelope with its metadata kept raw, for error answers.
-type rawResponse struct {
-	Type      string          `json:"type"`
-	ErrorCode int             `json:"error_code"`
-	Error     string          `json:"error"`
-	Metadata  json.RawMessage `json:"metadata"`
-}
-
-// syncResponse is the envelope whose metadata is decoded straight into the
-// caller's value: encoding/json decodes into the pointer an interface holds,
-// so a 2xx answer is parsed once, envelope and metadata in the same pass.
-type syncResponse struct {
-	Type      string `json:"type"`
-	ErrorCode int    `json:"error_code"`
-	Error     string `json:"error"`
-	Metadata  any    `json:"metadata"`
-}
-
 // do sends a request and decodes the answer's metadata into out (if not
 // nil). API errors are *StatusError.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
@@ -212,26 +195,33 @@ func decodeResponse(resp *http.Response, what string, out any) error {
 	if resp.StatusCode >= 300 {
 		return statusError(resp.StatusCode, raw)
 	}
-	if list, ok := out.(*[]wire.Instance); ok {
-		if l, ok := decodeInstanceList(raw); ok {
-			if l != nil { // null metadata leaves out alone, as encoding/json does
-				*list = l
+	if list, ok := out.(*[]api.Instance); ok {
+		// The instance list (4 MiB for 10,000 instances) is decoded by
+		// goccy/go-json, about twice as fast as encoding/json with the same
+		// result (TestDecodeInstanceListMatchesEncodingJSON); anything it
+		// refuses goes the common way below, for encoding/json's errors.
+		var env api.Response[[]api.Instance]
+		if err := gojson.Unmarshal(raw, &env); err == nil && env.Type == api.TypeSync {
+			if env.Metadata != nil { // null metadata leaves out alone, as encoding/json does
+				*list = env.Metadata
 			}
 			return nil
 		}
 	}
-	env := syncResponse{Metadata: out}
+	// encoding/json decodes into the pointer an interface holds: the
+	// metadata is decoded into out in the same pass as the envelope.
+	env := api.Response[any]{Metadata: out}
 	if out == nil {
 		env.Metadata = &json.RawMessage{} // validated, then dropped
 	}
 	if err := json.Unmarshal(raw, &env); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && env.Type == wire.TypeError {
+		if errors.As(err, &te) && env.Type == api.TypeError {
 			return statusError(resp.StatusCode, raw)
 		}
 		return fmt.Errorf("decoding answer of %s: %w", what, err)
 	}
-	if env.Type == wire.TypeError {
+	if env.Type == api.TypeError {
 		return statusError(resp.StatusCode, raw)
 	}
 	return nil
@@ -254,7 +244,7 @@ func readBody(resp *http.Response) ([]byte, error) {
 // statusError turns an error answer into *StatusError: the envelope's code
 // and message when the body is one, else the HTTP status and the body.
 func statusError(httpCode int, raw []byte) error {
-	var env rawResponse
+	var env api.Response[json.RawMessage]
 	if err := json.Unmarshal(raw, &env); err != nil {
 		return &StatusError{Code: httpCode, Message: strings.TrimSpace(string(raw))}
 	}
@@ -275,8 +265,8 @@ func instancePath(name string, sub ...string) string {
 }
 
 // ServerInfo returns GET /1.0.
-func (c *Client) ServerInfo(ctx context.Context) (*wire.ServerInfo, error) {
-	var info wire.ServerInfo
+func (c *Client) ServerInfo(ctx context.Context) (*api.ServerInfo, error) {
+	var info api.ServerInfo
 	if err := c.do(ctx, http.MethodGet, "/1.0", nil, nil, &info); err != nil {
 		return nil, err
 	}
@@ -293,14 +283,14 @@ type InstanceFilter struct {
 }
 
 // Instances lists the instances matching f.
-func (c *Client) Instances(ctx context.Context, f InstanceFilter) ([]wire.Instance, error) {
+func (c *Client) Instances(ctx context.Context, f InstanceFilter) ([]api.Instance, error) {
 	q := url.Values{}
 	for k, v := range map[string]string{"status": f.Status, "backend": f.Backend, "agent": f.Agent, "q": f.Query} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
-	var list []wire.Instance
+	var list []api.Instance
 	if err := c.do(ctx, http.MethodGet, "/1.0/instances", q, nil, &list); err != nil {
 		return nil, err
 	}
@@ -308,8 +298,8 @@ func (c *Client) Instances(ctx context.Context, f InstanceFilter) ([]wire.Instan
 }
 
 // Instance returns one instance with its timeline summary.
-func (c *Client) Instance(ctx context.Context, name string) (*wire.Instance, error) {
-	var inst wire.Instance
+func (c *Client) Instance(ctx context.Context, name string) (*api.Instance, error) {
+	var inst api.Instance
 	if err := c.do(ctx, http.MethodGet, instancePath(name), nil, nil, &inst); err != nil {
 		return nil, err
 	}
@@ -317,8 +307,8 @@ func (c *Client) Instance(ctx context.Context, name string) (*wire.Instance, err
 }
 
 // Create creates an instance (and starts it if req.Start).
-func (c *Client) Create(ctx context.Context, req wire.InstancesPost) (*wire.Instance, error) {
-	var inst wire.Instance
+func (c *Client) Create(ctx context.Context, req api.InstancesPost) (*api.Instance, error) {
+	var inst api.Instance
 	if err := c.do(ctx, http.MethodPost, "/1.0/instances", nil, req, &inst); err != nil {
 		return nil, err
 	}
@@ -326,9 +316,9 @@ func (c *Client) Create(ctx context.Context, req wire.InstancesPost) (*wire.Inst
 }
 
 // UpdateConfig sets and unsets config keys of an instance.
-func (c *Client) UpdateConfig(ctx context.Context, name string, set map[string]string, unset []string) (*wire.Instance, error) {
-	var inst wire.Instance
-	body := wire.InstancePatch{Config: set, Unset: unset}
+func (c *Client) UpdateConfig(ctx context.Context, name string, set map[string]string, unset []string) (*api.Instance, error) {
+	var inst api.Instance
+	body := api.InstancePatch{Config: set, Unset: unset}
 	if err := c.do(ctx, http.MethodPatch, instancePath(name), nil, body, &inst); err != nil {
 		return nil, err
 	}
@@ -336,8 +326,8 @@ func (c *Client) UpdateConfig(ctx context.Context, name string, set map[string]s
 }
 
 // State returns an instance's state.
-func (c *Client) State(ctx context.Context, name string) (*wire.InstanceState, error) {
-	var st wire.InstanceState
+func (c *Client) State(ctx context.Context, name string) (*api.InstanceState, error) {
+	var st api.InstanceState
 	if err := c.do(ctx, http.MethodGet, instancePath(name, "state"), nil, nil, &st); err != nil {
 		return nil, err
 	}
@@ -346,8 +336,8 @@ func (c *Client) State(ctx context.Context, name string) (*wire.InstanceState, e
 
 // SetState starts, stops or restarts an instance and returns its state
 // afterwards.
-func (c *Client) SetState(ctx context.Context, name string, req wire.InstanceStatePut) (*wire.InstanceState, error) {
-	var st wire.InstanceState
+func (c *Client) SetState(ctx context.Context, name string, req api.InstanceStatePut) (*api.InstanceState, error) {
+	var st api.InstanceState
 	if err := c.do(ctx, http.MethodPut, instancePath(name, "state"), nil, req, &st); err != nil {
 		return nil, err
 	}
@@ -365,12 +355,12 @@ func (c *Client) Delete(ctx context.Context, name string, force bool) error {
 
 // Timeline returns an instance's latest timeline entries, oldest first
 // (limit 0: the server's default).
-func (c *Client) Timeline(ctx context.Context, name string, limit int) ([]instance.TimelineEntry, error) {
+func (c *Client) Timeline(ctx context.Context, name string, limit int) ([]api.TimelineEntry, error) {
 	var q url.Values
 	if limit != 0 {
 		q = url.Values{"limit": {strconv.Itoa(limit)}}
 	}
-	var tl []instance.TimelineEntry
+	var tl []api.TimelineEntry
 	if err := c.do(ctx, http.MethodGet, instancePath(name, "timeline"), q, nil, &tl); err != nil {
 		return nil, err
 	}
@@ -378,8 +368,8 @@ func (c *Client) Timeline(ctx context.Context, name string, limit int) ([]instan
 }
 
 // Backends lists the backend plugins and their health.
-func (c *Client) Backends(ctx context.Context) ([]wire.Backend, error) {
-	var list []wire.Backend
+func (c *Client) Backends(ctx context.Context) ([]api.Backend, error) {
+	var list []api.Backend
 	if err := c.do(ctx, http.MethodGet, "/1.0/backends", nil, nil, &list); err != nil {
 		return nil, err
 	}

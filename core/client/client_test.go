@@ -10,8 +10,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/api/wire"
 	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/errdefs"
@@ -67,11 +67,11 @@ func TestInstances(t *testing.T) {
 	if err != nil || info.Environment.Server != "guestlink" || info.APIVersion != "1.0" {
 		t.Fatalf("ServerInfo = %+v, %v", info, err)
 	}
-	inst, err := c.Create(ctx, wire.InstancesPost{Name: "web1", Backend: "sim", Config: map[string]string{"user.a": "1"}})
+	inst, err := c.Create(ctx, api.InstancesPost{Name: "web1", Backend: "sim", Config: map[string]string{"user.a": "1"}})
 	if err != nil || inst.Name != "web1" || inst.Status != "Stopped" {
 		t.Fatalf("Create = %+v, %v", inst, err)
 	}
-	st, err := c.SetState(ctx, "web1", wire.InstanceStatePut{Action: wire.ActionStart})
+	st, err := c.SetState(ctx, "web1", api.InstanceStatePut{Action: api.ActionStart})
 	if err != nil || st.Status != "Running" || st.Boot != 1 {
 		t.Fatalf("SetState start = %+v, %v", st, err)
 	}
@@ -116,7 +116,7 @@ func TestInstances(t *testing.T) {
 func TestStatusErrors(t *testing.T) {
 	_, c := newClient(t, apitest.Options{})
 	ctx := context.Background()
-	if _, err := c.Create(ctx, wire.InstancesPost{Name: "a1", Backend: "sim", Start: true}); err != nil {
+	if _, err := c.Create(ctx, api.InstancesPost{Name: "a1", Backend: "sim", Start: true}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -128,15 +128,15 @@ func TestStatusErrors(t *testing.T) {
 	}{
 		{"not found", func() error { _, err := c.Instance(ctx, "zz"); return err }, 404, errdefs.ErrNotFound, `instance "zz": not found`},
 		{"duplicate", func() error {
-			_, err := c.Create(ctx, wire.InstancesPost{Name: "a1", Backend: "sim"})
+			_, err := c.Create(ctx, api.InstancesPost{Name: "a1", Backend: "sim"})
 			return err
 		}, 409, errdefs.ErrAlreadyExists, `creating instance "a1": already exists`},
 		{"conflict", func() error {
-			_, err := c.SetState(ctx, "a1", wire.InstanceStatePut{Action: "start"})
+			_, err := c.SetState(ctx, "a1", api.InstanceStatePut{Action: "start"})
 			return err
 		}, 409, errdefs.ErrConflict, `starting instance "a1": already running: conflict`},
 		{"invalid action", func() error {
-			_, err := c.SetState(ctx, "a1", wire.InstanceStatePut{Action: "pause"})
+			_, err := c.SetState(ctx, "a1", api.InstanceStatePut{Action: "pause"})
 			return err
 		}, 400, errdefs.ErrInvalid, `invalid action "pause": must be start, stop or restart`},
 		{"delete running", func() error { return c.Delete(ctx, "a1", false) }, 409, errdefs.ErrConflict,
@@ -213,7 +213,7 @@ func TestTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Create(ctx, wire.InstancesPost{Name: "t1", Backend: "sim"}); err != nil {
+	if _, err := c.Create(ctx, api.InstancesPost{Name: "t1", Backend: "sim"}); err != nil {
 		t.Fatal(err)
 	}
 	by := srv.Instances.LastRequestor()
@@ -242,9 +242,9 @@ func TestTCP(t *testing.T) {
 }
 
 // collect reads n events or fails.
-func collect(t *testing.T, evc <-chan events.Event, errc <-chan error, n int) []events.Event {
+func collect(t *testing.T, evc <-chan api.Event, errc <-chan error, n int) []api.Event {
 	t.Helper()
-	var out []events.Event
+	var out []api.Event
 	timeout := time.After(30 * time.Second)
 	for len(out) < n {
 		select {
@@ -267,7 +267,7 @@ func TestEvents(t *testing.T) {
 
 	evc, errc := c.Events(ctx, client.EventFilter{Types: []string{"lifecycle"}, Instances: []string{"e1"}})
 	for _, name := range []string{"other", "e1"} {
-		if _, err := c.Create(ctx, wire.InstancesPost{Name: name, Backend: "sim", Start: true}); err != nil {
+		if _, err := c.Create(ctx, api.InstancesPost{Name: name, Backend: "sim", Start: true}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -59,8 +59,8 @@ func (f EventFilter) query(since int64) url.Values {
 // error saying why (nothing when ctx ended it). The first connection is made
 // before Events returns, so a bad filter is reported at once on the error
 // channel and events published after Events returns are not missed.
-func (c *Client) Events(ctx context.Context, f EventFilter) (<-chan events.Event, <-chan error) {
-	out := make(chan events.Event, 64)
+func (c *Client) Events(ctx context.Context, f EventFilter) (<-chan api.Event, <-chan error) {
+	out := make(chan api.Event, 64)
 	errc := make(chan error, 1)
 	conn, err := c.dialEvents(ctx, f, f.Since)
 	if err != nil {
@@ -122,7 +122,7 @@ func (c *Client) dialEvents(ctx context.Context, f EventFilter, since int64) (*w
 
 // readEvents forwards conn's events to out until conn or ctx ends; it
 // reports whether it forwarded any and the error that ended the stream.
-func (c *Client) readEvents(ctx context.Context, conn *websocket.Conn, out chan<- events.Event, last *int64) (bool, error) {
+func (c *Client) readEvents(ctx context.Context, conn *websocket.Conn, out chan<- api.Event, last *int64) (bool, error) {
 	stop := context.AfterFunc(ctx, func() {
 		_ = conn.WriteControl(websocket.CloseMessage,
 			websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
@@ -136,11 +136,11 @@ func (c *Client) readEvents(ctx context.Context, conn *websocket.Conn, out chan<
 		if err != nil {
 			return got, fmt.Errorf("reading events: %w", err)
 		}
-		var ev events.Event
+		var ev api.Event
 		if err := json.Unmarshal(msg, &ev); err != nil {
 			return got, fmt.Errorf("decoding event after id %d: %w", *last, err)
 		}
-		if ev.Type == events.TypeLifecycle {
+		if ev.Type == api.EventTypeLifecycle {
 			if lc, err := ev.Lifecycle(); err == nil {
 				if name, ok := strings.CutPrefix(lc.Source, "/1.0/instances/"); ok {
 					ev.Instance = name

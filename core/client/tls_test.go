@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/api/wire"
 	"github.com/guestlink/guestlink/core/client"
 )
 
@@ -105,7 +105,7 @@ func TestHTTPS(t *testing.T) {
 	ectx, stop := context.WithCancel(ctx)
 	defer stop()
 	evc, errc := c.Events(ectx, client.EventFilter{})
-	if _, err := c.Create(ctx, wire.InstancesPost{Name: "s1", Backend: "sim"}); err != nil {
+	if _, err := c.Create(ctx, api.InstancesPost{Name: "s1", Backend: "sim"}); err != nil {
 		t.Fatal(err)
 	}
 	collect(t, evc, errc, 1)

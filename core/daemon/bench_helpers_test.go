@@ -30,7 +30,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/guestlink/guestlink/agent/upstream"
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
@@ -228,7 +228,7 @@ func benchCreate(ctx context.Context, c *client.Client, prefix string, n, conc i
 	for i := range n {
 		g.Go(func() error {
 			name := fmt.Sprintf("%s-%d", prefix, i)
-			if _, err := c.Create(ctx, wire.InstancesPost{Name: name, Backend: "sim", Config: config, Start: start}); err != nil {
+			if _, err := c.Create(ctx, api.InstancesPost{Name: name, Backend: "sim", Config: config, Start: start}); err != nil {
 				return fmt.Errorf("creating instance %q: %w", name, err)
 			}
 			return nil

@@ -26,10 +26,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/guestlink/guestlink/agent/devlxdclient"
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/core/events"
-	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 )
@@ -115,7 +114,7 @@ func BenchmarkDaemon10k(b *testing.B) {
 			// What the client does with the answer: one pass over the
 			// envelope, the metadata decoded into the list on the way.
 			start = time.Now()
-			var list []wire.Instance
+			var list []api.Instance
 			env := struct {
 				Metadata any `json:"metadata"`
 			}{Metadata: &list}
@@ -191,9 +190,9 @@ func BenchmarkDaemon10k(b *testing.B) {
 }
 
 // benchWaitInstance waits until cond holds for the named instance.
-func benchWaitInstance(b *testing.B, c *client.Client, name string, what string, cond func(*wire.Instance) bool) *wire.Instance {
+func benchWaitInstance(b *testing.B, c *client.Client, name string, what string, cond func(*api.Instance) bool) *api.Instance {
 	b.Helper()
-	var inst *wire.Instance
+	var inst *api.Instance
 	var err error
 	if !testwait.Until(2*time.Minute, func() bool {
 		inst, err = c.Instance(context.Background(), name)
@@ -224,13 +223,13 @@ func BenchmarkGuestLinkGet(b *testing.B) {
 			cfg["sim.command"] = cmd
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		_, err := d.Client.Create(cctx, wire.InstancesPost{Name: name, Backend: "sim", Config: cfg, Start: true})
+		_, err := d.Client.Create(cctx, api.InstancesPost{Name: name, Backend: "sim", Config: cfg, Start: true})
 		cancel()
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
-	connected := func(i *wire.Instance) bool { return i.Agent.State == instance.AgentConnected }
+	connected := func(i *api.Instance) bool { return i.Agent.State == api.AgentConnected }
 	reuse := benchWaitInstance(b, d.Client, "agent", "connected agent", connected)
 	perReq := benchWaitInstance(b, d.Client, "agent-ptls", "connected agent", connected)
 
@@ -286,7 +285,7 @@ func BenchmarkGuestLinkGet(b *testing.B) {
 
 // benchWaitAction reads evc until a lifecycle event with action for the
 // instance arrives, and returns when it was received.
-func benchWaitAction(evc <-chan events.Event, errc <-chan error, name, action string) (time.Time, error) {
+func benchWaitAction(evc <-chan api.Event, errc <-chan error, name, action string) (time.Time, error) {
 	timeout := time.NewTimer(time.Minute)
 	defer timeout.Stop()
 	for {
@@ -320,13 +319,13 @@ func BenchmarkAgentStateEvent(b *testing.B) {
 	defer cancel()
 	const name = "words"
 	cctx, ccancel := context.WithTimeout(ctx, 2*time.Minute)
-	_, err := d.Client.Create(cctx, wire.InstancesPost{Name: name, Backend: "sim",
+	_, err := d.Client.Create(cctx, api.InstancesPost{Name: name, Backend: "sim",
 		Config: map[string]string{"sim.command": benchSleepCommand}, Start: true})
 	ccancel()
 	if err != nil {
 		b.Fatal(err)
 	}
-	inst := benchWaitInstance(b, d.Client, name, "guest directory", func(i *wire.Instance) bool { return i.Details["guest_dir"] != "" })
+	inst := benchWaitInstance(b, d.Client, name, "guest directory", func(i *api.Instance) bool { return i.Details["guest_dir"] != "" })
 	player, err := benchNewAgentPlayer(name, inst.Details["guest_dir"], false)
 	if err != nil {
 		b.Fatal(err)
@@ -410,7 +409,7 @@ func BenchmarkReady1000(b *testing.B) {
 	}
 	var connected int
 	if !testwait.Until(3*time.Minute, func() bool {
-		conn, err := d.Client.Instances(ctx, client.InstanceFilter{Agent: string(instance.AgentConnected)})
+		conn, err := d.Client.Instances(ctx, client.InstanceFilter{Agent: string(api.AgentConnected)})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -24,8 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/core/api/wire"
-	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/internal/testwait"
@@ -296,7 +295,7 @@ func TestDevlxdToggle(t *testing.T) {
 			t.Errorf("GET %s over the link with devlxd off: %d %+v %v; want 403 Forbidden", path, code, env, err)
 		}
 	}
-	if inst, err := d.client.Instance(ctx, name); err != nil || inst.Agent.State != instance.AgentConnected {
+	if inst, err := d.client.Instance(ctx, name); err != nil || inst.Agent.State != api.AgentConnected {
 		t.Errorf("agent after disabling devlxd: %+v %v; want connected", inst, err)
 	}
 
@@ -522,8 +521,8 @@ func TestThousandConnections(t *testing.T) {
 	if _, err := d.client.ServerInfo(ctx); err != nil {
 		t.Fatalf("daemon after 1,000 connections: %v", err)
 	}
-	d.waitInstance(ctx, name, "agent still connected", opTimeout, func(i *wire.Instance) bool {
-		return i.Agent.State == instance.AgentConnected && i.StatusCode == int(status.Running)
+	d.waitInstance(ctx, name, "agent still connected", opTimeout, func(i *api.Instance) bool {
+		return i.Agent.State == api.AgentConnected && i.StatusCode == int(status.Running)
 	})
 	if a := curlDevlxd(ctx, t, g.socket, "GET", "/1.0", ""); a.status != 200 {
 		t.Errorf("devlxd GET /1.0 after 1,000 connections: %d %q", a.status, a.body)

@@ -22,10 +22,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/core/events"
-	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/internal/testwait"
 )
 
@@ -337,11 +336,11 @@ func (d *daemonProc) launch(ctx context.Context, name string, config map[string]
 	d.t.Helper()
 	cctx, cancel := context.WithTimeout(ctx, agentTimeout)
 	defer cancel()
-	if _, err := d.client.Create(cctx, wire.InstancesPost{Name: name, Backend: "sim", Config: config, Devices: devices, Start: true}); err != nil {
+	if _, err := d.client.Create(cctx, api.InstancesPost{Name: name, Backend: "sim", Config: config, Devices: devices, Start: true}); err != nil {
 		d.t.Fatalf("launching %s: %v", name, err)
 	}
-	inst := d.waitInstance(ctx, name, "agent connected", agentTimeout, func(i *wire.Instance) bool {
-		return i.Agent.State == instance.AgentConnected
+	inst := d.waitInstance(ctx, name, "agent connected", agentTimeout, func(i *api.Instance) bool {
+		return i.Agent.State == api.AgentConnected
 	})
 	g := &guest{name: name, dir: inst.Details["guest_dir"], socket: inst.DevlxdSocket}
 	if g.dir == "" || g.socket == "" {
@@ -353,11 +352,11 @@ func (d *daemonProc) launch(ctx context.Context, name string, config map[string]
 
 // waitInstance polls the instance until cond holds, failing the test with
 // the last view after within.
-func (d *daemonProc) waitInstance(ctx context.Context, name, what string, within time.Duration, cond func(*wire.Instance) bool) *wire.Instance {
+func (d *daemonProc) waitInstance(ctx context.Context, name, what string, within time.Duration, cond func(*api.Instance) bool) *api.Instance {
 	d.t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	var last *wire.Instance
+	var last *api.Instance
 	var lastErr error
 	for {
 		inst, err := d.client.Instance(ctx, name)
@@ -423,7 +422,7 @@ type recorder struct {
 	name string
 
 	mu      sync.Mutex
-	events  []events.Event
+	events  []api.Event
 	actions []string
 	changed chan struct{}
 	err     error
@@ -443,7 +442,7 @@ func (d *daemonProc) recordSince(name string, since int64) *recorder {
 	go func() {
 		defer close(finished)
 		for ev := range evc {
-			var lc events.Lifecycle
+			var lc api.EventLifecycle
 			if err := json.Unmarshal(ev.Metadata, &lc); err != nil {
 				r.fail(fmt.Errorf("decoding lifecycle event %d: %w", ev.ID, err))
 				continue
@@ -506,10 +505,10 @@ func (r *recorder) since(mark int) []string {
 }
 
 // eventsSince returns the events after mark.
-func (r *recorder) eventsSince(mark int) []events.Event {
+func (r *recorder) eventsSince(mark int) []api.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]events.Event(nil), r.events[mark:]...)
+	return append([]api.Event(nil), r.events[mark:]...)
 }
 
 // wait waits until action has been seen n times after mark.

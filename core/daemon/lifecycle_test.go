@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
-	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/internal/testwait"
@@ -68,12 +67,12 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 	// Runtime-only changes (agent states) reach the timeline just after
 	// their events are published: poll.
 	// As above, "started" may be missed, never "connected".
-	wantSteps := []string{string(instance.AgentConnected)}
+	wantSteps := []string{string(api.AgentConnected)}
 	if slices.Contains(got, events.InstanceAgentStarted) {
-		wantSteps = []string{string(instance.AgentStarted), string(instance.AgentConnected)}
+		wantSteps = []string{string(api.AgentStarted), string(api.AgentConnected)}
 	}
 	var agentSteps []string
-	var tl []instance.TimelineEntry
+	var tl []api.TimelineEntry
 	testwait.Until(opTimeout, func() bool {
 		if tl, err = d.client.Timeline(ctx, name, 0); err != nil {
 			t.Fatal(err)
@@ -96,12 +95,12 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 	// Ready: status 113 and an instance-ready event from devlxd.
 	mark := rec.mark()
 	agentCommand(ctx, t, g, "ready")
-	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *wire.Instance) bool {
+	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *api.Instance) bool {
 		return i.StatusCode == int(status.Ready) && i.Status == "Ready" && i.Ready()
 	})
 	rec.wait(ctx, mark, events.InstanceReady, 1, opTimeout)
 	for _, ev := range rec.eventsSince(mark) {
-		var lc events.Lifecycle
+		var lc api.EventLifecycle
 		if err := json.Unmarshal(ev.Metadata, &lc); err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +124,7 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 	// Started: Running again, instance-unready and no instance-ready.
 	mark = rec.mark()
 	agentCommand(ctx, t, g, "started")
-	d.waitInstance(ctx, name, "Running after started", opTimeout, func(i *wire.Instance) bool {
+	d.waitInstance(ctx, name, "Running after started", opTimeout, func(i *api.Instance) bool {
 		return i.StatusCode == int(status.Running) && !i.Ready()
 	})
 	rec.wait(ctx, mark, events.InstanceUnready, 1, opTimeout)
@@ -138,14 +137,14 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 	if n := count(after, events.InstanceReady); n != 1 || !inOrder(after, []string{events.InstanceUnready, events.InstanceReady}) {
 		t.Errorf("events after PATCH Started then Ready: %v; want instance-unready, then one instance-ready", after)
 	}
-	d.waitInstance(ctx, name, "Ready again", opTimeout, func(i *wire.Instance) bool { return i.StatusCode == int(status.Ready) })
+	d.waitInstance(ctx, name, "Ready again", opTimeout, func(i *api.Instance) bool { return i.StatusCode == int(status.Ready) })
 
 	// Stop while Ready: Stopped and the flag false.
 	mark = rec.mark()
-	if _, err := d.client.SetState(ctx, name, wire.InstanceStatePut{Action: wire.ActionStop, Timeout: 30}); err != nil {
+	if _, err := d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStop, Timeout: 30}); err != nil {
 		t.Fatalf("stopping %s: %v", name, err)
 	}
-	inst = d.waitInstance(ctx, name, "Stopped", opTimeout, func(i *wire.Instance) bool {
+	inst = d.waitInstance(ctx, name, "Stopped", opTimeout, func(i *api.Instance) bool {
 		return i.StatusCode == int(status.Stopped)
 	})
 	if v := inst.Config["volatile.last_state.ready"]; v != "false" {
@@ -155,11 +154,11 @@ func lifecycle(t *testing.T, d *daemonProc, name string) {
 
 	// Start again: Running, not Ready, until the guest says so.
 	mark = rec.mark()
-	if _, err := d.client.SetState(ctx, name, wire.InstanceStatePut{Action: wire.ActionStart}); err != nil {
+	if _, err := d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStart}); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
 	}
-	inst = d.waitInstance(ctx, name, "agent connected after start", agentTimeout, func(i *wire.Instance) bool {
-		return i.Boot == 2 && i.Agent.State == instance.AgentConnected
+	inst = d.waitInstance(ctx, name, "agent connected after start", agentTimeout, func(i *api.Instance) bool {
+		return i.Boot == 2 && i.Agent.State == api.AgentConnected
 	})
 	if inst.StatusCode != int(status.Running) || inst.Ready() {
 		t.Errorf("after start: status %s (%d), ready %v; want Running, not ready", inst.Status, inst.StatusCode, inst.Ready())
@@ -191,15 +190,15 @@ func TestRestartClearsReady(t *testing.T) {
 	rec := d.record(name)
 	g := d.launch(ctx, name, nil, nil)
 	agentCommand(ctx, t, g, "ready")
-	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *wire.Instance) bool { return i.StatusCode == int(status.Ready) })
+	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *api.Instance) bool { return i.StatusCode == int(status.Ready) })
 	// The status is visible a moment before its event is delivered: wait
 	// for the event, or it would count as one after the mark.
 	rec.wait(ctx, 0, events.InstanceReady, 1, opTimeout)
 
 	mark := rec.mark()
 	d.cli(ctx, "restart", name)
-	inst := d.waitInstance(ctx, name, "agent connected after restart", agentTimeout, func(i *wire.Instance) bool {
-		return i.Boot == 2 && i.Agent.State == instance.AgentConnected
+	inst := d.waitInstance(ctx, name, "agent connected after restart", agentTimeout, func(i *api.Instance) bool {
+		return i.Boot == 2 && i.Agent.State == api.AgentConnected
 	})
 	if inst.StatusCode != int(status.Running) || inst.Ready() {
 		t.Errorf("after restart: status %s (%d), volatile.last_state.ready %q; want Running, not ready",
@@ -215,7 +214,7 @@ func TestRestartClearsReady(t *testing.T) {
 		t.Errorf("devlxd GET /1.0 after reboot: %d %s", a.status, a.body)
 	}
 	agentCommand(ctx, t, g, "ready")
-	d.waitInstance(ctx, name, "Ready after declaring", opTimeout, func(i *wire.Instance) bool { return i.StatusCode == int(status.Ready) })
+	d.waitInstance(ctx, name, "Ready after declaring", opTimeout, func(i *api.Instance) bool { return i.StatusCode == int(status.Ready) })
 }
 
 // TestDaemonKilled kills the daemon with SIGKILL while a guest is Ready and
@@ -229,7 +228,7 @@ func TestDaemonKilled(t *testing.T) {
 	rec := d.record(name)
 	g := d.launch(ctx, name, nil, nil)
 	agentCommand(ctx, t, g, "ready")
-	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *wire.Instance) bool { return i.StatusCode == int(status.Ready) })
+	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *api.Instance) bool { return i.StatusCode == int(status.Ready) })
 	if _, err := d.client.UpdateConfig(ctx, name, map[string]string{"user.acked": "before the kill"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -251,8 +250,8 @@ func TestDaemonKilled(t *testing.T) {
 	restarted := time.Now()
 	d.start()
 	rec2 := d.recordSince(name, lastID)
-	inst := d.waitInstance(ctx, name, "Ready again after the daemon restart", heartbeat+10*time.Second, func(i *wire.Instance) bool {
-		return i.StatusCode == int(status.Ready) && i.Agent.State == instance.AgentConnected
+	inst := d.waitInstance(ctx, name, "Ready again after the daemon restart", heartbeat+10*time.Second, func(i *api.Instance) bool {
+		return i.StatusCode == int(status.Ready) && i.Agent.State == api.AgentConnected
 	})
 	t.Logf("Ready again %v after the daemon was started", time.Since(restarted).Round(time.Millisecond))
 	if got := inst.Config["user.acked"]; got != "before the kill" {
@@ -308,7 +307,7 @@ func TestPluginKilled(t *testing.T) {
 	const name = "plug1"
 	g := d.launch(ctx, name, nil, nil)
 	agentCommand(ctx, t, g, "ready")
-	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *wire.Instance) bool { return i.StatusCode == int(status.Ready) })
+	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *api.Instance) bool { return i.StatusCode == int(status.Ready) })
 	vmm := vmmPID(t, g.dir)
 	pluginPID := simBackend(ctx, t, d).PID
 	if pluginPID == 0 {
@@ -318,14 +317,14 @@ func TestPluginKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var b wire.Backend
+	var b api.Backend
 	if !testwait.Until(opTimeout, func() bool {
 		b = simBackend(ctx, t, d)
 		return b.Restarts == 1 && b.Health == "healthy" && b.PID != pluginPID && b.PID != 0
 	}) {
 		t.Fatalf("sim backend not restarted within %v: %+v", opTimeout, b)
 	}
-	var listed []wire.Backend
+	var listed []api.Backend
 	if err := json.Unmarshal([]byte(d.cli(ctx, "backends", "--format", "json")), &listed); err != nil {
 		t.Fatal(err)
 	}
@@ -335,18 +334,18 @@ func TestPluginKilled(t *testing.T) {
 	if !alive(vmm) || vmmPID(t, g.dir) != vmm {
 		t.Fatalf("the guest's VMM %d did not survive the plugin's death", vmm)
 	}
-	d.waitInstance(ctx, name, "still Ready after the plugin restart", opTimeout, func(i *wire.Instance) bool {
+	d.waitInstance(ctx, name, "still Ready after the plugin restart", opTimeout, func(i *api.Instance) bool {
 		return i.StatusCode == int(status.Ready)
 	})
-	if _, err := d.client.SetState(ctx, name, wire.InstanceStatePut{Action: wire.ActionStop, Timeout: 30}); err != nil {
+	if _, err := d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStop, Timeout: 30}); err != nil {
 		t.Fatalf("stopping %s after the plugin restart: %v", name, err)
 	}
-	d.waitInstance(ctx, name, "Stopped", opTimeout, func(i *wire.Instance) bool { return i.StatusCode == int(status.Stopped) })
+	d.waitInstance(ctx, name, "Stopped", opTimeout, func(i *api.Instance) bool { return i.StatusCode == int(status.Stopped) })
 	waitGone(ctx, t, "the stopped guest's VMM", func() bool { return !alive(vmm) })
 }
 
 // simBackend returns the sim entry of GET /1.0/backends.
-func simBackend(ctx context.Context, t *testing.T, d *daemonProc) wire.Backend {
+func simBackend(ctx context.Context, t *testing.T, d *daemonProc) api.Backend {
 	t.Helper()
 	list, err := d.client.Backends(ctx)
 	if err != nil {
@@ -358,7 +357,7 @@ func simBackend(ctx context.Context, t *testing.T, d *daemonProc) wire.Backend {
 		}
 	}
 	t.Fatalf("no sim backend in %+v", list)
-	return wire.Backend{}
+	return api.Backend{}
 }
 
 // TestAgentKilled kills the agent inside a guest that keeps running: the
@@ -381,8 +380,8 @@ func TestAgentKilled(t *testing.T) {
 	if err := syscall.Kill(agents[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	inst := d.waitInstance(ctx, name, "agent lost", 3*heartbeat+15*time.Second, func(i *wire.Instance) bool {
-		return i.Agent.State == instance.AgentLost
+	inst := d.waitInstance(ctx, name, "agent lost", 3*heartbeat+15*time.Second, func(i *api.Instance) bool {
+		return i.Agent.State == api.AgentLost
 	})
 	t.Logf("agent lost %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
 	rec.wait(ctx, mark, events.InstanceAgentLost, 1, opTimeout)
@@ -403,7 +402,7 @@ func TestGuestReboot(t *testing.T) {
 	rec := d.record(name)
 	g := d.launch(ctx, name, nil, nil)
 	agentCommand(ctx, t, g, "ready")
-	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *wire.Instance) bool { return i.StatusCode == int(status.Ready) })
+	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *api.Instance) bool { return i.StatusCode == int(status.Ready) })
 	rec.wait(ctx, 0, events.InstanceReady, 1, opTimeout) // delivered, so not counted after the mark
 	oldAgents := agentPIDs(g.root)
 
@@ -412,8 +411,8 @@ func TestGuestReboot(t *testing.T) {
 		t.Fatalf("system_reset of %s: %v", name, err)
 	}
 	rec.wait(ctx, mark, events.InstanceAgentConnected, 1, agentTimeout)
-	inst := d.waitInstance(ctx, name, "connected after the reset", opTimeout, func(i *wire.Instance) bool {
-		return i.Agent.State == instance.AgentConnected
+	inst := d.waitInstance(ctx, name, "connected after the reset", opTimeout, func(i *api.Instance) bool {
+		return i.Agent.State == api.AgentConnected
 	})
 	if inst.StatusCode != int(status.Running) || inst.Ready() {
 		t.Errorf("after a guest reboot: status %s, volatile.last_state.ready %q; want Running, not ready",

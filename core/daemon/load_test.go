@@ -20,10 +20,9 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/core/events"
-	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/status"
 )
@@ -53,12 +52,12 @@ func TestListFlood(t *testing.T) {
 	rec := d.record(name)
 	g := d.launch(ctx, name, nil, nil)
 	agentCommand(ctx, t, g, "ready")
-	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *wire.Instance) bool { return i.StatusCode == int(status.Ready) })
+	d.waitInstance(ctx, name, "Ready", opTimeout, func(i *api.Instance) bool { return i.StatusCode == int(status.Ready) })
 	mark := rec.mark()
 
 	const churn = "churn1"
 	churnRec := d.record(churn)
-	if _, err := d.client.Create(ctx, wire.InstancesPost{Name: churn, Backend: "sim", Config: map[string]string{"sim.command": "exec sleep 100000"}}); err != nil {
+	if _, err := d.client.Create(ctx, api.InstancesPost{Name: churn, Backend: "sim", Config: map[string]string{"sim.command": "exec sleep 100000"}}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := map[string]string{}
@@ -114,13 +113,13 @@ func TestListFlood(t *testing.T) {
 	changes := 0
 	var changeLatency time.Duration
 	for floodCtx.Err() == nil {
-		action := wire.ActionStart
+		action := api.ActionStart
 		if changes%2 == 1 {
-			action = wire.ActionStop
+			action = api.ActionStop
 		}
 		t0 := time.Now()
 		err := retryBusy(ctx, func() error {
-			_, err := d.client.SetState(ctx, churn, wire.InstanceStatePut{Action: action, Timeout: 30, Force: true})
+			_, err := d.client.SetState(ctx, churn, api.InstanceStatePut{Action: action, Timeout: 30, Force: true})
 			return err
 		})
 		if err != nil {
@@ -152,7 +151,7 @@ func TestListFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inst.Agent.State != instance.AgentConnected || inst.StatusCode != int(status.Ready) {
+	if inst.Agent.State != api.AgentConnected || inst.StatusCode != int(status.Ready) {
 		t.Errorf("%s after the flood: agent %q, status %s; want connected and Ready", name, inst.Agent.State, inst.Status)
 	}
 	if n := count(rec.since(mark), events.InstanceAgentLost); n > 0 {
@@ -218,7 +217,7 @@ func getList(ctx context.Context, hc *http.Client) (code int, retryAfter string,
 		_, err = io.Copy(io.Discard, resp.Body)
 		return resp.StatusCode, "", 0, err
 	}
-	var env wire.Response
+	var env api.Response[any]
 	if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
 		return resp.StatusCode, "", 0, fmt.Errorf("decoding a %d answer: %w", resp.StatusCode, err)
 	}
@@ -276,7 +275,7 @@ func TestSupervisorKilledSixTimes(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		b := waitBackend(ctx, t, d, fmt.Sprintf("restart %d", i), func(b wire.Backend) bool {
+		b := waitBackend(ctx, t, d, fmt.Sprintf("restart %d", i), func(b api.Backend) bool {
 			return b.Restarts == i && b.Health == "healthy" && b.PID != pid && b.PID != 0
 		})
 		if b.Failures != i || !strings.Contains(b.LastError, "exited") {
@@ -293,8 +292,8 @@ func TestSupervisorKilledSixTimes(t *testing.T) {
 	if !alive(vmm) {
 		t.Fatalf("the guest's VMM %d did not survive the plugin restarts", vmm)
 	}
-	d.waitInstance(ctx, name, "agent connected after the restarts", agentTimeout, func(i *wire.Instance) bool {
-		return i.Agent.State == instance.AgentConnected && i.StatusCode == int(status.Running)
+	d.waitInstance(ctx, name, "agent connected after the restarts", agentTimeout, func(i *api.Instance) bool {
+		return i.Agent.State == api.AgentConnected && i.StatusCode == int(status.Running)
 	})
 	if _, _, err := d.runCLI(ctx, "backends", "restart", "vbox"); err == nil {
 		t.Fatal("guestlink backends restart vbox succeeded")
@@ -302,7 +301,7 @@ func TestSupervisorKilledSixTimes(t *testing.T) {
 }
 
 // waitBackend polls the sim backend's health until cond holds.
-func waitBackend(ctx context.Context, t *testing.T, d *daemonProc, what string, cond func(wire.Backend) bool) wire.Backend {
+func waitBackend(ctx context.Context, t *testing.T, d *daemonProc, what string, cond func(api.Backend) bool) api.Backend {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()

@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/client"
-	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/internal/testwait"
@@ -72,7 +71,7 @@ func BenchmarkQEMUGuestLink(b *testing.B) {
 			b.Fatal(err)
 		}
 		name := fmt.Sprintf("bench-%d", i)
-		created, err := c.Create(ctx, wire.InstancesPost{Name: name, Backend: "qemu", Config: qemuConfig(img, "", nil), Start: true})
+		created, err := c.Create(ctx, api.InstancesPost{Name: name, Backend: "qemu", Config: qemuConfig(img, "", nil), Start: true})
 		if err != nil {
 			b.Fatalf("launching %s: %v", name, err)
 		}
@@ -80,14 +79,14 @@ func BenchmarkQEMUGuestLink(b *testing.B) {
 			b.Fatalf("instance %s has no console log in its details %v", name, created.Details)
 		}
 		markers := watchMarker(created.Details["console_log"])
-		inst := benchWaitInstanceWithin(b, c, name, "Ready and connected", 3*time.Minute, func(i *wire.Instance) bool {
-			return i.StatusCode == int(status.Ready) && i.Agent.State == instance.AgentConnected && i.Details["console_log"] != ""
+		inst := benchWaitInstanceWithin(b, c, name, "Ready and connected", 3*time.Minute, func(i *api.Instance) bool {
+			return i.StatusCode == int(status.Ready) && i.Agent.State == api.AgentConnected && i.Details["console_log"] != ""
 		})
 		markers.stop()
 		accel = inst.Details["accel"]
 		// Runtime changes reach the timeline just after the view: poll.
 		var started, connected, readyAt time.Time
-		var tl []instance.TimelineEntry
+		var tl []api.TimelineEntry
 		if !testwait.Until(time.Minute, func() bool {
 			var err error
 			if tl, err = c.Timeline(ctx, name, 0); err != nil {
@@ -217,9 +216,9 @@ func benchIdleTicks(pid int) (float64, error) {
 }
 
 // benchWaitInstanceWithin polls the instance until cond holds.
-func benchWaitInstanceWithin(b *testing.B, c *client.Client, name, what string, within time.Duration, cond func(*wire.Instance) bool) *wire.Instance {
+func benchWaitInstanceWithin(b *testing.B, c *client.Client, name, what string, within time.Duration, cond func(*api.Instance) bool) *api.Instance {
 	b.Helper()
-	var inst *wire.Instance
+	var inst *api.Instance
 	var err error
 	if !testwait.Until(within, func() bool {
 		inst, err = c.Instance(context.Background(), name)
@@ -232,7 +231,7 @@ func benchWaitInstanceWithin(b *testing.B, c *client.Client, name, what string, 
 
 // timelineTime returns the time of the first timeline entry of kind going
 // to to (zero if none).
-func timelineTime(tl []instance.TimelineEntry, kind, to string) time.Time {
+func timelineTime(tl []api.TimelineEntry, kind, to string) time.Time {
 	for _, e := range tl {
 		if e.Kind == kind && e.To == to {
 			return e.Time

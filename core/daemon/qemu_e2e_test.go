@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
-	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/internal/testwait"
@@ -58,11 +57,11 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 
 	// Launch: Running, agent started, connected, then Ready from the guest.
 	cfg := qemuConfig(img, "/1.0/meta-data", map[string]string{"user.meta-data": qemuUserMetaData})
-	if _, err := d.client.Create(ctx, wire.InstancesPost{Name: name, Backend: plugin, Config: cfg, Start: true}); err != nil {
+	if _, err := d.client.Create(ctx, api.InstancesPost{Name: name, Backend: plugin, Config: cfg, Start: true}); err != nil {
 		t.Fatalf("launching %s: %v", name, err)
 	}
-	inst := d.waitInstance(ctx, name, "Ready", qemuBootTimeout, func(i *wire.Instance) bool {
-		return i.StatusCode == int(status.Ready) && i.Agent.State == instance.AgentConnected
+	inst := d.waitInstance(ctx, name, "Ready", qemuBootTimeout, func(i *api.Instance) bool {
+		return i.StatusCode == int(status.Ready) && i.Agent.State == api.AgentConnected
 	})
 	rec.wait(ctx, 0, events.InstanceReady, 1, qemuOpTimeout)
 	rec.wait(ctx, 0, events.InstanceAgentConnected, 1, qemuOpTimeout)
@@ -77,7 +76,7 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 		}
 	}
 	for _, ev := range rec.eventsSince(0) {
-		var lc events.Lifecycle
+		var lc api.EventLifecycle
 		if err := json.Unmarshal(ev.Metadata, &lc); err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +95,7 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 		t.Errorf("acceleration %q, want tcg or kvm", accel)
 	}
 	t.Logf("%s: Ready %v after start (accel %s)", name, inst.ReadyAt.Sub(*inst.StartedAt).Round(time.Millisecond), accel)
-	wantAgent := []string{string(instance.AgentStarted), string(instance.AgentConnected)}
+	wantAgent := []string{string(api.AgentStarted), string(api.AgentConnected)}
 	if steps, tl := timelineSteps(ctx, t, d, name, "agent", wantAgent, qemuOpTimeout); !inOrder(steps, wantAgent) {
 		t.Errorf("timeline agent steps %v, want started then connected (timeline %+v)", steps, tl)
 	}
@@ -131,8 +130,8 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 	restarted := time.Now()
 	d.start()
 	rec2 := d.recordSince(name, lastID)
-	inst = d.waitInstance(ctx, name, "Ready after the daemon restart", qemuOpTimeout, func(i *wire.Instance) bool {
-		return i.StatusCode == int(status.Ready) && i.Agent.State == instance.AgentConnected
+	inst = d.waitInstance(ctx, name, "Ready after the daemon restart", qemuOpTimeout, func(i *api.Instance) bool {
+		return i.StatusCode == int(status.Ready) && i.Agent.State == api.AgentConnected
 	})
 	t.Logf("%s: Ready again %v after the daemon restart", name, time.Since(restarted).Round(time.Millisecond))
 	rec2.wait(ctx, 0, events.InstanceAgentConnected, 1, qemuOpTimeout)
@@ -149,7 +148,7 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 	if err := syscall.Kill(old.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	var b wire.Backend
+	var b api.Backend
 	if !testwait.Until(qemuOpTimeout, func() bool {
 		b = backendOf(ctx, t, d, plugin)
 		return b.Restarts >= 1 && b.Health == string(pluginhost.HealthHealthy) && b.PID != old.PID && b.PID != 0
@@ -159,7 +158,7 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 	if got := qemuPID(t, inst.UUID); got != pid {
 		t.Fatalf("after the plugin's SIGKILL: QEMU pid %d, want %d", got, pid)
 	}
-	d.waitInstance(ctx, name, "still Ready after the plugin restart", qemuOpTimeout, func(i *wire.Instance) bool {
+	d.waitInstance(ctx, name, "still Ready after the plugin restart", qemuOpTimeout, func(i *api.Instance) bool {
 		return i.StatusCode == int(status.Ready)
 	})
 
@@ -167,21 +166,21 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 	// (no new boot of the kernel) with its agent, which the daemon sees
 	// connected again; the guest stays controllable.
 	mark := rec2.mark()
-	if _, err := d.client.SetState(ctx, name, wire.InstanceStatePut{Action: wire.ActionStop, Stateful: true, Timeout: 60}); err != nil {
+	if _, err := d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStop, Stateful: true, Timeout: 60}); err != nil {
 		t.Fatalf("stateful stop of %s after the plugin restart: %v", name, err)
 	}
-	inst = d.waitInstance(ctx, name, "Stopped (stateful)", qemuOpTimeout, func(i *wire.Instance) bool {
+	inst = d.waitInstance(ctx, name, "Stopped (stateful)", qemuOpTimeout, func(i *api.Instance) bool {
 		return i.StatusCode == int(status.Stopped)
 	})
 	if inst.Ready() {
 		t.Errorf("after the stateful stop: ready %v, want false", inst.Ready())
 	}
 	waitGone(ctx, t, "QEMU after the stateful stop", func() bool { return !alive(pid) })
-	if _, err := d.client.SetState(ctx, name, wire.InstanceStatePut{Action: wire.ActionStart}); err != nil {
+	if _, err := d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStart}); err != nil {
 		t.Fatalf("starting %s from its saved state: %v", name, err)
 	}
-	inst = d.waitInstance(ctx, name, "agent connected after the restore", qemuBootTimeout, func(i *wire.Instance) bool {
-		return i.Boot == 2 && i.Agent.State == instance.AgentConnected
+	inst = d.waitInstance(ctx, name, "agent connected after the restore", qemuBootTimeout, func(i *api.Instance) bool {
+		return i.Boot == 2 && i.Agent.State == api.AgentConnected
 	})
 	// The restored memory holds the guest's Ready declaration: the daemon
 	// restores the Ready flag it saved with the state (the agent, whose
@@ -200,21 +199,21 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 	// A restored guest does not boot again: its agent resumes connected.
 	// A new boot's agent would say STARTED first, and could be connected
 	// only after an advertisement the daemon sends on reading STARTED.
-	if first, tl := firstAgentStep(ctx, t, d, name, 2); first != string(instance.AgentConnected) {
+	if first, tl := firstAgentStep(ctx, t, d, name, 2); first != string(api.AgentConnected) {
 		t.Errorf("the restored guest's agent first went to %q, want connected (a new boot?); timeline %+v", first, tl)
 	}
 	pid = qemuPID(t, inst.UUID)
 
 	// Clean stop (ACPI power button, the agent says STOPPED on its way out).
 	mark = rec2.mark()
-	if _, err := d.client.SetState(ctx, name, wire.InstanceStatePut{Action: wire.ActionStop, Timeout: 60}); err != nil {
+	if _, err := d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStop, Timeout: 60}); err != nil {
 		t.Fatalf("stopping %s: %v", name, err)
 	}
-	inst = d.waitInstance(ctx, name, "Stopped", qemuOpTimeout, func(i *wire.Instance) bool {
+	inst = d.waitInstance(ctx, name, "Stopped", qemuOpTimeout, func(i *api.Instance) bool {
 		return i.StatusCode == int(status.Stopped)
 	})
 	rec2.wait(ctx, mark, events.InstanceStopped, 1, qemuOpTimeout)
-	if inst.Ready() || inst.Agent.State != instance.AgentNone {
+	if inst.Ready() || inst.Agent.State != api.AgentNone {
 		t.Errorf("after stop: ready %v, agent %q; want not ready, no agent", inst.Ready(), inst.Agent.State)
 	}
 	waitGone(ctx, t, "the stopped guest's QEMU", func() bool { return !alive(pid) })
@@ -231,7 +230,7 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 
 // hasDetail reports whether the timeline has an entry of kind whose detail
 // is detail.
-func hasDetail(tl []instance.TimelineEntry, kind, detail string) bool {
+func hasDetail(tl []api.TimelineEntry, kind, detail string) bool {
 	for _, e := range tl {
 		if e.Kind == kind && e.Detail == detail {
 			return true
@@ -347,10 +346,10 @@ func newTestUUID(t testing.TB) string {
 
 // firstAgentStep returns the state the agent first went to in boot (as the
 // timeline records it, polled until there is one) and the timeline.
-func firstAgentStep(ctx context.Context, t *testing.T, d *daemonProc, name string, boot int64) (string, []instance.TimelineEntry) {
+func firstAgentStep(ctx context.Context, t *testing.T, d *daemonProc, name string, boot int64) (string, []api.TimelineEntry) {
 	t.Helper()
 	var step string
-	var tl []instance.TimelineEntry
+	var tl []api.TimelineEntry
 	testwait.Until(qemuOpTimeout, func() bool {
 		var err error
 		if tl, err = d.client.Timeline(ctx, name, 0); err != nil {

@@ -16,8 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/core/api/wire"
-	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/internal/testwait"
@@ -129,7 +128,7 @@ func qemuPID(t testing.TB, uuid string) int {
 }
 
 // backendOf returns the entry of GET /1.0/backends named name.
-func backendOf(ctx context.Context, t testing.TB, d *daemonProc, name string) wire.Backend {
+func backendOf(ctx context.Context, t testing.TB, d *daemonProc, name string) api.Backend {
 	t.Helper()
 	list, err := d.client.Backends(ctx)
 	if err != nil {
@@ -141,7 +140,7 @@ func backendOf(ctx context.Context, t testing.TB, d *daemonProc, name string) wi
 		}
 	}
 	t.Fatalf("no backend %q in %+v", name, list)
-	return wire.Backend{}
+	return api.Backend{}
 }
 
 // consoleGet waits until the guest's console log shows the answer to
@@ -197,10 +196,10 @@ func tailString(s string, n int) string {
 // timelineSteps returns the timeline's entries of kind as "from>to" steps
 // (state) or "to" (agent, ready), waiting up to within until want occurs in
 // order: runtime changes reach the timeline just after their events.
-func timelineSteps(ctx context.Context, t testing.TB, d *daemonProc, name, kind string, want []string, within time.Duration) ([]string, []instance.TimelineEntry) {
+func timelineSteps(ctx context.Context, t testing.TB, d *daemonProc, name, kind string, want []string, within time.Duration) ([]string, []api.TimelineEntry) {
 	t.Helper()
 	var steps []string
-	var tl []instance.TimelineEntry
+	var tl []api.TimelineEntry
 	testwait.Until(within, func() bool {
 		var err error
 		if tl, err = d.client.Timeline(ctx, name, 0); err != nil {

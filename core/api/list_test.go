@@ -8,16 +8,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/instance"
 )
 
-// marshalList is the reference: what encoding/json makes of the answer.
+// serviceInstance is the API object as it was before the wire types had
+// their own package: the service's view embedded, plus the timeline. The
+// JSON of wire.Instance must stay exactly its JSON.
+type serviceInstance struct {
+	instance.Instance
+	Timeline []instance.TimelineEntry `json:"timeline,omitempty"`
+}
+
+// marshalList is the reference: what encoding/json makes of the answer in
+// the service's types.
 func marshalList(t testing.TB, list []*instance.Instance) []byte {
 	t.Helper()
-	out := make([]wire.Instance, 0, len(list))
+	out := make([]serviceInstance, 0, len(list))
 	for _, inst := range list {
-		out = append(out, wire.Instance{Instance: *inst})
+		out = append(out, serviceInstance{Instance: *inst})
 	}
 	want, err := json.Marshal(wire.Sync(out))
 	if err != nil {
@@ -26,7 +35,7 @@ func marshalList(t testing.TB, list []*instance.Instance) []byte {
 	return want
 }
 
-func TestAppendInstanceListMatchesEncodingJSON(t *testing.T) {
+func TestInstanceListMatchesEncodingJSON(t *testing.T) {
 	zone := time.FixedZone("x", -(3*3600 + 30*60))
 	t1 := time.Date(2026, 11, 22, 1, 2, 3, 456789000, time.UTC)
 	t2 := time.Date(1999, 1, 2, 3, 4, 5, 0, zone)
@@ -97,6 +106,71 @@ func TestAppendInstanceListMatchesEncodingJSON(t *testing.T) {
 	})
 }
 
+// TestWireInstanceMatchesServiceJSON checks that the API's own instance
+// object encodes exactly as the service's view did when the API embedded it:
+// same field names, order and omitempty, timeline included.
+func TestWireInstanceMatchesServiceJSON(t *testing.T) {
+	t1 := time.Date(2026, 11, 22, 1, 2, 3, 456789000, time.UTC)
+	t2 := time.Date(1999, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))
+	rich := &instance.Instance{
+		Name: "web1", UUID: "u-1", Backend: "sim", Status: "Ready", StatusCode: 113,
+		Config:  map[string]string{"volatile.last_state.ready": "true", "user.x": "<&>"},
+		Devices: map[string]map[string]string{"root": {"type": "disk", "path": "/"}},
+		Boot:    3, CreatedAt: t1, StartedAt: &t2, ReadyAt: &t1, Link: "vsock",
+		Agent:        instance.AgentInfo{State: instance.AgentConnected, LastHeartbeat: &t1, Since: &t2},
+		DevlxdSocket: "/run/x/sock", Details: map[string]string{"pid": "42"},
+	}
+	tl := []instance.TimelineEntry{
+		{Time: t1, Boot: 3, Kind: "state", From: "Stopped", To: "Running", Cause: "api"},
+		{Time: t2, Boot: 3, Kind: "ready", From: "false", To: "true", Cause: "devlxd", Detail: "d"},
+	}
+	for _, tt := range []struct {
+		name string
+		inst *instance.Instance
+		tl   []instance.TimelineEntry
+	}{
+		{"rich with timeline", rich, tl},
+		{"rich without timeline", rich, nil},
+		{"empty timeline", rich, []instance.TimelineEntry{}},
+		{"zero", &instance.Instance{}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			want, err := json.Marshal(serviceInstance{Instance: *tt.inst, Timeline: tt.tl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := json.Marshal(instanceOf(tt.inst, tt.tl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("wire JSON differs:\n got %s\nwant %s", got, want)
+			}
+			if tt.tl != nil {
+				want, _ = json.Marshal(tt.tl)
+				got, _ = json.Marshal(timelineOf(tt.tl))
+				if !bytes.Equal(got, want) {
+					t.Fatalf("timeline JSON differs:\n got %s\nwant %s", got, want)
+				}
+			}
+			want, _ = json.Marshal(struct {
+				Status     string             `json:"status"`
+				StatusCode int                `json:"status_code"`
+				Ready      bool               `json:"ready"`
+				Boot       int64              `json:"boot"`
+				StartedAt  *time.Time         `json:"started_at"`
+				ReadyAt    *time.Time         `json:"ready_at"`
+				Link       string             `json:"link"`
+				Agent      instance.AgentInfo `json:"agent"`
+			}{tt.inst.Status, tt.inst.StatusCode, tt.inst.Ready(), tt.inst.Boot, tt.inst.StartedAt, tt.inst.ReadyAt, tt.inst.Link, tt.inst.Agent})
+			got, _ = json.Marshal(stateOf(tt.inst))
+			if !bytes.Equal(got, want) {
+				t.Fatalf("state JSON differs:\n got %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
 // sampleList returns n instances shaped like the daemon's stopped sim
 // instances (4-key config, one device).
 func sampleList(n int) []*instance.Instance {
@@ -113,8 +187,8 @@ func sampleList(n int) []*instance.Instance {
 }
 
 // BenchmarkInstanceList10k encodes the GET /1.0/instances answer for 10,000
-// instances: the hand-written encoder against encoding/json (as fiber's
-// c.JSON did, including the copy into []wire.Instance).
+// instances: the list encoder (goccy/go-json, one instance at a time)
+// against encoding/json (as fiber's c.JSON did, including the copy).
 func BenchmarkInstanceList10k(b *testing.B) {
 	list := sampleList(10000)
 	b.Run("append", func(b *testing.B) {
