@@ -24,9 +24,9 @@ import (
 	"github.com/gorilla/websocket"
 
 	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/core/api/apitest"
 	"github.com/guestlink/guestlink/core/auth"
-	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/core/instance"
 )
 

@@ -25,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/core/client"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/db"
 )
 

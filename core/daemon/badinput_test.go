@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/guestlink/guestlink/core/client"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/core/status"
 )
 

@@ -31,7 +31,7 @@ import (
 
 	"github.com/guestlink/guestlink/agent/upstream"
 	"github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/client"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 	"github.com/guestlink/guestlink/link/hybrid"

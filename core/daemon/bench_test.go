@@ -2,7 +2,7 @@ package daemon_test
 
 // Daemon-level benchmarks: a real guestlinkd process (with the real sim
 // plugin, real sim guests and, where the figure is about it, the real agent)
-// driven through core/client over the admin Unix socket. They print the
+// driven through client over the admin Unix socket. They print the
 // figures docs/performance.md records; `make bench` runs them.
 //
 // The fixtures are expensive (10,000 instances, 1,000 running guests), so
@@ -27,7 +27,7 @@ import (
 
 	"github.com/guestlink/guestlink/agent/devlxdclient"
 	"github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/client"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/devlxdapi"

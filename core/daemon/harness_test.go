@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/client"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/internal/testwait"
 )

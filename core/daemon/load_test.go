@@ -21,7 +21,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/client"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/status"

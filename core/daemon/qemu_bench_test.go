@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/client"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/internal/testwait"

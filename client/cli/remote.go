@@ -25,7 +25,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/guestlink/guestlink/core/client"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/errdefs"
 )
 

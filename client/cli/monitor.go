@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/client"
+	"github.com/guestlink/guestlink/client"
 )
 
 func (s *session) monitorCommand() *cobra.Command {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/guestlink/guestlink/core/client"
+	"github.com/guestlink/guestlink/client"
 )
 
 // Environment and defaults.

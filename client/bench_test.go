@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/core/events"
 )
 

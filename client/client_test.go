@@ -11,8 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/client"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/errdefs"
 )

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/client"
 )
 
 // selfSigned returns a certificate good for a TLS client or server.

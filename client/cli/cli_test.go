@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 	"gopkg.in/yaml.v3"
 
+	"github.com/guestlink/guestlink/client/cli"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/cli"
 )
 
 func TestMain(m *testing.M) {

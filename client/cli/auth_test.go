@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/guestlink/guestlink/client/cli"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/cli"
 )
 
 func TestAuthCommands(t *testing.T) {
