@@ -53,6 +53,13 @@ var rules = []rule{
 			[]string{mod + "/agent", mod + "/client", mod + "/api", mod + "/cmd", "github.com/spf13/cobra"}),
 	},
 	{
+		name: "core: no web, no backend, no client, no composition root",
+		pkgs: []string{mod + "/core/..."},
+		forbid: []string{mod + "/web", mod + "/plugins", mod + "/client", mod + "/daemon", mod + "/cmd",
+			mod + "/agent", "github.com/a-h/templ"},
+		except: []string{mod + "/plugins/sdk"},
+	},
+	{
 		name:   "store: nothing of core",
 		pkgs:   []string{mod + "/db/..."},
 		forbid: concat([]string{mod + "/core", mod + "/web", mod + "/plugins", mod + "/client"}, webStack, pluginStack),
@@ -145,6 +152,8 @@ func TestRulesCatchViolations(t *testing.T) {
 			[]string{mod + "/core/status", "github.com/spf13/cobra"}},
 		{"SDK", []string{"google.golang.org/grpc", mod + "/web/components"}, []string{mod + "/web/components"}},
 		{"backends", []string{mod + "/plugins/sdk", mod + "/link/transport", mod + "/db"}, []string{mod + "/db"}},
+		{"core", []string{mod + "/plugins/sdk/proto/backend/v1", mod + "/web", mod + "/plugins/sim/simvm", mod + "/daemon"},
+			[]string{mod + "/web", mod + "/plugins/sim/simvm", mod + "/daemon"}},
 		{"store", []string{mod + "/errdefs", mod + "/core/errdefs"}, []string{mod + "/core/errdefs"}},
 	}
 	for _, tt := range tests {

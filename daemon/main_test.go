@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	}
 	code, err := run(m)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "core/daemon e2e:", err)
+		fmt.Fprintln(os.Stderr, "daemon e2e:", err)
 		code = 1
 	}
 	os.Exit(code)
@@ -83,7 +83,7 @@ func binaries(t *testing.T) {
 // buildBinaries builds the daemon, CLI, agent and sim plugin into dir as
 // `make build` does (static, trimmed paths) and writes the plugin checksums.
 func buildBinaries(dir string) error {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join(".."))
 	if err != nil {
 		return fmt.Errorf("finding the module root: %w", err)
 	}

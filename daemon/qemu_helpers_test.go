@@ -48,7 +48,7 @@ func qemuPlugins(t testing.TB) string {
 			qemuPluginsErr = fmt.Errorf("creating the QEMU plugin directory: %w", err)
 			return
 		}
-		root, err := filepath.Abs(filepath.Join("..", ".."))
+		root, err := filepath.Abs(filepath.Join(".."))
 		if err != nil {
 			qemuPluginsErr = fmt.Errorf("finding the module root: %w", err)
 			return

@@ -47,7 +47,7 @@ const readyMarker = "guestlink: declaring ready"
 //     windows in ms of CPU per second; the tick is 10 ms, so over 30 s the
 //     resolution is 0.03 %).
 //
-// Run: GUESTLINK_BIN=$PWD/bin go test -run '^$' -bench QEMUGuestLink -benchtime 3x -timeout 30m ./core/daemon
+// Run: GUESTLINK_BIN=$PWD/bin go test -run '^$' -bench QEMUGuestLink -benchtime 3x -timeout 30m ./daemon
 func BenchmarkQEMUGuestLink(b *testing.B) {
 	img := qemutest.RequiresQEMU(b)
 	if !img.HasAgent {

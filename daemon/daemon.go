@@ -1,7 +1,9 @@
 // Package daemon wires guestlinkd together: the store, the event bus, the
 // plugin host, the instance manager, the guest-link services (PKI, link
 // listeners, devlxd, agent monitor), the admin API on its Unix socket and,
-// when asked, the admin API and the dashboard on a localhost TCP address.
+// when asked, the admin API and the dashboard on a localhost TCP address. It
+// is the composition root, the one package that knows every part; it lives
+// beside cmd/guestlinkd so that nothing in core imports web.
 package daemon
 
 import (
