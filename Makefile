@@ -52,9 +52,10 @@ check-generated: generate ## fail if regenerating changes committed files
 	@git diff --exit-code --stat -- '*.go' 'web/assets' || { echo "generated files are stale: run make generate and commit"; exit 1; }
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, and go.mod/go.sum tidy (the import rules are internal/deptest's test)
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); [ -z "$$out" ] || { echo "gofmt needed: $$out"; exit 1; }
 	$(GO) vet ./...
+	$(GO) mod tidy -diff
 
 .PHONY: test
 test: deps build guest-image lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
