@@ -9,6 +9,7 @@ import (
 	"time"
 
 	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 )
 
@@ -205,4 +206,41 @@ func BenchmarkInstanceList10k(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
 	})
+}
+
+// TestWireEventMatchesBusJSON checks that an event of the bus, as the API
+// sends it, reads back into the client's api.Event and encodes to the same
+// bytes, lifecycle metadata included.
+func TestWireEventMatchesBusJSON(t *testing.T) {
+	ev := events.NewLifecycle(events.InstanceReady, "web1", map[string]any{"k": "<v>"},
+		&events.Requestor{Username: "u", Protocol: "devlxd", Address: "a", UID: "0", Fingerprint: "f"})
+	ev.ID = 42
+	want, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got wire.Event
+	if err := json.Unmarshal(want, &got); err != nil {
+		t.Fatal(err)
+	}
+	again, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(again, want) {
+		t.Fatalf("event JSON differs:\n got %s\nwant %s", again, want)
+	}
+	busLC, err := ev.Lifecycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wireLC, err := got.Lifecycle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(busLC)
+	b, _ := json.Marshal(wireLC)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("lifecycle JSON differs:\n got %s\nwant %s", b, a)
+	}
 }
