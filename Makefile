@@ -52,9 +52,10 @@ check-generated: generate ## fail if regenerating changes committed files
 	@git diff --exit-code --stat -- '*.go' 'web/assets' || { echo "generated files are stale: run make generate and commit"; exit 1; }
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, and go.mod/go.sum tidy (the import rules are internal/deptest's test)
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); [ -z "$$out" ] || { echo "gofmt needed: $$out"; exit 1; }
 	$(GO) vet ./...
+	$(GO) mod tidy -diff
 
 .PHONY: test
 test: deps build guest-image lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
@@ -64,9 +65,9 @@ test: deps build guest-image lint check-generated ## run every test (installs wh
 test-go: ## the Go tests (no install, no checks)
 	$(GO) test -p 1 -count=1 -timeout 45m ./... # one package at a time: the VM and daemon tests are timing-sensitive on 2 cores
 
-# The race detector needs cgo. The end-to-end packages (core/daemon) run
+# The race detector needs cgo. The end-to-end packages (daemon) run
 # their daemons as separate processes, which -race does not instrument.
-RACE_PKGS := ./core/... ./agent/... ./link/... ./db/...
+RACE_PKGS := ./core/... ./daemon/... ./api/... ./errdefs/... ./client/... ./agent/... ./link/... ./db/...
 .PHONY: test-race
 test-race: ## the daemon, agent, link and db packages under the race detector
 	CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
@@ -81,11 +82,11 @@ bench: build ## run the benchmarks named in the issues; figures go to docs/perfo
 	echo "== store: durable state-change writes (SQLite)"; \
 	$(GO) test -count=1 -vet=off -run '^$$' -bench 'StateChangeWrites/sqlite' -benchtime 3s ./db; \
 	echo "== daemon at 10,000 instances: list, RSS, state changes, cold start"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Daemon10k' -benchtime 10x ./core/daemon; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Daemon10k' -benchtime 10x ./daemon; \
 	echo "== guest link: GET /1.0 via the agent, agent state -> event"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'GuestLinkGet|AgentStateEvent' -benchtime 500x ./core/daemon; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'GuestLinkGet|AgentStateEvent' -benchtime 500x ./daemon; \
 	echo "== 1,000 running guests: idle CPU, Ready -> instance-ready"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./core/daemon
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./daemon
 
 .PHONY: screenshots
 screenshots: build ## regenerate the committed docs/dashboard-*.png with the browser tests (npm test writes them outside the tree)

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // hash returns a distinct 64-digit hex string for n.

@@ -3,7 +3,7 @@ package db
 import (
 	"context"
 
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // Errors the Store returns (wrapped). They are the daemon's error kinds, so

@@ -10,9 +10,9 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/guestlink/guestlink/core/api/wire"
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/web/components"
 )
 
@@ -86,7 +86,7 @@ func (d *Dashboard) unauthorized(c *fiber.Ctx, notice, reason string) error {
 		return d.loginPage(c, http.StatusUnauthorized, components.LoginData{Notice: notice})
 	}
 	c.Set("Cache-Control", "no-store")
-	return c.Status(http.StatusUnauthorized).JSON(wire.Error(http.StatusUnauthorized, reason+": "+howToGetIn))
+	return c.Status(http.StatusUnauthorized).JSON(api.Error(http.StatusUnauthorized, reason+": "+howToGetIn))
 }
 
 // wantsPage reports whether the request is a browser asking for a whole

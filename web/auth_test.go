@@ -11,7 +11,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 )
 
@@ -242,8 +242,8 @@ func TestNoSessionNoData(t *testing.T) {
 						t.Errorf("not the login page saying how to get in: %.300s", body)
 					}
 				} else {
-					var env wire.Response
-					if err := json.Unmarshal([]byte(body), &env); err != nil || env.Type != wire.TypeError || env.ErrorCode != 401 || !strings.Contains(env.Error, "guestlink dashboard") {
+					var env api.Response[any]
+					if err := json.Unmarshal([]byte(body), &env); err != nil || env.Type != api.TypeError || env.ErrorCode != 401 || !strings.Contains(env.Error, "guestlink dashboard") {
 						t.Errorf("answer %q, want a 401 error envelope saying how to get in", body)
 					}
 				}

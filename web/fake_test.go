@@ -13,11 +13,11 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // fakeInstances is a small in-memory stand-in for the instance service: it

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // fakeSessions is an in-memory Sessions with the contract of

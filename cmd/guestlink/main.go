@@ -7,7 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/guestlink/guestlink/core/cli"
+	"github.com/guestlink/guestlink/client/cli"
 )
 
 func main() {

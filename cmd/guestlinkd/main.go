@@ -14,7 +14,7 @@ import (
 	"syscall"
 
 	"github.com/guestlink/guestlink/core/agentmon"
-	"github.com/guestlink/guestlink/core/daemon"
+	"github.com/guestlink/guestlink/daemon"
 )
 
 func main() {

@@ -20,10 +20,10 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/devlxd/guestview"
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 	"github.com/guestlink/guestlink/link/hybrid"

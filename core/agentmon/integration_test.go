@@ -48,7 +48,7 @@ func (r *readyInstances) readyCalls() []bool {
 }
 
 // daemon is the guest-link half of a daemon: link host, devlxd server and
-// agent monitor, as core/daemon wires them.
+// agent monitor, as daemon wires them.
 type daemon struct {
 	host *linkhost.Host
 	srv  *devlxd.Server

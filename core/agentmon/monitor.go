@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/devlxd/guestview"
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 	"github.com/guestlink/guestlink/link/ringline"
 )

@@ -23,7 +23,7 @@ import (
 
 // TestDevlxdAndRingStormRealAgent storms both state-change paths of one
 // guest for a few seconds against the real daemon parts wired as
-// core/daemon wires them (one statebudget.Budget for the devlxd server and
+// daemon wires them (one statebudget.Budget for the devlxd server and
 // the agent monitor) and the real agent: PATCH /1.0 through the guest's
 // /dev/lxd/sock, and agent words in its ring. Together the accepted
 // changes stay within the one budget (its burst plus its rate over the
@@ -145,7 +145,7 @@ func TestDevlxdAndRingStormRealAgent(t *testing.T) {
 }
 
 // startBudgetDaemon is startDaemon with one state budget shared by the
-// devlxd server and the agent monitor, as core/daemon wires them.
+// devlxd server and the agent monitor, as daemon wires them.
 func startBudgetDaemon(t testing.TB, insts *readyInstances, store *pki.Store, budget *statebudget.Budget) *daemon {
 	t.Helper()
 	host, err := linkhost.New(linkhost.Config{DisableVsock: true})

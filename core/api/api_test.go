@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/api"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/api/wire"
 	"github.com/guestlink/guestlink/core/instance"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/core/auth"
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // Authenticator is the authentication service of the API's TCP listeners

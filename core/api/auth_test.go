@@ -23,11 +23,10 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/api/wire"
 	"github.com/guestlink/guestlink/core/auth"
-	"github.com/guestlink/guestlink/core/client"
-	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 )
 
@@ -404,7 +403,7 @@ func TestRevokedStreamEnds(t *testing.T) {
 	if _, err := local.Create(ctx, wire.InstancesPost{Name: "r1", Backend: "sim"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, ch := range []<-chan events.Event{evc, levc} {
+	for _, ch := range []<-chan wire.Event{evc, levc} {
 		select {
 		case <-ch:
 		case <-ctx.Done():

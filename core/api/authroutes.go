@@ -9,9 +9,9 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/auth"
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // registerAuth adds the trust-store and identity routes to v1.

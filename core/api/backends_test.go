@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/api/wire"
 )
 
 func TestRestartBackend(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/guestlink/guestlink/core/api/wire"
-	"github.com/guestlink/guestlink/core/errdefs"
+	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // sync200 answers 200 with the sync envelope around metadata.

@@ -14,9 +14,9 @@ import (
 	"github.com/gofiber/contrib/websocket"
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // Close codes of the events websocket. A client that sees

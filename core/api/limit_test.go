@@ -13,7 +13,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	wire "github.com/guestlink/guestlink/api"
 )
 
 // limitServer serves a /1.0 group with the limiter: /1.0/slow blocks until
@@ -51,7 +51,7 @@ func limitServer(t *testing.T, lim Limits, started chan<- string, release <-chan
 type answer struct {
 	code       int
 	retryAfter string
-	env        wire.Response
+	env        wire.Response[any]
 }
 
 func get(t *testing.T, url string) answer {

@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/unixsock"
 )
 

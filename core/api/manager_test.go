@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
+	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/api"
 	"github.com/guestlink/guestlink/core/api/apitest"
-	"github.com/guestlink/guestlink/core/api/wire"
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/db/dbtest"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -200,9 +200,14 @@ func TestRealManager(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := make([]wire.Instance, 0, len(views))
+		// The API object as it was when it embedded the service's view.
+		type serviceInstance struct {
+			instance.Instance
+			Timeline []instance.TimelineEntry `json:"timeline,omitempty"`
+		}
+		want := make([]serviceInstance, 0, len(views))
 		for _, v := range views {
-			want = append(want, wire.Instance{Instance: *v})
+			want = append(want, serviceInstance{Instance: *v})
 		}
 		wantJSON, _ := json.Marshal(want)
 		if got := mustCall(t, srv, "GET", "/1.0/instances"+q, "", 200).Metadata; string(got) != string(wantJSON) {

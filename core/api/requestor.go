@@ -8,7 +8,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"golang.org/x/sys/unix"
 
-	"github.com/guestlink/guestlink/core/api/wire"
+	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 )
 

@@ -20,8 +20,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // Defaults of Config.

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/auth"
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // SessionService is the interface the dashboard builds its login against;

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // Certificate is a trusted TLS client certificate.

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // ShortIDLen is how many hex digits of a session's id hash name it

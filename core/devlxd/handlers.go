@@ -13,11 +13,11 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/core/devlxd/guestview"
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 )
 

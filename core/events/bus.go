@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // EventStore is the part of db.Store the bus uses: the persisted event log.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // WriteRetry says how Publish retries a failed append to the event log: a

@@ -8,8 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // TestBadConfigKeysAndValues is the attack of a client setting keys and

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // TestNameCaseCollision is the attack of two instances whose names differ

@@ -11,10 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // TestGuestThrottled checks that a throttling episode is one timeline entry

@@ -9,9 +9,9 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // kindTimeline is the kind of the timeline entry that says entries were

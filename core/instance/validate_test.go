@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // FuzzValidateName checks that every accepted name is a DNS label and that

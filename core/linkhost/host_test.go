@@ -15,7 +15,7 @@ import (
 
 	"github.com/mdlayher/vsock"
 
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/hybrid"
 	"github.com/guestlink/guestlink/link/serialmux"
 	"github.com/guestlink/guestlink/plugins/sdk"

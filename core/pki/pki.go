@@ -33,7 +33,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // ErrCorrupt reports key-pair files that exist but cannot be used: a

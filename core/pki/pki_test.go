@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 func mode(t *testing.T, path string) os.FileMode {

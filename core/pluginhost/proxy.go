@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // Code is an LXD status code (shared/spec/status.md).

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/guestlink/guestlink/core/errdefs"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 func TestCodeString(t *testing.T) {

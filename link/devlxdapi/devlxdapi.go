@@ -1,7 +1,7 @@
 // Package devlxdapi holds the devlxd wire types shared by the agent and the
-// daemon: the LXD envelope spoken between them over the guest link, the
-// bodies of GET/PATCH /1.0, the guest events, and the conversion of an
-// envelope into the plain format the guest sees on /dev/lxd/sock.
+// daemon: the LXD envelope (package api's) spoken between them over the guest
+// link, the bodies of GET/PATCH /1.0, the guest events, and the conversion of
+// an envelope into the plain format the guest sees on /dev/lxd/sock.
 package devlxdapi
 
 import (
@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/guestlink/guestlink/api"
 )
 
 // APIVersion is the only devlxd API version.
@@ -19,9 +21,9 @@ const APIVersion = "1.0"
 // Envelope types.
 const (
 	// TypeSync is the type of a successful synchronous response.
-	TypeSync = "sync"
+	TypeSync = api.TypeSync
 	// TypeError is the type of an error response.
-	TypeError = "error"
+	TypeError = api.TypeError
 )
 
 // Guest-visible states of an instance, used by GET /1.0 and PATCH /1.0.
@@ -53,24 +55,10 @@ const (
 // ErrInvalidEnvelope is returned when a body is not an LXD envelope.
 var ErrInvalidEnvelope = errors.New("invalid devlxd envelope")
 
-// Response is the LXD envelope spoken between the agent and the daemon. Field
-// order and names are the wire format.
-type Response struct {
-	// Type is "sync" on success and "error" on failure.
-	Type string `json:"type"`
-	// Status is "Success" on success and empty on error.
-	Status string `json:"status"`
-	// StatusCode is 200 on success and 0 on error.
-	StatusCode int `json:"status_code"`
-	// Operation is always empty for devlxd.
-	Operation string `json:"operation"`
-	// ErrorCode is the HTTP status of an error, 0 on success.
-	ErrorCode int `json:"error_code"`
-	// Error is the error message, empty on success.
-	Error string `json:"error"`
-	// Metadata is the JSON value of a success, null on error.
-	Metadata json.RawMessage `json:"metadata"`
-}
+// Response is the LXD envelope spoken between the agent and the daemon: the
+// one envelope of package api, with its metadata kept raw (the JSON value of
+// a success, null on error).
+type Response = api.Response[json.RawMessage]
 
 // encode marshals v as JSON without HTML escaping and with a trailing
 // newline, like LXD's util.WriteJSON.

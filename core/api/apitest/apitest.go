@@ -19,10 +19,10 @@ import (
 
 	"github.com/guestlink/guestlink/core/api"
 	"github.com/guestlink/guestlink/core/auth"
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/api"
-	"github.com/guestlink/guestlink/core/errdefs"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // Instances is an in-memory instance service with the manager's contract:

@@ -1,0 +1,148 @@
+// Package api holds the JSON documents of guestlink's APIs: the LXD response
+// envelope (admin API and devlxd alike) and the admin API's request and
+// answer bodies. The server (core/api), the Go client (client) and devlxd
+// (daemon and agent) share them; the package imports only the standard
+// library, so a client links none of the server.
+package api
+
+import "time"
+
+// ServerInfo is the answer of GET /1.0.
+type ServerInfo struct {
+	APIVersion    string      `json:"api_version"` // "1.0"
+	APIStatus     string      `json:"api_status"`  // "stable"
+	APIExtensions []string    `json:"api_extensions"`
+	Auth          string      `json:"auth"` // "trusted": the socket's permissions are the access control
+	Public        bool        `json:"public"`
+	Environment   Environment `json:"environment"`
+}
+
+// Environment describes the daemon answering GET /1.0.
+type Environment struct {
+	Server        string   `json:"server"` // "guestlink"
+	ServerVersion string   `json:"server_version"`
+	ServerPID     int      `json:"server_pid"`
+	Backends      []string `json:"backends"` // names of the loaded backend plugins
+}
+
+// InstancesPost is the body of POST /1.0/instances.
+type InstancesPost struct {
+	Name    string                       `json:"name"`
+	Backend string                       `json:"backend"`
+	Config  map[string]string            `json:"config,omitempty"`
+	Devices map[string]map[string]string `json:"devices,omitempty"`
+	Start   bool                         `json:"start,omitempty"`
+}
+
+// InstancePatch is the body of PATCH /1.0/instances/{name}: keys to set and
+// keys to remove.
+type InstancePatch struct {
+	Config map[string]string `json:"config,omitempty"`
+	Unset  []string          `json:"unset,omitempty"`
+}
+
+// State actions of PUT /1.0/instances/{name}/state.
+const (
+	ActionStart   = "start"
+	ActionStop    = "stop"
+	ActionRestart = "restart"
+)
+
+// InstanceStatePut is the body of PUT /1.0/instances/{name}/state. Timeout is
+// in seconds (0: the backend's default); Force and Stateful apply to stop and
+// restart; Stateless applies to start: boot afresh, discarding a state a
+// stateful stop saved (a start restores it otherwise).
+type InstanceStatePut struct {
+	Action    string `json:"action"`
+	Timeout   int    `json:"timeout,omitempty"`
+	Force     bool   `json:"force,omitempty"`
+	Stateful  bool   `json:"stateful,omitempty"`
+	Stateless bool   `json:"stateless,omitempty"`
+}
+
+// InstanceState is the answer of GET and PUT /1.0/instances/{name}/state.
+type InstanceState struct {
+	Status     string     `json:"status"`
+	StatusCode int        `json:"status_code"`
+	Ready      bool       `json:"ready"`
+	Boot       int64      `json:"boot"`
+	StartedAt  *time.Time `json:"started_at"`
+	ReadyAt    *time.Time `json:"ready_at"`
+	Link       string     `json:"link"`
+	Agent      AgentInfo  `json:"agent"`
+}
+
+// Agent states of AgentInfo.State ("" when no agent was seen this boot or
+// the instance is stopped).
+const (
+	AgentNone      = ""
+	AgentStarted   = "started"
+	AgentConnected = "connected"
+	AgentStopped   = "stopped"
+	AgentLost      = "lost"
+)
+
+// AgentInfo is the agent part of an instance object.
+type AgentInfo struct {
+	State         string     `json:"state"`
+	LastHeartbeat *time.Time `json:"last_heartbeat"`
+	Since         *time.Time `json:"since"` // when State was entered
+}
+
+// Instance is the instance object of the API. Timeline, on
+// GET /1.0/instances/{name} only, summarises its latest timeline entries
+// (oldest first). Field names, order and omitempty are the wire format.
+type Instance struct {
+	Name         string                       `json:"name"`
+	UUID         string                       `json:"uuid"`
+	Backend      string                       `json:"backend"`
+	Status       string                       `json:"status"`
+	StatusCode   int                          `json:"status_code"`
+	Config       map[string]string            `json:"config"`
+	Devices      map[string]map[string]string `json:"devices"`
+	Boot         int64                        `json:"boot"`
+	CreatedAt    time.Time                    `json:"created_at"`
+	StartedAt    *time.Time                   `json:"started_at"`
+	ReadyAt      *time.Time                   `json:"ready_at"` // when this boot last became Ready
+	Link         string                       `json:"link"`     // "hybrid", "vsock", "serial" or ""
+	Agent        AgentInfo                    `json:"agent"`
+	DevlxdSocket string                       `json:"devlxd_socket,omitempty"` // simulated guests
+	Details      map[string]string            `json:"details,omitempty"`       // backend facts
+	Timeline     []TimelineEntry              `json:"timeline,omitempty"`
+}
+
+// Ready reports whether the instance's volatile.last_state.ready is "true".
+func (i *Instance) Ready() bool { return i.Config["volatile.last_state.ready"] == "true" }
+
+// TimelineEntry is one entry of GET /1.0/instances/{name}/timeline: a
+// state, agent, ready or throttle change of one boot.
+type TimelineEntry struct {
+	Time   time.Time `json:"time"`
+	Boot   int64     `json:"boot"`
+	Kind   string    `json:"kind"` // "state", "agent", "ready", "throttle"
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Cause  string    `json:"cause"` // "api", "devlxd", "backend", "daemon", "agent"
+	Detail string    `json:"detail,omitempty"`
+}
+
+// Backend is one backend plugin as listed by GET /1.0/backends.
+type Backend struct {
+	Name         string   `json:"name"`
+	Path         string   `json:"path"`
+	Version      string   `json:"version"`
+	Capabilities []string `json:"capabilities"`
+	Health       string   `json:"health"`
+	Restarts     int      `json:"restarts"`
+	LastError    string   `json:"last_error"`
+	PID          int      `json:"pid"`
+	// Failures counts the failed starts and early exits in a row; the
+	// supervisor waits longer after each (up to a minute) and never gives up.
+	Failures int `json:"failures"`
+	// NextRetryAt is when the supervisor starts the plugin again, while it
+	// waits; POST /1.0/backends/{name}/restart skips the wait.
+	NextRetryAt *time.Time `json:"next_retry_at,omitempty"`
+	// SkippedChecks counts health checks not held against the plugin
+	// because the daemon itself was saturated.
+	SkippedChecks int `json:"skipped_checks"`
+}

@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/guestlink/guestlink/api"
+)
+
+func (s *session) backendsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "backends",
+		Short: "List the backend plugins and their health",
+		Long: `List the backend plugins and their health.
+
+A plugin that crashes, hangs or cannot start is started again after a
+backoff that doubles up to one minute, forever: RESTARTS counts the
+restarts, FAILURES the failures in a row, NEXT RETRY says when the next
+attempt is and LAST ERROR why the last one failed. "guestlink backends
+restart NAME" restarts a plugin now.`,
+		Args: argsExactly(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			list, err := s.client.Backends(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if list == nil {
+				list = []api.Backend{}
+			}
+			return s.render(list, func(w io.Writer) error {
+				row(w, "NAME", "HEALTH", "VERSION", "PID", "RESTARTS", "FAILURES", "NEXT RETRY", "CAPABILITIES", "LAST ERROR")
+				for _, b := range list {
+					backendRow(w, b)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(s.backendsRestartCommand())
+	return cmd
+}
+
+func (s *session) backendsRestartCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "restart NAME",
+		Short: "Restart a backend plugin now and reset its backoff",
+		Long: `Restart a backend plugin now: its process, if any, is killed and a new one
+started at once, whatever the supervisor's backoff; the failure count is
+reset. The command returns once the new process runs or failed to start,
+and prints the plugin's health. The daemon then recovers the plugin's
+guests, as after any plugin restart.`,
+		Args: argsExactly(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := s.client.RestartBackend(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return s.render(b, func(w io.Writer) error {
+				if b.Health == "healthy" {
+					_, err := fmt.Fprintf(w, "Backend %s restarted: healthy, pid %d\n", b.Name, b.PID)
+					return err
+				}
+				next := "soon"
+				if b.NextRetryAt != nil {
+					next = "at " + timeCell(b.NextRetryAt)
+				}
+				_, err := fmt.Fprintf(w, "Backend %s did not come back: %s (%s); retrying %s\n", b.Name, b.Health, b.LastError, next)
+				return err
+			})
+		},
+	}
+}
+
+// backendRow writes one backend of the table.
+func backendRow(w io.Writer, b api.Backend) {
+	pid := ""
+	if b.PID != 0 {
+		pid = strconv.Itoa(b.PID)
+	}
+	row(w, b.Name, b.Health, b.Version, pid, strconv.Itoa(b.Restarts), strconv.Itoa(b.Failures), timeCell(b.NextRetryAt),
+		strings.Join(b.Capabilities, ","), b.LastError)
+}

@@ -1,0 +1,293 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/client"
+)
+
+// parseKeyValues parses "key=value" arguments (a value may contain "=" and
+// may be empty; a key may not).
+func parseKeyValues(args []string, what string) (map[string]string, error) {
+	out := make(map[string]string, len(args))
+	for _, arg := range args {
+		k, v, ok := strings.Cut(arg, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return nil, fmt.Errorf("invalid %s %q: want key=value", what, arg)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("invalid %s: key %q given twice", what, k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func (s *session) launchCommand() *cobra.Command {
+	var backend string
+	var config []string
+	cmd := &cobra.Command{
+		Use:   "launch NAME [--backend BACKEND] [-c key=value ...]",
+		Short: "Create and start an instance",
+		Args:  argsExactly(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := parseKeyValues(config, "config")
+			if err != nil {
+				return err
+			}
+			inst, err := s.client.Create(cmd.Context(), api.InstancesPost{
+				Name: args[0], Backend: backend, Config: cfg, Start: true,
+			})
+			if err != nil {
+				return err
+			}
+			return s.render(inst, func(w io.Writer) error {
+				fmt.Fprintf(w, "Instance %s launched on %s: %s\n", inst.Name, inst.Backend, inst.Status)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVarP(&backend, "backend", "b", "", "backend plugin (see guestlink backends; default: the daemon's)")
+	cmd.Flags().StringArrayVarP(&config, "config", "c", nil, "config key=value (repeatable)")
+	return cmd
+}
+
+// stateCommand builds start, stop and restart.
+func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Command {
+	var force bool
+	var timeout time.Duration
+	var stateful, stateless, all bool
+	cmd := &cobra.Command{
+		Use:   action + " NAME...",
+		Short: short,
+		Args:  argsAtLeast(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout < 0 {
+				return fmt.Errorf("invalid --timeout %s: must not be negative", timeout)
+			}
+			req := api.InstanceStatePut{Action: action, Force: force, Timeout: int(math.Ceil(timeout.Seconds())),
+				Stateful: stateful, Stateless: stateless}
+			if all {
+				return s.stopAll(cmd, req)
+			}
+			var states []*api.InstanceState
+			err := eachName(args, func(name string) error {
+				st, err := s.client.SetState(cmd.Context(), name, req)
+				if err == nil {
+					states = append(states, st)
+				}
+				return err
+			})
+			if s.format != FormatTable && len(states) > 0 {
+				if rerr := s.render(states, nil); rerr != nil {
+					return rerr
+				}
+			}
+			return err
+		},
+	}
+	switch action {
+	case api.ActionStart:
+		cmd.Flags().BoolVar(&stateless, "stateless", false, "boot afresh, discarding a state saved by stop --stateful")
+	case api.ActionStop:
+		cmd.Use = action + " NAME... | --all"
+		cmd.Args = func(cmd *cobra.Command, args []string) error {
+			if all {
+				if len(args) > 0 {
+					return fmt.Errorf("%s --all takes no instance names, got %d (usage: %s)", cmd.CommandPath(), len(args), cmd.UseLine())
+				}
+				return nil
+			}
+			return argsAtLeast(1)(cmd, args)
+		}
+		cmd.Flags().BoolVar(&stateful, "stateful", false, "save the guest's state; the next start restores it (backends with the stateful capability)")
+		cmd.Flags().BoolVar(&all, "all", false, "stop every running instance and report each")
+	}
+	if stopFlags {
+		cmd.Flags().BoolVarP(&force, "force", "f", false, "stop at once, without a clean shutdown")
+		cmd.Flags().DurationVar(&timeout, "timeout", 0, "how long a clean shutdown may take (e.g. 30s; 0: the backend's default)")
+	}
+	return cmd
+}
+
+func (s *session) startCommand() *cobra.Command {
+	return s.stateCommand(api.ActionStart, "Start instances", false)
+}
+
+func (s *session) stopCommand() *cobra.Command {
+	return s.stateCommand(api.ActionStop, "Stop instances", true)
+}
+
+// stopAll stops every running instance (Running or Ready) with req and
+// reports each: a line per instance for people, the list of states with
+// --format json|yaml. It goes on after a failure and returns the failures.
+func (s *session) stopAll(cmd *cobra.Command, req api.InstanceStatePut) error {
+	list, err := s.client.Instances(cmd.Context(), client.InstanceFilter{Status: "Running"})
+	if err != nil {
+		return fmt.Errorf("listing running instances: %w", err)
+	}
+	states := []*api.InstanceState{}
+	var lines []string
+	err = eachName(instanceNames(list), func(name string) error {
+		st, err := s.client.SetState(cmd.Context(), name, req)
+		if err != nil {
+			lines = append(lines, fmt.Sprintf("%s: not stopped: %v", name, err))
+			return err
+		}
+		states = append(states, st)
+		lines = append(lines, fmt.Sprintf("%s: %s", name, st.Status))
+		return nil
+	})
+	if s.format != FormatTable {
+		if rerr := s.render(states, nil); rerr != nil {
+			return rerr
+		}
+		return err
+	}
+	if len(list) == 0 {
+		lines = append(lines, "no running instances")
+	}
+	for _, l := range lines {
+		if _, werr := fmt.Fprintln(s.out, l); werr != nil {
+			return werr
+		}
+	}
+	return err
+}
+
+// instanceNames returns the names of list, in order.
+func instanceNames(list []api.Instance) []string {
+	names := make([]string, len(list))
+	for i, inst := range list {
+		names[i] = inst.Name
+	}
+	return names
+}
+
+func (s *session) restartCommand() *cobra.Command {
+	return s.stateCommand(api.ActionRestart, "Restart instances", true)
+}
+
+func (s *session) deleteCommand() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "delete NAME...",
+		Short: "Delete instances",
+		Args:  argsAtLeast(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachName(args, func(name string) error {
+				return s.client.Delete(cmd.Context(), name, force)
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "delete running instances too")
+	return cmd
+}
+
+func (s *session) listCommand() *cobra.Command {
+	var f client.InstanceFilter
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List instances",
+		Args:  argsExactly(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			list, err := s.client.Instances(cmd.Context(), f)
+			if err != nil {
+				return err
+			}
+			if list == nil {
+				list = []api.Instance{}
+			}
+			return s.render(list, func(w io.Writer) error {
+				row(w, "NAME", "STATUS", "BACKEND", "AGENT", "LINK", "BOOT", "STARTED")
+				for _, i := range list {
+					row(w, i.Name, i.Status, i.Backend, string(i.Agent.State), i.Link, strconv.FormatInt(i.Boot, 10), timeCell(i.StartedAt))
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&f.Status, "status", "", "only instances with this status (Running includes Ready)")
+	cmd.Flags().StringVar(&f.Backend, "backend", "", "only instances of this backend")
+	cmd.Flags().StringVar(&f.Agent, "agent", "", "only instances whose agent is in this state")
+	return cmd
+}
+
+func (s *session) infoCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "info NAME",
+		Short: "Show an instance, its agent and its timeline",
+		Args:  argsExactly(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			inst, err := s.client.Instance(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if inst.Timeline == nil {
+				inst.Timeline = []api.TimelineEntry{}
+			}
+			return s.render(inst, func(w io.Writer) error {
+				writeInfo(w, inst)
+				return nil
+			})
+		},
+	}
+}
+
+// writeInfo prints an instance for people.
+func writeInfo(w io.Writer, inst *api.Instance) {
+	row(w, "Name:", inst.Name)
+	row(w, "UUID:", inst.UUID)
+	row(w, "Backend:", inst.Backend)
+	row(w, "Status:", fmt.Sprintf("%s (%d)", inst.Status, inst.StatusCode))
+	row(w, "Created:", timeCell(&inst.CreatedAt))
+	row(w, "Started:", timeCell(inst.StartedAt))
+	row(w, "Ready since:", timeCell(inst.ReadyAt))
+	row(w, "Boot:", strconv.FormatInt(inst.Boot, 10))
+	row(w, "Link:", inst.Link)
+	agent := string(inst.Agent.State)
+	if agent == "" {
+		agent = "none"
+	}
+	if hb := timeCell(inst.Agent.LastHeartbeat); hb != "" {
+		agent += ", last heartbeat " + hb
+	}
+	row(w, "Agent:", agent)
+	if inst.DevlxdSocket != "" {
+		row(w, "Devlxd socket:", inst.DevlxdSocket)
+	}
+	fmt.Fprintln(w, "Config:")
+	for _, k := range slices.Sorted(maps.Keys(inst.Config)) {
+		row(w, "  "+k+":", inst.Config[k])
+	}
+	if len(inst.Devices) > 0 {
+		fmt.Fprintln(w, "Devices:")
+		for _, d := range slices.Sorted(maps.Keys(inst.Devices)) {
+			var props []string
+			for _, k := range slices.Sorted(maps.Keys(inst.Devices[d])) {
+				props = append(props, k+"="+inst.Devices[d][k])
+			}
+			row(w, "  "+d+":", strings.Join(props, " "))
+		}
+	}
+	fmt.Fprintln(w, "Timeline:")
+	if len(inst.Timeline) == 0 {
+		fmt.Fprintln(w, "  (empty)")
+		return
+	}
+	row(w, "  TIME", "BOOT", "KIND", "FROM", "TO", "CAUSE", "DETAIL")
+	for _, e := range inst.Timeline {
+		row(w, "  "+e.Time.Local().Format("2006-01-02 15:04:05.000"), strconv.FormatInt(e.Boot, 10), e.Kind, e.From, e.To, e.Cause, e.Detail)
+	}
+}

@@ -1,0 +1,384 @@
+// Package daemon wires guestlinkd together: the store, the event bus, the
+// plugin host, the instance manager, the guest-link services (PKI, link
+// listeners, devlxd, agent monitor), the admin API on its Unix socket and,
+// when asked, the admin API and the dashboard on a localhost TCP address. It
+// is the composition root, the one package that knows every part; it lives
+// beside cmd/guestlinkd so that nothing in core imports web.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/guestlink/guestlink/core/agentmon"
+	"github.com/guestlink/guestlink/core/api"
+	"github.com/guestlink/guestlink/core/devlxd"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/linkhost"
+	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/core/statebudget"
+	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/web"
+)
+
+// Version is the daemon's version, set at build time.
+var Version = "dev"
+
+// Config configures a daemon.
+type Config struct {
+	// StateDir holds the database, the admin socket, keys and plugin data.
+	StateDir string
+	// HTTPAddr, when set, serves the admin API and the dashboard on plain
+	// HTTP (e.g. 127.0.0.1:8080); loopback addresses only.
+	HTTPAddr string
+	// HTTPSAddr, when set, serves them over TLS on any address; TLSCert
+	// and TLSKey name the certificate, else a self-signed one is made
+	// under StateDir (see http.go).
+	HTTPSAddr, TLSCert, TLSKey string
+	// HTTPHosts are the extra names the Host header of TCP requests may give.
+	HTTPHosts []string
+	// DatabaseURL selects the store (default SQLite in StateDir).
+	DatabaseURL string
+	// PluginDir holds the backend plugins and their SHA256SUMS.
+	PluginDir string
+	// DefaultBackend is used when a launch names none (default "sim").
+	DefaultBackend string
+	// Logger receives the daemon's log (default: text on stderr).
+	Logger *slog.Logger
+	// LogLevel sets the level of plugin logs carried into the daemon's log.
+	LogLevel slog.Level
+	// GuestRingBytes and GuestRingLines are each guest's ring read budget
+	// per second (agentmon.Config.RingBytesPerSecond and
+	// RingLinesPerSecond; zero takes agentmon's defaults, 4096 and 20).
+	GuestRingBytes float64
+	GuestRingLines float64
+	// APILimits bound the admin API's concurrent requests (zero: defaults).
+	APILimits api.Limits
+}
+
+// Daemon is a running guestlinkd.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	store   db.Store
+	bus     *events.Bus
+	plugins *pluginhost.Host
+	mgr     *instance.Manager
+	links   *linkhost.Host
+	devlxd  *devlxd.Server
+	monitor *agentmon.Service
+	api     *api.API
+	web     *fiber.App
+	dash    *web.Dashboard
+	unixLn  net.Listener
+	tcpLn   net.Listener
+	tcp     tcpState
+	serving chan error
+}
+
+// SocketPath returns the admin socket of a state directory.
+func SocketPath(stateDir string) string { return filepath.Join(stateDir, "guestlink.sock") }
+
+// Start brings a daemon up: it returns once the admin socket answers, or
+// with the first error (having undone what it started).
+func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
+	if cfg.StateDir == "" {
+		return nil, errors.New("starting daemon: a state directory is required")
+	}
+	if err := CheckListen(cfg); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if cfg.DefaultBackend == "" {
+		cfg.DefaultBackend = "sim"
+	}
+	if cfg.PluginDir == "" {
+		cfg.PluginDir = pluginhost.DefaultDir
+	}
+	abs, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("starting daemon: state directory %q: %w", cfg.StateDir, err)
+	}
+	cfg.StateDir = abs
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("starting daemon: creating state directory: %w", err)
+	}
+	if err := checkPermissions(cfg); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, serving: make(chan error, 4)}
+	defer func() {
+		if err != nil {
+			d.close(context.Background())
+		}
+	}()
+
+	url := cfg.DatabaseURL
+	if url == "" {
+		url = db.DefaultURL(cfg.StateDir)
+	}
+	if d.store, err = db.Open(ctx, url, db.WithStateDir(cfg.StateDir), db.WithLogger(d.log.With("component", "db"))); err != nil {
+		return nil, fmt.Errorf("starting daemon: opening the database: %w", err)
+	}
+	d.bus = events.New(d.store, events.WithLogger(d.log.With("component", "events")))
+	if err := d.startAuth(); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
+
+	certs, err := pki.Open(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
+	if d.links, err = linkhost.New(linkhost.Config{Serial: serialTransport{}, Logger: d.log.With("component", "link")}); err != nil {
+		return nil, fmt.Errorf("starting daemon: guest links: %w", err)
+	}
+
+	// The manager and the agent monitor need each other: the monitor is the
+	// manager's hooks, the manager is the monitor's instance service.
+	hooks := &lateHooks{}
+	pluginLog := hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: os.Stderr, Level: hclog.Level(levelOf(cfg.LogLevel)), JSONFormat: false})
+	var mgr *instance.Manager
+	d.plugins = pluginhost.New(pluginhost.Config{
+		Dir:    cfg.PluginDir,
+		Logger: pluginLog,
+		Env:    []string{"GUESTLINK_PLUGIN_DATA_DIR=" + filepath.Join(cfg.StateDir, "plugins")},
+		OnEvent: func(backend string, ev sdk.Event) {
+			if mgr != nil {
+				mgr.HandleBackendEvent(backend, ev)
+			}
+		},
+		OnRestart: func(backend string) {
+			if mgr == nil {
+				return
+			}
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			if err := mgr.Recover(rctx, backend); err != nil {
+				d.log.Error("recovering guests after a plugin restart", "backend", backend, "err", err)
+			}
+		},
+	})
+	late := &lateInstances{}
+	// One state-change budget per guest across devlxd and ring words.
+	stateBudget := statebudget.New(0, 0)
+	d.monitor, err = agentmon.New(agentmon.Config{
+		Instances:   late,
+		Certs:       certs,
+		Links:       d.links,
+		Logger:      d.log.With("component", "agentmon"),
+		StateBudget: stateBudget,
+		Throttles:   late,
+
+		RingBytesPerSecond: cfg.GuestRingBytes,
+		RingLinesPerSecond: cfg.GuestRingLines,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting daemon: agent monitor: %w", err)
+	}
+	mgr, err = instance.NewManager(instance.Config{
+		Store:          d.store,
+		Backends:       d.plugins,
+		Bus:            d.bus,
+		Hooks:          hooks,
+		Files:          d.monitor,
+		Logger:         d.log.With("component", "instance"),
+		DefaultBackend: cfg.DefaultBackend,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
+	d.mgr = mgr
+	late.m = mgr
+	hooks.set(d.monitor)
+
+	if d.devlxd, err = devlxd.New(devlxd.Config{
+		Instances:   mgr,
+		Certs:       certs,
+		Certificate: certs.Daemon().TLS,
+		Logger:      d.log.With("component", "devlxd"),
+		StateBudget: stateBudget,
+	}); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
+	go d.serve("devlxd", func() error { return d.devlxd.Serve(d.links) })
+
+	if err := d.plugins.Start(ctx); err != nil {
+		return nil, fmt.Errorf("starting daemon: plugins: %w", err)
+	}
+	if err := mgr.Init(ctx); err != nil {
+		return nil, fmt.Errorf("starting daemon: recovering instances: %w", err)
+	}
+
+	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
+		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits})
+	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
+	go d.serve("admin socket", func() error { return d.api.Serve(d.unixLn) })
+
+	if err := d.listenTCP(ctx); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
+	d.log.Info("guestlinkd started", "version", Version, "state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir),
+		"http", cfg.HTTPAddr, "https", cfg.HTTPSAddr, "link_port", d.links.Port(), "vsock", d.links.Vsock())
+	return d, nil
+}
+
+func (d *Daemon) serve(what string, fn func() error) {
+	if err := fn(); err != nil {
+		d.serving <- fmt.Errorf("serving %s: %w", what, err)
+	}
+}
+
+// Wait returns when ctx ends or a listener fails, then shuts the daemon down.
+// Guests keep running; the next daemon recovers them.
+func (d *Daemon) Wait(ctx context.Context) error {
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-d.serving:
+		d.log.Error("daemon stopping", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d.close(sctx)
+	return err
+}
+
+// close undoes Start in reverse order; parts that were never started are
+// skipped.
+func (d *Daemon) close(ctx context.Context) {
+	if d.dash != nil {
+		d.dash.Close() // ends the live streams, which would hold the shutdown
+	}
+	if d.web != nil {
+		_ = d.web.ShutdownWithContext(ctx)
+	}
+	if d.api != nil {
+		_ = d.api.Shutdown(ctx)
+	}
+	d.closeTCP()
+	if d.unixLn != nil {
+		_ = os.Remove(SocketPath(d.cfg.StateDir))
+	}
+	if d.monitor != nil {
+		d.monitor.Close()
+	}
+	if d.devlxd != nil {
+		_ = d.devlxd.Shutdown(ctx)
+	}
+	if d.links != nil {
+		_ = d.links.Close()
+	}
+	if d.plugins != nil {
+		_ = d.plugins.Close()
+	}
+	if d.bus != nil {
+		_ = d.bus.Close()
+	}
+	if d.store != nil {
+		_ = d.store.Close()
+	}
+}
+
+// lateHooks forwards to hooks set after the manager was built.
+type lateHooks struct {
+	h instance.Hooks
+}
+
+func (l *lateHooks) set(h instance.Hooks) { l.h = h }
+
+func (l *lateHooks) GuestRunning(inst *instance.Instance, ep *sdk.LinkEndpoint) {
+	if l.h != nil {
+		l.h.GuestRunning(inst, ep)
+	}
+}
+
+func (l *lateHooks) GuestStopped(inst *instance.Instance) {
+	if l.h != nil {
+		l.h.GuestStopped(inst)
+	}
+}
+
+func (l *lateHooks) GuestReset(inst *instance.Instance) {
+	if l.h != nil {
+		l.h.GuestReset(inst)
+	}
+}
+
+func (l *lateHooks) BackendEvent(inst *instance.Instance, ev sdk.Event) {
+	if l.h != nil {
+		l.h.BackendEvent(inst, ev)
+	}
+}
+
+func (l *lateHooks) ConfigChanged(inst *instance.Instance, changes []instance.ConfigChange) {
+	if l.h != nil {
+		l.h.ConfigChanged(inst, changes)
+	}
+}
+
+func (l *lateHooks) InstanceDeleted(inst *instance.Instance) {
+	if dh, ok := l.h.(instance.DeleteHooks); ok {
+		dh.InstanceDeleted(inst)
+	}
+}
+
+var (
+	_ instance.Hooks       = (*lateHooks)(nil)
+	_ instance.DeleteHooks = (*lateHooks)(nil)
+)
+
+// lateInstances forwards the agent monitor's calls to the manager, which is
+// built after the monitor (the monitor is the manager's hooks). It is set
+// before anything can call it: plugins start, and so guests run, only later.
+type lateInstances struct {
+	m *instance.Manager
+}
+
+func (l *lateInstances) GetByUUID(ctx context.Context, uuid string) (*instance.Instance, error) {
+	return l.m.GetByUUID(ctx, uuid)
+}
+
+func (l *lateInstances) SetAgentState(ctx context.Context, uuid string, st instance.AgentState, heartbeat time.Time) error {
+	return l.m.SetAgentState(ctx, uuid, st, heartbeat)
+}
+
+func (l *lateInstances) Runtime(ctx context.Context, uuid string) (sdk.Backend, sdk.Handle, error) {
+	return l.m.Runtime(ctx, uuid)
+}
+
+func (l *lateInstances) GuestThrottled(ctx context.Context, uuid, budget, detail string) error {
+	return l.m.GuestThrottled(ctx, uuid, budget, detail)
+}
+
+var (
+	_ agentmon.Instances = (*lateInstances)(nil)
+	_ agentmon.Throttles = (*lateInstances)(nil)
+)
+
+func levelOf(l slog.Level) hclog.Level {
+	switch {
+	case l <= slog.LevelDebug:
+		return hclog.Debug
+	case l <= slog.LevelInfo:
+		return hclog.Info
+	case l <= slog.LevelWarn:
+		return hclog.Warn
+	}
+	return hclog.Error
+}
