@@ -1,7 +1,7 @@
 // Package api is guestlink's admin API: LXD-style JSON envelopes over fiber
 // on the daemon's Unix socket (and optionally localhost TCP), plus the
 // /1.0/events websocket. Handlers turn requests into calls on the services
-// declared below and map the services' error kinds (core/errdefs) to HTTP
+// declared below and map the services' error kinds (errdefs) to HTTP
 // statuses; they hold no state of their own.
 package api
 
@@ -23,7 +23,7 @@ import (
 )
 
 // Instances is the instance service the API drives (core/instance.Manager).
-// Every method returns errors wrapping a core/errdefs kind; by names who
+// Every method returns errors wrapping a errdefs kind; by names who
 // asked, for the event log and the timeline.
 type Instances interface {
 	Create(ctx context.Context, req instance.CreateRequest, by events.Requestor) (*instance.Instance, error)

@@ -2,7 +2,7 @@
 // them in the plugin directory, verifies their checksums, starts each as a
 // child process through the SDK, supervises it (restarting a crashed or hung
 // plugin with exponential backoff) and hands the daemon one stable Backend
-// per plugin whose calls always have a deadline and return core/errdefs
+// per plugin whose calls always have a deadline and return errdefs
 // error kinds.
 package pluginhost
 

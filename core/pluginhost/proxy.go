@@ -12,7 +12,7 @@ import (
 
 // hostError is an error of a backend call as the daemon sees it: its text
 // names the backend and it matches the original error's kinds and the
-// matching core/errdefs kind.
+// matching errdefs kind.
 type hostError struct {
 	msg  string
 	errs []error
