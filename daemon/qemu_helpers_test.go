@@ -156,7 +156,9 @@ func consoleGet(ctx context.Context, t testing.TB, consoleLog, path string, with
 			return false
 		}
 		data, _ = os.ReadFile(consoleLog)
-		for _, line := range strings.Split(string(data), "\n") {
+		// Only complete lines: QEMU may have written part of the answer.
+		lines := strings.Split(string(data), "\n")
+		for _, line := range lines[:len(lines)-1] {
 			var ok bool
 			if rest, ok = strings.CutPrefix(strings.TrimRight(line, "\r"), prefix); ok {
 				return true
