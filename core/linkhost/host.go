@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/mdlayher/vsock"
 
 	"github.com/guestlink/guestlink/core/errdefs"
@@ -474,7 +475,7 @@ func listenUnix(path string) (net.Listener, error) {
 // the attachment failed, so the next Attach re-creates it.
 func (h *Host) acceptFrom(a *attachment, accept func() (net.Conn, error), id Identity) {
 	defer h.wg.Done()
-	delay := time.Duration(0)
+	bo := acceptBackoff()
 	for {
 		c, err := accept()
 		if err != nil {
@@ -486,7 +487,7 @@ func (h *Host) acceptFrom(a *attachment, accept func() (net.Conn, error), id Ide
 			default:
 			}
 			if temporary(err) {
-				delay = nextBackoff(delay)
+				delay := bo.NextBackOff()
 				h.cfg.Logger.Debug("linkhost: temporary accept error, retrying", "instance", id.InstanceUUID, "link", id.Link, "err", err, "in", delay)
 				if !h.sleep(delay, a.done) {
 					return
@@ -497,7 +498,7 @@ func (h *Host) acceptFrom(a *attachment, accept func() (net.Conn, error), id Ide
 			close(a.failed)
 			return
 		}
-		delay = 0
+		bo.Reset()
 		h.admit(a, c, id)
 	}
 }
@@ -507,7 +508,7 @@ func (h *Host) acceptFrom(a *attachment, accept func() (net.Conn, error), id Ide
 // errors are retried with backoff: the listener serves every guest.
 func (h *Host) acceptVsock() {
 	defer h.wg.Done()
-	delay := time.Duration(0)
+	bo := acceptBackoff()
 	for {
 		c, err := h.vsock.Accept()
 		if err != nil {
@@ -517,7 +518,7 @@ func (h *Host) acceptVsock() {
 			default:
 			}
 			if temporary(err) {
-				delay = nextBackoff(delay)
+				delay := bo.NextBackOff()
 				h.cfg.Logger.Debug("linkhost: temporary vsock accept error, retrying", "err", err, "in", delay)
 				if !h.sleep(delay, nil) {
 					return
@@ -527,7 +528,7 @@ func (h *Host) acceptVsock() {
 			h.cfg.Logger.Error("linkhost: vsock listener failed", "err", err)
 			return
 		}
-		delay = 0
+		bo.Reset()
 		addr, ok := c.RemoteAddr().(*vsock.Addr)
 		h.mu.Lock()
 		var a *attachment
@@ -577,10 +578,11 @@ func temporary(err error) bool {
 	return false
 }
 
-// nextBackoff doubles the delay after a temporary error, from
-// minAcceptBackoff up to maxAcceptBackoff.
-func nextBackoff(d time.Duration) time.Duration {
-	return min(max(2*d, minAcceptBackoff), maxAcceptBackoff)
+// acceptBackoff returns the waits between accepts after temporary errors:
+// minAcceptBackoff doubling up to maxAcceptBackoff (5 ms, 10 ms, ... 1 s),
+// without jitter; Reset after a successful accept starts over.
+func acceptBackoff() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: minAcceptBackoff, Multiplier: 2, MaxInterval: maxAcceptBackoff}
 }
 
 // sleep waits d, and reports false when the Host closed or stop was closed

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/hashicorp/yamux"
 )
 
@@ -153,10 +154,11 @@ func (h *Host) admit(s *yamux.Stream) {
 	}
 }
 
-// reconnect dials the socket again for up to reconnectFor.
+// reconnect dials the socket again for up to reconnectFor, waiting 50 ms
+// between attempts, doubling up to 1 s, without jitter.
 func (h *Host) reconnect() (io.ReadWriteCloser, error) {
 	deadline := time.Now().Add(reconnectFor)
-	wait := 50 * time.Millisecond
+	bo := &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, Multiplier: 2, MaxInterval: time.Second}
 	for {
 		ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
 		c, err := h.redial(ctx)
@@ -170,9 +172,8 @@ func (h *Host) reconnect() (io.ReadWriteCloser, error) {
 		select {
 		case <-h.ctx.Done():
 			return nil, h.ctx.Err()
-		case <-time.After(wait):
+		case <-time.After(bo.NextBackOff()):
 		}
-		wait = min(wait*2, time.Second)
 	}
 }
 
