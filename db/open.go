@@ -88,16 +88,6 @@ func WithMaxBatch(n int) Option {
 	}
 }
 
-// WithBusyTimeout sets how long a SQLite connection waits for a lock held
-// by another process (default 10s). PostgreSQL ignores it.
-func WithBusyTimeout(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.busyTimeout = d
-		}
-	}
-}
-
 // DefaultURL returns the database URL the daemon uses when --database is not
 // given: a SQLite file named DefaultFileName in stateDir.
 func DefaultURL(stateDir string) string {

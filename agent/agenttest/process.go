@@ -142,9 +142,6 @@ func (p *Process) Stop(timeout time.Duration) (exited bool, err error) {
 	}
 }
 
-// Exited returns a channel closed when the process has exited.
-func (p *Process) Exited() <-chan struct{} { return p.waited }
-
 // Ring reads the words the agent writes to a ring port, stood in by a FIFO
 // that the reader holds open read-write (so the port always has a reader).
 type Ring struct {

@@ -4,4 +4,8 @@
 // streams of a serial session) and dials agents on their link port 8443.
 // Every connection it hands on is tied to the one instance it came from (an
 // Identity), decided by where it arrived, never by what the guest says.
+//
+// ReserveCID is not called by the daemon yet (guest CIDs are the backends'
+// business, and plugins cannot import core): it stays, with its tests, until
+// CID reservation has one home that both sides can import.
 package linkhost

@@ -66,10 +66,9 @@ func DialHost(ctx context.Context, path string) (*Host, error) {
 	return newHost(conn, dial), nil
 }
 
-// NewHost runs the host side over conn, which it owns; without a socket
-// path to reconnect to, the Host ends with its first session.
-func NewHost(conn io.ReadWriteCloser) *Host { return newHost(conn, nil) }
-
+// newHost runs the host side over conn, which it owns; redial reconnects
+// after a session ends. Without redial (tests over a net.Pipe) the Host
+// ends with its first session.
 func newHost(conn io.ReadWriteCloser, redial func(context.Context) (io.ReadWriteCloser, error)) *Host {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Host{redial: redial, ctx: ctx, cancel: cancel, ready: make(chan struct{}),
