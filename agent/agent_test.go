@@ -30,19 +30,13 @@ import (
 var agentBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "gla-bin")
+	var err error
+	agentBin, err = agenttest.BuildAgent()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	agentBin, err = agenttest.BuildAgent(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
 	if code == 0 {
 		// No test may leave a goroutine behind (the agents run as processes;
 		// these are the tests' own daemons and clients).

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/guestlink/guestlink/internal/testbin"
 
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
@@ -25,20 +26,15 @@ import (
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
-// pluginBin is the SDK's test plugin, built by TestMain.
+// pluginBin is the SDK's test plugin (internal/testbin's shared build: the
+// tests copy it, never change it), found by TestMain.
 var pluginBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "pluginhost-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	pluginBin = filepath.Join(dir, "testplugin")
-	cmd := exec.Command("go", "build", "-o", pluginBin, "github.com/guestlink/guestlink/plugins/sdk/internal/testplugin")
-	cmd.Stderr = os.Stderr
+	var err error
+	pluginBin, err = testbin.Path(testbin.Module + "/plugins/sdk/internal/testplugin")
 	code := 1
-	if err := cmd.Run(); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "building test plugin:", err)
 	} else {
 		code = m.Run()
@@ -49,7 +45,6 @@ func TestMain(m *testing.M) {
 			}
 		}
 	}
-	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
