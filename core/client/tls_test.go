@@ -92,6 +92,10 @@ func TestHTTPS(t *testing.T) {
 	if by := srv.Instances.LastRequestor(); by.Protocol != "tls" || by.Username != "laptop" {
 		t.Fatalf("requestor = %+v", by)
 	}
+	fp := client.Fingerprint(mine.Leaf)
+	if got, err := c.Certificate(ctx, fp); err != nil || got.Fingerprint != fp {
+		t.Fatalf("Certificate(%s) = %+v, %v", fp, got, err)
+	}
 	if _, err := client.NewWithOptions(url, client.Options{ServerFingerprint: "xyz"}); err == nil {
 		t.Fatal("a malformed pin was accepted")
 	}

@@ -9,9 +9,6 @@
 //
 // Without it the cluster still dies with the test binary (it is started with
 // a parent-death signal), and its directory is removed by the next run.
-//
-// Postgres is documented in docs/store.md for test authors; no test calls it
-// at present (they open both engines through Open with PostgresURL).
 package dbtest
 
 import (

@@ -112,9 +112,6 @@ func NewWith(t testing.TB, cn string, o Options) Pair {
 	}
 }
 
-// DER returns the certificate's DER bytes.
-func (p Pair) DER() []byte { return p.Cert.Raw }
-
 // TLS returns the pair as a tls.Certificate (with its Leaf).
 func (p Pair) TLS() tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{p.Cert.Raw}, PrivateKey: p.Key, Leaf: p.Cert}
