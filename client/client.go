@@ -1,6 +1,8 @@
 // Package client is the Go client of guestlink's admin API, over the
 // daemon's Unix socket or a localhost TCP address. The CLI, tests and
-// benchmarks use it.
+// benchmarks use it. Methods the CLI does not call (ServerInfo, State,
+// Timeline, Certificate) are public API for tests and users, and stay: the
+// tests call them.
 package client
 
 import (

@@ -2,19 +2,14 @@ package client_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/guestlink/guestlink/internal/testcert"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
@@ -24,23 +19,8 @@ import (
 // selfSigned returns a certificate good for a TLS client or server.
 func selfSigned(t *testing.T, cn string) (tls.Certificate, []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf},
-		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	p := testcert.New(t, cn)
+	return p.TLS(), p.CertPEM
 }
 
 // TestHTTPS checks the client over TLS: a pinned server certificate and a
@@ -111,6 +91,10 @@ func TestHTTPS(t *testing.T) {
 	collect(t, evc, errc, 1)
 	if by := srv.Instances.LastRequestor(); by.Protocol != "tls" || by.Username != "laptop" {
 		t.Fatalf("requestor = %+v", by)
+	}
+	fp := client.Fingerprint(mine.Leaf)
+	if got, err := c.Certificate(ctx, fp); err != nil || got.Fingerprint != fp {
+		t.Fatalf("Certificate(%s) = %+v, %v", fp, got, err)
 	}
 	if _, err := client.NewWithOptions(url, client.Options{ServerFingerprint: "xyz"}); err == nil {
 		t.Fatal("a malformed pin was accepted")

@@ -3,18 +3,12 @@ package daemon_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"io/fs"
-	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/guestlink/guestlink/internal/testcert"
 
 	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/db"
@@ -378,24 +374,7 @@ func waitFor(t *testing.T, d *daemonProc, n int) bool {
 // certificate's fingerprint.
 func writeServerPair(t *testing.T, certFile, keyFile string) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "operator"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, _ := x509.MarshalPKCS8PrivateKey(key)
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(der)
-	return hex.EncodeToString(sum[:])
+	p := testcert.NewWith(t, "operator", testcert.Options{Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	p.WriteFiles(t, certFile, keyFile)
+	return p.Fingerprint()
 }

@@ -3,15 +3,11 @@ package daemon_test
 import (
 	"bufio"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/guestlink/guestlink/internal/testcert"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/status"
@@ -429,20 +427,7 @@ func TestAgentCertIsolation(t *testing.T) {
 // selfSigned returns a fresh self-signed client certificate.
 func selfSigned(t *testing.T) tls.Certificate {
 	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "stranger"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv}
+	return testcert.NewWith(t, "stranger", testcert.Options{Ed25519: true, Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}).TLS()
 }
 
 // TestThousandConnections opens 1,000 TLS connections with a guest's real

@@ -131,20 +131,12 @@ func (d *Daemon) startAuth() error {
 	return nil
 }
 
-// Auth returns the daemon's authentication service (for the dashboard's
-// sessions and for tests).
-func (d *Daemon) Auth() *auth.Service { return d.tcp.auth }
-
 // DashboardURL returns the dashboard's base URL ("" without a TCP listener).
 func (d *Daemon) DashboardURL() string {
 	d.tcp.mu.Lock()
 	defer d.tcp.mu.Unlock()
 	return d.tcp.dashURL
 }
-
-// HTTPSFingerprint returns the SHA-256 of the HTTPS certificate in hex (""
-// without --https).
-func (d *Daemon) HTTPSFingerprint() string { return d.tcp.fingerprint }
 
 // listenTCP serves the admin API and the dashboard on --http (plain,
 // loopback) and --https (TLS), and logs a one-time dashboard login URL.

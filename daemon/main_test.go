@@ -1,17 +1,16 @@
 package daemon_test
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/guestlink/guestlink/internal/testbin"
 
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/db/dbtest"
@@ -80,29 +79,20 @@ func binaries(t *testing.T) {
 	}
 }
 
-// buildBinaries builds the daemon, CLI, agent and sim plugin into dir as
-// `make build` does (static, trimmed paths) and writes the plugin checksums.
+// buildBinaries puts the daemon, CLI, agent and sim plugin into dir in
+// `make build`'s layout (internal/testbin's builds: static, trimmed paths,
+// built once per content, or taken from GUESTLINK_BIN) and writes the
+// plugin checksums.
 func buildBinaries(dir string) error {
-	root, err := filepath.Abs(filepath.Join(".."))
-	if err != nil {
-		return fmt.Errorf("finding the module root: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	plugins := filepath.Join(dir, "plugins")
-	if err := os.MkdirAll(plugins, 0o755); err != nil {
-		return fmt.Errorf("creating the plugin directory: %w", err)
-	}
-	builds := [][]string{
-		{"-o", dir + string(filepath.Separator), "./cmd/guestlinkd", "./cmd/guestlink", "./cmd/guestlink-agent"},
-		{"-o", filepath.Join(plugins, "sim"), "./plugins/sim"},
-	}
-	for _, args := range builds {
-		cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-trimpath"}, args...)...)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %v: %w\n%s", args, err, out)
+	for _, b := range []struct{ pkg, path string }{
+		{testbin.Daemon, "guestlinkd"},
+		{testbin.CLI, "guestlink"},
+		{testbin.Agent, "guestlink-agent"},
+		{testbin.Sim, "plugins/sim"},
+	} {
+		if err := testbin.Install(b.pkg, filepath.Join(dir, b.path)); err != nil {
+			return err
 		}
 	}
 	if err := pluginhost.WriteChecksums(plugins); err != nil {

@@ -8,13 +8,14 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/guestlink/guestlink/internal/testbin"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/pluginhost"
@@ -48,19 +49,9 @@ func qemuPlugins(t testing.TB) string {
 			qemuPluginsErr = fmt.Errorf("creating the QEMU plugin directory: %w", err)
 			return
 		}
-		root, err := filepath.Abs(filepath.Join(".."))
-		if err != nil {
-			qemuPluginsErr = fmt.Errorf("finding the module root: %w", err)
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
 		for _, p := range []string{"qemu", "qemu-legacy"} {
-			cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(dir, p), "./plugins/"+p)
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				qemuPluginsErr = fmt.Errorf("go build ./plugins/%s: %w\n%s", p, err, out)
+			if err := testbin.Install(testbin.Module+"/plugins/"+p, filepath.Join(dir, p)); err != nil {
+				qemuPluginsErr = err
 				return
 			}
 		}

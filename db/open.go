@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	gosqlite "github.com/glebarez/go-sqlite"
 	"github.com/glebarez/sqlite"
 	"gorm.io/driver/postgres"
@@ -84,16 +84,6 @@ func WithMaxBatch(n int) Option {
 	return func(o *options) {
 		if n > 0 {
 			o.maxBatch = n
-		}
-	}
-}
-
-// WithBusyTimeout sets how long a SQLite connection waits for a lock held
-// by another process (default 10s). PostgreSQL ignores it.
-func WithBusyTimeout(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.busyTimeout = d
 		}
 	}
 }
@@ -188,7 +178,7 @@ func openSQLite(ctx context.Context, path string, o *options) (Store, error) {
 	// them switches the file to WAL: SQLite does not wait on busy_timeout
 	// there. Retry the whole open for up to the busy timeout.
 	deadline := time.Now().Add(o.busyTimeout)
-	delay := 5 * time.Millisecond
+	bo := busyBackoff()
 	for {
 		s, err := open()
 		if err == nil || !isBusy(err) || time.Now().After(deadline) {
@@ -197,10 +187,17 @@ func openSQLite(ctx context.Context, path string, o *options) (Store, error) {
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("opening database %q: %w (after %w)", path, ctx.Err(), err)
-		case <-time.After(delay + time.Duration(rand.Int64N(int64(delay)))):
+		case <-time.After(bo.NextBackOff()):
 		}
-		delay = min(2*delay, 200*time.Millisecond)
 	}
+}
+
+// busyBackoff returns the waits between attempts to open a busy SQLite
+// database: d = 5 ms doubling up to 200 ms, each plus up to d again of
+// jitter. backoff's interval is 1.5 d with a randomization factor of 1/3, so
+// it draws from the same [d, 2d] range.
+func busyBackoff() *backoff.ExponentialBackOff {
+	return &backoff.ExponentialBackOff{InitialInterval: 7500 * time.Microsecond, RandomizationFactor: 1.0 / 3, Multiplier: 2, MaxInterval: 300 * time.Millisecond}
 }
 
 // isBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).

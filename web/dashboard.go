@@ -9,6 +9,9 @@
 // the session, so nothing is stored per request. Every answer carries a
 // strict Content-Security-Policy and the other security headers, and no
 // X-Forwarded-* header is trusted.
+//
+// Dashboard.OpenStreams is read only by tests, which wait on it for a closed
+// browser tab to release its stream.
 package web
 
 import (

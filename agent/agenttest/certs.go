@@ -6,19 +6,14 @@
 package agenttest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/guestlink/guestlink/internal/testcert"
 )
 
 // KeyPair is a PEM certificate and key.
@@ -44,38 +39,12 @@ func (k KeyPair) DER() []byte {
 	return b.Bytes
 }
 
-// NewKeyPair generates a self-signed ECDSA P-256 key pair for name.
+// NewKeyPair generates a self-signed ECDSA P-256 key pair for name
+// (internal/testcert).
 func NewKeyPair(t testing.TB, name string) KeyPair {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("generating key for %s: %v", name, err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		t.Fatalf("generating serial: %v", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: name},
-		DNSNames:     []string{name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatalf("creating certificate for %s: %v", name, err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatalf("encoding key for %s: %v", name, err)
-	}
-	return KeyPair{
-		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}),
-	}
+	p := testcert.New(t, name)
+	return KeyPair{CertPEM: p.CertPEM, KeyPEM: p.KeyPEM}
 }
 
 // Certs is the per-instance material: the agent's pair, the daemon's client

@@ -3,7 +3,6 @@ package agenttest
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,19 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/internal/testbin"
+
 	"github.com/guestlink/guestlink/link/ringline"
 )
 
-// BuildAgent builds cmd/guestlink-agent (CGO_ENABLED=0) into dir and returns
-// the binary's path.
-func BuildAgent(dir string) (string, error) {
-	bin := filepath.Join(dir, "guestlink-agent")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/guestlink/guestlink/cmd/guestlink-agent")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building guestlink-agent: %w\n%s", err, out)
-	}
-	return bin, nil
+// BuildAgent returns the path of an up-to-date cmd/guestlink-agent binary
+// (CGO_ENABLED=0), built at most once per content by internal/testbin. The
+// file is shared: do not change it.
+func BuildAgent() (string, error) {
+	return testbin.Path(testbin.Agent)
 }
 
 // Guest is a stand-in guest root for an agent process: <Root>/dev/...,
@@ -141,9 +137,6 @@ func (p *Process) Stop(timeout time.Duration) (exited bool, err error) {
 		return false, p.err
 	}
 }
-
-// Exited returns a channel closed when the process has exited.
-func (p *Process) Exited() <-chan struct{} { return p.waited }
 
 // Ring reads the words the agent writes to a ring port, stood in by a FIFO
 // that the reader holds open read-write (so the port always has a reader).

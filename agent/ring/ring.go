@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/guestlink/guestlink/link/ringline"
 )
 
@@ -64,11 +66,15 @@ func (w *Writer) Write(word ringline.Word) error {
 		return fmt.Errorf("writing %s to ring: %w", word, err)
 	}
 	var f *os.File
-	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
+	// A port without a host side yet (ENXIO) or held by another writer
+	// (EBUSY) is tried again after 10 ms, doubling up to 200 ms, no jitter.
+	bo := &backoff.ExponentialBackOff{InitialInterval: 10 * time.Millisecond, Multiplier: 2, MaxInterval: 200 * time.Millisecond}
+	for {
 		f, err = os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC|syscall.O_NOCTTY, 0)
 		if err == nil {
 			break
 		}
+		delay := bo.NextBackOff()
 		if !errors.Is(err, syscall.ENXIO) && !errors.Is(err, syscall.EBUSY) || time.Now().Add(delay).After(deadline) {
 			return fmt.Errorf("writing %s to ring port %s: %w", word, path, err)
 		}

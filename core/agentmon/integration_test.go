@@ -149,7 +149,7 @@ type realAgent struct {
 // connected to the daemon.
 func startRealAgent(t testing.TB) *realAgent {
 	t.Helper()
-	bin, err := agenttest.BuildAgent(t.TempDir())
+	bin, err := agenttest.BuildAgent()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestDevlxdAndRingStormRealAgent(t *testing.T) {
 		storm = 3 * time.Second
 	)
 	budget := statebudget.New(rate, burst)
-	bin, err := agenttest.BuildAgent(t.TempDir())
+	bin, err := agenttest.BuildAgent()
 	if err != nil {
 		t.Fatal(err)
 	}

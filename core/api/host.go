@@ -9,26 +9,17 @@ import (
 	"github.com/gofiber/fiber/v2"
 )
 
-// CheckHost is HostChecker without extra names.
-func CheckHost(c *fiber.Ctx) error { return checkHost(c, nil) }
-
-// HostChecker returns a fiber middleware that refuses (403) a TCP request
+// CheckHost is a fiber middleware that refuses (403) a TCP request
 // whose Host header names anything but localhost, the IP address of the
 // listener it arrived on (any loopback address on a loopback listener), or
-// one of names (the daemon's --http-host). A web page whose DNS name an
+// one of Config.Hosts (the daemon's --http-host). A web page whose DNS name an
 // attacker rebinds to the daemon's address (DNS rebinding) is same-origin
 // for the browser, so neither Content-Type nor Origin checks stop it; its
 // Host header still names the attacker's domain. Requests on the Unix
 // socket pass. Proxy headers (X-Forwarded-Host) are never read. Register
 // applies it to the /1.0 routes (with Config.Hosts); a daemon serving more
 // routes on the same TCP listener (the dashboard) applies it to the whole
-// app with app.Use(api.HostChecker(names)) or app.Use(a.CheckHost).
-func HostChecker(names []string) fiber.Handler {
-	names = append([]string(nil), names...)
-	return func(c *fiber.Ctx) error { return checkHost(c, names) }
-}
-
-// CheckHost is the API's Host check with its Config.Hosts names.
+// app with app.Use(a.CheckHost).
 func (a *API) CheckHost(c *fiber.Ctx) error { return checkHost(c, a.cfg.Hosts) }
 
 func checkHost(c *fiber.Ctx, names []string) error {

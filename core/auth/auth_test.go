@@ -2,22 +2,19 @@ package auth_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/guestlink/guestlink/internal/testcert"
 
 	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/db"
@@ -294,18 +291,8 @@ func TestLoginCap(t *testing.T) {
 // newCert returns a self-signed certificate in PEM, valid from nb to na.
 func newCert(t *testing.T, cn string, nb, na time.Time) (*x509.Certificate, []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: nb, NotAfter: na,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	p := testcert.NewWith(t, cn, testcert.Options{NotBefore: nb, NotAfter: na, Usage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	return p.Cert, p.CertPEM
 }
 
 func TestCertificates(t *testing.T) {

@@ -67,19 +67,6 @@ func ParseExpiry(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// SplitIdentity splits "bearer/NAME" into its type and name and validates
-// them; only bearer identities are named this way.
-func SplitIdentity(ref string) (string, error) {
-	typ, name, ok := strings.Cut(ref, "/")
-	if !ok || typ != TypeBearer {
-		return "", fmt.Errorf("invalid identity %q: want bearer/NAME: %w", ref, errdefs.ErrInvalid)
-	}
-	if err := ValidateName(name); err != nil {
-		return "", err
-	}
-	return name, nil
-}
-
 func identityOf(b *db.BearerIdentity) Identity {
 	return Identity{
 		Type: TypeBearer, Name: b.Name, ID: TypeBearer + "/" + b.Name,

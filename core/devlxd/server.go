@@ -9,6 +9,9 @@
 // the connection and that certificate is within its validity; otherwise the
 // answer is 401 Unauthorized. A guest can therefore only ever read and change
 // itself.
+//
+// Server.ServeConn serves one connection without a link host; only tests and
+// benchmarks call it, the daemon uses Serve.
 package devlxd
 
 import (

@@ -1,6 +1,10 @@
 // Package events is the daemon's event bus: every event gets a monotonic id,
 // is written to the event log, and is delivered to filtered subscribers,
 // which may resume after the last id they saw without missing anything.
+//
+// The options WithBuffer, WithBacklog and WithWriteRetry are used only by
+// tests (the daemon takes the defaults): they stay so that tests can make
+// subscriptions overflow and store writes fail within milliseconds.
 package events
 
 import (

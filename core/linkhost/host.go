@@ -2,32 +2,22 @@ package linkhost
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
-	"time"
 
 	"github.com/mdlayher/vsock"
 
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/hybrid"
-	"github.com/guestlink/guestlink/link/serialmux"
-	"github.com/guestlink/guestlink/link/unixsock"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
 // AgentPort is the link port the agent listens on inside the guest.
 const AgentPort = 8443
-
-// HostCID is the vsock context ID of the host.
-const HostCID = 2
 
 // The range the daemon's link port is picked from.
 const (
@@ -35,84 +25,10 @@ const (
 	MaxPort = 65534
 )
 
-// portTries is how many random ports are tried before giving up.
-const portTries = 64
-
-// serialOpenTimeout bounds connecting to a serial link's chardev socket.
-const serialOpenTimeout = 10 * time.Second
-
 // DefaultMaxConnsPerInstance is the default of Config.MaxConnsPerInstance:
 // above the 1,000 concurrent devlxd connections one guest must be able to
 // hold, well below the daemon's file descriptor limit.
 const DefaultMaxConnsPerInstance = 1024
-
-// Backoff of an accept loop after a temporary error (such as EMFILE).
-const (
-	minAcceptBackoff = 5 * time.Millisecond
-	maxAcceptBackoff = time.Second
-)
-
-// VsockListenFunc listens for vsock connections on the host CID at port.
-type VsockListenFunc func(port uint32) (net.Listener, error)
-
-// VsockDialFunc connects to a guest's vsock port.
-type VsockDialFunc func(ctx context.Context, cid, port uint32) (net.Conn, error)
-
-// SerialTransport opens multiplexed sessions over a guest's serial link
-// channel. The default is link/serialmux over QEMU's Unix-socket chardev.
-type SerialTransport interface {
-	// Open connects to the channel at path (sdk.LinkEndpoint.Path) and
-	// returns its session. The session lives until closed or the guest
-	// goes away.
-	Open(ctx context.Context, path string) (SerialSession, error)
-}
-
-// SerialSession is one guest's serial link: streams in both directions.
-type SerialSession interface {
-	// Accept returns the next stream the guest opened towards the daemon.
-	Accept() (net.Conn, error)
-	// Dial opens a stream to the guest's port (AgentPort).
-	Dial(ctx context.Context, port uint32) (net.Conn, error)
-	// Close ends the session and its streams.
-	Close() error
-}
-
-// serialMux is the default SerialTransport: link/serialmux sessions that
-// keep the streams for the daemon's link port and close the others (an
-// agent still using a previous daemon's port).
-type serialMux struct {
-	port   uint32
-	logger *slog.Logger
-}
-
-func (t serialMux) Open(ctx context.Context, path string) (SerialSession, error) {
-	h, err := serialmux.DialHost(ctx, path)
-	if err != nil {
-		return nil, err
-	}
-	return &serialMuxSession{Host: h, port: t.port, logger: t.logger}, nil
-}
-
-type serialMuxSession struct {
-	*serialmux.Host
-	port   uint32
-	logger *slog.Logger
-}
-
-// Accept returns the next stream for the daemon's port.
-func (s *serialMuxSession) Accept() (net.Conn, error) {
-	for {
-		c, port, err := s.Host.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if port == s.port {
-			return c, nil
-		}
-		s.logger.Debug("linkhost: serial stream for another port", "port", port, "want", s.port)
-		c.Close()
-	}
-}
 
 // Config configures a Host. The zero value works: vsock when
 // /dev/vhost-vsock exists, hybrid and serial links always.
@@ -231,38 +147,13 @@ func New(cfg Config) (*Host, error) {
 	return h, nil
 }
 
-func deviceExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
-
 func randomPort() uint32 {
 	return uint32(MinPort + rand.IntN(MaxPort-MinPort+1))
-}
-
-// listenRandom listens on random ports from pick until one is free.
-func listenRandom(listen VsockListenFunc, pick func() uint32) (uint32, net.Listener, error) {
-	var err error
-	for range portTries {
-		port := pick()
-		var ln net.Listener
-		ln, err = listen(port)
-		if err == nil {
-			return port, ln, nil
-		}
-		if !errors.Is(err, syscall.EADDRINUSE) {
-			return 0, nil, fmt.Errorf("listening on vsock port %d: %w", port, err)
-		}
-	}
-	return 0, nil, fmt.Errorf("listening on vsock: no free port in %d tries: %w", portTries, err)
 }
 
 // Port returns the daemon's link port: the vsock port, and the suffix of
 // the hybrid sockets.
 func (h *Host) Port() uint32 { return h.port }
-
-// Vsock reports whether the vsock listener runs.
-func (h *Host) Vsock() bool { return h.vsock != nil }
 
 // Accept returns the next connection of any link, a *Conn naming its
 // instance. It fails with net.ErrClosed once the Host is closed.
@@ -333,39 +224,19 @@ func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 		h.detach(uuid)
 	}
 	a := &attachment{uuid: uuid, ep: *ep, done: make(chan struct{}), failed: make(chan struct{})}
-	id := Identity{InstanceUUID: uuid, Link: ep.Kind}
+	var err error
 	switch ep.Kind {
 	case sdk.LinkHybrid:
-		if ep.Path == "" {
-			return fmt.Errorf("attaching hybrid link of instance %s: empty socket path: %w", uuid, errdefs.ErrInvalid)
-		}
-		a.path = hybrid.HostPath(ep.Path, h.port)
-		ln, err := listenUnix(a.path)
-		if err != nil {
-			return fmt.Errorf("attaching hybrid link of instance %s: %w", uuid, err)
-		}
-		a.ln = ln
-		h.wg.Add(1)
-		go h.acceptFrom(a, ln.Accept, id)
+		err = h.attachHybrid(a)
 	case sdk.LinkVsock:
-		if h.vsock == nil {
-			return fmt.Errorf("attaching vsock link of instance %s: %w", uuid, errdefs.ErrNotSupported)
-		}
-		if ep.CID < 3 || ep.CID == 0xffffffff {
-			return fmt.Errorf("attaching vsock link of instance %s: guest CID %d: %w", uuid, ep.CID, errdefs.ErrInvalid)
-		}
+		err = h.attachVsock(a)
 	case sdk.LinkSerial:
-		ctx, cancel := context.WithTimeout(context.Background(), serialOpenTimeout)
-		s, err := h.cfg.Serial.Open(ctx, ep.Path)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("attaching serial link of instance %s: %w", uuid, err)
-		}
-		a.session = s
-		h.wg.Add(1)
-		go h.acceptFrom(a, s.Accept, id)
+		err = h.attachSerial(a)
 	default:
-		return fmt.Errorf("attaching link of instance %s: link kind %q: %w", uuid, ep.Kind, errdefs.ErrNotSupported)
+		err = fmt.Errorf("attaching link of instance %s: link kind %q: %w", uuid, ep.Kind, errdefs.ErrNotSupported)
+	}
+	if err != nil {
+		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -450,167 +321,4 @@ func (h *Host) DialAgent(ctx context.Context, uuid string) (net.Conn, error) {
 	return c, nil
 }
 
-// listenUnix listens on path with mode 0600, replacing a stale socket file
-// (left by a daemon that died) but nothing else.
-func listenUnix(path string) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("listening on %q: a file that is not a socket is in the way: %w", path, errdefs.ErrConflict)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("removing stale socket %q: %w", path, err)
-		}
-	}
-	ln, err := unixsock.Listen(path, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	return ln, nil
-}
-
-// acceptFrom hands every connection accept returns on, tied to id, until
-// the attachment ends or accept fails for good. After a temporary error
-// (EMFILE and the like) it backs off and retries; after any other it marks
-// the attachment failed, so the next Attach re-creates it.
-func (h *Host) acceptFrom(a *attachment, accept func() (net.Conn, error), id Identity) {
-	defer h.wg.Done()
-	delay := time.Duration(0)
-	for {
-		c, err := accept()
-		if err != nil {
-			select {
-			case <-a.done:
-				return
-			case <-h.done:
-				return
-			default:
-			}
-			if temporary(err) {
-				delay = nextBackoff(delay)
-				h.cfg.Logger.Debug("linkhost: temporary accept error, retrying", "instance", id.InstanceUUID, "link", id.Link, "err", err, "in", delay)
-				if !h.sleep(delay, a.done) {
-					return
-				}
-				continue
-			}
-			h.cfg.Logger.Warn("linkhost: link stopped accepting", "instance", id.InstanceUUID, "link", id.Link, "err", err)
-			close(a.failed)
-			return
-		}
-		delay = 0
-		h.admit(a, c, id)
-	}
-}
-
-// acceptVsock accepts on the vsock listener and ties each connection to the
-// instance its peer CID was attached with; others are closed. Temporary
-// errors are retried with backoff: the listener serves every guest.
-func (h *Host) acceptVsock() {
-	defer h.wg.Done()
-	delay := time.Duration(0)
-	for {
-		c, err := h.vsock.Accept()
-		if err != nil {
-			select {
-			case <-h.done:
-				return
-			default:
-			}
-			if temporary(err) {
-				delay = nextBackoff(delay)
-				h.cfg.Logger.Debug("linkhost: temporary vsock accept error, retrying", "err", err, "in", delay)
-				if !h.sleep(delay, nil) {
-					return
-				}
-				continue
-			}
-			h.cfg.Logger.Error("linkhost: vsock listener failed", "err", err)
-			return
-		}
-		delay = 0
-		addr, ok := c.RemoteAddr().(*vsock.Addr)
-		h.mu.Lock()
-		var a *attachment
-		if ok {
-			a = h.attached[h.byCID[addr.ContextID]]
-		}
-		h.mu.Unlock()
-		if a == nil {
-			h.cfg.Logger.Warn("linkhost: vsock connection from an unknown guest", "peer", c.RemoteAddr())
-			c.Close()
-			continue
-		}
-		h.admit(a, c, Identity{InstanceUUID: a.uuid, Link: sdk.LinkVsock})
-	}
-}
-
-// admit hands c on tied to id, unless the instance already holds
-// Config.MaxConnsPerInstance connections: then c is closed at once, and the
-// first refusal of a burst is logged.
-func (h *Host) admit(a *attachment, c net.Conn, id Identity) {
-	if a.live.Add(1) > int64(h.cfg.MaxConnsPerInstance) {
-		a.live.Add(-1)
-		c.Close()
-		if !a.overCap.Swap(true) {
-			h.cfg.Logger.Warn("linkhost: instance holds too many link connections, closing new ones", "instance", id.InstanceUUID, "link", id.Link, "max", h.cfg.MaxConnsPerInstance)
-		}
-		return
-	}
-	a.overCap.Store(false)
-	lc := WithIdentity(c, id)
-	lc.release = func() { a.live.Add(-1) }
-	h.hand(lc, a.done)
-}
-
-// temporary reports whether an accept error may go away by itself (out of
-// file descriptors or memory, an aborted or interrupted accept, a timeout).
-func temporary(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR, syscall.EAGAIN, syscall.EPROTO} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
-
-// nextBackoff doubles the delay after a temporary error, from
-// minAcceptBackoff up to maxAcceptBackoff.
-func nextBackoff(d time.Duration) time.Duration {
-	return min(max(2*d, minAcceptBackoff), maxAcceptBackoff)
-}
-
-// sleep waits d, and reports false when the Host closed or stop was closed
-// first.
-func (h *Host) sleep(d time.Duration, stop <-chan struct{}) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-stop:
-		return false
-	case <-h.done:
-		return false
-	}
-}
-
-// hand passes c to Accept, or closes it when nobody will take it.
-func (h *Host) hand(c *Conn, detached <-chan struct{}) {
-	select {
-	case h.conns <- c:
-	case <-detached:
-		c.Close()
-	case <-h.done:
-		c.Close()
-	}
-}
-
-var (
-	_ net.Listener    = (*Host)(nil)
-	_ SerialSession   = (*serialMuxSession)(nil)
-	_ SerialTransport = serialMux{}
-)
+var _ net.Listener = (*Host)(nil)

@@ -13,6 +13,9 @@
 // Pairs are generated once, when first needed, and loaded afterwards. A pair
 // that exists only in part, or does not parse, is an error (ErrCorrupt): the
 // store never replaces existing files silently.
+//
+// GeneratePair is not called by the daemon (the Store generates its pairs
+// itself): it gives tests a Pair of the same kind without a state directory.
 package pki
 
 import (
@@ -89,12 +92,6 @@ type Store struct {
 
 // Option changes how a Store is opened.
 type Option func(*Store)
-
-// WithClock makes the store date new certificates with now instead of
-// time.Now (for tests of expiry).
-func WithClock(now func() time.Time) Option {
-	return func(s *Store) { s.now = now }
-}
 
 // Open opens the store under stateDir, loading the daemon's certificate or
 // generating it if <stateDir>/pki holds none.

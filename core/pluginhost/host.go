@@ -4,6 +4,9 @@
 // plugin with exponential backoff) and hands the daemon one stable Backend
 // per plugin whose calls always have a deadline and return errdefs
 // error kinds.
+//
+// WriteChecksums is not called by the daemon, which only reads SHA256SUMS:
+// tests and installers use it to trust the plugins they put in a directory.
 package pluginhost
 
 import (

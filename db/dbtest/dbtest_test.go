@@ -156,3 +156,12 @@ func TestClusterDiesWithTestBinary(t *testing.T) {
 		t.Errorf("stale cluster directory %s not removed (%v)", dir, err)
 	}
 }
+
+// TestPostgres opens a Store on a fresh, empty database of the cluster.
+func TestPostgres(t *testing.T) {
+	s := Postgres(t)
+	list, err := s.ListInstances(context.Background(), db.InstanceFilter{})
+	if err != nil || len(list) != 0 {
+		t.Fatalf("fresh database: %d instances, err %v; want an empty database", len(list), err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,9 +27,9 @@ const (
 func Until(d time.Duration, cond func() bool) bool {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
-	poll := time.NewTimer(firstPoll)
+	bo := &backoff.ExponentialBackOff{InitialInterval: firstPoll, Multiplier: 2, MaxInterval: maxPoll}
+	poll := time.NewTimer(bo.NextBackOff())
 	defer poll.Stop()
-	wait := firstPoll
 	for {
 		if cond() {
 			return true
@@ -37,8 +38,7 @@ func Until(d time.Duration, cond func() bool) bool {
 		case <-deadline.C:
 			return cond()
 		case <-poll.C:
-			wait = min(2*wait, maxPoll)
-			poll.Reset(wait)
+			poll.Reset(bo.NextBackOff())
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/hashicorp/yamux"
 
 	"github.com/guestlink/guestlink/link/transport"
@@ -146,9 +147,11 @@ func (g *Guest) startLocked() {
 	}
 }
 
-// run keeps a session up until Close.
+// run keeps a session up until Close. Between sessions it waits 50 ms,
+// doubling up to 2 s, without jitter; a session that lasted over 5 s starts
+// the waits over.
 func (g *Guest) run() {
-	backoff := 50 * time.Millisecond
+	bo := &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, Multiplier: 2, MaxInterval: 2 * time.Second}
 	for {
 		select {
 		case <-g.stop:
@@ -161,14 +164,13 @@ func (g *Guest) run() {
 			return
 		}
 		if time.Since(began) > 5*time.Second {
-			backoff = 50 * time.Millisecond
+			bo.Reset()
 		}
 		select {
 		case <-g.stop:
 			return
-		case <-time.After(backoff):
+		case <-time.After(bo.NextBackOff()):
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 

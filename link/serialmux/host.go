@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/hashicorp/yamux"
 )
 
@@ -65,10 +66,9 @@ func DialHost(ctx context.Context, path string) (*Host, error) {
 	return newHost(conn, dial), nil
 }
 
-// NewHost runs the host side over conn, which it owns; without a socket
-// path to reconnect to, the Host ends with its first session.
-func NewHost(conn io.ReadWriteCloser) *Host { return newHost(conn, nil) }
-
+// newHost runs the host side over conn, which it owns; redial reconnects
+// after a session ends. Without redial (tests over a net.Pipe) the Host
+// ends with its first session.
 func newHost(conn io.ReadWriteCloser, redial func(context.Context) (io.ReadWriteCloser, error)) *Host {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Host{redial: redial, ctx: ctx, cancel: cancel, ready: make(chan struct{}),
@@ -153,10 +153,11 @@ func (h *Host) admit(s *yamux.Stream) {
 	}
 }
 
-// reconnect dials the socket again for up to reconnectFor.
+// reconnect dials the socket again for up to reconnectFor, waiting 50 ms
+// between attempts, doubling up to 1 s, without jitter.
 func (h *Host) reconnect() (io.ReadWriteCloser, error) {
 	deadline := time.Now().Add(reconnectFor)
-	wait := 50 * time.Millisecond
+	bo := &backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, Multiplier: 2, MaxInterval: time.Second}
 	for {
 		ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
 		c, err := h.redial(ctx)
@@ -170,9 +171,8 @@ func (h *Host) reconnect() (io.ReadWriteCloser, error) {
 		select {
 		case <-h.ctx.Done():
 			return nil, h.ctx.Err()
-		case <-time.After(wait):
+		case <-time.After(bo.NextBackOff()):
 		}
-		wait = min(wait*2, time.Second)
 	}
 }
 

@@ -41,7 +41,7 @@ func pairOver(t *testing.T, a, b io.ReadWriteCloser) (*Host, *Guest) {
 	g.mu.Lock()
 	g.startLocked()
 	g.mu.Unlock()
-	h := NewHost(a)
+	h := newHost(a, nil)
 	t.Cleanup(func() { h.Close(); g.Close(); a.Close(); b.Close() })
 	return h, g
 }

@@ -3,18 +3,14 @@ package qemuvm
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/guestlink/guestlink/internal/testcert"
 
 	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/internal/testwait"
@@ -26,23 +22,11 @@ import (
 // agentFiles returns a config drive with a fresh agent key pair.
 func agentFiles(t testing.TB) []sdk.File {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "guestlink-agent"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	p := testcert.New(t, "guestlink-agent")
 	return []sdk.File{
-		{Path: "agent.crt", Mode: 0o644, Data: crt},
-		{Path: "agent.key", Mode: 0o600, Data: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})},
-		{Path: "server.crt", Mode: 0o644, Data: crt},
+		{Path: "agent.crt", Mode: 0o644, Data: p.CertPEM},
+		{Path: "agent.key", Mode: 0o600, Data: p.KeyPEM},
+		{Path: "server.crt", Mode: 0o644, Data: p.CertPEM},
 	}
 }
 

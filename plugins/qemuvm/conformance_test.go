@@ -2,10 +2,11 @@ package qemuvm
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/guestlink/guestlink/internal/testbin"
 
 	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/link/ringline"
@@ -14,13 +15,13 @@ import (
 	"github.com/guestlink/guestlink/plugins/sdk/conformance"
 )
 
-// buildPlugin builds the plugin main at pkg into dir.
+// buildPlugin puts the plugin main at pkg (an import path) into dir
+// (internal/testbin: built once per content).
 func buildPlugin(t *testing.T, pkg, dir string) string {
 	t.Helper()
 	out := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building %s: %v\n%s", pkg, err, b)
+	if err := testbin.Install(pkg, out); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -22,8 +22,7 @@ import (
 // the backend reports, confirms CONNECTED on the ring and serves
 // /dev/lxd/sock where Details say.
 func TestRealAgent(t *testing.T) {
-	agentDir := t.TempDir()
-	agent, err := agenttest.BuildAgent(agentDir)
+	agent, err := agenttest.BuildAgent()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/guestlink/guestlink/internal/testbin"
 
 	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -35,9 +36,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binDir = dir
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "plugins", "sim"), ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := testbin.Install(testbin.Sim, filepath.Join(dir, "plugins", "sim")); err != nil {
 		fmt.Fprintln(os.Stderr, "building the sim plugin:", err)
 		return 1
 	}

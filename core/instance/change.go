@@ -1,0 +1,143 @@
+package instance
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
+)
+
+// change is one read-modify-write of an instance, built by mutate's
+// callback: the copies to modify, and what to record and announce.
+type change struct {
+	rec      *db.Instance
+	rt       runtime
+	persist  bool // rec changed and must be saved
+	timeline []*db.TimelineEntry
+	events   []events.Event
+	now      time.Time
+}
+
+// note appends a timeline entry.
+func (c *change) note(kind, from, to, cause, detail string) {
+	c.timeline = append(c.timeline, &db.TimelineEntry{
+		InstanceID: c.rec.ID, Time: c.now, Boot: c.rec.Boot,
+		Kind: kind, From: from, To: to, Cause: cause, Detail: detail,
+	})
+}
+
+// emit queues a lifecycle event.
+func (c *change) emit(action string, ctx map[string]any, by events.Requestor) {
+	ev := events.NewLifecycle(action, c.rec.Name, ctx, &by)
+	ev.Timestamp = c.now
+	c.events = append(c.events, ev)
+}
+
+// setReadyFalse clears the Ready flag for a stop, exit or reset; it records
+// a "ready" timeline entry when the flag was true.
+func (c *change) setReadyFalse(cause, detail string) bool {
+	was := c.rec.Config[KeyReady] == "true"
+	if c.rec.Config[KeyReady] != "false" {
+		c.rec.Config[KeyReady] = "false"
+		c.persist = true
+	}
+	c.rt.readyAt = nil
+	if was {
+		c.note(kindReady, "true", "false", cause, detail)
+	}
+	return was
+}
+
+// Timeline kinds.
+const (
+	kindState = "state"
+	kindAgent = "agent"
+	kindReady = "ready"
+)
+
+// mutate runs fn on copies of e's state under e's write lock, saves the
+// result (with its timeline entries in the same transaction), makes it the
+// current state, then publishes the queued events. A failed fn or save
+// changes nothing. It returns the new view.
+func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error) (*Instance, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m.mu.RLock()
+	if e.rt.deleted {
+		name := e.rec.Name
+		m.mu.RUnlock()
+		return nil, fmt.Errorf("instance %q: %w", name, errdefs.ErrNotFound)
+	}
+	c := &change{rec: cloneRec(e.rec), rt: e.rt.clone(), now: time.Now().UTC()}
+	m.mu.RUnlock()
+	if err := fn(c); err != nil {
+		return nil, err
+	}
+	if c.persist {
+		tl, lost := m.withLost(c.rec.ID, c.now, c.rec.Boot, c.timeline)
+		err := m.retryWrite(ctx, fmt.Sprintf("saving instance %q", c.rec.Name), func(ctx context.Context) error {
+			return storeErr(m.store.UpdateInstanceWithTimeline(ctx, c.rec, tl...))
+		})
+		if err != nil {
+			return nil, err
+		}
+		m.reportedLost(c.rec.ID, lost)
+	}
+	m.mu.Lock()
+	e.rec, e.rt = c.rec, c.rt
+	view := viewOf(e)
+	m.mu.Unlock()
+	if !c.persist && len(c.timeline) > 0 {
+		// Before the events, so that a watcher that reads the timeline
+		// when an event arrives finds the entry.
+		m.appendTimeline(ctx, c.rec.Name, c.timeline...)
+	}
+	m.publish(ctx, c.events)
+	return view, nil
+}
+
+// Hook call conditions for notify.
+var (
+	always      = func(*entry) bool { return true }
+	whenRunning = func(e *entry) bool { return e.rec.PowerState == status.PowerRunning }
+)
+
+// bootRunning returns a condition true while boot of the instance runs.
+func bootRunning(boot int64) func(*entry) bool {
+	return func(e *entry) bool { return e.rec.PowerState == status.PowerRunning && e.rec.Boot == boot }
+}
+
+// notify calls a hook with e's current view, one hook call per instance at
+// a time, unless cond (checked under Manager.mu) says the call no longer
+// applies: a guest that stopped before its GuestRunning call could be made
+// is only reported stopped, never running after stopped.
+func (m *Manager) notify(e *entry, cond func(*entry) bool, call func(h Hooks, inst *Instance)) {
+	if m.hooks == nil {
+		return
+	}
+	e.hook.Lock()
+	defer e.hook.Unlock()
+	m.mu.RLock()
+	ok := !e.rt.deleted && cond(e)
+	view := viewOf(e)
+	m.mu.RUnlock()
+	if ok {
+		call(m.hooks, view)
+	}
+}
+
+// publish publishes events; the change they announce is already made, so a
+// failure (after the bus's retries) is not returned: it is logged and
+// recorded in the instance's timeline (eventLost).
+func (m *Manager) publish(ctx context.Context, evs []events.Event) {
+	for _, ev := range evs {
+		if _, err := m.bus.Publish(context.WithoutCancel(ctx), ev); err != nil {
+			m.log.Error("publishing event", "instance", ev.Instance, "type", ev.Type, "err", err)
+			m.eventLost(ctx, ev, err)
+		}
+	}
+}

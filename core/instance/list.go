@@ -1,0 +1,111 @@
+package instance
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/db"
+)
+
+// ListFilter narrows List. Zero values match everything.
+type ListFilter struct {
+	// Status is a status name (status.Parse: "Running", "Ready", "Stopped",
+	// any case, or a code). "Running" matches Ready instances too.
+	Status  string
+	Backend string // exact backend name
+	// Agent is an agent state ("started", "connected", "stopped", "lost");
+	// "none" matches instances without an agent.
+	Agent string
+	Query string // case-insensitive substring of the name
+}
+
+// List returns the instances matching f, sorted by name. It reads memory
+// only. A bad Status is errdefs.ErrInvalid.
+func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
+	var out []*Instance
+	err := m.list(ctx, f, func(matched []snapshot) error {
+		views := make([]Instance, len(matched)) // one allocation for all views
+		out = make([]*Instance, len(matched))
+		for i := range matched {
+			fillView(&views[i], matched[i].rec, &matched[i].rt, false)
+			out[i] = &views[i]
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ListFunc calls fn with the view of every instance matching f, in name
+// order, as List would return them, for callers that only serialise the list
+// (GET /1.0/instances): the views are not copies. Each view shares the
+// manager's maps and times (which are replaced, never changed in place) and
+// is valid only during its call; fn must not keep or change it. fn runs
+// without the manager's lock, on a snapshot taken when ListFunc was called:
+// a slow listing (thousands of instances, a flood of concurrent lists) never
+// holds up state changes, agent updates or timeline writes. An error from fn
+// ends the listing and is returned.
+func (m *Manager) ListFunc(ctx context.Context, f ListFilter, fn func(*Instance) error) error {
+	return m.list(ctx, f, func(matched []snapshot) error {
+		var view Instance
+		for i := range matched {
+			fillView(&view, matched[i].rec, &matched[i].rt, true)
+			if err := fn(&view); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// snapshot is an entry's state at one instant: its record and runtime are
+// replaced, never changed in place, so the copy stays valid without the
+// lock.
+type snapshot struct {
+	rec *db.Instance
+	rt  runtime
+}
+
+// list calls fn with snapshots of the entries matching f, taken under the
+// read lock; fn runs after the lock is released.
+func (m *Manager) list(ctx context.Context, f ListFilter, fn func([]snapshot) error) error {
+	var want status.Code
+	if f.Status != "" {
+		c, err := status.Parse(f.Status)
+		if err != nil {
+			return fmt.Errorf("listing instances: %w", err)
+		}
+		want = c
+	}
+	agent := AgentState(f.Agent)
+	if f.Agent == "none" {
+		agent = AgentNone
+	}
+	q := strings.ToLower(f.Query)
+	if err := m.load(ctx, false); err != nil {
+		return err
+	}
+	m.mu.RLock()
+	matched := make([]snapshot, 0, len(m.sorted))
+	for _, e := range m.sorted {
+		if f.Backend != "" && e.rec.Backend != f.Backend {
+			continue
+		}
+		if f.Agent != "" && e.rt.agent.State != agent {
+			continue
+		}
+		if q != "" && !strings.Contains(e.lname, q) {
+			continue
+		}
+		if f.Status != "" {
+			got := statusOf(e)
+			if got != want && !(want == status.Running && status.IsRunning(got)) {
+				continue
+			}
+		}
+		matched = append(matched, snapshot{rec: e.rec, rt: e.rt})
+	}
+	m.mu.RUnlock()
+	return fn(matched)
+}

@@ -1,0 +1,116 @@
+package instance
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/db"
+)
+
+// statusOf derives an entry's status; Manager.mu must be held.
+func statusOf(e *entry) status.Code {
+	return statusOfState(e.rec, &e.rt)
+}
+
+// statusOfState derives the status of a record and runtime.
+func statusOfState(rec *db.Instance, rt *runtime) status.Code {
+	return status.Derive(rec.PowerState, rec.Config[KeyReady] == "true", rt.op)
+}
+
+// viewOf builds the Instance view of an entry; Manager.mu must be held.
+func viewOf(e *entry) *Instance {
+	inst := new(Instance)
+	fillView(inst, e.rec, &e.rt, false)
+	return inst
+}
+
+// noDevices is the Devices of shared views of entries without devices.
+var noDevices = map[string]map[string]string{}
+
+// noConfig is the Config of shared views of entries without config.
+var noConfig = map[string]string{}
+
+// fillView fills inst with the view of an entry's record and runtime (taken
+// under Manager.mu, or a snapshot). A shared view (ListFunc) points at the
+// entry's maps and times instead of copies of them.
+func fillView(inst *Instance, rec *db.Instance, rt *runtime, shared bool) {
+	code := statusOfState(rec, rt)
+	*inst = Instance{
+		Name:       rec.Name,
+		UUID:       rec.UUID,
+		Backend:    rec.Backend,
+		Status:     code.String(),
+		StatusCode: int(code),
+		Boot:       rec.Boot,
+		CreatedAt:  rec.CreatedAt,
+		Link:       rt.link,
+		Agent: AgentInfo{
+			State: rt.agent.State,
+		},
+		DevlxdSocket: rt.details["devlxd_socket"],
+	}
+	if shared {
+		inst.Config, inst.Devices = rec.Config, rec.Devices
+		inst.StartedAt, inst.ReadyAt = rec.StartedAt, rt.readyAt
+		inst.Agent.LastHeartbeat, inst.Agent.Since = rt.agent.LastHeartbeat, rt.agent.Since
+		if inst.Devices == nil {
+			inst.Devices = noDevices
+		}
+		if len(rt.details) > 0 {
+			inst.Details = rt.details
+		}
+		if inst.Config == nil {
+			inst.Config = noConfig
+		}
+		return
+	}
+	inst.Config = maps.Clone(rec.Config)
+	inst.Devices = cloneDevices(rec.Devices)
+	inst.StartedAt, inst.ReadyAt = cloneTime(rec.StartedAt), cloneTime(rt.readyAt)
+	inst.Agent.LastHeartbeat, inst.Agent.Since = cloneTime(rt.agent.LastHeartbeat), cloneTime(rt.agent.Since)
+	if inst.Config == nil {
+		inst.Config = map[string]string{}
+	}
+	if len(rt.details) > 0 {
+		inst.Details = maps.Clone(rt.details)
+	}
+}
+
+func cloneTime(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	c := *t
+	return &c
+}
+
+func cloneDevices(d map[string]map[string]string) map[string]map[string]string {
+	out := make(map[string]map[string]string, len(d))
+	for k, v := range d {
+		out[k] = maps.Clone(v)
+	}
+	return out
+}
+
+func cloneRec(r *db.Instance) *db.Instance {
+	c := *r
+	c.Config = maps.Clone(r.Config)
+	if c.Config == nil {
+		c.Config = map[string]string{}
+	}
+	c.Devices = cloneDevices(r.Devices)
+	c.Handle = slices.Clone(r.Handle)
+	c.StartedAt = cloneTime(r.StartedAt)
+	return &c
+}
+
+func (rt runtime) clone() runtime {
+	c := rt
+	c.details = maps.Clone(rt.details)
+	c.agent.LastHeartbeat = cloneTime(rt.agent.LastHeartbeat)
+	c.agent.Since = cloneTime(rt.agent.Since)
+	c.readyAt = cloneTime(rt.readyAt)
+	return c
+}
