@@ -35,7 +35,7 @@ stop: build ## stop every guest of make run's state directory (starts the daemon
 
 .PHONY: guest-image
 guest-image: ## build the QEMU test guest (Debian cloud kernel, busybox, static agent) into bin/guest/
-	$(GO) run ./plugins/qemuvm/guestimage/cmd -out $(BIN)/guest
+	$(GO) run ./plugins/shared/guestimage/cmd -out $(BIN)/guest
 
 .PHONY: deps
 deps: ## install system and npm packages the tests need (Debian)

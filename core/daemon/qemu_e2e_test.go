@@ -19,9 +19,9 @@ import (
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/ringline"
-	"github.com/guestlink/guestlink/plugins/qemuvm"
-	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/shared/qemuvm"
+	"github.com/guestlink/guestlink/plugins/shared/qemuvm/qemutest"
 )
 
 // qemuUserMetaData is appended verbatim to the guest's meta-data.

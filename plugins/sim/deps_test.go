@@ -23,7 +23,7 @@ func TestImports(t *testing.T) {
 	}
 	pkgs := []string{
 		"github.com/guestlink/guestlink/plugins/sim/...",
-		"github.com/guestlink/guestlink/plugins/ringbuf",
+		"github.com/guestlink/guestlink/plugins/shared/ringbuffer",
 	}
 	out, err := exec.Command("go", append([]string{"list", "-deps"}, pkgs...)...).CombinedOutput()
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/guestlink/guestlink/plugins/ringbuf"
+	"github.com/guestlink/guestlink/plugins/shared/ringbuffer"
 	"github.com/guestlink/guestlink/plugins/sim/eventqueue"
 )
 
@@ -112,7 +112,7 @@ var ErrBusy = errors.New("another vmm runs this guest")
 type vmm struct {
 	cfg      *Config
 	paths    Paths
-	ring     *ringbuf.Ring
+	ring     *ringbuffer.Ring
 	ringPort string
 	ln       net.Listener
 	fifo     *os.File
@@ -214,7 +214,7 @@ func (v *vmm) setup() error {
 		return err
 	}
 	v.cfg = cfg
-	if v.ring, err = ringbuf.New(cfg.RingSize); err != nil {
+	if v.ring, err = ringbuffer.New(cfg.RingSize); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	_ = os.Remove(v.paths.Exit())

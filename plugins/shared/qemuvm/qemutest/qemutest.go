@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/internal/testenv"
-	"github.com/guestlink/guestlink/plugins/qemuvm/guestimage"
+	"github.com/guestlink/guestlink/plugins/shared/guestimage"
 )
 
 // EnvImageDir overrides where the guest image is looked for.

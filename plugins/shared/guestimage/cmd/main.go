@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/guestlink/guestlink/plugins/qemuvm/guestimage"
+	"github.com/guestlink/guestlink/plugins/shared/guestimage"
 )
 
 func main() {

@@ -9,9 +9,9 @@ import (
 
 	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/link/ringline"
-	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/plugins/sdk/conformance"
+	"github.com/guestlink/guestlink/plugins/shared/qemuvm/qemutest"
 )
 
 // buildPlugin builds the plugin main at pkg into dir.

@@ -1,4 +1,4 @@
-package ringbuf
+package ringbuffer
 
 import (
 	"bytes"

@@ -19,8 +19,8 @@ import (
 	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/ringline"
-	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/shared/qemuvm/qemutest"
 )
 
 // agentFiles returns a config drive with a fresh agent key pair.

@@ -1,7 +1,7 @@
 // Package qemuvm is the QEMU machinery shared by the qemu and qemu-legacy
 // backend plugins: it implements sdk.Backend with one QEMU process per
 // guest, started in a session of its own so it outlives the plugin and the
-// daemon, and driven over QMP (plugins/qmp).
+// daemon, and driven over QMP (plugins/shared/qmp).
 //
 // Each guest has a directory (Options.Dir/<uuid>) holding its QMP socket,
 // its serial-link socket, QEMU's log, the serial console log, the boot
@@ -26,9 +26,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/guestlink/guestlink/plugins/qemuvm/guestimage"
-	"github.com/guestlink/guestlink/plugins/qmp"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/shared/guestimage"
+	"github.com/guestlink/guestlink/plugins/shared/qmp"
 )
 
 // Options configures a Backend.

@@ -192,7 +192,7 @@ func Build(ctx context.Context, opts Options) (*Image, error) {
 			// devlxdget lets /init show what guest software reads from
 			// /dev/lxd/sock (kernel parameter guestlink.get=PATH).
 			tool := filepath.Join(opts.OutDir, DevlxdGetFile)
-			cmd = exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", tool, "./plugins/qemuvm/guestimage/devlxdget")
+			cmd = exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", tool, "./plugins/shared/guestimage/devlxdget")
 			cmd.Dir = opts.SourceDir
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 			if out, err := cmd.CombinedOutput(); err != nil {

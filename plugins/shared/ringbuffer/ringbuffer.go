@@ -1,8 +1,11 @@
-// Package ringbuf is a byte ring with the semantics of QEMU's "ringbuf"
-// character device: its size is a power of two, writes never block and
-// overwrite the oldest bytes when the ring is full, and reads consume what
-// they return.
-package ringbuf
+// Package ringbuffer is the hypervisor side of the guest's ring: a byte ring
+// with the semantics of QEMU's "ringbuf" character device, which a backend
+// (the sim VMM) keeps for each guest and the daemon reads through the
+// plugin's ReadRing. The guest side that writes into it is agent/ring; the
+// words and lines it carries are link/ringline. Its size is a power of two,
+// writes never block and overwrite the oldest bytes when the ring is full,
+// and reads consume what they return.
+package ringbuffer
 
 import (
 	"errors"
