@@ -27,6 +27,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/shared/eventer"
 	"github.com/guestlink/guestlink/plugins/shared/guestimage"
 	"github.com/guestlink/guestlink/plugins/shared/qmp"
 )
@@ -84,8 +85,7 @@ type Backend struct {
 	mu  sync.Mutex
 	vms map[string]*vm // by uuid
 
-	subsMu sync.Mutex
-	subs   map[chan sdk.Event]struct{}
+	events *eventer.Eventer // open Events streams
 }
 
 var _ sdk.Backend = (*Backend)(nil)
@@ -122,7 +122,7 @@ func New(opts Options) (*Backend, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	b := &Backend{opts: opts, log: opts.Logger, vms: map[string]*vm{}, subs: map[chan sdk.Event]struct{}{}}
+	b := &Backend{opts: opts, log: opts.Logger, vms: map[string]*vm{}, events: eventer.New(opts.Logger)}
 	if opts.Host != nil {
 		b.caps = *opts.Host
 	} else {
@@ -435,9 +435,9 @@ func (b *Backend) pump(h *handle, v *vm, c *qmp.Client) {
 			if port == "" {
 				port = d.ID
 			}
-			b.emit(sdk.Event{UUID: h.UUID, Kind: kind, Port: port, Time: ev.Time})
+			b.events.Emit(sdk.Event{UUID: h.UUID, Kind: kind, Port: port, Time: ev.Time})
 		case "RESET":
-			b.emit(sdk.Event{UUID: h.UUID, Kind: sdk.EventReset, Time: ev.Time})
+			b.events.Emit(sdk.Event{UUID: h.UUID, Kind: sdk.EventReset, Time: ev.Time})
 		case "SHUTDOWN":
 			var d struct {
 				Reason string `json:"reason"`
@@ -467,7 +467,7 @@ func (b *Backend) pump(h *handle, v *vm, c *qmp.Client) {
 		reason = "qemu exited"
 	}
 	b.log.Info("guest exited", "name", h.Name, "pid", h.PID, "reason", reason)
-	b.emit(sdk.Event{UUID: h.UUID, Kind: sdk.EventExited, Detail: reason, Time: time.Now()})
+	b.events.Emit(sdk.Event{UUID: h.UUID, Kind: sdk.EventExited, Detail: reason, Time: time.Now()})
 }
 
 // waitGone waits up to d for the guest's QEMU to end; it reports whether it did.
@@ -697,32 +697,10 @@ func (b *Backend) stateOf(h *handle) *sdk.GuestState {
 	return st
 }
 
-// Events streams backend events until ctx ends.
+// Events streams backend events until ctx ends, under the eventer
+// package's drop policy.
 func (b *Backend) Events(ctx context.Context) (<-chan sdk.Event, error) {
-	ch := make(chan sdk.Event, 256)
-	b.subsMu.Lock()
-	b.subs[ch] = struct{}{}
-	b.subsMu.Unlock()
-	go func() {
-		<-ctx.Done()
-		b.subsMu.Lock()
-		delete(b.subs, ch)
-		close(ch)
-		b.subsMu.Unlock()
-	}()
-	return ch, nil
-}
-
-func (b *Backend) emit(ev sdk.Event) {
-	b.subsMu.Lock()
-	defer b.subsMu.Unlock()
-	for ch := range b.subs {
-		select {
-		case ch <- ev:
-		default:
-			b.log.Warn("event stream full, event dropped", "uuid", ev.UUID, "kind", ev.Kind.String())
-		}
-	}
+	return b.events.Stream(ctx)
 }
 
 // ReadRing reads and consumes up to max bytes of the guest's ring buffer.

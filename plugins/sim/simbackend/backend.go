@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/shared/eventer"
 	"github.com/guestlink/guestlink/plugins/sim/simvm"
 )
 
@@ -110,7 +111,7 @@ type Backend struct {
 
 	mu       sync.Mutex
 	watchers map[string]*watcher      // by guest directory
-	sinks    map[*sink]struct{}       // open Events streams
+	events   *eventer.Eventer         // open Events streams
 	locks    map[string]chan struct{} // per guest directory: Start, Stop and Delete take turns
 }
 
@@ -157,7 +158,7 @@ func New(opts Options) (*Backend, error) {
 		log:      log,
 		env:      vmmEnv(os.Environ()),
 		watchers: map[string]*watcher{},
-		sinks:    map[*sink]struct{}{},
+		events:   eventer.New(log),
 		locks:    map[string]chan struct{}{},
 	}, nil
 }

@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/guestlink/guestlink/plugins/shared/eventer"
 	"github.com/guestlink/guestlink/plugins/shared/ringbuffer"
-	"github.com/guestlink/guestlink/plugins/sim/eventqueue"
 )
 
 // Subcommand is the first argument that makes the sim plugin binary run as a
@@ -628,7 +628,7 @@ func (v *vmm) statusLocked() Status {
 type conn struct {
 	nc      net.Conn
 	wmu     sync.Mutex
-	events  *eventqueue.Queue[Event]
+	events  *eventer.Queue[Event]
 	drained chan struct{} // closed when the event writer is done
 }
 
@@ -769,7 +769,7 @@ func (v *vmm) execute(c *conn, req *Request) Response {
 		v.mu.Lock()
 		defer v.mu.Unlock()
 		if c.events == nil {
-			c.events = eventqueue.New[Event]()
+			c.events = eventer.NewQueue[Event]()
 			c.drained = make(chan struct{})
 			v.subs[c] = struct{}{}
 			go c.writeEvents()

@@ -1,8 +1,4 @@
-// Package eventqueue is a FIFO of events between a producer that must never
-// block and a consumer that may be slow: repeated events of the same key
-// coalesce while one of them is still queued, and the queue holds at most a
-// fixed number of items, so memory stays bounded whatever the producer does.
-package eventqueue
+package eventer
 
 import (
 	"context"
@@ -13,7 +9,11 @@ import (
 // it drops new ones.
 const DefaultLimit = 4096
 
-// Queue is a coalescing FIFO, safe for concurrent use. The zero value is not
+// Queue is a FIFO of events between a producer that must never block and a
+// consumer that may be slow: repeated events of the same key coalesce while
+// one of them is still queued, and the queue holds at most a fixed number of
+// items, so memory stays bounded whatever the producer does. It is safe for
+// concurrent use. The zero value is not
 // usable; call New.
 type Queue[T any] struct {
 	mu      sync.Mutex
@@ -30,20 +30,21 @@ type item[T any] struct {
 	key string
 }
 
-// New returns an empty queue holding at most DefaultLimit items.
-func New[T any]() *Queue[T] {
+// NewQueue returns an empty queue holding at most DefaultLimit items.
+func NewQueue[T any]() *Queue[T] {
 	return &Queue[T]{pending: map[string]bool{}, ready: make(chan struct{}, 1), limit: DefaultLimit}
 }
 
-// Push appends v without blocking. When key is not empty and an item with the
-// same key is still queued, v is dropped: the queued item already tells the
-// consumer the news. When the queue is full or closed, v is dropped too.
-func (q *Queue[T]) Push(v T, key string) {
+// Push appends v without blocking and reports whether it was queued. When
+// key is not empty and an item with the same key is still queued, v is
+// dropped: the queued item already tells the consumer the news. When the
+// queue is full or closed, v is dropped too.
+func (q *Queue[T]) Push(v T, key string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed || (key != "" && q.pending[key]) || len(q.items) >= q.limit {
 		q.dropped++
-		return
+		return false
 	}
 	if key != "" {
 		q.pending[key] = true
@@ -53,6 +54,7 @@ func (q *Queue[T]) Push(v T, key string) {
 	case q.ready <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 // Close makes Pop return false once the queued items are consumed. Pushes

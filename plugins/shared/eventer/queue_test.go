@@ -1,4 +1,4 @@
-package eventqueue
+package eventer
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func TestQueue(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			q := New[string]()
+			q := NewQueue[string]()
 			q.limit = tc.limit
 			for _, p := range tc.pushes {
 				q.Push(p.v, p.key)
@@ -56,7 +56,7 @@ func TestQueue(t *testing.T) {
 }
 
 func TestCoalesceReopensAfterPop(t *testing.T) {
-	q := New[int]()
+	q := NewQueue[int]()
 	q.Push(1, "k")
 	if v, _ := q.Pop(context.Background()); v != 1 {
 		t.Fatalf("Pop = %d", v)
@@ -68,7 +68,7 @@ func TestCoalesceReopensAfterPop(t *testing.T) {
 }
 
 func TestPopWaitsAndHonoursContext(t *testing.T) {
-	q := New[int]()
+	q := NewQueue[int]()
 	got := make(chan int)
 	go func() {
 		v, _ := q.Pop(context.Background())
@@ -91,7 +91,7 @@ func TestPopWaitsAndHonoursContext(t *testing.T) {
 }
 
 func TestFloodBounded(t *testing.T) {
-	q := New[int]()
+	q := NewQueue[int]()
 	for i := 0; i < 1_000_000; i++ {
 		q.Push(i, "ring")
 	}
