@@ -34,8 +34,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	pluginBin = filepath.Join(dir, "testplugin")
-	cmd := exec.Command("go", "build", "-o", pluginBin, "github.com/guestlink/guestlink/plugins/sdk/internal/testplugin")
+	pluginBin = filepath.Join(dir, "misbehaving")
+	cmd := exec.Command("go", "build", "-o", pluginBin, "github.com/guestlink/guestlink/plugins/sdk/internal/misbehaving")
 	cmd.Stderr = os.Stderr
 	code := 1
 	if err := cmd.Run(); err != nil {
@@ -111,7 +111,7 @@ func testConfig(dir, bdir string) pluginhost.Config {
 		MinBackoff:     50 * time.Millisecond,
 		MaxBackoff:     500 * time.Millisecond,
 		StableAfter:    time.Minute,
-		Env:            []string{"TESTPLUGIN_BEHAVIOUR_DIR=" + bdir},
+		Env:            []string{"MISBEHAVING_BEHAVIOUR_DIR=" + bdir},
 	}
 }
 
@@ -311,7 +311,7 @@ func TestCallsAndErrorKinds(t *testing.T) {
 		sdk  error
 	}{
 		{"invalid config", func() error {
-			_, err := b.Create(ctx, &sdk.GuestSpec{Name: "g2", UUID: "u2", Config: map[string]string{"test.bogus": "1"}})
+			_, err := b.Create(ctx, &sdk.GuestSpec{Name: "g2", UUID: "u2", Config: map[string]string{"example.bogus": "1"}})
 			return err
 		}, errdefs.ErrInvalid, sdk.ErrInvalid},
 		{"start running", func() error { _, _, err := b.Start(ctx, hd, spec); return err }, errdefs.ErrConflict, sdk.ErrConflict},

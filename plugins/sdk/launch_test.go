@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 	} else if err := os.Mkdir(behaviourDir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
-		os.Setenv("TESTPLUGIN_BEHAVIOUR_DIR", behaviourDir)
+		os.Setenv("MISBEHAVING_BEHAVIOUR_DIR", behaviourDir)
 		code = m.Run()
 		if code == 0 {
 			if err := goleak.Find(); err != nil {
@@ -58,7 +58,7 @@ func TestMain(m *testing.M) {
 }
 
 func buildPlugin(out string) error {
-	cmd := exec.Command("go", "build", "-o", out, "github.com/guestlink/guestlink/plugins/sdk/internal/testplugin")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/guestlink/guestlink/plugins/sdk/internal/misbehaving")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("building test plugin: %w", err)
@@ -109,7 +109,7 @@ func TestLaunchCalls(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Info: %v", err)
 	}
-	if info.Name != "test" || !info.Has(sdk.CapRecover) {
+	if info.Name != "misbehaving" || !info.Has(sdk.CapRecover) {
 		t.Fatalf("Info = %+v", info)
 	}
 	events, err := b.Events(ctx)
@@ -119,9 +119,9 @@ func TestLaunchCalls(t *testing.T) {
 
 	spec := &sdk.GuestSpec{Name: "g1", UUID: "uuid-g1", Config: map[string]string{"user.x": "1"}}
 	t.Run("invalid config", func(t *testing.T) {
-		bad := &sdk.GuestSpec{Name: "g1", UUID: "uuid-g1", Config: map[string]string{"test.nope": "1"}}
+		bad := &sdk.GuestSpec{Name: "g1", UUID: "uuid-g1", Config: map[string]string{"example.nope": "1"}}
 		_, err := b.Create(ctx, bad)
-		if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), `"test.nope"`) {
+		if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), `"example.nope"`) {
 			t.Fatalf("Create with unknown key: %v, want ErrInvalid naming the key", err)
 		}
 	})

@@ -22,7 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
-	"github.com/guestlink/guestlink/plugins/shared/eventer"
+	"github.com/guestlink/guestlink/plugins/sdk/eventer"
 	"github.com/guestlink/guestlink/plugins/sim/simvm"
 )
 

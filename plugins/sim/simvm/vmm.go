@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/guestlink/guestlink/plugins/shared/eventer"
+	"github.com/guestlink/guestlink/plugins/sdk/eventer"
 	"github.com/guestlink/guestlink/plugins/shared/ringbuffer"
 )
 

@@ -1,9 +1,10 @@
-// Command testplugin is a small but real guestlink backend used to test the
-// SDK, the conformance kit and the daemon's plugin host. Its guests are
-// local processes (a shell command, "sleep 3600" by default) started in
-// sessions of their own, so they outlive the plugin like real VMs.
+// Command misbehaving is the misbehaving test plugin: the example backend
+// (plugins/sdk/example) behind a wrapper that misbehaves on request, used
+// to test the SDK's Launch, the conformance kit (that it can fail) and the
+// daemon's plugin host and supervisor against a real misbehaving process.
+// It reports its name as "misbehaving".
 //
-// It misbehaves on request: if TESTPLUGIN_BEHAVIOUR_DIR is set, the file
+// It misbehaves on request: if MISBEHAVING_BEHAVIOUR_DIR is set, the file
 // <dir>/<binary name>.json is read at start and before every call, with the
 // fields of behaviour (crash on a call, hang, garbage on stdout, exit after
 // a delay ...). Tests change the file between restarts.
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/example"
 )
 
 // behaviour is the misbehaviour a test asks for.
@@ -35,7 +37,7 @@ type behaviour struct {
 // behave.
 func readBehaviour() behaviour {
 	var b behaviour
-	dir := os.Getenv("TESTPLUGIN_BEHAVIOUR_DIR")
+	dir := os.Getenv("MISBEHAVING_BEHAVIOUR_DIR")
 	if dir == "" {
 		return b
 	}
@@ -67,7 +69,7 @@ func main() {
 		os.Stdout.WriteString("hello from a plugin that should not talk here\n")
 	}
 	if b.ExitAtStart {
-		os.Stderr.WriteString("testplugin: exiting at start as asked\n")
+		os.Stderr.WriteString("misbehaving: exiting at start as asked\n")
 		os.Exit(3)
 	}
 	if d := duration(b.StartDelay); d > 0 {
@@ -79,5 +81,5 @@ func main() {
 			os.Exit(4)
 		})
 	}
-	sdk.Serve(newBackend(b.Version))
+	sdk.Serve(&backend{Backend: example.New(b.Version)})
 }

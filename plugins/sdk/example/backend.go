@@ -1,4 +1,14 @@
-package main
+// Package example is a minimal but complete guestlink backend, meant to be
+// copied: its guests are local processes (a shell command, "sleep 3600" by
+// default) started in sessions of their own, so they outlive the plugin
+// like real VMs. The handle is a small JSON document with everything needed
+// to find a guest again, events go through the SDK's eventer, and
+// cmd/example is the whole main. example_test.go runs the built plugin
+// through the conformance kit.
+//
+// It has no ring buffer and no agent: LinkEndpoint names a hybrid socket no
+// one listens on. A real backend starts a VMM there.
+package example
 
 import (
 	"bytes"
@@ -15,14 +25,15 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/eventer"
 )
 
 // configPrefix is the config key prefix this backend owns.
-const configPrefix = "test."
+const configPrefix = "example."
 
 // knownKeys are the config keys under configPrefix the backend understands.
 var knownKeys = map[string]bool{
-	"test.command": true, // the guest's shell command
+	"example.command": true, // the guest's shell command
 }
 
 // handle is what the daemon stores for a guest.
@@ -34,40 +45,31 @@ type handle struct {
 	Start   uint64 `json:"start,omitempty"` // process start time, guards against pid reuse
 }
 
-// backend runs guests as local processes.
-type backend struct {
+// Name is the backend name Info reports.
+const Name = "example"
+
+// Backend runs guests as local processes.
+type Backend struct {
 	version string
+	events  *eventer.Eventer
 
 	mu       sync.Mutex
 	children map[int]chan struct{} // our own children: closed when reaped
 	watched  map[int]bool          // adopted guests polled for their exit
-	subs     map[chan sdk.Event]struct{}
 }
 
-var _ sdk.Backend = (*backend)(nil)
+var _ sdk.Backend = (*Backend)(nil)
 
-func newBackend(version string) *backend {
+// New returns a Backend that reports version in Info ("0.1.0" if empty).
+func New(version string) *Backend {
 	if version == "" {
 		version = "0.1.0"
 	}
-	return &backend{
+	return &Backend{
 		version:  version,
+		events:   eventer.New(sdk.Logger()),
 		children: map[int]chan struct{}{},
 		watched:  map[int]bool{},
-		subs:     map[chan sdk.Event]struct{}{},
-	}
-}
-
-// misbehave applies the behaviour file to a call of method.
-func misbehave(method string) {
-	b := readBehaviour()
-	if b.CrashOn == method {
-		sdk.Logger().Error("crashing as asked", "method", method)
-		os.Exit(5)
-	}
-	if b.HangOn == method {
-		sdk.Logger().Warn("hanging as asked", "method", method)
-		select {}
 	}
 }
 
@@ -121,10 +123,10 @@ func (hd *handle) state() *sdk.GuestState {
 	return &sdk.GuestState{Status: sdk.StatusStopped}
 }
 
-func (b *backend) Info(context.Context) (*sdk.Info, error) {
-	misbehave("Info")
+// Info names the backend and its capabilities.
+func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 	return &sdk.Info{
-		Name:    "test",
+		Name:    Name,
 		Version: b.version,
 		Capabilities: []sdk.Capability{
 			sdk.CapLinkHybrid, sdk.CapRingBuffer, sdk.CapRecover,
@@ -133,8 +135,8 @@ func (b *backend) Info(context.Context) (*sdk.Info, error) {
 	}, nil
 }
 
-func (b *backend) Create(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle, error) {
-	misbehave("Create")
+// Create checks the spec and returns a handle; nothing runs yet.
+func (b *Backend) Create(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle, error) {
 	if spec.UUID == "" {
 		return nil, fmt.Errorf("creating guest %q: missing uuid: %w", spec.Name, sdk.ErrInvalid)
 	}
@@ -143,15 +145,15 @@ func (b *backend) Create(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle, er
 			return nil, fmt.Errorf("creating guest %q: unknown config key %q: %w", spec.Name, k, sdk.ErrInvalid)
 		}
 	}
-	cmd := spec.Config["test.command"]
+	cmd := spec.Config["example.command"]
 	if cmd == "" {
 		cmd = "sleep 3600"
 	}
 	return (&handle{UUID: spec.UUID, Name: spec.Name, Command: cmd}).encode(), nil
 }
 
-func (b *backend) Start(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
-	misbehave("Start")
+// Start runs the guest's command in a session of its own.
+func (b *Backend) Start(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
 	hd, err := decode(h)
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting guest: %w", err)
@@ -175,14 +177,14 @@ func (b *backend) Start(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.
 		delete(b.children, cmd.Process.Pid)
 		b.mu.Unlock()
 		close(done)
-		b.publish(sdk.Event{UUID: uuid, Kind: sdk.EventExited, Detail: fmt.Sprint(err), Time: time.Now()})
+		b.events.Emit(sdk.Event{UUID: uuid, Kind: sdk.EventExited, Detail: fmt.Sprint(err), Time: time.Now()})
 	}(hd.UUID)
 	return hd.encode(), &sdk.GuestState{Status: sdk.StatusRunning, PID: int64(hd.PID)}, nil
 }
 
 // wait waits until the guest's process ended or ctx or d ran out, and
 // reports whether it ended.
-func (b *backend) wait(ctx context.Context, hd *handle, d time.Duration) bool {
+func (b *Backend) wait(ctx context.Context, hd *handle, d time.Duration) bool {
 	b.mu.Lock()
 	done := b.children[hd.PID]
 	b.mu.Unlock()
@@ -206,8 +208,9 @@ func (b *backend) wait(ctx context.Context, hd *handle, d time.Duration) bool {
 	}
 }
 
-func (b *backend) Stop(ctx context.Context, h sdk.Handle, opts sdk.StopOptions) (*sdk.GuestState, error) {
-	misbehave("Stop")
+// Stop ends the guest: SIGTERM to its process group, SIGKILL after the
+// timeout (or at once with Force).
+func (b *Backend) Stop(ctx context.Context, h sdk.Handle, opts sdk.StopOptions) (*sdk.GuestState, error) {
 	hd, err := decode(h)
 	if err != nil {
 		return nil, fmt.Errorf("stopping guest: %w", err)
@@ -235,8 +238,8 @@ func (b *backend) Stop(ctx context.Context, h sdk.Handle, opts sdk.StopOptions) 
 	return &sdk.GuestState{Status: sdk.StatusStopped}, nil
 }
 
-func (b *backend) Delete(_ context.Context, h sdk.Handle) error {
-	misbehave("Delete")
+// Delete forgets a stopped guest; the example keeps no files.
+func (b *Backend) Delete(_ context.Context, h sdk.Handle) error {
 	hd, err := decode(h)
 	if err != nil {
 		return fmt.Errorf("deleting guest: %w", err)
@@ -247,8 +250,8 @@ func (b *backend) Delete(_ context.Context, h sdk.Handle) error {
 	return nil
 }
 
-func (b *backend) State(_ context.Context, h sdk.Handle) (*sdk.GuestState, error) {
-	misbehave("State")
+// State reports whether the guest's process runs.
+func (b *Backend) State(_ context.Context, h sdk.Handle) (*sdk.GuestState, error) {
 	hd, err := decode(h)
 	if err != nil {
 		return nil, fmt.Errorf("reading guest state: %w", err)
@@ -256,59 +259,22 @@ func (b *backend) State(_ context.Context, h sdk.Handle) (*sdk.GuestState, error
 	return hd.state(), nil
 }
 
-func (b *backend) Events(ctx context.Context) (<-chan sdk.Event, error) {
-	misbehave("Events")
-	in := make(chan sdk.Event, 64)
-	out := make(chan sdk.Event)
-	b.mu.Lock()
-	b.subs[in] = struct{}{}
-	b.mu.Unlock()
-	go func() {
-		defer close(out)
-		defer func() {
-			b.mu.Lock()
-			delete(b.subs, in)
-			b.mu.Unlock()
-		}()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev := <-in:
-				select {
-				case out <- ev:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-	return out, nil
+// Events streams guest exits until ctx ends, under the eventer's drop
+// policy.
+func (b *Backend) Events(ctx context.Context) (<-chan sdk.Event, error) {
+	return b.events.Stream(ctx)
 }
 
-// publish hands ev to every Events stream, dropping it for streams whose
-// buffer is full.
-func (b *backend) publish(ev sdk.Event) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for ch := range b.subs {
-		select {
-		case ch <- ev:
-		default:
-		}
-	}
-}
-
-func (b *backend) ReadRing(_ context.Context, h sdk.Handle, _ int) ([]byte, error) {
-	misbehave("ReadRing")
+// ReadRing returns nothing: the example has no ring buffer.
+func (b *Backend) ReadRing(_ context.Context, h sdk.Handle, _ int) ([]byte, error) {
 	if _, err := decode(h); err != nil {
 		return nil, fmt.Errorf("reading ring buffer: %w", err)
 	}
 	return nil, nil
 }
 
-func (b *backend) LinkEndpoint(_ context.Context, h sdk.Handle) (*sdk.LinkEndpoint, error) {
-	misbehave("LinkEndpoint")
+// LinkEndpoint names the hybrid socket a real VMM would listen on.
+func (b *Backend) LinkEndpoint(_ context.Context, h sdk.Handle) (*sdk.LinkEndpoint, error) {
 	hd, err := decode(h)
 	if err != nil {
 		return nil, fmt.Errorf("reading link endpoint: %w", err)
@@ -316,11 +282,11 @@ func (b *backend) LinkEndpoint(_ context.Context, h sdk.Handle) (*sdk.LinkEndpoi
 	if !hd.running() {
 		return nil, fmt.Errorf("reading link endpoint of guest %q: not running: %w", hd.Name, sdk.ErrConflict)
 	}
-	return &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(os.TempDir(), "testplugin-"+hd.UUID+".sock")}, nil
+	return &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(os.TempDir(), "example-"+hd.UUID+".sock")}, nil
 }
 
-func (b *backend) Recover(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
-	misbehave("Recover")
+// Recover re-attaches to a guest started by an earlier plugin process.
+func (b *Backend) Recover(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
 	hd, err := decode(h)
 	if err != nil {
 		return nil, nil, fmt.Errorf("recovering guest: %w", err)
@@ -333,7 +299,7 @@ func (b *backend) Recover(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sd
 
 // adopt watches a guest started by an earlier plugin process, so its exit
 // is still reported as an event.
-func (b *backend) adopt(hd *handle) {
+func (b *Backend) adopt(hd *handle) {
 	b.mu.Lock()
 	_, own := b.children[hd.PID]
 	if own || b.watched[hd.PID] {
@@ -349,6 +315,6 @@ func (b *backend) adopt(hd *handle) {
 		b.mu.Lock()
 		delete(b.watched, hd.PID)
 		b.mu.Unlock()
-		b.publish(sdk.Event{UUID: hd.UUID, Kind: sdk.EventExited, Detail: "process ended", Time: time.Now()})
+		b.events.Emit(sdk.Event{UUID: hd.UUID, Kind: sdk.EventExited, Detail: "process ended", Time: time.Now()})
 	}()
 }
