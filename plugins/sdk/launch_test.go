@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
-	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -94,9 +94,29 @@ func launch(t *testing.T, path string, opts sdk.LaunchOptions) *sdk.Client {
 }
 
 // processGone waits until pid has exited (a zombie counts) and reports
-// whether it did within the time.
+// whether it did within the time. It waits on a pidfd, which becomes
+// readable when the process exits, also for processes that are not the
+// test's children. (The SDK is its own module: it has its own copy of the
+// daemon's internal/testwait.ProcessExit.)
 func processGone(pid int, within time.Duration) bool {
-	return testwait.ProcessExit(pid, within) == nil
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	deadline := time.Now().Add(within)
+	for {
+		left := max(time.Until(deadline), 0)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(left.Milliseconds()))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n > 0
+	}
 }
 
 func TestLaunchCalls(t *testing.T) {
