@@ -317,6 +317,12 @@ func TestCallsAndErrorKinds(t *testing.T) {
 		{"start running", func() error { _, _, err := b.Start(ctx, hd, spec); return err }, errdefs.ErrConflict, sdk.ErrConflict},
 		{"delete running", func() error { return b.Delete(ctx, hd) }, errdefs.ErrConflict, sdk.ErrConflict},
 		{"garbage handle", func() error { _, err := b.State(ctx, sdk.Handle("\x00garbage")); return err }, errdefs.ErrInvalid, sdk.ErrInvalid},
+		{"link kind not announced", func() error {
+			setBehaviour(t, bdir, "good", map[string]any{"link_kind": "vsock"})
+			defer setBehaviour(t, bdir, "good", nil)
+			_, err := b.LinkEndpoint(ctx, hd)
+			return err
+		}, errdefs.ErrInvalid, sdk.ErrInvalid},
 		{"stateful stop", func() error {
 			_, err := b.Stop(ctx, hd, sdk.StopOptions{Stateful: true})
 			return err

@@ -168,7 +168,11 @@ type LinkEndpoint struct {
 // Backend is the interface a plugin implements. Methods are called
 // concurrently for different guests; each must honour ctx.
 type Backend interface {
-	// Info describes the backend. It is called once after the plugin starts.
+	// Info describes the backend. It is called after every start of the
+	// plugin process and then as the daemon's health ping (every 5s, with a
+	// 5s deadline; three missed pings in a row, over at least two
+	// intervals, get the plugin killed and restarted), so it must answer
+	// at once and from memory, without touching guests.
 	Info(ctx context.Context) (*Info, error)
 	// Create prepares a guest without starting it and returns its handle.
 	// Unknown keys under the backend's own config prefixes are ErrInvalid.

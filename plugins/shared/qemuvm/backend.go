@@ -54,7 +54,7 @@ const (
 )
 
 // EnvDataDir is the plugin data directory the daemon hands every plugin.
-const EnvDataDir = "GUESTLINK_PLUGIN_DATA_DIR"
+const EnvDataDir = sdk.DataDirEnv
 
 // OptionsFromEnv fills Dir, Binary and Defaults from the environment; Dir
 // defaults to <$GUESTLINK_PLUGIN_DATA_DIR>/<name> when the daemon set it,
@@ -164,8 +164,8 @@ func (b *Backend) Create(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle, er
 		return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)
 	}
 	dir := filepath.Join(b.opts.Dir, spec.UUID)
-	if n := len(filepath.Join(dir, qmpSocket)); n > 107 {
-		return nil, fmt.Errorf("creating guest %q: %w: socket path %q is %d bytes, the limit is 107 (set %s shorter)", spec.Name, sdk.ErrInvalid, filepath.Join(dir, qmpSocket), n, EnvDir)
+	if n := len(filepath.Join(dir, qmpSocket)); n > sdk.MaxSocketPath {
+		return nil, fmt.Errorf("creating guest %q: %w: socket path %q is %d bytes, the limit is %d (set %s shorter)", spec.Name, sdk.ErrInvalid, filepath.Join(dir, qmpSocket), n, sdk.MaxSocketPath, EnvDir)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)

@@ -34,7 +34,7 @@ const Version = "0.1.0"
 
 // DataDirEnv names the environment variable holding the plugin's data
 // directory, set by the daemon.
-const DataDirEnv = "GUESTLINK_PLUGIN_DATA_DIR"
+const DataDirEnv = sdk.DataDirEnv
 
 // DefaultStopTimeout is the graceful stop budget when StopOptions.Timeout is
 // zero.
@@ -44,7 +44,7 @@ const DefaultStopTimeout = 30 * time.Second
 const killWait = 10 * time.Second
 
 // maxSocketPath is the longest Unix socket path Linux accepts.
-const maxSocketPath = 107
+const maxSocketPath = sdk.MaxSocketPath
 
 // Details keys of GuestState.
 const (

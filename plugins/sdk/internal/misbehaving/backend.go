@@ -76,7 +76,11 @@ func (b *backend) ReadRing(ctx context.Context, h sdk.Handle, max int) ([]byte, 
 
 func (b *backend) LinkEndpoint(ctx context.Context, h sdk.Handle) (*sdk.LinkEndpoint, error) {
 	misbehave("LinkEndpoint")
-	return b.Backend.LinkEndpoint(ctx, h)
+	ep, err := b.Backend.LinkEndpoint(ctx, h)
+	if k := readBehaviour().LinkKind; err == nil && k != "" {
+		ep.Kind = sdk.LinkKind(k)
+	}
+	return ep, err
 }
 
 func (b *backend) Recover(ctx context.Context, h sdk.Handle, spec *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {

@@ -31,6 +31,7 @@ type behaviour struct {
 	CrashOn       string `json:"crash_on"`       // exit with status 5 when this method is called
 	HangOn        string `json:"hang_on"`        // never answer this method
 	Version       string `json:"version"`        // reported by Info
+	LinkKind      string `json:"link_kind"`      // LinkEndpoint answers this kind (announced or not)
 }
 
 // readBehaviour loads the behaviour file of this binary; no file means
