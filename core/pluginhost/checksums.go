@@ -155,8 +155,8 @@ type candidate struct {
 	rejected   error
 }
 
-// discover lists dir's plugins and checks each against SumsFile. The
-// directory, SumsFile and every plugin binary must be trusted
+// discover lists dir's plugins and checks each against SumsFile (check).
+// The directory, SumsFile and every plugin binary must be trusted
 // (CheckTrusted): otherwise discover fails and no plugin runs.
 func discover(dir string) ([]candidate, error) {
 	if err := CheckTrusted("plugin directory", dir); err != nil {
@@ -166,34 +166,11 @@ func discover(dir string) ([]candidate, error) {
 	if err != nil {
 		return nil, err
 	}
-	sumsPath := filepath.Join(dir, SumsFile)
-	if err := CheckTrusted("checksum file", sumsPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
+	out := make([]candidate, 0, len(names))
 	for _, name := range names {
-		if err := CheckTrusted("plugin binary", filepath.Join(dir, name)); err != nil {
+		c, err := check(dir, name)
+		if err != nil {
 			return nil, err
-		}
-	}
-	sums, sumsErr := ReadChecksums(sumsPath)
-	var out []candidate
-	for _, name := range names {
-		c := candidate{name: name, path: filepath.Join(dir, name)}
-		switch want, ok := sums[name]; {
-		case sumsErr != nil:
-			c.rejected = fmt.Errorf("no usable %s: %w: %w", SumsFile, sumsErr, ErrChecksum)
-		case !ok:
-			c.rejected = fmt.Errorf("no checksum for %q in %s: %w", name, sumsPath, ErrChecksum)
-		default:
-			got, err := fileSum(c.path)
-			switch {
-			case err != nil:
-				c.rejected = fmt.Errorf("checksumming %q: %w", c.path, err)
-			case !bytes.Equal(got, want):
-				c.rejected = fmt.Errorf("%s says sha256 %x for %q, the file has sha256 %x: %w", SumsFile, want, name, got, ErrChecksum)
-			default:
-				c.sum = want
-			}
 		}
 		out = append(out, c)
 	}

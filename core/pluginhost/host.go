@@ -215,8 +215,8 @@ func (h *Host) Backend(name string) (sdk.Backend, error) {
 		}
 		return nil, fmt.Errorf("backend %q (available: %s): %w", name, avail, errdefs.ErrNotFound)
 	}
-	if m.rejected != nil {
-		return nil, unavailable(fmt.Errorf("backend %q is rejected: %w", name, m.rejected))
+	if rej := m.rejectedErr(); rej != nil {
+		return nil, unavailable(fmt.Errorf("backend %q is rejected: %w", name, rej))
 	}
 	return m.proxy, nil
 }
@@ -247,8 +247,8 @@ func (h *Host) Restart(name string) error {
 	if !ok {
 		return fmt.Errorf("restarting backend %q: %w", name, errdefs.ErrNotFound)
 	}
-	if m.rejected != nil {
-		return unavailable(fmt.Errorf("restarting backend %q: rejected: %w", name, m.rejected))
+	if rej := m.rejectedErr(); rej != nil {
+		return unavailable(fmt.Errorf("restarting backend %q: rejected: %w", name, rej))
 	}
 	if h.ctx.Err() != nil {
 		return unavailable(fmt.Errorf("restarting backend %q: plugin host closed", name))
@@ -274,15 +274,15 @@ func (h *Host) RestartWait(ctx context.Context, name string) (Status, error) {
 	if !ok {
 		return Status{}, fmt.Errorf("restarting backend %q: %w", name, errdefs.ErrNotFound)
 	}
-	m.mu.Lock()
-	gen := m.attempts
-	m.mu.Unlock()
 	if err := h.Restart(name); err != nil {
 		return m.status(), err
 	}
+	m.mu.Lock()
+	seq := m.restartSeq
+	m.mu.Unlock()
 	for {
 		m.mu.Lock()
-		done, ch := m.attempts > gen, m.attemptCh
+		done, ch := m.concludedSeq >= seq, m.attemptCh
 		m.mu.Unlock()
 		if done {
 			return m.status(), nil

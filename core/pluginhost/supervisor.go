@@ -23,13 +23,11 @@ var errRestartRequested = errors.New("restart requested")
 // managed is one discovered plugin and, unless it is rejected, its
 // supervisor's state.
 type managed struct {
-	h        *Host
-	name     string
-	path     string
-	sum      []byte
-	rejected error // set at discovery, never changes
-	proxy    *proxy
-	log      hclog.Logger
+	h     *Host
+	name  string
+	path  string
+	proxy *proxy
+	log   hclog.Logger
 
 	firstDone chan struct{} // closed after the first start attempt
 	firstOnce sync.Once
@@ -37,6 +35,8 @@ type managed struct {
 	restartCh chan struct{} // wake the supervisor: Restart was called
 
 	mu         sync.Mutex
+	sum        []byte      // the binary's checksum from SumsFile (discovery or Reload)
+	rejected   error       // why the binary is refused (discovery or Reload); nil if accepted
 	client     *sdk.Client // the current process, nil while down
 	info       *sdk.Info   // from the last successful start
 	health     Health
@@ -50,7 +50,14 @@ type managed struct {
 	attempts   int           // launch attempts concluded (running, failed or rejected)
 	attemptCh  chan struct{} // closed and replaced when attempts grows
 	restartReq bool
-	subs       map[chan sdk.Event]struct{}
+	// restartSeq counts restart requests; launchSeq is restartSeq when the
+	// current launch attempt began and concludedSeq that of the last
+	// attempt that concluded, so RestartWait waits for an attempt that
+	// began after its own request, not one already under way.
+	restartSeq   int
+	launchSeq    int
+	concludedSeq int
+	subs         map[chan sdk.Event]struct{}
 }
 
 func newManaged(h *Host, c candidate) *managed {
@@ -125,6 +132,7 @@ func (m *managed) poke() {
 func (m *managed) requestRestart() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.restartSeq++
 	if m.running {
 		m.restartReq = true
 		select {
@@ -141,6 +149,7 @@ func (m *managed) requestRestart() bool {
 // concludedLocked records that a launch attempt concluded and wakes
 // RestartWait; m.mu must be held.
 func (m *managed) concludedLocked() {
+	m.concludedSeq = m.launchSeq
 	m.attempts++
 	close(m.attemptCh)
 	m.attemptCh = make(chan struct{})
@@ -203,6 +212,7 @@ func (m *managed) supervise(ctx context.Context) {
 			bo.Reset()
 		}
 		m.restartReq = false
+		m.launchSeq = m.restartSeq
 		m.mu.Unlock()
 		select {
 		case <-m.restartCh: // served by this launch
@@ -254,6 +264,7 @@ func (m *managed) launch(ctx context.Context) (*sdk.Client, *sdk.Info, error) {
 	if m.launches > 1 {
 		m.restarts++
 	}
+	sum := m.sum
 	m.mu.Unlock()
 	if err := CheckTrusted("plugin binary", m.path); err != nil {
 		return nil, nil, fmt.Errorf("starting plugin %q: %w", m.name, err)
@@ -263,11 +274,11 @@ func (m *managed) launch(ctx context.Context) (*sdk.Client, *sdk.Info, error) {
 	c, err := sdk.Launch(lctx, m.path, sdk.LaunchOptions{
 		Logger:       cfg.Logger,
 		StartTimeout: cfg.StartTimeout,
-		Checksum:     m.sum,
+		Checksum:     sum,
 		Env:          cfg.Env,
 	})
 	if errors.Is(err, sdk.ErrChecksum) {
-		return nil, nil, checksumChanged(m.path, m.sum, err)
+		return nil, nil, checksumChanged(m.path, sum, err)
 	}
 	if err != nil {
 		return nil, nil, err
