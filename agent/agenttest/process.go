@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 )
 
 // BuildAgent builds cmd/guestlink-agent (CGO_ENABLED=0) into dir and returns
@@ -151,7 +151,7 @@ type Ring struct {
 	f     *os.File
 	mu    sync.Mutex
 	cond  *sync.Cond
-	words []ringline.Word
+	words []ringproto.Word
 	done  bool
 }
 
@@ -172,7 +172,7 @@ func OpenRing(t testing.TB, g *Guest, name string) *Ring {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			r.mu.Lock()
-			r.words = append(r.words, ringline.Word(sc.Text()))
+			r.words = append(r.words, ringproto.Word(sc.Text()))
 			r.cond.Broadcast()
 			r.mu.Unlock()
 		}
@@ -186,15 +186,15 @@ func OpenRing(t testing.TB, g *Guest, name string) *Ring {
 }
 
 // Words returns every line read so far.
-func (r *Ring) Words() []ringline.Word {
+func (r *Ring) Words() []ringproto.Word {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]ringline.Word(nil), r.words...)
+	return append([]ringproto.Word(nil), r.words...)
 }
 
 // WaitFor waits until the line at index >= from equals w and returns the
 // index after it.
-func (r *Ring) WaitFor(t testing.TB, from int, w ringline.Word, timeout time.Duration) int {
+func (r *Ring) WaitFor(t testing.TB, from int, w ringproto.Word, timeout time.Duration) int {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	timer := time.AfterFunc(timeout, func() {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/internal/testenv"
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -26,7 +26,7 @@ func BenchmarkBootToStarted(b *testing.B) {
 		t0 := time.Now()
 		e.start(b, false)
 		started = append(started, float64(time.Since(t0).Milliseconds()))
-		e.waitWord(b, ringline.Started, 3*time.Minute)
+		e.waitWord(b, ringproto.Started, 3*time.Minute)
 		toWord = append(toWord, float64(time.Since(t0).Milliseconds()))
 		b.StopTimer()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

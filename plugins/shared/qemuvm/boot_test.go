@@ -18,7 +18,7 @@ import (
 
 	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/internal/testwait"
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/plugins/shared/qemuvm/qemutest"
 )
@@ -106,9 +106,9 @@ func (e *bootEnv) start(t testing.TB, restore bool) *sdk.GuestState {
 }
 
 // waitWord polls ReadRing until the agent's word w is the last complete line.
-func (e *bootEnv) waitWord(t testing.TB, w ringline.Word, within time.Duration) {
+func (e *bootEnv) waitWord(t testing.TB, w ringproto.Word, within time.Duration) {
 	t.Helper()
-	var p ringline.Parser
+	var p ringproto.Parser
 	var seen bytes.Buffer
 	// QEMU announces no ring data: read the ring until the word shows.
 	if testwait.Until(within, func() bool {
@@ -167,10 +167,10 @@ func TestBootRingWiring(t *testing.T) {
 }
 
 // waitAny waits for any agent word in the ring.
-func (e *bootEnv) waitAny(t testing.TB, within time.Duration) ringline.Word {
+func (e *bootEnv) waitAny(t testing.TB, within time.Duration) ringproto.Word {
 	t.Helper()
-	var p ringline.Parser
-	var w ringline.Word
+	var p ringproto.Parser
+	var w ringproto.Word
 	if testwait.Until(within, func() bool {
 		data, err := e.b.ReadRing(context.Background(), e.h, 4096)
 		if err != nil {
@@ -203,7 +203,7 @@ func TestBootAgentStarted(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.start(t, false)
-			e.waitWord(t, ringline.Started, 3*time.Minute)
+			e.waitWord(t, ringproto.Started, 3*time.Minute)
 
 			ep, err := e.b.LinkEndpoint(context.Background(), e.h)
 			if err != nil || ep.Kind != sdk.LinkSerial || ep.Path == "" {
@@ -260,7 +260,7 @@ func TestStatefulRestore(t *testing.T) {
 	if !errors.Is(err, sdk.ErrConflict) || !errors.Is(err, ErrLayoutMismatch) {
 		t.Fatalf("cross-layout restore = %v, want ErrConflict and ErrLayoutMismatch", err)
 	}
-	for _, want := range []string{ringline.PortCurrent, ringline.PortLegacy, "stateless"} {
+	for _, want := range []string{ringproto.PortCurrent, ringproto.PortLegacy, "stateless"} {
 		if !bytes.Contains([]byte(err.Error()), []byte(want)) {
 			t.Errorf("cross-layout restore error %q does not mention %q", err, want)
 		}

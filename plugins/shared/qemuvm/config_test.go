@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/guestlink/guestlink/internal/testenv"
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -115,8 +115,8 @@ func TestLayoutPorts(t *testing.T) {
 		hasLegacy bool
 		hasCurr   bool
 	}{
-		{LayoutCurrent, ringline.PortCurrent, true, true},
-		{LayoutLegacy, ringline.PortLegacy, true, false},
+		{LayoutCurrent, ringproto.PortCurrent, true, true},
+		{LayoutLegacy, ringproto.PortLegacy, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.l), func(t *testing.T) {
@@ -131,7 +131,7 @@ func TestLayoutPorts(t *testing.T) {
 			if len(wired) != 1 || wired[0] != tt.wired {
 				t.Errorf("wired ports = %v, want [%s]", wired, tt.wired)
 			}
-			if names[ringline.PortLegacy] != tt.hasLegacy || names[ringline.PortCurrent] != tt.hasCurr {
+			if names[ringproto.PortLegacy] != tt.hasLegacy || names[ringproto.PortCurrent] != tt.hasCurr {
 				t.Errorf("ports = %v", names)
 			}
 		})

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/internal/testenv"
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/plugins/sdk/conformance"
 	"github.com/guestlink/guestlink/plugins/shared/qemuvm/qemutest"
@@ -91,13 +91,13 @@ func TestPluginReadsStarted(t *testing.T) {
 	if st.Details["accel"] != AccelTCG || st.Details["layout"] != string(LayoutCurrent) {
 		t.Errorf("state details = %v", st.Details)
 	}
-	var p ringline.Parser
+	var p ringproto.Parser
 	for {
 		data, err := b.ReadRing(ctx, h, 4096)
 		if err != nil {
 			t.Fatalf("ReadRing: %v", err)
 		}
-		if w, ok := p.Feed(data); ok && w == ringline.Started {
+		if w, ok := p.Feed(data); ok && w == ringproto.Started {
 			break
 		}
 		select {

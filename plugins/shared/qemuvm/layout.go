@@ -3,7 +3,7 @@ package qemuvm
 import (
 	"fmt"
 
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/link/serialmux"
 )
 
@@ -25,9 +25,9 @@ const (
 // RingPort returns the name of the port wired to the ring buffer.
 func (l Layout) RingPort() string {
 	if l == LayoutLegacy {
-		return ringline.PortLegacy
+		return ringproto.PortLegacy
 	}
-	return ringline.PortCurrent
+	return ringproto.PortCurrent
 }
 
 // Describe names the layout and its wired port for error messages.
@@ -63,11 +63,11 @@ type port struct {
 func (l Layout) ports(withLink bool) []port {
 	var ps []port
 	if l == LayoutLegacy {
-		ps = append(ps, port{nr: 1, name: ringline.PortLegacy, id: ringPortID, chardev: RingChardev})
+		ps = append(ps, port{nr: 1, name: ringproto.PortLegacy, id: ringPortID, chardev: RingChardev})
 	} else {
 		ps = append(ps,
-			port{nr: 1, name: ringline.PortCurrent, id: ringPortID, chardev: RingChardev},
-			port{nr: 2, name: ringline.PortLegacy, id: legacyPortID})
+			port{nr: 1, name: ringproto.PortCurrent, id: ringPortID, chardev: RingChardev},
+			port{nr: 2, name: ringproto.PortLegacy, id: legacyPortID})
 	}
 	if withLink {
 		ps = append(ps, port{nr: 3, name: serialmux.PortName, id: linkPortID, chardev: linkChardev})

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/internal/testenv"
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/link/serialmux"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
@@ -26,7 +26,7 @@ func TestSerialLinkToAgent(t *testing.T) {
 		testenv.Requires(t, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
 	}
 	e.start(t, false)
-	e.waitWord(t, ringline.Started, 3*time.Minute)
+	e.waitWord(t, ringproto.Started, 3*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ep, err := e.b.LinkEndpoint(ctx, e.h)
@@ -114,7 +114,7 @@ func TestSerialLinkAdvertise(t *testing.T) {
 		testenv.Requires(t, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
 	}
 	e.start(t, false)
-	e.waitWord(t, ringline.Started, 3*time.Minute)
+	e.waitWord(t, ringproto.Started, 3*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ep, err := e.b.LinkEndpoint(ctx, e.h)
@@ -203,5 +203,5 @@ func TestSerialLinkAdvertise(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the agent never called the advertised daemon over the serial link")
 	}
-	e.waitWord(t, ringline.Connected, 2*time.Minute)
+	e.waitWord(t, ringproto.Connected, 2*time.Minute)
 }

@@ -1,8 +1,8 @@
 // Package ringbuffer is the hypervisor side of the guest's ring: a byte ring
 // with the semantics of QEMU's "ringbuf" character device, which a backend
 // (the sim VMM) keeps for each guest and the daemon reads through the
-// plugin's ReadRing. The guest side that writes into it is agent/ring; the
-// words and lines it carries are link/ringline. Its size is a power of two,
+// plugin's ReadRing. The guest side that writes into it is agent/ringwriter;
+// the words and lines it carries are link/ringproto. Its size is a power of two,
 // writes never block and overwrite the oldest bytes when the ring is full,
 // and reads consume what they return.
 package ringbuffer

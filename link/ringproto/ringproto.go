@@ -1,7 +1,8 @@
-// Package ringline defines the words the agent writes to the virtio-serial
-// ring-buffer port, the port names, and the host-side parser of what a ring
-// read returned.
-package ringline
+// Package ringproto is the line protocol of the ring, shared by both sides:
+// it defines the words the agent writes to the virtio-serial ring-buffer
+// port (agent/ringwriter), the port names, and the host-side parser of what
+// a ring read returned (core/agentmon reads through the backend's ReadRing).
+package ringproto
 
 import "bytes"
 

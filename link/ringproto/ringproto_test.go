@@ -1,4 +1,4 @@
-package ringline
+package ringproto
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package ring
+package ringwriter
 
 import (
 	"bufio"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 )
 
 // openFIFO creates a FIFO and opens it read-write, so that it always has a
@@ -34,9 +34,9 @@ func TestWriter(t *testing.T) {
 		ports []string
 		want  string
 	}{
-		{"current", []string{ringline.PortCurrent}, ringline.PortCurrent},
-		{"legacy only", []string{ringline.PortLegacy}, ringline.PortLegacy},
-		{"both prefers current", []string{ringline.PortLegacy, ringline.PortCurrent}, ringline.PortCurrent},
+		{"current", []string{ringproto.PortCurrent}, ringproto.PortCurrent},
+		{"legacy only", []string{ringproto.PortLegacy}, ringproto.PortLegacy},
+		{"both prefers current", []string{ringproto.PortLegacy, ringproto.PortCurrent}, ringproto.PortCurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,7 +46,7 @@ func TestWriter(t *testing.T) {
 				readers[p] = openFIFO(t, filepath.Join(dir, p))
 			}
 			w := &Writer{Dir: dir}
-			for _, word := range []ringline.Word{ringline.Started, ringline.Connected, ringline.Stopped} {
+			for _, word := range []ringproto.Word{ringproto.Started, ringproto.Connected, ringproto.Stopped} {
 				if err := w.Write(word); err != nil {
 					t.Fatalf("Write(%s): %v", word, err)
 				}
@@ -62,17 +62,17 @@ func TestWriter(t *testing.T) {
 func TestWriterErrors(t *testing.T) {
 	t.Run("no port", func(t *testing.T) {
 		w := &Writer{Dir: t.TempDir()}
-		if err := w.Write(ringline.Started); !errors.Is(err, ErrNoPort) {
+		if err := w.Write(ringproto.Started); !errors.Is(err, ErrNoPort) {
 			t.Fatalf("Write = %v, want ErrNoPort", err)
 		}
 	})
 	t.Run("unwired port times out", func(t *testing.T) {
 		dir := t.TempDir()
-		if err := syscall.Mkfifo(filepath.Join(dir, ringline.PortCurrent), 0o600); err != nil {
+		if err := syscall.Mkfifo(filepath.Join(dir, ringproto.PortCurrent), 0o600); err != nil {
 			t.Fatalf("mkfifo: %v", err)
 		}
 		w := &Writer{Dir: dir, Timeout: 100 * time.Millisecond}
-		if err := w.Write(ringline.Started); !errors.Is(err, syscall.ENXIO) {
+		if err := w.Write(ringproto.Started); !errors.Is(err, syscall.ENXIO) {
 			t.Fatalf("Write = %v, want ENXIO", err)
 		}
 	})

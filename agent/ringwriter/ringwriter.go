@@ -1,6 +1,8 @@
-// Package ring writes the agent's state words to the virtio-serial port
-// wired to the host's ring buffer.
-package ring
+// Package ringwriter is the guest side of the ring: the agent's writer of
+// its state words (link/ringproto) to the virtio-serial port wired to the
+// host's ring buffer. The hypervisor side that keeps the bytes is
+// plugins/shared/ringbuffer (for the sim; QEMU's ringbuf chardev for QEMU).
+package ringwriter
 
 import (
 	"errors"
@@ -11,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 )
 
 // DefaultTimeout bounds one Write when Writer.Timeout is zero.
@@ -37,21 +39,21 @@ type Writer struct {
 // Port returns the path of the port a Write would use now: the current port
 // if it exists, else the legacy one if it exists.
 func (w *Writer) Port() (string, error) {
-	cur := filepath.Join(w.Dir, ringline.PortCurrent)
+	cur := filepath.Join(w.Dir, ringproto.PortCurrent)
 	if _, err := os.Stat(cur); err == nil {
 		return cur, nil
 	}
-	legacy := filepath.Join(w.Dir, ringline.PortLegacy)
+	legacy := filepath.Join(w.Dir, ringproto.PortLegacy)
 	if _, err := os.Stat(legacy); err == nil {
 		return legacy, nil
 	}
-	return "", fmt.Errorf("%w: neither %s nor %s exists in %s", ErrNoPort, ringline.PortCurrent, ringline.PortLegacy, w.Dir)
+	return "", fmt.Errorf("%w: neither %s nor %s exists in %s", ErrNoPort, ringproto.PortCurrent, ringproto.PortLegacy, w.Dir)
 }
 
 // Write writes word to the port. It never blocks longer than the timeout: an
 // unwired port (ENXIO: no reader yet) is retried until then, a full one is
 // abandoned at the write deadline.
-func (w *Writer) Write(word ringline.Word) error {
+func (w *Writer) Write(word ringproto.Word) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	timeout := w.Timeout
@@ -78,7 +80,7 @@ func (w *Writer) Write(word ringline.Word) error {
 	// Character devices and FIFOs are pollable: the deadline bounds a write
 	// to a port whose host side does not drain it.
 	_ = f.SetWriteDeadline(deadline)
-	if _, err := f.Write(ringline.Format(word)); err != nil {
+	if _, err := f.Write(ringproto.Format(word)); err != nil {
 		return fmt.Errorf("writing %s to ring port %s: %w", word, path, err)
 	}
 	if err := f.Close(); err != nil {
