@@ -270,13 +270,13 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 
 	var extra []*os.File
 	if l.Link == sdk.LinkVsock {
-		f, cid, err := reserveCID(h.CID)
+		r, err := ReserveCID(VhostVsockDevice, h.CID)
 		if err != nil {
 			return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
 		}
-		defer f.Close()
-		extra = append(extra, f)
-		l.CID = cid
+		defer r.Close() // QEMU keeps its own copy
+		extra = append(extra, r.File)
+		l.CID = r.CID
 	}
 	for _, f := range []string{qmpSocket, linkSocket} {
 		os.Remove(filepath.Join(h.Dir, f))

@@ -2,14 +2,9 @@ package qemuvm
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
-	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
-	"unsafe"
 )
 
 // procStartTime returns the start time (clock ticks since boot) of pid from
@@ -77,34 +72,3 @@ func tail(path string, n int64) string {
 	return strings.TrimSpace(string(b))
 }
 
-// vhostVsockSetGuestCID is VHOST_VSOCK_SET_GUEST_CID: _IOW(0xAF, 0x60, __u64).
-const vhostVsockSetGuestCID = 0x4008AF60
-
-// reserveCID opens /dev/vhost-vsock and reserves a guest CID on it, trying
-// want first (if >= 3) and then random CIDs while the kernel answers
-// EADDRINUSE. The returned file must be passed to QEMU (vhostfd=) and
-// closed by the caller after QEMU started.
-func reserveCID(want uint32) (*os.File, uint32, error) {
-	f, err := os.OpenFile("/dev/vhost-vsock", os.O_RDWR, 0)
-	if err != nil {
-		return nil, 0, fmt.Errorf("reserving a vsock guest cid: %w", err)
-	}
-	cid := want
-	for range 64 {
-		if cid < 3 || cid == 0xFFFFFFFF {
-			cid = 3 + rand.Uint32N(1<<30)
-		}
-		c := uint64(cid)
-		_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), vhostVsockSetGuestCID, uintptr(unsafe.Pointer(&c)))
-		if errno == 0 {
-			return f, cid, nil
-		}
-		if !errors.Is(errno, syscall.EADDRINUSE) {
-			f.Close()
-			return nil, 0, fmt.Errorf("reserving vsock guest cid %d: %w", cid, errno)
-		}
-		cid = 0
-	}
-	f.Close()
-	return nil, 0, errors.New("reserving a vsock guest cid: every cid tried is in use")
-}

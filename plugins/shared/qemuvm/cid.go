@@ -1,4 +1,4 @@
-package linkhost
+package qemuvm
 
 import (
 	"errors"
@@ -9,8 +9,8 @@ import (
 	"unsafe"
 )
 
-// VhostVsockDevice is the device through which vsock guest CIDs are reserved
-// and whose presence enables the vsock link.
+// VhostVsockDevice is the device through which vsock guest CIDs are
+// reserved. This file is the one home of CID reservation.
 const VhostVsockDevice = "/dev/vhost-vsock"
 
 // vhostVsockSetGuestCID is VHOST_VSOCK_SET_GUEST_CID: _IOW(0xAF, 0x60, __u64).
@@ -27,8 +27,9 @@ const (
 const cidTries = 64
 
 // CIDReservation is a vsock guest CID held by an open vhost-vsock file: the
-// CID stays reserved while File is open. The QEMU backend passes File to
-// QEMU (-device vhost-vsock-pci,vhostfd=N) and keeps CID in volatile.vsock_id.
+// CID stays reserved while File is open. The backend passes File to QEMU
+// (-device vhost-vsock-pci,vhostfd=N) and keeps CID in its handle; the
+// daemon stores it in volatile.vsock_id.
 type CIDReservation struct {
 	File *os.File
 	CID  uint32
