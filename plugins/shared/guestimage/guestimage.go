@@ -4,25 +4,25 @@
 // agent and an /init that prepares the guest without udev. It also writes
 // the config-drive archive the backends append to the initramfs at each
 // start.
+//
+// The build's steps by file: guestimage.go (Build: the pipeline and its
+// cache), apt.go (fetching and unpacking the kernel package), bzimage.go
+// (extracting vmlinux from the bzImage, LZ4), cpio.go (newc archives: the
+// initramfs and the config drive).
 package guestimage
 
 import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
 	"embed"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -243,177 +243,6 @@ func Build(ctx context.Context, opts Options) (*Image, error) {
 	return img, nil
 }
 
-// kernelTree returns the directory the kernel package is unpacked in and the
-// kernel release, downloading and unpacking the package when needed.
-func kernelTree(ctx context.Context, opts Options, logf func(string, ...any)) (string, string, error) {
-	deb := opts.KernelDeb
-	if deb == "" {
-		pkg, err := versionedKernelPackage(ctx, opts.KernelPackage)
-		if err != nil {
-			return "", "", err
-		}
-		debDir := filepath.Join(opts.OutDir, "deb")
-		if err := os.MkdirAll(debDir, 0o755); err != nil {
-			return "", "", err
-		}
-		matches, _ := filepath.Glob(filepath.Join(debDir, pkg+"_*.deb"))
-		if len(matches) == 0 {
-			logf("apt-get download %s", pkg)
-			cmd := exec.CommandContext(ctx, "apt-get", "download", pkg)
-			cmd.Dir = debDir
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return "", "", fmt.Errorf("downloading %s: %w: %s", pkg, err, out)
-			}
-			matches, _ = filepath.Glob(filepath.Join(debDir, pkg+"_*.deb"))
-			if len(matches) == 0 {
-				return "", "", fmt.Errorf("downloading %s: no .deb appeared in %s", pkg, debDir)
-			}
-		}
-		sort.Strings(matches)
-		deb = matches[len(matches)-1]
-	}
-	kdir := filepath.Join(opts.OutDir, "kernel", strings.TrimSuffix(filepath.Base(deb), ".deb"))
-	if _, err := os.Stat(filepath.Join(kdir, ".unpacked")); err != nil {
-		logf("dpkg-deb -x %s", filepath.Base(deb))
-		os.RemoveAll(kdir)
-		if err := os.MkdirAll(kdir, 0o755); err != nil {
-			return "", "", err
-		}
-		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", deb, kdir).CombinedOutput(); err != nil {
-			return "", "", fmt.Errorf("unpacking %s: %w: %s", deb, err, out)
-		}
-		if err := os.WriteFile(filepath.Join(kdir, ".unpacked"), nil, 0o644); err != nil {
-			return "", "", err
-		}
-	}
-	kernels, _ := filepath.Glob(filepath.Join(kdir, "boot", "vmlinuz-*"))
-	if len(kernels) != 1 {
-		return "", "", fmt.Errorf("kernel package %s: want one boot/vmlinuz-*, found %d", deb, len(kernels))
-	}
-	return kdir, strings.TrimPrefix(filepath.Base(kernels[0]), "vmlinuz-"), nil
-}
-
-// versionedKernelPackage returns the linux-image-<release> package meta
-// depends on.
-func versionedKernelPackage(ctx context.Context, meta string) (string, error) {
-	out, err := exec.CommandContext(ctx, "apt-cache", "depends", meta).Output()
-	if err != nil {
-		return "", fmt.Errorf("resolving kernel package %q: apt-cache depends: %w", meta, err)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		line = strings.TrimSpace(line)
-		if dep, ok := strings.CutPrefix(line, "Depends: "); ok && strings.HasPrefix(dep, "linux-image-") {
-			return strings.TrimSpace(dep), nil
-		}
-	}
-	return "", fmt.Errorf("resolving kernel package %q: no linux-image-* dependency in %q", meta, out)
-}
-
-// entry is one member of a cpio archive.
-type entry struct {
-	name string
-	mode cpio.FileMode
-	data []byte
-	rdev [2]int // major, minor for device nodes
-}
-
-// writeArchive writes entries as a newc archive, parents before children.
-// cavaliergopher/cpio does not write the rdev fields device nodes need, so
-// the "dev" directory and its device nodes are written first by hand (each
-// newc member ends 4-byte aligned), the rest through cpio.Writer.
-func writeArchive(w io.Writer, entries []entry) error {
-	have := map[string]bool{}
-	for _, e := range entries {
-		have[e.name] = true
-	}
-	for _, e := range entries {
-		for d := path.Dir(e.name); d != "." && d != "/"; d = path.Dir(d) {
-			if !have[d] {
-				have[d] = true
-				entries = append(entries, entry{name: d, mode: cpio.TypeDir | 0o755})
-			}
-		}
-	}
-	sort.SliceStable(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
-	seen := map[string]bool{}
-	var devs, rest []entry
-	for _, e := range entries {
-		if seen[e.name] {
-			continue
-		}
-		seen[e.name] = true
-		if e.mode&^0o7777 == cpio.TypeChar || (e.name == "dev" && hasDevices(entries)) {
-			devs = append(devs, e)
-		} else {
-			rest = append(rest, e)
-		}
-	}
-	for _, e := range devs {
-		if err := writeNewcHeader(w, e); err != nil {
-			return fmt.Errorf("writing %s to cpio: %w", e.name, err)
-		}
-	}
-	cw := cpio.NewWriter(w)
-	for _, e := range rest {
-		h := &cpio.Header{Name: e.name, Mode: e.mode, Size: int64(len(e.data)), Links: 1}
-		if e.mode&^0o7777 == cpio.TypeDir {
-			h.Links = 2
-		}
-		if err := cw.WriteHeader(h); err != nil {
-			return fmt.Errorf("writing %s to cpio: %w", e.name, err)
-		}
-		if len(e.data) > 0 {
-			if _, err := cw.Write(e.data); err != nil {
-				return fmt.Errorf("writing %s to cpio: %w", e.name, err)
-			}
-		}
-	}
-	return cw.Close()
-}
-
-func hasDevices(entries []entry) bool {
-	for _, e := range entries {
-		if e.mode&^0o7777 == cpio.TypeChar {
-			return true
-		}
-	}
-	return false
-}
-
-// writeNewcHeader writes a data-less newc member (a directory or a device
-// node with its rdev major and minor).
-func writeNewcHeader(w io.Writer, e entry) error {
-	links := 1
-	if e.mode&^0o7777 == cpio.TypeDir {
-		links = 2
-	}
-	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		0, uint32(e.mode), 0, 0, links, 0, 0, 0, 0, e.rdev[0], e.rdev[1], len(e.name)+1, 0)
-	b := append([]byte(hdr), e.name...)
-	b = append(b, 0)
-	for len(b)%4 != 0 {
-		b = append(b, 0)
-	}
-	_, err := w.Write(b)
-	return err
-}
-
-// layoutVersion is mixed into the initramfs digest; bump it when the way
-// entries are written changes, so cached images are rebuilt.
-const layoutVersion = "guestimage/2"
-
-func digest(entries []entry) string {
-	es := append([]entry(nil), entries...)
-	sort.SliceStable(es, func(i, j int) bool { return es[i].name < es[j].name })
-	h := sha256.New()
-	io.WriteString(h, layoutVersion)
-	for _, e := range es {
-		fmt.Fprintf(h, "%s\x00%o\x00%d\x00%v\x00", e.name, e.mode, len(e.data), e.rdev)
-		h.Write(e.data)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 func copyIfChanged(src, dst string) error {
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -437,81 +266,4 @@ func writeFileAtomic(p string, b []byte, mode os.FileMode) error {
 func olderThan(t time.Time, path string) bool {
 	st, err := os.Stat(path)
 	return err != nil || t.Before(st.ModTime())
-}
-
-// extractVmlinux writes the ELF kernel inside the bzImage at vmlinuz to out.
-// It reads the compressed payload's place from the x86 boot header
-// (payload_offset, payload_length) and supports the LZ4 payload of
-// Debian's kernels through the lz4 command.
-func extractVmlinux(ctx context.Context, vmlinuz, out string) error {
-	d, err := os.ReadFile(vmlinuz)
-	if err != nil {
-		return err
-	}
-	if len(d) < 0x250 || string(d[0x202:0x206]) != "HdrS" {
-		return errors.New("not an x86 bzImage")
-	}
-	setupSects := int(d[0x1f1])
-	if setupSects == 0 {
-		setupSects = 4
-	}
-	start := (setupSects+1)*512 + int(binary.LittleEndian.Uint32(d[0x248:]))
-	n := int(binary.LittleEndian.Uint32(d[0x24c:]))
-	if n < 8 || start+n > len(d) {
-		return errors.New("bad payload offset or length in the boot header")
-	}
-	payload := d[start : start+n]
-	if !bytes.HasPrefix(payload, []byte{0x02, 0x21, 0x4c, 0x18}) {
-		return fmt.Errorf("payload is not LZ4 (magic % x)", payload[:4])
-	}
-	size := binary.LittleEndian.Uint32(payload[n-4:]) // the kernel appends the decompressed size
-	cmd := exec.CommandContext(ctx, "lz4", "-dc")
-	cmd.Stdin = bytes.NewReader(payload[:n-4])
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	elf, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("lz4 -dc (apt-get install lz4): %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
-	}
-	if uint32(len(elf)) != size || !bytes.HasPrefix(elf, []byte("\x7fELF")) {
-		return fmt.Errorf("decompressed kernel is %d bytes, want an ELF of %d", len(elf), size)
-	}
-	return writeFileAtomic(out, elf, 0o644)
-}
-
-// ConfigFile is one file of a config drive.
-type ConfigFile struct {
-	Path string // relative, slash separated
-	Mode uint32 // permission bits
-	Data []byte
-}
-
-// ConfigDir is where the config drive's files appear in the guest before
-// /init copies them to the agent's config directory.
-const ConfigDir = "config"
-
-// WriteConfigArchive writes files as an uncompressed newc cpio archive whose
-// members live under /config. Appended to an initramfs (at a 4-byte
-// boundary), the kernel unpacks it over the base archive. Paths must be
-// relative and stay inside the drive.
-func WriteConfigArchive(w io.Writer, files []ConfigFile) error {
-	entries := []entry{{name: ConfigDir, mode: cpio.TypeDir | 0o700}}
-	dirs := map[string]bool{}
-	for _, f := range files {
-		clean := path.Clean(f.Path)
-		if f.Path == "" || path.IsAbs(f.Path) || clean == "." || clean == ".." || strings.HasPrefix(clean, "../") || strings.Contains(f.Path, "\x00") {
-			return fmt.Errorf("config file %q: path must be relative and inside the drive", f.Path)
-		}
-		if f.Mode&^0o777 != 0 {
-			return fmt.Errorf("config file %q: mode %o is not permission bits", f.Path, f.Mode)
-		}
-		for d := path.Dir(clean); d != "."; d = path.Dir(d) {
-			if !dirs[d] {
-				dirs[d] = true
-				entries = append(entries, entry{name: ConfigDir + "/" + d, mode: cpio.TypeDir | 0o700})
-			}
-		}
-		entries = append(entries, entry{name: ConfigDir + "/" + clean, mode: cpio.TypeReg | cpio.FileMode(f.Mode), data: f.Data})
-	}
-	return writeArchive(w, entries)
 }

@@ -2,8 +2,11 @@ package guestimage
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -92,5 +95,30 @@ func TestArchiveDeviceNodes(t *testing.T) {
 	hdr := string(buf.Bytes()[i-110 : i])
 	if !strings.HasPrefix(hdr, "070701") || hdr[78:86] != "00000005" || hdr[86:94] != "00000001" {
 		t.Fatalf("dev/console header %q lacks rdev 5:1", hdr)
+	}
+}
+
+// TestDecompressLZ4Legacy decompresses a legacy LZ4 frame (the format of
+// the kernel's LZ4 payload), made with `lz4 -l -9` from 4 bytes of ELF
+// magic and 2,000 numbered lines.
+func TestDecompressLZ4Legacy(t *testing.T) {
+	frame, err := os.ReadFile("testdata/legacy.lz4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	want.WriteString("\x7fELF")
+	for i := range 2000 {
+		fmt.Fprintf(&want, "line %d of a test kernel\n", i)
+	}
+	got, err := decompressLZ4(context.Background(), frame, uint32(want.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("decompressed %d bytes, want %d (contents differ: %v)", len(got), want.Len(), len(got) == want.Len())
+	}
+	if _, err := decompressLZ4(context.Background(), frame[:len(frame)/2], uint32(want.Len())); err == nil {
+		t.Fatal("a truncated frame decompressed without error")
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 )
 
-
 func TestPickCID(t *testing.T) {
 	other := errors.New("permission denied")
 	tests := []struct {
@@ -95,4 +94,3 @@ func TestReserveCIDRequiresDevice(t *testing.T) {
 		t.Fatal("a reserved CID was handed out twice")
 	}
 }
-

@@ -71,4 +71,3 @@ func tail(path string, n int64) string {
 	}
 	return strings.TrimSpace(string(b))
 }
-
