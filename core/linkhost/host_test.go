@@ -443,6 +443,7 @@ func TestCloseEndsAccept(t *testing.T) {
 		t.Fatalf("Attach after Close: %v", err)
 	}
 }
+
 // TestSerialLinkOverSerialmux runs the default serial transport against the
 // agent's side of link/serialmux through a Unix socket standing in for
 // QEMU's chardev.
