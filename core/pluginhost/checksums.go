@@ -83,7 +83,8 @@ func fileSum(path string) ([]byte, error) {
 
 // WriteChecksums writes dir's SumsFile for every plugin in dir (each regular
 // executable file that is not hidden), replacing any earlier one. The file
-// is written to a temporary name first and renamed, with mode 0644.
+// is written to a temporary name first, synced and renamed, with mode 0644.
+// Host.Install writes one plugin's line instead.
 func WriteChecksums(dir string) error {
 	names, err := pluginFiles(dir)
 	if err != nil {
@@ -97,26 +98,7 @@ func WriteChecksums(dir string) error {
 		}
 		fmt.Fprintf(&buf, "%s  %s\n", hex.EncodeToString(sum), name)
 	}
-	tmp, err := os.CreateTemp(dir, "."+SumsFile+"-*")
-	if err != nil {
-		return fmt.Errorf("writing checksums: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(buf.Bytes()); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing checksums: %w", err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing checksums: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing checksums: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, SumsFile)); err != nil {
-		return fmt.Errorf("writing checksums: %w", err)
-	}
-	return nil
+	return writeFileAtomic(dir, SumsFile, buf.Bytes(), 0o644)
 }
 
 // pluginFiles lists the plugins of dir: regular executable files, not
