@@ -1,7 +1,11 @@
 // Package sdk is what a guestlink backend plugin author imports: the Backend
 // interface a plugin implements, Serve to run it as a plugin process, the error
 // kinds a plugin returns, and (in sdk/conformance) a test kit that checks any
-// plugin binary against the contract.
+// plugin binary against the contract. Beside it: sdk/sdktest (a mock Backend
+// and an in-process harness), sdk/eventer (the event fan-out with the
+// documented drop policy) and sdk/example (a complete backend to copy). The
+// SDK is a Go module of its own, github.com/guestlink/guestlink/plugins/sdk,
+// tagged plugins/sdk/v0.x.y, and imports nothing of the daemon.
 //
 // The daemon drives a Backend through this lifecycle for each guest:
 //
