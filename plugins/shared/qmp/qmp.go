@@ -2,6 +2,10 @@
 // Unix socket, with a greeting, capability negotiation, commands matched to
 // their answers by id, and asynchronous events.
 //
+// It is hand-written rather than taken from go-qemu, whose monitor takes no
+// context, serialises commands behind one mutex and delivers events once
+// per socket on the channel that also carries answers (docs/qemu.md).
+//
 // A Client is safe for concurrent use. When the socket closes (QEMU exited or
 // the connection broke), every pending and later call fails promptly with an
 // error that wraps ErrClosed, the event channel is closed, and the Client's
