@@ -6,6 +6,10 @@ export CGO_ENABLED := 0
 STATE_DIR ?= $(CURDIR)/.run
 HTTP ?= 127.0.0.1:8080
 BENCHTIME ?= 1x
+# Go modules of this repository: the daemon's (root) and the plugin SDK's,
+# which plugin authors import without the daemon's modules. `./...` in the
+# root does not reach into plugins/sdk, so lint and test-go visit each.
+MODULES := . plugins/sdk
 
 .DEFAULT_GOAL := help
 
@@ -35,7 +39,7 @@ stop: build ## stop every guest of make run's state directory (starts the daemon
 
 .PHONY: guest-image
 guest-image: ## build the QEMU test guest (Debian cloud kernel, busybox, static agent) into bin/guest/
-	$(GO) run ./plugins/qemuvm/guestimage/cmd -out $(BIN)/guest
+	$(GO) run ./plugins/shared/guestimage/cmd -out $(BIN)/guest
 
 .PHONY: deps
 deps: ## install system and npm packages the tests need (Debian)
@@ -52,18 +56,17 @@ check-generated: generate ## fail if regenerating changes committed files
 	@git diff --exit-code --stat -- '*.go' 'web/assets' || { echo "generated files are stale: run make generate and commit"; exit 1; }
 
 .PHONY: lint
-lint: ## gofmt, go vet, and go.mod/go.sum tidy (the import rules are internal/deptest's test)
+lint: ## gofmt, go vet and go mod tidy of every module (the import rules are internal/deptest's test)
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); [ -z "$$out" ] || { echo "gofmt needed: $$out"; exit 1; }
-	$(GO) vet ./...
-	$(GO) mod tidy -diff
+	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(GO) mod tidy -diff); done
 
 .PHONY: test
 test: deps build guest-image lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
 	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
 
 .PHONY: test-go
-test-go: ## the Go tests (no install, no checks)
-	$(GO) test -p 1 -count=1 -timeout 45m ./... # one package at a time: the VM and daemon tests are timing-sensitive on 2 cores
+test-go: ## the Go tests of every module (no install, no checks)
+	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -p 1 -count=1 -timeout 45m ./...); done # one package at a time: the VM and daemon tests are timing-sensitive on 2 cores
 
 # The race detector needs cgo. The end-to-end packages (daemon) run
 # their daemons as separate processes, which -race does not instrument.

@@ -29,11 +29,11 @@ import (
 	"github.com/guestlink/guestlink/agent/control"
 	"github.com/guestlink/guestlink/agent/devlxdproxy"
 	"github.com/guestlink/guestlink/agent/eventhub"
-	"github.com/guestlink/guestlink/agent/ring"
+	"github.com/guestlink/guestlink/agent/ringwriter"
 	"github.com/guestlink/guestlink/agent/upstream"
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/link/transport"
 )
 
@@ -91,7 +91,7 @@ type Config struct {
 type Agent struct {
 	cfg    Config
 	log    *slog.Logger
-	ring   *ring.Writer
+	ring   *ringwriter.Writer
 	up     *upstream.Client
 	hub    *eventhub.Hub
 	devlxd *devlxdproxy.Server
@@ -103,7 +103,7 @@ type Agent struct {
 	advMu sync.Mutex // serialises advertisements
 
 	mu          sync.Mutex
-	word        ringline.Word
+	word        ringproto.Word
 	boot        bootstate.State
 	lastReached time.Time
 }
@@ -140,13 +140,13 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{
 		cfg:    cfg,
 		log:    log,
-		ring:   &ring.Writer{Dir: cfg.VirtioPortsDir},
+		ring:   &ringwriter.Writer{Dir: cfg.VirtioPortsDir},
 		up:     upstream.New(upstream.Options{Link: cfg.Link, Certificate: cert, PerRequestTLS: cfg.PerRequestTLS}),
 		hub:    &eventhub.Hub{},
 		bootID: bootID,
 		cert:   cert,
 		kick:   make(chan struct{}, 1),
-		word:   ringline.Started,
+		word:   ringproto.Started,
 		boot:   boot,
 	}
 	a.devlxd = &devlxdproxy.Server{
@@ -258,7 +258,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopRing()
 	<-ringDone
 	a.stopDevlxd()
-	if err := a.ring.Write(ringline.Stopped); err != nil {
+	if err := a.ring.Write(ringproto.Stopped); err != nil {
 		a.log.Warn("writing STOPPED", "err", err)
 	}
 	a.log.Info("stopped")
@@ -304,7 +304,7 @@ func (a *Agent) ringLoop(ctx context.Context) {
 // for a heartbeat period; a failure goes back to STARTED.
 func (a *Agent) checkDaemon(ctx context.Context) {
 	a.mu.Lock()
-	need := a.word == ringline.Connected && time.Since(a.lastReached) >= a.cfg.Heartbeat
+	need := a.word == ringproto.Connected && time.Since(a.lastReached) >= a.cfg.Heartbeat
 	a.mu.Unlock()
 	if !need {
 		return
@@ -321,13 +321,13 @@ func (a *Agent) checkDaemon(ctx context.Context) {
 }
 
 // Word returns the agent's current ring word.
-func (a *Agent) Word() ringline.Word {
+func (a *Agent) Word() ringproto.Word {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.word
 }
 
-func (a *Agent) setWord(w ringline.Word) {
+func (a *Agent) setWord(w ringproto.Word) {
 	a.mu.Lock()
 	changed := a.word != w
 	a.word = w
@@ -348,9 +348,9 @@ func (a *Agent) reached() {
 }
 
 func (a *Agent) unreachable(err error) {
-	if a.Word() == ringline.Connected {
+	if a.Word() == ringproto.Connected {
 		a.log.Warn("daemon unreachable, waiting for a new advertisement", "err", err)
-		a.setWord(ringline.Started)
+		a.setWord(ringproto.Started)
 	}
 }
 
@@ -409,7 +409,7 @@ func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement) error 
 		a.redeclare(ctx, redeclare)
 	}
 
-	a.setWord(ringline.Connected)
+	a.setWord(ringproto.Connected)
 	if adv.Devlxd {
 		if err := a.devlxd.Start(); err != nil {
 			a.log.Error("starting devlxd socket", "err", err)

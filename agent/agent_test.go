@@ -21,7 +21,7 @@ import (
 	"github.com/guestlink/guestlink/internal/leakcheck"
 	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/devlxdapi"
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 )
 
 var agentBin string
@@ -98,19 +98,19 @@ func guestDo(t testing.TB, c *http.Client, method, path, body string) answer {
 
 func TestRingWordsAndAdvertisement(t *testing.T) {
 	g := agenttest.NewGuest(t)
-	ring := agenttest.OpenRing(t, g, ringline.PortCurrent)
+	ring := agenttest.OpenRing(t, g, ringproto.PortCurrent)
 	d := agenttest.StartDaemon(t, g.Certs, g.UDS, 4100)
 	p := agenttest.StartAgent(t, agentBin, g, "--heartbeat", "200ms")
 
-	i := ring.WaitFor(t, 0, ringline.Started, wait)
-	i = ring.WaitFor(t, i, ringline.Started, wait) // heartbeat repeats the word
+	i := ring.WaitFor(t, 0, ringproto.Started, wait)
+	i = ring.WaitFor(t, i, ringproto.Started, wait) // heartbeat repeats the word
 	if _, err := os.Stat(g.Socket()); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("devlxd socket exists before any advertisement: %v", err)
 	}
 
 	advertise(t, d)
-	i = ring.WaitFor(t, i, ringline.Connected, wait)
-	i = ring.WaitFor(t, i, ringline.Connected, wait) // heartbeat now repeats CONNECTED
+	i = ring.WaitFor(t, i, ringproto.Connected, wait)
+	i = ring.WaitFor(t, i, ringproto.Connected, wait) // heartbeat now repeats CONNECTED
 	waitCond(t, "devlxd socket", func() bool { _, err := os.Stat(g.Socket()); return err == nil })
 	for _, c := range []struct {
 		path string
@@ -140,9 +140,9 @@ func TestRingWordsAndAdvertisement(t *testing.T) {
 	if !exited || err != nil {
 		t.Fatalf("agent stop: exited=%v err=%v", exited, err)
 	}
-	ring.WaitFor(t, i, ringline.Stopped, wait)
+	ring.WaitFor(t, i, ringproto.Stopped, wait)
 	words := ring.Words()
-	if words[len(words)-1] != ringline.Stopped {
+	if words[len(words)-1] != ringproto.Stopped {
 		t.Fatalf("last ring word = %q, want STOPPED (all: %q)", words[len(words)-1], words)
 	}
 	if _, err := os.Stat(g.Socket()); !errors.Is(err, os.ErrNotExist) {
@@ -152,9 +152,9 @@ func TestRingWordsAndAdvertisement(t *testing.T) {
 
 func TestLegacyPortFallback(t *testing.T) {
 	g := agenttest.NewGuest(t)
-	legacy := agenttest.OpenRing(t, g, ringline.PortLegacy)
+	legacy := agenttest.OpenRing(t, g, ringproto.PortLegacy)
 	agenttest.StartAgent(t, agentBin, g, "--heartbeat", "200ms")
-	legacy.WaitFor(t, 0, ringline.Started, wait)
+	legacy.WaitFor(t, 0, ringproto.Started, wait)
 }
 
 func TestLinkPortRejectsWrongClientCert(t *testing.T) {
@@ -217,11 +217,11 @@ func TestAdvertisementBadBodies(t *testing.T) {
 
 func TestRedeclareAfterDaemonRestart(t *testing.T) {
 	g := agenttest.NewGuest(t)
-	ring := agenttest.OpenRing(t, g, ringline.PortCurrent)
+	ring := agenttest.OpenRing(t, g, ringproto.PortCurrent)
 	d1 := agenttest.StartDaemon(t, g.Certs, g.UDS, 4106)
 	agenttest.StartAgent(t, agentBin, g, "--heartbeat", "200ms")
 	advertise(t, d1)
-	i := ring.WaitFor(t, 0, ringline.Connected, wait)
+	i := ring.WaitFor(t, 0, ringproto.Connected, wait)
 	waitCond(t, "devlxd socket", func() bool { _, err := os.Stat(g.Socket()); return err == nil })
 	c := devlxdclient.New(g.Socket())
 	if err := devlxdclient.Declare(ctxT(t), c, "Ready"); err != nil {
@@ -233,7 +233,7 @@ func TestRedeclareAfterDaemonRestart(t *testing.T) {
 	// The daemon dies: the agent goes back to STARTED and the guest gets
 	// quick 503s.
 	d1.Close()
-	i = ring.WaitFor(t, i, ringline.Started, wait)
+	i = ring.WaitFor(t, i, ringproto.Started, wait)
 	start := time.Now()
 	if got := guestDo(t, c, "GET", "/1.0", ""); got.status != http.StatusServiceUnavailable || !strings.HasPrefix(got.body, "Service Unavailable") {
 		t.Fatalf("GET /1.0 with daemon down = %#v, want 503", got)
@@ -243,7 +243,7 @@ func TestRedeclareAfterDaemonRestart(t *testing.T) {
 	// A restarted daemon (new port) advertises: the agent re-declares Ready.
 	d2 := agenttest.StartDaemon(t, g.Certs, g.UDS, 4107)
 	advertise(t, d2)
-	ring.WaitFor(t, i, ringline.Connected, wait)
+	ring.WaitFor(t, i, ringproto.Connected, wait)
 	// The re-declaration is sent before the PUT is answered.
 	if got := d2.PatchesSeen(); !reflect.DeepEqual(got, []string{"Ready"}) {
 		t.Fatalf("new daemon saw %q, want Ready re-declared", got)

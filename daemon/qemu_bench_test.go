@@ -17,7 +17,7 @@ import (
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/internal/testwait"
-	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
+	"github.com/guestlink/guestlink/plugins/shared/qemuvm/qemutest"
 )
 
 // qemuIdleWindow is how long the idle CPU of the daemon is measured, with

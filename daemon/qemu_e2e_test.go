@@ -17,10 +17,10 @@ import (
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/internal/testwait"
-	"github.com/guestlink/guestlink/link/ringline"
-	"github.com/guestlink/guestlink/plugins/qemuvm"
-	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
+	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/shared/qemuvm"
+	"github.com/guestlink/guestlink/plugins/shared/qemuvm/qemutest"
 )
 
 // qemuUserMetaData is appended verbatim to the guest's meta-data.
@@ -39,8 +39,8 @@ func TestQEMUGuest(t *testing.T) {
 		plugin   string
 		ringPort string
 	}{
-		{"qemu", ringline.PortCurrent},
-		{"qemu-legacy", ringline.PortLegacy},
+		{"qemu", ringproto.PortCurrent},
+		{"qemu-legacy", ringproto.PortLegacy},
 	} {
 		t.Run(tc.plugin, func(t *testing.T) {
 			d, img := newQEMUDaemon(t)
@@ -306,7 +306,7 @@ func TestQEMUStateAcrossLayouts(t *testing.T) {
 	if !errors.Is(err, sdk.ErrConflict) {
 		t.Fatalf("restoring under qemu-legacy = %v, want sdk.ErrConflict", err)
 	}
-	for _, want := range []string{ringline.PortCurrent, ringline.PortLegacy, "stateless"} {
+	for _, want := range []string{ringproto.PortCurrent, ringproto.PortLegacy, "stateless"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal %q does not mention %q", err, want)
 		}

@@ -21,7 +21,7 @@ import (
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/internal/testwait"
-	"github.com/guestlink/guestlink/plugins/qemuvm/qemutest"
+	"github.com/guestlink/guestlink/plugins/shared/qemuvm/qemutest"
 )
 
 // Timeouts of the QEMU tests: a guest boots under TCG on a loaded 2-core

@@ -14,7 +14,7 @@ import (
 
 	"github.com/guestlink/guestlink/internal/testbin"
 
-	"github.com/guestlink/guestlink/link/ringline"
+		"github.com/guestlink/guestlink/link/ringproto"
 )
 
 // BuildAgent returns the path of an up-to-date cmd/guestlink-agent binary
@@ -144,7 +144,7 @@ type Ring struct {
 	f     *os.File
 	mu    sync.Mutex
 	cond  *sync.Cond
-	words []ringline.Word
+	words []ringproto.Word
 	done  bool
 }
 
@@ -165,7 +165,7 @@ func OpenRing(t testing.TB, g *Guest, name string) *Ring {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
 			r.mu.Lock()
-			r.words = append(r.words, ringline.Word(sc.Text()))
+			r.words = append(r.words, ringproto.Word(sc.Text()))
 			r.cond.Broadcast()
 			r.mu.Unlock()
 		}
@@ -179,15 +179,15 @@ func OpenRing(t testing.TB, g *Guest, name string) *Ring {
 }
 
 // Words returns every line read so far.
-func (r *Ring) Words() []ringline.Word {
+func (r *Ring) Words() []ringproto.Word {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]ringline.Word(nil), r.words...)
+	return append([]ringproto.Word(nil), r.words...)
 }
 
 // WaitFor waits until the line at index >= from equals w and returns the
 // index after it.
-func (r *Ring) WaitFor(t testing.TB, from int, w ringline.Word, timeout time.Duration) int {
+func (r *Ring) WaitFor(t testing.TB, from int, w ringproto.Word, timeout time.Duration) int {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	timer := time.AfterFunc(timeout, func() {

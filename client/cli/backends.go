@@ -40,7 +40,7 @@ restart NAME" restarts a plugin now.`,
 			})
 		},
 	}
-	cmd.AddCommand(s.backendsRestartCommand())
+	cmd.AddCommand(s.backendsRestartCommand(), s.backendsInstallCommand(), s.backendsReloadCommand())
 	return cmd
 }
 

@@ -2,7 +2,7 @@
 // pointed at the daemon. Per running instance a monitor reads the guest's
 // ring buffer (on every backend event and on a timer that follows the agent's
 // state), tracks the agent state (started, connected, stopped, lost) from the
-// words the agent writes (link/ringline), advertises the daemon to the agent
+// words the agent writes (link/ringproto), advertises the daemon to the agent
 // (PUT /1.0 over the link) until the agent confirms it with CONNECTED, and
 // pushes config and device changes to the agent (POST /1.0/events).
 //

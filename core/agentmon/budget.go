@@ -10,7 +10,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 )
 
 // Defaults of the ring read budget (Config.Ring*). A real agent writes a
@@ -136,7 +136,7 @@ func (m *monitor) readRing() bool {
 		if !m.ring.admit(data, now) {
 			// Dropped unparsed: the carried partial line no longer
 			// continues what comes next.
-			m.parser = ringline.Parser{}
+			m.parser = ringproto.Parser{}
 			if m.ring.ep.refuse(now) {
 				m.throttled(instance.BudgetRing, fmt.Sprintf(
 					"ring reads over budget (%g bytes and %g lines per second): reads paused, excess dropped",
@@ -191,13 +191,13 @@ func (m *monitor) readRingData() []byte {
 }
 
 // wordState is the agent state a word declares.
-func wordState(w ringline.Word) instance.AgentState {
+func wordState(w ringproto.Word) instance.AgentState {
 	switch w {
-	case ringline.Started:
+	case ringproto.Started:
 		return instance.AgentStarted
-	case ringline.Connected:
+	case ringproto.Connected:
 		return instance.AgentConnected
-	case ringline.Stopped:
+	case ringproto.Stopped:
 		return instance.AgentStopped
 	}
 	return instance.AgentNone

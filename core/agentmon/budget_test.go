@@ -13,20 +13,20 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/statebudget"
-	"github.com/guestlink/guestlink/plugins/ringbuf"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/shared/ringbuffer"
 )
 
 // The tests of this file run the monitor inside a synctest bubble: a guest
 // floods or storms for simulated seconds, and what the monitor did (reads,
 // recorded states, throttle records) is counted exactly, without sleeping
-// in real time. The ring is a real ringbuf.Ring (QEMU semantics).
+// in real time. The ring is a real ringbuffer.Ring (QEMU semantics).
 
 // ringGuest is a running guest seen by one monitor: its ring buffer and
 // what the monitor recorded.
 type ringGuest struct {
 	sdk.Backend // only ReadRing is used
-	ring        *ringbuf.Ring
+	ring        *ringbuffer.Ring
 	inst        *instance.Instance
 
 	mu        sync.Mutex
@@ -110,7 +110,7 @@ func testCerts(t testing.TB) *pki.Store {
 // the bubble's test ends.
 func startRingGuest(t *testing.T, certs *pki.Store, ringSize int, mutate func(*Config)) (*Service, *ringGuest) {
 	t.Helper()
-	ring, err := ringbuf.New(ringSize)
+	ring, err := ringbuffer.New(ringSize)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/plugins/ringbuf"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/shared/ringbuffer"
 )
 
 // floodSockEnv names the socket a flooding guest process connects to; set,
@@ -48,7 +48,7 @@ func TestRingFloodGuestProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ring, err := ringbuf.New(16)
+	ring, err := ringbuffer.New(16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func cpuTime(b *testing.B) time.Duration {
 }
 
 // BenchmarkRingFlood runs a guest flooding its ring buffer (a separate
-// process: a 16-byte ringbuf.Ring fed with zeros as fast as it goes, its
+// process: a 16-byte ringbuffer.Ring fed with zeros as fast as it goes, its
 // VMM announcing ring data) against one monitor in this process, which
 // stands for the daemon: every announcement is a backend event, every ring
 // read a round trip to the guest's process. It reports the daemon side's

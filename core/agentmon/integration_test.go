@@ -21,7 +21,7 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -87,7 +87,7 @@ func (d *daemon) stop() {
 // words to, copied into the fake backend's ring.
 func pipeRing(t testing.TB, root string, ring *fakeRing) {
 	t.Helper()
-	path := filepath.Join(root, "dev/virtio-ports", ringline.PortCurrent)
+	path := filepath.Join(root, "dev/virtio-ports", ringproto.PortCurrent)
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/devlxdapi"
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 )
 
 // monitor watches one running instance. Its run goroutine owns the ring
@@ -51,13 +51,13 @@ type monitor struct {
 	devices map[string]map[string]string // as last told to the guest
 
 	// Owned by run.
-	parser ringline.Parser
+	parser ringproto.Parser
 	tr     tracker
 	quiet  time.Duration // the current backed-off fast period (see nextPoll)
 	ring   ringBudget
 	// pending is a word the state budget held back, retried at pendingAt
 	// unless a newer word replaces it.
-	pending   ringline.Word
+	pending   ringproto.Word
 	pendingAt time.Time
 	stateEp   episode
 }
@@ -151,7 +151,7 @@ func (m *monitor) run() {
 		case r := <-m.advResult:
 			res = &r
 		case <-m.reset:
-			m.parser = ringline.Parser{}
+			m.parser = ringproto.Parser{}
 			m.tr = tracker{}
 			m.pending = ""
 			m.report(instance.AgentNone, time.Time{})

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 )
 
 // tracker is the agent state machine of one instance: what the ring words
@@ -22,21 +22,21 @@ type tracker struct {
 
 // word applies a word read from the ring at now. It reports whether the
 // state changed and whether the daemon should advertise itself.
-func (t *tracker) word(w ringline.Word, now time.Time) (changed, advertise bool) {
+func (t *tracker) word(w ringproto.Word, now time.Time) (changed, advertise bool) {
 	t.lastBeat = now
 	prev := t.state
 	switch w {
-	case ringline.Started:
+	case ringproto.Started:
 		// Not (or no longer) connected: the agent started, restarted or
 		// lost the daemon.
 		t.state = instance.AgentStarted
 		t.confirmed = false
-	case ringline.Connected:
+	case ringproto.Connected:
 		t.state = instance.AgentConnected
 		if t.advertOK {
 			t.confirmed = true
 		}
-	case ringline.Stopped:
+	case ringproto.Stopped:
 		t.state = instance.AgentStopped
 		t.confirmed, t.advertOK = false, false
 	}

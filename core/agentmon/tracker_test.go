@@ -5,12 +5,12 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/link/ringline"
+	"github.com/guestlink/guestlink/link/ringproto"
 )
 
 // step is one input to a tracker: a word, a PUT result, or a lost check.
 type step struct {
-	word      ringline.Word
+	word      ringproto.Word
 	advert    *bool
 	check     time.Duration // time since the last word for a lost check
 	wantState instance.AgentState
@@ -25,37 +25,37 @@ func TestTracker(t *testing.T) {
 		steps []step
 	}{
 		{"started then confirmed", []step{
-			{word: ringline.Started, wantState: instance.AgentStarted, wantAdv: true},
+			{word: ringproto.Started, wantState: instance.AgentStarted, wantAdv: true},
 			{advert: &ok, wantState: instance.AgentStarted},
-			{word: ringline.Connected, wantState: instance.AgentConnected, wantAdv: false},
-			{word: ringline.Connected, wantState: instance.AgentConnected, wantAdv: false},
+			{word: ringproto.Connected, wantState: instance.AgentConnected, wantAdv: false},
+			{word: ringproto.Connected, wantState: instance.AgentConnected, wantAdv: false},
 		}},
 		{"connected before any advertisement (daemon restart)", []step{
-			{word: ringline.Connected, wantState: instance.AgentConnected, wantAdv: true},
+			{word: ringproto.Connected, wantState: instance.AgentConnected, wantAdv: true},
 			{advert: &ok, wantState: instance.AgentConnected},
-			{word: ringline.Connected, wantState: instance.AgentConnected, wantAdv: false},
+			{word: ringproto.Connected, wantState: instance.AgentConnected, wantAdv: false},
 		}},
 		{"failed advertisement is retried", []step{
-			{word: ringline.Started, wantState: instance.AgentStarted, wantAdv: true},
+			{word: ringproto.Started, wantState: instance.AgentStarted, wantAdv: true},
 			{advert: &failed, wantState: instance.AgentStarted},
-			{word: ringline.Connected, wantState: instance.AgentConnected, wantAdv: true},
+			{word: ringproto.Connected, wantState: instance.AgentConnected, wantAdv: true},
 		}},
 		{"started after connected re-advertises", []step{
 			{advert: &ok},
-			{word: ringline.Connected, wantState: instance.AgentConnected, wantAdv: false},
-			{word: ringline.Started, wantState: instance.AgentStarted, wantAdv: true},
-			{word: ringline.Connected, wantState: instance.AgentConnected, wantAdv: false},
+			{word: ringproto.Connected, wantState: instance.AgentConnected, wantAdv: false},
+			{word: ringproto.Started, wantState: instance.AgentStarted, wantAdv: true},
+			{word: ringproto.Connected, wantState: instance.AgentConnected, wantAdv: false},
 		}},
 		{"stopped does not advertise and is never lost", []step{
-			{word: ringline.Stopped, wantState: instance.AgentStopped, wantAdv: false},
+			{word: ringproto.Stopped, wantState: instance.AgentStopped, wantAdv: false},
 			{check: time.Hour, wantState: instance.AgentStopped},
 		}},
 		{"lost after three periods, back on a word", []step{
 			{advert: &ok},
-			{word: ringline.Connected, wantState: instance.AgentConnected},
+			{word: ringproto.Connected, wantState: instance.AgentConnected},
 			{check: lostAfter - time.Nanosecond, wantState: instance.AgentConnected},
 			{check: lostAfter, wantState: instance.AgentLost},
-			{word: ringline.Connected, wantState: instance.AgentConnected, wantAdv: true},
+			{word: ringproto.Connected, wantState: instance.AgentConnected, wantAdv: true},
 		}},
 	}
 	for _, tt := range tests {

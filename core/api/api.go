@@ -170,7 +170,9 @@ func (a *API) Register(r fiber.Router) {
 	v1.Put("/instances/:name/state", a.putState)
 	v1.Get("/instances/:name/timeline", a.getTimeline)
 	v1.Get("/backends", a.listBackends)
+	v1.Post("/backends", a.installBackend)
 	v1.Post("/backends/:name/restart", a.restartBackend)
+	v1.Post("/backends/:name/reload", a.reloadBackend)
 	v1.Get("/events", a.eventsUpgrade, a.eventsSocket())
 	a.registerAuth(v1)
 }

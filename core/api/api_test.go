@@ -172,7 +172,7 @@ func TestErrors(t *testing.T) {
 		{"bad event instance", "GET", "/1.0/events?instance=a_b", "", 400, `invalid instance filter: invalid instance name "a_b": character '_' at position 1 is not a letter, digit or hyphen: invalid argument`},
 		{"events without upgrade", "GET", "/1.0/events", "", 400, "GET /1.0/events is a websocket: send an upgrade request"},
 		{"unknown endpoint", "GET", "/1.0/volumes", "", 404, "no such endpoint: GET /1.0/volumes"},
-		{"wrong method", "POST", "/1.0/backends", "{}", 405, "method POST not allowed on /1.0/backends"},
+		{"wrong method", "PUT", "/1.0/backends", "{}", 405, "method PUT not allowed on /1.0/backends"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

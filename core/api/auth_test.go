@@ -37,6 +37,8 @@ var routes = []struct{ method, path, body string }{
 	{"PUT", "/1.0/instances/web1/state", `{"action":"stop","force":true}`},
 	{"GET", "/1.0/instances/web1/timeline", ""},
 	{"GET", "/1.0/backends", ""},
+	{"POST", "/1.0/backends", `{"path":"/bin/true","name":"evil"}`},
+	{"POST", "/1.0/backends/sim/reload", ""},
 	{"GET", "/1.0/events", ""},
 	{"GET", "/1.0/certificates", ""},
 	{"POST", "/1.0/certificates", `{"certificate":"x"}`},

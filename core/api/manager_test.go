@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,88 +19,29 @@ import (
 	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/sdktest"
 )
 
-// memBackend is an in-memory backend: guests are map entries. It stands in
-// for a plugin so the API can be tested over the real instance manager.
-type memBackend struct {
-	mu     sync.Mutex
-	guests map[string]sdk.Status // by handle
-	events chan sdk.Event
+// memBackends is a backend source with one backend, "mem": the SDK's mock
+// backend (in-memory guests) served in-process over gRPC. It stands in for
+// a plugin so the API can be tested over the real instance manager.
+type memBackends struct{ be sdk.Backend }
+
+func newMemBackends(t testing.TB) memBackends {
+	mock := &sdktest.Backend{
+		InfoFunc: func(context.Context) (*sdk.Info, error) {
+			return &sdk.Info{Name: "mem", Version: "1", ConfigPrefixes: []string{"mem."}}, nil
+		},
+	}
+	return memBackends{be: sdktest.Serve(t, mock)}
 }
 
-func newMemBackend() *memBackend {
-	return &memBackend{guests: map[string]sdk.Status{}, events: make(chan sdk.Event)}
-}
-
-func (b *memBackend) Backend(name string) (sdk.Backend, error) {
+func (s memBackends) Backend(name string) (sdk.Backend, error) {
 	if name != "mem" {
 		return nil, fmt.Errorf("backend %q: %w", name, errdefs.ErrNotFound)
 	}
-	return b, nil
+	return s.be, nil
 }
-
-func (b *memBackend) Info(context.Context) (*sdk.Info, error) {
-	return &sdk.Info{Name: "mem", Version: "1", ConfigPrefixes: []string{"mem."}}, nil
-}
-
-func (b *memBackend) Create(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.guests[spec.UUID] = sdk.StatusStopped
-	return sdk.Handle(spec.UUID), nil
-}
-
-func (b *memBackend) set(h sdk.Handle, st sdk.Status) (*sdk.GuestState, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if _, ok := b.guests[string(h)]; !ok {
-		return nil, fmt.Errorf("guest %s: %w", h, sdk.ErrNotFound)
-	}
-	b.guests[string(h)] = st
-	return &sdk.GuestState{Status: st, PID: 1}, nil
-}
-
-func (b *memBackend) Start(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
-	st, err := b.set(h, sdk.StatusRunning)
-	return h, st, err
-}
-
-func (b *memBackend) Stop(_ context.Context, h sdk.Handle, _ sdk.StopOptions) (*sdk.GuestState, error) {
-	return b.set(h, sdk.StatusStopped)
-}
-
-func (b *memBackend) Delete(_ context.Context, h sdk.Handle) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.guests, string(h))
-	return nil
-}
-
-func (b *memBackend) State(_ context.Context, h sdk.Handle) (*sdk.GuestState, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	st, ok := b.guests[string(h)]
-	if !ok {
-		return nil, fmt.Errorf("guest %s: %w", h, sdk.ErrNotFound)
-	}
-	return &sdk.GuestState{Status: st}, nil
-}
-
-func (b *memBackend) Events(context.Context) (<-chan sdk.Event, error) { return b.events, nil }
-
-func (b *memBackend) ReadRing(context.Context, sdk.Handle, int) ([]byte, error) { return nil, nil }
-
-func (b *memBackend) LinkEndpoint(_ context.Context, h sdk.Handle) (*sdk.LinkEndpoint, error) {
-	return &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: "/nonexistent/" + string(h)}, nil
-}
-
-func (b *memBackend) Recover(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
-	st, err := b.State(context.Background(), h)
-	return h, st, err
-}
-
-var _ sdk.Backend = (*memBackend)(nil)
 
 // TestRealManager drives the real instance manager (SQLite store, real bus)
 // through the API: the statuses of its errors and the instance object.
@@ -109,7 +49,7 @@ func TestRealManager(t *testing.T) {
 	store := dbtest.SQLite(t)
 	bus := events.New(store)
 	t.Cleanup(func() { _ = bus.Close() })
-	mgr, err := instance.NewManager(instance.Config{Store: store, Backends: newMemBackend(), Bus: bus, DefaultBackend: "mem"})
+	mgr, err := instance.NewManager(instance.Config{Store: store, Backends: newMemBackends(t), Bus: bus, DefaultBackend: "mem"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ var pluginBin string
 
 func TestMain(m *testing.M) {
 	var err error
-	pluginBin, err = testbin.Path(testbin.Module + "/plugins/sdk/internal/testplugin")
+	pluginBin, err = testbin.Path(testbin.Module + "/plugins/sdk/internal/misbehaving")
 	code := 1
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "building test plugin:", err)
@@ -105,7 +105,7 @@ func testConfig(dir, bdir string) pluginhost.Config {
 		MinBackoff:     50 * time.Millisecond,
 		MaxBackoff:     500 * time.Millisecond,
 		StableAfter:    time.Minute,
-		Env:            []string{"TESTPLUGIN_BEHAVIOUR_DIR=" + bdir},
+		Env:            []string{"MISBEHAVING_BEHAVIOUR_DIR=" + bdir},
 	}
 }
 
@@ -305,12 +305,18 @@ func TestCallsAndErrorKinds(t *testing.T) {
 		sdk  error
 	}{
 		{"invalid config", func() error {
-			_, err := b.Create(ctx, &sdk.GuestSpec{Name: "g2", UUID: "u2", Config: map[string]string{"test.bogus": "1"}})
+			_, err := b.Create(ctx, &sdk.GuestSpec{Name: "g2", UUID: "u2", Config: map[string]string{"example.bogus": "1"}})
 			return err
 		}, errdefs.ErrInvalid, sdk.ErrInvalid},
 		{"start running", func() error { _, _, err := b.Start(ctx, hd, spec); return err }, errdefs.ErrConflict, sdk.ErrConflict},
 		{"delete running", func() error { return b.Delete(ctx, hd) }, errdefs.ErrConflict, sdk.ErrConflict},
 		{"garbage handle", func() error { _, err := b.State(ctx, sdk.Handle("\x00garbage")); return err }, errdefs.ErrInvalid, sdk.ErrInvalid},
+		{"link kind not announced", func() error {
+			setBehaviour(t, bdir, "good", map[string]any{"link_kind": "vsock"})
+			defer setBehaviour(t, bdir, "good", nil)
+			_, err := b.LinkEndpoint(ctx, hd)
+			return err
+		}, errdefs.ErrInvalid, sdk.ErrInvalid},
 		{"stateful stop", func() error {
 			_, err := b.Stop(ctx, hd, sdk.StopOptions{Stateful: true})
 			return err

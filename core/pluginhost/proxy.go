@@ -170,12 +170,26 @@ func (p *proxy) ReadRing(ctx context.Context, h sdk.Handle, limit int) (data []b
 	return data, err
 }
 
+// LinkEndpoint asks the plugin for the guest's link and applies the link
+// rule the conformance kit applies too (sdk.CheckLinkEndpoint): an endpoint
+// of a kind the plugin did not announce in Info, or malformed, is
+// errdefs.ErrInvalid, and the guest runs without a link. A plugin that
+// announced no link kind answers sdk.ErrNotSupported (errdefs kind too).
 func (p *proxy) LinkEndpoint(ctx context.Context, h sdk.Handle) (ep *sdk.LinkEndpoint, err error) {
 	err = p.call(ctx, "reading link endpoint", short, 0, func(ctx context.Context, b sdk.Backend) error {
 		ep, err = b.LinkEndpoint(ctx, h)
 		return err
 	})
-	return ep, err
+	if err != nil {
+		return nil, err
+	}
+	p.m.mu.Lock()
+	info := p.m.info
+	p.m.mu.Unlock()
+	if err := sdk.CheckLinkEndpoint(info, ep); err != nil {
+		return nil, &hostError{msg: fmt.Sprintf("backend %q: %v", p.m.name, err), errs: []error{err, errdefs.ErrInvalid}}
+	}
+	return ep, nil
 }
 
 func (p *proxy) Recover(ctx context.Context, h sdk.Handle, spec *sdk.GuestSpec) (nh sdk.Handle, st *sdk.GuestState, err error) {

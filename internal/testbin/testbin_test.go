@@ -25,7 +25,7 @@ func TestFromEnv(t *testing.T) {
 		{Daemon, filepath.Join(dir, "guestlinkd")},
 		{Sim, filepath.Join(dir, "plugins/sim")},
 		{CLI, ""},
-		{Module + "/plugins/sdk/internal/testplugin", ""},
+		{Module + "/plugins/sdk/internal/misbehaving", ""},
 		{"example.com/other/cmd/guestlinkd", ""},
 	} {
 		if got := fromEnv(tt.pkg); got != tt.want {

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/guestlink/guestlink/plugins/qemuvm"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/shared/qemuvm"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

@@ -1,7 +1,11 @@
 // Package sdk is what a guestlink backend plugin author imports: the Backend
 // interface a plugin implements, Serve to run it as a plugin process, the error
 // kinds a plugin returns, and (in sdk/conformance) a test kit that checks any
-// plugin binary against the contract.
+// plugin binary against the contract. Beside it: sdk/sdktest (a mock Backend
+// and an in-process harness), sdk/eventer (the event fan-out with the
+// documented drop policy) and sdk/example (a complete backend to copy). The
+// SDK is a Go module of its own, github.com/guestlink/guestlink/plugins/sdk,
+// tagged plugins/sdk/v0.x.y, and imports nothing of the daemon.
 //
 // The daemon drives a Backend through this lifecycle for each guest:
 //
@@ -168,7 +172,11 @@ type LinkEndpoint struct {
 // Backend is the interface a plugin implements. Methods are called
 // concurrently for different guests; each must honour ctx.
 type Backend interface {
-	// Info describes the backend. It is called once after the plugin starts.
+	// Info describes the backend. It is called after every start of the
+	// plugin process and then as the daemon's health ping (every 5s, with a
+	// 5s deadline; three missed pings in a row, over at least two
+	// intervals, get the plugin killed and restarted), so it must answer
+	// at once and from memory, without touching guests.
 	Info(ctx context.Context) (*Info, error)
 	// Create prepares a guest without starting it and returns its handle.
 	// Unknown keys under the backend's own config prefixes are ErrInvalid.

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
-	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 	} else if err := os.Mkdir(behaviourDir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	} else {
-		os.Setenv("TESTPLUGIN_BEHAVIOUR_DIR", behaviourDir)
+		os.Setenv("MISBEHAVING_BEHAVIOUR_DIR", behaviourDir)
 		code = m.Run()
 		if code == 0 {
 			if err := goleak.Find(); err != nil {
@@ -58,7 +58,7 @@ func TestMain(m *testing.M) {
 }
 
 func buildPlugin(out string) error {
-	cmd := exec.Command("go", "build", "-o", out, "github.com/guestlink/guestlink/plugins/sdk/internal/testplugin")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/guestlink/guestlink/plugins/sdk/internal/misbehaving")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("building test plugin: %w", err)
@@ -94,9 +94,29 @@ func launch(t *testing.T, path string, opts sdk.LaunchOptions) *sdk.Client {
 }
 
 // processGone waits until pid has exited (a zombie counts) and reports
-// whether it did within the time.
+// whether it did within the time. It waits on a pidfd, which becomes
+// readable when the process exits, also for processes that are not the
+// test's children. (The SDK is its own module: it has its own copy of the
+// daemon's internal/testwait.ProcessExit.)
 func processGone(pid int, within time.Duration) bool {
-	return testwait.ProcessExit(pid, within) == nil
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	deadline := time.Now().Add(within)
+	for {
+		left := max(time.Until(deadline), 0)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, int(left.Milliseconds()))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err == nil && n > 0
+	}
 }
 
 func TestLaunchCalls(t *testing.T) {
@@ -109,7 +129,7 @@ func TestLaunchCalls(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Info: %v", err)
 	}
-	if info.Name != "test" || !info.Has(sdk.CapRecover) {
+	if info.Name != "misbehaving" || !info.Has(sdk.CapRecover) {
 		t.Fatalf("Info = %+v", info)
 	}
 	events, err := b.Events(ctx)
@@ -119,9 +139,9 @@ func TestLaunchCalls(t *testing.T) {
 
 	spec := &sdk.GuestSpec{Name: "g1", UUID: "uuid-g1", Config: map[string]string{"user.x": "1"}}
 	t.Run("invalid config", func(t *testing.T) {
-		bad := &sdk.GuestSpec{Name: "g1", UUID: "uuid-g1", Config: map[string]string{"test.nope": "1"}}
+		bad := &sdk.GuestSpec{Name: "g1", UUID: "uuid-g1", Config: map[string]string{"example.nope": "1"}}
 		_, err := b.Create(ctx, bad)
-		if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), `"test.nope"`) {
+		if !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), `"example.nope"`) {
 			t.Fatalf("Create with unknown key: %v, want ErrInvalid naming the key", err)
 		}
 	})

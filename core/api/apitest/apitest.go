@@ -12,6 +12,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -282,4 +283,31 @@ func (s *Server) ServeTCP(t testing.TB) string {
 	}
 	go func() { _ = s.API.Serve(ln) }()
 	return ln.Addr().String()
+}
+
+// Install pretends to install the plugin binary at src as name: the
+// plugin is added (or replaced) healthy, with src as its path.
+func (b *Backends) Install(_ context.Context, name, src string) (pluginhost.Status, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := pluginhost.Status{Name: name, Path: src, Version: "0.2.0", Health: pluginhost.HealthHealthy, PID: 5151}
+	for i := range b.list {
+		if b.list[i].Name == name {
+			st.Restarts = b.list[i].Restarts + 1
+			b.list[i] = st
+			return st, nil
+		}
+	}
+	b.list = append(b.list, st)
+	return st, nil
+}
+
+// Reload restarts the named plugin as RestartWait does; a plugin named
+// "tampered" fails with a checksum error showing both hashes.
+func (b *Backends) Reload(ctx context.Context, name string) (pluginhost.Status, error) {
+	if name == "tampered" {
+		return pluginhost.Status{}, fmt.Errorf("reloading backend %q: SHA256SUMS says sha256 %s for %q, the file has sha256 %s: %w: %w",
+			name, strings.Repeat("a", 64), name, strings.Repeat("b", 64), pluginhost.ErrChecksum, errdefs.ErrConflict)
+	}
+	return b.RestartWait(ctx, name)
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/guestlink/guestlink/plugins/sdk/conformance"
 )
 
-// pluginBin is the SDK's test plugin, built by TestMain.
+// pluginBin is the SDK's misbehaving test plugin, built by TestMain. The
+// kit passing a well-behaved plugin is shown by plugins/sdk/example's test.
 var pluginBin string
 
 func TestMain(m *testing.M) {
@@ -26,8 +27,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	pluginBin = filepath.Join(dir, "test")
-	cmd := exec.Command("go", "build", "-o", pluginBin, "github.com/guestlink/guestlink/plugins/sdk/internal/testplugin")
+	pluginBin = filepath.Join(dir, "misbehaving")
+	cmd := exec.Command("go", "build", "-o", pluginBin, "github.com/guestlink/guestlink/plugins/sdk/internal/misbehaving")
 	cmd.Stderr = os.Stderr
 	code := 1
 	if err := cmd.Run(); err != nil {
@@ -43,17 +44,18 @@ func config(path string) conformance.Config {
 	return conformance.Config{
 		PluginPath: path,
 		Spec: func(name, uuid string) *sdk.GuestSpec {
-			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{"test.command": "sleep 3600"}}
+			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{"example.command": "sleep 3600"}}
 		},
 		ExitingSpec: func(name, uuid string) *sdk.GuestSpec {
-			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{"test.command": "sleep 0.2"}}
+			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{"example.command": "sleep 0.2"}}
 		},
 		Timeout:      30 * time.Second,
 		Capabilities: []sdk.Capability{sdk.CapRecover, sdk.CapLinkHybrid},
 	}
 }
 
-// TestConformance runs the kit against the SDK's test plugin.
+// TestConformance runs the kit against the misbehaving plugin without a
+// behaviour file: it behaves, and must pass.
 func TestConformance(t *testing.T) {
 	if os.Getenv("CONFORMANCE_TEST_PLUGIN") != "" {
 		t.Skip("broken-plugin run")
@@ -85,7 +87,7 @@ func TestKitFailsBrokenPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenPlugin$", "-test.v")
-	cmd.Env = append(os.Environ(), "CONFORMANCE_TEST_PLUGIN="+broken, "TESTPLUGIN_BEHAVIOUR_DIR="+bdir)
+	cmd.Env = append(os.Environ(), "CONFORMANCE_TEST_PLUGIN="+broken, "MISBEHAVING_BEHAVIOUR_DIR="+bdir)
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("the kit passed a plugin that crashes in LinkEndpoint:\n%s", out)

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/guestlink/guestlink/plugins/ringbuf"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/shared/ringbuffer"
 	"github.com/guestlink/guestlink/plugins/sim/simvm"
 )
 
@@ -82,8 +82,8 @@ func parseConfig(cfg map[string]string) (*guestConfig, error) {
 			if err != nil {
 				return nil, fmt.Errorf("config key %s: %q is not a number: %w", k, v, sdk.ErrInvalid)
 			}
-			if _, err := ringbuf.New(n); err != nil {
-				if errors.Is(err, ringbuf.ErrSize) {
+			if _, err := ringbuffer.New(n); err != nil {
+				if errors.Is(err, ringbuffer.ErrSize) {
 					return nil, fmt.Errorf("config key %s: %w: %w", k, err, sdk.ErrInvalid)
 				}
 				return nil, fmt.Errorf("config key %s: %w", k, err)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
-	"github.com/guestlink/guestlink/plugins/sim/eventqueue"
 	"github.com/guestlink/guestlink/plugins/sim/simvm"
 )
 
@@ -22,11 +21,6 @@ type watcher struct {
 	// closed is set by Close: the subscription ends because this process
 	// lets go of the VMM, not because the VMM went away.
 	closed atomic.Bool
-}
-
-// sink is one Events stream.
-type sink struct {
-	q *eventqueue.Queue[sdk.Event]
 }
 
 // watch subscribes to the events of h's VMM unless a subscription is
@@ -84,18 +78,17 @@ func (b *Backend) forward(w *watcher) {
 			break
 		}
 		out := sdk.Event{UUID: w.h.UUID, Time: ev.Timestamp.Time()}
-		key := ""
 		switch ev.Event {
 		case simvm.EventRingData:
 			var d simvm.RingData
 			_ = json.Unmarshal(ev.Data, &d)
-			out.Kind, out.Port, key = sdk.EventRingData, d.Port, "ring"
+			out.Kind, out.Port = sdk.EventRingData, d.Port
 		case simvm.EventPortChange:
 			var pc simvm.PortChange
 			_ = json.Unmarshal(ev.Data, &pc)
-			out.Kind, out.Port, key = sdk.EventPortClosed, pc.Port, "port-closed"
+			out.Kind, out.Port = sdk.EventPortClosed, pc.Port
 			if pc.Open {
-				out.Kind, key = sdk.EventPortOpened, "port-opened"
+				out.Kind = sdk.EventPortOpened
 			}
 		case simvm.EventReset:
 			out.Kind = sdk.EventReset
@@ -107,7 +100,7 @@ func (b *Backend) forward(w *watcher) {
 		default:
 			continue
 		}
-		b.publish(out, key)
+		b.events.Emit(out)
 	}
 	if exited || w.closed.Load() {
 		return
@@ -117,7 +110,7 @@ func (b *Backend) forward(w *watcher) {
 		detail = exitDetail(rec)
 	}
 	b.log.Warn("vmm connection lost without an exit event", "dir", w.h.Dir, "detail", detail)
-	b.publish(sdk.Event{UUID: w.h.UUID, Kind: sdk.EventExited, Detail: detail, Time: time.Now()}, "")
+	b.events.Emit(sdk.Event{UUID: w.h.UUID, Kind: sdk.EventExited, Detail: detail, Time: time.Now()})
 }
 
 func exitDetail(rec *simvm.ExitRecord) string {
@@ -128,49 +121,11 @@ func exitDetail(rec *simvm.ExitRecord) string {
 	return s
 }
 
-// publish hands ev to every open Events stream. Events with a key coalesce
-// per guest while one is still queued, so a flooding guest costs bounded
-// memory.
-func (b *Backend) publish(ev sdk.Event, key string) {
-	if key != "" {
-		key += "/" + ev.UUID
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for s := range b.sinks {
-		s.q.Push(ev, key)
-	}
-}
-
 // Events streams the events of every guest this plugin started or
-// recovered until ctx ends; the channel is closed then.
+// recovered until ctx ends; the channel is closed then. Events follow the
+// eventer package's drop policy.
 func (b *Backend) Events(ctx context.Context) (<-chan sdk.Event, error) {
-	s := &sink{q: eventqueue.New[sdk.Event]()}
-	b.mu.Lock()
-	b.sinks[s] = struct{}{}
-	b.mu.Unlock()
-	out := make(chan sdk.Event)
-	go func() {
-		defer close(out)
-		defer func() {
-			b.mu.Lock()
-			delete(b.sinks, s)
-			b.mu.Unlock()
-			s.q.Close()
-		}()
-		for {
-			ev, ok := s.q.Pop(ctx)
-			if !ok {
-				return
-			}
-			select {
-			case out <- ev:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
+	return b.events.Stream(ctx)
 }
 
 // Close ends every VMM subscription of this process (the VMMs and guests

@@ -5,6 +5,12 @@
 // QEMU-style ring buffer and answers a QMP-like JSON-lines protocol on a
 // control socket. The package also holds the client of that protocol and
 // Launch, which starts a VMM process.
+//
+// Files by concern: vmm.go (VMM supervision: Main, Run, the guest process,
+// shutdown), rootfs.go (the stand-in root and boot id), control.go (the
+// control socket: connections, commands, event writers), ring.go (ring
+// buffer reads of the agent's port and ring-data events), protocol.go
+// (the wire types), client.go, launch.go, portwatch.go, strays.go.
 package simvm
 
 import (

@@ -1,10 +1,6 @@
 package simvm
 
 import (
-	"bufio"
-	"context"
-	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -18,8 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/guestlink/guestlink/plugins/ringbuf"
-	"github.com/guestlink/guestlink/plugins/sim/eventqueue"
+	"github.com/guestlink/guestlink/plugins/shared/ringbuffer"
 )
 
 // Subcommand is the first argument that makes the sim plugin binary run as a
@@ -112,7 +107,7 @@ var ErrBusy = errors.New("another vmm runs this guest")
 type vmm struct {
 	cfg      *Config
 	paths    Paths
-	ring     *ringbuf.Ring
+	ring     *ringbuffer.Ring
 	ringPort string
 	ln       net.Listener
 	fifo     *os.File
@@ -214,7 +209,7 @@ func (v *vmm) setup() error {
 		return err
 	}
 	v.cfg = cfg
-	if v.ring, err = ringbuf.New(cfg.RingSize); err != nil {
+	if v.ring, err = ringbuffer.New(cfg.RingSize); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	_ = os.Remove(v.paths.Exit())
@@ -244,62 +239,6 @@ func (v *vmm) setup() error {
 	syscall.Umask(old)
 	if err != nil {
 		return fmt.Errorf("listening on control socket: %w", err)
-	}
-	return nil
-}
-
-// buildRoot makes the stand-in root: serial ports as FIFOs, an empty
-// /dev/lxd and a freshly written config drive. Stale sockets of an earlier
-// boot are removed, as a rebooted machine would not have them either.
-func (v *vmm) buildRoot() error {
-	ports := filepath.Dir(v.paths.Port(PortCurrent))
-	for _, d := range []string{ports, filepath.Dir(v.paths.DevlxdSocket())} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("building root: %w", err)
-		}
-	}
-	entries, err := os.ReadDir(ports)
-	if err != nil {
-		return fmt.Errorf("building root: %w", err)
-	}
-	for _, e := range entries {
-		if err := os.Remove(filepath.Join(ports, e.Name())); err != nil {
-			return fmt.Errorf("building root: %w", err)
-		}
-	}
-	wired, unwired := v.cfg.Layout.Ports()
-	for _, name := range append([]string{wired}, unwired...) {
-		if err := syscall.Mkfifo(v.paths.Port(name), 0o600); err != nil {
-			return fmt.Errorf("creating port %s: %w", name, err)
-		}
-	}
-	for _, stale := range []string{v.paths.DevlxdSocket(), v.paths.Link()} {
-		if err := os.Remove(stale); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("removing stale socket: %w", err)
-		}
-	}
-	drive := v.paths.ConfigDrive()
-	if err := os.RemoveAll(drive); err != nil {
-		return fmt.Errorf("clearing config drive: %w", err)
-	}
-	if err := os.MkdirAll(drive, 0o700); err != nil {
-		return fmt.Errorf("creating config drive: %w", err)
-	}
-	for _, f := range v.cfg.Files {
-		name := filepath.Join(drive, filepath.FromSlash(f.Path))
-		mode := os.FileMode(f.Mode) & os.ModePerm
-		if mode == 0 {
-			mode = 0o600
-		}
-		if err := os.MkdirAll(filepath.Dir(name), 0o700); err != nil {
-			return fmt.Errorf("writing config drive file %s: %w", f.Path, err)
-		}
-		if err := os.WriteFile(name, f.Data, mode); err != nil {
-			return fmt.Errorf("writing config drive file %s: %w", f.Path, err)
-		}
-		if err := os.Chmod(name, mode); err != nil { // WriteFile's mode is masked by the umask
-			return fmt.Errorf("writing config drive file %s: %w", f.Path, err)
-		}
 	}
 	return nil
 }
@@ -419,31 +358,6 @@ func (v *vmm) startGuest(console *os.File) (*exec.Cmd, Status, error) {
 	return cmd, st, nil
 }
 
-// BootID returns where a guest's stand-in kernel boot id is: a process is not
-// a kernel, so the VMM stands in a new id at every boot (start or
-// system_reset), as the agent's boot state needs (docs/guest-link.md).
-func (p Paths) BootID() string {
-	return filepath.Join(p.Root(), "proc", "sys", "kernel", "random", "boot_id")
-}
-
-// writeBootID stands in a fresh random boot id (the kernel's format).
-func writeBootID(p Paths) error {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return fmt.Errorf("making a boot id: %w", err)
-	}
-	b[6] = b[6]&0x0f | 0x40 // version 4
-	b[8] = b[8]&0x3f | 0x80 // variant 10
-	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
-	if err := os.MkdirAll(filepath.Dir(p.BootID()), 0o755); err != nil {
-		return fmt.Errorf("writing boot id: %w", err)
-	}
-	if err := writeFileAtomic(p.BootID(), []byte(id), 0o444); err != nil {
-		return fmt.Errorf("writing boot id: %w", err)
-	}
-	return nil
-}
-
 func (v *vmm) guestEnv() []string {
 	env := []string{
 		EnvRoot + "=" + v.paths.Root(),
@@ -506,68 +420,6 @@ func (v *vmm) quit(reason string) {
 	}
 }
 
-// ringDataInterval is the least time between two RING_DATA announcements:
-// a guest flooding its port would otherwise have the VMM, the plugin and
-// the daemon pass announcements as fast as they can take them.
-const ringDataInterval = 20 * time.Millisecond
-
-// ringLoop copies the wired port into the ring buffer and announces the
-// writes: at once after a quiet spell, then at most once per
-// ringDataInterval, each announcement counting the bytes since the last.
-func (v *vmm) ringLoop() {
-	var pending atomic.Int64
-	notify := make(chan struct{}, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for range notify {
-			if n := pending.Swap(0); n > 0 {
-				v.emit(EventRingData, RingData{Port: v.ringPort, Bytes: int(n)}, EventRingData)
-				time.Sleep(ringDataInterval) // pacing, not waiting for anything
-			}
-		}
-	}()
-	defer func() {
-		close(notify)
-		<-done
-	}()
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := v.fifo.Read(buf)
-		if n > 0 {
-			v.ring.Write(buf[:n])
-			v.received.Add(uint64(n))
-			pending.Add(int64(n))
-			select {
-			case notify <- struct{}{}:
-			default:
-			}
-		}
-		if err != nil {
-			if !errors.Is(err, os.ErrClosed) {
-				log.Printf("reading port %s: %v", v.ringPort, err)
-			}
-			return
-		}
-	}
-}
-
-// emit sends an event to every subscribed connection. Events with a
-// coalesce key are dropped for a subscriber that has one still queued.
-func (v *vmm) emit(name string, data any, coalesce string) {
-	raw, err := json.Marshal(data)
-	if err != nil {
-		log.Printf("encoding %s event: %v", name, err)
-		return
-	}
-	ev := Event{Event: name, Data: raw, Timestamp: timestampOf(time.Now())}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for c := range v.subs {
-		c.events.Push(ev, coalesce)
-	}
-}
-
 // shutdown delivers the queued events, closes every connection and removes
 // the control socket.
 func (v *vmm) shutdown() {
@@ -621,178 +473,5 @@ func (v *vmm) statusLocked() Status {
 		StartedAt: v.started,
 
 		RingReceived: v.received.Load(),
-	}
-}
-
-// conn is one control connection.
-type conn struct {
-	nc      net.Conn
-	wmu     sync.Mutex
-	events  *eventqueue.Queue[Event]
-	drained chan struct{} // closed when the event writer is done
-}
-
-func (c *conn) write(msg any) error {
-	data, err := json.Marshal(msg)
-	if err != nil {
-		return err
-	}
-	data = append(data, '\n')
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.nc.SetWriteDeadline(time.Now().Add(drainTimeout))
-	_, err = c.nc.Write(data)
-	return err
-}
-
-func (v *vmm) acceptLoop() {
-	for {
-		nc, err := v.ln.Accept()
-		if err != nil {
-			return
-		}
-		c := &conn{nc: nc}
-		v.mu.Lock()
-		v.connsOpen[c] = struct{}{}
-		v.conns.Add(1)
-		v.mu.Unlock()
-		go v.serve(c)
-	}
-}
-
-func (v *vmm) serve(c *conn) {
-	defer v.conns.Done()
-	defer func() {
-		v.mu.Lock()
-		delete(v.connsOpen, c)
-		if _, ok := v.subs[c]; ok {
-			delete(v.subs, c)
-			c.events.Close()
-		}
-		v.mu.Unlock()
-		c.nc.Close()
-	}()
-	var g Greeting
-	g.SIM.Version, g.SIM.VMMPID, g.SIM.UUID = ProtocolVersion, os.Getpid(), v.cfg.UUID
-	if c.write(g) != nil {
-		return
-	}
-	sc := bufio.NewScanner(c.nc)
-	sc.Buffer(make([]byte, 4096), maxLine)
-	for sc.Scan() {
-		var req Request
-		var resp Response
-		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
-			resp.Error = &ErrorBody{Class: ClassInvalidArgument, Desc: fmt.Sprintf("decoding command: %v", err)}
-		} else {
-			resp = v.execute(c, &req)
-			resp.ID = req.ID
-		}
-		if c.write(resp) != nil {
-			return
-		}
-	}
-}
-
-// execute runs one command.
-func (v *vmm) execute(c *conn, req *Request) Response {
-	ok := func(ret any) Response {
-		raw, err := json.Marshal(ret)
-		if err != nil {
-			return Response{Error: &ErrorBody{Class: ClassGenericError, Desc: err.Error()}}
-		}
-		return Response{Return: raw}
-	}
-	fail := func(class, format string, args ...any) Response {
-		return Response{Error: &ErrorBody{Class: class, Desc: fmt.Sprintf(format, args...)}}
-	}
-	switch req.Execute {
-	case CmdStatus:
-		v.mu.Lock()
-		defer v.mu.Unlock()
-		return ok(v.statusLocked())
-	case CmdCont:
-		first := false
-		v.contOnce.Do(func() { first = true; close(v.contReq) })
-		if !first {
-			return fail(ClassWrongState, "guest already started")
-		}
-		select {
-		case res := <-v.contDone:
-			if res.err != nil {
-				return fail(ClassGenericError, "%v", res.err)
-			}
-			// The status as the guest started: a guest that ends at once
-			// still answers cont with its running state.
-			return ok(res.st)
-		case <-v.quitReq:
-			return fail(ClassWrongState, "vmm is quitting")
-		}
-	case CmdRingbufRead:
-		var args RingbufReadArgs
-		if len(req.Arguments) > 0 {
-			if err := json.Unmarshal(req.Arguments, &args); err != nil {
-				return fail(ClassInvalidArgument, "decoding %s arguments: %v", req.Execute, err)
-			}
-		}
-		if args.Size <= 0 {
-			return fail(ClassInvalidArgument, "size must be greater than zero, got %d", args.Size)
-		}
-		return ok(RingbufReadReturn{Data: v.ring.Read(args.Size)})
-	case CmdPowerdown:
-		v.mu.Lock()
-		defer v.mu.Unlock()
-		if v.state != StateRunning {
-			return fail(ClassWrongState, "guest is %s", v.state)
-		}
-		v.powerdown = true
-		if err := syscall.Kill(-v.guestPID, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fail(ClassGenericError, "signalling guest: %v", err)
-		}
-		return ok(struct{}{})
-	case CmdQuit:
-		v.quit("quit requested")
-		return ok(struct{}{})
-	case CmdSystemReset:
-		v.mu.Lock()
-		defer v.mu.Unlock()
-		if v.state != StateRunning {
-			return fail(ClassWrongState, "guest is %s", v.state)
-		}
-		v.resetReq = true
-		v.powerdown = false
-		if err := syscall.Kill(-v.guestPID, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fail(ClassGenericError, "signalling guest: %v", err)
-		}
-		return ok(struct{}{})
-	case CmdSubscribe:
-		v.mu.Lock()
-		defer v.mu.Unlock()
-		if c.events == nil {
-			c.events = eventqueue.New[Event]()
-			c.drained = make(chan struct{})
-			v.subs[c] = struct{}{}
-			go c.writeEvents()
-		}
-		return ok(struct{}{})
-	}
-	return fail(ClassCommandNotFound, "the command %q has not been found", req.Execute)
-}
-
-// writeEvents sends queued events until the queue is closed.
-func (c *conn) writeEvents() {
-	defer close(c.drained)
-	broken := false
-	for {
-		ev, ok := c.events.Pop(context.Background())
-		if !ok {
-			return
-		}
-		// Once the peer is gone, keep consuming (and discarding) until the
-		// connection's reader closes the queue.
-		if !broken && c.write(ev) != nil {
-			broken = true
-			c.nc.Close()
-		}
 	}
 }

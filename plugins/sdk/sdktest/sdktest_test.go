@@ -1,0 +1,68 @@
+package sdktest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/sdktest"
+)
+
+// TestHarness drives the mock's defaults through the in-process harness:
+// a guest's lifecycle, an error kind across the boundary, a function field
+// and an event.
+func TestHarness(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mock := &sdktest.Backend{
+		ReadRingFunc: func(context.Context, sdk.Handle, int) ([]byte, error) { return []byte("STARTED\n"), nil },
+	}
+	be := sdktest.Serve(t, mock)
+
+	info, err := be.Info(ctx)
+	if err != nil || info.Name != "mock" {
+		t.Fatalf("Info = %+v, %v", info, err)
+	}
+	spec := &sdk.GuestSpec{Name: "g1", UUID: "u1"}
+	h, err := be.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, st, err := be.Start(ctx, h, spec); err != nil || st.Status != sdk.StatusRunning {
+		t.Fatalf("Start = %+v, %v", st, err)
+	}
+	if data, err := be.ReadRing(ctx, h, 64); err != nil || string(data) != "STARTED\n" {
+		t.Fatalf("ReadRing = %q, %v", data, err)
+	}
+	if _, err := be.State(ctx, sdk.Handle("nope")); !errors.Is(err, sdk.ErrNotFound) {
+		t.Fatalf("State of an unknown handle = %v, want sdk.ErrNotFound", err)
+	}
+
+	evs, err := be.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client's Events returns once the plugin subscribed: Emit reaches it.
+	if n := mock.Emit(ctx, sdk.Event{UUID: "u1", Kind: sdk.EventReset}); n != 1 {
+		t.Fatalf("Emit reached %d streams, want 1", n)
+	}
+	if ev := <-evs; ev.UUID != "u1" || ev.Kind != sdk.EventReset {
+		t.Fatalf("event %+v", ev)
+	}
+}
+
+// ExampleBackend shows a mock whose Start fails, as a test of the daemon's
+// error handling would set it up.
+func ExampleBackend() {
+	mock := &sdktest.Backend{
+		StartFunc: func(context.Context, sdk.Handle, *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
+			return nil, nil, fmt.Errorf("the emulator crashed: %w", sdk.ErrUnavailable)
+		},
+	}
+	_, _, err := mock.Start(context.Background(), nil, &sdk.GuestSpec{})
+	fmt.Println(errors.Is(err, sdk.ErrUnavailable))
+	// Output: true
+}
