@@ -157,7 +157,9 @@ func consoleGet(ctx context.Context, t testing.TB, consoleLog, path string, with
 			return false
 		}
 		data, _ = os.ReadFile(consoleLog)
-		for _, line := range strings.Split(string(data), "\n") {
+		lines := strings.Split(string(data), "\n")
+		// Complete lines only: the last one may still be being written.
+		for _, line := range lines[:len(lines)-1] {
 			var ok bool
 			if rest, ok = strings.CutPrefix(strings.TrimRight(line, "\r"), prefix); ok {
 				return true
