@@ -38,13 +38,12 @@ proc_start_state() {
   echo "${f[19]} ${f[0]}"
 }
 
-tree_state() {
-  git status --porcelain --untracked-files=all 2>/dev/null
-  git diff HEAD 2>/dev/null | sha256sum
-}
+tree_status() { git status --porcelain --untracked-files=all 2>/dev/null; }
+tree_diff() { git diff HEAD 2>/dev/null | sha256sum; }
 
 read -r mark _ < <(proc_start_state $$)
-before=$(tree_state)
+before=$(tree_status)
+before_diff=$(tree_diff)
 run_id="$$-$mark"
 tmp=${TMPDIR:-/tmp}
 tmp=${tmp%/}
@@ -89,7 +88,8 @@ for d in /proc/[0-9]*; do
   [ -n "$ours" ] && leftovers+=("  pid $pid ($ours): ${cmdline:0:200}")
 done
 
-after=$(tree_state)
+after=$(tree_status)
+after_diff=$(tree_diff)
 
 bad=0
 if [ "${#leftovers[@]}" -gt 0 ]; then
@@ -98,8 +98,12 @@ if [ "${#leftovers[@]}" -gt 0 ]; then
   bad=1
 fi
 if [ "$before" != "$after" ]; then
-  echo "check-leftovers: the tests changed the tree (git status before / after):" >&2
+  echo "check-leftovers: the tests changed the tree (git status, < before / > after):" >&2
   diff <(echo "$before") <(echo "$after") | sed -n 's/^[<>]/ &/p' >&2
+  bad=1
+elif [ "$before_diff" != "$after_diff" ]; then
+  echo "check-leftovers: the tests rewrote files that were already modified:" >&2
+  echo "$after" >&2
   bad=1
 fi
 [ "$status" -ne 0 ] && exit "$status"

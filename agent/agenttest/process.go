@@ -14,7 +14,7 @@ import (
 
 	"github.com/guestlink/guestlink/internal/testbin"
 
-		"github.com/guestlink/guestlink/link/ringproto"
+	"github.com/guestlink/guestlink/link/ringproto"
 )
 
 // BuildAgent returns the path of an up-to-date cmd/guestlink-agent binary

@@ -15,7 +15,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
-		"github.com/guestlink/guestlink/link/ringproto"
+	"github.com/guestlink/guestlink/link/ringproto"
 )
 
 // DefaultTimeout bounds one Write when Writer.Timeout is zero.

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/guestlink/guestlink/core/api/apitest"
 	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/core/api/apitest"
 )
 
 func TestInstallAndReloadBackend(t *testing.T) {
