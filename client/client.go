@@ -152,28 +152,66 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
-	var r io.Reader
+	var payload []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return fmt.Errorf("encoding %s %s request: %w", method, path, err)
 		}
-		r = bytes.NewReader(b)
+		payload = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, target, r)
-	if err != nil {
-		return fmt.Errorf("building %s %s request: %w", method, path, err)
+	deadline := time.Now().Add(busyRetryFor)
+	for {
+		var r io.Reader
+		if payload != nil {
+			r = bytes.NewReader(payload)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, target, r)
+		if err != nil {
+			return fmt.Errorf("building %s %s request: %w", method, path, err)
+		}
+		if payload != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		c.authorize(req.Header)
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s %s: daemon %w at %s: %w", method, path, errdefs.ErrUnavailable, c.addr, unwrapURLError(err))
+		}
+		if wait, ok := busy(resp); ok && time.Now().Add(wait).Before(deadline) {
+			// Refused before it ran (the daemon's request limit): nothing
+			// happened, so any request may be sent again.
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+			resp.Body.Close()
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("%s %s: the daemon is busy: %w", method, path, ctx.Err())
+			case <-t.C:
+			}
+			continue
+		}
+		defer resp.Body.Close()
+		return decodeResponse(resp, method+" "+path, out)
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+}
+
+// busyRetryFor bounds how long a request refused as busy (503 with
+// Retry-After) is sent again before the refusal is returned.
+const busyRetryFor = 30 * time.Second
+
+// busy reports whether resp is the daemon's "busy" refusal (503 with
+// Retry-After, in seconds) and how long it asks to wait (at most 5 s).
+func busy(resp *http.Response) (time.Duration, bool) {
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		return 0, false
 	}
-	c.authorize(req.Header)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: daemon %w at %s: %w", method, path, errdefs.ErrUnavailable, c.addr, unwrapURLError(err))
+	secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	if err != nil || secs < 0 {
+		return 0, false
 	}
-	defer resp.Body.Close()
-	return decodeResponse(resp, method+" "+path, out)
+	return min(time.Duration(secs)*time.Second, 5*time.Second), true
 }
 
 // unwrapURLError drops net/http's *url.Error wrapper, whose message repeats
