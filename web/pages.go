@@ -13,6 +13,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/errdefs"
@@ -50,7 +51,8 @@ func tally(all []*instance.Instance) (byStatus, byAgent []components.Count) {
 	agent := map[string]int{}
 	for _, inst := range all {
 		status[inst.Status]++
-		agent[components.AgentBadge(inst).Text]++
+		w := instance.WireInstance(inst, nil)
+		agent[components.AgentBadge(&w).Text]++
 	}
 	for _, s := range []string{"Ready", "Running", "Starting", "Stopping", "Stopped", "Error"} {
 		byStatus = append(byStatus, components.Count{Label: s, N: status[s], Tone: quiet(status[s], components.StatusBadge(s).Tone), Href: "/instances?status=" + s})
@@ -163,11 +165,21 @@ func (d *Dashboard) instancesData(c *fiber.Ctx, f components.Filter) (components
 	}
 	start := (data.Filter.Page - 1) * size
 	end := min(start+size, len(rows))
-	data.Rows = rows[start:end]
+	data.Rows = wireRows(rows[start:end])
 	for _, b := range d.backends() {
 		data.Backends = append(data.Backends, b.Name)
 	}
 	return data, nil
+}
+
+// wireRows returns the API objects of rows, which the components render.
+func wireRows(rows []*instance.Instance) []*api.Instance {
+	out := make([]*api.Instance, len(rows))
+	for i, inst := range rows {
+		w := instance.WireInstance(inst, nil)
+		out[i] = &w
+	}
+	return out
 }
 
 // sortRows orders rows, which the service returns sorted by name.
@@ -228,7 +240,8 @@ func (d *Dashboard) instanceData(c *fiber.Ctx, name string) (components.Instance
 	if err != nil {
 		return components.InstanceData{}, err
 	}
-	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: inst}
+	w := instance.WireInstance(inst, nil)
+	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w}
 	for i := len(entries) - 1; i >= 0; i-- { // newest first
 		e := entries[i]
 		data.Timeline = append(data.Timeline, components.TimelineItem{Time: e.Time, Boot: e.Boot, Kind: e.Kind, From: e.From, To: e.To, Cause: e.Cause, Detail: e.Detail})

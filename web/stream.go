@@ -15,6 +15,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/errdefs"
@@ -256,16 +257,21 @@ func (d *Dashboard) renderEvent(ev events.Event) []byte {
 		_ = c.Render(ctx, &buf)
 		buf.WriteString("</template>")
 	}
-	switch inst, err := d.cfg.Instances.Get(ctx, name); {
+	inst, err := d.cfg.Instances.Get(ctx, name)
+	var w api.Instance
+	if err == nil {
+		w = instance.WireInstance(inst, nil)
+	}
+	switch {
 	case lc.Action == events.InstanceDeleted:
 		wrap(components.RowRemoved(name))
 	case err != nil:
 		// Gone already (deleted since); nothing to patch.
 	case lc.Action == events.InstanceCreated:
-		wrap(components.RowAdded(inst, m))
+		wrap(components.RowAdded(&w, m))
 	default:
-		wrap(components.InstanceRow(inst, m, true))
-		_ = components.InstanceBadges(inst, m, true).Render(ctx, &buf)
+		wrap(components.InstanceRow(&w, m, true))
+		_ = components.InstanceBadges(&w, m, true).Render(ctx, &buf)
 	}
 	if item, ok := timelineItem(ev, lc); ok && name != "" {
 		wrap(components.TimelinePrepend(name, item))

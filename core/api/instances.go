@@ -125,7 +125,7 @@ func (a *API) createInstance(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return syncCreated(c, instanceOf(inst, nil))
+	return syncCreated(c, instance.WireInstance(inst, nil))
 }
 
 // checkBackend returns a 400 error unless a backend plugin of that name is
@@ -161,7 +161,7 @@ func (a *API) getInstance(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return sync200(c, instanceOf(inst, tl))
+	return sync200(c, instance.WireInstance(inst, tl))
 }
 
 // patchInstance answers PATCH /1.0/instances/{name}.
@@ -194,7 +194,7 @@ func (a *API) patchInstance(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return sync200(c, instanceOf(inst, nil))
+	return sync200(c, instance.WireInstance(inst, nil))
 }
 
 // deleteInstance answers DELETE /1.0/instances/{name}[?force=true].
@@ -223,7 +223,7 @@ func (a *API) getState(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return sync200(c, stateOf(inst))
+	return sync200(c, instance.WireState(inst))
 }
 
 // putState answers PUT /1.0/instances/{name}/state: it starts, stops or
@@ -276,7 +276,7 @@ func (a *API) putState(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return sync200(c, stateOf(inst))
+	return sync200(c, instance.WireState(inst))
 }
 
 // getTimeline answers GET /1.0/instances/{name}/timeline[?limit=N].
@@ -300,7 +300,7 @@ func (a *API) getTimeline(c *fiber.Ctx) error {
 	if tl == nil {
 		tl = []instance.TimelineEntry{}
 	}
-	return sync200(c, timelineOf(tl))
+	return sync200(c, instance.WireTimeline(tl))
 }
 
 // boolQuery parses an optional boolean query value ("1", "true", "0",

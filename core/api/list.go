@@ -31,7 +31,7 @@ func newListEncoder(n int) *listEncoder {
 
 // add appends one instance.
 func (e *listEncoder) add(inst *instance.Instance) error {
-	b, err := gojson.Marshal(instanceOf(inst, nil))
+	b, err := gojson.Marshal(instance.WireInstance(inst, nil))
 	if err != nil {
 		return fmt.Errorf("encoding instance %q: %w", inst.Name, err)
 	}

@@ -140,7 +140,7 @@ func TestWireInstanceMatchesServiceJSON(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := json.Marshal(instanceOf(tt.inst, tt.tl))
+			got, err := json.Marshal(instance.WireInstance(tt.inst, tt.tl))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +149,7 @@ func TestWireInstanceMatchesServiceJSON(t *testing.T) {
 			}
 			if tt.tl != nil {
 				want, _ = json.Marshal(tt.tl)
-				got, _ = json.Marshal(timelineOf(tt.tl))
+				got, _ = json.Marshal(instance.WireTimeline(tt.tl))
 				if !bytes.Equal(got, want) {
 					t.Fatalf("timeline JSON differs:\n got %s\nwant %s", got, want)
 				}
@@ -164,7 +164,7 @@ func TestWireInstanceMatchesServiceJSON(t *testing.T) {
 				Link       string             `json:"link"`
 				Agent      instance.AgentInfo `json:"agent"`
 			}{tt.inst.Status, tt.inst.StatusCode, tt.inst.Ready(), tt.inst.Boot, tt.inst.StartedAt, tt.inst.ReadyAt, tt.inst.Link, tt.inst.Agent})
-			got, _ = json.Marshal(stateOf(tt.inst))
+			got, _ = json.Marshal(instance.WireState(tt.inst))
 			if !bytes.Equal(got, want) {
 				t.Fatalf("state JSON differs:\n got %s\nwant %s", got, want)
 			}

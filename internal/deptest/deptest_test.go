@@ -65,6 +65,12 @@ var rules = []rule{
 		forbid: concat([]string{mod + "/core", mod + "/web", mod + "/plugins", mod + "/client"}, webStack, pluginStack),
 	},
 	{
+		name: "dashboard components: render API wire types, nothing of core, the store or the plugins",
+		pkgs: []string{mod + "/web/components/..."},
+		forbid: concat([]string{mod + "/core", mod + "/db", mod + "/plugins", mod + "/daemon", mod + "/client"},
+			storeStack, pluginStack, []string{"github.com/gofiber/", "github.com/valyala/fasthttp"}),
+	},
+	{
 		name: "CLI and client: none of the server (store, plugin host, HTTP server, services)",
 		pkgs: []string{mod + "/cmd/guestlink", mod + "/client/..."},
 		forbid: concat(server, webStack, storeStack, pluginStack,
@@ -155,6 +161,10 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"core", []string{mod + "/plugins/sdk/proto/backend/v1", mod + "/web", mod + "/plugins/sim/simvm", mod + "/daemon"},
 			[]string{mod + "/web", mod + "/plugins/sim/simvm", mod + "/daemon"}},
 		{"store", []string{mod + "/errdefs", mod + "/core/errdefs"}, []string{mod + "/core/errdefs"}},
+		{"dashboard components", []string{"github.com/a-h/templ", mod + "/api", mod + "/core/instance", mod + "/db", mod + "/plugins/sdk"},
+			[]string{mod + "/core/instance", mod + "/db", mod + "/plugins/sdk"}},
+		{"dashboard components", []string{mod + "/api", mod + "/web/components", "github.com/gofiber/fiber/v2", "gorm.io/gorm"},
+			[]string{"github.com/gofiber/fiber/v2", "gorm.io/gorm"}},
 	}
 	for _, tt := range tests {
 		r := byName(tt.rule)

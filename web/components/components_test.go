@@ -10,7 +10,7 @@ import (
 	"github.com/PuerkitoBio/goquery"
 	"github.com/a-h/templ"
 
-	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/api"
 )
 
 func render(t *testing.T, c templ.Component) *goquery.Document {
@@ -30,13 +30,13 @@ var now = time.Date(2026, 11, 22, 1, 0, 0, 0, time.UTC)
 
 func at(d time.Duration) *time.Time { t := now.Add(d); return &t }
 
-func inst(name, status string, agent instance.AgentState) *instance.Instance {
-	return &instance.Instance{Name: name, Status: status, Backend: "sim", Config: map[string]string{}, Agent: instance.AgentInfo{State: agent}}
+func inst(name, status string, agent string) *api.Instance {
+	return &api.Instance{Name: name, Status: status, Backend: "sim", Config: map[string]string{}, Agent: api.AgentInfo{State: agent}}
 }
 
-func rowOf(t *testing.T, i *instance.Instance) *goquery.Selection {
+func rowOf(t *testing.T, i *api.Instance) *goquery.Selection {
 	t.Helper()
-	doc := render(t, InstancesPage(InstancesData{Meta: Meta{Now: now}, Rows: []*instance.Instance{i}, Total: 1, Pages: 1, Filter: Filter{Sort: "name", Page: 1}}))
+	doc := render(t, InstancesPage(InstancesData{Meta: Meta{Now: now}, Rows: []*api.Instance{i}, Total: 1, Pages: 1, Filter: Filter{Sort: "name", Page: 1}}))
 	row := doc.Find(`[data-testid="instance-row"][data-name="` + i.Name + `"]`)
 	if row.Length() != 1 {
 		t.Fatalf("%d rows for %s", row.Length(), i.Name)
@@ -60,7 +60,7 @@ func TestStatusBadges(t *testing.T) {
 	classes := map[string]string{}
 	for _, tt := range tests {
 		t.Run(tt.status, func(t *testing.T) {
-			b := rowOf(t, inst("vm", tt.status, instance.AgentNone)).Find(`[data-testid="status-badge"]`)
+			b := rowOf(t, inst("vm", tt.status, api.AgentNone)).Find(`[data-testid="status-badge"]`)
 			if b.AttrOr("id", "") != "status-vm" || b.AttrOr("data-value", "") != tt.status {
 				t.Errorf("badge id=%q value=%q", b.AttrOr("id", ""), b.AttrOr("data-value", ""))
 			}
@@ -88,17 +88,17 @@ func TestAgentBadges(t *testing.T) {
 	tests := []struct {
 		name   string
 		status string
-		agent  instance.AgentState
+		agent  string
 		want   string
 		tone   Tone
 	}{
-		{"stopped instance", "Stopped", instance.AgentNone, "none expected", ToneIdle},
-		{"error instance", "Error", instance.AgentNone, "none expected", ToneIdle},
-		{"running without agent yet", "Running", instance.AgentNone, "starting", ToneWait},
-		{"agent started", "Running", instance.AgentStarted, "started", ToneWait},
-		{"connected", "Ready", instance.AgentConnected, "connected", ToneGood},
-		{"lost", "Running", instance.AgentLost, "lost", ToneBad},
-		{"agent stopped", "Running", instance.AgentStopped, "stopped", ToneIdle},
+		{"stopped instance", "Stopped", api.AgentNone, "none expected", ToneIdle},
+		{"error instance", "Error", api.AgentNone, "none expected", ToneIdle},
+		{"running without agent yet", "Running", api.AgentNone, "starting", ToneWait},
+		{"agent started", "Running", api.AgentStarted, "started", ToneWait},
+		{"connected", "Ready", api.AgentConnected, "connected", ToneGood},
+		{"lost", "Running", api.AgentLost, "lost", ToneBad},
+		{"agent stopped", "Running", api.AgentStopped, "stopped", ToneIdle},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,7 +130,7 @@ func TestRowTimes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			i := inst("vm", "Running", instance.AgentConnected)
+			i := inst("vm", "Running", api.AgentConnected)
 			i.StartedAt, i.ReadyAt, i.Agent.LastHeartbeat = tt.started, tt.ready, tt.heartbeat
 			row := rowOf(t, i)
 			if got := row.Find(`[data-testid="time-to-ready"]`).Text(); got != tt.ttr {
@@ -233,9 +233,9 @@ func TestOutcomes(t *testing.T) {
 }
 
 func TestAccessibleMarkup(t *testing.T) {
-	i := inst("web1", "Ready", instance.AgentConnected)
+	i := inst("web1", "Ready", api.AgentConnected)
 	pages := map[string]*goquery.Document{
-		"instances": render(t, InstancesPage(InstancesData{Rows: []*instance.Instance{i}, Pages: 1, Filter: Filter{Sort: "name", Page: 1}, Meta: Meta{Active: "instances", Who: "session/abcd1234"}})),
+		"instances": render(t, InstancesPage(InstancesData{Rows: []*api.Instance{i}, Pages: 1, Filter: Filter{Sort: "name", Page: 1}, Meta: Meta{Active: "instances", Who: "session/abcd1234"}})),
 		"instance":  render(t, InstancePage(InstanceData{Inst: i, Meta: Meta{Active: "instances", Who: "session/abcd1234"}})),
 		"overview":  render(t, OverviewPage(OverviewData{Meta: Meta{Active: "overview", Who: "session/abcd1234"}})),
 	}
@@ -340,7 +340,7 @@ func TestLoginPage(t *testing.T) {
 }
 
 func TestLiveFragments(t *testing.T) {
-	i := inst("web1", "Ready", instance.AgentConnected)
+	i := inst("web1", "Ready", api.AgentConnected)
 	tests := []struct {
 		name, sel, oob string
 		c              templ.Component

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/api"
 )
 
 // Tone is the colour family of a badge.
@@ -54,16 +54,16 @@ func StatusBadge(status string) Badge {
 
 // AgentBadge returns the badge of an instance's agent: "none expected" while
 // the instance does not run, "starting" while it runs and no agent spoke yet.
-func AgentBadge(inst *instance.Instance) Badge {
+func AgentBadge(inst *api.Instance) Badge {
 	running := inst.Status == "Running" || inst.Status == "Ready"
 	switch inst.Agent.State {
-	case instance.AgentConnected:
+	case api.AgentConnected:
 		return Badge{"connected", ToneGood, "The agent reached the daemon over the guest link"}
-	case instance.AgentStarted:
+	case api.AgentStarted:
 		return Badge{"started", ToneWait, "The agent runs and is waiting for the daemon's advertisement"}
-	case instance.AgentStopped:
+	case api.AgentStopped:
 		return Badge{"stopped", ToneIdle, "The agent stopped cleanly"}
-	case instance.AgentLost:
+	case api.AgentLost:
 		return Badge{"lost", ToneBad, "No heartbeat from the agent for three periods"}
 	}
 	if running {
@@ -132,7 +132,7 @@ func Duration(d time.Duration) string {
 }
 
 // TimeToReady returns how long the current boot took to become Ready, or "—".
-func TimeToReady(inst *instance.Instance) string {
+func TimeToReady(inst *api.Instance) string {
 	if inst.StartedAt == nil || inst.ReadyAt == nil || inst.ReadyAt.Before(*inst.StartedAt) {
 		return "—"
 	}

@@ -9,7 +9,7 @@ import "github.com/a-h/templ"
 import templruntime "github.com/a-h/templ/runtime"
 
 import (
-	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/api"
 	"strconv"
 )
 
@@ -342,7 +342,7 @@ func InstancePage(d InstanceData) templ.Component {
 }
 
 // InstanceBadges renders the badges at the top of an instance page.
-func InstanceBadges(inst *instance.Instance, m Meta, oob bool) templ.Component {
+func InstanceBadges(inst *api.Instance, m Meta, oob bool) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {

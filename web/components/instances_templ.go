@@ -9,7 +9,7 @@ import "github.com/a-h/templ"
 import templruntime "github.com/a-h/templ/runtime"
 
 import (
-	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/api"
 	"strconv"
 )
 
@@ -447,7 +447,7 @@ func actionButton(action, label, testid string) templ.Component {
 
 // InstanceRow is one row of the instances table. With oob it is rendered
 // for a live update: htmx swaps it in place of the row with the same id.
-func InstanceRow(inst *instance.Instance, m Meta, oob bool) templ.Component {
+func InstanceRow(inst *api.Instance, m Meta, oob bool) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {
@@ -788,7 +788,7 @@ func pager(d InstancesData) templ.Component {
 }
 
 // RowAdded appends a new instance's row to the table by a live update.
-func RowAdded(inst *instance.Instance, m Meta) templ.Component {
+func RowAdded(inst *api.Instance, m Meta) templ.Component {
 	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
 		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
 		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {

@@ -3,7 +3,7 @@ package components
 import (
 	"time"
 
-	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/api"
 )
 
 // Meta is what every page needs: its title, the active navigation entry, the
@@ -80,7 +80,7 @@ type Outcome struct {
 // InstancesData is the instances page's data.
 type InstancesData struct {
 	Meta
-	Rows     []*instance.Instance
+	Rows     []*api.Instance
 	Filter   Filter
 	Total    int // matching instances, all pages
 	Pages    int
@@ -113,7 +113,7 @@ type TimelineItem struct {
 // InstanceData is the instance page's data.
 type InstanceData struct {
 	Meta
-	Inst     *instance.Instance
+	Inst     *api.Instance
 	Timeline []TimelineItem // newest first
 	Outcomes []Outcome
 }

@@ -1,18 +1,16 @@
-package api
+package instance
 
-import (
-	wire "github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/instance"
-)
+import wire "github.com/guestlink/guestlink/api"
 
-// The API answers in the wire types of package api, which import nothing of
-// the server; these functions convert the instance service's views into
-// them. The JSON must stay what encoding/json made of the service's types
-// (TestWireInstanceMatchesServiceJSON guards it).
+// The admin API and the dashboard answer in the wire types of package api,
+// which import nothing of the server; these functions convert the service's
+// views into them, so both edges share one conversion. The JSON must stay
+// what encoding/json made of the service's types
+// (core/api's TestWireInstanceMatchesServiceJSON guards it).
 
-// instanceOf returns the API object of inst with the timeline summary tl
+// WireInstance returns the API object of inst with the timeline summary tl
 // (nil: none). The maps are shared with inst, not copied.
-func instanceOf(inst *instance.Instance, tl []instance.TimelineEntry) wire.Instance {
+func WireInstance(inst *Instance, tl []TimelineEntry) wire.Instance {
 	return wire.Instance{
 		Name:         inst.Name,
 		UUID:         inst.UUID,
@@ -26,20 +24,20 @@ func instanceOf(inst *instance.Instance, tl []instance.TimelineEntry) wire.Insta
 		StartedAt:    inst.StartedAt,
 		ReadyAt:      inst.ReadyAt,
 		Link:         inst.Link,
-		Agent:        agentOf(inst.Agent),
+		Agent:        wireAgent(inst.Agent),
 		DevlxdSocket: inst.DevlxdSocket,
 		Details:      inst.Details,
-		Timeline:     timelineOf(tl),
+		Timeline:     WireTimeline(tl),
 	}
 }
 
-// agentOf returns the API form of an instance's agent part.
-func agentOf(a instance.AgentInfo) wire.AgentInfo {
+// wireAgent returns the API form of an instance's agent part.
+func wireAgent(a AgentInfo) wire.AgentInfo {
 	return wire.AgentInfo{State: string(a.State), LastHeartbeat: a.LastHeartbeat, Since: a.Since}
 }
 
-// stateOf returns the state part of an instance view.
-func stateOf(inst *instance.Instance) wire.InstanceState {
+// WireState returns the API form of the state part of inst.
+func WireState(inst *Instance) wire.InstanceState {
 	return wire.InstanceState{
 		Status:     inst.Status,
 		StatusCode: inst.StatusCode,
@@ -48,13 +46,13 @@ func stateOf(inst *instance.Instance) wire.InstanceState {
 		StartedAt:  inst.StartedAt,
 		ReadyAt:    inst.ReadyAt,
 		Link:       inst.Link,
-		Agent:      agentOf(inst.Agent),
+		Agent:      wireAgent(inst.Agent),
 	}
 }
 
-// timelineOf returns the API form of timeline entries; nil stays nil and
+// WireTimeline returns the API form of timeline entries; nil stays nil and
 // empty stays empty.
-func timelineOf(tl []instance.TimelineEntry) []wire.TimelineEntry {
+func WireTimeline(tl []TimelineEntry) []wire.TimelineEntry {
 	if tl == nil {
 		return nil
 	}

@@ -1,0 +1,168 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/agent/devlxdclient"
+	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/client"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/internal/testwait"
+)
+
+// Guest-link benchmarks: devlxd requests through the agent and agent state
+// changes as lifecycle events.
+
+// BenchmarkGuestLinkGet measures GET /1.0 as a guest sees it, with the real
+// daemon and real sim guests running the real agent: through the agent's
+// /dev/lxd/sock (kept-alive TLS upstream, and the agent's --tls-per-request
+// mode), and the same request sent straight to the daemon's devlxd handlers
+// on the guest's hybrid link socket with the guest's agent certificate (the
+// agent's own request path, without the agent). Each iteration sends one
+// request on every path, interleaved, so machine load hits them alike.
+func BenchmarkGuestLinkGet(b *testing.B) {
+	bin := benchBinaries(b)
+	d := benchStartDaemon(b, bin, benchNewStateDir(b))
+	ctx := context.Background()
+	for name, cmd := range map[string]string{
+		"agent":      "",
+		"agent-ptls": `exec "$GUESTLINK_AGENT" run --tls-per-request`,
+	} {
+		cfg := map[string]string{}
+		if cmd != "" {
+			cfg["sim.command"] = cmd
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		_, err := d.Client.Create(cctx, api.InstancesPost{Name: name, Backend: "sim", Config: cfg, Start: true})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	connected := func(i *api.Instance) bool { return i.Agent.State == api.AgentConnected }
+	reuse := benchWaitInstance(b, d.Client, "agent", "connected agent", connected)
+	perReq := benchWaitInstance(b, d.Client, "agent-ptls", "connected agent", connected)
+
+	direct, err := benchNewAgentPlayer("agent", reuse.Details["guest_dir"], false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Close()
+	directPTLS, err := benchNewAgentPlayer("agent", reuse.Details["guest_dir"], true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer directPTLS.Close()
+	viaAgent := devlxdclient.New(reuse.DevlxdSocket)
+	viaAgentPTLS := devlxdclient.New(perReq.DevlxdSocket)
+
+	paths := []struct {
+		name string
+		lat  benchLatency
+		get  func() error
+	}{
+		{name: "agent", get: func() error { _, err := devlxdclient.Get(ctx, viaAgent, "/1.0"); return err }},
+		{name: "agent-tls-per-request", get: func() error { _, err := devlxdclient.Get(ctx, viaAgentPTLS, "/1.0"); return err }},
+		{name: "direct", get: func() error { return direct.Get(ctx, "/1.0") }},
+		{name: "direct-tls-per-request", get: func() error { return directPTLS.Get(ctx, "/1.0") }},
+	}
+	// The agent answers /dev/lxd/sock only once it has confirmed the daemon.
+	for i := range paths {
+		var err error
+		if !testwait.Until(time.Minute, func() bool { err = paths[i].get(); return err == nil }) {
+			b.Fatalf("warm-up of %s: %v", paths[i].name, err)
+		}
+	}
+	for b.Loop() {
+		for i := range paths {
+			start := time.Now()
+			if err := paths[i].get(); err != nil {
+				b.Fatalf("GET /1.0 via %s: %v", paths[i].name, err)
+			}
+			paths[i].lat.Add(time.Since(start))
+		}
+	}
+	for i := range paths {
+		paths[i].lat.Report(b, paths[i].name+"-", time.Microsecond)
+	}
+	ratio := func(a, c *benchLatency, p float64) float64 {
+		return float64(a.Percentile(p)) / float64(c.Percentile(p))
+	}
+	b.ReportMetric(ratio(&paths[0].lat, &paths[2].lat, 50), "agent/direct-median-x")
+	b.ReportMetric(ratio(&paths[0].lat, &paths[2].lat, 99), "agent/direct-p99-x")
+	b.ReportMetric(ratio(&paths[1].lat, &paths[0].lat, 50), "tls-per-request/agent-median-x")
+}
+
+// benchWaitAction reads evc until a lifecycle event with action for the
+// instance arrives, and returns when it was received.
+func benchWaitAction(evc <-chan api.Event, errc <-chan error, name, action string) (time.Time, error) {
+	timeout := time.NewTimer(time.Minute)
+	defer timeout.Stop()
+	for {
+		select {
+		case ev, ok := <-evc:
+			if !ok {
+				return time.Time{}, fmt.Errorf("event stream ended: %v", <-errc)
+			}
+			now := time.Now()
+			if ev.Instance != name {
+				continue
+			}
+			if lc, err := ev.Lifecycle(); err == nil && lc.Action == action {
+				return now, nil
+			}
+		case <-timeout.C:
+			return time.Time{}, fmt.Errorf("no %s event for %q within a minute", action, name)
+		}
+	}
+}
+
+// BenchmarkAgentStateEvent measures an agent state change as the admin
+// event stream shows it: a ring word written into a running sim guest's
+// serial port (as the agent writes it) until the matching
+// instance-agent-started / instance-agent-stopped event arrives on the
+// events websocket. Words alternate so that each one is a change.
+func BenchmarkAgentStateEvent(b *testing.B) {
+	bin := benchBinaries(b)
+	d := benchStartDaemon(b, bin, benchNewStateDir(b))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const name = "words"
+	cctx, ccancel := context.WithTimeout(ctx, 2*time.Minute)
+	_, err := d.Client.Create(cctx, api.InstancesPost{Name: name, Backend: "sim",
+		Config: map[string]string{"sim.command": benchSleepCommand}, Start: true})
+	ccancel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	inst := benchWaitInstance(b, d.Client, name, "guest directory", func(i *api.Instance) bool { return i.Details["guest_dir"] != "" })
+	player, err := benchNewAgentPlayer(name, inst.Details["guest_dir"], false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer player.Close()
+	evc, errc := d.Client.Events(ctx, client.EventFilter{Types: []string{events.TypeLifecycle}, Instances: []string{name}})
+	words := []struct{ word, action string }{
+		{"STARTED", events.InstanceAgentStarted},
+		{"STOPPED", events.InstanceAgentStopped},
+	}
+	var lat benchLatency
+	i := 0
+	for b.Loop() {
+		w := words[i%2]
+		i++
+		start := time.Now()
+		if err := player.WriteWord(w.word); err != nil {
+			b.Fatal(err)
+		}
+		got, err := benchWaitAction(evc, errc, name, w.action)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat.Add(got.Sub(start))
+	}
+	lat.Report(b, "", time.Millisecond)
+}
