@@ -136,7 +136,10 @@ func (d *benchDaemon) start() (time.Duration, error) {
 	}
 	d.Socket = filepath.Join(d.StateDir, "guestlink.sock")
 	cmd := exec.Command(filepath.Join(d.bin, "guestlinkd"), "--state-dir", d.StateDir,
-		"--plugin-dir", filepath.Join(d.bin, "plugins"), "--log-level", "warn")
+		"--plugin-dir", filepath.Join(d.bin, "plugins"), "--log-level", "warn",
+		// The benchmarks measure latency at rates above a guest's default
+		// budgets (which TestRingFlood and the storm tests cover).
+		"--guest-state-changes", "100000", "--guest-ring-lines", "100000", "--guest-ring-bytes", "100000000")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	began := time.Now()
 	if err := cmd.Start(); err != nil {

@@ -64,6 +64,10 @@ type Config struct {
 	// RingLinesPerSecond; zero takes agentmon's defaults, 4096 and 20).
 	GuestRingBytes float64
 	GuestRingLines float64
+	// GuestStateChanges is each guest's budget of agent and Ready state
+	// changes per second, across devlxd and ring words (bursts of twice
+	// that; zero takes statebudget's defaults, 10 and 20).
+	GuestStateChanges float64
 	// APILimits bound the admin API's concurrent requests (zero: defaults).
 	APILimits api.Limits
 }
@@ -174,7 +178,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	})
 	late := &lateInstances{}
 	// One state-change budget per guest across devlxd and ring words.
-	stateBudget := statebudget.New(0, 0)
+	stateBudget := statebudget.New(cfg.GuestStateChanges, int(2*cfg.GuestStateChanges))
 	d.monitor, err = agentmon.New(agentmon.Config{
 		Instances:   late,
 		Certs:       certs,

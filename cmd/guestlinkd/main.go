@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/guestlink/guestlink/core/agentmon"
+	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/daemon"
 )
 
@@ -35,6 +36,7 @@ func main() {
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	flag.Float64Var(&cfg.GuestRingBytes, "guest-ring-bytes", agentmon.DefaultRingBytesPerSecond, "ring-buffer bytes read per second from each guest; a guest writing more is throttled")
 	flag.Float64Var(&cfg.GuestRingLines, "guest-ring-lines", agentmon.DefaultRingLinesPerSecond, "ring-buffer lines read per second from each guest; a guest writing more is throttled")
+	flag.Float64Var(&cfg.GuestStateChanges, "guest-state-changes", statebudget.DefaultRate, "agent and Ready state changes per second from each guest (devlxd and ring words together; bursts of twice that); more are held back, the last one applied")
 	flag.IntVar(&cfg.APILimits.MaxInFlight, "api-max-requests", 0, "admin API requests served at once, more wait briefly then get 503 (default 8 x GOMAXPROCS)")
 	flag.IntVar(&cfg.APILimits.MaxLists, "api-max-lists", 0, "instance lists served at once, apart from the other requests (default 2 x GOMAXPROCS)")
 	flag.Parse()
