@@ -14,10 +14,24 @@ done
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 # Fresh package lists also matter when nothing is missing: the guest image
 # downloads the current cloud kernel, and Debian drops superseded versions.
-$SUDO apt-get update -qq
+# apt waits for a lock another apt holds (a fresh machine's daily update,
+# a second checkout installing at the same time) instead of failing.
+apt_opts=(-o DPkg::Lock::Timeout=600)
+apt_retry() {
+  local i
+  for i in $(seq 1 60); do
+    "$@" && return 0
+    pgrep -x 'apt-get|apt|dpkg|unattended-upgr' >/dev/null || return 1
+    echo "install-deps: apt is busy (another apt runs); retrying in 10 s" >&2
+    sleep 10
+  done
+  return 1
+}
+apt_retry $SUDO apt-get "${apt_opts[@]}" update -qq
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "install-deps: apt-get install ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  export DEBIAN_FRONTEND=noninteractive
+  apt_retry $SUDO apt-get "${apt_opts[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 if [ -f package-lock.json ] && [ ! -d node_modules/playwright-core ]; then
