@@ -72,8 +72,11 @@ for d in /proc/[0-9]*; do
   exe=$(readlink "$d/exe" 2>/dev/null || true)
   cmdline=$( { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null || true)
   ours=""
-  if { tr '\0' '\n' <"$d/environ"; } 2>/dev/null | grep -qx "GLTEST_RUN_ID=$run_id"; then
+  env_id=$( { tr '\0' '\n' <"$d/environ"; } 2>/dev/null | sed -n 's/^GLTEST_RUN_ID=//p' | head -n1)
+  if [ "$env_id" = "$run_id" ]; then
     ours=env
+  elif [ -n "$env_id" ]; then
+    ours="" # another run's process (a second checkout testing at the same time)
   elif [[ "$exe" == "$root/bin/"* || "$cmdline" == *"$root/bin/"* ]]; then
     ours=path
   elif [ "${CI:-}" = true ]; then
