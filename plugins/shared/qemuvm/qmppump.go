@@ -17,6 +17,12 @@ func (b *Backend) pump(h *handle, v *vm, c *qmp.Client) {
 	for _, p := range h.Layout.ports(h.Link == sdk.LinkSerial) {
 		names[p.id] = p.name
 	}
+	// exitedAt is when QEMU went: its SHUTDOWN event's own timestamp, else
+	// when the connection closed. The exit is reported only once the process
+	// is gone (below), which can be after the daemon has started the guest
+	// again (a stateful stop, then a start); the daemon tells a stale exit
+	// by this time, so it must not be the time of the report.
+	var exitedAt time.Time
 	for ev := range c.Events() {
 		switch ev.Name {
 		case "VSERPORT_CHANGE":
@@ -44,7 +50,13 @@ func (b *Backend) pump(h *handle, v *vm, c *qmp.Client) {
 			v.mu.Lock()
 			v.reason = d.Reason
 			v.mu.Unlock()
+			if !ev.Time.IsZero() {
+				exitedAt = ev.Time
+			}
 		}
+	}
+	if exitedAt.IsZero() {
+		exitedAt = time.Now()
 	}
 	// The connection closed: QEMU exited, or (rarely) the socket broke.
 	if !waitGone(h, v, 10*time.Second) {
@@ -65,7 +77,7 @@ func (b *Backend) pump(h *handle, v *vm, c *qmp.Client) {
 		reason = "qemu exited"
 	}
 	b.log.Info("guest exited", "name", h.Name, "pid", h.PID, "reason", reason)
-	b.events.Emit(sdk.Event{UUID: h.UUID, Kind: sdk.EventExited, Detail: reason, Time: time.Now()})
+	b.events.Emit(sdk.Event{UUID: h.UUID, Kind: sdk.EventExited, Detail: reason, Time: exitedAt})
 }
 
 // ensureQMP returns the guest's QMP connection, connecting if needed.
