@@ -1,0 +1,176 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-gormigrate/gormigrate/v2"
+	"gorm.io/gorm"
+)
+
+// Snapshot is one snapshot of an instance as stored: what the daemon keeps
+// (config with volatile keys, devices, the Ready flag and whether the
+// guest ran) and the facts its backend reported. The backend keeps the
+// snapshot's files (disk copies, memory state) under the guest it owns.
+type Snapshot struct {
+	ID         int64                        `gorm:"primaryKey"`
+	InstanceID int64                        `gorm:"uniqueIndex:idx_snapshots_instance_name,priority:1;not null"`
+	Name       string                       `gorm:"uniqueIndex:idx_snapshots_instance_name,priority:2;size:63;not null"`
+	CreatedAt  time.Time                    `gorm:"not null"`
+	Stateful   bool                         `gorm:"not null;default:false"`
+	Running    bool                         `gorm:"not null;default:false"` // the guest ran when it was taken
+	Ready      bool                         `gorm:"not null;default:false"` // the guest was Ready when it was taken
+	Backend    string                       `gorm:"size:64;not null"`       // the backend that took it
+	Config     map[string]string            `gorm:"serializer:json;not null"`
+	Devices    map[string]map[string]string `gorm:"serializer:json;not null"`
+	DiskBytes  int64                        `gorm:"not null;default:0"`
+	StateBytes int64                        `gorm:"not null;default:0"`
+	Details    map[string]string            `gorm:"serializer:json;not null"` // backend facts: "layout", "ring_port"
+}
+
+// SnapshotStore keeps instances' snapshots. The Store returned by Open
+// implements it. Deleting an instance deletes its snapshots (foreign key,
+// ON DELETE CASCADE).
+type SnapshotStore interface {
+	// CreateSnapshot stores s (sets s.ID); ErrAlreadyExists if the
+	// instance has a snapshot of that name.
+	CreateSnapshot(ctx context.Context, s *Snapshot) error
+	// Snapshots lists an instance's snapshots, oldest first.
+	Snapshots(ctx context.Context, instanceID int64) ([]*Snapshot, error)
+	// Snapshot returns the instance's snapshot called name.
+	Snapshot(ctx context.Context, instanceID int64, name string) (*Snapshot, error)
+	// RenameSnapshot renames a snapshot; ErrNotFound, ErrAlreadyExists.
+	RenameSnapshot(ctx context.Context, instanceID int64, oldName, newName string) error
+	// DeleteSnapshot deletes a snapshot; ErrNotFound if there is none.
+	DeleteSnapshot(ctx context.Context, instanceID int64, name string) error
+}
+
+var _ SnapshotStore = (*sqlStore)(nil)
+
+// migrationSnapshots creates the snapshots table (issue 16).
+func migrationSnapshots() *gormigrate.Migration {
+	return &gormigrate.Migration{
+		ID: "202611240501_snapshots",
+		Migrate: func(tx *gorm.DB) error {
+			// Frozen copies of the models as of this migration.
+			type instance struct {
+				ID int64 `gorm:"primaryKey"`
+			}
+			type snapshot struct {
+				ID         int64     `gorm:"primaryKey"`
+				InstanceID int64     `gorm:"uniqueIndex:idx_snapshots_instance_name,priority:1;not null"`
+				Instance   *instance `gorm:"foreignKey:InstanceID;constraint:fk_snapshots_instance,OnDelete:CASCADE"`
+				Name       string    `gorm:"uniqueIndex:idx_snapshots_instance_name,priority:2;size:63;not null"`
+				CreatedAt  time.Time `gorm:"not null"`
+				Stateful   bool      `gorm:"not null;default:false"`
+				Running    bool      `gorm:"not null;default:false"`
+				Ready      bool      `gorm:"not null;default:false"`
+				Backend    string    `gorm:"size:64;not null"`
+				Config     string    `gorm:"type:text;not null"`
+				Devices    string    `gorm:"type:text;not null"`
+				DiskBytes  int64     `gorm:"not null;default:0"`
+				StateBytes int64     `gorm:"not null;default:0"`
+				Details    string    `gorm:"type:text;not null"`
+			}
+			if err := tx.Migrator().CreateTable(&snapshot{}); err != nil {
+				return fmt.Errorf("creating table snapshots: %w", err)
+			}
+			return nil
+		},
+		Rollback: func(tx *gorm.DB) error {
+			return tx.Migrator().DropTable("snapshots")
+		},
+	}
+}
+
+// CreateSnapshot stores s.
+func (s *sqlStore) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
+	if sn == nil || sn.InstanceID == 0 || sn.Name == "" {
+		return fmt.Errorf("creating snapshot: no instance or name: %w", ErrInvalid)
+	}
+	if sn.Config == nil {
+		sn.Config = map[string]string{}
+	}
+	if sn.Devices == nil {
+		sn.Devices = map[string]map[string]string{}
+	}
+	if sn.Details == nil {
+		sn.Details = map[string]string{}
+	}
+	if sn.CreatedAt.IsZero() {
+		sn.CreatedAt = now()
+	}
+	sn.CreatedAt = sn.CreatedAt.UTC()
+	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
+		sn.ID = 0
+		return tx.Create(sn).Error
+	})
+	if err != nil {
+		sn.ID = 0
+		return fmt.Errorf("creating snapshot %q: %w", sn.Name, translate(err))
+	}
+	return nil
+}
+
+// Snapshots lists the instance's snapshots, oldest first.
+func (s *sqlStore) Snapshots(ctx context.Context, instanceID int64) ([]*Snapshot, error) {
+	var out []*Snapshot
+	rd, err := s.reader(ctx)
+	if err == nil {
+		err = rd.Where("instance_id = ?", instanceID).Order("created_at, id").Find(&out).Error
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing snapshots: %w", translate(err))
+	}
+	return out, nil
+}
+
+// Snapshot returns one snapshot.
+func (s *sqlStore) Snapshot(ctx context.Context, instanceID int64, name string) (*Snapshot, error) {
+	var sn Snapshot
+	rd, err := s.reader(ctx)
+	if err == nil {
+		err = rd.Where("instance_id = ? AND name = ?", instanceID, name).Take(&sn).Error
+	}
+	if err != nil {
+		return nil, fmt.Errorf("getting snapshot %q: %w", name, translate(err))
+	}
+	return &sn, nil
+}
+
+// RenameSnapshot renames a snapshot.
+func (s *sqlStore) RenameSnapshot(ctx context.Context, instanceID int64, oldName, newName string) error {
+	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
+		res := tx.Model(&Snapshot{}).Where("instance_id = ? AND name = ?", instanceID, oldName).Update("name", newName)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return gorm.ErrRecordNotFound
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("renaming snapshot %q to %q: %w", oldName, newName, translate(err))
+	}
+	return nil
+}
+
+// DeleteSnapshot deletes a snapshot.
+func (s *sqlStore) DeleteSnapshot(ctx context.Context, instanceID int64, name string) error {
+	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
+		res := tx.Where("instance_id = ? AND name = ?", instanceID, name).Delete(&Snapshot{})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return gorm.ErrRecordNotFound
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("deleting snapshot %q: %w", name, translate(err))
+	}
+	return nil
+}
