@@ -15,7 +15,11 @@ type grpcClient struct {
 	c backendv1.BackendClient
 }
 
-var _ Backend = (*grpcClient)(nil)
+var (
+	_ Backend     = (*grpcClient)(nil)
+	_ Snapshotter = (*grpcClient)(nil)
+	_ Adopter     = (*grpcClient)(nil)
+)
 
 // NewGRPCBackend returns a Backend that calls the plugin service c. Launch
 // uses it; it is exported for tests that serve a Backend in-process.
@@ -153,4 +157,44 @@ func msDuration(ms int64) time.Duration {
 		return time.Duration(math.MaxInt64)
 	}
 	return time.Duration(ms) * time.Millisecond
+}
+
+// SnapshotCreate calls the plugin; one built without snapshots answers
+// ErrNotSupported.
+func (g *grpcClient) SnapshotCreate(ctx context.Context, h Handle, name string, stateful bool) (*SnapshotInfo, error) {
+	resp, err := g.c.SnapshotCreate(ctx, &backendv1.SnapshotCreateRequest{Handle: h, Snapshot: name, Stateful: stateful})
+	if err != nil {
+		return nil, fromStatus(ctx, err)
+	}
+	return snapshotInfoFromProto(resp.GetInfo()), nil
+}
+
+// SnapshotRestore calls the plugin.
+func (g *grpcClient) SnapshotRestore(ctx context.Context, h Handle, name string, opts RestoreOptions) error {
+	_, err := g.c.SnapshotRestore(ctx, &backendv1.SnapshotRestoreRequest{Handle: h, Snapshot: name, Stateful: opts.Stateful, CheckOnly: opts.CheckOnly})
+	return fromStatus(ctx, err)
+}
+
+// SnapshotDelete calls the plugin.
+func (g *grpcClient) SnapshotDelete(ctx context.Context, h Handle, name string) error {
+	_, err := g.c.SnapshotDelete(ctx, &backendv1.SnapshotDeleteRequest{Handle: h, Snapshot: name})
+	return fromStatus(ctx, err)
+}
+
+// SnapshotRename calls the plugin.
+func (g *grpcClient) SnapshotRename(ctx context.Context, h Handle, oldName, newName string) error {
+	_, err := g.c.SnapshotRename(ctx, &backendv1.SnapshotRenameRequest{Handle: h, Snapshot: oldName, NewName: newName})
+	return fromStatus(ctx, err)
+}
+
+// Adopt calls the plugin.
+func (g *grpcClient) Adopt(ctx context.Context, h Handle, from string, spec *GuestSpec) (Handle, error) {
+	if spec == nil {
+		return nil, errNilSpec("adopting guest")
+	}
+	resp, err := g.c.Adopt(ctx, &backendv1.AdoptRequest{Handle: h, FromBackend: from, Spec: specToProto(spec)})
+	if err != nil {
+		return nil, fromStatus(ctx, err)
+	}
+	return resp.GetHandle(), nil
 }

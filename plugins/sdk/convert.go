@@ -194,3 +194,14 @@ func copyMap(m map[string]string) map[string]string {
 	}
 	return c
 }
+
+func snapshotInfoToProto(i *SnapshotInfo) *backendv1.SnapshotInfo {
+	if i == nil {
+		return &backendv1.SnapshotInfo{}
+	}
+	return &backendv1.SnapshotInfo{DiskBytes: i.DiskBytes, StateBytes: i.StateBytes, Details: copyMap(i.Details)}
+}
+
+func snapshotInfoFromProto(p *backendv1.SnapshotInfo) *SnapshotInfo {
+	return &SnapshotInfo{DiskBytes: p.GetDiskBytes(), StateBytes: p.GetStateBytes(), Details: copyMap(p.GetDetails())}
+}

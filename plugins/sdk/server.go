@@ -154,6 +154,76 @@ func (s *grpcServer) Recover(ctx context.Context, req *backendv1.RecoverRequest)
 	return &backendv1.RecoverResponse{Handle: h, State: stateToProto(st)}, nil
 }
 
+// snapshotter returns the backend's Snapshotter or the Unimplemented
+// status a backend without snapshots answers.
+func (s *grpcServer) snapshotter() (Snapshotter, error) {
+	if sn, ok := s.impl.(Snapshotter); ok {
+		return sn, nil
+	}
+	return nil, status.Error(codes.Unimplemented, "this backend takes no snapshots (it does not implement "+string(CapSnapshot)+"): not supported")
+}
+
+func (s *grpcServer) SnapshotCreate(ctx context.Context, req *backendv1.SnapshotCreateRequest) (*backendv1.SnapshotCreateResponse, error) {
+	sn, err := s.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	info, err := sn.SnapshotCreate(ctx, Handle(req.GetHandle()), req.GetSnapshot(), req.GetStateful())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.SnapshotCreateResponse{Info: snapshotInfoToProto(info)}, nil
+}
+
+func (s *grpcServer) SnapshotRestore(ctx context.Context, req *backendv1.SnapshotRestoreRequest) (*backendv1.SnapshotRestoreResponse, error) {
+	sn, err := s.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	opts := RestoreOptions{Stateful: req.GetStateful(), CheckOnly: req.GetCheckOnly()}
+	if err := sn.SnapshotRestore(ctx, Handle(req.GetHandle()), req.GetSnapshot(), opts); err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.SnapshotRestoreResponse{}, nil
+}
+
+func (s *grpcServer) SnapshotDelete(ctx context.Context, req *backendv1.SnapshotDeleteRequest) (*backendv1.SnapshotDeleteResponse, error) {
+	sn, err := s.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	if err := sn.SnapshotDelete(ctx, Handle(req.GetHandle()), req.GetSnapshot()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.SnapshotDeleteResponse{}, nil
+}
+
+func (s *grpcServer) SnapshotRename(ctx context.Context, req *backendv1.SnapshotRenameRequest) (*backendv1.SnapshotRenameResponse, error) {
+	sn, err := s.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	if err := sn.SnapshotRename(ctx, Handle(req.GetHandle()), req.GetSnapshot(), req.GetNewName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.SnapshotRenameResponse{}, nil
+}
+
+func (s *grpcServer) Adopt(ctx context.Context, req *backendv1.AdoptRequest) (*backendv1.AdoptResponse, error) {
+	a, ok := s.impl.(Adopter)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this backend takes no guests of other backends (it does not implement "+string(CapMove)+"): not supported")
+	}
+	if req.GetSpec() == nil {
+		return nil, errMissingSpec()
+	}
+	h, err := a.Adopt(ctx, Handle(req.GetHandle()), req.GetFromBackend(), specFromProto(req.GetSpec()))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.AdoptResponse{Handle: h}, nil
+}
+
 // recoverUnary turns a panic in a Backend method into a codes.Internal error
 // (logged with its stack) instead of killing the plugin process and every
 // call in flight with it.

@@ -134,7 +134,8 @@ func New(opts Options) (*Backend, error) {
 
 // Info describes the backend.
 func (b *Backend) Info(context.Context) (*sdk.Info, error) {
-	caps := []sdk.Capability{sdk.CapStateful, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover}
+	caps := []sdk.Capability{sdk.CapStateful, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
+		sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove}
 	if b.caps.VhostVsock {
 		caps = append(caps, sdk.CapLinkVsock)
 	}

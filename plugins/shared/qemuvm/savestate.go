@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -44,10 +45,19 @@ var ErrLayoutMismatch = errors.New("saved state has another serial port layout")
 
 // saveState pauses the guest and migrates its state to the guest's state file.
 func (b *Backend) saveState(ctx context.Context, h *handle, c *qmp.Client) error {
+	return b.saveStateTo(ctx, h, c, h.Dir)
+}
+
+// saveStateTo pauses the guest and migrates its state to dir's state file
+// (with its description); the guest stays paused.
+func (b *Backend) saveStateTo(ctx context.Context, h *handle, c *qmp.Client, dir string) error {
 	if err := c.Execute(ctx, "stop", nil, nil); err != nil {
 		return err
 	}
-	tmp := filepath.Join(h.Dir, stateFile+".tmp")
+	if strings.ContainsAny(dir, "'\x00\n") {
+		return fmt.Errorf("saving state: %w: unusable directory %q", sdk.ErrInvalid, dir)
+	}
+	tmp := filepath.Join(dir, stateFile+".tmp")
 	os.Remove(tmp)
 	if err := c.Execute(ctx, "migrate", map[string]any{"uri": "exec:cat > '" + tmp + "'"}, nil); err != nil {
 		return err
@@ -78,10 +88,10 @@ func (b *Backend) saveState(ctx context.Context, h *handle, c *qmp.Client) error
 			}
 			meta := stateMetaDoc{Layout: h.Layout, Link: h.Link, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Accel: h.Accel, Saved: time.Now().UTC()}
 			mb, _ := json.Marshal(meta)
-			if err := os.Rename(tmp, filepath.Join(h.Dir, stateFile)); err != nil {
+			if err := os.Rename(tmp, filepath.Join(dir, stateFile)); err != nil {
 				return err
 			}
-			return os.WriteFile(filepath.Join(h.Dir, stateMeta), mb, 0o600)
+			return os.WriteFile(filepath.Join(dir, stateMeta), mb, 0o600)
 		case "failed", "cancelled":
 			return fmt.Errorf("saving state: migration %s: %s", st.Status, st.ErrorDesc)
 		}

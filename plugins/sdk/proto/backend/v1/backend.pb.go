@@ -180,7 +180,8 @@ type InfoResponse struct {
 	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	// Capabilities: "stateful", "link-hybrid", "link-vsock", "link-serial",
-	// "ring-buffer", "recover".
+	// "ring-buffer", "recover", "snapshot.v1", "snapshot.stateful.v1",
+	// "move.v1".
 	Capabilities []string `protobuf:"bytes,3,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// Config keys (prefix) this backend understands, e.g. "sim." or "qemu.".
 	ConfigPrefixes []string `protobuf:"bytes,4,rep,name=config_prefixes,json=configPrefixes,proto3" json:"config_prefixes,omitempty"`
@@ -1406,6 +1407,564 @@ func (x *RecoverResponse) GetState() *GuestState {
 	return nil
 }
 
+type SnapshotCreateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        []byte                 `protobuf:"bytes,140,opt,name=handle,proto3" json:"handle,omitempty"`
+	Snapshot      string                 `protobuf:"bytes,141,opt,name=snapshot,proto3" json:"snapshot,omitempty"`  // the snapshot's name (validated by the daemon)
+	Stateful      bool                   `protobuf:"varint,142,opt,name=stateful,proto3" json:"stateful,omitempty"` // also save the running guest's memory state
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotCreateRequest) Reset() {
+	*x = SnapshotCreateRequest{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotCreateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotCreateRequest) ProtoMessage() {}
+
+func (x *SnapshotCreateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotCreateRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotCreateRequest) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SnapshotCreateRequest) GetHandle() []byte {
+	if x != nil {
+		return x.Handle
+	}
+	return nil
+}
+
+func (x *SnapshotCreateRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+func (x *SnapshotCreateRequest) GetStateful() bool {
+	if x != nil {
+		return x.Stateful
+	}
+	return false
+}
+
+// SnapshotInfo describes what a backend stored for a snapshot.
+type SnapshotInfo struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	DiskBytes  int64                  `protobuf:"varint,140,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`    // bytes of disk copies (0 for kernel-only guests)
+	StateBytes int64                  `protobuf:"varint,141,opt,name=state_bytes,json=stateBytes,proto3" json:"state_bytes,omitempty"` // bytes of the saved memory state (0 if stateless)
+	// Facts shown to users, e.g. "layout" (the serial layout a state was saved under), "ring_port".
+	Details       map[string]string `protobuf:"bytes,142,rep,name=details,proto3" json:"details,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotInfo) Reset() {
+	*x = SnapshotInfo{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotInfo) ProtoMessage() {}
+
+func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
+func (*SnapshotInfo) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SnapshotInfo) GetDiskBytes() int64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetStateBytes() int64 {
+	if x != nil {
+		return x.StateBytes
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetDetails() map[string]string {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
+type SnapshotCreateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Info          *SnapshotInfo          `protobuf:"bytes,140,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotCreateResponse) Reset() {
+	*x = SnapshotCreateResponse{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotCreateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotCreateResponse) ProtoMessage() {}
+
+func (x *SnapshotCreateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotCreateResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotCreateResponse) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *SnapshotCreateResponse) GetInfo() *SnapshotInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+type SnapshotRestoreRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        []byte                 `protobuf:"bytes,140,opt,name=handle,proto3" json:"handle,omitempty"`
+	Snapshot      string                 `protobuf:"bytes,141,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Stateful      bool                   `protobuf:"varint,142,opt,name=stateful,proto3" json:"stateful,omitempty"`                    // make the snapshot's memory state the guest's saved state
+	CheckOnly     bool                   `protobuf:"varint,143,opt,name=check_only,json=checkOnly,proto3" json:"check_only,omitempty"` // check only, change nothing
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRestoreRequest) Reset() {
+	*x = SnapshotRestoreRequest{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRestoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRestoreRequest) ProtoMessage() {}
+
+func (x *SnapshotRestoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRestoreRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRestoreRequest) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SnapshotRestoreRequest) GetHandle() []byte {
+	if x != nil {
+		return x.Handle
+	}
+	return nil
+}
+
+func (x *SnapshotRestoreRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+func (x *SnapshotRestoreRequest) GetStateful() bool {
+	if x != nil {
+		return x.Stateful
+	}
+	return false
+}
+
+func (x *SnapshotRestoreRequest) GetCheckOnly() bool {
+	if x != nil {
+		return x.CheckOnly
+	}
+	return false
+}
+
+type SnapshotRestoreResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRestoreResponse) Reset() {
+	*x = SnapshotRestoreResponse{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRestoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRestoreResponse) ProtoMessage() {}
+
+func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+}
+
+type SnapshotDeleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        []byte                 `protobuf:"bytes,140,opt,name=handle,proto3" json:"handle,omitempty"`
+	Snapshot      string                 `protobuf:"bytes,141,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotDeleteRequest) Reset() {
+	*x = SnapshotDeleteRequest{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotDeleteRequest) ProtoMessage() {}
+
+func (x *SnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotDeleteRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SnapshotDeleteRequest) GetHandle() []byte {
+	if x != nil {
+		return x.Handle
+	}
+	return nil
+}
+
+func (x *SnapshotDeleteRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+type SnapshotDeleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotDeleteResponse) Reset() {
+	*x = SnapshotDeleteResponse{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotDeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotDeleteResponse) ProtoMessage() {}
+
+func (x *SnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotDeleteResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotDeleteResponse) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+}
+
+type SnapshotRenameRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        []byte                 `protobuf:"bytes,140,opt,name=handle,proto3" json:"handle,omitempty"`
+	Snapshot      string                 `protobuf:"bytes,141,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	NewName       string                 `protobuf:"bytes,142,opt,name=new_name,json=newName,proto3" json:"new_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRenameRequest) Reset() {
+	*x = SnapshotRenameRequest{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRenameRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRenameRequest) ProtoMessage() {}
+
+func (x *SnapshotRenameRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRenameRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRenameRequest) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SnapshotRenameRequest) GetHandle() []byte {
+	if x != nil {
+		return x.Handle
+	}
+	return nil
+}
+
+func (x *SnapshotRenameRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+func (x *SnapshotRenameRequest) GetNewName() string {
+	if x != nil {
+		return x.NewName
+	}
+	return ""
+}
+
+type SnapshotRenameResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRenameResponse) Reset() {
+	*x = SnapshotRenameResponse{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRenameResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRenameResponse) ProtoMessage() {}
+
+func (x *SnapshotRenameResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRenameResponse.ProtoReflect.Descriptor instead.
+func (*SnapshotRenameResponse) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+}
+
+type AdoptRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        []byte                 `protobuf:"bytes,140,opt,name=handle,proto3" json:"handle,omitempty"`                              // the other backend's handle
+	FromBackend   string                 `protobuf:"bytes,141,opt,name=from_backend,json=fromBackend,proto3" json:"from_backend,omitempty"` // the other backend's name
+	Spec          *GuestSpec             `protobuf:"bytes,142,opt,name=spec,proto3" json:"spec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptRequest) Reset() {
+	*x = AdoptRequest{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptRequest) ProtoMessage() {}
+
+func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptRequest.ProtoReflect.Descriptor instead.
+func (*AdoptRequest) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *AdoptRequest) GetHandle() []byte {
+	if x != nil {
+		return x.Handle
+	}
+	return nil
+}
+
+func (x *AdoptRequest) GetFromBackend() string {
+	if x != nil {
+		return x.FromBackend
+	}
+	return ""
+}
+
+func (x *AdoptRequest) GetSpec() *GuestSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+type AdoptResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        []byte                 `protobuf:"bytes,140,opt,name=handle,proto3" json:"handle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdoptResponse) Reset() {
+	*x = AdoptResponse{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdoptResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdoptResponse) ProtoMessage() {}
+
+func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdoptResponse.ProtoReflect.Descriptor instead.
+func (*AdoptResponse) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *AdoptResponse) GetHandle() []byte {
+	if x != nil {
+		return x.Handle
+	}
+	return nil
+}
+
 var File_plugins_sdk_proto_backend_v1_backend_proto protoreflect.FileDescriptor
 
 const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
@@ -1497,7 +2056,44 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x04spec\x18\x02 \x01(\v2\x1f.guestlink.backend.v1.GuestSpecR\x04spec\"a\n" +
 	"\x0fRecoverResponse\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\fR\x06handle\x126\n" +
-	"\x05state\x18\x02 \x01(\v2 .guestlink.backend.v1.GuestStateR\x05state*Z\n" +
+	"\x05state\x18\x02 \x01(\v2 .guestlink.backend.v1.GuestStateR\x05state\"j\n" +
+	"\x15SnapshotCreateRequest\x12\x17\n" +
+	"\x06handle\x18\x8c\x01 \x01(\fR\x06handle\x12\x1b\n" +
+	"\bsnapshot\x18\x8d\x01 \x01(\tR\bsnapshot\x12\x1b\n" +
+	"\bstateful\x18\x8e\x01 \x01(\bR\bstateful\"\xd8\x01\n" +
+	"\fSnapshotInfo\x12\x1e\n" +
+	"\n" +
+	"disk_bytes\x18\x8c\x01 \x01(\x03R\tdiskBytes\x12 \n" +
+	"\vstate_bytes\x18\x8d\x01 \x01(\x03R\n" +
+	"stateBytes\x12J\n" +
+	"\adetails\x18\x8e\x01 \x03(\v2/.guestlink.backend.v1.SnapshotInfo.DetailsEntryR\adetails\x1a:\n" +
+	"\fDetailsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Q\n" +
+	"\x16SnapshotCreateResponse\x127\n" +
+	"\x04info\x18\x8c\x01 \x01(\v2\".guestlink.backend.v1.SnapshotInfoR\x04info\"\x8b\x01\n" +
+	"\x16SnapshotRestoreRequest\x12\x17\n" +
+	"\x06handle\x18\x8c\x01 \x01(\fR\x06handle\x12\x1b\n" +
+	"\bsnapshot\x18\x8d\x01 \x01(\tR\bsnapshot\x12\x1b\n" +
+	"\bstateful\x18\x8e\x01 \x01(\bR\bstateful\x12\x1e\n" +
+	"\n" +
+	"check_only\x18\x8f\x01 \x01(\bR\tcheckOnly\"\x19\n" +
+	"\x17SnapshotRestoreResponse\"M\n" +
+	"\x15SnapshotDeleteRequest\x12\x17\n" +
+	"\x06handle\x18\x8c\x01 \x01(\fR\x06handle\x12\x1b\n" +
+	"\bsnapshot\x18\x8d\x01 \x01(\tR\bsnapshot\"\x18\n" +
+	"\x16SnapshotDeleteResponse\"i\n" +
+	"\x15SnapshotRenameRequest\x12\x17\n" +
+	"\x06handle\x18\x8c\x01 \x01(\fR\x06handle\x12\x1b\n" +
+	"\bsnapshot\x18\x8d\x01 \x01(\tR\bsnapshot\x12\x1a\n" +
+	"\bnew_name\x18\x8e\x01 \x01(\tR\anewName\"\x18\n" +
+	"\x16SnapshotRenameResponse\"\x81\x01\n" +
+	"\fAdoptRequest\x12\x17\n" +
+	"\x06handle\x18\x8c\x01 \x01(\fR\x06handle\x12\"\n" +
+	"\ffrom_backend\x18\x8d\x01 \x01(\tR\vfromBackend\x124\n" +
+	"\x04spec\x18\x8e\x01 \x01(\v2\x1f.guestlink.backend.v1.GuestSpecR\x04spec\"(\n" +
+	"\rAdoptResponse\x12\x17\n" +
+	"\x06handle\x18\x8c\x01 \x01(\fR\x06handle*Z\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSTATUS_STOPPED\x10\x01\x12\x12\n" +
@@ -1510,7 +2106,8 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x16EVENT_KIND_PORT_OPENED\x10\x03\x12\x1a\n" +
 	"\x16EVENT_KIND_PORT_CLOSED\x10\x04\x12\x18\n" +
 	"\x14EVENT_KIND_RING_DATA\x10\x05\x12\x14\n" +
-	"\x10EVENT_KIND_ERROR\x10\x062\xdd\x06\n" +
+	"\x10EVENT_KIND_ERROR\x10\x062\xe6\n" +
+	"\n" +
 	"\aBackend\x12M\n" +
 	"\x04Info\x12!.guestlink.backend.v1.InfoRequest\x1a\".guestlink.backend.v1.InfoResponse\x12S\n" +
 	"\x06Create\x12#.guestlink.backend.v1.CreateRequest\x1a$.guestlink.backend.v1.CreateResponse\x12P\n" +
@@ -1521,7 +2118,12 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x06Events\x12#.guestlink.backend.v1.EventsRequest\x1a\x1b.guestlink.backend.v1.Event0\x01\x12Y\n" +
 	"\bReadRing\x12%.guestlink.backend.v1.ReadRingRequest\x1a&.guestlink.backend.v1.ReadRingResponse\x12e\n" +
 	"\fLinkEndpoint\x12).guestlink.backend.v1.LinkEndpointRequest\x1a*.guestlink.backend.v1.LinkEndpointResponse\x12V\n" +
-	"\aRecover\x12$.guestlink.backend.v1.RecoverRequest\x1a%.guestlink.backend.v1.RecoverResponseBGZEgithub.com/guestlink/guestlink/plugins/sdk/proto/backend/v1;backendv1b\x06proto3"
+	"\aRecover\x12$.guestlink.backend.v1.RecoverRequest\x1a%.guestlink.backend.v1.RecoverResponse\x12k\n" +
+	"\x0eSnapshotCreate\x12+.guestlink.backend.v1.SnapshotCreateRequest\x1a,.guestlink.backend.v1.SnapshotCreateResponse\x12n\n" +
+	"\x0fSnapshotRestore\x12,.guestlink.backend.v1.SnapshotRestoreRequest\x1a-.guestlink.backend.v1.SnapshotRestoreResponse\x12k\n" +
+	"\x0eSnapshotDelete\x12+.guestlink.backend.v1.SnapshotDeleteRequest\x1a,.guestlink.backend.v1.SnapshotDeleteResponse\x12k\n" +
+	"\x0eSnapshotRename\x12+.guestlink.backend.v1.SnapshotRenameRequest\x1a,.guestlink.backend.v1.SnapshotRenameResponse\x12P\n" +
+	"\x05Adopt\x12\".guestlink.backend.v1.AdoptRequest\x1a#.guestlink.backend.v1.AdoptResponseBGZEgithub.com/guestlink/guestlink/plugins/sdk/proto/backend/v1;backendv1b\x06proto3"
 
 var (
 	file_plugins_sdk_proto_backend_v1_backend_proto_rawDescOnce sync.Once
@@ -1536,80 +2138,105 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
-	(Status)(0),                  // 0: guestlink.backend.v1.Status
-	(EventKind)(0),               // 1: guestlink.backend.v1.EventKind
-	(*InfoRequest)(nil),          // 2: guestlink.backend.v1.InfoRequest
-	(*InfoResponse)(nil),         // 3: guestlink.backend.v1.InfoResponse
-	(*File)(nil),                 // 4: guestlink.backend.v1.File
-	(*GuestSpec)(nil),            // 5: guestlink.backend.v1.GuestSpec
-	(*Device)(nil),               // 6: guestlink.backend.v1.Device
-	(*CreateRequest)(nil),        // 7: guestlink.backend.v1.CreateRequest
-	(*CreateResponse)(nil),       // 8: guestlink.backend.v1.CreateResponse
-	(*StartRequest)(nil),         // 9: guestlink.backend.v1.StartRequest
-	(*StartResponse)(nil),        // 10: guestlink.backend.v1.StartResponse
-	(*StopRequest)(nil),          // 11: guestlink.backend.v1.StopRequest
-	(*StopResponse)(nil),         // 12: guestlink.backend.v1.StopResponse
-	(*DeleteRequest)(nil),        // 13: guestlink.backend.v1.DeleteRequest
-	(*DeleteResponse)(nil),       // 14: guestlink.backend.v1.DeleteResponse
-	(*StateRequest)(nil),         // 15: guestlink.backend.v1.StateRequest
-	(*StateResponse)(nil),        // 16: guestlink.backend.v1.StateResponse
-	(*GuestState)(nil),           // 17: guestlink.backend.v1.GuestState
-	(*EventsRequest)(nil),        // 18: guestlink.backend.v1.EventsRequest
-	(*Event)(nil),                // 19: guestlink.backend.v1.Event
-	(*ReadRingRequest)(nil),      // 20: guestlink.backend.v1.ReadRingRequest
-	(*ReadRingResponse)(nil),     // 21: guestlink.backend.v1.ReadRingResponse
-	(*LinkEndpointRequest)(nil),  // 22: guestlink.backend.v1.LinkEndpointRequest
-	(*LinkEndpointResponse)(nil), // 23: guestlink.backend.v1.LinkEndpointResponse
-	(*RecoverRequest)(nil),       // 24: guestlink.backend.v1.RecoverRequest
-	(*RecoverResponse)(nil),      // 25: guestlink.backend.v1.RecoverResponse
-	nil,                          // 26: guestlink.backend.v1.GuestSpec.ConfigEntry
-	nil,                          // 27: guestlink.backend.v1.GuestSpec.DevicesEntry
-	nil,                          // 28: guestlink.backend.v1.Device.ConfigEntry
-	nil,                          // 29: guestlink.backend.v1.GuestState.DetailsEntry
+	(Status)(0),                     // 0: guestlink.backend.v1.Status
+	(EventKind)(0),                  // 1: guestlink.backend.v1.EventKind
+	(*InfoRequest)(nil),             // 2: guestlink.backend.v1.InfoRequest
+	(*InfoResponse)(nil),            // 3: guestlink.backend.v1.InfoResponse
+	(*File)(nil),                    // 4: guestlink.backend.v1.File
+	(*GuestSpec)(nil),               // 5: guestlink.backend.v1.GuestSpec
+	(*Device)(nil),                  // 6: guestlink.backend.v1.Device
+	(*CreateRequest)(nil),           // 7: guestlink.backend.v1.CreateRequest
+	(*CreateResponse)(nil),          // 8: guestlink.backend.v1.CreateResponse
+	(*StartRequest)(nil),            // 9: guestlink.backend.v1.StartRequest
+	(*StartResponse)(nil),           // 10: guestlink.backend.v1.StartResponse
+	(*StopRequest)(nil),             // 11: guestlink.backend.v1.StopRequest
+	(*StopResponse)(nil),            // 12: guestlink.backend.v1.StopResponse
+	(*DeleteRequest)(nil),           // 13: guestlink.backend.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 14: guestlink.backend.v1.DeleteResponse
+	(*StateRequest)(nil),            // 15: guestlink.backend.v1.StateRequest
+	(*StateResponse)(nil),           // 16: guestlink.backend.v1.StateResponse
+	(*GuestState)(nil),              // 17: guestlink.backend.v1.GuestState
+	(*EventsRequest)(nil),           // 18: guestlink.backend.v1.EventsRequest
+	(*Event)(nil),                   // 19: guestlink.backend.v1.Event
+	(*ReadRingRequest)(nil),         // 20: guestlink.backend.v1.ReadRingRequest
+	(*ReadRingResponse)(nil),        // 21: guestlink.backend.v1.ReadRingResponse
+	(*LinkEndpointRequest)(nil),     // 22: guestlink.backend.v1.LinkEndpointRequest
+	(*LinkEndpointResponse)(nil),    // 23: guestlink.backend.v1.LinkEndpointResponse
+	(*RecoverRequest)(nil),          // 24: guestlink.backend.v1.RecoverRequest
+	(*RecoverResponse)(nil),         // 25: guestlink.backend.v1.RecoverResponse
+	(*SnapshotCreateRequest)(nil),   // 26: guestlink.backend.v1.SnapshotCreateRequest
+	(*SnapshotInfo)(nil),            // 27: guestlink.backend.v1.SnapshotInfo
+	(*SnapshotCreateResponse)(nil),  // 28: guestlink.backend.v1.SnapshotCreateResponse
+	(*SnapshotRestoreRequest)(nil),  // 29: guestlink.backend.v1.SnapshotRestoreRequest
+	(*SnapshotRestoreResponse)(nil), // 30: guestlink.backend.v1.SnapshotRestoreResponse
+	(*SnapshotDeleteRequest)(nil),   // 31: guestlink.backend.v1.SnapshotDeleteRequest
+	(*SnapshotDeleteResponse)(nil),  // 32: guestlink.backend.v1.SnapshotDeleteResponse
+	(*SnapshotRenameRequest)(nil),   // 33: guestlink.backend.v1.SnapshotRenameRequest
+	(*SnapshotRenameResponse)(nil),  // 34: guestlink.backend.v1.SnapshotRenameResponse
+	(*AdoptRequest)(nil),            // 35: guestlink.backend.v1.AdoptRequest
+	(*AdoptResponse)(nil),           // 36: guestlink.backend.v1.AdoptResponse
+	nil,                             // 37: guestlink.backend.v1.GuestSpec.ConfigEntry
+	nil,                             // 38: guestlink.backend.v1.GuestSpec.DevicesEntry
+	nil,                             // 39: guestlink.backend.v1.Device.ConfigEntry
+	nil,                             // 40: guestlink.backend.v1.GuestState.DetailsEntry
+	nil,                             // 41: guestlink.backend.v1.SnapshotInfo.DetailsEntry
 }
 var file_plugins_sdk_proto_backend_v1_backend_proto_depIdxs = []int32{
-	26, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
-	27, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
+	37, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
+	38, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
 	4,  // 2: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
-	28, // 3: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
+	39, // 3: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
 	5,  // 4: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
 	5,  // 5: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
 	17, // 6: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
 	17, // 7: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
 	17, // 8: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
 	0,  // 9: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
-	29, // 10: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
+	40, // 10: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
 	1,  // 11: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
 	5,  // 12: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
 	17, // 13: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
-	6,  // 14: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
-	2,  // 15: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
-	7,  // 16: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
-	9,  // 17: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
-	11, // 18: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
-	13, // 19: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
-	15, // 20: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
-	18, // 21: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
-	20, // 22: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
-	22, // 23: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
-	24, // 24: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
-	3,  // 25: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
-	8,  // 26: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
-	10, // 27: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
-	12, // 28: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
-	14, // 29: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
-	16, // 30: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
-	19, // 31: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
-	21, // 32: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
-	23, // 33: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
-	25, // 34: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
-	25, // [25:35] is the sub-list for method output_type
-	15, // [15:25] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	41, // 14: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	27, // 15: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
+	5,  // 16: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	6,  // 17: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
+	2,  // 18: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
+	7,  // 19: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
+	9,  // 20: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
+	11, // 21: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
+	13, // 22: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
+	15, // 23: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
+	18, // 24: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
+	20, // 25: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
+	22, // 26: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
+	24, // 27: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
+	26, // 28: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
+	29, // 29: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
+	31, // 30: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
+	33, // 31: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
+	35, // 32: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
+	3,  // 33: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
+	8,  // 34: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
+	10, // 35: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
+	12, // 36: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
+	14, // 37: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
+	16, // 38: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
+	19, // 39: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
+	21, // 40: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
+	23, // 41: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
+	25, // 42: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
+	28, // 43: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
+	30, // 44: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
+	32, // 45: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
+	34, // 46: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
+	36, // 47: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
+	33, // [33:48] is the sub-list for method output_type
+	18, // [18:33] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_plugins_sdk_proto_backend_v1_backend_proto_init() }
@@ -1623,7 +2250,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc), len(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

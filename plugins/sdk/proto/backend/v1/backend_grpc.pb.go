@@ -24,16 +24,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Backend_Info_FullMethodName         = "/guestlink.backend.v1.Backend/Info"
-	Backend_Create_FullMethodName       = "/guestlink.backend.v1.Backend/Create"
-	Backend_Start_FullMethodName        = "/guestlink.backend.v1.Backend/Start"
-	Backend_Stop_FullMethodName         = "/guestlink.backend.v1.Backend/Stop"
-	Backend_Delete_FullMethodName       = "/guestlink.backend.v1.Backend/Delete"
-	Backend_State_FullMethodName        = "/guestlink.backend.v1.Backend/State"
-	Backend_Events_FullMethodName       = "/guestlink.backend.v1.Backend/Events"
-	Backend_ReadRing_FullMethodName     = "/guestlink.backend.v1.Backend/ReadRing"
-	Backend_LinkEndpoint_FullMethodName = "/guestlink.backend.v1.Backend/LinkEndpoint"
-	Backend_Recover_FullMethodName      = "/guestlink.backend.v1.Backend/Recover"
+	Backend_Info_FullMethodName            = "/guestlink.backend.v1.Backend/Info"
+	Backend_Create_FullMethodName          = "/guestlink.backend.v1.Backend/Create"
+	Backend_Start_FullMethodName           = "/guestlink.backend.v1.Backend/Start"
+	Backend_Stop_FullMethodName            = "/guestlink.backend.v1.Backend/Stop"
+	Backend_Delete_FullMethodName          = "/guestlink.backend.v1.Backend/Delete"
+	Backend_State_FullMethodName           = "/guestlink.backend.v1.Backend/State"
+	Backend_Events_FullMethodName          = "/guestlink.backend.v1.Backend/Events"
+	Backend_ReadRing_FullMethodName        = "/guestlink.backend.v1.Backend/ReadRing"
+	Backend_LinkEndpoint_FullMethodName    = "/guestlink.backend.v1.Backend/LinkEndpoint"
+	Backend_Recover_FullMethodName         = "/guestlink.backend.v1.Backend/Recover"
+	Backend_SnapshotCreate_FullMethodName  = "/guestlink.backend.v1.Backend/SnapshotCreate"
+	Backend_SnapshotRestore_FullMethodName = "/guestlink.backend.v1.Backend/SnapshotRestore"
+	Backend_SnapshotDelete_FullMethodName  = "/guestlink.backend.v1.Backend/SnapshotDelete"
+	Backend_SnapshotRename_FullMethodName  = "/guestlink.backend.v1.Backend/SnapshotRename"
+	Backend_Adopt_FullMethodName           = "/guestlink.backend.v1.Backend/Adopt"
 )
 
 // BackendClient is the client API for Backend service.
@@ -70,6 +75,30 @@ type BackendClient interface {
 	// Recover re-attaches to a guest after a daemon or plugin restart. It is
 	// called for every stored handle and must be idempotent.
 	Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error)
+	// SnapshotCreate takes a snapshot of a guest's disks (capability
+	// "snapshot.v1") and, with stateful, of its memory state too (capability
+	// "snapshot.stateful.v1"; the guest must run and keeps running). A
+	// duplicate name is FAILED_PRECONDITION. Plugins built before this RPC
+	// answer UNIMPLEMENTED.
+	SnapshotCreate(ctx context.Context, in *SnapshotCreateRequest, opts ...grpc.CallOption) (*SnapshotCreateResponse, error)
+	// SnapshotRestore puts a snapshot's disks back into a stopped guest and,
+	// with stateful, its memory state as the guest's saved state (the next
+	// Start with restore_state resumes it); without stateful any saved state
+	// is discarded. check_only only checks the restore could be done (a state
+	// the backend cannot load is FAILED_PRECONDITION) and changes nothing.
+	SnapshotRestore(ctx context.Context, in *SnapshotRestoreRequest, opts ...grpc.CallOption) (*SnapshotRestoreResponse, error)
+	// SnapshotDelete removes a snapshot's files; an unknown snapshot succeeds.
+	SnapshotDelete(ctx context.Context, in *SnapshotDeleteRequest, opts ...grpc.CallOption) (*SnapshotDeleteResponse, error)
+	// SnapshotRename renames a snapshot; an existing new name is
+	// FAILED_PRECONDITION, an unknown old one NOT_FOUND.
+	SnapshotRename(ctx context.Context, in *SnapshotRenameRequest, opts ...grpc.CallOption) (*SnapshotRenameResponse, error)
+	// Adopt takes over a stopped guest created by another backend (capability
+	// "move.v1"), with its disks, saved state and snapshots, and returns this
+	// backend's handle for it. A handle the backend cannot take is
+	// INVALID_ARGUMENT naming both backends; a running guest
+	// FAILED_PRECONDITION. After a successful Adopt the other backend's handle
+	// must not be used again.
+	Adopt(ctx context.Context, in *AdoptRequest, opts ...grpc.CallOption) (*AdoptResponse, error)
 }
 
 type backendClient struct {
@@ -189,6 +218,56 @@ func (c *backendClient) Recover(ctx context.Context, in *RecoverRequest, opts ..
 	return out, nil
 }
 
+func (c *backendClient) SnapshotCreate(ctx context.Context, in *SnapshotCreateRequest, opts ...grpc.CallOption) (*SnapshotCreateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SnapshotCreateResponse)
+	err := c.cc.Invoke(ctx, Backend_SnapshotCreate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendClient) SnapshotRestore(ctx context.Context, in *SnapshotRestoreRequest, opts ...grpc.CallOption) (*SnapshotRestoreResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SnapshotRestoreResponse)
+	err := c.cc.Invoke(ctx, Backend_SnapshotRestore_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendClient) SnapshotDelete(ctx context.Context, in *SnapshotDeleteRequest, opts ...grpc.CallOption) (*SnapshotDeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SnapshotDeleteResponse)
+	err := c.cc.Invoke(ctx, Backend_SnapshotDelete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendClient) SnapshotRename(ctx context.Context, in *SnapshotRenameRequest, opts ...grpc.CallOption) (*SnapshotRenameResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SnapshotRenameResponse)
+	err := c.cc.Invoke(ctx, Backend_SnapshotRename_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *backendClient) Adopt(ctx context.Context, in *AdoptRequest, opts ...grpc.CallOption) (*AdoptResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AdoptResponse)
+	err := c.cc.Invoke(ctx, Backend_Adopt_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServer is the server API for Backend service.
 // All implementations must embed UnimplementedBackendServer
 // for forward compatibility.
@@ -223,6 +302,30 @@ type BackendServer interface {
 	// Recover re-attaches to a guest after a daemon or plugin restart. It is
 	// called for every stored handle and must be idempotent.
 	Recover(context.Context, *RecoverRequest) (*RecoverResponse, error)
+	// SnapshotCreate takes a snapshot of a guest's disks (capability
+	// "snapshot.v1") and, with stateful, of its memory state too (capability
+	// "snapshot.stateful.v1"; the guest must run and keeps running). A
+	// duplicate name is FAILED_PRECONDITION. Plugins built before this RPC
+	// answer UNIMPLEMENTED.
+	SnapshotCreate(context.Context, *SnapshotCreateRequest) (*SnapshotCreateResponse, error)
+	// SnapshotRestore puts a snapshot's disks back into a stopped guest and,
+	// with stateful, its memory state as the guest's saved state (the next
+	// Start with restore_state resumes it); without stateful any saved state
+	// is discarded. check_only only checks the restore could be done (a state
+	// the backend cannot load is FAILED_PRECONDITION) and changes nothing.
+	SnapshotRestore(context.Context, *SnapshotRestoreRequest) (*SnapshotRestoreResponse, error)
+	// SnapshotDelete removes a snapshot's files; an unknown snapshot succeeds.
+	SnapshotDelete(context.Context, *SnapshotDeleteRequest) (*SnapshotDeleteResponse, error)
+	// SnapshotRename renames a snapshot; an existing new name is
+	// FAILED_PRECONDITION, an unknown old one NOT_FOUND.
+	SnapshotRename(context.Context, *SnapshotRenameRequest) (*SnapshotRenameResponse, error)
+	// Adopt takes over a stopped guest created by another backend (capability
+	// "move.v1"), with its disks, saved state and snapshots, and returns this
+	// backend's handle for it. A handle the backend cannot take is
+	// INVALID_ARGUMENT naming both backends; a running guest
+	// FAILED_PRECONDITION. After a successful Adopt the other backend's handle
+	// must not be used again.
+	Adopt(context.Context, *AdoptRequest) (*AdoptResponse, error)
 	mustEmbedUnimplementedBackendServer()
 }
 
@@ -262,6 +365,21 @@ func (UnimplementedBackendServer) LinkEndpoint(context.Context, *LinkEndpointReq
 }
 func (UnimplementedBackendServer) Recover(context.Context, *RecoverRequest) (*RecoverResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Recover not implemented")
+}
+func (UnimplementedBackendServer) SnapshotCreate(context.Context, *SnapshotCreateRequest) (*SnapshotCreateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SnapshotCreate not implemented")
+}
+func (UnimplementedBackendServer) SnapshotRestore(context.Context, *SnapshotRestoreRequest) (*SnapshotRestoreResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SnapshotRestore not implemented")
+}
+func (UnimplementedBackendServer) SnapshotDelete(context.Context, *SnapshotDeleteRequest) (*SnapshotDeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SnapshotDelete not implemented")
+}
+func (UnimplementedBackendServer) SnapshotRename(context.Context, *SnapshotRenameRequest) (*SnapshotRenameResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SnapshotRename not implemented")
+}
+func (UnimplementedBackendServer) Adopt(context.Context, *AdoptRequest) (*AdoptResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Adopt not implemented")
 }
 func (UnimplementedBackendServer) mustEmbedUnimplementedBackendServer() {}
 func (UnimplementedBackendServer) testEmbeddedByValue()                 {}
@@ -457,6 +575,96 @@ func _Backend_Recover_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Backend_SnapshotCreate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SnapshotCreateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).SnapshotCreate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_SnapshotCreate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).SnapshotCreate(ctx, req.(*SnapshotCreateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Backend_SnapshotRestore_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SnapshotRestoreRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).SnapshotRestore(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_SnapshotRestore_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).SnapshotRestore(ctx, req.(*SnapshotRestoreRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Backend_SnapshotDelete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SnapshotDeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).SnapshotDelete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_SnapshotDelete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).SnapshotDelete(ctx, req.(*SnapshotDeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Backend_SnapshotRename_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SnapshotRenameRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).SnapshotRename(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_SnapshotRename_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).SnapshotRename(ctx, req.(*SnapshotRenameRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Backend_Adopt_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdoptRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).Adopt(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_Adopt_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).Adopt(ctx, req.(*AdoptRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Backend_ServiceDesc is the grpc.ServiceDesc for Backend service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -499,6 +707,26 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Recover",
 			Handler:    _Backend_Recover_Handler,
+		},
+		{
+			MethodName: "SnapshotCreate",
+			Handler:    _Backend_SnapshotCreate_Handler,
+		},
+		{
+			MethodName: "SnapshotRestore",
+			Handler:    _Backend_SnapshotRestore_Handler,
+		},
+		{
+			MethodName: "SnapshotDelete",
+			Handler:    _Backend_SnapshotDelete_Handler,
+		},
+		{
+			MethodName: "SnapshotRename",
+			Handler:    _Backend_SnapshotRename_Handler,
+		},
+		{
+			MethodName: "Adopt",
+			Handler:    _Backend_Adopt_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
