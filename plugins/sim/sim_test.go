@@ -91,7 +91,7 @@ func TestConformance(t *testing.T) {
 		ExitingSpec: func(name, uuid string) *sdk.GuestSpec {
 			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{simbackend.KeyCommand: "exit 0"}}
 		},
-		Capabilities: []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover},
+		Capabilities: []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover, sdk.CapSnapshot},
 		Launch:       launchOptions(dir),
 	})
 }

@@ -47,6 +47,7 @@ type Config struct {
 // knownCapabilities are the capabilities the contract defines.
 var knownCapabilities = []sdk.Capability{
 	sdk.CapStateful, sdk.CapLinkHybrid, sdk.CapLinkVsock, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
+	sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove,
 }
 
 // suite is one run of the kit.
@@ -60,8 +61,8 @@ type suite struct {
 
 // Run checks the plugin at cfg.PluginPath against the Backend contract in
 // named subtests: Info, Lifecycle, StartTwice, StopStopped, DeleteRunning,
-// BadHandle, InvalidConfig, Events, Recover, RecoverStopped, GracefulStop
-// and ForceStop.
+// BadHandle, InvalidConfig, Events, Recover, RecoverStopped, GracefulStop,
+// ForceStop, Snapshots and Move.
 func Run(t *testing.T, cfg Config) {
 	t.Helper()
 	if cfg.PluginPath == "" || cfg.Spec == nil {
@@ -93,6 +94,8 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("RecoverStopped", s.testRecoverStopped)
 	t.Run("GracefulStop", s.testGracefulStop)
 	t.Run("ForceStop", s.testForceStop)
+	t.Run("Snapshots", s.testSnapshots)
+	t.Run("Move", s.testMove)
 }
 
 func (s *suite) ctx() (context.Context, context.CancelFunc) {

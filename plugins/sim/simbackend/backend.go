@@ -186,7 +186,7 @@ func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 	return &sdk.Info{
 		Name:           Name,
 		Version:        Version,
-		Capabilities:   []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover},
+		Capabilities:   []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover, sdk.CapSnapshot},
 		ConfigPrefixes: []string{ConfigPrefix},
 	}, nil
 }
