@@ -169,6 +169,7 @@ func (a *API) Register(r fiber.Router) {
 	v1.Get("/instances/:name/state", a.getState)
 	v1.Put("/instances/:name/state", a.putState)
 	v1.Get("/instances/:name/timeline", a.getTimeline)
+	a.registerSnapshots(v1)
 	v1.Get("/backends", a.listBackends)
 	v1.Post("/backends", a.installBackend)
 	v1.Post("/backends/:name/restart", a.restartBackend)

@@ -220,6 +220,13 @@ func (m *Manager) startBoot(r *startRun) error {
 	if err != nil {
 		bad := errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, errdefs.ErrNotSupported) ||
 			errors.Is(err, sdk.ErrInvalid) || errors.Is(err, sdk.ErrNotSupported)
+		if r.spec.RestoreState && (errors.Is(err, errdefs.ErrConflict) || errors.Is(err, sdk.ErrConflict)) {
+			// The backend refused the saved state before the guest ran
+			// (another serial layout, another link): nothing started, the
+			// instance stays as it was, and the way out is named.
+			bad = true
+			err = fmt.Errorf("%w; `guestlink start --stateless %s` boots it afresh, discarding the saved state", err, r.rec.Name)
+		}
 		return m.failStart(r, err, !bad)
 	}
 	if gs == nil {

@@ -30,8 +30,9 @@ type RestoreOptions struct {
 	// which the next Start with GuestSpec.RestoreState resumes. Without it,
 	// any saved state of the guest is discarded.
 	Stateful bool
-	// CheckOnly checks that the restore can be done (a state this backend
-	// cannot load is ErrConflict) and changes nothing.
+	// CheckOnly checks that the snapshot exists and that its state can be
+	// loaded (a state this backend cannot load is ErrConflict) and changes
+	// nothing; the guest may run (the daemon stops it afterwards).
 	CheckOnly bool
 }
 

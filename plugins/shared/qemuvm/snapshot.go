@@ -203,7 +203,7 @@ func (b *Backend) SnapshotRestore(_ context.Context, hb sdk.Handle, name string,
 	if opts.Stateful {
 		what += " with its state"
 	}
-	if h.running() {
+	if h.running() && !opts.CheckOnly {
 		return fmt.Errorf("%s: %w: the guest is running (pid %d)", what, sdk.ErrConflict, h.PID)
 	}
 	dir := filepath.Join(h.Dir, snapshotsDir, name)

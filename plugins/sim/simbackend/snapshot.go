@@ -77,6 +77,9 @@ func (b *Backend) SnapshotRestore(ctx context.Context, raw sdk.Handle, name stri
 	if _, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("restoring snapshot %q of %q: no such snapshot: %w", name, h.Name, sdk.ErrNotFound)
 	}
+	if opts.CheckOnly {
+		return nil
+	}
 	if _, err := liveStatus(ctx, h.paths()); err == nil {
 		return fmt.Errorf("restoring snapshot %q of %q: the guest is running: %w", name, h.Name, sdk.ErrConflict)
 	} else if !errors.Is(err, simvm.ErrNotRunning) {
