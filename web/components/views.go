@@ -116,4 +116,6 @@ type InstanceData struct {
 	Inst     *api.Instance
 	Timeline []TimelineItem // newest first
 	Outcomes []Outcome
+	// Snapshots are the instance's snapshots, oldest first (SnapshotList).
+	Snapshots []api.InstanceSnapshot
 }
