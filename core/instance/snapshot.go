@@ -356,11 +356,11 @@ func restoreHint(name, snap string) string {
 // that works. It publishes instance-snapshot-restored.
 func (m *Manager) Restore(ctx context.Context, name, snap string, opts RestoreOptions, by events.Requestor) error {
 	wrap := func(err error) error {
-		what := "restoring"
+		how := ""
 		if opts.Stateful {
-			what = "restoring with its state"
+			how = " with its state"
 		}
-		return fmt.Errorf("%s snapshot %q of instance %q: %w", what, snap, name, err)
+		return fmt.Errorf("restoring snapshot %q of instance %q%s: %w", snap, name, how, err)
 	}
 	ss, err := m.snapshotStore()
 	if err != nil {
