@@ -175,3 +175,49 @@ func TestSimSnapshots(t *testing.T) {
 		t.Errorf("a new instance of the same name has snapshots %+v, %v", list, err)
 	}
 }
+
+// TestSnapshotBadInput sends bad snapshot, restore and move requests to the
+// real daemon: each gets its precise status and message, and no snapshot
+// is made.
+func TestSnapshotBadInput(t *testing.T) {
+	t.Parallel()
+	d := newDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	const name = "snapbad"
+	if _, err := d.client.Create(ctx, api.InstancesPost{Name: name, Backend: "sim"}); err != nil {
+		t.Fatal(err)
+	}
+	base := "/1.0/instances/" + name
+	for _, tc := range []struct {
+		name, method, path, body string
+		code                     int
+		msg                      string // contained in the message
+	}{
+		{"no name", "POST", base + "/snapshots", `{}`, 400, "name is required"},
+		{"slash in name", "POST", base + "/snapshots", `{"name":"a/b"}`, 400, `snapshot names may not contain slashes`},
+		{"unknown field", "POST", base + "/snapshots", `{"name":"a","bogus":1}`, 400, `unknown field "bogus"`},
+		{"bad name in path", "GET", base + "/snapshots/a%20b", "", 400, "white space"},
+		{"unknown snapshot", "GET", base + "/snapshots/nosuch", "", 404, `snapshot "nosuch"`},
+		{"unknown instance", "GET", "/1.0/instances/nosuch/snapshots", "", 404, `instance "nosuch": not found`},
+		{"rename unknown", "POST", base + "/snapshots/nosuch", `{"name":"b"}`, 404, `renaming snapshot "nosuch"`},
+		{"rename to nothing", "POST", base + "/snapshots/s", `{"name":""}`, 400, "name is required"},
+		{"delete unknown", "DELETE", base + "/snapshots/nosuch", "", 404, `deleting snapshot "nosuch"`},
+		{"put without restore", "PUT", base, `{}`, 400, "restore is required"},
+		{"restore unknown", "PUT", base, `{"restore":"nosuch"}`, 404, `restoring snapshot "nosuch"`},
+		{"restore bad name", "PUT", base, `{"restore":"../x"}`, 400, "slashes"},
+		{"move without backend", "POST", base, `{}`, 400, "backend is required"},
+		{"rename instance", "POST", base, `{"name":"other","backend":"sim"}`, 501, "renaming is not supported"},
+		{"stateful on sim", "POST", base + "/snapshots", `{"name":"s","stateful":true}`, 501, "backend sim cannot take stateful snapshots"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, msg := adminDo(ctx, t, d, tc.method, tc.path, tc.body)
+			if code != tc.code || !strings.Contains(msg, tc.msg) {
+				t.Errorf("%s %s: %d %q\nwant %d containing %q", tc.method, tc.path, code, msg, tc.code, tc.msg)
+			}
+		})
+	}
+	if list, err := d.client.Snapshots(ctx, name); err != nil || len(list) != 0 {
+		t.Errorf("snapshots after bad requests: %+v, %v", list, err)
+	}
+}
