@@ -141,6 +141,7 @@ func TestQEMUSnapshotsAcrossRename(t *testing.T) {
 
 	// Today's start of the legacy saved state: refused, Stopped, the way out named.
 	_, err = d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStart})
+	t.Logf("start refused: %v", err)
 	wantStatusError(t, "start of a legacy saved state on qemu", err, http.StatusConflict,
 		ringproto.PortCurrent, ringproto.PortLegacy, "guestlink start --stateless "+name)
 	inst, err = d.client.Instance(ctx, name)
@@ -153,6 +154,7 @@ func TestQEMUSnapshotsAcrossRename(t *testing.T) {
 	if err == nil {
 		t.Fatal("restore --stateful of a legacy-layout snapshot on qemu succeeded")
 	}
+	t.Logf("restore --stateful refused: %s", stderr)
 	for _, want := range []string{ringproto.PortCurrent, ringproto.PortLegacy, "guestlink restore " + name + " before-upgrade` (without --stateful)"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("refusal %q does not name %q", stderr, want)
