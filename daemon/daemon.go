@@ -25,6 +25,7 @@ import (
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
+	"github.com/guestlink/guestlink/core/metrics"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/statebudget"
@@ -84,6 +85,7 @@ type Daemon struct {
 	devlxd  *devlxd.Server
 	monitor *agentmon.Service
 	api     *api.API
+	metrics *metrics.Metrics
 	web     *fiber.App
 	dash    *web.Dashboard
 	unixLn  net.Listener
@@ -177,6 +179,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		},
 	})
 	late := &lateInstances{}
+	d.metrics = newMetrics(d, late)
 	// One state-change budget per guest across devlxd and ring words.
 	stateBudget := statebudget.New(cfg.GuestStateChanges, int(2*cfg.GuestStateChanges))
 	d.monitor, err = agentmon.New(agentmon.Config{
@@ -186,6 +189,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Logger:      d.log.With("component", "agentmon"),
 		StateBudget: stateBudget,
 		Throttles:   late,
+
+		RingObserver: d.metrics,
 
 		RingBytesPerSecond: cfg.GuestRingBytes,
 		RingLinesPerSecond: cfg.GuestRingLines,
@@ -208,6 +213,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.mgr = mgr
 	late.m = mgr
 	hooks.set(d.monitor)
+	if err := d.metrics.Start(); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
 
 	if d.devlxd, err = devlxd.New(devlxd.Config{
 		Instances:   mgr,
@@ -215,6 +223,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Certificate: certs.Daemon().TLS,
 		Logger:      d.log.With("component", "devlxd"),
 		StateBudget: stateBudget,
+		Observer:    d.metrics,
 	}); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
@@ -228,7 +237,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 
 	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
-		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits})
+		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits,
+		Metrics: d.metrics.Handler()})
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
@@ -290,6 +300,9 @@ func (d *Daemon) close(ctx context.Context) {
 	}
 	if d.plugins != nil {
 		_ = d.plugins.Close()
+	}
+	if d.metrics != nil {
+		d.metrics.Close()
 	}
 	if d.bus != nil {
 		_ = d.bus.Close()

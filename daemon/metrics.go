@@ -1,0 +1,31 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/metrics"
+)
+
+// newMetrics builds the daemon's metrics over the bus, the plugin host and
+// the instance manager (through late: the manager is built after the
+// services that report to the metrics).
+func newMetrics(d *Daemon, late *lateInstances) *metrics.Metrics {
+	return metrics.New(metrics.Config{
+		Instances: late,
+		Events:    d.bus,
+		Plugins:   d.plugins,
+		Version:   Version,
+		Logger:    d.log.With("component", "metrics"),
+	})
+}
+
+func (l *lateInstances) Get(ctx context.Context, name string) (*instance.Instance, error) {
+	return l.m.Get(ctx, name)
+}
+
+func (l *lateInstances) ListFunc(ctx context.Context, f instance.ListFilter, fn func(*instance.Instance) error) error {
+	return l.m.ListFunc(ctx, f, fn)
+}
+
+var _ metrics.InstanceSource = (*lateInstances)(nil)
