@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 
+	"github.com/guestlink/guestlink/core/agentmon"
+	"github.com/guestlink/guestlink/core/devlxd"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/metrics"
 )
@@ -28,4 +30,9 @@ func (l *lateInstances) ListFunc(ctx context.Context, f instance.ListFilter, fn 
 	return l.m.ListFunc(ctx, f, fn)
 }
 
-var _ metrics.InstanceSource = (*lateInstances)(nil)
+var (
+	_ metrics.InstanceSource = (*lateInstances)(nil)
+	// Metrics is what devlxd and agentmon report to.
+	_ devlxd.RequestObserver = (*metrics.Metrics)(nil)
+	_ agentmon.RingObserver  = (*metrics.Metrics)(nil)
+)

@@ -106,3 +106,11 @@ func running(name, backend string, at time.Duration, st string, code int, agent 
 
 // eventsFilter is a subscription to every event.
 func eventsFilter() events.Filter { return events.Filter{} }
+
+// noEvents is an EventSource for tests that never start the subscriber.
+type noEvents struct{}
+
+func (noEvents) Subscribe(events.Filter) (*events.Subscription, error) {
+	return nil, errdefs.ErrNotSupported
+}
+func (noEvents) Stats() events.Stats { return events.Stats{} }
