@@ -86,12 +86,14 @@ type Daemon struct {
 	monitor *agentmon.Service
 	api     *api.API
 	metrics *metrics.Metrics
-	web     *fiber.App
-	dash    *web.Dashboard
-	unixLn  net.Listener
-	tcpLn   net.Listener
-	tcp     tcpState
-	serving chan error
+	// dashStats is dash for the metrics, safe to read from a scrape.
+	dashStats dashStats
+	web       *fiber.App
+	dash      *web.Dashboard
+	unixLn    net.Listener
+	tcpLn     net.Listener
+	tcp       tcpState
+	serving   chan error
 }
 
 // SocketPath returns the admin socket of a state directory.
@@ -247,6 +249,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.listenTCP(ctx); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
+	d.dashStats.Store(d.dash) // nil without a TCP listener
 	d.log.Info("guestlinkd started", "version", Version, "state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir),
 		"http", cfg.HTTPAddr, "https", cfg.HTTPSAddr, "link_port", d.links.Port(), "vsock", d.links.Vsock())
 	return d, nil

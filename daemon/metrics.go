@@ -2,12 +2,18 @@ package daemon
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/guestlink/guestlink/core/agentmon"
 	"github.com/guestlink/guestlink/core/devlxd"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/metrics"
+	"github.com/guestlink/guestlink/web"
 )
+
+// dashStats is the dashboard the metrics read, set once it serves (scrapes
+// on the admin socket may come while listenTCP builds it).
+type dashStats = atomic.Pointer[web.Dashboard]
 
 // newMetrics builds the daemon's metrics over the bus, the plugin host and
 // the instance manager (through late: the manager is built after the
@@ -18,6 +24,7 @@ func newMetrics(d *Daemon, late *lateInstances) *metrics.Metrics {
 		Events:    d.bus,
 		Plugins:   d.plugins,
 		Version:   Version,
+		Streams:   d.streamStats,
 		Logger:    d.log.With("component", "metrics"),
 	})
 }
@@ -28,6 +35,17 @@ func (l *lateInstances) Get(ctx context.Context, name string) (*instance.Instanc
 
 func (l *lateInstances) ListFunc(ctx context.Context, f instance.ListFilter, fn func(*instance.Instance) error) error {
 	return l.m.ListFunc(ctx, f, fn)
+}
+
+// streamStats reports the dashboard's live streams (none without a TCP
+// listener, or before it serves).
+func (d *Daemon) streamStats() (int, uint64) {
+	dash := d.dashStats.Load()
+	if dash == nil {
+		return 0, 0
+	}
+	st := dash.StreamStats()
+	return st.Open, st.Dropped
 }
 
 var (

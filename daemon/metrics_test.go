@@ -140,6 +140,8 @@ func TestMetricsEndToEnd(t *testing.T) {
 		{"guestlink_plugin_restarts_total", dto.MetricType_COUNTER, map[string]string{"plugin": "sim"}, counterAtLeast(0)},
 		{"guestlink_event_subscribers", dto.MetricType_GAUGE, nil, gaugeAtLeast(1)}, // the daemon's own
 		{"guestlink_event_subscribers_dropped_total", dto.MetricType_COUNTER, nil, counterAtLeast(0)},
+		{"guestlink_dashboard_streams", dto.MetricType_GAUGE, nil, gaugeIs(0)},
+		{"guestlink_dashboard_streams_dropped_total", dto.MetricType_COUNTER, nil, counterAtLeast(0)},
 		{"guestlink_build_info", dto.MetricType_GAUGE, nil, gaugeIs(1)},
 		{"go_goroutines", dto.MetricType_GAUGE, nil, gaugeAtLeast(1)},
 		{"process_resident_memory_bytes", dto.MetricType_GAUGE, nil, gaugeAtLeast(1)},

@@ -55,6 +55,10 @@ var (
 		"Open subscriptions to the event bus (API and dashboard streams, the daemon's own)."}
 	EventSubscribersDropped = Info{"guestlink_event_subscribers_dropped_total", Counter, nil,
 		"Event subscriptions ended because the subscriber fell behind: its events were dropped and it must resume."}
+	DashboardStreams = Info{"guestlink_dashboard_streams", Gauge, nil,
+		"Open live streams of the dashboard (one per open page; they share one bus subscription)."}
+	DashboardStreamsDropped = Info{"guestlink_dashboard_streams_dropped_total", Counter, nil,
+		"Dashboard live streams dropped because their page fell behind; the page reconnects and resumes."}
 	PluginUp = Info{"guestlink_plugin_up", Gauge, []string{"plugin"},
 		"1 when the backend plugin runs and answers its health checks, 0 when it is down, restarting or rejected."}
 	PluginRestarts = Info{"guestlink_plugin_restarts_total", Counter, []string{"plugin"},
@@ -73,6 +77,7 @@ var Catalog = []Info{
 	DevlxdRequests, DevlxdDuration,
 	RingReadBytes, RingReadLines, RingReadsDropped, RingDroppedBytes,
 	EventSubscribers, EventSubscribersDropped,
+	DashboardStreams, DashboardStreamsDropped,
 	PluginUp, PluginRestarts,
 	BuildInfo,
 }

@@ -52,6 +52,10 @@ type Config struct {
 	Instances InstanceSource
 	Events    EventSource
 	Plugins   PluginSource
+	// Streams returns the dashboard's open live streams and how many were
+	// dropped for falling behind (web.Dashboard.StreamStats); nil, or a
+	// daemon without a dashboard, reports 0.
+	Streams func() (open int, dropped uint64)
 	// Version is the daemon's version (guestlink_build_info).
 	Version string
 	// Logger receives the subscriber's warnings; nil discards them.
@@ -105,6 +109,9 @@ func New(cfg Config) *Metrics {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Streams == nil {
+		cfg.Streams = func() (int, uint64) { return 0, 0 }
 	}
 	m := &Metrics{
 		cfg: cfg,

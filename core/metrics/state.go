@@ -34,7 +34,7 @@ type stateCollector struct {
 	cfg Config
 
 	instances, agents, notReady, subscribers, subscribersDropped,
-	pluginUp, pluginRestarts, buildInfo *prometheus.Desc
+	streams, streamsDropped, pluginUp, pluginRestarts, buildInfo *prometheus.Desc
 }
 
 func newStateCollector(cfg Config) *stateCollector {
@@ -46,6 +46,8 @@ func newStateCollector(cfg Config) *stateCollector {
 		notReady:           d(NotReadyMaxAge),
 		subscribers:        d(EventSubscribers),
 		subscribersDropped: d(EventSubscribersDropped),
+		streams:            d(DashboardStreams),
+		streamsDropped:     d(DashboardStreamsDropped),
 		pluginUp:           d(PluginUp),
 		pluginRestarts:     d(PluginRestarts),
 		buildInfo:          d(BuildInfo),
@@ -55,7 +57,7 @@ func newStateCollector(cfg Config) *stateCollector {
 // Describe sends the descriptors of the collector's metrics.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.instances, c.agents, c.notReady, c.subscribers,
-		c.subscribersDropped, c.pluginUp, c.pluginRestarts, c.buildInfo} {
+		c.subscribersDropped, c.streams, c.streamsDropped, c.pluginUp, c.pluginRestarts, c.buildInfo} {
 		ch <- d
 	}
 }
@@ -74,6 +76,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.cfg.Events.Stats()
 	ch <- prometheus.MustNewConstMetric(c.subscribers, prometheus.GaugeValue, float64(st.Subscribers))
 	ch <- prometheus.MustNewConstMetric(c.subscribersDropped, prometheus.CounterValue, float64(st.Overflows))
+	open, dropped := c.cfg.Streams()
+	ch <- prometheus.MustNewConstMetric(c.streams, prometheus.GaugeValue, float64(open))
+	ch <- prometheus.MustNewConstMetric(c.streamsDropped, prometheus.CounterValue, float64(dropped))
 
 	byBackend := map[string]*backendCounts{}
 	get := func(b string) *backendCounts {

@@ -25,6 +25,8 @@ func TestStateCollector(t *testing.T) {
 		{Name: "qemu", Health: pluginhost.HealthRestarting, Restarts: 5},
 	}
 	e := newEnv(t, plugins, now)
+	e.m = New(Config{Instances: e.insts, Events: e.bus, Plugins: plugins, Version: "test",
+		Now: func() time.Time { return now }, Streams: func() (int, uint64) { return 3, 7 }})
 	e.insts.set(
 		running("a", "sim", 59*time.Minute, "Ready", 113, instance.AgentConnected),
 		running("b", "sim", 50*time.Minute, "Running", 103, instance.AgentStarted),
@@ -97,12 +99,19 @@ guestlink_event_subscribers 1
 # HELP guestlink_event_subscribers_dropped_total ` + EventSubscribersDropped.Help + `
 # TYPE guestlink_event_subscribers_dropped_total counter
 guestlink_event_subscribers_dropped_total 0
+# HELP guestlink_dashboard_streams ` + DashboardStreams.Help + `
+# TYPE guestlink_dashboard_streams gauge
+guestlink_dashboard_streams 3
+# HELP guestlink_dashboard_streams_dropped_total ` + DashboardStreamsDropped.Help + `
+# TYPE guestlink_dashboard_streams_dropped_total counter
+guestlink_dashboard_streams_dropped_total 7
 # HELP guestlink_build_info ` + BuildInfo.Help + `
 # TYPE guestlink_build_info gauge
 guestlink_build_info{version="test"} 1
 `
 	names := []string{Instances.Name, InstanceAgents.Name, NotReadyMaxAge.Name, PluginUp.Name,
-		PluginRestarts.Name, EventSubscribers.Name, EventSubscribersDropped.Name, BuildInfo.Name}
+		PluginRestarts.Name, EventSubscribers.Name, EventSubscribersDropped.Name, BuildInfo.Name,
+		DashboardStreams.Name, DashboardStreamsDropped.Name}
 	if err := testutil.GatherAndCompare(e.m.Registry(), strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}
