@@ -151,7 +151,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
-	if d.links, err = linkhost.New(linkhost.Config{Serial: serialTransport{}, Logger: d.log.With("component", "link")}); err != nil {
+	late := &lateInstances{}
+	d.metrics = newMetrics(d, late)
+	if d.links, err = linkhost.New(linkhost.Config{Serial: serialTransport{}, Logger: d.log.With("component", "link"),
+		Observer: d.metrics}); err != nil {
 		return nil, fmt.Errorf("starting daemon: guest links: %w", err)
 	}
 
@@ -180,8 +183,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			}
 		},
 	})
-	late := &lateInstances{}
-	d.metrics = newMetrics(d, late)
 	// One state-change budget per guest across devlxd and ring words.
 	stateBudget := statebudget.New(cfg.GuestStateChanges, int(2*cfg.GuestStateChanges))
 	d.monitor, err = agentmon.New(agentmon.Config{

@@ -7,9 +7,22 @@ import (
 	"github.com/guestlink/guestlink/core/agentmon"
 	"github.com/guestlink/guestlink/core/devlxd"
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/metrics"
+	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/web"
 )
+
+// pluginList lists d's plugins: the metrics are built before the plugin
+// host, which is set before anything can scrape.
+type pluginList struct{ d *Daemon }
+
+func (p pluginList) List() []pluginhost.Status {
+	if p.d.plugins == nil {
+		return nil
+	}
+	return p.d.plugins.List()
+}
 
 // dashStats is the dashboard the metrics read, set once it serves (scrapes
 // on the admin socket may come while listenTCP builds it).
@@ -22,7 +35,7 @@ func newMetrics(d *Daemon, late *lateInstances) *metrics.Metrics {
 	return metrics.New(metrics.Config{
 		Instances: late,
 		Events:    d.bus,
-		Plugins:   d.plugins,
+		Plugins:   pluginList{d},
 		Version:   Version,
 		Streams:   d.streamStats,
 		Logger:    d.log.With("component", "metrics"),
@@ -53,4 +66,5 @@ var (
 	// Metrics is what devlxd and agentmon report to.
 	_ devlxd.RequestObserver = (*metrics.Metrics)(nil)
 	_ agentmon.RingObserver  = (*metrics.Metrics)(nil)
+	_ linkhost.ConnObserver  = (*metrics.Metrics)(nil)
 )

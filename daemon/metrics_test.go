@@ -136,6 +136,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 		{"guestlink_instance_not_ready_max_age_seconds", dto.MetricType_GAUGE, sim, gaugeIs(0)},
 		{"guestlink_ring_read_bytes_total", dto.MetricType_COUNTER, sim, counterAtLeast(1)},
 		{"guestlink_ring_read_lines_total", dto.MetricType_COUNTER, sim, counterAtLeast(1)},
+		{"guestlink_link_connections_total", dto.MetricType_COUNTER, map[string]string{"result": "accepted"}, counterAtLeast(1)},
 		{"guestlink_plugin_up", dto.MetricType_GAUGE, map[string]string{"plugin": "sim"}, gaugeIs(1)},
 		{"guestlink_plugin_restarts_total", dto.MetricType_COUNTER, map[string]string{"plugin": "sim"}, counterAtLeast(0)},
 		{"guestlink_event_subscribers", dto.MetricType_GAUGE, nil, gaugeAtLeast(1)}, // the daemon's own

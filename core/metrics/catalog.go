@@ -51,6 +51,8 @@ var (
 		"Ring reads dropped unparsed because the guest wrote over its ring budget."}
 	RingDroppedBytes = Info{"guestlink_ring_dropped_bytes_total", Counter, []string{"backend"},
 		"Bytes of the ring reads dropped over the guest's ring budget."}
+	LinkConnections = Info{"guestlink_link_connections_total", Counter, []string{"link", "result"},
+		"Guest link connections by link kind (vsock, hybrid, serial) and result: accepted, or refused because the instance holds its cap of open connections."}
 	EventSubscribers = Info{"guestlink_event_subscribers", Gauge, nil,
 		"Open subscriptions to the event bus (API and dashboard streams, the daemon's own)."}
 	EventSubscribersDropped = Info{"guestlink_event_subscribers_dropped_total", Counter, nil,
@@ -76,6 +78,7 @@ var Catalog = []Info{
 	Instances, InstanceAgents, NotReadyMaxAge,
 	DevlxdRequests, DevlxdDuration,
 	RingReadBytes, RingReadLines, RingReadsDropped, RingDroppedBytes,
+	LinkConnections,
 	EventSubscribers, EventSubscribersDropped,
 	DashboardStreams, DashboardStreamsDropped,
 	PluginUp, PluginRestarts,

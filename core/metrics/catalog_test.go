@@ -17,6 +17,7 @@ func exercise(m *Metrics) {
 	m.ObserveRequest("/1.0", "PATCH", 200, time.Millisecond)
 	m.RingRead("sim", 10, 1)
 	m.RingDropped("sim", 4096)
+	m.LinkConn("vsock", true)
 	m.startToAgentStarted.WithLabelValues("sim").Observe(1)
 	m.startToAgentConnected.WithLabelValues("sim").Observe(1)
 	m.startToReady.WithLabelValues("sim").Observe(1)
@@ -121,6 +122,9 @@ func TestObservers(t *testing.T) {
 	m.RingRead("sim", 7, 0)
 	m.RingRead("qemu", 1, 1)
 	m.RingDropped("qemu", 4096)
+	m.LinkConn("hybrid", true)
+	m.LinkConn("hybrid", true)
+	m.LinkConn("vsock", false)
 	tests := []struct {
 		name string
 		got  float64
@@ -135,6 +139,9 @@ func TestObservers(t *testing.T) {
 		{"qemu drops", testutil.ToFloat64(m.ringDrops.WithLabelValues("qemu")), 1},
 		{"qemu dropped bytes", testutil.ToFloat64(m.ringDropBytes.WithLabelValues("qemu")), 4096},
 		{"sim drops", testutil.ToFloat64(m.ringDrops.WithLabelValues("sim")), 0},
+		{"hybrid accepted", testutil.ToFloat64(m.linkConns.WithLabelValues("hybrid", "accepted")), 2},
+		{"vsock refused", testutil.ToFloat64(m.linkConns.WithLabelValues("vsock", "refused")), 1},
+		{"vsock accepted", testutil.ToFloat64(m.linkConns.WithLabelValues("vsock", "accepted")), 0},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

@@ -84,6 +84,7 @@ type Metrics struct {
 	ringLines             *prometheus.CounterVec
 	ringDrops             *prometheus.CounterVec
 	ringDropBytes         *prometheus.CounterVec
+	linkConns             *prometheus.CounterVec
 
 	mu      sync.Mutex
 	started bool
@@ -130,6 +131,7 @@ func New(cfg Config) *Metrics {
 		ringLines:             counter(RingReadLines),
 		ringDrops:             counter(RingReadsDropped),
 		ringDropBytes:         counter(RingDroppedBytes),
+		linkConns:             counter(LinkConnections),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -137,7 +139,7 @@ func New(cfg Config) *Metrics {
 		m.startToAgentStarted, m.startToAgentConnected, m.startToReady,
 		m.agentLost, m.readyFlaps, m.instanceErrors,
 		m.devlxdRequests, m.devlxdDuration,
-		m.ringBytes, m.ringLines, m.ringDrops, m.ringDropBytes,
+		m.ringBytes, m.ringLines, m.ringDrops, m.ringDropBytes, m.linkConns,
 		newStateCollector(cfg),
 	)
 	return m
@@ -230,6 +232,16 @@ func codeLabel(code int) string {
 		return "501"
 	}
 	return strconv.Itoa(code)
+}
+
+// LinkConn counts a guest link connection, accepted or refused over the
+// instance's cap (linkhost.ConnObserver).
+func (m *Metrics) LinkConn(link string, admitted bool) {
+	result := "accepted"
+	if !admitted {
+		result = "refused"
+	}
+	m.linkConns.WithLabelValues(link, result).Inc()
 }
 
 // RingRead counts a ring read the guest's budget admitted
