@@ -32,7 +32,7 @@ var (
 	ReadyFlaps = Info{"guestlink_ready_flaps_total", Counter, []string{"backend"},
 		"Ready withdrawn while the instance kept running (the guest declared itself not Ready, or rebooted)."}
 	InstanceErrors = Info{"guestlink_instance_errors_total", Counter, []string{"backend"},
-		"Instances that went to Error (a start that failed, a guest that died)."}
+		"Instances that went to Error (a start that failed, a guest that exited with an error, a backend that became unreachable)."}
 	Instances = Info{"guestlink_instances", Gauge, []string{"backend", "status"},
 		"Instances by backend and status (Ready, Running, Starting, Stopping, Stopped, Error), read at scrape time."}
 	InstanceAgents = Info{"guestlink_instance_agents", Gauge, []string{"backend", "state"},

@@ -113,7 +113,13 @@ func (l *lifecycle) handle(ev events.Event) {
 	case events.InstanceError:
 		l.m.instanceErrors.WithLabelValues(l.backendOf(name, b)).Inc()
 		delete(l.boots, name)
-	case events.InstanceStopped, events.InstanceDeleted:
+	case events.InstanceStopped:
+		// A guest that died (an exit with an error) is in Error too.
+		if msg, _ := lc.Context["error"].(string); msg != "" {
+			l.m.instanceErrors.WithLabelValues(l.backendOf(name, b)).Inc()
+		}
+		delete(l.boots, name)
+	case events.InstanceDeleted:
 		delete(l.boots, name)
 	}
 }

@@ -103,6 +103,16 @@ func TestLifecycleTimings(t *testing.T) {
 			errs:           1,
 		},
 		{
+			name: "a guest that died is an error; a clean exit is not",
+			steps: []step{
+				{events.InstanceStarted, "web1", 0, nil, "unix"},
+				{events.InstanceStopped, "web1", time.Second, map[string]any{"error": "QEMU exited: signal: killed"}, "backend"},
+				{events.InstanceStarted, "web1", 2 * time.Second, nil, "unix"},
+				{events.InstanceStopped, "web1", 3 * time.Second, map[string]any{}, "backend"},
+			},
+			errs: 1,
+		},
+		{
 			name: "a restart times the new boot; a stop forgets it",
 			steps: []step{
 				{events.InstanceStarted, "web1", 0, nil, "unix"},
