@@ -102,18 +102,26 @@ func TestMetricsEndToEnd(t *testing.T) {
 		t.Fatalf("devlxd GET /1.0/config/user.missing: %d %s", a.status, a.body)
 	}
 
+	// The guest withdraws Ready and declares it again: one flap, and still
+	// one start-to-ready sample (the boot's first Ready).
+	agentCommand(ctx, t, g, "started")
+	d.waitInstance(ctx, name, "Running", opTimeout, func(i *api.Instance) bool { return i.StatusCode == int(status.Running) })
+	agentCommand(ctx, t, g, "ready")
+	d.waitInstance(ctx, name, "Ready again", opTimeout, func(i *api.Instance) bool { return i.StatusCode == int(status.Ready) })
+
 	// The lifecycle subscriber may lag the status by a moment: wait for
-	// the sample, scraping as Prometheus would.
+	// the flap, scraping as Prometheus would (events are handled in order,
+	// so the Ready before it was too).
 	var mfs map[string]*dto.MetricFamily
 	sim := map[string]string{"backend": "sim"}
-	testwait.For(t, "a start-to-ready sample for backend sim", opTimeout, func() bool {
+	testwait.For(t, "a Ready flap for backend sim", opTimeout, func() bool {
 		var code int
 		code, mfs = scrape(ctx, t, d.httpURL, token)
 		if code != http.StatusOK {
 			t.Fatalf("GET /metrics with a bearer token: %d", code)
 		}
-		m := series(mfs, "guestlink_instance_start_to_ready_seconds", sim)
-		return m != nil && m.GetHistogram().GetSampleCount() >= 1
+		m := series(mfs, "guestlink_ready_flaps_total", sim)
+		return m != nil && m.GetCounter().GetValue() >= 1
 	})
 
 	tests := []struct {
@@ -122,7 +130,9 @@ func TestMetricsEndToEnd(t *testing.T) {
 		labels map[string]string
 		check  func(*dto.Metric) error
 	}{
-		{"guestlink_instance_start_to_ready_seconds", dto.MetricType_HISTOGRAM, sim, histogramSamples(1)},
+		{"guestlink_instance_start_to_ready_seconds", dto.MetricType_HISTOGRAM, sim, histogramExactly(1)},
+		{"guestlink_ready_flaps_total", dto.MetricType_COUNTER, sim, counterIs(1)},
+		{"guestlink_agent_lost_total", dto.MetricType_COUNTER, sim, nil}, // no series until an agent is lost
 		{"guestlink_instance_start_to_agent_connected_seconds", dto.MetricType_HISTOGRAM, sim, histogramSamples(1)},
 		{"guestlink_instance_start_to_agent_started_seconds", dto.MetricType_HISTOGRAM, sim, histogramSamples(1)},
 		{"guestlink_devlxd_requests_total", dto.MetricType_COUNTER,
@@ -148,6 +158,12 @@ func TestMetricsEndToEnd(t *testing.T) {
 		{"process_resident_memory_bytes", dto.MetricType_GAUGE, nil, gaugeAtLeast(1)},
 	}
 	for _, tt := range tests {
+		if tt.check == nil {
+			if m := series(mfs, tt.name, tt.labels); m != nil {
+				t.Errorf("%s%v: a series %v, want none yet", tt.name, tt.labels, m)
+			}
+			continue
+		}
 		mf := mfs[tt.name]
 		if mf == nil {
 			t.Errorf("%s: not exported", tt.name)
@@ -202,6 +218,24 @@ func histogramSamples(n uint64) func(*dto.Metric) error {
 		}
 		if h.GetSampleSum() < 0 || h.GetSampleSum() > time.Hour.Seconds() {
 			return fmt.Errorf("samples sum to %gs", h.GetSampleSum())
+		}
+		return nil
+	}
+}
+
+func histogramExactly(n uint64) func(*dto.Metric) error {
+	return func(m *dto.Metric) error {
+		if got := m.GetHistogram().GetSampleCount(); got != n {
+			return fmt.Errorf("%d samples, want %d", got, n)
+		}
+		return histogramSamples(n)(m)
+	}
+}
+
+func counterIs(v float64) func(*dto.Metric) error {
+	return func(m *dto.Metric) error {
+		if got := m.GetCounter().GetValue(); got != v {
+			return fmt.Errorf("%g, want %g", got, v)
 		}
 		return nil
 	}
