@@ -25,6 +25,7 @@ import (
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
+	"github.com/guestlink/guestlink/core/metrics"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/statebudget"
@@ -84,12 +85,15 @@ type Daemon struct {
 	devlxd  *devlxd.Server
 	monitor *agentmon.Service
 	api     *api.API
-	web     *fiber.App
-	dash    *web.Dashboard
-	unixLn  net.Listener
-	tcpLn   net.Listener
-	tcp     tcpState
-	serving chan error
+	metrics *metrics.Metrics
+	// dashStats is dash for the metrics, safe to read from a scrape.
+	dashStats dashStats
+	web       *fiber.App
+	dash      *web.Dashboard
+	unixLn    net.Listener
+	tcpLn     net.Listener
+	tcp       tcpState
+	serving   chan error
 }
 
 // SocketPath returns the admin socket of a state directory.
@@ -147,7 +151,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
-	if d.links, err = linkhost.New(linkhost.Config{Serial: serialTransport{}, Logger: d.log.With("component", "link")}); err != nil {
+	late := &lateInstances{}
+	d.metrics = newMetrics(d, late)
+	if d.links, err = linkhost.New(linkhost.Config{Serial: serialTransport{}, Logger: d.log.With("component", "link"),
+		Observer: d.metrics}); err != nil {
 		return nil, fmt.Errorf("starting daemon: guest links: %w", err)
 	}
 
@@ -176,7 +183,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			}
 		},
 	})
-	late := &lateInstances{}
 	// One state-change budget per guest across devlxd and ring words.
 	stateBudget := statebudget.New(cfg.GuestStateChanges, int(2*cfg.GuestStateChanges))
 	d.monitor, err = agentmon.New(agentmon.Config{
@@ -186,6 +192,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Logger:      d.log.With("component", "agentmon"),
 		StateBudget: stateBudget,
 		Throttles:   late,
+
+		RingObserver: d.metrics,
 
 		RingBytesPerSecond: cfg.GuestRingBytes,
 		RingLinesPerSecond: cfg.GuestRingLines,
@@ -208,6 +216,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.mgr = mgr
 	late.m = mgr
 	hooks.set(d.monitor)
+	if err := d.metrics.Start(); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
 
 	if d.devlxd, err = devlxd.New(devlxd.Config{
 		Instances:   mgr,
@@ -215,6 +226,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Certificate: certs.Daemon().TLS,
 		Logger:      d.log.With("component", "devlxd"),
 		StateBudget: stateBudget,
+		Observer:    d.metrics,
 	}); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
@@ -228,7 +240,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 
 	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
-		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits})
+		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits,
+		Metrics: d.metrics.Handler()})
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
@@ -237,6 +250,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.listenTCP(ctx); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
+	d.dashStats.Store(d.dash) // nil without a TCP listener
 	d.log.Info("guestlinkd started", "version", Version, "state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir),
 		"http", cfg.HTTPAddr, "https", cfg.HTTPSAddr, "link_port", d.links.Port(), "vsock", d.links.Vsock())
 	return d, nil
@@ -290,6 +304,9 @@ func (d *Daemon) close(ctx context.Context) {
 	}
 	if d.plugins != nil {
 		_ = d.plugins.Close()
+	}
+	if d.metrics != nil {
+		d.metrics.Close()
 	}
 	if d.bus != nil {
 		_ = d.bus.Close()

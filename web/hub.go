@@ -28,6 +28,8 @@ type hub struct {
 	last   int64                // the newest event id the feeds are complete after
 	feeds  map[*feed]struct{}
 	closed bool
+	// dropped counts the feeds dropped for falling behind (StreamStats).
+	dropped uint64
 }
 
 // feed is one stream's queue of live lifecycle events; ch is closed when
@@ -89,6 +91,7 @@ func (h *hub) run(sub *events.Subscription, ran chan struct{}) {
 			default:
 				delete(h.feeds, f)
 				close(f.ch)
+				h.dropped++
 			}
 		}
 		h.mu.Unlock()

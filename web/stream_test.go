@@ -368,6 +368,12 @@ func TestStreamSlowClient(t *testing.T) {
 	if feeds != 1 {
 		t.Errorf("%d feeds registered, want 1 (the slow page's dropped)", feeds)
 	}
+	// Every dropped feed is counted: the slow page's, and the fast one's
+	// before each of its reconnects (unless the hub's own subscription
+	// ended, which the bus counts).
+	if st := d.StreamStats(); st.Open != 1 || st.Dropped < 1 || st.Dropped > uint64(reconnects)+1 {
+		t.Errorf("StreamStats %+v, want 1 open and 1 to %d dropped", st, reconnects+1)
+	}
 	slow.Close()
 	fast.cancel()
 	waitStreams(t, d, 0)

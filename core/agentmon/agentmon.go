@@ -139,6 +139,9 @@ type Config struct {
 	// Throttles records throttling episodes (an event and a timeline
 	// entry); nil only logs them.
 	Throttles Throttles
+	// RingObserver is told of every ring read (core/metrics counts them);
+	// nil observes nothing.
+	RingObserver RingObserver
 }
 
 // Service runs one monitor per running instance. Create it with New; Close
@@ -212,6 +215,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.RingObserver == nil {
+		cfg.RingObserver = noRingObserver{}
 	}
 	if cfg.RingBytesPerSecond <= 0 {
 		cfg.RingBytesPerSecond = DefaultRingBytesPerSecond

@@ -134,6 +134,7 @@ func (m *monitor) readRing() bool {
 	if !m.ring.paused(now) {
 		data = m.readRingData()
 		if !m.ring.admit(data, now) {
+			cfg.RingObserver.RingDropped(m.backend, len(data))
 			// Dropped unparsed: the carried partial line no longer
 			// continues what comes next.
 			m.parser = ringproto.Parser{}
@@ -144,6 +145,9 @@ func (m *monitor) readRing() bool {
 			}
 			return true
 		}
+	}
+	if len(data) > 0 {
+		cfg.RingObserver.RingRead(m.backend, len(data), bytes.Count(data, []byte{'\n'}))
 	}
 	w, ok := m.parser.Feed(data)
 	if !ok {

@@ -3,7 +3,9 @@ package agentmon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -114,7 +116,7 @@ func startRingGuest(t *testing.T, certs *pki.Store, ringSize int, mutate func(*C
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &ringGuest{ring: ring, inst: &instance.Instance{Name: "vm1", UUID: "uuid-vm1", Config: map[string]string{}}}
+	g := &ringGuest{ring: ring, inst: &instance.Instance{Name: "vm1", UUID: "uuid-vm1", Backend: "qemu", Config: map[string]string{}}}
 	cfg := Config{Instances: g, Links: deadLinks{}, Certs: certs, Throttles: g}
 	if mutate != nil {
 		mutate(&cfg)
@@ -364,8 +366,10 @@ func TestEpisode(t *testing.T) {
 func TestRingOverBudgetNotParsed(t *testing.T) {
 	certs := testCerts(t)
 	synctest.Test(t, func(t *testing.T) {
+		obs := &ringRecorder{}
 		svc, g := startRingGuest(t, certs, 8192, func(c *Config) {
 			c.RingBytesPerSecond, c.RingBurstBytes = 1024, RingReadMax
+			c.RingObserver = obs
 		})
 		g.write(svc, []byte("CONNECTED\n")) // costs readCost of the burst
 		synctest.Wait()
@@ -387,5 +391,33 @@ func TestRingOverBudgetNotParsed(t *testing.T) {
 		if n := g.ring.Len(); n != 0 {
 			t.Errorf("%d bytes left in the ring: the dropped read should have consumed them", n)
 		}
+		// The observer saw the admitted read and the dropped one, under
+		// the instance's backend.
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		want := []string{"read qemu 10 bytes 1 lines", fmt.Sprintf("dropped qemu %d bytes", RingReadMax)}
+		if !slices.Equal(obs.calls, want) {
+			t.Errorf("ring observer saw %q, want %q", obs.calls, want)
+		}
 	})
 }
+
+// ringRecorder records RingObserver calls.
+type ringRecorder struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *ringRecorder) RingRead(backend string, n, lines int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, fmt.Sprintf("read %s %d bytes %d lines", backend, n, lines))
+}
+
+func (r *ringRecorder) RingDropped(backend string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, fmt.Sprintf("dropped %s %d bytes", backend, n))
+}
+
+var _ RingObserver = (*ringRecorder)(nil)

@@ -23,10 +23,11 @@ import (
 // (at most one per AdvertiseInterval) and a pusher goroutine delivers guest
 // events in order, so a slow agent never delays ring reads.
 type monitor struct {
-	svc    *Service
-	uuid   string
-	name   string
-	client *agentClient
+	svc     *Service
+	uuid    string
+	name    string
+	backend string // the instance's backend, for RingObserver
+	client  *agentClient
 
 	kick      chan struct{} // read the ring now
 	reset     chan struct{} // the guest rebooted
@@ -72,6 +73,7 @@ func newMonitor(s *Service, inst *instance.Instance, certs *pki.InstanceCerts) *
 		svc:       s,
 		uuid:      inst.UUID,
 		name:      inst.Name,
+		backend:   inst.Backend,
 		client:    newAgentClient(s.cfg.Links, inst.UUID, certs, s.cfg.Now),
 		kick:      make(chan struct{}, 1),
 		reset:     make(chan struct{}, 1),

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -90,6 +91,9 @@ type Config struct {
 	// DashboardURL returns the dashboard's base URL ("http://127.0.0.1:8080")
 	// for one-time login URLs; nil or "" when no TCP listener serves it.
 	DashboardURL func() string
+	// Metrics, when set, is served at /metrics (Prometheus exposition
+	// format, core/metrics), authenticated like the /1.0 routes.
+	Metrics http.Handler
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -176,6 +180,7 @@ func (a *API) Register(r fiber.Router) {
 	v1.Post("/backends/:name/reload", a.reloadBackend)
 	v1.Get("/events", a.eventsUpgrade, a.eventsSocket())
 	a.registerAuth(v1)
+	a.registerMetrics(r)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several

@@ -53,6 +53,7 @@ var routes = []struct{ method, path, body string }{
 	{"GET", "/1.0/auth/sessions", ""},
 	{"DELETE", "/1.0/auth/sessions/abcdef12", ""},
 	{"GET", "/1.0/no-such-route", ""},
+	{"GET", "/metrics", ""},
 }
 
 // keyPair returns a self-signed certificate for client or server use.
@@ -81,7 +82,8 @@ func (a *authServer) advance(d time.Duration) {
 func newAuthServer(t *testing.T) *authServer {
 	t.Helper()
 	as := &authServer{now: time.Now()}
-	as.Server = apitest.NewServer(t, apitest.Options{Auth: true, AuthNow: as.clock, DashboardURL: "http://127.0.0.1:8080"})
+	as.Server = apitest.NewServer(t, apitest.Options{Auth: true, AuthNow: as.clock, DashboardURL: "http://127.0.0.1:8080",
+		Metrics: metricsStub})
 	as.httpAddr = as.ServeTCP(t)
 	serverCert, _ := keyPair(t, "server")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -28,7 +28,7 @@ const localsIdentity = "devlxd.identity"
 // takes every method and answers 501 for those it does not implement (as
 // LXD); any other path is 404.
 func (s *Server) routes() {
-	s.app.Use(s.authenticate)
+	s.app.Use(s.observe, s.authenticate)
 	s.app.All("/", only(fiber.MethodGet, s.getRoot))
 	s.app.All("/1.0", func(c *fiber.Ctx) error {
 		switch c.Method() {

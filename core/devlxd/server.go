@@ -101,6 +101,9 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives errors of the listener (default slog.Default).
 	Logger *slog.Logger
+	// Observer, when set, is told of every request once it is answered
+	// (core/metrics counts them); nil observes nothing.
+	Observer RequestObserver
 }
 
 // Server serves the devlxd API. Create it with New, feed it connections with

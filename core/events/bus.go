@@ -89,6 +89,8 @@ type Bus struct {
 	mu     sync.Mutex
 	closed bool
 	subs   map[*Subscription]struct{}
+	// overflows counts the subscriptions ended with ErrOverflow (Stats).
+	overflows uint64
 
 	// The sequencer: concurrent appends may return in any order, but
 	// subscribers must see ids in increasing order (a client resumes from
@@ -352,6 +354,9 @@ func (s *Subscription) failLocked(err error) {
 	}
 	s.closed = true
 	s.err = err
+	if errors.Is(err, ErrOverflow) {
+		s.bus.overflows++
+	}
 	s.backlog = nil
 	delete(s.bus.subs, s)
 	s.cancel()

@@ -55,6 +55,7 @@ func (h *Host) acceptFrom(a *attachment, accept func() (net.Conn, error), id Ide
 func (h *Host) admit(a *attachment, c net.Conn, id Identity) {
 	if a.live.Add(1) > int64(h.cfg.MaxConnsPerInstance) {
 		a.live.Add(-1)
+		h.cfg.Observer.LinkConn(string(id.Link), false)
 		c.Close()
 		if !a.overCap.Swap(true) {
 			h.cfg.Logger.Warn("linkhost: instance holds too many link connections, closing new ones", "instance", id.InstanceUUID, "link", id.Link, "max", h.cfg.MaxConnsPerInstance)
@@ -62,6 +63,7 @@ func (h *Host) admit(a *attachment, c net.Conn, id Identity) {
 		return
 	}
 	a.overCap.Store(false)
+	h.cfg.Observer.LinkConn(string(id.Link), true)
 	lc := WithIdentity(c, id)
 	lc.release = func() { a.live.Add(-1) }
 	h.hand(lc, a.done)

@@ -175,7 +175,8 @@ func TestReattachRevivesFailedLink(t *testing.T) {
 func TestConnectionCapPerInstance(t *testing.T) {
 	const max = 3
 	fs := &scriptedSerial{}
-	h := newHost(t, Config{Serial: fs, MaxConnsPerInstance: max})
+	obs := &connRecorder{}
+	h := newHost(t, Config{Serial: fs, MaxConnsPerInstance: max, Observer: obs})
 	for i, u := range []string{"uuid-a", "uuid-b"} {
 		if err := h.Attach(u, &sdk.LinkEndpoint{Kind: sdk.LinkSerial, Path: fmt.Sprint("/s", i)}); err != nil {
 			t.Fatal(err)
@@ -203,7 +204,40 @@ func TestConnectionCapPerInstance(t *testing.T) {
 	if g := feed(t, a, nil); !closedByHost(g) {
 		t.Fatal("a connection over the cap was accepted after one was closed twice")
 	}
+	// The observer saw each connection before it was handed on or closed.
+	if got := obs.counts(); got != (connCounts{admitted: max + 2, refused: 3}) {
+		t.Fatalf("observer counted %+v, want %d admitted and 3 refused", got, max+2)
+	}
 }
+
+type connCounts struct{ admitted, refused int }
+
+// connRecorder counts ConnObserver calls of serial links.
+type connRecorder struct {
+	mu sync.Mutex
+	c  connCounts
+}
+
+func (r *connRecorder) LinkConn(link string, admitted bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if link != string(sdk.LinkSerial) {
+		panic("link kind " + link)
+	}
+	if admitted {
+		r.c.admitted++
+	} else {
+		r.c.refused++
+	}
+}
+
+func (r *connRecorder) counts() connCounts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.c
+}
+
+var _ ConnObserver = (*connRecorder)(nil)
 
 func TestDefaultConnectionCap(t *testing.T) {
 	h := newHost(t, Config{})

@@ -52,6 +52,9 @@ type Config struct {
 	// file descriptors: a connection over the cap is closed as soon as it
 	// is accepted. Zero or less means DefaultMaxConnsPerInstance.
 	MaxConnsPerInstance int
+	// Observer is told of every link connection accepted or refused
+	// (core/metrics counts them); nil observes nothing.
+	Observer ConnObserver
 }
 
 // Host is the host side of all guest links. It is a net.Listener: Accept
@@ -116,6 +119,9 @@ func New(cfg Config) (*Host, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = noConnObserver{}
 	}
 	if cfg.MaxConnsPerInstance <= 0 {
 		cfg.MaxConnsPerInstance = DefaultMaxConnsPerInstance

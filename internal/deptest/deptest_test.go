@@ -76,6 +76,13 @@ var rules = []rule{
 		forbid: concat(server, webStack, storeStack, pluginStack,
 			[]string{mod + "/plugins", mod + "/agent"}),
 	},
+	{
+		name: "metrics: only core/metrics (and the composition root) import the Prometheus client",
+		pkgs: []string{mod + "/core/api", mod + "/core/devlxd", mod + "/core/agentmon", mod + "/core/events",
+			mod + "/core/instance", mod + "/core/pluginhost", mod + "/core/linkhost", mod + "/web",
+			mod + "/agent/...", mod + "/link/...", mod + "/plugins/...", mod + "/client/...", mod + "/db/..."},
+		forbid: []string{"github.com/prometheus/"},
+	},
 }
 
 // concat joins lists of prefixes.

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -42,6 +43,8 @@ type Options struct {
 	Hosts []string
 	// DashboardURL is the base of dashboard login URLs ("" : none).
 	DashboardURL string
+	// Metrics is api.Config.Metrics (nil: no /metrics route).
+	Metrics http.Handler
 }
 
 // Server is a running admin API on a Unix socket.
@@ -113,6 +116,7 @@ func NewServer(t testing.TB, opts Options) *Server {
 		Version:      "test",
 		BodyLimit:    opts.BodyLimit,
 		PingInterval: opts.PingInterval,
+		Metrics:      opts.Metrics,
 	})
 	ln, err := api.ListenUnix(s.Socket)
 	if err != nil {
