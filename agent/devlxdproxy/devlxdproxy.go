@@ -140,7 +140,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(resp.StatusCode)
 		return
 	}
-	if strings.HasPrefix(r.URL.Path, "/1.0/images/") {
+	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/1.0/images/") {
 		// As LXD's agent, an image export is relayed as the host answers
 		// it, errors included (in the main API's envelope).
 		h.relay(w, resp)
