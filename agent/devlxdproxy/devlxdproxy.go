@@ -94,8 +94,19 @@ func (h *Handler) log() *slog.Logger {
 	return h.Log
 }
 
+// lxdMethods are the methods LXD's devlxd routes; any other one is
+// answered here, as LXD's agent does, without asking the daemon.
+var lxdMethods = map[string]bool{
+	http.MethodHead: true, http.MethodGet: true, http.MethodPost: true,
+	http.MethodPut: true, http.MethodPatch: true, http.MethodDelete: true,
+}
+
 // ServeHTTP serves one guest request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !lxdMethods[r.Method] {
+		http.Error(w, fmt.Sprintf("Method %q not found", r.Method), http.StatusNotFound)
+		return
+	}
 	if r.URL.Path == "/1.0/events" && r.Method == http.MethodGet {
 		h.serveEvents(w, r)
 		return

@@ -483,3 +483,19 @@ func TestShutdownRefusesConnections(t *testing.T) {
 		t.Fatalf("ServeConn after Shutdown: %v, want net.ErrClosed", err)
 	}
 }
+
+// TestUnknownMethod checks methods LXD does not route: 404 `Method "X"
+// not found`. (Methods fiber does not know at all, e.g. PROPFIND, get its
+// 400 "Invalid http method"; the agent answers those itself and never
+// forwards them.)
+func TestUnknownMethod(t *testing.T) {
+	e := newEnv(t, nil)
+	a := e.client(uuidA, e.agents["a"])
+	for _, m := range []string{"OPTIONS", "TRACE", "CONNECT"} {
+		t.Run(m, func(t *testing.T) {
+			if got, want := do(t, a, m, "/1.0", ""), fail(404, `Method "`+m+`" not found`); got != want {
+				t.Fatalf("%s /1.0 = %+v, want %+v", m, got, want)
+			}
+		})
+	}
+}

@@ -213,6 +213,15 @@ func requests(g Guest) []request {
 	}
 }
 
+// guestRequests are answered by the agent itself and never reach the
+// daemon (methods an HTTP framework may not even parse).
+func guestRequests() []request {
+	return []request{
+		{"custom method", "PROPFIND", "/1.0", "", fail(404, `Method "PROPFIND" not found`)},
+		{"custom method unknown path", "PROPFIND", "/nope", "", fail(404, `Method "PROPFIND" not found`)},
+	}
+}
+
 // disabledRequests is what a guest with security.devlxd=false gets.
 func disabledRequests() []request {
 	return []request{
@@ -287,6 +296,9 @@ const timeout = 30 * time.Second
 func Run(t *testing.T, target Target, g Guest) {
 	t.Helper()
 	check(t, target, requests(g))
+	if target.Form == FormGuest {
+		check(t, target, guestRequests())
+	}
 	t.Run("events", func(t *testing.T) { events(t, target, g) })
 }
 
