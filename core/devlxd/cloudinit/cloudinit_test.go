@@ -2,7 +2,10 @@ package cloudinit
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v2"
 )
 
 const tag = " #lxd:cloud-init.ssh-keys"
@@ -89,5 +92,38 @@ func TestNeedsNewInstanceID(t *testing.T) {
 		if got := NeedsNewInstanceID(key); got != want {
 			t.Errorf("NeedsNewInstanceID(%q) = %v, want %v", key, got, want)
 		}
+	}
+}
+
+// TestMergedKeysParseBack checks what cloud-init reads from the merged
+// cloud-config: a real-size key (folded over lines by the YAML emitter, as
+// LXD's is) comes back whole, the tags being YAML comments.
+func TestMergedKeysParseBack(t *testing.T) {
+	long := "ssh-rsa " + strings.Repeat("AAAAB3NzaC1yc2E", 40) + " alice@laptop"
+	out := Value(map[string]string{
+		KeyUserData:             "#cloud-config\nusers:\n- default\n",
+		"cloud-init.ssh-keys.a": "alice:" + long,
+		"cloud-init.ssh-keys.b": "alice:gh:alice",
+	}, KeyUserData)
+	var got struct {
+		Users []any `yaml:"users"`
+	}
+	if err := yaml.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("merged user-data does not parse: %v\n%s", err, out)
+	}
+	if len(got.Users) != 2 || got.Users[0] != "default" {
+		t.Fatalf("users %v, want default then alice:\n%s", got.Users, out)
+	}
+	alice, _ := got.Users[1].(map[any]any)
+	for field, want := range map[string]string{
+		"ssh_authorized_keys": long, "ssh-authorized-keys": long, "ssh_import_id": "gh:alice", "ssh-import-id": "gh:alice",
+	} {
+		list, _ := alice[field].([]any)
+		if len(list) != 1 || list[0] != want {
+			t.Errorf("%s = %v, want [%s]", field, alice[field], want)
+		}
+	}
+	if alice["name"] != "alice" {
+		t.Errorf("user %v", alice)
 	}
 }
