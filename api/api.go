@@ -145,4 +145,7 @@ type Backend struct {
 	// SkippedChecks counts health checks not held against the plugin
 	// because the daemon itself was saturated.
 	SkippedChecks int `json:"skipped_checks"`
+	// InstanceType is what the backend's guests are, as devlxd reports them
+	// ("container" or "virtual-machine"); empty until the plugin started.
+	InstanceType string `json:"instance_type,omitempty"`
 }

@@ -227,6 +227,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Logger:      d.log.With("component", "devlxd"),
 		StateBudget: stateBudget,
 		Observer:    d.metrics,
+		// What a guest is depends on its backend (sim guests are
+		// processes: "container"); Images is set once an image store exists.
+		InstanceTypes: d.plugins,
 	}); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}

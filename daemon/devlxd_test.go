@@ -33,6 +33,14 @@ const (
 	// userMetaData is appended verbatim to meta-data.
 	userMetaData  = "vendor: acme\nregion: \"eu %s\"\n"
 	cloudUserData = "#cloud-config\nhostname: devlxd-host\n"
+	sshKey        = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample"
+	// sshUsers is the cloud-config LXD merges cloud-init.ssh-keys.root into
+	// the seed data with (yaml.v2's rendering, the added keys tagged).
+	sshUsers = "users:\n- name: root\n  ssh-authorized-keys:\n  - " + sshKey + " #lxd:cloud-init.ssh-keys\n" +
+		"  ssh_authorized_keys:\n  - " + sshKey + " #lxd:cloud-init.ssh-keys\n"
+	// mergedUserData and mergedVendorData are what the guest reads.
+	mergedUserData   = cloudUserData + sshUsers
+	mergedVendorData = "#cloud-config\n" + sshUsers
 )
 
 var macRE = regexp.MustCompile(`^([0-9a-f]{2}:){5}[0-9a-f]{2}$`)
@@ -49,7 +57,7 @@ func TestDevlxd(t *testing.T) {
 		"user.x":                   userX,
 		"user.meta-data":           userMetaData,
 		"cloud-init.user-data":     cloudUserData,
-		"cloud-init.ssh-keys.root": "root:ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample",
+		"cloud-init.ssh-keys.root": "root:" + sshKey,
 	}, map[string]map[string]string{
 		"eth0": {"type": "nic", "network": "br0"},
 		"eth1": {"type": "nic", "network": "br1", "hwaddr": "00:16:3e:aa:bb:cc"},
@@ -80,14 +88,16 @@ func TestDevlxd(t *testing.T) {
 		}{
 			{name: "root", method: "GET", path: "/", status: 200, ctype: jsonType, json: []any{"/1.0"}},
 			{name: "info", method: "GET", path: "/1.0", status: 200, ctype: jsonType, json: map[string]any{
-				"api_version": "1.0", "state": "Started", "instance_type": "virtual-machine", "location": host,
+				"api_version": "1.0", "state": "Started", "instance_type": "container", "location": host, // sim guests are processes
 				"auth": "untrusted", "supported_storage_drivers": []any{},
 			}},
 			{name: "config list", method: "GET", path: "/1.0/config", status: 200, ctype: jsonType, json: []any{
-				"/1.0/config/cloud-init.user-data", "/1.0/config/user.meta-data", "/1.0/config/user.x",
+				"/1.0/config/cloud-init.user-data", "/1.0/config/cloud-init.vendor-data", "/1.0/config/user.meta-data",
+				"/1.0/config/user.vendor-data", "/1.0/config/user.x",
 			}},
 			{name: "user key byte-exact", method: "GET", path: "/1.0/config/user.x", status: 200, ctype: rawType, raw: userX},
-			{name: "cloud-init key", method: "GET", path: "/1.0/config/cloud-init.user-data", status: 200, ctype: rawType, raw: cloudUserData},
+			{name: "cloud-init key", method: "GET", path: "/1.0/config/cloud-init.user-data", status: 200, ctype: rawType, raw: mergedUserData},
+			{name: "vendor-data with ssh keys", method: "GET", path: "/1.0/config/cloud-init.vendor-data", status: 200, ctype: rawType, raw: mergedVendorData},
 			{name: "non-user key set", method: "GET", path: "/1.0/config/volatile.uuid", status: 403, ctype: textType, raw: "Forbidden\n"},
 			{name: "non-user key unset", method: "GET", path: "/1.0/config/security.devlxd", status: 403, ctype: textType, raw: "Forbidden\n"},
 			{name: "unset user key", method: "GET", path: "/1.0/config/user.missing", status: 404, ctype: textType, raw: "Not Found\n"},
@@ -205,11 +215,15 @@ func TestDevlxd(t *testing.T) {
 			"_metadata_api_version": "1.0",
 			"meta-data":             wantMeta,
 			"config": map[string]any{
-				"user.x":               userX,
-				"user.meta-data":       userMetaData,
-				"cloud-init.user-data": cloudUserData,
+				"user.x":                 userX,
+				"user.meta-data":         userMetaData,
+				"cloud-init.user-data":   mergedUserData,
+				"cloud-init.vendor-data": mergedVendorData,
+				"user.vendor-data":       mergedVendorData,
 			},
-			"user-data": cloudUserData,
+			// cloud-init.ssh-keys.* reach cloud-init merged into its seed data.
+			"user-data":   mergedUserData,
+			"vendor-data": mergedVendorData,
 		}
 		if !reflect.DeepEqual(md, want) {
 			t.Errorf("read_metadata:\n got %#v\nwant %#v", md, want)

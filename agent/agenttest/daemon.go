@@ -153,7 +153,7 @@ func (d *Daemon) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodGet && path == "/":
 		d.ok(w, []string{"/1.0"})
 	case r.Method == http.MethodGet && path == "/1.0":
-		d.ok(w, devlxdapi.NewInfo(d.Ready, "testhost"))
+		d.ok(w, devlxdapi.NewInfo(d.Ready, "testhost", devlxdapi.InstanceTypeVM))
 	case r.Method == http.MethodPatch && path == "/1.0":
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		var put devlxdapi.StatePut

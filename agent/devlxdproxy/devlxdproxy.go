@@ -41,6 +41,16 @@ const (
 	// PongWait is how long a websocket client may go without answering a
 	// ping before it is dropped.
 	PongWait = 2*PingPeriod + 5*time.Second
+	// MetaDataAttempts and MetaDataRetryWait: GET /1.0/meta-data tries to
+	// reach the daemon this many times, waiting this long after each
+	// failure, before answering 500 (LXD's agent: 10 × 500 ms), so that an
+	// early-boot outage does not fail cloud-init at once.
+	MetaDataAttempts  = 10
+	MetaDataRetryWait = 500 * time.Millisecond
+	// unreachablePrefix starts the 500 answer when the daemon cannot be
+	// reached: LXD's agent's text, kept whatever the link is (clients may
+	// match it).
+	unreachablePrefix = "Failed connecting to devLXD over vsock: "
 )
 
 // Upstream is the daemon as the proxy needs it.
@@ -70,6 +80,9 @@ type Handler struct {
 	// PingPeriod and PongWait override the websocket keep-alive (for
 	// tests); zero means the package defaults.
 	PingPeriod, PongWait time.Duration
+	// RetryWait overrides MetaDataRetryWait (for tests); zero means the
+	// package default.
+	RetryWait time.Duration
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -81,8 +94,19 @@ func (h *Handler) log() *slog.Logger {
 	return h.Log
 }
 
+// lxdMethods are the methods LXD's devlxd routes; any other one is
+// answered here, as LXD's agent does, without asking the daemon.
+var lxdMethods = map[string]bool{
+	http.MethodHead: true, http.MethodGet: true, http.MethodPost: true,
+	http.MethodPut: true, http.MethodPatch: true, http.MethodDelete: true,
+}
+
 // ServeHTTP serves one guest request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !lxdMethods[r.Method] {
+		http.Error(w, fmt.Sprintf("Method %q not found", r.Method), http.StatusNotFound)
+		return
+	}
 	if r.URL.Path == "/1.0/events" && r.Method == http.MethodGet {
 		h.serveEvents(w, r)
 		return
@@ -109,7 +133,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 	if r.URL.RawQuery != "" {
 		path += "?" + r.URL.RawQuery
 	}
-	resp, err := h.Upstream.Raw(r.Context(), r.Method, path, body)
+	resp, err := h.roundTrip(r, path, body)
 	if err != nil {
 		h.unavailable(w, r, err)
 		return
@@ -117,6 +141,21 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 	defer resp.Body.Close()
 	if h.OnReached != nil {
 		h.OnReached()
+	}
+	if r.Method == http.MethodHead {
+		// A HEAD answer has no body (no envelope): its status is the answer.
+		if resp.StatusCode >= 400 {
+			http.Error(w, http.StatusText(resp.StatusCode), resp.StatusCode)
+			return
+		}
+		w.WriteHeader(resp.StatusCode)
+		return
+	}
+	if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/1.0/images/") {
+		// As LXD's agent, an image export is relayed as the host answers
+		// it, errors included (in the main API's envelope).
+		h.relay(w, resp)
+		return
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if ct != "application/json" {
@@ -143,6 +182,46 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 	devlxdapi.WriteGuest(w, r.URL.Path, env)
 }
 
+// roundTrip sends the request to the daemon; GET /1.0/meta-data is tried
+// up to MetaDataAttempts times while the daemon cannot be reached (not after
+// a timeout: the daemon was reached but did not answer).
+func (h *Handler) roundTrip(r *http.Request, path string, body []byte) (*http.Response, error) {
+	attempts := 1
+	if r.Method == http.MethodGet && r.URL.Path == "/1.0/meta-data" {
+		attempts = MetaDataAttempts
+	}
+	wait := MetaDataRetryWait
+	if h.RetryWait > 0 {
+		wait = h.RetryWait
+	}
+	for i := 1; ; i++ {
+		resp, err := h.Upstream.Raw(r.Context(), r.Method, path, body)
+		if err == nil || i >= attempts || errors.Is(err, context.DeadlineExceeded) ||
+			!(errors.Is(err, upstream.ErrNoAdvertisement) || errors.Is(err, upstream.ErrUnreachable)) {
+			return resp, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-r.Context().Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+// relay copies the daemon's answer to the guest unchanged: status, the
+// headers of a file answer, body.
+func (h *Handler) relay(w http.ResponseWriter, resp *http.Response) {
+	for _, k := range []string{"Content-Type", "Content-Length", "Content-Disposition", "Last-Modified"} {
+		if v := resp.Header.Get(k); v != "" {
+			w.Header().Set(k, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
 // passThrough copies an answer that is not an envelope (an image export, or
 // a plain-text error from the daemon's edge) to the guest.
 func (h *Handler) passThrough(w http.ResponseWriter, resp *http.Response) {
@@ -164,50 +243,38 @@ func (h *Handler) passThrough(w http.ResponseWriter, resp *http.Response) {
 	_, _ = io.Copy(w, resp.Body)
 }
 
+// unavailable answers a request the daemon could not answer as LXD's agent
+// does: 500 "Failed connecting to devLXD over vsock: <why>" (cloud-init's
+// LXD datasource retries on 500 only).
 func (h *Handler) unavailable(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case errors.Is(err, upstream.ErrNoAdvertisement):
-		http.Error(w, "Service Unavailable: the host has not connected to the agent yet", http.StatusServiceUnavailable)
-	case r.Context().Err() != nil:
-		// The guest went away; nothing to answer.
-	case errors.Is(err, context.DeadlineExceeded):
-		h.log().Warn("daemon did not answer in time", "method", r.Method, "path", r.URL.Path, "err", err)
-		if h.OnUnreachable != nil {
-			h.OnUnreachable(err)
-		}
-		http.Error(w, "Gateway Timeout: the host did not answer in time", http.StatusGatewayTimeout)
-	default:
+	if r.Context().Err() != nil {
+		return // the guest went away; nothing to answer
+	}
+	if !errors.Is(err, upstream.ErrNoAdvertisement) {
 		h.log().Warn("daemon unreachable", "method", r.Method, "path", r.URL.Path, "err", err)
 		if h.OnUnreachable != nil {
 			h.OnUnreachable(err)
 		}
-		http.Error(w, "Service Unavailable: the host is not reachable", http.StatusServiceUnavailable)
 	}
+	http.Error(w, unreachablePrefix+err.Error(), http.StatusInternalServerError)
 }
 
-// parseTypes returns the event types of ?type= (both when empty), or the
-// first invalid entry.
-func parseTypes(r *http.Request) (types []string, invalid string, ok bool) {
+// parseTypes returns the event types of ?type= (config and device when
+// empty). As LXD, unknown types are accepted: they never match an event.
+func parseTypes(r *http.Request) []string {
 	raw := r.URL.Query().Get("type")
 	if raw == "" {
-		return []string{devlxdapi.EventConfig, devlxdapi.EventDevice}, "", true
+		return []string{devlxdapi.EventConfig, devlxdapi.EventDevice}
 	}
-	for _, t := range strings.Split(raw, ",") {
-		if !devlxdapi.ValidEventType(t) {
-			return nil, t, false
-		}
-		types = append(types, t)
-	}
-	return types, "", true
+	return strings.Split(raw, ",")
 }
 
-// encodeEvent returns e as one line of JSON (newline included), without
-// HTML escaping so that config values reach the guest unchanged.
+// encodeEvent returns e as one line of JSON (newline included), encoded as
+// LXD does (encoding/json's defaults, so <, > and & are escaped: the same
+// value once decoded).
 func encodeEvent(e devlxdapi.Event) ([]byte, error) {
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(e); err != nil {
+	if err := json.NewEncoder(&buf).Encode(e); err != nil {
 		return nil, fmt.Errorf("encoding %s event: %w", e.Type, err)
 	}
 	return buf.Bytes(), nil
@@ -218,29 +285,41 @@ var upgrader = websocket.Upgrader{
 	CheckOrigin:      func(*http.Request) bool { return true }, // local Unix socket
 }
 
+// streamHeader is what LXD writes before a raw event stream: a bare
+// HTTP/1.1 status line and headers (LF line ends, no Content-Length, no
+// chunking); then one JSON event per line until either side closes.
+const streamHeader = "HTTP/1.1 200 OK\nConnection: keep-alive\nContent-Type: application/json\nX-Content-Type-Options: nosniff\n\n"
+
 func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
-	types, invalid, ok := parseTypes(r)
-	if !ok {
-		http.Error(w, fmt.Sprintf("Invalid event type %q", invalid), http.StatusBadRequest)
-		return
-	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Time{})
-	if websocket.IsWebSocketUpgrade(r) {
+	types := parseTypes(r)
+	if r.Header.Get("Upgrade") == "websocket" {
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Time{})
+		_ = rc.SetWriteDeadline(time.Time{})
 		h.serveWebsocket(w, r, types)
 		return
 	}
-	sub := h.Events.Subscribe(types)
-	defer sub.Close()
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	if err := rc.Flush(); err != nil {
+	conn, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, "Internal Server Error", http.StatusInternalServerError)
 		return
 	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Time{})
+	sub := h.Events.Subscribe(types)
+	defer sub.Close()
+	if _, err := io.WriteString(conn, streamHeader); err != nil {
+		return
+	}
+	// The guest sends nothing more: a read ends when it closes.
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		_, _ = io.Copy(io.Discard, buf)
+	}()
 	for {
 		select {
-		case <-r.Context().Done():
+		case <-gone:
 			return
 		case e, ok := <-sub.Events():
 			if !ok {
@@ -250,10 +329,8 @@ func (h *Handler) serveEvents(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				continue
 			}
-			if _, err := w.Write(line); err != nil {
-				return
-			}
-			if err := rc.Flush(); err != nil {
+			_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			if _, err := conn.Write(line); err != nil {
 				return
 			}
 		}
@@ -309,8 +386,10 @@ func (h *Handler) serveWebsocket(w http.ResponseWriter, r *http.Request, types [
 			if err != nil {
 				continue
 			}
+			// One event per text message, with the newline LXD's
+			// WriteJSON leaves in it.
 			_ = conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			if err := conn.WriteMessage(websocket.TextMessage, bytes.TrimSuffix(msg, []byte("\n"))); err != nil {
+			if err := conn.WriteMessage(websocket.TextMessage, msg); err != nil {
 				return
 			}
 		}

@@ -87,9 +87,14 @@ func TestForward(t *testing.T) {
 		{"bad envelope", &fakeUpstream{status: 200, ctype: "application/json", body: "{nope"}, "GET", "/1.0", "", 502, "text/plain; charset=utf-8", "Bad Gateway: invalid answer from the host\n", ""},
 		{"plain error passed", &fakeUpstream{status: 401, ctype: "text/plain", body: "Unauthorized\n"}, "GET", "/1.0", "", 401, "text/plain; charset=utf-8", "Unauthorized\n", ""},
 		{"binary passed", &fakeUpstream{status: 200, ctype: "application/octet-stream", body: "\x00\x01image"}, "GET", "/1.0/images/abc/export", "", 200, "application/octet-stream", "\x00\x01image", ""},
-		{"no advertisement", &fakeUpstream{err: upstream.ErrNoAdvertisement}, "GET", "/1.0", "", 503, "text/plain; charset=utf-8", "Service Unavailable: the host has not connected to the agent yet\n", ""},
-		{"unreachable", &fakeUpstream{err: fmt.Errorf("%w: refused", upstream.ErrUnreachable)}, "GET", "/1.0", "", 503, "text/plain; charset=utf-8", "Service Unavailable: the host is not reachable\n", ""},
-		{"timeout", &fakeUpstream{err: fmt.Errorf("%w: %w", upstream.ErrUnreachable, context.DeadlineExceeded)}, "GET", "/1.0", "", 504, "text/plain; charset=utf-8", "Gateway Timeout: the host did not answer in time\n", ""},
+		{"no advertisement", &fakeUpstream{err: upstream.ErrNoAdvertisement}, "GET", "/1.0", "", 500, "text/plain; charset=utf-8", "Failed connecting to devLXD over vsock: no daemon advertised yet\n", ""},
+		{"unreachable", &fakeUpstream{err: fmt.Errorf("%w: refused", upstream.ErrUnreachable)}, "GET", "/1.0", "", 500, "text/plain; charset=utf-8", "Failed connecting to devLXD over vsock: daemon unreachable: refused\n", ""},
+		{"timeout", &fakeUpstream{err: fmt.Errorf("%w: %w", upstream.ErrUnreachable, context.DeadlineExceeded)}, "GET", "/1.0", "", 500, "text/plain; charset=utf-8", "Failed connecting to devLXD over vsock: daemon unreachable: context deadline exceeded\n", ""},
+		{"options answered locally", &fakeUpstream{status: 200, ctype: "application/json", body: sync200(nil)}, "OPTIONS", "/1.0", "", 404, "text/plain; charset=utf-8", "Method \"OPTIONS\" not found\n", ""},
+		{"custom method answered locally", &fakeUpstream{status: 200, ctype: "application/json", body: sync200(nil)}, "PROPFIND", "/nope", "", 404, "text/plain; charset=utf-8", "Method \"PROPFIND\" not found\n", ""},
+		{"head error", &fakeUpstream{status: 501, ctype: "application/json"}, "HEAD", "/1.0", "", 501, "text/plain; charset=utf-8", "", ""},
+		{"head unknown path", &fakeUpstream{status: 404, ctype: "application/json"}, "HEAD", "/nope", "", 404, "text/plain; charset=utf-8", "", ""},
+		{"image error relayed", &fakeUpstream{status: 403, ctype: "application/json", body: string(devlxdapi.ErrorResponse(403, ""))}, "GET", "/1.0/images/abc/export", "", 403, "application/json", string(devlxdapi.ErrorResponse(403, "")), ""},
 		{"body too large", &fakeUpstream{status: 200, ctype: "application/json", body: sync200(nil)}, "PATCH", "/1.0", strings.Repeat("x", MaxBody+1), 413, "text/plain; charset=utf-8", "Request body too large (limit 1048576 bytes)\n", ""},
 	}
 	for _, tt := range tests {
@@ -116,10 +121,14 @@ func TestForward(t *testing.T) {
 			if declared != tt.declared {
 				t.Fatalf("declared %q, want %q", declared, tt.declared)
 			}
-			if wantUnreach := tt.wantStatus == 503 && tt.up.err != upstream.ErrNoAdvertisement || tt.wantStatus == 504; (unreachable > 0) != wantUnreach {
+			if wantUnreach := tt.up.err != nil && tt.up.err != upstream.ErrNoAdvertisement; (unreachable > 0) != wantUnreach {
 				t.Fatalf("OnUnreachable called %d times, want called=%v", unreachable, wantUnreach)
 			}
-			if tt.wantStatus != 413 && !strings.HasPrefix(tt.up.seen[0], tt.method+" "+tt.path+" ") {
+			local := tt.wantStatus == 404 && tt.method != "HEAD"
+			if local && len(tt.up.seen) > 0 {
+				t.Fatalf("a method LXD does not route reached the daemon: %q", tt.up.seen)
+			}
+			if tt.wantStatus != 413 && !local && !strings.HasPrefix(tt.up.seen[0], tt.method+" "+tt.path+" ") {
 				t.Fatalf("upstream saw %q, want %s %s", tt.up.seen[0], tt.method, tt.path)
 			}
 		})
@@ -168,5 +177,71 @@ func TestWebsocketDropsSilentClient(t *testing.T) {
 	}
 	if hub.Len() != 0 {
 		t.Fatalf("subscriptions after Stop = %d", hub.Len())
+	}
+}
+
+// flakyUpstream fails the first fails requests with err, then answers
+// meta-data.
+type flakyUpstream struct {
+	fails int
+	err   error
+
+	mu    sync.Mutex
+	calls int
+}
+
+func (f *flakyUpstream) Raw(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.calls <= f.fails {
+		return nil, f.err
+	}
+	b, _ := devlxdapi.SyncResponse("instance-id: x\n")
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(string(b)))}, nil
+}
+
+// TestMetaDataRetry checks LXD's agent's retry: GET /1.0/meta-data tries
+// the daemon up to 10 times while it cannot be reached, other requests and
+// timeouts once.
+func TestMetaDataRetry(t *testing.T) {
+	refused := fmt.Errorf("%w: refused", upstream.ErrUnreachable)
+	tests := []struct {
+		name       string
+		path       string
+		fails      int
+		err        error
+		wantStatus int
+		wantCalls  int
+	}{
+		{"recovers", "/1.0/meta-data", 3, refused, 200, 4},
+		{"last attempt succeeds", "/1.0/meta-data", MetaDataAttempts - 1, refused, 200, MetaDataAttempts},
+		{"gives up", "/1.0/meta-data", 1000, refused, 500, MetaDataAttempts},
+		{"no advertisement retried", "/1.0/meta-data", 2, upstream.ErrNoAdvertisement, 200, 3},
+		{"timeout not retried", "/1.0/meta-data", 1000, fmt.Errorf("%w: %w", upstream.ErrUnreachable, context.DeadlineExceeded), 500, 1},
+		{"other path not retried", "/1.0", 1000, refused, 500, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up := &flakyUpstream{fails: tt.fails, err: tt.err}
+			_, c := serve(t, &Handler{Upstream: up, Events: &eventhub.Hub{}, RetryWait: time.Millisecond})
+			resp, err := c.Get("http://lxd" + tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.wantStatus {
+				t.Fatalf("GET %s = %d %q, want %d", tt.path, resp.StatusCode, b, tt.wantStatus)
+			}
+			if tt.wantStatus == 500 && !strings.HasPrefix(string(b), "Failed connecting to devLXD over vsock: ") {
+				t.Fatalf("500 body %q", b)
+			}
+			up.mu.Lock()
+			defer up.mu.Unlock()
+			if up.calls != tt.wantCalls {
+				t.Fatalf("daemon asked %d times, want %d", up.calls, tt.wantCalls)
+			}
+		})
 	}
 }

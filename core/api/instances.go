@@ -338,6 +338,7 @@ func backendOut(s pluginhost.Status) wire.Backend {
 		Name: s.Name, Path: s.Path, Version: s.Version, Capabilities: caps,
 		Health: string(s.Health), Restarts: s.Restarts, LastError: s.LastError, PID: s.PID,
 		Failures: s.Failures, NextRetryAt: s.NextRetryAt, SkippedChecks: s.SkippedChecks,
+		InstanceType: s.InstanceType,
 	}
 }
 

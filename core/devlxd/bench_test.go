@@ -96,3 +96,30 @@ func (noEvents) Subscribe(events.Filter) (*events.Subscription, error) {
 }
 func (noEvents) Stats() events.Stats        { return events.Stats{} }
 func (noPlugins) List() []pluginhost.Status { return nil }
+
+// BenchmarkGetConfigKey measures GET /1.0/config/{key} for a plain user key
+// and for cloud-init user-data with an SSH key merged (parsed and rendered
+// as YAML on every request), the price of LXD's merge.
+func BenchmarkGetConfigKey(b *testing.B) {
+	for _, bc := range []struct{ name, path string }{
+		{"plain", "/1.0/config/user.foo"},
+		{"user-data-with-ssh-keys", "/1.0/config/cloud-init.user-data"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := newEnv(b, nil)
+			c := e.client(uuidA, e.agents["a"])
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				resp, err := c.Get("https://lxd" + bc.path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+		})
+	}
+}

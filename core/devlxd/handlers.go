@@ -12,6 +12,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/guestlink/guestlink/core/devlxd/cloudinit"
 	"github.com/guestlink/guestlink/core/devlxd/guestview"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
@@ -24,41 +25,9 @@ import (
 const localsInstance = "devlxd.instance"
 const localsIdentity = "devlxd.identity"
 
-// routes registers the endpoints of shared/spec/devlxd.md. Each known path
-// takes every method and answers 501 for those it does not implement (as
-// LXD); any other path is 404.
-func (s *Server) routes() {
-	s.app.Use(s.observe, s.authenticate)
-	s.app.All("/", only(fiber.MethodGet, s.getRoot))
-	s.app.All("/1.0", func(c *fiber.Ctx) error {
-		switch c.Method() {
-		case fiber.MethodGet:
-			return s.getInfo(c)
-		case fiber.MethodPatch:
-			return s.patchState(c)
-		}
-		return sendError(c, http.StatusNotImplemented, "")
-	})
-	s.app.All("/1.0/config", only(fiber.MethodGet, s.getConfig))
-	s.app.All("/1.0/config/*", only(fiber.MethodGet, s.getConfigKey))
-	s.app.All("/1.0/meta-data", only(fiber.MethodGet, s.getMetaData))
-	s.app.All("/1.0/devices", only(fiber.MethodGet, s.getDevices))
-	s.app.Use(func(c *fiber.Ctx) error { return sendError(c, http.StatusNotFound, "") })
-}
-
-// only answers 501 Not Implemented to every method but method.
-func only(method string, h fiber.Handler) fiber.Handler {
-	return func(c *fiber.Ctx) error {
-		if c.Method() != method {
-			return sendError(c, http.StatusNotImplemented, "")
-		}
-		return h(c)
-	}
-}
-
 // authenticate resolves the calling instance from the connection's link
-// identity and checks its client certificate; then it refuses everything
-// when the instance has devlxd disabled.
+// identity and checks its client certificate. Whether the instance has
+// devlxd enabled is checked per route (dispatch), after the method, as LXD.
 func (s *Server) authenticate(c *fiber.Ctx) error {
 	id, ok := linkhost.IdentityOf(c.Context().Conn())
 	if !ok || id.InstanceUUID == "" {
@@ -89,9 +58,6 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 	if !bytes.Equal(peer.Raw, want.Raw) || !pki.ValidAt(peer, s.cfg.Now()) {
 		return sendError(c, http.StatusUnauthorized, "")
 	}
-	if !guestview.DevlxdEnabled(inst.Config) {
-		return sendError(c, http.StatusForbidden, "")
-	}
 	c.Locals(localsInstance, inst)
 	c.Locals(localsIdentity, id)
 	return c.Next()
@@ -106,7 +72,8 @@ func (s *Server) getRoot(c *fiber.Ctx) error {
 }
 
 func (s *Server) getInfo(c *fiber.Ctx) error {
-	return sendSync(c, devlxdapi.NewInfo(callerOf(c).Ready(), s.cfg.Location))
+	inst := callerOf(c)
+	return sendSync(c, devlxdapi.NewInfo(inst.Ready(), s.cfg.Location, s.cfg.InstanceTypes.InstanceType(inst.Backend)))
 }
 
 // DecodeState decodes a PATCH /1.0 body as LXD does (the first JSON value;
@@ -147,7 +114,8 @@ func (s *Server) patchState(c *fiber.Ctx) error {
 }
 
 func (s *Server) getConfig(c *fiber.Ctx) error {
-	keys := guestview.ListedKeys(callerOf(c).Config)
+	cfg := callerOf(c).Config
+	keys := append(guestview.ListedKeys(cfg), cloudinit.ListedRoutes(cfg)...)
 	paths := make([]string, len(keys))
 	for i, k := range keys {
 		paths[i] = "/1.0/config/" + k
@@ -164,7 +132,11 @@ func (s *Server) getConfigKey(c *fiber.Ctx) error {
 	if !guestview.VisibleKey(key) {
 		return sendError(c, http.StatusForbidden, "")
 	}
-	v := callerOf(c).Config[key]
+	cfg := callerOf(c).Config
+	v := cfg[key]
+	if cloudinit.IsSeedKey(key) {
+		v = cloudinit.Value(cfg, key)
+	}
 	if v == "" {
 		return sendError(c, http.StatusNotFound, "")
 	}

@@ -143,7 +143,10 @@ func newEnv(t testing.TB, mutate func(*Config)) *env {
 			"eth2": {"type": "nic", "network": "br0"},
 			"root": {"type": "disk", "path": "/", "pool": "default"},
 		}},
-		uuidB:   {Name: "b", UUID: uuidB, Config: map[string]string{"user.foo": "b-secret", "volatile.last_state.ready": "true"}},
+		uuidB: {Name: "b", UUID: uuidB, Config: map[string]string{
+			"user.foo": "b-secret", "volatile.last_state.ready": "true",
+			"cloud-init.user-data": "#cloud-config\npackages: [curl]\nruncmd: [\"printf '%s\\n' hi\"]\n",
+		}},
 		uuidOff: {Name: "off", UUID: uuidOff, Config: map[string]string{"security.devlxd": "false", "user.foo": "x"}},
 		uuidOld: {Name: "old", UUID: uuidOld, Config: map[string]string{}},
 	}}

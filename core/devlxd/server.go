@@ -51,6 +51,19 @@ type AgentCerts interface {
 	AgentCert(instanceName string) (*x509.Certificate, error)
 }
 
+// InstanceTypes says what the guests of each backend are (*pluginhost.Host
+// implements it).
+type InstanceTypes interface {
+	// InstanceType returns "container" or "virtual-machine" for the named
+	// backend.
+	InstanceType(backend string) string
+}
+
+// vmTypes is the InstanceTypes of a daemon that knows no better.
+type vmTypes struct{}
+
+func (vmTypes) InstanceType(string) string { return "virtual-machine" }
+
 // Defaults of Config.
 const (
 	DefaultReadHeaderTimeout = 3 * time.Second
@@ -71,6 +84,12 @@ type Config struct {
 	// Certificate is the daemon's TLS server certificate (pki.Store.Daemon).
 	// Required.
 	Certificate tls.Certificate
+	// InstanceTypes gives the instance type GET /1.0 reports (default:
+	// every guest is a "virtual-machine").
+	InstanceTypes InstanceTypes
+	// Images gives read access to the host's images for GET
+	// /1.0/images/{fingerprint}/export; nil means there are none (404).
+	Images ImageStore
 	// Location is the host name reported in GET /1.0 (default os.Hostname).
 	Location string
 	// ReadHeaderTimeout bounds the TLS handshake and the reading of each
@@ -132,6 +151,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("devlxd server: reading host name: %w", err)
 		}
 		cfg.Location = host
+	}
+	if cfg.InstanceTypes == nil {
+		cfg.InstanceTypes = vmTypes{}
 	}
 	if cfg.ReadHeaderTimeout <= 0 {
 		cfg.ReadHeaderTimeout = DefaultReadHeaderTimeout

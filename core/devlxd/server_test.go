@@ -38,9 +38,14 @@ func TestEndpoints(t *testing.T) {
 		{"root", a, "GET", "/", "", sync200(`["/1.0"]`)},
 		{"info started", a, "GET", "/1.0", "", sync200(`{"api_version":"1.0","state":"Started","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
 		{"info ready", b, "GET", "/1.0", "", sync200(`{"api_version":"1.0","state":"Ready","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
-		{"config list", a, "GET", "/1.0/config", "", sync200(`["/1.0/config/cloud-init.user-data","/1.0/config/user.foo","/1.0/config/user.meta-data"]`)},
+		{"config list", a, "GET", "/1.0/config", "", sync200(`["/1.0/config/cloud-init.user-data","/1.0/config/user.foo","/1.0/config/user.meta-data","/1.0/config/cloud-init.vendor-data","/1.0/config/user.vendor-data"]`)},
+		{"config list without ssh keys", b, "GET", "/1.0/config", "", sync200(`["/1.0/config/cloud-init.user-data","/1.0/config/user.foo"]`)},
 		{"config key", a, "GET", "/1.0/config/user.foo", "", sync200(`"bar"`)},
-		{"config key raw kept", a, "GET", "/1.0/config/cloud-init.user-data", "", sync200(`"#cloud-config\npackages: [curl]\nruncmd: [\"printf '%s\\n' hi\"]\n"`)},
+		{"config key raw kept", b, "GET", "/1.0/config/cloud-init.user-data", "", sync200(`"#cloud-config\npackages: [curl]\nruncmd: [\"printf '%s\\n' hi\"]\n"`)},
+		{"user-data with ssh keys merged", a, "GET", "/1.0/config/cloud-init.user-data", "", sync200(`"#cloud-config\npackages:\n- curl\nruncmd:\n- |-\n  printf '%s\n  ' hi\nusers:\n- name: root\n  ssh-authorized-keys:\n  - ssh-ed25519 AAAA #lxd:cloud-init.ssh-keys\n  ssh_authorized_keys:\n  - ssh-ed25519 AAAA #lxd:cloud-init.ssh-keys\n"`)},
+		{"vendor-data unset with ssh keys", a, "GET", "/1.0/config/cloud-init.vendor-data", "", sync200(`"#cloud-config\nusers:\n- name: root\n  ssh-authorized-keys:\n  - ssh-ed25519 AAAA #lxd:cloud-init.ssh-keys\n  ssh_authorized_keys:\n  - ssh-ed25519 AAAA #lxd:cloud-init.ssh-keys\n"`)},
+		{"vendor-data unset", b, "GET", "/1.0/config/cloud-init.vendor-data", "", sync200(`"#cloud-config\n{}\n"`)},
+		{"old user-data unset", b, "GET", "/1.0/config/user.user-data", "", sync200(`"#cloud-config\n{}\n"`)},
 		{"config key escaped", a, "GET", "/1.0/config/user%2efoo", "", sync200(`"bar"`)},
 		{"config key other instance", b, "GET", "/1.0/config/user.foo", "", sync200(`"b-secret"`)},
 		{"config key unset", a, "GET", "/1.0/config/user.nope", "", fail(404, "Not Found")},
@@ -58,6 +63,12 @@ func TestEndpoints(t *testing.T) {
 		{"trailing slash", a, "GET", "/1.0/", "", fail(404, "Not Found")},
 		{"other version", a, "GET", "/2.0", "", fail(404, "Not Found")},
 		{"method not implemented", a, "POST", "/1.0", "{}", fail(501, "Not Implemented")},
+		{"head", a, "HEAD", "/1.0", "", answer{501, "application/json", ""}},
+		{"options", a, "OPTIONS", "/1.0", "", fail(404, `Method "OPTIONS" not found`)},
+		{"post events", a, "POST", "/1.0/events", "", fail(501, "Not Implemented")},
+		{"ubuntu-pro", a, "GET", "/1.0/ubuntu-pro", "", sync200(`{"guest_attach":"off"}`)},
+		{"ubuntu-pro token", a, "POST", "/1.0/ubuntu-pro/token", "", fail(403, "Guest attachment not allowed")},
+		{"ubuntu-pro token get", a, "GET", "/1.0/ubuntu-pro/token", "", fail(501, "Not Implemented")},
 		{"put config", a, "PUT", "/1.0/config/user.foo", "x", fail(501, "Not Implemented")},
 		{"delete root", a, "DELETE", "/", "", fail(501, "Not Implemented")},
 	}
@@ -470,5 +481,21 @@ func TestShutdownRefusesConnections(t *testing.T) {
 	defer b.Close()
 	if err := e.srv.ServeConn(a, linkhost.Identity{InstanceUUID: uuidA}); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("ServeConn after Shutdown: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestUnknownMethod checks methods LXD does not route: 404 `Method "X"
+// not found`. (Methods fiber does not know at all, e.g. PROPFIND, get its
+// 400 "Invalid http method"; the agent answers those itself and never
+// forwards them.)
+func TestUnknownMethod(t *testing.T) {
+	e := newEnv(t, nil)
+	a := e.client(uuidA, e.agents["a"])
+	for _, m := range []string{"OPTIONS", "TRACE", "CONNECT"} {
+		t.Run(m, func(t *testing.T) {
+			if got, want := do(t, a, m, "/1.0", ""), fail(404, `Method "`+m+`" not found`); got != want {
+				t.Fatalf("%s /1.0 = %+v, want %+v", m, got, want)
+			}
+		})
 	}
 }

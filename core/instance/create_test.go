@@ -286,3 +286,48 @@ func TestUpdateConfig(t *testing.T) {
 		t.Errorf("events %v", acts)
 	}
 }
+
+// TestUpdateConfigRenewsCloudInitID checks LXD's rule: a change of cloud-init
+// seed data (any cloud-init.* key, user.user-data/vendor-data/network-config)
+// gives a new instance-id, other changes keep it, and an update that sets
+// the instance-id itself wins.
+func TestUpdateConfigRenewsCloudInitID(t *testing.T) {
+	e := newEnv(t)
+	e.create("ci", map[string]string{"user.a": "1", KeyCloudInitID: "iid-0"})
+	tests := []struct {
+		name  string
+		set   map[string]string
+		unset []string
+		renew bool
+	}{
+		{"user key", map[string]string{"user.a": "2"}, nil, false},
+		{"meta-data", map[string]string{"user.meta-data": "x: 1\n"}, nil, false},
+		{"limits", map[string]string{KeyLimitsCPU: "2"}, nil, false},
+		{"user-data", map[string]string{"cloud-init.user-data": "#cloud-config\n"}, nil, true},
+		{"same user-data again", map[string]string{"cloud-init.user-data": "#cloud-config\n"}, nil, false},
+		{"ssh key", map[string]string{"cloud-init.ssh-keys.k": "root:ssh-rsa AAA"}, nil, true},
+		{"ssh key removed", nil, []string{"cloud-init.ssh-keys.k"}, true},
+		{"old vendor-data", map[string]string{"user.vendor-data": "#cloud-config\n"}, nil, true},
+		{"network-config", map[string]string{"cloud-init.network-config": "version: 2\n"}, nil, true},
+		{"explicit id wins", map[string]string{"cloud-init.user-data": "#cloud-config\na: 1\n", KeyCloudInitID: "iid-mine"}, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := e.get("ci").Config[KeyCloudInitID]
+			got, err := e.m.UpdateConfig(bg, "ci", tt.set, tt.unset, api)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := got.Config[KeyCloudInitID]
+			if want, ok := tt.set[KeyCloudInitID]; ok && after != want {
+				t.Fatalf("instance-id %q, want the one set %q", after, want)
+			}
+			if renewed := after != before; renewed != tt.renew {
+				t.Fatalf("instance-id %q -> %q: renewed %v, want %v", before, after, renewed, tt.renew)
+			}
+			if stored, _ := e.store.GetInstance(bg, "ci"); stored.Config[KeyCloudInitID] != after {
+				t.Fatalf("stored instance-id %q, want %q", stored.Config[KeyCloudInitID], after)
+			}
+		})
+	}
+}

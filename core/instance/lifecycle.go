@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/guestlink/guestlink/core/devlxd/cloudinit"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db"
@@ -391,9 +392,27 @@ func isNotFound(err error) bool {
 	return errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, sdk.ErrNotFound)
 }
 
+// renewCloudInitID gives the instance a new random cloud-init instance-id
+// (volatile.cloud-init.instance-id) when one of changes concerns cloud-init
+// seed data (cloudinit.NeedsNewInstanceID), as LXD does, so that cloud-init
+// treats the next boot as a new instance and applies the new data; unless
+// the same update sets the instance-id itself (want).
+func renewCloudInitID(config, want map[string]string, changes []ConfigChange) {
+	if _, explicit := want[KeyCloudInitID]; explicit {
+		return
+	}
+	for _, ch := range changes {
+		if cloudinit.NeedsNewInstanceID(ch.Key) {
+			config[KeyCloudInitID] = newUUID()
+			return
+		}
+	}
+}
+
 // UpdateConfig sets and unsets config keys of an instance (a key set to ""
 // is unset) after validating all of them as Create does; volatile.uuid
 // cannot change. Nothing changes if any key is bad (errdefs.ErrInvalid).
+// A change of cloud-init seed data renews the cloud-init instance-id.
 // It publishes instance-updated when something changed and tells the
 // hooks about the changes of a running instance.
 func (m *Manager) UpdateConfig(ctx context.Context, name string, set map[string]string, unset []string, by events.Requestor) (*Instance, error) {
@@ -460,6 +479,7 @@ func (m *Manager) UpdateConfig(ctx context.Context, name string, set map[string]
 			changes = append(changes, ConfigChange{Key: k, OldValue: old, Value: v})
 		}
 		if len(changes) > 0 {
+			renewCloudInitID(c.rec.Config, want, changes)
 			if err := checkConfigBounds(c.rec.Config); err != nil {
 				return err
 			}

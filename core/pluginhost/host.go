@@ -54,10 +54,13 @@ type Status struct {
 	Path         string           `json:"path"`         // the binary
 	Version      string           `json:"version"`      // from Info, once started
 	Capabilities []sdk.Capability `json:"capabilities"` // from Info, once started
-	Health       Health           `json:"health"`
-	Restarts     int              `json:"restarts"`   // launches after the first one
-	LastError    string           `json:"last_error"` // why it last failed, "" if never
-	PID          int              `json:"pid"`        // the plugin process, 0 when down
+	// InstanceType is what the plugin's guests are, from Info once started:
+	// "container" or "virtual-machine" (sdk.Info.GuestInstanceType).
+	InstanceType string `json:"instance_type,omitempty"`
+	Health       Health `json:"health"`
+	Restarts     int    `json:"restarts"`   // launches after the first one
+	LastError    string `json:"last_error"` // why it last failed, "" if never
+	PID          int    `json:"pid"`        // the plugin process, 0 when down
 	// Failures counts the failed starts and early exits in a row; the wait
 	// before the next attempt grows with each (MinBackoff to MaxBackoff).
 	Failures int `json:"failures"`
@@ -224,6 +227,22 @@ func (h *Host) Backend(name string) (sdk.Backend, error) {
 		return nil, unavailable(fmt.Errorf("backend %q is rejected: %w", name, err))
 	}
 	return m.proxy, nil
+}
+
+// InstanceType returns what the guests of the named backend are, as its
+// Info declared ("container" or "virtual-machine"); "virtual-machine" for an
+// unknown backend or one not started yet (the older plugins' meaning).
+func (h *Host) InstanceType(backend string) string {
+	h.mu.Lock()
+	m, ok := h.plugins[backend]
+	h.mu.Unlock()
+	if !ok {
+		return sdk.InstanceTypeVM
+	}
+	if t := m.status().InstanceType; t != "" {
+		return t
+	}
+	return sdk.InstanceTypeVM
 }
 
 // List returns the state of every discovered plugin, sorted by name.

@@ -163,7 +163,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func TestDiscovery(t *testing.T) {
-	dir, bdir := pluginDir(t, map[string]map[string]any{"good": {"version": "1.2.3"}, "badsum": nil})
+	dir, bdir := pluginDir(t, map[string]map[string]any{"good": {"version": "1.2.3", "instance_type": "container"}, "badsum": nil})
 	copyFile(t, pluginBin, filepath.Join(dir, "nosum")) // after SHA256SUMS was written
 	if err := os.WriteFile(filepath.Join(dir, "README"), []byte("not a plugin"), 0o644); err != nil {
 		t.Fatal(err)
@@ -211,6 +211,16 @@ func TestDiscovery(t *testing.T) {
 	}
 	if st := status(h, "good"); st.Version != "1.2.3" || !slices.Contains(st.Capabilities, sdk.CapRecover) {
 		t.Fatalf("good: version %q, capabilities %v", st.Version, st.Capabilities)
+	}
+	// The instance type a plugin declares; a plugin not running, or an
+	// unknown name, is a virtual machine (what older plugins are).
+	for name, want := range map[string]string{"good": "container", "badsum": "virtual-machine", "nope": "virtual-machine"} {
+		if got := h.InstanceType(name); got != want {
+			t.Errorf("InstanceType(%q) = %q, want %q", name, got, want)
+		}
+	}
+	if st := status(h, "good"); st.InstanceType != "container" {
+		t.Errorf("good: Status.InstanceType %q, want container", st.InstanceType)
 	}
 	_, err = h.Backend("nope")
 	if !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "badsum, good, nosum") {

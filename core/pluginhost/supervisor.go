@@ -108,6 +108,7 @@ func (m *managed) status() Status {
 	if m.info != nil {
 		st.Version = m.info.Version
 		st.Capabilities = append([]sdk.Capability(nil), m.info.Capabilities...)
+		st.InstanceType = m.info.GuestInstanceType()
 	}
 	if m.client != nil {
 		st.PID = m.client.PID()

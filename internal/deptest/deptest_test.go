@@ -60,6 +60,12 @@ var rules = []rule{
 		except: []string{mod + "/plugins/sdk"},
 	},
 	{
+		name: "devlxd conformance suite: the wire only, nothing of the code it checks",
+		pkgs: []string{mod + "/internal/devlxdconf"},
+		forbid: concat(server, webStack, storeStack, pluginStack,
+			[]string{mod + "/agent", mod + "/link", mod + "/plugins", mod + "/client", mod + "/api"}),
+	},
+	{
 		name:   "store: nothing of core",
 		pkgs:   []string{mod + "/db/..."},
 		forbid: concat([]string{mod + "/core", mod + "/web", mod + "/plugins", mod + "/client"}, webStack, pluginStack),

@@ -131,7 +131,8 @@ type Info struct {
 	// State is StateReady when the instance's ready flag is set, else
 	// StateStarted.
 	State string `json:"state"`
-	// InstanceType is "virtual-machine".
+	// InstanceType is InstanceTypeVM or InstanceTypeContainer, as the
+	// instance's backend declares.
 	InstanceType string `json:"instance_type"`
 	// Location is the host name.
 	Location string `json:"location"`
@@ -152,8 +153,20 @@ func (i Info) MarshalJSON() ([]byte, error) {
 	return bytes.TrimRight(b, "\n"), err
 }
 
-// NewInfo returns the GET /1.0 body for a virtual machine.
-func NewInfo(ready bool, location string) Info {
+// Instance types of GET /1.0 (LXD's names).
+const (
+	// InstanceTypeVM is a guest with its own kernel.
+	InstanceTypeVM = "virtual-machine"
+	// InstanceTypeContainer is a guest sharing the host's kernel.
+	InstanceTypeContainer = "container"
+)
+
+// NewInfo returns the GET /1.0 body for an untrusted caller; an
+// instanceType other than InstanceTypeContainer is InstanceTypeVM.
+func NewInfo(ready bool, location, instanceType string) Info {
+	if instanceType != InstanceTypeContainer {
+		instanceType = InstanceTypeVM
+	}
 	state := StateStarted
 	if ready {
 		state = StateReady
@@ -161,7 +174,7 @@ func NewInfo(ready bool, location string) Info {
 	return Info{
 		APIVersion:              APIVersion,
 		State:                   state,
-		InstanceType:            "virtual-machine",
+		InstanceType:            instanceType,
 		Location:                location,
 		Auth:                    "untrusted",
 		SupportedStorageDrivers: []string{},

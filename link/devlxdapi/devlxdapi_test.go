@@ -36,7 +36,7 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 func TestEnvelopes(t *testing.T) {
-	info := NewInfo(true, "host1")
+	info := NewInfo(true, "host1", InstanceTypeVM)
 	tests := []struct {
 		name string
 		body func() ([]byte, error)
@@ -128,7 +128,7 @@ func TestWriteGuest(t *testing.T) {
 		env  *Response
 	}{
 		{"root", "/", mustSync([]string{"/1.0"})},
-		{"info", "/1.0", mustSync(NewInfo(false, "host1"))},
+		{"info", "/1.0", mustSync(NewInfo(false, "host1", InstanceTypeVM))},
 		{"patch", "/1.0", mustSync(nil)},
 		{"config_list", "/1.0/config", mustSync([]string{"/1.0/config/user.foo", "/1.0/config/cloud-init.user-data"})},
 		{"config_raw", "/1.0/config/cloud-init.user-data", mustSync("#cloud-config\nruncmd:\n - echo %s <&>\n")},

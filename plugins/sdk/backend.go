@@ -45,6 +45,26 @@ type Info struct {
 	Version        string
 	Capabilities   []Capability
 	ConfigPrefixes []string // config key prefixes the backend owns, e.g. "sim."
+	// InstanceType is what a guest of this backend is, as devlxd reports it:
+	// InstanceTypeContainer or InstanceTypeVM; empty means InstanceTypeVM.
+	InstanceType string
+}
+
+// Instance types a backend declares in Info.InstanceType (LXD's names).
+const (
+	// InstanceTypeContainer is a guest sharing the host's kernel (a process).
+	InstanceTypeContainer = "container"
+	// InstanceTypeVM is a virtual machine with its own kernel.
+	InstanceTypeVM = "virtual-machine"
+)
+
+// GuestInstanceType returns i.InstanceType, InstanceTypeVM when empty or
+// unknown (an older plugin that does not declare it).
+func (i *Info) GuestInstanceType() string {
+	if i != nil && i.InstanceType == InstanceTypeContainer {
+		return InstanceTypeContainer
+	}
+	return InstanceTypeVM
 }
 
 // Has reports whether the backend announced capability c.

@@ -23,6 +23,7 @@ func infoToProto(i *Info) *backendv1.InfoResponse {
 		Version:        i.Version,
 		Capabilities:   caps,
 		ConfigPrefixes: append([]string(nil), i.ConfigPrefixes...),
+		InstanceType:   i.InstanceType,
 	}
 }
 
@@ -31,6 +32,7 @@ func infoFromProto(p *backendv1.InfoResponse) *Info {
 		Name:           p.GetName(),
 		Version:        p.GetVersion(),
 		ConfigPrefixes: append([]string(nil), p.GetConfigPrefixes()...),
+		InstanceType:   p.GetInstanceType(),
 	}
 	for _, c := range p.GetCapabilities() {
 		i.Capabilities = append(i.Capabilities, Capability(c))

@@ -24,6 +24,14 @@ func DevlxdEnabled(config map[string]string) bool {
 	return true
 }
 
+// ImagesEnabled reports whether GET /1.0/images/{fingerprint}/export is
+// allowed: security.devlxd.images is set and not a false value (LXD enables
+// every devlxd feature but devlxd itself only when set).
+func ImagesEnabled(config map[string]string) bool {
+	v := config["security.devlxd.images"]
+	return v != "" && DevlxdEnabled(map[string]string{"security.devlxd": v})
+}
+
 // VisibleKey reports whether a config key may be read by the guest: keys
 // under user. and cloud-init.
 func VisibleKey(k string) bool {

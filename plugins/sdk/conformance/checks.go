@@ -33,6 +33,13 @@ func (s *suite) testInfo(t *testing.T) {
 			t.Errorf("config prefix %q does not end with a dot", p)
 		}
 	}
+	// An empty instance type is an older plugin's answer (the daemon reads
+	// it as a virtual machine); anything else must be one of LXD's names.
+	switch s.info.InstanceType {
+	case "", sdk.InstanceTypeContainer, sdk.InstanceTypeVM:
+	default:
+		t.Errorf("Info.InstanceType = %q, want %q, %q or empty", s.info.InstanceType, sdk.InstanceTypeContainer, sdk.InstanceTypeVM)
+	}
 }
 
 func (s *suite) testLifecycle(t *testing.T) {

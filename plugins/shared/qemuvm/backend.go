@@ -139,7 +139,7 @@ func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 	if b.caps.VhostVsock {
 		caps = append(caps, sdk.CapLinkVsock)
 	}
-	return &sdk.Info{Name: b.opts.Name, Version: b.opts.Version, Capabilities: caps, ConfigPrefixes: []string{ConfigPrefix}}, nil
+	return &sdk.Info{Name: b.opts.Name, Version: b.opts.Version, Capabilities: caps, ConfigPrefixes: []string{ConfigPrefix}, InstanceType: sdk.InstanceTypeVM}, nil
 }
 
 func (b *Backend) vm(uuid string) *vm {

@@ -188,6 +188,8 @@ func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 		Version:        Version,
 		Capabilities:   []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover, sdk.CapSnapshot},
 		ConfigPrefixes: []string{ConfigPrefix},
+		// A sim guest is a host process, not a machine with its own kernel.
+		InstanceType: sdk.InstanceTypeContainer,
 	}, nil
 }
 

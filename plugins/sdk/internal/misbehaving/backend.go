@@ -12,6 +12,7 @@ import (
 // every call.
 type backend struct {
 	*example.Backend
+	instanceType string // Info's InstanceType when set
 }
 
 var _ sdk.Backend = (*backend)(nil)
@@ -36,6 +37,9 @@ func (b *backend) Info(ctx context.Context) (*sdk.Info, error) {
 		return nil, err
 	}
 	info.Name = "misbehaving"
+	if b.instanceType != "" {
+		info.InstanceType = b.instanceType
+	}
 	return info, nil
 }
 

@@ -32,6 +32,7 @@ type behaviour struct {
 	HangOn        string `json:"hang_on"`        // never answer this method
 	Version       string `json:"version"`        // reported by Info
 	LinkKind      string `json:"link_kind"`      // LinkEndpoint answers this kind (announced or not)
+	InstanceType  string `json:"instance_type"`  // reported by Info
 }
 
 // readBehaviour loads the behaviour file of this binary; no file means
@@ -82,5 +83,5 @@ func main() {
 			os.Exit(4)
 		})
 	}
-	sdk.Serve(&backend{Backend: example.New(b.Version)})
+	sdk.Serve(&backend{Backend: example.New(b.Version), instanceType: b.InstanceType})
 }

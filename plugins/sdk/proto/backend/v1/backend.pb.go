@@ -185,8 +185,12 @@ type InfoResponse struct {
 	Capabilities []string `protobuf:"bytes,3,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// Config keys (prefix) this backend understands, e.g. "sim." or "qemu.".
 	ConfigPrefixes []string `protobuf:"bytes,4,rep,name=config_prefixes,json=configPrefixes,proto3" json:"config_prefixes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What a guest of this backend is, as devlxd reports it in GET /1.0
+	// "instance_type": "container" (the guest shares the host kernel, e.g. a
+	// process) or "virtual-machine". Empty means "virtual-machine".
+	InstanceType  string `protobuf:"bytes,110,opt,name=instance_type,json=instanceType,proto3" json:"instance_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -245,6 +249,13 @@ func (x *InfoResponse) GetConfigPrefixes() []string {
 		return x.ConfigPrefixes
 	}
 	return nil
+}
+
+func (x *InfoResponse) GetInstanceType() string {
+	if x != nil {
+		return x.InstanceType
+	}
+	return ""
 }
 
 // File is one file of the guest's config drive.
@@ -1970,12 +1981,13 @@ var File_plugins_sdk_proto_backend_v1_backend_proto protoreflect.FileDescriptor
 const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\n" +
 	"*plugins/sdk/proto/backend/v1/backend.proto\x12\x14guestlink.backend.v1\"\r\n" +
-	"\vInfoRequest\"\x89\x01\n" +
+	"\vInfoRequest\"\xae\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12'\n" +
-	"\x0fconfig_prefixes\x18\x04 \x03(\tR\x0econfigPrefixes\"B\n" +
+	"\x0fconfig_prefixes\x18\x04 \x03(\tR\x0econfigPrefixes\x12#\n" +
+	"\rinstance_type\x18n \x01(\tR\finstanceType\"B\n" +
 	"\x04File\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x12\n" +
