@@ -17,7 +17,7 @@ type RequestObserver interface {
 }
 
 // RouteNone is the route of requests no route answered: refused by the
-// authentication (401, 403) or for an unknown path (404).
+// authentication (401) or for an unknown path or method (404).
 const RouteNone = "none"
 
 // observe runs the rest of the stack, answers its error as the server's

@@ -62,7 +62,7 @@ func TestObserverSeesRoutePatterns(t *testing.T) {
 		{"unknown path", uuidA, false, "GET", "/1.0/nope/x", "", observed{RouteNone, "GET", 404}},
 		{"no client certificate", uuidA, true, "GET", "/1.0", "", observed{RouteNone, "GET", 401}},
 		{"refused at the root", uuidA, true, "GET", "/", "", observed{RouteNone, "GET", 401}},
-		{"devlxd disabled", uuidOff, false, "GET", "/1.0", "", observed{RouteNone, "GET", 403}},
+		{"devlxd disabled (checked per route, after the method, as LXD)", uuidOff, false, "GET", "/1.0", "", observed{"/1.0", "GET", 403}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
