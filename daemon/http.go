@@ -156,6 +156,7 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		Instances: d.mgr,
 		Events:    d.bus,
 		Backends:  d.plugins,
+		Consoles:  d.mgr,
 		Logger:    d.log.With("component", "web"),
 	})
 	d.dash.Register(app)

@@ -241,7 +241,7 @@ func (d *Dashboard) instanceData(c *fiber.Ctx, name string) (components.Instance
 		return components.InstanceData{}, err
 	}
 	w := instance.WireInstance(inst, nil)
-	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w}
+	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w, Console: d.consoleView(c.UserContext(), inst.Name)}
 	for i := len(entries) - 1; i >= 0; i-- { // newest first
 		e := entries[i]
 		data.Timeline = append(data.Timeline, components.TimelineItem{Time: e.Time, Boot: e.Boot, Kind: e.Kind, From: e.From, To: e.To, Cause: e.Cause, Detail: e.Detail})

@@ -126,8 +126,8 @@ func (a *API) getConsole(c *fiber.Ctx) error {
 		if w.Flush() != nil {
 			return
 		}
-		err := console.Follow(ctx, path, rg.Start, console.FollowOptions{}, func(b []byte, _ int64) error {
-			if _, err := w.Write(b); err != nil {
+		err := console.Follow(ctx, path, rg.Start, console.FollowOptions{}, func(ch console.Chunk) error {
+			if _, err := w.Write(ch.Data); err != nil {
 				return err
 			}
 			return w.Flush()

@@ -99,16 +99,33 @@ type FollowOptions struct {
 	// console uses it to stay current with a guest printing faster than a
 	// browser can draw; the API's follow stream does not (0: every byte).
 	MaxLag int64
+	// Idle, if set, is called after each poll that found nothing new; an
+	// error ends Follow with it. A stream uses it for heartbeats, which is
+	// how it notices a client that went away while the guest was silent.
+	Idle func() error
 }
+
+// Chunk is one piece of a followed log.
+type Chunk struct {
+	// Data is only valid during the call that receives it.
+	Data []byte
+	// Offset is the offset of Data's first byte in the log.
+	Offset int64
+	// Skipped > 0 says that many bytes before Data were left out
+	// (FollowOptions.MaxLag).
+	Skipped int64
+}
+
+// End returns the offset after the chunk: where a reader resumes.
+func (c Chunk) End() int64 { return c.Offset + int64(len(c.Data)) }
 
 // Follow reads the log at path from offset on and calls fn with every new
 // piece until ctx ends (nil), fn fails (its error) or the log is removed
-// (an error wrapping fs.ErrNotExist: the guest was deleted). chunk is only
-// valid during the call; skipped > 0 says that many bytes before it were
-// left out (FollowOptions.MaxLag). A log that shrinks or is replaced (QEMU
-// truncates it at each start) is read again from its start. A log that does
-// not exist yet is waited for.
-func Follow(ctx context.Context, path string, offset int64, opts FollowOptions, fn func(chunk []byte, skipped int64) error) error {
+// (an error wrapping fs.ErrNotExist: the guest was deleted). A log that
+// shrinks or is replaced (QEMU truncates it at each start) is read again
+// from its start (the next chunk's Offset is 0). A log that does not exist
+// yet is waited for.
+func Follow(ctx context.Context, path string, offset int64, opts FollowOptions, fn func(Chunk) error) error {
 	if opts.Poll <= 0 {
 		opts.Poll = DefaultPoll
 	}
@@ -126,6 +143,7 @@ func Follow(ctx context.Context, path string, offset int64, opts FollowOptions, 
 	}()
 	existed := false
 	for {
+		read := false
 		pst, err := os.Stat(path)
 		switch {
 		case errors.Is(err, fs.ErrNotExist) && existed:
@@ -158,10 +176,11 @@ func Follow(ctx context.Context, path string, offset int64, opts FollowOptions, 
 			for offset < size {
 				n, err := f.ReadAt(buf[:min(int64(len(buf)), size-offset)], offset)
 				if n > 0 {
-					offset += int64(n)
-					if err := fn(buf[:n], skipped); err != nil {
+					read = true
+					if err := fn(Chunk{Data: buf[:n], Offset: offset, Skipped: skipped}); err != nil {
 						return err
 					}
+					offset += int64(n)
 					skipped = 0
 				}
 				if err != nil && !errors.Is(err, io.EOF) {
@@ -173,6 +192,11 @@ func Follow(ctx context.Context, path string, offset int64, opts FollowOptions, 
 				if ctx.Err() != nil {
 					return nil
 				}
+			}
+		}
+		if !read && opts.Idle != nil {
+			if err := opts.Idle(); err != nil {
+				return err
 			}
 		}
 		select {

@@ -90,11 +90,11 @@ func follow(t *testing.T, path string, offset int64, opts FollowOptions) *follow
 		opts.Poll = 5 * time.Millisecond
 	}
 	go func() {
-		fl.done <- Follow(ctx, path, offset, opts, func(b []byte, skipped int64) error {
-			if skipped > 0 {
-				fl.skips <- skipped
+		fl.done <- Follow(ctx, path, offset, opts, func(c Chunk) error {
+			if c.Skipped > 0 {
+				fl.skips <- c.Skipped
 			}
-			fl.ch <- string(b)
+			fl.ch <- string(c.Data)
 			return nil
 		})
 	}()
@@ -199,11 +199,24 @@ func TestFollow(t *testing.T) {
 			t.Fatal("Follow did not end")
 		}
 	})
+	t.Run("idle is called when nothing is new, and its error ends the stream", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "console.log")
+		appendTo(t, path, "quiet")
+		gone := errors.New("heartbeat failed")
+		var got string
+		err := Follow(context.Background(), path, 0, FollowOptions{Poll: time.Millisecond, Idle: func() error { return gone }}, func(c Chunk) error {
+			got += string(c.Data)
+			return nil
+		})
+		if !errors.Is(err, gone) || got != "quiet" {
+			t.Fatalf("Follow = %v after %q, want %v after quiet", err, got, gone)
+		}
+	})
 	t.Run("fn error ends the stream", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "console.log")
 		appendTo(t, path, "x")
 		boom := errors.New("client gone")
-		err := Follow(context.Background(), path, 0, FollowOptions{Poll: time.Millisecond}, func([]byte, int64) error { return boom })
+		err := Follow(context.Background(), path, 0, FollowOptions{Poll: time.Millisecond}, func(Chunk) error { return boom })
 		if !errors.Is(err, boom) {
 			t.Fatalf("Follow = %v, want %v", err, boom)
 		}
@@ -223,8 +236,8 @@ func BenchmarkFollow(b *testing.B) {
 	for b.Loop() {
 		ctx, cancel := context.WithCancel(context.Background())
 		var n int
-		Follow(ctx, path, 0, FollowOptions{}, func(c []byte, _ int64) error {
-			n += len(c)
+		Follow(ctx, path, 0, FollowOptions{}, func(c Chunk) error {
+			n += len(c.Data)
 			if n >= len(line) {
 				cancel()
 			}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/web/ansi"
 )
 
 // Meta is what every page needs: its title, the active navigation entry, the
@@ -116,4 +117,22 @@ type InstanceData struct {
 	Inst     *api.Instance
 	Timeline []TimelineItem // newest first
 	Outcomes []Outcome
+	Console  ConsoleView
+}
+
+// ConsoleView is the console panel of the instance page: the tail of the
+// log as text segments (never markup), where the live stream resumes, and
+// the links of the stream and the download.
+type ConsoleView struct {
+	// Available is false when the log cannot be read; Err says why.
+	Available bool
+	Err       string
+	Segments  []ansi.Segment
+	// Offset is the log offset after the segments: the stream starts there.
+	Offset int64
+	// Skipped is how many bytes of the log precede the segments.
+	Skipped    int64
+	Stream     string
+	Download   string
+	Scrollback int
 }
