@@ -4,7 +4,15 @@
 // that signed-in browser context, the last signs out.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
 import { Daemon, browser, waitFor, streamIDs, shot, sessionHeader, SESSION_COOKIE } from "./harness.mjs";
+
+const run = promisify(execFile);
 
 let daemon;
 let chrome;
@@ -122,6 +130,55 @@ test("a guest goes connected then Ready live, and stops from its page", async ()
   assert.ok(acts.some((a) => a.includes("web1 stopped by dashboard " + who)), `the activity names the session ${who}: ${JSON.stringify(acts)}`);
   assert.deepEqual(problems, [], "no Content-Security-Policy violation or script error");
   await page.close();
+});
+
+test("the console shows a line the guest prints after the page opened, live, with pause and download", async () => {
+  // The guest prints what the test writes to a FIFO: output the guest
+  // itself produces (its stdout is the sim console) when the test decides.
+  const dir = mkdtempSync(join(tmpdir(), "guestlink-e2e-say-"));
+  const fifo = join(dir, "say");
+  await run("mkfifo", [fifo]);
+  try {
+    const cmd = `printf '\\033[1;32mguest booting\\033[0m\\n'; "$GUESTLINK_AGENT" run & while :; do cat '${fifo}'; done`;
+    await daemon.cli("launch", "con1", "--backend", "sim", "-c", `sim.command=${cmd}`);
+    const page = await signedIn().newPage();
+    const problems = cspWatch(page);
+    await page.goto(daemon.url + "/instances/con1");
+    const log = page.locator('[data-testid="console"]');
+    await waitFor(async () => (await page.textContent('[data-testid="console-state"]')) === "live", { what: "the console stream to open" });
+    await waitFor(async () => (await log.textContent()).includes("guest booting"), { what: "the boot line in the console" });
+    assert.equal(await log.locator(".ansi-fg-2.ansi-bold").first().textContent(), "guest booting", "ANSI green bold as classes");
+    assert.ok(!(await log.textContent()).includes("\u001b"), "no raw escape in the page");
+    await page.evaluate(() => { window.__notReloaded = true; });
+
+    const line = `printed after the page opened <b>${Date.now()}</b>`;
+    await writeFile(fifo, line + "\n");
+    await waitFor(async () => (await log.textContent()).includes(line), { what: "the new guest line in the console" });
+    assert.equal(await page.evaluate(() => window.__notReloaded), true, "shown without a reload");
+    assert.equal(await log.locator("b").count(), 0, "guest bytes are text, never markup");
+    await page.screenshot({ path: shot("dashboard-console.png"), fullPage: true });
+
+    // Pause, let the guest print, follow again: the line arrives once.
+    await page.click('[data-testid="console-toggle"]');
+    assert.equal(await page.textContent('[data-testid="console-state"]'), "paused");
+    assert.equal(await page.getAttribute('[data-testid="console-toggle"]', "aria-pressed"), "true");
+    await writeFile(fifo, "printed while paused\n");
+    await page.click('[data-testid="console-toggle"]');
+    await waitFor(async () => (await log.textContent()).includes("printed while paused"), { what: "the line printed while paused, after follow" });
+    assert.equal((await log.textContent()).split("printed while paused").length, 2, "the paused line shown once");
+
+    const href = await page.getAttribute('[data-testid="console-download"]', "href");
+    const res = await page.request.get(daemon.url + href);
+    assert.equal(res.status(), 200);
+    assert.match(res.headers()["content-disposition"], /attachment; filename="con1-console.log"/);
+    const body = await res.text();
+    assert.ok(body.includes(line) && body.includes("\u001b[1;32mguest booting"), "the download is the log as the guest wrote it");
+    assert.deepEqual(problems, [], "no Content-Security-Policy violation or script error");
+    await page.close();
+    await daemon.cli("delete", "--force", "con1");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test("after the stream drops, the page resumes and misses nothing", async () => {
