@@ -33,7 +33,7 @@ type Consoles interface {
 // page keeps the last ConsoleScrollback characters (console.js).
 const (
 	ConsoleTail       = 64 << 10
-	ConsoleMaxLag     = 64 << 10
+	ConsoleMaxLag     = 16 << 10
 	ConsolePoll       = 250 * time.Millisecond
 	ConsoleScrollback = 256 << 10
 )

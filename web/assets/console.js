@@ -29,32 +29,74 @@
 
     function atBottom() { return pre.scrollHeight - pre.scrollTop - pre.clientHeight < 24; }
 
+    // Each line is a block of its own, so appending one lays out that line
+    // only, not the whole scrollback; the line still open at the end of a
+    // message (cur) gets the next message's first characters.
+    var cur = null;
     function add(cls, text) {
-      var span = document.createElement("span");
-      if (cls) span.className = cls;
-      span.textContent = text;
-      pre.appendChild(span);
-      size += text.length;
+      var parts = text.split("\n");
+      for (var i = 0; i < parts.length; i++) {
+        var piece = i < parts.length - 1 ? parts[i] + "\n" : parts[i];
+        if (piece === "") continue;
+        if (!cur) {
+          cur = document.createElement("div");
+          pre.appendChild(cur);
+        }
+        var span = document.createElement("span");
+        if (cls) span.className = cls;
+        span.textContent = piece;
+        cur.appendChild(span);
+        size += piece.length;
+        if (i < parts.length - 1) cur = null;
+      }
     }
 
     function trim() {
-      while (size > keep && pre.firstChild) {
+      while (size > keep && pre.firstChild && pre.firstChild !== cur) {
         size -= pre.firstChild.textContent.length;
         pre.removeChild(pre.firstChild);
       }
     }
 
+    // Messages are applied once per frame, however many arrive: the page
+    // stays responsive while a guest floods its console.
+    var queue = [];
+    var queued = 0; // characters of JSON in the queue
+    var scheduled = false;
+    function flush() {
+      scheduled = false;
+      var stick = atBottom();
+      for (var q = 0; q < queue.length; q++) {
+        var msg = queue[q];
+        if (msg.r) { cur = null; add("console-skip", "[log restarted: new boot]\n"); }
+        if (msg.s > 0) { cur = null; add("console-skip", "[… " + msg.s + " bytes skipped: see the download …]\n"); }
+        if (msg.dropped) { cur = null; add("console-skip", "[… output skipped while the page was hidden: see the download …]\n"); }
+        var segs = msg.g || [];
+        for (var i = 0; i < segs.length; i++) add(segs[i].c || "", segs[i].t || "");
+      }
+      queue = [];
+      queued = 0;
+      trim();
+      if (stick) pre.scrollTop = pre.scrollHeight;
+    }
+
     function onMessage(ev) {
       var msg;
       try { msg = JSON.parse(ev.data); } catch (e) { return; }
-      var stick = atBottom();
-      if (msg.r) add("console-skip", "\n[log restarted: new boot]\n");
-      if (msg.s > 0) add("console-skip", "\n[… " + msg.s + " bytes skipped: see the download …]\n");
-      var segs = msg.g || [];
-      for (var i = 0; i < segs.length; i++) add(segs[i].c || "", segs[i].t || "");
       offset = msg.o;
-      trim();
-      if (stick) pre.scrollTop = pre.scrollHeight;
+      queue.push(msg);
+      msg.n = ev.data.length;
+      queued += msg.n;
+      // A hidden tab draws no frames: keep about a scrollback's worth.
+      while (queued > 2 * keep && queue.length > 1) {
+        queued -= queue.shift().n;
+        queue[0].dropped = true;
+      }
+      if (!scheduled) {
+        scheduled = true;
+        if (document.hidden) setTimeout(flush, 1000);
+        else requestAnimationFrame(flush);
+      }
     }
 
     function follow() {
@@ -72,6 +114,7 @@
 
     function pause() {
       if (source) source.close();
+      if (queue.length) flush();
       source = null;
       following = false;
       pre.setAttribute("data-following", "false");
