@@ -160,6 +160,7 @@ func (d *Dashboard) Register(r fiber.Router) {
 	r.Post("/instances/actions", route(d.bulkAction)...)
 	r.Get("/instances/:name", route(d.instancePage)...)
 	r.Post("/instances/:name/actions", route(d.instanceAction)...)
+	r.Get("/instances/:name/bootchart", route(d.bootChart)...)
 	r.Get("/instances/:name/console.log", route(d.consoleDownload)...)
 	r.Get("/instances/:name/console/stream", SecurityHeaders, d.authenticate, sameOriginStream, d.consoleStream)
 	if d.cfg.Sessions != nil {

@@ -228,6 +228,7 @@ func (d *Dashboard) instancePage(c *fiber.Ctx) error {
 	if err != nil {
 		return d.fail(c, err)
 	}
+	data.Console = d.consoleView(c.UserContext(), data.Inst.Name)
 	return render(c, http.StatusOK, components.InstancePage(data))
 }
 
@@ -241,12 +242,23 @@ func (d *Dashboard) instanceData(c *fiber.Ctx, name string) (components.Instance
 		return components.InstanceData{}, err
 	}
 	w := instance.WireInstance(inst, nil)
-	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w, Console: d.consoleView(c.UserContext(), inst.Name)}
+	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w}
 	for i := len(entries) - 1; i >= 0; i-- { // newest first
 		e := entries[i]
 		data.Timeline = append(data.Timeline, components.TimelineItem{Time: e.Time, Boot: e.Boot, Kind: e.Kind, From: e.From, To: e.To, Cause: e.Cause, Detail: e.Detail})
 	}
+	data.Chart = components.BuildBootChart(inst.Name, data.Timeline, w.Status == "Running" || w.Status == "Ready", time.Now())
 	return data, nil
+}
+
+// bootChart answers GET /instances/{name}/bootchart: the boot timeline
+// chart alone, which the instance page fetches again after live updates.
+func (d *Dashboard) bootChart(c *fiber.Ctx) error {
+	data, err := d.instanceData(c, c.Params("name"))
+	if err != nil {
+		return d.fail(c, err)
+	}
+	return render(c, http.StatusOK, components.BootChartView(data.Chart))
 }
 
 // action runs one action on one instance and reports its outcome.
@@ -281,6 +293,7 @@ func (d *Dashboard) instanceAction(c *fiber.Ctx) error {
 		return d.fail(c, err)
 	}
 	data.Outcomes = []components.Outcome{o}
+	data.Console = d.consoleView(c.UserContext(), data.Inst.Name)
 	status := http.StatusOK
 	if o.Err != "" {
 		status = http.StatusUnprocessableEntity

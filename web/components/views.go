@@ -118,6 +118,7 @@ type InstanceData struct {
 	Timeline []TimelineItem // newest first
 	Outcomes []Outcome
 	Console  ConsoleView
+	Chart    BootChart
 }
 
 // ConsoleView is the console panel of the instance page: the tail of the

@@ -158,6 +158,16 @@ test("the console shows a line the guest prints after the page opened, live, wit
     assert.equal(await log.locator("b").count(), 0, "guest bytes are text, never markup");
     await page.screenshot({ path: shot("dashboard-console.png"), fullPage: true });
 
+    // The boot chart gains the Ready bar when the guest declares Ready.
+    const chart = page.locator('[data-testid="boot-chart"]');
+    assert.equal(await chart.locator('rect[data-phase="ready"]').count(), 0, "no Ready bar before Ready");
+    assert.match(await chart.locator('[data-testid="boot-summary"]').first().textContent(), /not Ready yet/);
+    await daemon.guest("con1", "ready");
+    await waitFor(async () => (await chart.locator('rect[data-phase="ready"]').count()) === 1, { what: "the Ready bar in the boot chart" });
+    assert.match(await page.locator('[data-testid="boot-chart"] [data-testid="boot-summary"]').first().textContent(), /✓ Ready in /);
+    assert.equal(await page.evaluate(() => window.__notReloaded), true, "the chart updated without a reload");
+    await page.locator('[data-testid="boot-chart"]').screenshot({ path: shot("dashboard-boot-chart.png") });
+
     // Pause, let the guest print, follow again: the line arrives once.
     await page.click('[data-testid="console-toggle"]');
     assert.equal(await page.textContent('[data-testid="console-state"]'), "paused");
