@@ -157,6 +157,7 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		Events:    d.bus,
 		Backends:  d.plugins,
 		Consoles:  d.mgr,
+		Editor:    d.mgr,
 		Logger:    d.log.With("component", "web"),
 	})
 	d.dash.Register(app)

@@ -82,6 +82,8 @@ type Config struct {
 	Instances Instances
 	Events    Events
 	Backends  Backends // nil: the overview lists no backend
+	// Editor serves the launch, delete and config forms; nil shows none.
+	Editor Editor
 	// Consoles serves the console panel of the instance page, its live
 	// stream and its download; nil shows no console.
 	Consoles Consoles
@@ -160,6 +162,7 @@ func (d *Dashboard) Register(r fiber.Router) {
 	r.Post("/instances/actions", route(d.bulkAction)...)
 	r.Get("/instances/:name", route(d.instancePage)...)
 	r.Post("/instances/:name/actions", route(d.instanceAction)...)
+	d.registerForms(r, route)
 	r.Get("/instances/:name/bootchart", route(d.bootChart)...)
 	r.Get("/instances/:name/console.log", route(d.consoleDownload)...)
 	r.Get("/instances/:name/console/stream", SecurityHeaders, d.authenticate, sameOriginStream, d.consoleStream)

@@ -23,7 +23,7 @@ import (
 func (d *Dashboard) meta(c *fiber.Ctx, title, active string) components.Meta {
 	tok, _ := c.Locals(csrfKey).(string)
 	who, _ := c.Locals(localWho).(string)
-	return components.Meta{Title: title, Active: active, CSRF: tok, Who: who, LastEventID: d.lastEventID(), Now: time.Now(), HeartbeatMS: d.cfg.Heartbeat.Milliseconds()}
+	return components.Meta{Title: title, Active: active, CSRF: tok, Who: who, LastEventID: d.lastEventID(), Now: time.Now(), HeartbeatMS: d.cfg.Heartbeat.Milliseconds(), CanLaunch: d.cfg.Editor != nil}
 }
 
 func render(c *fiber.Ctx, status int, comp templ.Component) error {
@@ -242,7 +242,7 @@ func (d *Dashboard) instanceData(c *fiber.Ctx, name string) (components.Instance
 		return components.InstanceData{}, err
 	}
 	w := instance.WireInstance(inst, nil)
-	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w}
+	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w, Editable: d.cfg.Editor != nil}
 	for i := len(entries) - 1; i >= 0; i-- { // newest first
 		e := entries[i]
 		data.Timeline = append(data.Timeline, components.TimelineItem{Time: e.Time, Boot: e.Boot, Kind: e.Kind, From: e.From, To: e.To, Cause: e.Cause, Detail: e.Detail})

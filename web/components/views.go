@@ -22,6 +22,8 @@ type Meta struct {
 	// HeartbeatMS is the live stream's heartbeat period; the page treats a
 	// stream silent for 2.5 periods as dead.
 	HeartbeatMS int64
+	// CanLaunch shows the Launch entry (the dashboard has the forms).
+	CanLaunch bool
 }
 
 // Count is one tile of the overview.
@@ -119,6 +121,29 @@ type InstanceData struct {
 	Outcomes []Outcome
 	Console  ConsoleView
 	Chart    BootChart
+	// ConfigErrors are the config form's errors by field ("new_key",
+	// "new_value", "form"); NewKey and NewValue what was typed.
+	ConfigErrors     map[string]string
+	NewKey, NewValue string
+	// Editable shows the config form and the delete link.
+	Editable bool
+}
+
+// LaunchData is the launch form: what was typed, and the errors by field
+// ("name", "backend", "kernel", "initrd", "config") or for the whole form.
+type LaunchData struct {
+	Meta
+	Backends                              []string
+	Name, Backend, Kernel, Initrd, Config string
+	Errors                                map[string]string
+	FormError                             string
+}
+
+// DeleteData is the delete confirmation page.
+type DeleteData struct {
+	Meta
+	Inst  *api.Instance
+	Error string
 }
 
 // ConsoleView is the console panel of the instance page: the tail of the
