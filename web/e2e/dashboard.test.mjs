@@ -10,7 +10,7 @@ import { writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { Daemon, browser, waitFor, streamIDs, shot, sessionHeader, SESSION_COOKIE } from "./harness.mjs";
+import { Daemon, browser, waitFor, streamIDs, shot, sessionHeader, axeViolations, SESSION_COOKIE } from "./harness.mjs";
 
 const run = promisify(execFile);
 
@@ -189,6 +189,92 @@ test("the console shows a line the guest prints after the page opened, live, wit
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test("a guest launched from the form appears in the list and becomes Ready; delete asks first", async () => {
+  const page = await signedIn().newPage();
+  const problems = cspWatch(page);
+  await page.goto(daemon.url + "/instances");
+  await page.click('nav a[href="/launch"]');
+  await page.waitForSelector('[data-testid="launch-form"]');
+
+  // A refused launch: the error is next to its field, what was typed stays.
+  await page.fill("#launch-name", "bad_name");
+  await page.fill("#launch-config", "user.origin=form");
+  await page.click('[data-testid="launch-submit"]');
+  await page.waitForSelector('[data-testid="launch-name-error"]');
+  assert.equal(await page.getAttribute("#launch-name", "aria-invalid"), "true");
+  assert.equal(await page.inputValue("#launch-config"), "user.origin=form");
+  assert.deepEqual(await axeViolations(page), [], "axe on the launch form with an error");
+  await page.screenshot({ path: shot("dashboard-launch.png"), fullPage: true });
+
+  await page.fill("#launch-name", "form1");
+  await page.selectOption("#launch-backend", "sim");
+  await page.click('[data-testid="launch-submit"]');
+  await page.waitForURL(daemon.url + "/instances/form1");
+  assert.equal(await page.textContent('[data-testid="instance-name"]'), "form1");
+  assert.equal(await page.locator('[data-testid="config"] [data-key="user.origin"] td').textContent(), "form");
+
+  const list = await signedIn().newPage();
+  await list.goto(daemon.url + "/instances");
+  assert.equal(await list.locator('[data-testid="instance-row"][data-name="form1"]').count(), 1, "the launched guest is in the list");
+  await waitFor(async () => (await badge(list, "agent-form1")) === "connected", { timeout: 60000, what: "form1's agent to connect" });
+  await daemon.guest("form1", "ready");
+  await waitFor(async () => (await badge(list, "status-form1")) === "Ready", { what: "form1 Ready in the list, live" });
+  await list.close();
+
+  // Edit the guest config from the page.
+  await page.reload();
+  await page.click('[data-testid="config-edit"] summary');
+  await page.fill("#config-new-key", "user.zone");
+  await page.fill("#config-new-value", "eu-1");
+  await page.click('[data-testid="config-submit"]');
+  await page.waitForSelector('[data-testid="config"] [data-key="user.zone"]');
+  assert.equal(await page.locator('[data-testid="outcome"]').first().getAttribute("data-ok"), "true");
+  assert.equal((await daemon.info("form1")).config["user.zone"], "eu-1", "the change reached the daemon");
+
+  // Delete: a confirmation page first, then the list with the outcome.
+  await page.click('[data-testid="action-delete"]');
+  await page.waitForSelector('[data-testid="delete-form"]');
+  assert.deepEqual(await axeViolations(page), [], "axe on the delete confirmation");
+  await page.fill("#delete-confirm", "form1");
+  await page.check("#delete-force");
+  await page.click('[data-testid="delete-submit"]');
+  await page.waitForSelector('[data-testid="outcome"][data-name="form1"][data-ok="true"]');
+  assert.equal(await page.locator('[data-testid="instance-row"][data-name="form1"]').count(), 0, "gone from the list");
+  assert.deepEqual(problems, [], "no Content-Security-Policy violation or script error");
+  await page.close();
+});
+
+test("axe-core finds no serious or critical violation on any page, light and dark", async () => {
+  await daemon.cli("launch", "axe1", "--backend", "sim", "-c", "user.role=web");
+  await waitFor(async () => (await daemon.info("axe1")).agent?.state === "connected", { timeout: 60000, what: "axe1's agent" });
+  await daemon.guest("axe1", "ready");
+  const found = [];
+  for (const scheme of ["light", "dark"]) {
+    const anon = await chrome.newContext({ colorScheme: scheme });
+    const login = await anon.newPage();
+    await login.goto(daemon.url + "/");
+    await login.waitForSelector('[data-testid="login-page"]');
+    found.push(...(await axeViolations(login)).map((v) => `${scheme} login: ${v}`));
+    await anon.close();
+
+    const page = await signedIn().newPage();
+    await page.emulateMedia({ colorScheme: scheme });
+    for (const path of ["/", "/instances", "/instances/axe1", "/launch", "/instances/axe1/delete"]) {
+      await page.goto(daemon.url + path);
+      await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { what: `the live indicator on ${path}` });
+      if (path === "/instances/axe1") {
+        await waitFor(async () => (await page.textContent('[data-testid="console-state"]')) === "live", { what: "the console stream" });
+        await page.click('[data-testid="config-edit"] summary');
+      }
+      found.push(...(await axeViolations(page)).map((v) => `${scheme} ${path}: ${v}`));
+    }
+    if (scheme === "dark") await page.goto(daemon.url + "/instances/axe1"), await page.screenshot({ path: shot("dashboard-instance-dark.png"), fullPage: true });
+    await page.close();
+  }
+  await daemon.cli("delete", "--force", "axe1");
+  assert.deepEqual(found, [], "serious or critical accessibility violations");
 });
 
 test("after the stream drops, the page resumes and misses nothing", async () => {
