@@ -102,8 +102,8 @@ func (d *Dashboard) consoleDownload(c *fiber.Ctx) error {
 // reconnecting page resumes from) and how many bytes were skipped before
 // them.
 type consoleMessage struct {
-	Offset   int64          `json:"o"`
-	Skipped  int64          `json:"s,omitempty"`
+	Offset  int64 `json:"o"`
+	Skipped int64 `json:"s,omitempty"`
 	// Reset says the log started again (a new QEMU boot truncated it).
 	Reset    bool           `json:"r,omitempty"`
 	Segments []ansi.Segment `json:"g"`

@@ -42,6 +42,7 @@ func (d *Dashboard) overview(c *fiber.Ctx) error {
 	data.ByStatus, data.ByAgent = tally(all)
 	data.Backends = d.backends()
 	data.Recent = d.recentActivity(c.UserContext(), 20)
+	data.Fleet = d.fleetReadiness(c.UserContext(), all, time.Now())
 	return render(c, http.StatusOK, components.OverviewPage(data))
 }
 

@@ -60,6 +60,7 @@ type OverviewData struct {
 	ByAgent  []Count
 	Backends []BackendView
 	Recent   []Activity
+	Fleet    Fleet
 }
 
 // Filter is the instances table's filter and sort, as in the query string.
