@@ -156,20 +156,35 @@ func (d *Dashboard) consoleStream(c *fiber.Ctx) error {
 			}
 		}
 		var p ansi.Parser
-		last := time.Now()
+		last, checked := time.Now(), time.Now()
+		// The session is checked once per heartbeat period, whether the
+		// guest prints or not: a revoked session stops receiving.
+		check := func() error {
+			if time.Since(checked) < d.cfg.Heartbeat {
+				return nil
+			}
+			checked = time.Now()
+			if !d.sessionLive(sid) {
+				return errSessionEnded
+			}
+			return nil
+		}
 		err := console.Follow(ctx, path, from, console.FollowOptions{Poll: ConsolePoll, MaxLag: ConsoleMaxLag,
 			Idle: func() error {
+				if err := check(); err != nil {
+					return err
+				}
 				if time.Since(last) < d.cfg.Heartbeat {
 					return nil
 				}
 				last = time.Now()
-				if !d.sessionLive(sid) {
-					return errSessionEnded
-				}
 				w.WriteString(": heartbeat\n\n")
 				return w.Flush()
 			}},
 			func(ch console.Chunk) error {
+				if err := check(); err != nil {
+					return err
+				}
 				if ch.Skipped > 0 || ch.Offset == 0 {
 					p = ansi.Parser{} // a sequence cut by the skip, or a new log
 				}

@@ -237,3 +237,53 @@ func TestConsoleStreamLag(t *testing.T) {
 	c.cancel()
 	waitStreams(t, d, 0)
 }
+
+// TestConsoleStreamEndsWithSession: a revoked session stops receiving the
+// console within a heartbeat, quiet guest or printing one.
+func TestConsoleStreamEndsWithSession(t *testing.T) {
+	for _, printing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("printing=%v", printing), func(t *testing.T) {
+			noLeaks(t)
+			path := filepath.Join(t.TempDir(), "console.log")
+			writeLog(t, path, "hello\n", os.O_TRUNC)
+			fs := newFakeSessions()
+			app, d := newTestApp(newFakeInstances(running("web1", instance.AgentConnected)), newBusEvents(), Config{Sessions: fs, Consoles: fakeConsoles{"web1": path}, Heartbeat: 20 * time.Millisecond})
+			s := signIn(t, app, fs)
+			base := server(t, app, d)
+			c := openStream(t, base+"/instances/web1/console/stream?from=0", map[string]string{"Cookie": sessionCookie + "=" + s.sid})
+			defer c.cancel()
+			c.next(t, "console")
+			if err := fs.Revoke(t.Context(), s.sid); err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() { // a guest that keeps printing: Follow never idles
+				defer close(done)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						writeLog(t, path, "more\n", os.O_APPEND)
+					}
+					if !printing {
+						return
+					}
+				}
+			}()
+			deadline := time.After(20 * time.Second)
+			for ended := false; !ended; {
+				select {
+				case _, ok := <-c.msgs: // closed when the stream ends
+					ended = !ok
+				case <-deadline:
+					t.Fatal("the console stream still runs 20s after its session was revoked")
+				}
+			}
+			close(stop)
+			<-done
+			waitStreams(t, d, 0)
+		})
+	}
+}

@@ -3,9 +3,11 @@ package api
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -111,6 +113,7 @@ func (a *API) getConsole(c *fiber.Ctx) error {
 	default:
 	}
 	c.Set("X-Accel-Buffering", "no")
+	recheck, _ := c.Locals(recheckKey).(recheckFunc)
 	a.streams.Add(1)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer a.streams.Add(-1)
@@ -126,7 +129,25 @@ func (a *API) getConsole(c *fiber.Ctx) error {
 		if w.Flush() != nil {
 			return
 		}
-		err := console.Follow(ctx, path, rg.Start, console.FollowOptions{}, func(ch console.Chunk) error {
+		// A revoked token or certificate ends the stream within one ping
+		// interval, whether the guest prints or not.
+		checked := time.Now()
+		check := func() error {
+			if recheck == nil || time.Since(checked) < a.cfg.PingInterval {
+				return nil
+			}
+			checked = time.Now()
+			rctx, cancel := context.WithTimeout(context.Background(), writeWait)
+			defer cancel()
+			if err := recheck(rctx); errors.Is(err, errdefs.ErrUnauthorized) {
+				return fmt.Errorf("credentials revoked or expired: %w", err)
+			}
+			return nil
+		}
+		err := console.Follow(ctx, path, rg.Start, console.FollowOptions{Idle: check}, func(ch console.Chunk) error {
+			if err := check(); err != nil {
+				return err
+			}
 			if _, err := w.Write(ch.Data); err != nil {
 				return err
 			}

@@ -42,6 +42,8 @@ type Options struct {
 	Hosts []string
 	// DashboardURL is the base of dashboard login URLs ("" : none).
 	DashboardURL string
+	// Consoles is api.Config.Consoles (nil: the console route answers 501).
+	Consoles api.Consoles
 }
 
 // Server is a running admin API on a Unix socket.
@@ -107,6 +109,7 @@ func NewServer(t testing.TB, opts Options) *Server {
 		Auth:         authn,
 		Hosts:        opts.Hosts,
 		DashboardURL: func() string { return opts.DashboardURL },
+		Consoles:     opts.Consoles,
 		Instances:    s.Instances,
 		Events:       &countingSource{bus: bus, n: &s.subs},
 		Backends:     s.Backends,
