@@ -29,6 +29,11 @@ func (f *fakeEditor) record(s string) {
 	f.mu.Lock()
 	f.calls = append(f.calls, s)
 	f.mu.Unlock()
+	// The instance service's record of what ran, which the access tests
+	// check.
+	f.inst.mu.Lock()
+	f.inst.actions = append(f.inst.actions, s)
+	f.inst.mu.Unlock()
 }
 
 func (f *fakeEditor) Create(_ context.Context, req instance.CreateRequest, _ events.Requestor) (*instance.Instance, error) {
