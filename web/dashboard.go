@@ -108,6 +108,7 @@ type Dashboard struct {
 	log    *slog.Logger
 	frags  *fragmentCache
 	counts *countCache
+	fleet  fleetCache
 	hub    *hub
 	// csrfKey derives the CSRF tokens; it lives as long as the process,
 	// so a page loaded before a daemon restart must be reloaded to post.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/guestlink/guestlink/core/events"
@@ -90,7 +91,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // the slowest boots, and the instances running without Ready for longer
 // than usual.
 func (d *Dashboard) fleetReadiness(ctx context.Context, all []*instance.Instance, now time.Time) components.Fleet {
-	evs, err := d.cfg.Events.Recent(ctx, events.TypeLifecycle, FleetEvents)
+	samples, err := d.fleet.samples(ctx, d)
 	if err != nil {
 		d.log.Warn("dashboard: reading recent events for the readiness charts", "err", err)
 		return components.Fleet{Err: "recent events unavailable: " + err.Error()}
@@ -103,7 +104,7 @@ func (d *Dashboard) fleetReadiness(ctx context.Context, all []*instance.Instance
 	per := map[string]*acc{}
 	var f components.Fleet
 	var slow []components.SlowBoot
-	for _, s := range bootSamples(evs) {
+	for _, s := range samples {
 		b, ok := backendOf[s.name]
 		if !ok {
 			continue // deleted since: its backend is not known any more
@@ -150,4 +151,34 @@ func (d *Dashboard) fleetReadiness(ctx context.Context, all []*instance.Instance
 	}
 	sort.SliceStable(f.Overdue, func(i, j int) bool { return f.Overdue[i].Running > f.Overdue[j].Running })
 	return f
+}
+
+// fleetCache keeps the boots paired from the event log as of the newest
+// event id: overviews loaded while nothing happens read the log once.
+type fleetCache struct {
+	mu   sync.Mutex
+	id   int64
+	boot []bootSample
+}
+
+// samples returns the boots of the last FleetEvents lifecycle events.
+func (fc *fleetCache) samples(ctx context.Context, d *Dashboard) ([]bootSample, error) {
+	id, err := d.cfg.Events.LastID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	if fc.boot != nil && fc.id == id {
+		return fc.boot, nil
+	}
+	evs, err := d.cfg.Events.Recent(ctx, events.TypeLifecycle, FleetEvents)
+	if err != nil {
+		return nil, err
+	}
+	fc.id, fc.boot = id, bootSamples(evs)
+	if fc.boot == nil {
+		fc.boot = []bootSample{}
+	}
+	return fc.boot, nil
 }

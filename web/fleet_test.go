@@ -17,7 +17,7 @@ import (
 // bootEvents publishes the lifecycle events of one boot of name starting at
 // t0: agent connected after agentMS and Ready after readyMS (0: never),
 // then stopped after stopMS (0: still running).
-func bootEvents(t *testing.T, ev *busEvents, name string, t0 time.Time, agentMS, readyMS, stopMS int) {
+func bootEvents(t testing.TB, ev *busEvents, name string, t0 time.Time, agentMS, readyMS, stopMS int) {
 	t.Helper()
 	pub := func(action string, ms int) {
 		e := events.NewLifecycle(action, name, nil, &events.Requestor{Protocol: "backend"})
