@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -97,6 +98,32 @@ func TestConsole(t *testing.T) {
 			}
 		})
 	}
+	// The CLI follows too: a line printed after it started reaches its
+	// stdout; it is interrupted (SIGINT) as a user's Ctrl-C would.
+	t.Run("cli follow", func(t *testing.T) {
+		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "guestlink"), "console", "con1", "--follow", "--tail", "1")
+		cmd.Env = append(cleanEnv(), "GUESTLINK_STATE_DIR="+d.stateDir)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			_ = cmd.Wait()
+		}()
+		sc := bufio.NewScanner(out)
+		if !sc.Scan() || sc.Text() != "" { // the last byte of the log: its final newline
+			t.Fatalf("first line %q, want the empty rest of the last line (%v)", sc.Text(), sc.Err())
+		}
+		g.say(t, "printed while the CLI follows")
+		if !sc.Scan() || sc.Text() != "printed while the CLI follows" {
+			t.Fatalf("guestlink console --follow printed %q (%v)", sc.Text(), sc.Err())
+		}
+	})
+
 	var se *client.StatusError
 	if _, err := d.client.Console(ctx, "nope", client.ConsoleOptions{}); !errors.As(err, &se) || se.Code != http.StatusNotFound {
 		t.Fatalf("console of an unknown instance: %v, want 404", err)
