@@ -40,6 +40,17 @@ function cspWatch(page) {
   return problems;
 }
 
+// tabTo presses Tab until the element matching selector has the focus: it
+// is reachable from the keyboard, in the page's order.
+async function tabTo(page, selector) {
+  await page.evaluate(() => document.activeElement && document.activeElement.blur());
+  for (let i = 0; i < 80; i++) {
+    await page.keyboard.press("Tab");
+    if (await page.evaluate((sel) => document.activeElement === document.querySelector(sel), selector)) return;
+  }
+  assert.fail(`${selector} cannot be reached with the Tab key`);
+}
+
 function signedIn() {
   assert.ok(ctx, "the login test signs the browser in first");
   return ctx;
@@ -168,8 +179,10 @@ test("the console shows a line the guest prints after the page opened, live, wit
     assert.equal(await page.evaluate(() => window.__notReloaded), true, "the chart updated without a reload");
     await page.locator('[data-testid="boot-chart"]').screenshot({ path: shot("dashboard-boot-chart.png") });
 
-    // Pause, let the guest print, follow again: the line arrives once.
-    await page.click('[data-testid="console-toggle"]');
+    // Pause (from the keyboard: Tab reaches the button, Enter presses it),
+    // let the guest print, follow again: the line arrives once.
+    await tabTo(page, '[data-testid="console-toggle"]');
+    await page.keyboard.press("Enter");
     assert.equal(await page.textContent('[data-testid="console-state"]'), "paused");
     assert.equal(await page.getAttribute('[data-testid="console-toggle"]', "aria-pressed"), "true");
     await writeFile(fifo, "printed while paused\n");
@@ -210,7 +223,8 @@ test("a guest launched from the form appears in the list and becomes Ready; dele
 
   await page.fill("#launch-name", "form1");
   await page.selectOption("#launch-backend", "sim");
-  await page.click('[data-testid="launch-submit"]');
+  await tabTo(page, '[data-testid="launch-submit"]');
+  await page.keyboard.press("Enter");
   await page.waitForURL(daemon.url + "/instances/form1");
   assert.equal(await page.textContent('[data-testid="instance-name"]'), "form1");
   assert.equal(await page.locator('[data-testid="config"] [data-key="user.origin"] td').textContent(), "form");
