@@ -244,7 +244,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 
 	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
 		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits,
-		Metrics: d.metrics.Handler()})
+		Metrics:  d.metrics.Handler(),
+		Consoles: mgr})
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}

@@ -156,6 +156,8 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		Instances: d.mgr,
 		Events:    d.bus,
 		Backends:  d.plugins,
+		Consoles:  d.mgr,
+		Editor:    d.mgr,
 		Logger:    d.log.With("component", "web"),
 	})
 	d.dash.Register(app)

@@ -113,6 +113,11 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 	if resp.StatusCode != 200 || string(body) != wantMeta {
 		t.Errorf("the guest's GET /1.0/meta-data: %d %q, want 200 %q", resp.StatusCode, body, wantMeta)
 	}
+	// The same console through the admin API and the CLI (ttyS0 is the
+	// console log).
+	if out := d.cli(ctx, "console", name, "--show-log"); !strings.Contains(out, "guestlink: GET /1.0/meta-data ") {
+		t.Errorf("guestlink console %s --show-log lacks the guest's console line; it printed:\n%s", name, tailString(out, 3000))
+	}
 
 	// Daemon restart: QEMU untouched, the agent re-advertised over the
 	// serial link, Ready learned back without guest action.
@@ -176,6 +181,10 @@ func qemuGuest(t *testing.T, d *daemonProc, img qemutest.Image, plugin, ringPort
 		t.Errorf("after the stateful stop: ready %v, want false", inst.Ready())
 	}
 	waitGone(ctx, t, "QEMU after the stateful stop", func() bool { return !alive(pid) })
+	// A stopped guest's console is still there to read.
+	if out := d.cli(ctx, "console", name); !strings.Contains(out, "guestlink: GET /1.0/meta-data ") {
+		t.Errorf("guestlink console %s of the stopped guest lacks its console line; it printed:\n%s", name, tailString(out, 3000))
+	}
 	if _, err := d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStart}); err != nil {
 		t.Fatalf("starting %s from its saved state: %v", name, err)
 	}

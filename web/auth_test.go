@@ -64,7 +64,7 @@ func signIn(t *testing.T, app *fiber.App, fs *fakeSessions) signedIn {
 func newAuthApp(t *testing.T, inst *fakeInstances) (*fiber.App, *fakeSessions) {
 	t.Helper()
 	fs := newFakeSessions()
-	app, _ := newTestApp(inst, newBusEvents(), Config{Sessions: fs})
+	app, _ := newTestApp(inst, newBusEvents(), Config{Sessions: fs, Editor: &fakeEditor{inst: inst}, Consoles: fakeConsoles{"web1": ""}})
 	return app, fs
 }
 
@@ -211,6 +211,14 @@ func TestNoSessionNoData(t *testing.T) {
 		{"bulk action", "POST", "/instances/actions", form, nil, true},
 		{"htmx action", "POST", "/instances/web1/actions", form, map[string]string{"HX-Request": "true", "X-CSRF-Token": valid.token}, false},
 		{"logout", "POST", "/logout", form, nil, true},
+		{"console stream", "GET", "/instances/web1/console/stream", nil, map[string]string{"Accept": "text/event-stream"}, false},
+		{"console download", "GET", "/instances/web1/console.log", nil, nil, true},
+		{"boot chart", "GET", "/instances/web1/bootchart", nil, nil, true},
+		{"launch form", "GET", "/launch", nil, nil, true},
+		{"launch", "POST", "/launch", url.Values{"name": {"x1"}, "backend": {"sim"}, "_csrf": {valid.token}}, nil, true},
+		{"delete confirmation", "GET", "/instances/web1/delete", nil, nil, true},
+		{"delete", "POST", "/instances/web1/delete", url.Values{"confirm": {"web1"}, "force": {"on"}, "_csrf": {valid.token}}, nil, true},
+		{"config", "POST", "/instances/web1/config", url.Values{"new_key": {"user.x"}, "new_value": {"1"}, "_csrf": {valid.token}}, nil, true},
 	}
 	cookies := []struct{ name, sid string }{
 		{"no cookie", ""},

@@ -71,6 +71,27 @@ func BenchmarkOverview10k(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/op")
 }
 
+// BenchmarkOverview10kWithBoots is BenchmarkOverview10k with the
+// readiness section fed: 1,000 boots (FleetEvents lifecycle events) in the
+// event log, read and paired on every page.
+func BenchmarkOverview10kWithBoots(b *testing.B) {
+	insts := fleet(10000)
+	ev := newBusEvents()
+	t0 := time.Now().Add(-time.Hour)
+	for i := range 1000 {
+		bootEvents(b, ev, insts[i].Name, t0.Add(time.Duration(i)*time.Second), 300+i%500, 800+i%2000, 0)
+	}
+	app, _ := newTestApp(newFakeInstances(insts...), ev, Config{})
+	for b.Loop() {
+		res, err := app.Test(httptest.NewRequest(http.MethodGet, "/", nil), -1)
+		if err != nil || res.StatusCode != http.StatusOK {
+			b.Fatalf("GET /: %v %v", err, res)
+		}
+		res.Body.Close()
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/op")
+}
+
 // BenchmarkSSEClientMemory measures the server-side memory of one open
 // live stream: N raw TCP clients (no client-side buffers) open /events on a
 // real server; the heap and stack growth is divided by N. It also measures

@@ -74,6 +74,7 @@ var (
 	_ Events    = (*events.Bus)(nil)
 	_ Backends  = (*pluginhost.Host)(nil)
 	_ Instances = (*instance.Manager)(nil)
+	_ Consoles  = (*instance.Manager)(nil)
 )
 
 // Config configures the dashboard. Instances and Events are required.
@@ -81,6 +82,11 @@ type Config struct {
 	Instances Instances
 	Events    Events
 	Backends  Backends // nil: the overview lists no backend
+	// Editor serves the launch, delete and config forms; nil shows none.
+	Editor Editor
+	// Consoles serves the console panel of the instance page, its live
+	// stream and its download; nil shows no console.
+	Consoles Consoles
 	// Sessions authenticates dashboard users. With it, every page,
 	// fragment, action and the live stream need a session (the login URL
 	// gives one) and actions are recorded as done by that session. nil
@@ -102,6 +108,7 @@ type Dashboard struct {
 	log    *slog.Logger
 	frags  *fragmentCache
 	counts *countCache
+	fleet  fleetCache
 	hub    *hub
 	// csrfKey derives the CSRF tokens; it lives as long as the process,
 	// so a page loaded before a daemon restart must be reloaded to post.
@@ -156,6 +163,10 @@ func (d *Dashboard) Register(r fiber.Router) {
 	r.Post("/instances/actions", route(d.bulkAction)...)
 	r.Get("/instances/:name", route(d.instancePage)...)
 	r.Post("/instances/:name/actions", route(d.instanceAction)...)
+	d.registerForms(r, route)
+	r.Get("/instances/:name/bootchart", route(d.bootChart)...)
+	r.Get("/instances/:name/console.log", route(d.consoleDownload)...)
+	r.Get("/instances/:name/console/stream", SecurityHeaders, d.authenticate, sameOriginStream, d.consoleStream)
 	if d.cfg.Sessions != nil {
 		r.Post("/logout", route(d.logout)...)
 	}

@@ -23,7 +23,7 @@ import (
 func (d *Dashboard) meta(c *fiber.Ctx, title, active string) components.Meta {
 	tok, _ := c.Locals(csrfKey).(string)
 	who, _ := c.Locals(localWho).(string)
-	return components.Meta{Title: title, Active: active, CSRF: tok, Who: who, LastEventID: d.lastEventID(), Now: time.Now(), HeartbeatMS: d.cfg.Heartbeat.Milliseconds()}
+	return components.Meta{Title: title, Active: active, CSRF: tok, Who: who, LastEventID: d.lastEventID(), Now: time.Now(), HeartbeatMS: d.cfg.Heartbeat.Milliseconds(), CanLaunch: d.cfg.Editor != nil}
 }
 
 func render(c *fiber.Ctx, status int, comp templ.Component) error {
@@ -42,6 +42,7 @@ func (d *Dashboard) overview(c *fiber.Ctx) error {
 	data.ByStatus, data.ByAgent = tally(all)
 	data.Backends = d.backends()
 	data.Recent = d.recentActivity(c.UserContext(), 20)
+	data.Fleet = d.fleetReadiness(c.UserContext(), all, time.Now())
 	return render(c, http.StatusOK, components.OverviewPage(data))
 }
 
@@ -228,6 +229,7 @@ func (d *Dashboard) instancePage(c *fiber.Ctx) error {
 	if err != nil {
 		return d.fail(c, err)
 	}
+	data.Console = d.consoleView(c.UserContext(), data.Inst.Name)
 	return render(c, http.StatusOK, components.InstancePage(data))
 }
 
@@ -241,13 +243,24 @@ func (d *Dashboard) instanceData(c *fiber.Ctx, name string) (components.Instance
 		return components.InstanceData{}, err
 	}
 	w := instance.WireInstance(inst, nil)
-	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w}
+	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w, Editable: d.cfg.Editor != nil}
 	data.Snapshots = d.snapshotsOf(c.UserContext(), inst.Name)
 	for i := len(entries) - 1; i >= 0; i-- { // newest first
 		e := entries[i]
 		data.Timeline = append(data.Timeline, components.TimelineItem{Time: e.Time, Boot: e.Boot, Kind: e.Kind, From: e.From, To: e.To, Cause: e.Cause, Detail: e.Detail})
 	}
+	data.Chart = components.BuildBootChart(inst.Name, data.Timeline, w.Status == "Running" || w.Status == "Ready", time.Now())
 	return data, nil
+}
+
+// bootChart answers GET /instances/{name}/bootchart: the boot timeline
+// chart alone, which the instance page fetches again after live updates.
+func (d *Dashboard) bootChart(c *fiber.Ctx) error {
+	data, err := d.instanceData(c, c.Params("name"))
+	if err != nil {
+		return d.fail(c, err)
+	}
+	return render(c, http.StatusOK, components.BootChartView(data.Chart))
 }
 
 // action runs one action on one instance and reports its outcome.
@@ -282,6 +295,7 @@ func (d *Dashboard) instanceAction(c *fiber.Ctx) error {
 		return d.fail(c, err)
 	}
 	data.Outcomes = []components.Outcome{o}
+	data.Console = d.consoleView(c.UserContext(), data.Inst.Name)
 	status := http.StatusOK
 	if o.Err != "" {
 		status = http.StatusUnprocessableEntity

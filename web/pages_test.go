@@ -296,6 +296,22 @@ func TestInstancePage(t *testing.T) {
 		t.Errorf("link %q, want hybrid", got)
 	}
 
+	// The boot chart: boots 2 and 1, newest first, boot 1 with its Ready.
+	var rows []string
+	doc.Find(`[data-testid="boot-chart"] [data-testid="boot-row"]`).Each(func(_ int, s *goquery.Selection) {
+		var phases []string
+		s.Find("rect[data-phase]").Each(func(_ int, r *goquery.Selection) { phases = append(phases, r.AttrOr("data-phase", "")) })
+		rows = append(rows, s.AttrOr("data-boot", "")+":"+strings.Join(phases, ","))
+	})
+	if want := []string{"2:boot", "1:boot,wait,ready"}; !slices.Equal(rows, want) {
+		t.Errorf("boot chart rows %v, want %v", rows, want)
+	}
+	// The chart alone, as live.js fetches it after a live update.
+	res, _, frag := get(t, app, "/instances/web1/bootchart")
+	if res.StatusCode != http.StatusOK || frag.Find(`#bootchart-web1 [data-testid="boot-row"]`).Length() != 2 || frag.Find("html body h1").Length() != 0 {
+		t.Errorf("GET /instances/web1/bootchart: %d, want the chart alone with 2 rows", res.StatusCode)
+	}
+
 	res, body, _ := get(t, app, "/instances/nope")
 	if res.StatusCode != http.StatusNotFound || !strings.Contains(body, `"nope"`) {
 		t.Errorf("unknown instance: %d %q, want 404 naming it", res.StatusCode, body)

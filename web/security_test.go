@@ -60,6 +60,14 @@ func TestSecurityHeaders(t *testing.T) {
 		{"failed action", app, browserReq("POST", "/instances/bad/actions", s.sid, url.Values{"_csrf": {s.token}, "action": {"start"}}), 422},
 		{"bulk action", app, browserReq("POST", "/instances/actions", s.sid, url.Values{"_csrf": {s.token}, "action": {"start"}, "names": {"web1"}}), 200},
 		{"action without token", app, browserReq("POST", "/instances/web1/actions", s.sid, url.Values{"action": {"start"}}), 403},
+		{"launch form", app, browserReq("GET", "/launch", s.sid, nil), 200},
+		{"launch refused", app, browserReq("POST", "/launch", s.sid, url.Values{"_csrf": {s.token}, "name": {"-bad"}, "backend": {"sim"}}), 422},
+		{"launch without token", app, browserReq("POST", "/launch", s.sid, url.Values{"name": {"ok1"}, "backend": {"sim"}}), 403},
+		{"delete confirmation", app, browserReq("GET", "/instances/web1/delete", s.sid, nil), 200},
+		{"config refused", app, browserReq("POST", "/instances/web1/config", s.sid, url.Values{"_csrf": {s.token}}), 422},
+		{"boot chart", app, browserReq("GET", "/instances/web1/bootchart", s.sid, nil), 200},
+		{"console download", app, browserReq("GET", "/instances/web1/console.log", s.sid, nil), 200},
+		{"console of an unknown instance", app, browserReq("GET", "/instances/nope/console.log", s.sid, nil), 404},
 		{"htmx without session", app, func() *http.Request {
 			r := browserReq("GET", "/instances", "", nil)
 			r.Header.Set("HX-Request", "true")
@@ -74,6 +82,7 @@ func TestSecurityHeaders(t *testing.T) {
 		{"asset css", app, browserReq("GET", "/assets/app.css", "", nil), 200},
 		{"asset htmx", app, browserReq("GET", "/assets/htmx.min.js", "", nil), 200},
 		{"asset live.js", app, browserReq("GET", "/assets/live.js", "", nil), 200},
+		{"asset console.js", app, browserReq("GET", "/assets/console.js", "", nil), 200},
 		{"logout", app, browserReq("POST", "/logout", signIn(t, app, fs).sid, url.Values{}), 403},
 		{"no login: overview", open, browserReq("GET", "/", "", nil), 200},
 		{"no login: unknown instance", open, browserReq("GET", "/instances/nope", "", nil), 404},

@@ -95,6 +95,7 @@ func NewRootCommand() *cobra.Command {
 		s.remoteCommand(),
 		s.authCommand(),
 		s.dashboardCommand(),
+		s.consoleCommand(),
 	)
 	root.AddCommand(s.snapshotCommands()...)
 	return root

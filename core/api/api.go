@@ -88,6 +88,8 @@ type Config struct {
 	// (besides localhost and the listener's address): guestlinkd's
 	// --http-host.
 	Hosts []string
+	// Consoles serves GET /1.0/instances/{name}/console; nil answers 501.
+	Consoles Consoles
 	// DashboardURL returns the dashboard's base URL ("http://127.0.0.1:8080")
 	// for one-time login URLs; nil or "" when no TCP listener serves it.
 	DashboardURL func() string
@@ -181,6 +183,7 @@ func (a *API) Register(r fiber.Router) {
 	v1.Get("/events", a.eventsUpgrade, a.eventsSocket())
 	a.registerAuth(v1)
 	a.registerMetrics(r)
+	a.registerConsole(v1)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several

@@ -36,6 +36,7 @@ var routes = []struct{ method, path, body string }{
 	{"GET", "/1.0/instances/web1/state", ""},
 	{"PUT", "/1.0/instances/web1/state", `{"action":"stop","force":true}`},
 	{"GET", "/1.0/instances/web1/timeline", ""},
+	{"GET", "/1.0/instances/web1/console?follow=true", ""},
 	{"GET", "/1.0/backends", ""},
 	{"POST", "/1.0/backends", `{"path":"/bin/true","name":"evil"}`},
 	{"POST", "/1.0/backends/sim/reload", ""},

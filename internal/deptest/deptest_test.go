@@ -77,6 +77,13 @@ var rules = []rule{
 			storeStack, pluginStack, []string{"github.com/gofiber/", "github.com/valyala/fasthttp"}),
 	},
 	{
+		name: "console text (web/ansi) and console logs (core/console): small leaves, no server stack",
+		pkgs: []string{mod + "/web/ansi", mod + "/core/console"},
+		forbid: concat(server, webStack, storeStack, pluginStack,
+			[]string{mod + "/plugins", mod + "/client", mod + "/api"}),
+		except: []string{mod + "/web/ansi", mod + "/core/console"},
+	},
+	{
 		name: "CLI and client: none of the server (store, plugin host, HTTP server, services)",
 		pkgs: []string{mod + "/cmd/guestlink", mod + "/client/..."},
 		forbid: concat(server, webStack, storeStack, pluginStack,

@@ -97,6 +97,22 @@
     htmx.config.allowNestedOobSwaps = false;
   }
 
+  // The boot timeline chart of an instance page is drawn on the server:
+  // when a live update reaches the instance's timeline, fetch it again
+  // (once per burst of updates).
+  var chartDue = {};
+  document.addEventListener("htmx:oobAfterSwap", function (e) {
+    var target = e.detail && e.detail.target;
+    if (!target || !target.id || target.id.indexOf("timeline-") !== 0) return;
+    var name = target.id.slice("timeline-".length);
+    if (chartDue[name]) return;
+    chartDue[name] = setTimeout(function () {
+      delete chartDue[name];
+      var chart = document.getElementById("bootchart-" + name);
+      if (chart && window.htmx) htmx.ajax("GET", chart.getAttribute("data-src"), { target: chart, swap: "outerHTML" });
+    }, 150);
+  });
+
   // htmx requests carry the CSRF token the page was rendered with.
   document.addEventListener("htmx:configRequest", function (e) {
     var meta = document.querySelector('meta[name="csrf-token"]');

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/web/ansi"
 )
 
 // Meta is what every page needs: its title, the active navigation entry, the
@@ -21,6 +22,8 @@ type Meta struct {
 	// HeartbeatMS is the live stream's heartbeat period; the page treats a
 	// stream silent for 2.5 periods as dead.
 	HeartbeatMS int64
+	// CanLaunch shows the Launch entry (the dashboard has the forms).
+	CanLaunch bool
 }
 
 // Count is one tile of the overview.
@@ -57,6 +60,7 @@ type OverviewData struct {
 	ByAgent  []Count
 	Backends []BackendView
 	Recent   []Activity
+	Fleet    Fleet
 }
 
 // Filter is the instances table's filter and sort, as in the query string.
@@ -118,4 +122,46 @@ type InstanceData struct {
 	Outcomes []Outcome
 	// Snapshots are the instance's snapshots, oldest first (SnapshotList).
 	Snapshots []api.InstanceSnapshot
+	Console   ConsoleView
+	Chart     BootChart
+	// ConfigErrors are the config form's errors by field ("new_key",
+	// "new_value", "form"); NewKey and NewValue what was typed.
+	ConfigErrors     map[string]string
+	NewKey, NewValue string
+	// Editable shows the config form and the delete link.
+	Editable bool
+}
+
+// LaunchData is the launch form: what was typed, and the errors by field
+// ("name", "backend", "kernel", "initrd", "config") or for the whole form.
+type LaunchData struct {
+	Meta
+	Backends                              []string
+	Name, Backend, Kernel, Initrd, Config string
+	Errors                                map[string]string
+	FormError                             string
+}
+
+// DeleteData is the delete confirmation page.
+type DeleteData struct {
+	Meta
+	Inst  *api.Instance
+	Error string
+}
+
+// ConsoleView is the console panel of the instance page: the tail of the
+// log as text segments (never markup), where the live stream resumes, and
+// the links of the stream and the download.
+type ConsoleView struct {
+	// Available is false when the log cannot be read; Err says why.
+	Available bool
+	Err       string
+	Segments  []ansi.Segment
+	// Offset is the log offset after the segments: the stream starts there.
+	Offset int64
+	// Skipped is how many bytes of the log precede the segments.
+	Skipped    int64
+	Stream     string
+	Download   string
+	Scrollback int
 }

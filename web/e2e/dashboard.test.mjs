@@ -4,7 +4,15 @@
 // that signed-in browser context, the last signs out.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { Daemon, browser, waitFor, streamIDs, shot, sessionHeader, SESSION_COOKIE } from "./harness.mjs";
+import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { Daemon, browser, waitFor, streamIDs, shot, sessionHeader, axeViolations, SESSION_COOKIE } from "./harness.mjs";
+
+const run = promisify(execFile);
 
 let daemon;
 let chrome;
@@ -30,6 +38,17 @@ function cspWatch(page) {
   page.on("console", (m) => { if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text()); });
   page.on("pageerror", (e) => problems.push("page error: " + e.message));
   return problems;
+}
+
+// tabTo presses Tab until the element matching selector has the focus: it
+// is reachable from the keyboard, in the page's order.
+async function tabTo(page, selector) {
+  await page.evaluate(() => document.activeElement && document.activeElement.blur());
+  for (let i = 0; i < 80; i++) {
+    await page.keyboard.press("Tab");
+    if (await page.evaluate((sel) => document.activeElement === document.querySelector(sel), selector)) return;
+  }
+  assert.fail(`${selector} cannot be reached with the Tab key`);
 }
 
 function signedIn() {
@@ -122,6 +141,154 @@ test("a guest goes connected then Ready live, and stops from its page", async ()
   assert.ok(acts.some((a) => a.includes("web1 stopped by dashboard " + who)), `the activity names the session ${who}: ${JSON.stringify(acts)}`);
   assert.deepEqual(problems, [], "no Content-Security-Policy violation or script error");
   await page.close();
+});
+
+test("the console shows a line the guest prints after the page opened, live, with pause and download", async () => {
+  // The guest prints what the test writes to a FIFO: output the guest
+  // itself produces (its stdout is the sim console) when the test decides.
+  const dir = mkdtempSync(join(tmpdir(), "guestlink-e2e-say-"));
+  const fifo = join(dir, "say");
+  await run("mkfifo", [fifo]);
+  try {
+    const cmd = `printf '\\033[1;32mguest booting\\033[0m\\n'; "$GUESTLINK_AGENT" run & while :; do cat '${fifo}'; done`;
+    await daemon.cli("launch", "con1", "--backend", "sim", "-c", `sim.command=${cmd}`);
+    const page = await signedIn().newPage();
+    const problems = cspWatch(page);
+    await page.goto(daemon.url + "/instances/con1");
+    const log = page.locator('[data-testid="console"]');
+    await waitFor(async () => (await page.textContent('[data-testid="console-state"]')) === "live", { what: "the console stream to open" });
+    await waitFor(async () => (await log.textContent()).includes("guest booting"), { what: "the boot line in the console" });
+    assert.equal(await log.locator(".ansi-fg-2.ansi-bold").first().textContent(), "guest booting", "ANSI green bold as classes");
+    assert.ok(!(await log.textContent()).includes("\u001b"), "no raw escape in the page");
+    await page.evaluate(() => { window.__notReloaded = true; });
+
+    const line = `printed after the page opened <b>${Date.now()}</b>`;
+    await writeFile(fifo, line + "\n");
+    await waitFor(async () => (await log.textContent()).includes(line), { what: "the new guest line in the console" });
+    assert.equal(await page.evaluate(() => window.__notReloaded), true, "shown without a reload");
+    assert.equal(await log.locator("b").count(), 0, "guest bytes are text, never markup");
+    await page.screenshot({ path: shot("dashboard-console.png"), fullPage: true });
+
+    // The boot chart gains the Ready bar when the guest declares Ready.
+    const chart = page.locator('[data-testid="boot-chart"]');
+    assert.equal(await chart.locator('rect[data-phase="ready"]').count(), 0, "no Ready bar before Ready");
+    assert.match(await chart.locator('[data-testid="boot-summary"]').first().textContent(), /not Ready yet/);
+    await daemon.guest("con1", "ready");
+    await waitFor(async () => (await chart.locator('rect[data-phase="ready"]').count()) === 1, { what: "the Ready bar in the boot chart" });
+    assert.match(await page.locator('[data-testid="boot-chart"] [data-testid="boot-summary"]').first().textContent(), /✓ Ready in /);
+    assert.equal(await page.evaluate(() => window.__notReloaded), true, "the chart updated without a reload");
+    await page.locator('[data-testid="boot-chart"]').screenshot({ path: shot("dashboard-boot-chart.png") });
+
+    // Pause (from the keyboard: Tab reaches the button, Enter presses it),
+    // let the guest print, follow again: the line arrives once.
+    await tabTo(page, '[data-testid="console-toggle"]');
+    await page.keyboard.press("Enter");
+    assert.equal(await page.textContent('[data-testid="console-state"]'), "paused");
+    assert.equal(await page.getAttribute('[data-testid="console-toggle"]', "aria-pressed"), "true");
+    await writeFile(fifo, "printed while paused\n");
+    await page.click('[data-testid="console-toggle"]');
+    await waitFor(async () => (await log.textContent()).includes("printed while paused"), { what: "the line printed while paused, after follow" });
+    assert.equal((await log.textContent()).split("printed while paused").length, 2, "the paused line shown once");
+
+    const href = await page.getAttribute('[data-testid="console-download"]', "href");
+    const res = await page.request.get(daemon.url + href);
+    assert.equal(res.status(), 200);
+    assert.match(res.headers()["content-disposition"], /attachment; filename="con1-console.log"/);
+    const body = await res.text();
+    assert.ok(body.includes(line) && body.includes("\u001b[1;32mguest booting"), "the download is the log as the guest wrote it");
+    assert.deepEqual(problems, [], "no Content-Security-Policy violation or script error");
+    await page.close();
+    await daemon.cli("delete", "--force", "con1");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a guest launched from the form appears in the list and becomes Ready; delete asks first", async () => {
+  const page = await signedIn().newPage();
+  const problems = cspWatch(page);
+  await page.goto(daemon.url + "/instances");
+  await page.click('nav a[href="/launch"]');
+  await page.waitForSelector('[data-testid="launch-form"]');
+
+  // A refused launch: the error is next to its field, what was typed stays.
+  await page.fill("#launch-name", "bad_name");
+  await page.fill("#launch-config", "user.origin=form");
+  await page.click('[data-testid="launch-submit"]');
+  await page.waitForSelector('[data-testid="launch-name-error"]');
+  assert.equal(await page.getAttribute("#launch-name", "aria-invalid"), "true");
+  assert.equal(await page.inputValue("#launch-config"), "user.origin=form");
+  assert.deepEqual(await axeViolations(page), [], "axe on the launch form with an error");
+  await page.screenshot({ path: shot("dashboard-launch.png"), fullPage: true });
+
+  await page.fill("#launch-name", "form1");
+  await page.selectOption("#launch-backend", "sim");
+  await tabTo(page, '[data-testid="launch-submit"]');
+  await page.keyboard.press("Enter");
+  await page.waitForURL(daemon.url + "/instances/form1");
+  assert.equal(await page.textContent('[data-testid="instance-name"]'), "form1");
+  assert.equal(await page.locator('[data-testid="config"] [data-key="user.origin"] td').textContent(), "form");
+
+  const list = await signedIn().newPage();
+  await list.goto(daemon.url + "/instances");
+  assert.equal(await list.locator('[data-testid="instance-row"][data-name="form1"]').count(), 1, "the launched guest is in the list");
+  await waitFor(async () => (await badge(list, "agent-form1")) === "connected", { timeout: 60000, what: "form1's agent to connect" });
+  await daemon.guest("form1", "ready");
+  await waitFor(async () => (await badge(list, "status-form1")) === "Ready", { what: "form1 Ready in the list, live" });
+  await list.close();
+
+  // Edit the guest config from the page.
+  await page.reload();
+  await page.click('[data-testid="config-edit"] summary');
+  await page.fill("#config-new-key", "user.zone");
+  await page.fill("#config-new-value", "eu-1");
+  await page.click('[data-testid="config-submit"]');
+  await page.waitForSelector('[data-testid="config"] [data-key="user.zone"]');
+  assert.equal(await page.locator('[data-testid="outcome"]').first().getAttribute("data-ok"), "true");
+  assert.equal((await daemon.info("form1")).config["user.zone"], "eu-1", "the change reached the daemon");
+
+  // Delete: a confirmation page first, then the list with the outcome.
+  await page.click('[data-testid="action-delete"]');
+  await page.waitForSelector('[data-testid="delete-form"]');
+  assert.deepEqual(await axeViolations(page), [], "axe on the delete confirmation");
+  await page.fill("#delete-confirm", "form1");
+  await page.check("#delete-force");
+  await page.click('[data-testid="delete-submit"]');
+  await page.waitForSelector('[data-testid="outcome"][data-name="form1"][data-ok="true"]');
+  assert.equal(await page.locator('[data-testid="instance-row"][data-name="form1"]').count(), 0, "gone from the list");
+  assert.deepEqual(problems, [], "no Content-Security-Policy violation or script error");
+  await page.close();
+});
+
+test("axe-core finds no serious or critical violation on any page, light and dark", async () => {
+  await daemon.cli("launch", "axe1", "--backend", "sim", "-c", "user.role=web");
+  await waitFor(async () => (await daemon.info("axe1")).agent?.state === "connected", { timeout: 60000, what: "axe1's agent" });
+  await daemon.guest("axe1", "ready");
+  const found = [];
+  for (const scheme of ["light", "dark"]) {
+    const anon = await chrome.newContext({ colorScheme: scheme });
+    const login = await anon.newPage();
+    await login.goto(daemon.url + "/");
+    await login.waitForSelector('[data-testid="login-page"]');
+    found.push(...(await axeViolations(login)).map((v) => `${scheme} login: ${v}`));
+    await anon.close();
+
+    const page = await signedIn().newPage();
+    await page.emulateMedia({ colorScheme: scheme });
+    for (const path of ["/", "/instances", "/instances/axe1", "/launch", "/instances/axe1/delete"]) {
+      await page.goto(daemon.url + path);
+      await waitFor(async () => (await page.getAttribute("#live-indicator", "data-state")) === "connected", { what: `the live indicator on ${path}` });
+      if (path === "/instances/axe1") {
+        await waitFor(async () => (await page.textContent('[data-testid="console-state"]')) === "live", { what: "the console stream" });
+        await page.click('[data-testid="config-edit"] summary');
+      }
+      found.push(...(await axeViolations(page)).map((v) => `${scheme} ${path}: ${v}`));
+    }
+    if (scheme === "dark") await page.goto(daemon.url + "/instances/axe1"), await page.screenshot({ path: shot("dashboard-instance-dark.png"), fullPage: true });
+    await page.close();
+  }
+  await daemon.cli("delete", "--force", "axe1");
+  assert.deepEqual(found, [], "serious or critical accessibility violations");
 });
 
 test("after the stream drops, the page resumes and misses nothing", async () => {

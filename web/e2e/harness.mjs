@@ -5,7 +5,7 @@
 // URL guestlinkd prints at start (`dashboard login URL`), or a fresh one
 // from `guestlink dashboard --print-url`.
 import { spawn, execFile } from "node:child_process";
-import { mkdtempSync, mkdirSync, existsSync, rmSync } from "node:fs";
+import { mkdtempSync, mkdirSync, existsSync, rmSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
@@ -278,4 +278,23 @@ export async function streamIDs(url, cookie, since, until, timeout = 20000) {
     ctrl.abort();
   }
   return ids;
+}
+
+const axeSource = readFileSync(join(root, "node_modules", "axe-core", "axe.min.js"), "utf8");
+
+/**
+ * axeViolations runs axe-core (npm, pinned in package.json) in the page and
+ * returns its serious and critical violations, each as "rule: target
+ * (summary)". axe is injected through the DevTools protocol (evaluate), so
+ * the page keeps its Content-Security-Policy: nothing is inlined.
+ */
+export async function axeViolations(page) {
+  if (!(await page.evaluate(() => typeof window.axe === "object"))) await page.evaluate(axeSource);
+  const result = await page.evaluate(() => window.axe.run(document, {
+    runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"] },
+    resultTypes: ["violations"],
+  }));
+  return result.violations
+    .filter((v) => v.impact === "serious" || v.impact === "critical")
+    .flatMap((v) => v.nodes.map((n) => `${v.id} (${v.impact}): ${n.target.join(" ")}: ${n.failureSummary.replace(/\s+/g, " ")}`));
 }

@@ -45,6 +45,8 @@ type Options struct {
 	DashboardURL string
 	// Metrics is api.Config.Metrics (nil: no /metrics route).
 	Metrics http.Handler
+	// Consoles is api.Config.Consoles (nil: the console route answers 501).
+	Consoles api.Consoles
 }
 
 // Server is a running admin API on a Unix socket.
@@ -110,6 +112,7 @@ func NewServer(t testing.TB, opts Options) *Server {
 		Auth:         authn,
 		Hosts:        opts.Hosts,
 		DashboardURL: func() string { return opts.DashboardURL },
+		Consoles:     opts.Consoles,
 		Instances:    s.Instances,
 		Events:       &countingSource{bus: bus, n: &s.subs},
 		Backends:     s.Backends,

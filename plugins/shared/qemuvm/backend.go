@@ -219,7 +219,10 @@ func (b *Backend) State(_ context.Context, hb sdk.Handle) (*sdk.GuestState, erro
 }
 
 func (b *Backend) stateOf(h *handle) *sdk.GuestState {
-	st := &sdk.GuestState{Status: sdk.StatusStopped, Details: map[string]string{"layout": string(h.Layout), "ring_port": h.Layout.RingPort()}}
+	// The console log outlives the guest: what it printed before it
+	// stopped (a panic) is what one reads after.
+	st := &sdk.GuestState{Status: sdk.StatusStopped, Details: map[string]string{"layout": string(h.Layout), "ring_port": h.Layout.RingPort(),
+		"console_log": filepath.Join(h.Dir, consoleLog)}}
 	if _, err := readStateMeta(h.Dir); err == nil {
 		st.HasSavedState = true
 	}
@@ -229,7 +232,6 @@ func (b *Backend) stateOf(h *handle) *sdk.GuestState {
 		st.Details["accel"] = h.Accel
 		st.Details["link"] = string(h.Link)
 		st.Details["qmp_socket"] = filepath.Join(h.Dir, qmpSocket)
-		st.Details["console_log"] = filepath.Join(h.Dir, consoleLog)
 	}
 	return st
 }
