@@ -84,6 +84,10 @@ type entry struct {
 	name  string // never changes
 	lname string // lowercase name, for List's query
 
+	waiters      []*waiter   // guarded by Manager.mu (wait.go)
+	readyTimer   *time.Timer // guarded by mu: readiness.timeout of this boot (readiness.go)
+	readyTimerAt time.Time   // guarded by mu: when readyTimer fires
+
 	// Guarded by Manager.mu; replaced, never changed in place.
 	rec *db.Instance
 	rt  runtime
@@ -122,6 +126,10 @@ type runtime struct {
 	readyAt     *time.Time
 	pendingExit *sdk.Event // an exit that arrived during an operation
 	deleted     bool
+
+	declared      Declaration // the guest's last PATCH /1.0 this boot
+	readyTimedOut bool        // readiness.timeout passed this boot without Ready
+	conds         []Condition // derived by every change (conditions.go); nil until the first
 }
 
 // NewManager returns a manager. It does not touch the store: call Init at
