@@ -164,3 +164,15 @@ func (m *Manager) wakeLocked(e *entry) {
 	clear(e.waiters[len(kept):])
 	e.waiters = kept
 }
+
+// Waiters returns how many Waits are registered now (for metrics and
+// benchmarks).
+func (m *Manager) Waiters() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	n := 0
+	for _, e := range m.byName {
+		n += len(e.waiters)
+	}
+	return n
+}
