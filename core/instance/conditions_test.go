@@ -228,3 +228,29 @@ func TestReadinessKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestConditionsAfterDaemonRestart checks that a restarted daemon says it
+// does not know whether a running guest is Ready until the guest says so.
+func TestConditionsAfterDaemonRestart(t *testing.T) {
+	e := newEnv(t)
+	inst := e.create("web1", nil)
+	if err := e.m.Start(bg, "web1", api); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.SetReady(bg, inst.UUID, true, events.Requestor{}); err != nil {
+		t.Fatal(err)
+	}
+	e.m = e.manager()
+	if err := e.m.Init(bg); err != nil {
+		t.Fatal(err)
+	}
+	if c := cond(t, e.get("web1"), CondReady); c.Status != CondUnknown || c.Reason != ReasonDaemonRestarted {
+		t.Fatalf("after the restart: %+v", c)
+	}
+	if err := e.m.SetReady(bg, inst.UUID, true, events.Requestor{}); err != nil {
+		t.Fatal(err)
+	}
+	if c := cond(t, e.get("web1"), CondReady); c.Status != CondTrue {
+		t.Fatalf("re-declared: %+v", c)
+	}
+}

@@ -95,7 +95,9 @@ type entry struct {
 
 // newEntry returns the entry of a stored instance.
 func newEntry(rec *db.Instance) *entry {
-	return &entry{name: rec.Name, lname: strings.ToLower(rec.Name), rec: rec}
+	e := &entry{name: rec.Name, lname: strings.ToLower(rec.Name), rec: rec}
+	e.rt.conds = conditionsOf(rec, &e.rt) // derived once, not at every read
+	return e
 }
 
 // addLocked makes e known by name and uuid; Manager.mu must be held.
@@ -185,6 +187,7 @@ func (m *Manager) load(ctx context.Context, force bool) error {
 	for _, rec := range recs {
 		if e, ok := m.byName[rec.Name]; ok {
 			e.rec = rec
+			e.rt.conds = deriveConditions(rec, &e.rt, e.rt.conds, time.Now().UTC())
 			continue
 		}
 		m.addLocked(newEntry(rec))
