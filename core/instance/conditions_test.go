@@ -188,6 +188,17 @@ func TestReadinessTimeout(t *testing.T) {
 		if err := e.m.Stop(bg, "web2", StopOptions{}, api); err != nil {
 			t.Fatal(err)
 		}
+		// A restarted daemon waits for the agent: no Timeout for a guest
+		// that was Ready, even long after its deadline.
+		e.m = e.manager()
+		if err := e.m.Init(bg); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if c := cond(t, e.get("web1"), CondReady); c.Status != CondUnknown || c.Reason != ReasonDaemonRestarted {
+			t.Fatalf("after a daemon restart: %+v", c)
+		}
 		if err := e.m.Stop(bg, "web1", StopOptions{}, api); err != nil {
 			t.Fatal(err)
 		}

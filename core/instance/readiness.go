@@ -112,12 +112,13 @@ func checkThreshold(v string) error {
 // armReadyTimer arms (or disarms) e's readiness.timeout timer for the state
 // a change just made current; e.mu must be held. The timer runs while the
 // instance runs, has a positive readiness.timeout and has not been Ready
-// this boot; it fires at StartedAt + timeout.
+// this boot; it fires at StartedAt + timeout. After a daemon restart (the
+// Ready flag is "" until the agent re-declares) it waits for the agent.
 func (m *Manager) armReadyTimer(e *entry, rec *db.Instance, rt *runtime) {
 	var at time.Time
 	d, err := time.ParseDuration(rec.Config[KeyReadinessTimeout])
 	if err == nil && d > 0 && rec.PowerState == status.PowerRunning && rec.StartedAt != nil &&
-		rec.Config[KeyReady] != "true" && rt.readyAt == nil && !rt.readyTimedOut {
+		rec.Config[KeyReady] == "false" && rt.readyAt == nil && !rt.readyTimedOut {
 		at = rec.StartedAt.Add(d)
 	}
 	if at.Equal(e.readyTimerAt) {
