@@ -148,3 +148,25 @@ func TestProbeKeysValidated(t *testing.T) {
 		t.Fatalf("bad tcp probe: %v", err)
 	}
 }
+
+// TestReadinessTimeout: a guest that does not declare Ready within
+// readiness.timeout gets Ready=False reason Timeout and an event, through
+// the real daemon.
+func TestReadinessTimeout(t *testing.T) {
+	d := newDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	evs, _ := d.client.Events(ctx, client.EventFilter{Instances: []string{"web1"}})
+	if _, err := d.client.Create(ctx, api.InstancesPost{Name: "web1", Backend: "sim", Start: true,
+		Config: map[string]string{"readiness.timeout": "1s"}}); err != nil {
+		t.Fatal(err)
+	}
+	c := nextReady(t, evs, "Ready=False Timeout", func(c api.Condition) bool { return c.Reason == "Timeout" })
+	if c.Status != api.ConditionFalse || !strings.Contains(c.Message, "not Ready 1s after start") {
+		t.Fatalf("timeout condition %+v", c)
+	}
+	if _, err := d.client.Create(ctx, api.InstancesPost{Name: "web2", Backend: "sim",
+		Config: map[string]string{"readiness.timeout": "forever"}}); err == nil || !strings.Contains(err.Error(), `invalid value for "readiness.timeout"`) {
+		t.Fatalf("bad timeout accepted: %v", err)
+	}
+}
