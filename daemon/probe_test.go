@@ -36,7 +36,7 @@ func readyConditionOf(ev api.Event) (api.Condition, bool) {
 // satisfies ok.
 func nextReady(t *testing.T, evs <-chan api.Event, what string, ok func(api.Condition) bool) api.Condition {
 	t.Helper()
-	deadline := time.After(2 * time.Minute)
+	deadline := time.After(qemuBootTimeout) // generous: a QEMU guest boots under TCG
 	for {
 		select {
 		case ev, open := <-evs:
