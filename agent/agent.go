@@ -100,6 +100,8 @@ type Agent struct {
 
 	kick chan struct{} // asks the ring goroutine to write the word now
 
+	probeKick chan struct{} // asks the probe loop to re-read its configuration (probes.go)
+
 	advMu sync.Mutex // serialises advertisements
 
 	mu          sync.Mutex
@@ -146,8 +148,10 @@ func New(cfg Config) (*Agent, error) {
 		bootID: bootID,
 		cert:   cert,
 		kick:   make(chan struct{}, 1),
-		word:   ringproto.Started,
-		boot:   boot,
+
+		probeKick: make(chan struct{}, 1),
+		word:      ringproto.Started,
+		boot:      boot,
 	}
 	a.devlxd = &devlxdproxy.Server{
 		Path: cfg.DevlxdSocket,
@@ -238,6 +242,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
 	a.log.Info("listening on the link", "link", a.cfg.Link.Kind(), "port", control.Port)
+
+	probeCtx, stopProbes := context.WithCancel(ctx)
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		a.probeLoop(probeCtx)
+	}()
+	defer func() {
+		stopProbes()
+		<-probeDone
+	}()
 
 	ringDone := make(chan struct{})
 	ringCtx, stopRing := context.WithCancel(context.Background())
@@ -410,6 +425,7 @@ func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement) error 
 	}
 
 	a.setWord(ringproto.Connected)
+	a.kickProbes()
 	if adv.Devlxd {
 		if err := a.devlxd.Start(); err != nil {
 			a.log.Error("starting devlxd socket", "err", err)
@@ -440,6 +456,9 @@ func (a *Agent) redeclare(ctx context.Context, state string) {
 
 // Publish hands e to the /1.0/events subscribers.
 func (a *Agent) Publish(e devlxdapi.Event) {
+	if probeConfigEvent(e) {
+		a.kickProbes()
+	}
 	n := a.hub.Publish(e)
 	a.log.Debug("event", "type", e.Type, "subscribers", n)
 }

@@ -108,6 +108,7 @@ type Instance struct {
 	Agent        AgentInfo                    `json:"agent"`
 	DevlxdSocket string                       `json:"devlxd_socket,omitempty"` // simulated guests
 	Details      map[string]string            `json:"details,omitempty"`       // backend facts
+	Conditions   []Condition                  `json:"conditions"`              // AgentConnected, Ready, Degraded (readiness.go)
 	Timeline     []TimelineEntry              `json:"timeline,omitempty"`
 }
 

@@ -415,3 +415,17 @@ func (c *Client) Backends(ctx context.Context) ([]api.Backend, error) {
 	}
 	return list, nil
 }
+
+// Wait waits, on the daemon, until instance name meets what (api.WaitReady,
+// api.WaitAgentConnected, api.WaitRunning, api.WaitStopped), can no longer
+// meet it, or timeout passes; the answer's Outcome says which. ctx should
+// outlast timeout. An unknown instance is an error wrapping
+// errdefs.ErrNotFound.
+func (c *Client) Wait(ctx context.Context, name, what string, timeout time.Duration) (*api.InstanceWait, error) {
+	q := url.Values{"for": {what}, "timeout": {timeout.String()}}
+	var w api.InstanceWait
+	if err := c.do(ctx, http.MethodGet, instancePath(name, "wait"), q, nil, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}

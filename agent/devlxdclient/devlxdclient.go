@@ -69,7 +69,13 @@ func do(ctx context.Context, c *http.Client, method, path string, body []byte) (
 
 // Declare sends PATCH /1.0 {"state":state} ("Ready" or "Started").
 func Declare(ctx context.Context, c *http.Client, state string) error {
-	body, err := json.Marshal(devlxdapi.StatePut{State: state})
+	return DeclareWith(ctx, c, devlxdapi.StatePut{State: state})
+}
+
+// DeclareWith sends PATCH /1.0 with put: a state and guestlink's optional
+// reason and message (state "Degraded" too).
+func DeclareWith(ctx context.Context, c *http.Client, put devlxdapi.StatePut) error {
+	body, err := json.Marshal(put)
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}

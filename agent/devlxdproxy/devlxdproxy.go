@@ -68,7 +68,7 @@ type Handler struct {
 	Upstream Upstream
 	// Events is the hub GET /1.0/events subscribes to.
 	Events *eventhub.Hub
-	// OnDeclared, if set, is called with "Ready" or "Started" after the
+	// OnDeclared, if set, is called with "Ready", "Started" or "Degraded" after the
 	// daemon accepted a PATCH /1.0 from the guest.
 	OnDeclared func(state string)
 	// OnUnreachable, if set, is called when the daemon could not be reached.
@@ -175,7 +175,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method == http.MethodPatch && r.URL.Path == "/1.0" && env.Type == devlxdapi.TypeSync && h.OnDeclared != nil {
 		var put devlxdapi.StatePut
-		if json.Unmarshal(body, &put) == nil && (put.State == devlxdapi.StateReady || put.State == devlxdapi.StateStarted) {
+		if json.Unmarshal(body, &put) == nil && (put.State == devlxdapi.StateReady || put.State == devlxdapi.StateStarted || put.State == devlxdapi.StateDegraded) {
 			h.OnDeclared(put.State)
 		}
 	}

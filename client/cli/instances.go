@@ -37,20 +37,34 @@ func parseKeyValues(args []string, what string) (map[string]string, error) {
 func (s *session) launchCommand() *cobra.Command {
 	var backend string
 	var config []string
+	var waitFor string
+	var waitTimeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "launch NAME [--backend BACKEND] [-c key=value ...]",
+		Use:   "launch NAME [--backend BACKEND] [-c key=value ...] [--wait ready [--timeout 2m]]",
 		Short: "Create and start an instance",
+		Long:  "Create and start an instance; with --wait, then wait as guestlink wait does.\n\n" + waitExitHelp,
 		Args:  argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := parseKeyValues(config, "config")
 			if err != nil {
 				return err
 			}
+			if waitFor != "" {
+				if err := checkWaitFor("--wait", waitFor); err != nil {
+					return err
+				}
+			}
 			inst, err := s.client.Create(cmd.Context(), api.InstancesPost{
 				Name: args[0], Backend: backend, Config: cfg, Start: true,
 			})
 			if err != nil {
 				return err
+			}
+			if waitFor != "" {
+				if s.format == FormatTable {
+					fmt.Fprintf(s.out, "Instance %s launched on %s: %s\n", inst.Name, inst.Backend, inst.Status)
+				}
+				return s.waitFor(cmd, args, waitFor, waitTimeout)
 			}
 			return s.render(inst, func(w io.Writer) error {
 				fmt.Fprintf(w, "Instance %s launched on %s: %s\n", inst.Name, inst.Backend, inst.Status)
@@ -60,6 +74,7 @@ func (s *session) launchCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&backend, "backend", "b", "", "backend plugin (see guestlink backends; default: the daemon's)")
 	cmd.Flags().StringArrayVarP(&config, "config", "c", nil, "config key=value (repeatable)")
+	addWaitFlags(cmd, &waitFor, &waitTimeout, true)
 	return cmd
 }
 
@@ -68,6 +83,7 @@ func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Comm
 	var force bool
 	var timeout time.Duration
 	var stateful, stateless, all bool
+	var waitFor string
 	cmd := &cobra.Command{
 		Use:   action + " NAME...",
 		Short: short,
@@ -76,8 +92,16 @@ func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Comm
 			if timeout < 0 {
 				return fmt.Errorf("invalid --timeout %s: must not be negative", timeout)
 			}
+			if waitFor != "" {
+				if err := checkWaitFor("--wait", waitFor); err != nil {
+					return err
+				}
+			}
 			req := api.InstanceStatePut{Action: action, Force: force, Timeout: int(math.Ceil(timeout.Seconds())),
 				Stateful: stateful, Stateless: stateless}
+			if action == api.ActionStart {
+				req.Timeout = 0 // start's --timeout is the wait's
+			}
 			if all {
 				return s.stopAll(cmd, req)
 			}
@@ -89,6 +113,9 @@ func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Comm
 				}
 				return err
 			})
+			if waitFor != "" && err == nil {
+				return s.waitFor(cmd, args, waitFor, timeout)
+			}
 			if s.format != FormatTable && len(states) > 0 {
 				if rerr := s.render(states, nil); rerr != nil {
 					return rerr
@@ -100,6 +127,9 @@ func (s *session) stateCommand(action, short string, stopFlags bool) *cobra.Comm
 	switch action {
 	case api.ActionStart:
 		cmd.Flags().BoolVar(&stateless, "stateless", false, "boot afresh, discarding a state saved by stop --stateful")
+		cmd.Use = action + " NAME... [--wait ready [--timeout 2m]]"
+		cmd.Long = "Start instances; with --wait, then wait as guestlink wait does.\n\n" + waitExitHelp
+		addWaitFlags(cmd, &waitFor, &timeout, true)
 	case api.ActionStop:
 		cmd.Use = action + " NAME... | --all"
 		cmd.Args = func(cmd *cobra.Command, args []string) error {
@@ -264,6 +294,10 @@ func writeInfo(w io.Writer, inst *api.Instance) {
 		agent += ", last heartbeat " + hb
 	}
 	row(w, "Agent:", agent)
+	if len(inst.Conditions) > 0 {
+		fmt.Fprintln(w, "Conditions:")
+		writeConditions(w, "  ", inst.Conditions)
+	}
 	if inst.DevlxdSocket != "" {
 		row(w, "Devlxd socket:", inst.DevlxdSocket)
 	}

@@ -42,7 +42,8 @@ type session struct {
 
 // Execute runs the guestlink command line with args (without the program
 // name) and returns the exit code: 0 on success, 1 after printing one line
-// "Error: <message>" on stderr.
+// "Error: <message>" on stderr (the wait commands have codes of their own,
+// see wait.go).
 func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := NewRootCommand()
 	root.SetArgs(args)
@@ -50,7 +51,7 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(stderr, "Error: %s\n", oneLine(err.Error()))
-		return 1
+		return exitCode(err)
 	}
 	return 0
 }
@@ -96,6 +97,7 @@ func NewRootCommand() *cobra.Command {
 		s.authCommand(),
 		s.dashboardCommand(),
 		s.consoleCommand(),
+		s.waitCommand(),
 	)
 	root.AddCommand(s.snapshotCommands()...)
 	return root

@@ -2,7 +2,7 @@
 // agent) and a small client of /dev/lxd/sock.
 //
 //	guestlink-agent run [--root DIR] [--config-dir DIR] [--state-dir DIR] [--link SPEC] [--heartbeat 5s] [--tls-per-request]
-//	guestlink-agent ready|started [--socket PATH]
+//	guestlink-agent ready|started|degraded [--socket PATH] [--reason R] [--message M]
 //	guestlink-agent wait-host [--socket PATH] [--timeout 60s]
 //	guestlink-agent version
 package main
@@ -38,6 +38,8 @@ commands:
   run        run the agent
   ready      declare the guest Ready (PATCH /1.0 on /dev/lxd/sock)
   started    declare the guest Started (not ready)
+  degraded   declare the guest Degraded (running, impaired; not ready)
+             (ready, started and degraded take --reason WORD --message TEXT)
   wait-host  wait until GET /1.0 on /dev/lxd/sock answers 200
   version    print the version
 
@@ -63,6 +65,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return declare(args[1:], stderr, devlxdapi.StateReady)
 	case "started":
 		return declare(args[1:], stderr, devlxdapi.StateStarted)
+	case "degraded":
+		return declare(args[1:], stderr, devlxdapi.StateDegraded)
 	case "wait-host":
 		return waitHost(args[1:], stderr)
 	case "version", "--version", "-version":
@@ -181,12 +185,18 @@ func declare(args []string, stderr io.Writer, state string) error {
 	fs.SetOutput(stderr)
 	sock := socketFlag(fs)
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+	reason := fs.String("reason", "", "why, as a CamelCase word such as ProbeFailed (guestlink extension)")
+	message := fs.String("message", "", "a human explanation (guestlink extension)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%s: unexpected arguments %q", strings.ToLower(state), fs.Args())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := devlxdclient.Declare(ctx, devlxdclient.New(*sock), state); err != nil {
+	put := devlxdapi.StatePut{State: state, Reason: *reason, Message: *message}
+	if err := devlxdclient.DeclareWith(ctx, devlxdclient.New(*sock), put); err != nil {
 		return fmt.Errorf("declaring %s: %w", state, err)
 	}
 	return nil

@@ -371,7 +371,7 @@ func (s *Service) ConfigChanged(inst *instance.Instance, changes []instance.Conf
 		switch {
 		case ch.Key == "security.devlxd":
 			m.requestAdvert(true)
-		case strings.HasPrefix(ch.Key, "user."):
+		case strings.HasPrefix(ch.Key, "user."), strings.HasPrefix(ch.Key, "readiness.probe."):
 			if !m.queueEvent(devlxdapi.EventConfig, now, devlxdapi.ConfigEvent{Key: ch.Key, OldValue: ch.OldValue, Value: ch.Value}) {
 				dropped++
 			}

@@ -184,6 +184,7 @@ func (a *API) Register(r fiber.Router) {
 	a.registerAuth(v1)
 	a.registerMetrics(r)
 	a.registerConsole(v1)
+	a.registerWait(v1)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several

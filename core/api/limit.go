@@ -93,9 +93,10 @@ func (l *limiter) init(what string, inFlight, queue int, cfg Limits) {
 }
 
 // unlimited reports whether a request is exempt from the limit: the events
-// websocket, which would hold a slot for as long as it is open.
+// websocket and the waits, which would hold a slot for as long as they are
+// open.
 func unlimited(c *fiber.Ctx) bool {
-	return strings.TrimSuffix(c.Path(), "/") == "/1.0/events"
+	return strings.TrimSuffix(c.Path(), "/") == "/1.0/events" || isWait(c)
 }
 
 // isList reports whether a request lists the instances.

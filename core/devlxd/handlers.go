@@ -98,7 +98,7 @@ func (s *Server) patchState(c *fiber.Ctx) error {
 	if !s.stateLimits.Allow(inst.UUID) {
 		return sendError(c, http.StatusTooManyRequests, "")
 	}
-	ready, err := DecodeState(c.Body())
+	d, err := DecodeDeclaration(c.Body())
 	if err != nil {
 		return sendError(c, http.StatusBadRequest, err.Error())
 	}
@@ -106,8 +106,13 @@ func (s *Server) patchState(c *fiber.Ctx) error {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	by := events.Requestor{Protocol: "devlxd", Address: string(id.Link)}
-	if err := s.cfg.Instances.SetReady(ctx, inst.UUID, ready, by); err != nil {
-		s.cfg.Logger.Warn("devlxd: setting ready state", "instance", inst.Name, "ready", ready, "err", err)
+	if dc, ok := s.cfg.Instances.(Declarer); ok {
+		err = dc.Declare(ctx, inst.UUID, d, by)
+	} else {
+		err = s.cfg.Instances.SetReady(ctx, inst.UUID, d.State == instance.DeclaredReady, by)
+	}
+	if err != nil {
+		s.cfg.Logger.Warn("devlxd: setting ready state", "instance", inst.Name, "state", d.State, "err", err)
 		return sendError(c, errdefs.HTTPStatus(err), "")
 	}
 	return sendSync(c, nil)

@@ -20,6 +20,7 @@ type change struct {
 	timeline []*db.TimelineEntry
 	events   []events.Event
 	now      time.Time
+	quiet    bool // announce no condition change of its own (conditions.go)
 }
 
 // note appends a timeline entry.
@@ -46,6 +47,7 @@ func (c *change) setReadyFalse(cause, detail string) bool {
 		c.persist = true
 	}
 	c.rt.readyAt = nil
+	c.rt.declared = Declaration{}
 	if was {
 		c.note(kindReady, "true", "false", cause, detail)
 	}
@@ -73,10 +75,12 @@ func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error
 		return nil, fmt.Errorf("instance %q: %w", name, errdefs.ErrNotFound)
 	}
 	c := &change{rec: cloneRec(e.rec), rt: e.rt.clone(), now: time.Now().UTC()}
+	prevConds := conditionsOf(e.rec, &e.rt)
 	m.mu.RUnlock()
 	if err := fn(c); err != nil {
 		return nil, err
 	}
+	c.updateConditions(prevConds)
 	if c.persist {
 		tl, lost := m.withLost(c.rec.ID, c.now, c.rec.Boot, c.timeline)
 		err := m.retryWrite(ctx, fmt.Sprintf("saving instance %q", c.rec.Name), func(ctx context.Context) error {
@@ -90,7 +94,9 @@ func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error
 	m.mu.Lock()
 	e.rec, e.rt = c.rec, c.rt
 	view := viewOf(e)
+	m.wakeLocked(e)
 	m.mu.Unlock()
+	m.armReadyTimer(e, c.rec, &c.rt)
 	if !c.persist && len(c.timeline) > 0 {
 		// Before the events, so that a watcher that reads the timeline
 		// when an event arrives finds the entry.

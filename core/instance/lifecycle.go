@@ -260,6 +260,7 @@ func (m *Manager) stop(ctx context.Context, e *entry, opts StopOptions, by event
 			}
 		}
 		m.stopped(c, powerOf(gs.Status, status.PowerStopped), gs.Message, causeOf(by), detail)
+		c.quiet = action == "" // a restart: its start announces the conditions
 		if action != "" {
 			c.emit(action, nil, by)
 		}
@@ -291,6 +292,7 @@ func (m *Manager) stopped(c *change, power, msg, cause, detail string) {
 	c.rt.link = ""
 	c.rt.pendingExit = nil
 	c.rt.details = nil
+	c.rt.readyTimedOut = false
 	if msg != "" {
 		c.rt.details = map[string]string{"error": msg}
 		if detail == "" {
@@ -373,7 +375,9 @@ func (m *Manager) Delete(ctx context.Context, name string, force bool, by events
 	view := viewOf(e)
 	e.rt.deleted = true
 	m.removeLocked(e)
+	m.wakeLocked(e)
 	m.mu.Unlock()
+	m.stopReadyTimer(e)
 	m.publish(ctx, []events.Event{events.NewLifecycle(events.InstanceDeleted, rec.Name, nil, &by)})
 	if m.hooks != nil {
 		e.hook.Lock()

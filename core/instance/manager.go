@@ -84,6 +84,10 @@ type entry struct {
 	name  string // never changes
 	lname string // lowercase name, for List's query
 
+	waiters      []*waiter   // guarded by Manager.mu (wait.go)
+	readyTimer   *time.Timer // guarded by mu: readiness.timeout of this boot (readiness.go)
+	readyTimerAt time.Time   // guarded by mu: when readyTimer fires
+
 	// Guarded by Manager.mu; replaced, never changed in place.
 	rec *db.Instance
 	rt  runtime
@@ -91,7 +95,9 @@ type entry struct {
 
 // newEntry returns the entry of a stored instance.
 func newEntry(rec *db.Instance) *entry {
-	return &entry{name: rec.Name, lname: strings.ToLower(rec.Name), rec: rec}
+	e := &entry{name: rec.Name, lname: strings.ToLower(rec.Name), rec: rec}
+	e.rt.conds = conditionsOf(rec, &e.rt) // derived once, not at every read
+	return e
 }
 
 // addLocked makes e known by name and uuid; Manager.mu must be held.
@@ -122,6 +128,10 @@ type runtime struct {
 	readyAt     *time.Time
 	pendingExit *sdk.Event // an exit that arrived during an operation
 	deleted     bool
+
+	declared      Declaration // the guest's last PATCH /1.0 this boot
+	readyTimedOut bool        // readiness.timeout passed this boot without Ready
+	conds         []Condition // derived by every change (conditions.go); nil until the first
 }
 
 // NewManager returns a manager. It does not touch the store: call Init at
@@ -177,6 +187,7 @@ func (m *Manager) load(ctx context.Context, force bool) error {
 	for _, rec := range recs {
 		if e, ok := m.byName[rec.Name]; ok {
 			e.rec = rec
+			e.rt.conds = deriveConditions(rec, &e.rt, e.rt.conds, time.Now().UTC())
 			continue
 		}
 		m.addLocked(newEntry(rec))

@@ -19,13 +19,33 @@ import (
 )
 
 // SetReady sets the Ready flag of the running instance with the given uuid
-// (the guest's devlxd PATCH /1.0). Ready=true stores
+// (the guest's devlxd PATCH /1.0 without a reason): Declare with
+// DeclaredReady or DeclaredStarted.
+func (m *Manager) SetReady(ctx context.Context, uuid string, ready bool, by events.Requestor) error {
+	d := Declaration{State: DeclaredStarted}
+	if ready {
+		d.State = DeclaredReady
+	}
+	return m.Declare(ctx, uuid, d, by)
+}
+
+// Declare records what the guest of the running instance with the given
+// uuid declares of itself (devlxd PATCH /1.0): Ready stores
 // volatile.last_state.ready=true, records it in the timeline and publishes
 // instance-ready every time, repeats included; the first Ready of a boot
-// sets ReadyAt. Ready=false stores "false" and publishes instance-unready
-// only when the flag was true (never instance-ready). An instance that does
-// not run is errdefs.ErrConflict. An empty requestor protocol is "devlxd".
-func (m *Manager) SetReady(ctx context.Context, uuid string, ready bool, by events.Requestor) error {
+// sets ReadyAt. Started and Degraded store "false" and publish
+// instance-unready only when the flag was true (never instance-ready).
+// The declaration's reason and message show in the instance's conditions
+// (Degraded=True for Degraded). An instance that does not run is
+// errdefs.ErrConflict, an unknown state errdefs.ErrInvalid. An empty
+// requestor protocol is "devlxd".
+func (m *Manager) Declare(ctx context.Context, uuid string, d Declaration, by events.Requestor) error {
+	switch d.State {
+	case DeclaredReady, DeclaredStarted, DeclaredDegraded:
+	default:
+		return fmt.Errorf("declaring the state of instance %s: unknown state %q: %w", uuid, d.State, errdefs.ErrInvalid)
+	}
+	ready := d.State == DeclaredReady
 	e, err := m.lookupUUID(ctx, uuid)
 	if err != nil {
 		return fmt.Errorf("setting ready state: %w", err)
@@ -39,6 +59,7 @@ func (m *Manager) SetReady(ctx context.Context, uuid string, ready bool, by even
 		if c.rec.PowerState != status.PowerRunning {
 			return fmt.Errorf("instance is not running: %w", errdefs.ErrConflict)
 		}
+		c.rt.declared = d
 		old := c.rec.Config[KeyReady] // "" right after a daemon start
 		if ready {
 			if old != "true" {
@@ -52,8 +73,8 @@ func (m *Manager) SetReady(ctx context.Context, uuid string, ready bool, by even
 				}
 				c.rt.readyAt = &t
 			}
-			c.note(kindReady, old, "true", causeOf(by), "")
-			c.emit(events.InstanceReady, nil, by)
+			c.note(kindReady, old, "true", causeOf(by), d.Reason)
+			c.emit(events.InstanceReady, declContext(d), by)
 			return nil
 		}
 		if old != "false" {
@@ -61,8 +82,12 @@ func (m *Manager) SetReady(ctx context.Context, uuid string, ready bool, by even
 			c.persist = true
 		}
 		if old == "true" {
-			c.note(kindReady, "true", "false", causeOf(by), "")
-			c.emit(events.InstanceUnready, nil, by)
+			detail := d.Reason
+			if d.State == DeclaredDegraded {
+				detail = strings.TrimSuffix("degraded: "+d.Reason, ": ")
+			}
+			c.note(kindReady, "true", "false", causeOf(by), detail)
+			c.emit(events.InstanceUnready, declContext(d), by)
 		}
 		return nil
 	})
@@ -73,6 +98,22 @@ func (m *Manager) SetReady(ctx context.Context, uuid string, ready bool, by even
 		return fmt.Errorf("setting ready state of instance %q: %w", name, err)
 	}
 	return nil
+}
+
+// declContext is the event context of a declaration: nil without a
+// reason or message (the events LXD clients know stay as they were).
+func declContext(d Declaration) map[string]any {
+	if d.Reason == "" && d.Message == "" && d.State != DeclaredDegraded {
+		return nil
+	}
+	ctx := map[string]any{"state": d.State}
+	if d.Reason != "" {
+		ctx["reason"] = d.Reason
+	}
+	if d.Message != "" {
+		ctx["message"] = d.Message
+	}
+	return ctx
 }
 
 // readySince returns when the current boot of rec last became Ready

@@ -258,6 +258,8 @@ func (m *Manager) startRecord(r *startRun) error {
 		c.rt.op = status.OpNone
 		c.rt.agent = AgentInfo{}
 		c.rt.readyAt = nil
+		c.rt.declared = Declaration{}
+		c.rt.readyTimedOut = false
 		c.rt.link = ""
 		c.rt.details = maps.Clone(gs.Details)
 		r.pending, c.rt.pendingExit = c.rt.pendingExit, nil

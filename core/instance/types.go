@@ -45,6 +45,7 @@ type Instance struct {
 	Agent        AgentInfo                    `json:"agent"`
 	DevlxdSocket string                       `json:"devlxd_socket,omitempty"` // simulated guests
 	Details      map[string]string            `json:"details,omitempty"`       // backend facts
+	Conditions   []Condition                  `json:"conditions"`              // shared: never change it
 }
 
 // Ready reports whether the instance's volatile.last_state.ready is "true".

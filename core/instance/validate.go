@@ -171,7 +171,11 @@ func validateKey(key, v string, unset bool, backendPrefixes []string) error {
 	if daemonKeys[key] {
 		return invalid("configuration key %q is managed by the daemon", key)
 	}
-	if check, ok := fixedKeys[key]; ok {
+	check, ok := fixedKeys[key]
+	if !ok {
+		check, ok = readinessKeys[key]
+	}
+	if ok {
 		if unset {
 			return nil
 		}

@@ -50,6 +50,7 @@ func fillView(inst *Instance, rec *db.Instance, rt *runtime, shared bool) {
 			State: rt.agent.State,
 		},
 		DevlxdSocket: rt.details["devlxd_socket"],
+		Conditions:   conditionsOf(rec, rt),
 	}
 	if shared {
 		inst.Config, inst.Devices = rec.Config, rec.Devices
@@ -112,5 +113,6 @@ func (rt runtime) clone() runtime {
 	c.agent.LastHeartbeat = cloneTime(rt.agent.LastHeartbeat)
 	c.agent.Since = cloneTime(rt.agent.Since)
 	c.readyAt = cloneTime(rt.readyAt)
+	// conds is replaced, never changed in place: it may be shared.
 	return c
 }

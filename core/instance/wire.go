@@ -28,6 +28,7 @@ func WireInstance(inst *Instance, tl []TimelineEntry) wire.Instance {
 		DevlxdSocket: inst.DevlxdSocket,
 		Details:      inst.Details,
 		Timeline:     WireTimeline(tl),
+		Conditions:   WireConditions(inst.Conditions),
 	}
 }
 
@@ -48,6 +49,19 @@ func WireState(inst *Instance) wire.InstanceState {
 		Link:       inst.Link,
 		Agent:      wireAgent(inst.Agent),
 	}
+}
+
+// WireConditions returns the API form of an instance's conditions; nil
+// stays nil.
+func WireConditions(cs []Condition) []wire.Condition {
+	if cs == nil {
+		return nil
+	}
+	out := make([]wire.Condition, len(cs))
+	for i, c := range cs {
+		out[i] = wire.Condition(c)
+	}
+	return out
 }
 
 // WireTimeline returns the API form of timeline entries; nil stays nil and

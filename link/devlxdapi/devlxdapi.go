@@ -32,6 +32,10 @@ const (
 	StateReady = "Ready"
 	// StateStarted is the state of a running instance that is not ready.
 	StateStarted = "Started"
+	// StateDegraded is guestlink's extension: a guest that runs but is
+	// impaired (not Ready; its instance's Degraded condition is True). LXD
+	// does not know it; GET /1.0 answers StateStarted for it.
+	StateDegraded = "Degraded"
 )
 
 // Event types sent to guests on /1.0/events.
@@ -183,9 +187,21 @@ func NewInfo(ready bool, location, instanceType string) Info {
 
 // StatePut is the body of PATCH /1.0.
 type StatePut struct {
-	// State is StateReady or StateStarted (exact case).
+	// State is StateReady, StateStarted or StateDegraded (exact case).
 	State string `json:"state"`
+	// Reason is guestlink's extension: why (a CamelCase word such as
+	// ProbeFailed, at most MaxReasonLen bytes); optional.
+	Reason string `json:"reason,omitempty"`
+	// Message is guestlink's extension: a human explanation (at most
+	// MaxMessageLen bytes of UTF-8); optional.
+	Message string `json:"message,omitempty"`
 }
+
+// Bounds of StatePut's Reason and Message.
+const (
+	MaxReasonLen  = 64
+	MaxMessageLen = 1024
+)
 
 // Event is one message on GET /1.0/events.
 type Event struct {

@@ -33,9 +33,10 @@ func ImagesEnabled(config map[string]string) bool {
 }
 
 // VisibleKey reports whether a config key may be read by the guest: keys
-// under user. and cloud-init.
+// under user. and cloud-init., and guestlink's readiness.probe.* (the
+// agent runs the probes they configure).
 func VisibleKey(k string) bool {
-	return strings.HasPrefix(k, "user.") || strings.HasPrefix(k, "cloud-init.")
+	return strings.HasPrefix(k, "user.") || strings.HasPrefix(k, "cloud-init.") || strings.HasPrefix(k, "readiness.probe.")
 }
 
 // ListedKeys returns, sorted, the keys GET /1.0/config lists: the visible
