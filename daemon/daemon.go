@@ -215,6 +215,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Certificate: certs.Daemon().TLS,
 		Logger:      d.log.With("component", "devlxd"),
 		StateBudget: stateBudget,
+		Tokens:      d.tcp.auth,
 	}); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}

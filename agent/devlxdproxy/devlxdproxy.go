@@ -48,6 +48,9 @@ type Upstream interface {
 	// Raw sends a request to the daemon and returns its HTTP response.
 	// Errors wrap upstream.ErrNoAdvertisement or upstream.ErrUnreachable.
 	Raw(ctx context.Context, method, path string, body []byte) (*http.Response, error)
+	// RawAuth is Raw forwarding the guest's Authorization header (a devlxd
+	// bearer token; "" for none), so the daemon can authenticate it.
+	RawAuth(ctx context.Context, method, path string, body []byte, authorization string) (*http.Response, error)
 }
 
 var _ Upstream = (*upstream.Client)(nil)
@@ -109,7 +112,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 	if r.URL.RawQuery != "" {
 		path += "?" + r.URL.RawQuery
 	}
-	resp, err := h.Upstream.Raw(r.Context(), r.Method, path, body)
+	resp, err := h.Upstream.RawAuth(r.Context(), r.Method, path, body, r.Header.Get("Authorization"))
 	if err != nil {
 		h.unavailable(w, r, err)
 		return

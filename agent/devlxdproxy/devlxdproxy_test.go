@@ -29,8 +29,16 @@ type fakeUpstream struct {
 	body   string
 	err    error
 
-	mu   sync.Mutex
-	seen []string
+	mu    sync.Mutex
+	seen  []string
+	auths []string
+}
+
+func (f *fakeUpstream) RawAuth(ctx context.Context, method, path string, body []byte, authorization string) (*http.Response, error) {
+	f.mu.Lock()
+	f.auths = append(f.auths, authorization)
+	f.mu.Unlock()
+	return f.Raw(ctx, method, path, body)
 }
 
 func (f *fakeUpstream) Raw(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
@@ -168,5 +176,34 @@ func TestWebsocketDropsSilentClient(t *testing.T) {
 	}
 	if hub.Len() != 0 {
 		t.Fatalf("subscriptions after Stop = %d", hub.Len())
+	}
+}
+
+// TestForwardAuthorization checks that the guest's bearer token reaches
+// the daemon unchanged, and that no header is invented without one.
+func TestForwardAuthorization(t *testing.T) {
+	for _, tt := range []struct{ name, header string }{
+		{"bearer", "Bearer gld_abc"},
+		{"none", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body, _ := devlxdapi.SyncResponse(map[string]string{})
+			up := &fakeUpstream{status: 200, ctype: "application/json", body: string(body)}
+			_, c := serve(t, &Handler{Upstream: up, Events: &eventhub.Hub{}})
+			req, _ := http.NewRequest("GET", "http://lxd/1.0/instances/a", nil)
+			if tt.header != "" {
+				req.Header.Set("Authorization", tt.header)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			up.mu.Lock()
+			defer up.mu.Unlock()
+			if len(up.auths) != 1 || up.auths[0] != tt.header {
+				t.Fatalf("forwarded Authorization %q, want [%q]", up.auths, tt.header)
+			}
+		})
 	}
 }
