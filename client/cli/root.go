@@ -89,7 +89,7 @@ func NewRootCommand() *cobra.Command {
 		s.deleteCommand(),
 		s.listCommand(),
 		s.infoCommand(),
-		s.withTrust(s.configCommand()),
+		s.withDevices(s.withTrust(s.configCommand())),
 		s.monitorCommand(),
 		s.backendsCommand(),
 		s.remoteCommand(),

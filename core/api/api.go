@@ -175,6 +175,7 @@ func (a *API) Register(r fiber.Router) {
 	v1.Post("/backends/:name/reload", a.reloadBackend)
 	v1.Get("/events", a.eventsUpgrade, a.eventsSocket())
 	a.registerAuth(v1)
+	a.registerDevices(v1)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several
