@@ -28,6 +28,7 @@ import (
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/statebudget"
+	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/web"
@@ -83,6 +84,7 @@ type Daemon struct {
 	links   *linkhost.Host
 	devlxd  *devlxd.Server
 	monitor *agentmon.Service
+	storage *storage.Service
 	api     *api.API
 	web     *fiber.App
 	dash    *web.Dashboard
@@ -193,6 +195,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: agent monitor: %w", err)
 	}
+	if d.storage, err = d.openStorage(); err != nil {
+		return nil, fmt.Errorf("starting daemon: storage: %w", err)
+	}
 	mgr, err = instance.NewManager(instance.Config{
 		Store:          d.store,
 		Backends:       d.plugins,
@@ -201,12 +206,14 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Files:          d.monitor,
 		Logger:         d.log.With("component", "instance"),
 		DefaultBackend: cfg.DefaultBackend,
+		Volumes:        d.storage,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	d.mgr = mgr
 	late.m = mgr
+	d.storage.SetUsedBy(volumeUsers(mgr))
 	hooks.set(d.monitor)
 
 	if d.devlxd, err = devlxd.New(devlxd.Config{
@@ -229,7 +236,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 
 	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
-		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits})
+		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits, Storage: d.storage})
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}

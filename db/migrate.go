@@ -84,6 +84,7 @@ func migrations() []*gormigrate.Migration {
 		migrationEventsByInstance(),
 		authMigration(),
 		devlxdIdentitiesMigration(),
+		storageVolumesMigration(),
 	}
 }
 

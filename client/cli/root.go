@@ -96,6 +96,7 @@ func NewRootCommand() *cobra.Command {
 		s.authCommand(),
 		s.dashboardCommand(),
 	)
+	root.AddCommand(s.storageCommand())
 	return root
 }
 

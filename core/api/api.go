@@ -90,6 +90,8 @@ type Config struct {
 	// DashboardURL returns the dashboard's base URL ("http://127.0.0.1:8080")
 	// for one-time login URLs; nil or "" when no TCP listener serves it.
 	DashboardURL func() string
+	// Storage serves the /1.0/storage-pools routes; nil answers 501.
+	Storage Storage
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -176,6 +178,7 @@ func (a *API) Register(r fiber.Router) {
 	v1.Get("/events", a.eventsUpgrade, a.eventsSocket())
 	a.registerAuth(v1)
 	a.registerDevices(v1)
+	a.registerStorage(v1)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several
