@@ -223,6 +223,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Logger:      d.log.With("component", "devlxd"),
 		StateBudget: stateBudget,
 		Tokens:      d.tcp.auth,
+		Storage:     d.storage,
+		Devices:     mgr,
 	}); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}

@@ -3,7 +3,10 @@ package daemon_test
 import (
 	"context"
 	"os"
+	"regexp"
 	"testing"
+
+	"github.com/guestlink/guestlink/api"
 )
 
 // TestDevlxdTrusted checks the trusted devlxd API end to end: a devlxd
@@ -19,6 +22,9 @@ func TestDevlxdTrusted(t *testing.T) {
 	g1 := d.launch(ctx, "trusted1", mgmt, nil)
 	g2 := d.launch(ctx, "trusted2", mgmt, nil)
 
+	if _, err := d.client.CreateStorageVolume(ctx, "default", api.StorageVolumesPost{Name: "admin-vol", Config: map[string]string{"size": "1MiB"}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := d.client.CreateDevlxdIdentity(ctx, "csi", []string{"trusted1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -67,11 +73,62 @@ func TestDevlxdTrusted(t *testing.T) {
 		})
 	}
 
+	// Volumes through devlxd: created by the guest, owned by its identity.
+	opRE := regexp.MustCompile(`^\{"id":"([0-9a-f-]{36})","status":"Success","status_code":200,"err":""\}\n$`)
+	got := curlDevlxd(ctx, t, g1.socket, "POST", "/1.0/storage-pools/default/volumes/custom", `{"name":"csi-vol","type":"custom","config":{"size":"8MiB"}}`, bearer)
+	m := opRE.FindStringSubmatch(string(got.body))
+	if got.status != 200 || m == nil {
+		t.Fatalf("volume create: %d %q", got.status, got.body)
+	}
+	if got := curlDevlxd(ctx, t, g1.socket, "GET", "/1.0/operations/"+m[1]+"/wait?timeout=30", "", bearer); got.status != 200 || !opRE.Match(got.body) {
+		t.Fatalf("operation wait: %d %q", got.status, got.body)
+	}
+	if got := curlDevlxd(ctx, t, g2.socket, "GET", "/1.0/operations/"+m[1]+"/wait", ""); got.status != 403 {
+		t.Fatalf("operation wait untrusted: %d %q", got.status, got.body)
+	}
+	vol, err := d.client.StorageVolume(ctx, "default", "csi-vol")
+	if err != nil || vol.Config["volatile.devlxd.owner"] != "devlxd/csi" {
+		t.Fatalf("host view of the volume: %+v %v", vol, err)
+	}
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		want                     string
+	}{
+		{"list", "GET", "/1.0/storage-pools/default/volumes?recursion=1", "", 200, `[{"name":"csi-vol","description":"","pool":"default","type":"custom","content_type":"block","config":{"size":"8MiB","volatile.devlxd.owner":"devlxd/csi"},"location":"none"}]` + "\n"},
+		{"list not recursive", "GET", "/1.0/storage-pools/default/volumes", "", 501, "Only recursive requests are currently supported\n"},
+		{"get", "GET", "/1.0/storage-pools/default/volumes/custom/csi-vol", "", 200, `{"name":"csi-vol","description":"","pool":"default","type":"custom","content_type":"block","config":{"size":"8MiB","volatile.devlxd.owner":"devlxd/csi"},"location":"none"}` + "\n"},
+		{"pool", "GET", "/1.0/storage-pools/default", "", 200, `{"name":"default","driver":"dir","status":"Created"}` + "\n"},
+		{"not custom", "POST", "/1.0/storage-pools/default/volumes", `{"name":"x","type":"container"}`, 400, "Only custom storage volumes can be created\n"},
+		{"owner", "POST", "/1.0/storage-pools/default/volumes/custom", `{"name":"x","type":"custom","config":{"volatile.devlxd.owner":"devlxd/other"}}`, 400, "Volume owner cannot be changed\n"},
+		{"bad body", "POST", "/1.0/storage-pools/default/volumes/custom", `{`, 400, "Failed decoding request body: unexpected EOF\n"},
+		{"snapshot", "POST", "/1.0/storage-pools/default/volumes/custom/csi-vol/snapshots", `{"name":"s0"}`, 200, ""},
+		{"snapshots", "GET", "/1.0/storage-pools/default/volumes/custom/csi-vol/snapshots?recursion=1", "", 200, `[{"name":"s0","description":"","content_type":"block","config":{"size":"8MiB","volatile.devlxd.owner":"devlxd/csi"}}]` + "\n"},
+		{"snapshot delete", "DELETE", "/1.0/storage-pools/default/volumes/custom/csi-vol/snapshots/s0", "", 200, ""},
+		{"another identity's volume is not shown", "GET", "/1.0/storage-pools/default/volumes/custom/admin-vol", "", 404, "Not Found\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := curlDevlxd(ctx, t, g1.socket, tc.method, tc.path, tc.body, bearer)
+			if got.status != tc.status || (tc.want != "" && string(got.body) != tc.want) || (tc.want == "" && !opRE.Match(got.body)) {
+				t.Fatalf("%s %s: %d %q, want %d %q", tc.method, tc.path, got.status, got.body, tc.status, tc.want)
+			}
+		})
+	}
+	// Attaching to a running sim guest: sim cannot hot-plug, said precisely.
+	got = curlDevlxd(ctx, t, g1.socket, "PATCH", "/1.0/instances/trusted1", `{"devices":{"csi-vol":{"type":"disk","pool":"default","source":"csi-vol"}}}`, bearer)
+	if want := `updating devices of instance "trusted1": backend sim cannot hot-plug devices; stop the instance first: conflict` + "\n"; got.status != 409 || string(got.body) != want {
+		t.Fatalf("attach on sim: %d %q, want 409 %q", got.status, got.body, want)
+	}
+	got = curlDevlxd(ctx, t, g1.socket, "PATCH", "/1.0/instances/trusted1", `{"devices":{"d":{"type":"disk","pool":"default","source":"admin-vol"}}}`, bearer)
+	if got.status != 403 || string(got.body) != "Not authorized to use storage volume \"admin-vol\"\n" {
+		t.Fatalf("attach of a volume not owned: %d %q", got.status, got.body)
+	}
+
 	// Revoked: the guest's token no longer verifies.
 	if err := d.client.RevokeDevlxdToken(ctx, "csi"); err != nil {
 		t.Fatal(err)
 	}
-	got := curlDevlxd(ctx, t, g1.socket, "GET", "/1.0", "", bearer)
+	got = curlDevlxd(ctx, t, g1.socket, "GET", "/1.0", "", bearer)
 	if got.status != 403 || string(got.body) != "Failed verifying bearer token: invalid devlxd token (unknown or revoked)\n" {
 		t.Fatalf("revoked token: %d %q", got.status, got.body)
 	}

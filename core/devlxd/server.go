@@ -72,6 +72,10 @@ type Config struct {
 	// Tokens checks the devlxd bearer tokens guests send for the trusted
 	// management API; nil refuses every token (the API stays untrusted).
 	Tokens Tokens
+	// Storage and Devices serve the trusted management routes (volumes,
+	// instance devices); nil answers those routes 501.
+	Storage Storage
+	Devices Devices
 	// Certs gives each instance's agent certificate. Required.
 	Certs AgentCerts
 	// Certificate is the daemon's TLS server certificate (pki.Store.Daemon).
@@ -117,6 +121,7 @@ type Server struct {
 	tls         *tls.Config
 	app         *fiber.App
 	queue       *connQueue
+	ops         *operations
 	done        chan struct{} // closed when the HTTP server returned
 	once        sync.Once
 }
@@ -175,6 +180,7 @@ func New(cfg Config) (*Server, error) {
 			MinVersion: tls.VersionTLS13,
 		},
 		queue: newConnQueue(),
+		ops:   newOperations(),
 		done:  make(chan struct{}),
 	}
 	s.app = fiber.New(fiber.Config{

@@ -81,6 +81,7 @@ func (s *Server) registerTrusted() {
 		})
 	}
 	s.app.Get("/1.0/instances/:name", s.managed(s.getInstance))
+	s.registerManagement()
 }
 
 // bearer authenticates the Authorization: Bearer token a guest sent, if

@@ -186,10 +186,14 @@ func ParseSize(v string) (int64, error) {
 	return size, nil
 }
 
-// checkConfig checks a volume's config: only "size" is known.
+// KeyOwner records the devlxd identity that created a volume through
+// devlxd (LXD's key); only that identity sees and manages it there.
+const KeyOwner = "volatile.devlxd.owner"
+
+// checkConfig checks a volume's config: only "size" and KeyOwner are known.
 func checkConfig(cfg map[string]string) (int64, error) {
 	for k := range cfg {
-		if k != "size" {
+		if k != "size" && k != KeyOwner {
 			return 0, fmt.Errorf("unknown volume config key %q (known: size): %w", k, errdefs.ErrInvalid)
 		}
 	}
