@@ -19,7 +19,7 @@ import (
 
 // CapHotplug is the capability of a backend that adds and removes devices
 // of a running guest (plugin contract hotplug.v1).
-const CapHotplug sdk.Capability = "hotplug.v1"
+const CapHotplug = sdk.CapHotplug
 
 // VolumeChecker says whether a storage volume exists (core/storage
 // implements it).
@@ -200,6 +200,33 @@ func storeHwaddrs(config map[string]string, uuid string, devs map[string]map[str
 	}
 }
 
+// VolumePather gives the host file of a storage volume; a VolumeChecker
+// that implements it (core/storage) lets the manager hand backends the
+// files of disk devices (sdk.KeyVolumePath).
+type VolumePather interface {
+	VolumePath(ctx context.Context, pool, name string) (string, error)
+}
+
+// resolveVolumes adds sdk.KeyVolumePath to every disk device of a pool
+// volume, for the backend.
+func (m *Manager) resolveVolumes(ctx context.Context, devs map[string]sdk.Device) error {
+	vp, ok := m.devices.volumes.(VolumePather)
+	for name, d := range devs {
+		if d["type"] != "disk" || d["pool"] == "" || d["source"] == "" {
+			continue
+		}
+		if !ok {
+			return fmt.Errorf("disk %q: this daemon has no storage pools: %w", name, errdefs.ErrInvalid)
+		}
+		path, err := vp.VolumePath(ctx, d["pool"], d["source"])
+		if err != nil {
+			return fmt.Errorf("disk %q: %w", name, err)
+		}
+		d[sdk.KeyVolumePath] = path
+	}
+	return nil
+}
+
 // UpdateDevices applies a device change to an instance, all or nothing:
 // each put device is validated (ValidateDevice), each removed one must
 // exist. NICs without hwaddr get volatile.<dev>.hwaddr; a removed device's
@@ -376,6 +403,9 @@ func (m *Manager) hotplug(ctx context.Context, backend string, h sdk.Handle, u D
 	add := make(map[string]sdk.Device, len(u.Put))
 	for n, d := range u.Put {
 		add[n] = sdk.Device(maps.Clone(d))
+	}
+	if err := m.resolveVolumes(ctx, add); err != nil {
+		return err
 	}
 	if err := hp.UpdateDevices(ctx, h, add, u.Remove); err != nil {
 		return fmt.Errorf("hot-plugging devices: %w", err)

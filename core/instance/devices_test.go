@@ -21,6 +21,13 @@ func (v volumes) CheckVolume(_ context.Context, pool, name string) error {
 	return nil
 }
 
+func (v volumes) VolumePath(ctx context.Context, pool, name string) (string, error) {
+	if err := v.CheckVolume(ctx, pool, name); err != nil {
+		return "", err
+	}
+	return "/pools/" + pool + "/" + name + ".raw", nil
+}
+
 func TestValidateDevice(t *testing.T) {
 	vc := volumes{"default/vol1": true}
 	for _, tt := range []struct {
@@ -179,8 +186,8 @@ func (h *hotplugBackend) UpdateDevices(_ context.Context, _ sdk.Handle, add map[
 	if h.fail != nil {
 		return h.fail
 	}
-	for n := range add {
-		h.calls = append(h.calls, "add "+n)
+	for n, d := range add {
+		h.calls = append(h.calls, "add "+n+" "+d[sdk.KeyVolumePath])
 	}
 	for _, n := range remove {
 		h.calls = append(h.calls, "remove "+n)
@@ -218,7 +225,7 @@ func TestUpdateDevicesHotplug(t *testing.T) {
 	if _, err := m.UpdateDevices(ctx, "h1", DeviceUpdate{Remove: []string{"data"}}, api); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(hb.calls, ",") != "add data,remove data" {
+	if strings.Join(hb.calls, ",") != "add data /pools/default/vol1.raw,remove data" {
 		t.Fatalf("backend calls %v", hb.calls)
 	}
 }

@@ -1406,6 +1406,104 @@ func (x *RecoverResponse) GetState() *GuestState {
 	return nil
 }
 
+// UpdateDevicesRequest names a running guest and its device changes. A disk
+// device's config carries "volume.path", the host file of its volume.
+type UpdateDevicesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        []byte                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	Add           map[string]*Device     `protobuf:"bytes,2,rep,name=add,proto3" json:"add,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Remove        []string               `protobuf:"bytes,3,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateDevicesRequest) Reset() {
+	*x = UpdateDevicesRequest{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateDevicesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateDevicesRequest) ProtoMessage() {}
+
+func (x *UpdateDevicesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateDevicesRequest.ProtoReflect.Descriptor instead.
+func (*UpdateDevicesRequest) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *UpdateDevicesRequest) GetHandle() []byte {
+	if x != nil {
+		return x.Handle
+	}
+	return nil
+}
+
+func (x *UpdateDevicesRequest) GetAdd() map[string]*Device {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *UpdateDevicesRequest) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+type UpdateDevicesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateDevicesResponse) Reset() {
+	*x = UpdateDevicesResponse{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateDevicesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateDevicesResponse) ProtoMessage() {}
+
+func (x *UpdateDevicesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateDevicesResponse.ProtoReflect.Descriptor instead.
+func (*UpdateDevicesResponse) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+}
+
 var File_plugins_sdk_proto_backend_v1_backend_proto protoreflect.FileDescriptor
 
 const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
@@ -1497,7 +1595,15 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x04spec\x18\x02 \x01(\v2\x1f.guestlink.backend.v1.GuestSpecR\x04spec\"a\n" +
 	"\x0fRecoverResponse\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\fR\x06handle\x126\n" +
-	"\x05state\x18\x02 \x01(\v2 .guestlink.backend.v1.GuestStateR\x05state*Z\n" +
+	"\x05state\x18\x02 \x01(\v2 .guestlink.backend.v1.GuestStateR\x05state\"\xe3\x01\n" +
+	"\x14UpdateDevicesRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\fR\x06handle\x12E\n" +
+	"\x03add\x18\x02 \x03(\v23.guestlink.backend.v1.UpdateDevicesRequest.AddEntryR\x03add\x12\x16\n" +
+	"\x06remove\x18\x03 \x03(\tR\x06remove\x1aT\n" +
+	"\bAddEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
+	"\x05value\x18\x02 \x01(\v2\x1c.guestlink.backend.v1.DeviceR\x05value:\x028\x01\"\x17\n" +
+	"\x15UpdateDevicesResponse*Z\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSTATUS_STOPPED\x10\x01\x12\x12\n" +
@@ -1510,7 +1616,7 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x16EVENT_KIND_PORT_OPENED\x10\x03\x12\x1a\n" +
 	"\x16EVENT_KIND_PORT_CLOSED\x10\x04\x12\x18\n" +
 	"\x14EVENT_KIND_RING_DATA\x10\x05\x12\x14\n" +
-	"\x10EVENT_KIND_ERROR\x10\x062\xdd\x06\n" +
+	"\x10EVENT_KIND_ERROR\x10\x062\xc7\a\n" +
 	"\aBackend\x12M\n" +
 	"\x04Info\x12!.guestlink.backend.v1.InfoRequest\x1a\".guestlink.backend.v1.InfoResponse\x12S\n" +
 	"\x06Create\x12#.guestlink.backend.v1.CreateRequest\x1a$.guestlink.backend.v1.CreateResponse\x12P\n" +
@@ -1521,7 +1627,8 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x06Events\x12#.guestlink.backend.v1.EventsRequest\x1a\x1b.guestlink.backend.v1.Event0\x01\x12Y\n" +
 	"\bReadRing\x12%.guestlink.backend.v1.ReadRingRequest\x1a&.guestlink.backend.v1.ReadRingResponse\x12e\n" +
 	"\fLinkEndpoint\x12).guestlink.backend.v1.LinkEndpointRequest\x1a*.guestlink.backend.v1.LinkEndpointResponse\x12V\n" +
-	"\aRecover\x12$.guestlink.backend.v1.RecoverRequest\x1a%.guestlink.backend.v1.RecoverResponseBGZEgithub.com/guestlink/guestlink/plugins/sdk/proto/backend/v1;backendv1b\x06proto3"
+	"\aRecover\x12$.guestlink.backend.v1.RecoverRequest\x1a%.guestlink.backend.v1.RecoverResponse\x12h\n" +
+	"\rUpdateDevices\x12*.guestlink.backend.v1.UpdateDevicesRequest\x1a+.guestlink.backend.v1.UpdateDevicesResponseBGZEgithub.com/guestlink/guestlink/plugins/sdk/proto/backend/v1;backendv1b\x06proto3"
 
 var (
 	file_plugins_sdk_proto_backend_v1_backend_proto_rawDescOnce sync.Once
@@ -1536,80 +1643,87 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
-	(Status)(0),                  // 0: guestlink.backend.v1.Status
-	(EventKind)(0),               // 1: guestlink.backend.v1.EventKind
-	(*InfoRequest)(nil),          // 2: guestlink.backend.v1.InfoRequest
-	(*InfoResponse)(nil),         // 3: guestlink.backend.v1.InfoResponse
-	(*File)(nil),                 // 4: guestlink.backend.v1.File
-	(*GuestSpec)(nil),            // 5: guestlink.backend.v1.GuestSpec
-	(*Device)(nil),               // 6: guestlink.backend.v1.Device
-	(*CreateRequest)(nil),        // 7: guestlink.backend.v1.CreateRequest
-	(*CreateResponse)(nil),       // 8: guestlink.backend.v1.CreateResponse
-	(*StartRequest)(nil),         // 9: guestlink.backend.v1.StartRequest
-	(*StartResponse)(nil),        // 10: guestlink.backend.v1.StartResponse
-	(*StopRequest)(nil),          // 11: guestlink.backend.v1.StopRequest
-	(*StopResponse)(nil),         // 12: guestlink.backend.v1.StopResponse
-	(*DeleteRequest)(nil),        // 13: guestlink.backend.v1.DeleteRequest
-	(*DeleteResponse)(nil),       // 14: guestlink.backend.v1.DeleteResponse
-	(*StateRequest)(nil),         // 15: guestlink.backend.v1.StateRequest
-	(*StateResponse)(nil),        // 16: guestlink.backend.v1.StateResponse
-	(*GuestState)(nil),           // 17: guestlink.backend.v1.GuestState
-	(*EventsRequest)(nil),        // 18: guestlink.backend.v1.EventsRequest
-	(*Event)(nil),                // 19: guestlink.backend.v1.Event
-	(*ReadRingRequest)(nil),      // 20: guestlink.backend.v1.ReadRingRequest
-	(*ReadRingResponse)(nil),     // 21: guestlink.backend.v1.ReadRingResponse
-	(*LinkEndpointRequest)(nil),  // 22: guestlink.backend.v1.LinkEndpointRequest
-	(*LinkEndpointResponse)(nil), // 23: guestlink.backend.v1.LinkEndpointResponse
-	(*RecoverRequest)(nil),       // 24: guestlink.backend.v1.RecoverRequest
-	(*RecoverResponse)(nil),      // 25: guestlink.backend.v1.RecoverResponse
-	nil,                          // 26: guestlink.backend.v1.GuestSpec.ConfigEntry
-	nil,                          // 27: guestlink.backend.v1.GuestSpec.DevicesEntry
-	nil,                          // 28: guestlink.backend.v1.Device.ConfigEntry
-	nil,                          // 29: guestlink.backend.v1.GuestState.DetailsEntry
+	(Status)(0),                   // 0: guestlink.backend.v1.Status
+	(EventKind)(0),                // 1: guestlink.backend.v1.EventKind
+	(*InfoRequest)(nil),           // 2: guestlink.backend.v1.InfoRequest
+	(*InfoResponse)(nil),          // 3: guestlink.backend.v1.InfoResponse
+	(*File)(nil),                  // 4: guestlink.backend.v1.File
+	(*GuestSpec)(nil),             // 5: guestlink.backend.v1.GuestSpec
+	(*Device)(nil),                // 6: guestlink.backend.v1.Device
+	(*CreateRequest)(nil),         // 7: guestlink.backend.v1.CreateRequest
+	(*CreateResponse)(nil),        // 8: guestlink.backend.v1.CreateResponse
+	(*StartRequest)(nil),          // 9: guestlink.backend.v1.StartRequest
+	(*StartResponse)(nil),         // 10: guestlink.backend.v1.StartResponse
+	(*StopRequest)(nil),           // 11: guestlink.backend.v1.StopRequest
+	(*StopResponse)(nil),          // 12: guestlink.backend.v1.StopResponse
+	(*DeleteRequest)(nil),         // 13: guestlink.backend.v1.DeleteRequest
+	(*DeleteResponse)(nil),        // 14: guestlink.backend.v1.DeleteResponse
+	(*StateRequest)(nil),          // 15: guestlink.backend.v1.StateRequest
+	(*StateResponse)(nil),         // 16: guestlink.backend.v1.StateResponse
+	(*GuestState)(nil),            // 17: guestlink.backend.v1.GuestState
+	(*EventsRequest)(nil),         // 18: guestlink.backend.v1.EventsRequest
+	(*Event)(nil),                 // 19: guestlink.backend.v1.Event
+	(*ReadRingRequest)(nil),       // 20: guestlink.backend.v1.ReadRingRequest
+	(*ReadRingResponse)(nil),      // 21: guestlink.backend.v1.ReadRingResponse
+	(*LinkEndpointRequest)(nil),   // 22: guestlink.backend.v1.LinkEndpointRequest
+	(*LinkEndpointResponse)(nil),  // 23: guestlink.backend.v1.LinkEndpointResponse
+	(*RecoverRequest)(nil),        // 24: guestlink.backend.v1.RecoverRequest
+	(*RecoverResponse)(nil),       // 25: guestlink.backend.v1.RecoverResponse
+	(*UpdateDevicesRequest)(nil),  // 26: guestlink.backend.v1.UpdateDevicesRequest
+	(*UpdateDevicesResponse)(nil), // 27: guestlink.backend.v1.UpdateDevicesResponse
+	nil,                           // 28: guestlink.backend.v1.GuestSpec.ConfigEntry
+	nil,                           // 29: guestlink.backend.v1.GuestSpec.DevicesEntry
+	nil,                           // 30: guestlink.backend.v1.Device.ConfigEntry
+	nil,                           // 31: guestlink.backend.v1.GuestState.DetailsEntry
+	nil,                           // 32: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
 }
 var file_plugins_sdk_proto_backend_v1_backend_proto_depIdxs = []int32{
-	26, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
-	27, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
+	28, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
+	29, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
 	4,  // 2: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
-	28, // 3: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
+	30, // 3: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
 	5,  // 4: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
 	5,  // 5: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
 	17, // 6: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
 	17, // 7: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
 	17, // 8: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
 	0,  // 9: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
-	29, // 10: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
+	31, // 10: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
 	1,  // 11: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
 	5,  // 12: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
 	17, // 13: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
-	6,  // 14: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
-	2,  // 15: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
-	7,  // 16: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
-	9,  // 17: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
-	11, // 18: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
-	13, // 19: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
-	15, // 20: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
-	18, // 21: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
-	20, // 22: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
-	22, // 23: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
-	24, // 24: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
-	3,  // 25: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
-	8,  // 26: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
-	10, // 27: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
-	12, // 28: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
-	14, // 29: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
-	16, // 30: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
-	19, // 31: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
-	21, // 32: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
-	23, // 33: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
-	25, // 34: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
-	25, // [25:35] is the sub-list for method output_type
-	15, // [15:25] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	32, // 14: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	6,  // 15: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
+	6,  // 16: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
+	2,  // 17: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
+	7,  // 18: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
+	9,  // 19: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
+	11, // 20: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
+	13, // 21: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
+	15, // 22: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
+	18, // 23: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
+	20, // 24: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
+	22, // 25: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
+	24, // 26: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
+	26, // 27: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
+	3,  // 28: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
+	8,  // 29: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
+	10, // 30: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
+	12, // 31: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
+	14, // 32: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
+	16, // 33: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
+	19, // 34: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
+	21, // 35: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
+	23, // 36: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
+	25, // 37: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
+	27, // 38: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_plugins_sdk_proto_backend_v1_backend_proto_init() }
@@ -1623,7 +1737,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc), len(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,16 +24,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Backend_Info_FullMethodName         = "/guestlink.backend.v1.Backend/Info"
-	Backend_Create_FullMethodName       = "/guestlink.backend.v1.Backend/Create"
-	Backend_Start_FullMethodName        = "/guestlink.backend.v1.Backend/Start"
-	Backend_Stop_FullMethodName         = "/guestlink.backend.v1.Backend/Stop"
-	Backend_Delete_FullMethodName       = "/guestlink.backend.v1.Backend/Delete"
-	Backend_State_FullMethodName        = "/guestlink.backend.v1.Backend/State"
-	Backend_Events_FullMethodName       = "/guestlink.backend.v1.Backend/Events"
-	Backend_ReadRing_FullMethodName     = "/guestlink.backend.v1.Backend/ReadRing"
-	Backend_LinkEndpoint_FullMethodName = "/guestlink.backend.v1.Backend/LinkEndpoint"
-	Backend_Recover_FullMethodName      = "/guestlink.backend.v1.Backend/Recover"
+	Backend_Info_FullMethodName          = "/guestlink.backend.v1.Backend/Info"
+	Backend_Create_FullMethodName        = "/guestlink.backend.v1.Backend/Create"
+	Backend_Start_FullMethodName         = "/guestlink.backend.v1.Backend/Start"
+	Backend_Stop_FullMethodName          = "/guestlink.backend.v1.Backend/Stop"
+	Backend_Delete_FullMethodName        = "/guestlink.backend.v1.Backend/Delete"
+	Backend_State_FullMethodName         = "/guestlink.backend.v1.Backend/State"
+	Backend_Events_FullMethodName        = "/guestlink.backend.v1.Backend/Events"
+	Backend_ReadRing_FullMethodName      = "/guestlink.backend.v1.Backend/ReadRing"
+	Backend_LinkEndpoint_FullMethodName  = "/guestlink.backend.v1.Backend/LinkEndpoint"
+	Backend_Recover_FullMethodName       = "/guestlink.backend.v1.Backend/Recover"
+	Backend_UpdateDevices_FullMethodName = "/guestlink.backend.v1.Backend/UpdateDevices"
 )
 
 // BackendClient is the client API for Backend service.
@@ -70,6 +71,9 @@ type BackendClient interface {
 	// Recover re-attaches to a guest after a daemon or plugin restart. It is
 	// called for every stored handle and must be idempotent.
 	Recover(ctx context.Context, in *RecoverRequest, opts ...grpc.CallOption) (*RecoverResponse, error)
+	// UpdateDevices adds (or replaces) and removes devices of a running guest
+	// (capability "hotplug.v1"). A plugin without it answers Unimplemented.
+	UpdateDevices(ctx context.Context, in *UpdateDevicesRequest, opts ...grpc.CallOption) (*UpdateDevicesResponse, error)
 }
 
 type backendClient struct {
@@ -189,6 +193,16 @@ func (c *backendClient) Recover(ctx context.Context, in *RecoverRequest, opts ..
 	return out, nil
 }
 
+func (c *backendClient) UpdateDevices(ctx context.Context, in *UpdateDevicesRequest, opts ...grpc.CallOption) (*UpdateDevicesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateDevicesResponse)
+	err := c.cc.Invoke(ctx, Backend_UpdateDevices_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServer is the server API for Backend service.
 // All implementations must embed UnimplementedBackendServer
 // for forward compatibility.
@@ -223,6 +237,9 @@ type BackendServer interface {
 	// Recover re-attaches to a guest after a daemon or plugin restart. It is
 	// called for every stored handle and must be idempotent.
 	Recover(context.Context, *RecoverRequest) (*RecoverResponse, error)
+	// UpdateDevices adds (or replaces) and removes devices of a running guest
+	// (capability "hotplug.v1"). A plugin without it answers Unimplemented.
+	UpdateDevices(context.Context, *UpdateDevicesRequest) (*UpdateDevicesResponse, error)
 	mustEmbedUnimplementedBackendServer()
 }
 
@@ -262,6 +279,9 @@ func (UnimplementedBackendServer) LinkEndpoint(context.Context, *LinkEndpointReq
 }
 func (UnimplementedBackendServer) Recover(context.Context, *RecoverRequest) (*RecoverResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Recover not implemented")
+}
+func (UnimplementedBackendServer) UpdateDevices(context.Context, *UpdateDevicesRequest) (*UpdateDevicesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateDevices not implemented")
 }
 func (UnimplementedBackendServer) mustEmbedUnimplementedBackendServer() {}
 func (UnimplementedBackendServer) testEmbeddedByValue()                 {}
@@ -457,6 +477,24 @@ func _Backend_Recover_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Backend_UpdateDevices_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateDevicesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).UpdateDevices(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_UpdateDevices_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).UpdateDevices(ctx, req.(*UpdateDevicesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Backend_ServiceDesc is the grpc.ServiceDesc for Backend service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -499,6 +537,10 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Recover",
 			Handler:    _Backend_Recover_Handler,
+		},
+		{
+			MethodName: "UpdateDevices",
+			Handler:    _Backend_UpdateDevices_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
