@@ -91,6 +91,7 @@ func (l *launch) args() []string {
 	if l.Link == sdk.LinkVsock {
 		a = append(a, "-device", fmt.Sprintf("vhost-vsock-pci,id=vsock,bus=pcie.0,addr=0x4,guest-cid=%d,vhostfd=%d", l.CID, vhostFDArg))
 	}
+	a = append(a, hotplugPortArgs()...) // hotplug.go
 	if l.Restore {
 		a = append(a, "-incoming", "defer")
 	}
