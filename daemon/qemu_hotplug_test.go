@@ -58,6 +58,19 @@ func TestQEMUHotplug(t *testing.T) {
 	if _, errOut, err := d.runCLI(ctx, "storage", "volume", "delete", "default", "hp-vol"); err == nil || !strings.Contains(errOut, "used by instance vm-hotplug") {
 		t.Fatalf("deleting an attached volume: %v %q", err, errOut)
 	}
+	// Cold-plug: after a restart the disk is there from the start.
+	d.cli(ctx, "stop", name, "--force")
+	d.cli(ctx, "start", name)
+	d.waitInstance(ctx, name, "Ready again", qemuBootTimeout, func(i *api.Instance) bool {
+		return i.StatusCode == int(status.Ready) && i.Boot == 2
+	})
+	if !testwait.Until(qemuOpTimeout, func() bool {
+		b, _ := os.ReadFile(consoleLog)
+		console = string(b)
+		return disk.MatchString(console) && strings.Count(console, "guestlink: ready") == 1
+	}) {
+		t.Fatalf("after a restart the guest's kernel did not report the disk; console:\n%s", tailString(console, 3000))
+	}
 	// Unplug: returns once the guest released the disk.
 	d.cli(ctx, "config", "device", "remove", name, "data")
 	if inst, _ := d.client.Instance(ctx, name); len(inst.Devices) != 0 {

@@ -37,6 +37,55 @@ func hotplugPortArgs() []string {
 	return a
 }
 
+// coldDisk is a disk device present at start.
+type coldDisk struct {
+	name, path string
+	readonly   bool
+}
+
+// coldDisks returns the disk devices of a spec that have a volume file, by
+// name, at most one per hot-plug port (the others are left out and logged
+// by Start's caller through the error of a later hot-plug).
+func coldDisks(devs map[string]sdk.Device) []coldDisk {
+	var out []coldDisk
+	for _, name := range slices.Sorted(maps.Keys(devs)) {
+		d := devs[name]
+		if d["type"] != "disk" || d[sdk.KeyVolumePath] == "" || len(out) == hotplugPorts {
+			continue
+		}
+		out = append(out, coldDisk{name: name, path: d[sdk.KeyVolumePath], readonly: isTrue(d["readonly"])})
+	}
+	return out
+}
+
+// coldDiskArgs are the QEMU arguments of the disks present at start: the
+// same block nodes and devices a hot-plug makes, on the first ports, so
+// they can be unplugged later and a saved state finds them again.
+func coldDiskArgs(disks []coldDisk) []string {
+	var a []string
+	for i, d := range disks {
+		id := devicePrefix + d.name
+		ro := "off"
+		if d.readonly {
+			ro = "on"
+		}
+		a = append(a,
+			"-blockdev", fmt.Sprintf("driver=raw,node-name=%s,read-only=%s,file.driver=file,file.filename=%s,file.read-only=%s", id, ro, qemuOpt(d.path), ro),
+			"-device", fmt.Sprintf("virtio-blk-pci,id=%s,drive=%s,bus=%s,serial=%s", id, id, hotplugPortID(i), serialOf(d.name)))
+	}
+	return a
+}
+
+func isTrue(v string) bool { return v == "true" || v == "1" || v == "yes" || v == "on" }
+
+// serialOf is a disk's virtio serial: its device name (at most 20 bytes).
+func serialOf(name string) string {
+	if len(name) > 20 {
+		return name[:20]
+	}
+	return name
+}
+
 // UpdateDevices hot-plugs disks into (and out of) a running guest through
 // QMP: blockdev-add + device_add (virtio-blk-pci on a free hot-plug port,
 // serial = the device name) to add; device_del, then DEVICE_DELETED, then
@@ -81,7 +130,7 @@ func (b *Backend) UpdateDevices(ctx context.Context, hb sdk.Handle, add map[stri
 
 func (b *Backend) plug(ctx context.Context, h *handle, c *qmp.Client, name string, d sdk.Device) error {
 	id := devicePrefix + name
-	ro := d["readonly"] == "true" || d["readonly"] == "1" || d["readonly"] == "yes" || d["readonly"] == "on"
+	ro := isTrue(d["readonly"])
 	node := map[string]any{
 		"driver": "raw", "node-name": id, "read-only": ro,
 		"file": map[string]any{"driver": "file", "filename": d[sdk.KeyVolumePath], "read-only": ro},
@@ -89,10 +138,7 @@ func (b *Backend) plug(ctx context.Context, h *handle, c *qmp.Client, name strin
 	if err := c.Execute(ctx, "blockdev-add", node, nil); err != nil {
 		return fmt.Errorf("hot-plugging disk %q into %q: %w", name, h.Name, err)
 	}
-	serial := name
-	if len(serial) > 20 {
-		serial = serial[:20]
-	}
+	serial := serialOf(name)
 	var lastErr error
 	for i := range hotplugPorts {
 		err := c.Execute(ctx, "device_add", map[string]any{
