@@ -71,6 +71,13 @@ func TestQEMUHotplug(t *testing.T) {
 	}) {
 		t.Fatalf("after a restart the guest's kernel did not report the disk; console:\n%s", tailString(console, 3000))
 	}
+	// A stateful stop and restore keeps the disk (the restore's command line
+	// has it where the saved state expects it).
+	d.cli(ctx, "stop", name, "--stateful")
+	d.cli(ctx, "start", name)
+	d.waitInstance(ctx, name, "running after restore", qemuBootTimeout, func(i *api.Instance) bool {
+		return i.StatusCode == int(status.Ready) && i.Boot == 3
+	})
 	// Unplug: returns once the guest released the disk.
 	d.cli(ctx, "config", "device", "remove", name, "data")
 	if inst, _ := d.client.Instance(ctx, name); len(inst.Devices) != 0 {
