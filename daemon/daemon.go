@@ -56,6 +56,9 @@ type Config struct {
 	PluginDir string
 	// DefaultBackend is used when a launch names none (default "sim").
 	DefaultBackend string
+	// AllowDiskPaths lets disk devices take a host path as source (off:
+	// only storage pool volumes; guestlinkd --allow-disk-paths).
+	AllowDiskPaths bool
 	// Logger receives the daemon's log (default: text on stderr).
 	Logger *slog.Logger
 	// LogLevel sets the level of plugin logs carried into the daemon's log.
@@ -207,6 +210,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Logger:         d.log.With("component", "instance"),
 		DefaultBackend: cfg.DefaultBackend,
 		Volumes:        d.storage,
+		AllowDiskPaths: cfg.AllowDiskPaths,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)

@@ -208,10 +208,23 @@ type VolumePather interface {
 }
 
 // resolveVolumes adds sdk.KeyVolumePath to every disk device of a pool
-// volume, for the backend.
-func (m *Manager) resolveVolumes(ctx context.Context, devs map[string]sdk.Device) error {
+// volume, and of a host path when those are allowed, for the backend. A
+// host path that is not allowed is an error when strict (a hot-plug) and
+// is left out otherwise (a start: such a disk is not attached).
+func (m *Manager) resolveVolumes(ctx context.Context, devs map[string]sdk.Device, strict bool) error {
 	vp, ok := m.devices.volumes.(VolumePather)
 	for name, d := range devs {
+		if d["type"] == "disk" && d["pool"] == "" && strings.HasPrefix(d["source"], "/") {
+			if !m.devices.allowPaths {
+				if !strict {
+					m.log.Warn("disk device with a host path left out (guestlinkd --allow-disk-paths)", "device", name, "source", d["source"])
+					continue
+				}
+				return fmt.Errorf("disk %q: source %q is a host path and host paths are not allowed (guestlinkd --allow-disk-paths): %w", name, d["source"], errdefs.ErrInvalid)
+			}
+			d[sdk.KeyVolumePath] = d["source"]
+			continue
+		}
 		if d["type"] != "disk" || d["pool"] == "" || d["source"] == "" {
 			continue
 		}
@@ -404,7 +417,7 @@ func (m *Manager) hotplug(ctx context.Context, backend string, h sdk.Handle, u D
 	for n, d := range u.Put {
 		add[n] = sdk.Device(maps.Clone(d))
 	}
-	if err := m.resolveVolumes(ctx, add); err != nil {
+	if err := m.resolveVolumes(ctx, add, true); err != nil {
 		return err
 	}
 	if err := hp.UpdateDevices(ctx, h, add, u.Remove); err != nil {

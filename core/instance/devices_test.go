@@ -240,3 +240,34 @@ func (s anyBackends) Backend(name string) (sdk.Backend, error) {
 	}
 	return b, nil
 }
+
+func TestHostPathDisks(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		t.Run(fmt.Sprint("allow=", allow), func(t *testing.T) {
+			e := newEnv(t)
+			hb := &hotplugBackend{fakeBackend: e.be}
+			m, err := NewManager(Config{Store: e.store, Backends: anyBackends{"fake": hb}, Bus: e.bus, Hooks: e.hooks,
+				DefaultBackend: "fake", Volumes: volumes{}, AllowDiskPaths: allow})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if _, err := m.Create(ctx, CreateRequest{Name: "p1"}, api); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Start(ctx, "p1", api); err != nil {
+				t.Fatal(err)
+			}
+			_, err = m.UpdateDevices(ctx, "p1", DeviceUpdate{Add: map[string]map[string]string{"h": {"type": "disk", "source": "/srv/disk.raw"}}}, api)
+			if !allow {
+				if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "is a host path") {
+					t.Fatalf("host path not allowed: %v", err)
+				}
+				return
+			}
+			if err != nil || strings.Join(hb.calls, ",") != "add h /srv/disk.raw" {
+				t.Fatalf("host path allowed: %v, calls %v", err, hb.calls)
+			}
+		})
+	}
+}
