@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/status"
@@ -39,7 +40,9 @@ func TestQEMUHotplug(t *testing.T) {
 	consoleLog := inst.Details["console_log"]
 	d.cli(ctx, "storage", "volume", "create", "default", "hp-vol", "size=8MiB")
 
+	t0 := time.Now()
 	d.cli(ctx, "config", "device", "add", name, "data", "disk", "pool=default", "source=hp-vol")
+	t.Logf("config device add (hot-plug) took %v", time.Since(t0).Round(time.Millisecond))
 	// 8 MiB = 16384 sectors of 512 bytes.
 	disk := regexp.MustCompile(`virtio_blk virtio\d+: \[(vd[a-z]+)\] 16384 512-byte logical blocks`)
 	var console string
@@ -79,7 +82,9 @@ func TestQEMUHotplug(t *testing.T) {
 		return i.StatusCode == int(status.Ready) && i.Boot == 3
 	})
 	// Unplug: returns once the guest released the disk.
+	t0 = time.Now()
 	d.cli(ctx, "config", "device", "remove", name, "data")
+	t.Logf("config device remove (unplug, guest acknowledged) took %v", time.Since(t0).Round(time.Millisecond))
 	if inst, _ := d.client.Instance(ctx, name); len(inst.Devices) != 0 {
 		t.Fatalf("devices after detach: %v", inst.Devices)
 	}
