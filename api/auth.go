@@ -28,14 +28,16 @@ type CertificatesPost struct {
 }
 
 // Identity is one identity of GET /1.0/auth/identities: a trusted
-// certificate (type "tls", id = fingerprint) or a bearer identity (type
-// "bearer", id = "bearer/NAME"). Tokens are never shown.
+// certificate (type "tls", id = fingerprint), a bearer identity of the admin
+// API (type "bearer", id = "bearer/NAME") or a devlxd identity (type
+// "devlxd", id = "devlxd/NAME"). Tokens are never shown.
 type Identity struct {
 	Type           string     `json:"type"`
 	Name           string     `json:"name"`
 	ID             string     `json:"id"`
 	CreatedAt      time.Time  `json:"created_at"`
 	CreatedBy      string     `json:"created_by"`
+	Instances      []string   `json:"instances,omitempty"` // type "devlxd": the instances it may act for
 	HasToken       bool       `json:"has_token"`
 	TokenIssuedAt  *time.Time `json:"token_issued_at,omitempty"`
 	TokenExpiresAt *time.Time `json:"token_expires_at,omitempty"`
@@ -44,6 +46,13 @@ type Identity struct {
 // IdentitiesBearerPost is the body of POST /1.0/auth/identities/bearer.
 type IdentitiesBearerPost struct {
 	Name string `json:"name"`
+}
+
+// IdentitiesDevlxdPost is the body of POST /1.0/auth/identities/devlxd: a
+// devlxd identity scoped to the instances it may act for (at least one).
+type IdentitiesDevlxdPost struct {
+	Name      string   `json:"name"`
+	Instances []string `json:"instances"`
 }
 
 // TokenPost is the body of POST /1.0/auth/identities/bearer/{name}/token.
@@ -55,7 +64,7 @@ type TokenPost struct {
 // Token is the answer of POST /1.0/auth/identities/bearer/{name}/token:
 // the only time the token is shown.
 type Token struct {
-	Identity  string     `json:"identity"` // "bearer/NAME"
+	Identity  string     `json:"identity"` // "bearer/NAME" or "devlxd/NAME"
 	Token     string     `json:"token"`
 	ExpiresAt *time.Time `json:"expires_at"` // null: no expiry
 }

@@ -102,3 +102,33 @@ func (c *Client) Sessions(ctx context.Context) ([]api.Session, error) {
 func (c *Client) RevokeSession(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/1.0/auth/sessions/"+url.PathEscape(id), nil, nil, nil)
 }
+
+// CreateDevlxdIdentity creates the identity devlxd/name, scoped to
+// instances.
+func (c *Client) CreateDevlxdIdentity(ctx context.Context, name string, instances []string) (*api.Identity, error) {
+	var out api.Identity
+	if err := c.do(ctx, http.MethodPost, "/1.0/auth/identities/devlxd", nil, api.IdentitiesDevlxdPost{Name: name, Instances: instances}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteDevlxdIdentity deletes the identity devlxd/name.
+func (c *Client) DeleteDevlxdIdentity(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/1.0/auth/identities/devlxd/"+url.PathEscape(name), nil, nil, nil)
+}
+
+// IssueDevlxdToken issues a new token for devlxd/name (replacing its live
+// one); expiry is a duration ("24h", "7d") or "" for none.
+func (c *Client) IssueDevlxdToken(ctx context.Context, name, expiry string) (*api.Token, error) {
+	var out api.Token
+	if err := c.do(ctx, http.MethodPost, "/1.0/auth/identities/devlxd/"+url.PathEscape(name)+"/token", nil, api.TokenPost{Expiry: expiry}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RevokeDevlxdToken revokes devlxd/name's token.
+func (c *Client) RevokeDevlxdToken(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/1.0/auth/identities/devlxd/"+url.PathEscape(name)+"/token", nil, nil, nil)
+}

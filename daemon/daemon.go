@@ -29,6 +29,7 @@ import (
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/statebudget"
+	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/web"
@@ -56,6 +57,9 @@ type Config struct {
 	PluginDir string
 	// DefaultBackend is used when a launch names none (default "sim").
 	DefaultBackend string
+	// AllowDiskPaths lets disk devices take a host path as source (off:
+	// only storage pool volumes; guestlinkd --allow-disk-paths).
+	AllowDiskPaths bool
 	// Logger receives the daemon's log (default: text on stderr).
 	Logger *slog.Logger
 	// LogLevel sets the level of plugin logs carried into the daemon's log.
@@ -84,6 +88,7 @@ type Daemon struct {
 	links   *linkhost.Host
 	devlxd  *devlxd.Server
 	monitor *agentmon.Service
+	storage *storage.Service
 	api     *api.API
 	metrics *metrics.Metrics
 	// dashStats is dash for the metrics, safe to read from a scrape.
@@ -201,6 +206,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: agent monitor: %w", err)
 	}
+	if d.storage, err = d.openStorage(); err != nil {
+		return nil, fmt.Errorf("starting daemon: storage: %w", err)
+	}
 	mgr, err = instance.NewManager(instance.Config{
 		Store:          d.store,
 		Backends:       d.plugins,
@@ -209,12 +217,15 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Files:          d.monitor,
 		Logger:         d.log.With("component", "instance"),
 		DefaultBackend: cfg.DefaultBackend,
+		Volumes:        d.storage,
+		AllowDiskPaths: cfg.AllowDiskPaths,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	d.mgr = mgr
 	late.m = mgr
+	d.storage.SetUsedBy(volumeUsers(mgr))
 	hooks.set(d.monitor)
 	if err := d.metrics.Start(); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
@@ -230,6 +241,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		// What a guest is depends on its backend (sim guests are
 		// processes: "container"); Images is set once an image store exists.
 		InstanceTypes: d.plugins,
+		Tokens:        d.tcp.auth,
+		Storage:       d.storage,
+		Devices:       mgr,
 	}); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
@@ -245,7 +259,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
 		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits,
 		Metrics:  d.metrics.Handler(),
-		Consoles: mgr})
+		Consoles: mgr,
+		Storage:  d.storage})
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}

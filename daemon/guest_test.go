@@ -95,14 +95,17 @@ type devlxdAnswer struct {
 }
 
 // curlDevlxd sends one request to the guest's /dev/lxd/sock with curl and
-// returns the answer byte for byte.
-func curlDevlxd(ctx context.Context, t *testing.T, socket, method, path, body string) devlxdAnswer {
+// returns the answer byte for byte; headers are "Name: value" lines to send.
+func curlDevlxd(ctx context.Context, t *testing.T, socket, method, path, body string, headers ...string) devlxdAnswer {
 	t.Helper()
 	bodyFile := filepath.Join(t.TempDir(), "body")
 	args := []string{"-sS", "--max-time", "20", "--unix-socket", socket, "-X", method,
 		"-o", bodyFile, "-w", "%{http_code}\n%{content_type}", "http://lxd" + path}
 	if body != "" {
 		args = append(args, "--data-binary", body)
+	}
+	for _, h := range headers {
+		args = append(args, "-H", h)
 	}
 	out, err := exec.CommandContext(ctx, "curl", args...).CombinedOutput()
 	if err != nil {

@@ -84,6 +84,8 @@ func migrations() []*gormigrate.Migration {
 		migrationEventsByInstance(),
 		authMigration(),
 		migrationSnapshots(),
+		devlxdIdentitiesMigration(),
+		storageVolumesMigration(),
 	}
 }
 

@@ -58,6 +58,9 @@ type Upstream interface {
 	// Raw sends a request to the daemon and returns its HTTP response.
 	// Errors wrap upstream.ErrNoAdvertisement or upstream.ErrUnreachable.
 	Raw(ctx context.Context, method, path string, body []byte) (*http.Response, error)
+	// RawAuth is Raw forwarding the guest's Authorization header (a devlxd
+	// bearer token; "" for none), so the daemon can authenticate it.
+	RawAuth(ctx context.Context, method, path string, body []byte, authorization string) (*http.Response, error)
 }
 
 var _ Upstream = (*upstream.Client)(nil)
@@ -195,7 +198,7 @@ func (h *Handler) roundTrip(r *http.Request, path string, body []byte) (*http.Re
 		wait = h.RetryWait
 	}
 	for i := 1; ; i++ {
-		resp, err := h.Upstream.Raw(r.Context(), r.Method, path, body)
+		resp, err := h.Upstream.RawAuth(r.Context(), r.Method, path, body, r.Header.Get("Authorization"))
 		if err == nil || i >= attempts || errors.Is(err, context.DeadlineExceeded) ||
 			!(errors.Is(err, upstream.ErrNoAdvertisement) || errors.Is(err, upstream.ErrUnreachable)) {
 			return resp, err

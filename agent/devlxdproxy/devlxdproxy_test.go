@@ -29,8 +29,16 @@ type fakeUpstream struct {
 	body   string
 	err    error
 
-	mu   sync.Mutex
-	seen []string
+	mu    sync.Mutex
+	seen  []string
+	auths []string
+}
+
+func (f *fakeUpstream) RawAuth(ctx context.Context, method, path string, body []byte, authorization string) (*http.Response, error) {
+	f.mu.Lock()
+	f.auths = append(f.auths, authorization)
+	f.mu.Unlock()
+	return f.Raw(ctx, method, path, body)
 }
 
 func (f *fakeUpstream) Raw(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
@@ -201,6 +209,11 @@ func (f *flakyUpstream) Raw(ctx context.Context, method, path string, body []byt
 	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(string(b)))}, nil
 }
 
+// RawAuth is Raw: the retry does not depend on the Authorization header.
+func (f *flakyUpstream) RawAuth(ctx context.Context, method, path string, body []byte, _ string) (*http.Response, error) {
+	return f.Raw(ctx, method, path, body)
+}
+
 // TestMetaDataRetry checks LXD's agent's retry: GET /1.0/meta-data tries
 // the daemon up to 10 times while it cannot be reached, other requests and
 // timeouts once.
@@ -241,6 +254,35 @@ func TestMetaDataRetry(t *testing.T) {
 			defer up.mu.Unlock()
 			if up.calls != tt.wantCalls {
 				t.Fatalf("daemon asked %d times, want %d", up.calls, tt.wantCalls)
+			}
+		})
+	}
+}
+
+// TestForwardAuthorization checks that the guest's bearer token reaches
+// the daemon unchanged, and that no header is invented without one.
+func TestForwardAuthorization(t *testing.T) {
+	for _, tt := range []struct{ name, header string }{
+		{"bearer", "Bearer gld_abc"},
+		{"none", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body, _ := devlxdapi.SyncResponse(map[string]string{})
+			up := &fakeUpstream{status: 200, ctype: "application/json", body: string(body)}
+			_, c := serve(t, &Handler{Upstream: up, Events: &eventhub.Hub{}})
+			req, _ := http.NewRequest("GET", "http://lxd/1.0/instances/a", nil)
+			if tt.header != "" {
+				req.Header.Set("Authorization", tt.header)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			up.mu.Lock()
+			defer up.mu.Unlock()
+			if len(up.auths) != 1 || up.auths[0] != tt.header {
+				t.Fatalf("forwarded Authorization %q, want [%q]", up.auths, tt.header)
 			}
 		})
 	}

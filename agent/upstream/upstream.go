@@ -176,6 +176,12 @@ func (c *Client) Do(ctx context.Context, method, path string, body []byte) (*dev
 // the body. The request is bounded by RequestTimeout unless ctx ends sooner;
 // the bound covers reading the body.
 func (c *Client) Raw(ctx context.Context, method, path string, body []byte) (*http.Response, error) {
+	return c.RawAuth(ctx, method, path, body, "")
+}
+
+// RawAuth is Raw with the guest's Authorization header (a devlxd bearer
+// token) forwarded to the daemon; "" sends none.
+func (c *Client) RawAuth(ctx context.Context, method, path string, body []byte, authorization string) (*http.Response, error) {
 	c.mu.RLock()
 	httpc := c.httpc
 	c.mu.RUnlock()
@@ -194,6 +200,9 @@ func (c *Client) Raw(ctx context.Context, method, path string, body []byte) (*ht
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
 	}
 	resp, err := httpc.Do(req)
 	if err != nil {

@@ -57,29 +57,43 @@ func subcommandError(group string, args []string, want string) error {
 	return fmt.Errorf("missing %s subcommand: %s", group, want)
 }
 
-// bearerName returns NAME of "bearer/NAME".
-func bearerName(ref string) (string, error) {
-	name, ok := strings.CutPrefix(ref, "bearer/")
-	if !ok || name == "" {
-		return "", fmt.Errorf("invalid identity %q: want bearer/NAME: %w", ref, errdefs.ErrInvalid)
+// identityRef splits "bearer/NAME" or "devlxd/NAME" into its kind and
+// NAME.
+func identityRef(ref string) (kind, name string, err error) {
+	kind, name, ok := strings.Cut(ref, "/")
+	if !ok || name == "" || (kind != "bearer" && kind != "devlxd") {
+		return "", "", fmt.Errorf("invalid identity %q: want bearer/NAME or devlxd/NAME: %w", ref, errdefs.ErrInvalid)
 	}
-	return name, nil
+	return kind, name, nil
 }
 
 func (s *session) identityCreateCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "create bearer/NAME",
-		Short: "Create a bearer identity (then issue it a token)",
+	var instances []string
+	cmd := &cobra.Command{
+		Use:   "create bearer/NAME | devlxd/NAME --instance NAME...",
+		Short: "Create a bearer identity of the admin API, or a devlxd identity scoped to instances (then issue it a token)",
 		Args:  argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := bearerName(args[0])
+			kind, name, err := identityRef(args[0])
 			if err != nil {
 				return err
+			}
+			if kind == "devlxd" {
+				if len(instances) == 0 {
+					return fmt.Errorf("devlxd/%s: at least one --instance NAME is required (the instances it may act for): %w", name, errdefs.ErrInvalid)
+				}
+				_, err = s.client.CreateDevlxdIdentity(cmd.Context(), name, instances)
+				return err
+			}
+			if len(instances) > 0 {
+				return fmt.Errorf("--instance applies to devlxd identities only (bearer/%s is an admin API identity): %w", name, errdefs.ErrInvalid)
 			}
 			_, err = s.client.CreateBearerIdentity(cmd.Context(), name)
 			return err
 		},
 	}
+	cmd.Flags().StringArrayVar(&instances, "instance", nil, "devlxd identities: an instance it may act for (repeat for several)")
+	return cmd
 }
 
 func (s *session) identityListCommand() *cobra.Command {
@@ -96,10 +110,10 @@ func (s *session) identityListCommand() *cobra.Command {
 				list = []api.Identity{}
 			}
 			return s.render(list, func(w io.Writer) error {
-				row(w, "TYPE", "NAME", "ID", "TOKEN", "TOKEN EXPIRES", "CREATED BY")
+				row(w, "TYPE", "NAME", "ID", "TOKEN", "TOKEN EXPIRES", "CREATED BY", "INSTANCES")
 				for _, x := range list {
 					tok, exp := "", ""
-					if x.Type == "bearer" {
+					if x.Type == "bearer" || x.Type == "devlxd" {
 						tok = "none"
 						if x.HasToken {
 							tok = "live"
@@ -112,7 +126,7 @@ func (s *session) identityListCommand() *cobra.Command {
 							tok = "expired"
 						}
 					}
-					row(w, x.Type, x.Name, x.ID, tok, exp, x.CreatedBy)
+					row(w, x.Type, x.Name, x.ID, tok, exp, x.CreatedBy, strings.Join(x.Instances, ","))
 				}
 				return nil
 			})
@@ -122,13 +136,16 @@ func (s *session) identityListCommand() *cobra.Command {
 
 func (s *session) identityDeleteCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete bearer/NAME",
-		Short: "Delete a bearer identity and its token",
+		Use:   "delete bearer/NAME | devlxd/NAME",
+		Short: "Delete an identity and its token",
 		Args:  argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := bearerName(args[0])
+			kind, name, err := identityRef(args[0])
 			if err != nil {
 				return err
+			}
+			if kind == "devlxd" {
+				return s.client.DeleteDevlxdIdentity(cmd.Context(), name)
 			}
 			return s.client.DeleteBearerIdentity(cmd.Context(), name)
 		},
@@ -138,15 +155,19 @@ func (s *session) identityDeleteCommand() *cobra.Command {
 func (s *session) tokenIssueCommand() *cobra.Command {
 	var expiry string
 	cmd := &cobra.Command{
-		Use:   "issue bearer/NAME",
+		Use:   "issue bearer/NAME | devlxd/NAME",
 		Short: "Issue a token (replacing the live one) and print it alone on stdout",
 		Args:  argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := bearerName(args[0])
+			kind, name, err := identityRef(args[0])
 			if err != nil {
 				return err
 			}
-			tok, err := s.client.IssueToken(cmd.Context(), name, expiry)
+			issue := s.client.IssueToken
+			if kind == "devlxd" {
+				issue = s.client.IssueDevlxdToken
+			}
+			tok, err := issue(cmd.Context(), name, expiry)
 			if err != nil {
 				return err
 			}
@@ -163,13 +184,16 @@ func (s *session) tokenIssueCommand() *cobra.Command {
 
 func (s *session) tokenRevokeCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "revoke bearer/NAME",
+		Use:   "revoke bearer/NAME | devlxd/NAME",
 		Short: "Revoke the identity's token",
 		Args:  argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := bearerName(args[0])
+			kind, name, err := identityRef(args[0])
 			if err != nil {
 				return err
+			}
+			if kind == "devlxd" {
+				return s.client.RevokeDevlxdToken(cmd.Context(), name)
 			}
 			return s.client.RevokeToken(cmd.Context(), name)
 		},

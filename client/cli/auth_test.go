@@ -17,7 +17,7 @@ func TestAuthCommands(t *testing.T) {
 	srv := apitest.NewServer(t, apitest.Options{Auth: true, DashboardURL: "http://127.0.0.1:8080"})
 
 	ok(t, srv, "auth", "identity", "create", "bearer/ci")
-	fails(t, srv, `invalid identity "ci": want bearer/NAME: invalid argument`, "auth", "identity", "create", "ci")
+	fails(t, srv, `invalid identity "ci": want bearer/NAME or devlxd/NAME: invalid argument`, "auth", "identity", "create", "ci")
 	fails(t, srv, "identity bearer/ci already exists: already exists", "auth", "identity", "create", "bearer/ci")
 	out := ok(t, srv, "auth", "identity", "token", "issue", "bearer/ci", "--expiry", "2h")
 	if !regexp.MustCompile(`^glb_[A-Za-z0-9_-]{43}\n$`).MatchString(out) {
@@ -55,6 +55,41 @@ func TestAuthCommands(t *testing.T) {
 	}
 	ok(t, srv, "auth", "session", "revoke", short)
 	fails(t, srv, `session "`+short+`": not found`, "auth", "session", "revoke", short)
+}
+
+func TestDevlxdIdentityCommands(t *testing.T) {
+	t.Setenv(cli.EnvConfigDir, t.TempDir())
+	srv := apitest.NewServer(t, apitest.Options{Auth: true})
+
+	fails(t, srv, "devlxd/csi: at least one --instance NAME is required (the instances it may act for): invalid argument",
+		"auth", "identity", "create", "devlxd/csi")
+	fails(t, srv, "--instance applies to devlxd identities only (bearer/csi is an admin API identity): invalid argument",
+		"auth", "identity", "create", "bearer/csi", "--instance", "web1")
+	fails(t, srv, `devlxd identity csi: invalid instance name "web_1": character '_' at position 3 is not a letter, digit or hyphen: invalid argument`,
+		"auth", "identity", "create", "devlxd/csi", "--instance", "web_1")
+	fails(t, srv, `invalid identity "other/csi": want bearer/NAME or devlxd/NAME: invalid argument`,
+		"auth", "identity", "create", "other/csi")
+	ok(t, srv, "auth", "identity", "create", "devlxd/csi", "--instance", "web1", "--instance", "web2")
+	fails(t, srv, "identity devlxd/csi already exists: already exists", "auth", "identity", "create", "devlxd/csi", "--instance", "web1")
+	out := ok(t, srv, "auth", "identity", "token", "issue", "devlxd/csi", "--expiry", "7d")
+	if !regexp.MustCompile(`^gld_[A-Za-z0-9_-]{43}\n$`).MatchString(out) {
+		t.Fatalf("token issue printed %q, want the devlxd token alone", out)
+	}
+	// A devlxd token does not open the admin API.
+	if _, err := srv.Auth.AuthenticateToken(t.Context(), strings.TrimSpace(out)); err == nil {
+		t.Fatal("a devlxd token authenticated on the admin API")
+	}
+	list := ok(t, srv, "auth", "identity", "list")
+	if strings.Contains(list, strings.TrimSpace(out)) || !strings.Contains(list, "devlxd/csi") || !strings.Contains(list, "web1,web2") || !strings.Contains(list, "live") {
+		t.Fatalf("identity list:\n%s", list)
+	}
+	ok(t, srv, "auth", "identity", "token", "revoke", "devlxd/csi")
+	if list := ok(t, srv, "auth", "identity", "list"); !strings.Contains(list, "none") {
+		t.Fatalf("identity list after revoke:\n%s", list)
+	}
+	ok(t, srv, "auth", "identity", "delete", "devlxd/csi")
+	fails(t, srv, `deleting devlxd identity "csi": not found`, "auth", "identity", "delete", "devlxd/csi")
+	fails(t, srv, `setting token of devlxd identity "csi": not found`, "auth", "identity", "token", "issue", "devlxd/csi")
 }
 
 func TestTrustCommands(t *testing.T) {

@@ -90,7 +90,7 @@ func NewRootCommand() *cobra.Command {
 		s.deleteCommand(),
 		s.listCommand(),
 		s.infoCommand(),
-		s.withTrust(s.configCommand()),
+		s.withDevices(s.withTrust(s.configCommand())),
 		s.monitorCommand(),
 		s.backendsCommand(),
 		s.remoteCommand(),
@@ -100,6 +100,7 @@ func NewRootCommand() *cobra.Command {
 		s.waitCommand(),
 	)
 	root.AddCommand(s.snapshotCommands()...)
+	root.AddCommand(s.storageCommand())
 	return root
 }
 

@@ -33,6 +33,7 @@ func main() {
 	flag.StringVar(&cfg.DatabaseURL, "database", "", "database URL: sqlite://PATH (default DIR/guestlink.db) or postgres://...")
 	flag.StringVar(&cfg.PluginDir, "plugin-dir", defaultPluginDir(), "directory of backend plugins and their SHA256SUMS")
 	flag.StringVar(&cfg.DefaultBackend, "default-backend", "sim", "backend of instances launched without one")
+	flag.BoolVar(&cfg.AllowDiskPaths, "allow-disk-paths", false, "let disk devices take a host path as source (default: storage pool volumes only)")
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	flag.Float64Var(&cfg.GuestRingBytes, "guest-ring-bytes", agentmon.DefaultRingBytesPerSecond, "ring-buffer bytes read per second from each guest; a guest writing more is throttled")
 	flag.Float64Var(&cfg.GuestRingLines, "guest-ring-lines", agentmon.DefaultRingLinesPerSecond, "ring-buffer lines read per second from each guest; a guest writing more is throttled")

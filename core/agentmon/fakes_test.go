@@ -111,6 +111,17 @@ type fakeInstances struct {
 	states map[string][]stateCall
 }
 
+func (f *fakeInstances) Get(_ context.Context, name string) (*instance.Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, inst := range f.insts {
+		if inst.Name == name {
+			return clone(inst), nil
+		}
+	}
+	return nil, fmt.Errorf("instance %s: %w", name, errdefs.ErrNotFound)
+}
+
 func (f *fakeInstances) GetByUUID(_ context.Context, uuid string) (*instance.Instance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

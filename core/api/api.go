@@ -96,6 +96,8 @@ type Config struct {
 	// Metrics, when set, is served at /metrics (Prometheus exposition
 	// format, core/metrics), authenticated like the /1.0 routes.
 	Metrics http.Handler
+	// Storage serves the /1.0/storage-pools routes; nil answers 501.
+	Storage Storage
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -185,6 +187,8 @@ func (a *API) Register(r fiber.Router) {
 	a.registerMetrics(r)
 	a.registerConsole(v1)
 	a.registerWait(v1)
+	a.registerDevices(v1)
+	a.registerStorage(v1)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several

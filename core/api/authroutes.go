@@ -25,6 +25,7 @@ func (a *API) registerAuth(v1 fiber.Router) {
 	v1.Delete("/auth/identities/bearer/:name", a.deleteIdentity)
 	v1.Post("/auth/identities/bearer/:name/token", a.issueToken)
 	v1.Delete("/auth/identities/bearer/:name/token", a.revokeToken)
+	a.registerDevlxdIdentities(v1)
 	v1.Post("/auth/dashboard-logins", a.dashboardLogin)
 	v1.Get("/auth/sessions", a.listSessions)
 	v1.Delete("/auth/sessions/:id", a.deleteSession)
@@ -157,7 +158,7 @@ func (a *API) deleteCertificate(c *fiber.Ctx) error {
 
 func wireIdentity(x auth.Identity) wire.Identity {
 	return wire.Identity{Type: x.Type, Name: x.Name, ID: x.ID, CreatedAt: x.CreatedAt, CreatedBy: x.CreatedBy,
-		HasToken: x.HasToken, TokenIssuedAt: x.TokenIssuedAt, TokenExpiresAt: x.TokenExpiresAt}
+		Instances: x.Instances, HasToken: x.HasToken, TokenIssuedAt: x.TokenIssuedAt, TokenExpiresAt: x.TokenExpiresAt}
 }
 
 // listIdentities answers GET /1.0/auth/identities.

@@ -21,8 +21,9 @@ const (
 // MaxExpiry is the longest token expiry ParseExpiry accepts.
 const MaxExpiry = 10 * 365 * 24 * time.Hour
 
-// Identity is one identity of the admin API: a trusted certificate (type
-// tls, id = fingerprint) or a bearer identity (type bearer, id = name).
+// Identity is one identity: a trusted certificate of the admin API (type
+// tls, id = fingerprint), a bearer identity of the admin API (type bearer,
+// id = bearer/name) or a devlxd identity (type devlxd, id = devlxd/name).
 // Tokens are never shown.
 type Identity struct {
 	Type           string     `json:"type"`
@@ -30,6 +31,7 @@ type Identity struct {
 	ID             string     `json:"id"`
 	CreatedAt      time.Time  `json:"created_at"`
 	CreatedBy      string     `json:"created_by"`
+	Instances      []string   `json:"instances,omitempty"` // devlxd identities: the instances they may act for
 	HasToken       bool       `json:"has_token"`
 	TokenIssuedAt  *time.Time `json:"token_issued_at,omitempty"`
 	TokenExpiresAt *time.Time `json:"token_expires_at,omitempty"`
@@ -109,6 +111,13 @@ func (s *Service) Identities(ctx context.Context) ([]Identity, error) {
 	}
 	for _, b := range bearers {
 		out = append(out, identityOf(b))
+	}
+	if _, ok := s.store.(db.DevlxdIdentityStore); ok {
+		devlxd, err := s.DevlxdIdentities(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, devlxd...)
 	}
 	return out, nil
 }

@@ -52,6 +52,21 @@ func (f *fakeInstances) GetByUUID(_ context.Context, uuid string) (*instance.Ins
 	return &cp, nil
 }
 
+func (f *fakeInstances) Get(ctx context.Context, name string) (*instance.Instance, error) {
+	f.mu.Lock()
+	var uuid string
+	for id, inst := range f.byID {
+		if inst.Name == name {
+			uuid = id
+		}
+	}
+	f.mu.Unlock()
+	if uuid == "" {
+		return nil, fmt.Errorf("instance %q: %w", name, errdefs.ErrNotFound)
+	}
+	return f.GetByUUID(ctx, uuid)
+}
+
 func (f *fakeInstances) SetReady(_ context.Context, uuid string, ready bool, by events.Requestor) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

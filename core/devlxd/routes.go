@@ -20,7 +20,7 @@ type route struct {
 
 // routeTable is every devlxd route, one line each (LXD 6.x's, see
 // docs/devlxd.md). The trusted management routes (instances, operations,
-// storage volumes) are added here by their own handlers.
+// storage volumes) are registered after it by registerTrusted (trusted.go).
 func (s *Server) routeTable() []route {
 	return []route{
 		{"/", methods{fiber.MethodGet: s.getRoot}},
@@ -50,6 +50,7 @@ func (s *Server) routes() {
 	for _, r := range s.routeTable() {
 		s.app.All(r.path, dispatch(r.methods))
 	}
+	s.registerTrusted()
 	s.app.Use(func(c *fiber.Ctx) error {
 		if !guestview.DevlxdEnabled(callerOf(c).Config) {
 			// A disabled devlxd refuses every path (LXD: any GET).

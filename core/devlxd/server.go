@@ -40,6 +40,9 @@ type Instances interface {
 	// GetByUUID returns the instance with the given UUID, or an error
 	// wrapping errdefs.ErrNotFound.
 	GetByUUID(ctx context.Context, uuid string) (*instance.Instance, error)
+	// Get returns the instance called name, or an error wrapping
+	// errdefs.ErrNotFound.
+	Get(ctx context.Context, name string) (*instance.Instance, error)
 	// SetReady sets the instance's ready flag; setting it true emits
 	// instance-ready every time.
 	SetReady(ctx context.Context, uuid string, ready bool, by events.Requestor) error
@@ -79,6 +82,13 @@ const (
 type Config struct {
 	// Instances looks instances up and sets their ready flag. Required.
 	Instances Instances
+	// Tokens checks the devlxd bearer tokens guests send for the trusted
+	// management API; nil refuses every token (the API stays untrusted).
+	Tokens Tokens
+	// Storage and Devices serve the trusted management routes (volumes,
+	// instance devices); nil answers those routes 501.
+	Storage Storage
+	Devices Devices
 	// Certs gives each instance's agent certificate. Required.
 	Certs AgentCerts
 	// Certificate is the daemon's TLS server certificate (pki.Store.Daemon).
@@ -133,6 +143,7 @@ type Server struct {
 	tls         *tls.Config
 	app         *fiber.App
 	queue       *connQueue
+	ops         *operations
 	done        chan struct{} // closed when the HTTP server returned
 	once        sync.Once
 }
@@ -194,6 +205,7 @@ func New(cfg Config) (*Server, error) {
 			MinVersion: tls.VersionTLS13,
 		},
 		queue: newConnQueue(),
+		ops:   newOperations(),
 		done:  make(chan struct{}),
 	}
 	s.app = fiber.New(fiber.Config{

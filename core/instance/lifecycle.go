@@ -77,6 +77,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 		cfg[KeyUUID] = newUUID()
 	}
 	uuid := cfg[KeyUUID]
+	storeHwaddrs(cfg, uuid, req.Devices) // devices.go
 	if err := checkConfigBounds(cfg); err != nil {
 		return nil, wrap(err)
 	}

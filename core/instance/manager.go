@@ -35,6 +35,12 @@ type Config struct {
 	Files          FilesProvider // may be nil
 	Logger         *slog.Logger  // nil discards
 	DefaultBackend string        // used when a CreateRequest names none
+	// Volumes checks that a disk device's pool volume exists (core/storage);
+	// nil refuses disks with a source.
+	Volumes VolumeChecker
+	// AllowDiskPaths lets disk devices take a host path as source; off by
+	// default (only pool volumes).
+	AllowDiskPaths bool
 }
 
 // Timeouts of the manager's own work (not of calls made for a caller).
@@ -56,6 +62,7 @@ type Manager struct {
 	files    FilesProvider
 	log      *slog.Logger
 	defBack  string
+	devices  deviceConfig
 
 	loadMu sync.Mutex  // serialises loading the cache
 	loaded atomic.Bool // the cache holds every stored instance
@@ -157,6 +164,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		files:    cfg.Files,
 		log:      log,
 		defBack:  cfg.DefaultBackend,
+		devices:  deviceConfig{volumes: cfg.Volumes, allowPaths: cfg.AllowDiskPaths},
 		byName:   make(map[string]*entry),
 		byLower:  make(map[string]*entry),
 		byUUID:   make(map[string]*entry),

@@ -174,6 +174,9 @@ func (m *Manager) startFiles(r *startRun) error {
 		r.files = files
 	}
 	r.spec = specOf(r.rec, r.files)
+	if err := m.resolveVolumes(r.ctx, r.spec.Devices, false); err != nil { // devices.go: cold-plugged disks
+		return m.failStart(r, err, false)
+	}
 	return nil
 }
 

@@ -170,6 +170,21 @@ func (p *proxy) ReadRing(ctx context.Context, h sdk.Handle, limit int) (data []b
 	return data, err
 }
 
+// UpdateDevices asks the plugin to hot-plug devices of a running guest
+// (sdk.DeviceHotplugger); a plugin without the capability answers
+// sdk.ErrNotSupported.
+func (p *proxy) UpdateDevices(ctx context.Context, h sdk.Handle, add map[string]sdk.Device, remove []string) error {
+	return p.call(ctx, "updating devices", short, 0, func(ctx context.Context, b sdk.Backend) error {
+		hp, ok := b.(sdk.DeviceHotplugger)
+		if !ok {
+			return fmt.Errorf("backend %q cannot hot-plug devices: %w", p.m.name, sdk.ErrNotSupported)
+		}
+		return hp.UpdateDevices(ctx, h, add, remove)
+	})
+}
+
+var _ sdk.DeviceHotplugger = (*proxy)(nil)
+
 // LinkEndpoint asks the plugin for the guest's link and applies the link
 // rule the conformance kit applies too (sdk.CheckLinkEndpoint): an endpoint
 // of a kind the plugin did not announce in Info, or malformed, is

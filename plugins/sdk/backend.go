@@ -37,7 +37,24 @@ const (
 	CapLinkSerial Capability = "link-serial" // LinkEndpoint may return LinkSerial
 	CapRingBuffer Capability = "ring-buffer" // ReadRing works
 	CapRecover    Capability = "recover"     // Recover re-attaches to running guests
+	CapHotplug    Capability = "hotplug.v1"  // the backend implements DeviceHotplugger
 )
+
+// KeyVolumePath is the key the daemon adds to a disk device's config: the
+// host file of its storage volume (raw).
+const KeyVolumePath = "volume.path"
+
+// DeviceHotplugger is the optional interface of a Backend that changes the
+// devices of a running guest (capability CapHotplug). A backend without it
+// answers ErrNotSupported (gRPC Unimplemented) through Serve.
+type DeviceHotplugger interface {
+	// UpdateDevices adds (or replaces) the devices in add and removes those
+	// named in remove on the running guest h, and returns once the guest
+	// has them (a removal once the guest released the device). A stopped
+	// guest is ErrConflict; a device type the backend cannot hot-plug is
+	// ErrNotSupported.
+	UpdateDevices(ctx context.Context, h Handle, add map[string]Device, remove []string) error
+}
 
 // Info describes a backend.
 type Info struct {

@@ -133,6 +133,24 @@ func (g *grpcClient) ReadRing(ctx context.Context, h Handle, limit int) ([]byte,
 	return resp.GetData(), nil
 }
 
+// UpdateDevices asks the plugin to change a running guest's devices; a
+// plugin without the capability answers ErrNotSupported.
+func (g *grpcClient) UpdateDevices(ctx context.Context, h Handle, add map[string]Device, remove []string) error {
+	req := &backendv1.UpdateDevicesRequest{Handle: h, Remove: remove}
+	if len(add) > 0 {
+		req.Add = make(map[string]*backendv1.Device, len(add))
+		for name, d := range add {
+			req.Add[name] = &backendv1.Device{Config: copyMap(d)}
+		}
+	}
+	if _, err := g.c.UpdateDevices(ctx, req); err != nil {
+		return fromStatus(ctx, err)
+	}
+	return nil
+}
+
+var _ DeviceHotplugger = (*grpcClient)(nil)
+
 func (g *grpcClient) LinkEndpoint(ctx context.Context, h Handle) (*LinkEndpoint, error) {
 	resp, err := g.c.LinkEndpoint(ctx, &backendv1.LinkEndpointRequest{Handle: h})
 	if err != nil {

@@ -123,6 +123,23 @@ func (s *grpcServer) Events(_ *backendv1.EventsRequest, stream grpc.ServerStream
 	}
 }
 
+// UpdateDevices calls the backend's DeviceHotplugger, or answers
+// Unimplemented for a backend without one.
+func (s *grpcServer) UpdateDevices(ctx context.Context, req *backendv1.UpdateDevicesRequest) (*backendv1.UpdateDevicesResponse, error) {
+	hp, ok := s.impl.(DeviceHotplugger)
+	if !ok {
+		return nil, toStatus(fmt.Errorf("this backend cannot hot-plug devices (no capability %q): %w", CapHotplug, ErrNotSupported))
+	}
+	add := make(map[string]Device, len(req.GetAdd()))
+	for name, d := range req.GetAdd() {
+		add[name] = Device(copyMap(d.GetConfig()))
+	}
+	if err := hp.UpdateDevices(ctx, Handle(req.GetHandle()), add, req.GetRemove()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &backendv1.UpdateDevicesResponse{}, nil
+}
+
 func (s *grpcServer) ReadRing(ctx context.Context, req *backendv1.ReadRingRequest) (*backendv1.ReadRingResponse, error) {
 	limit := int(min(req.GetMax(), MaxReadRing))
 	data, err := s.impl.ReadRing(ctx, Handle(req.GetHandle()), limit)

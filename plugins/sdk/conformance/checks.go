@@ -131,6 +131,9 @@ func (s *suite) testBadHandle(t *testing.T) {
 			{"LinkEndpoint", false, !s.info.HasLink(), func(ctx context.Context) error { _, err := s.b.LinkEndpoint(ctx, h); return err }},
 			{"ReadRing", false, !s.info.Has(sdk.CapRingBuffer), func(ctx context.Context) error { _, err := s.b.ReadRing(ctx, h, 16); return err }},
 			{"Recover", false, false, func(ctx context.Context) error { _, _, err := s.b.Recover(ctx, h, spec); return err }},
+			{"UpdateDevices", false, !s.info.Has(sdk.CapHotplug), func(ctx context.Context) error {
+				return s.b.(sdk.DeviceHotplugger).UpdateDevices(ctx, h, nil, []string{"conformance"})
+			}},
 			{"Stop", true, false, func(ctx context.Context) error { _, err := s.b.Stop(ctx, h, sdk.StopOptions{Force: true}); return err }},
 			{"Delete", true, false, func(ctx context.Context) error { return s.b.Delete(ctx, h) }},
 		}

@@ -88,6 +88,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("StopStopped", s.testStopStopped)
 	t.Run("DeleteRunning", s.testDeleteRunning)
 	t.Run("BadHandle", s.testBadHandle)
+	t.Run("Hotplug", s.testHotplug)
 	t.Run("InvalidConfig", s.testInvalidConfig)
 	t.Run("Events", s.testEvents)
 	t.Run("Recover", s.testRecover)

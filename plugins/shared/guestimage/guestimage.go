@@ -37,7 +37,7 @@ var rootfs embed.FS
 // loaded only for the vsock link.
 var Modules = []string{
 	"virtio_ring", "virtio", "virtio_pci_modern_dev", "virtio_pci_legacy_dev",
-	"virtio_pci", "virtio_console", "button", "evdev",
+	"virtio_pci", "virtio_console", "virtio_blk", "button", "evdev",
 	"vsock", "vmw_vsock_virtio_transport_common", "vmw_vsock_virtio_transport",
 }
 

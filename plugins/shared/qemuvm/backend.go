@@ -99,6 +99,8 @@ type vm struct {
 	client *qmp.Client
 	exited chan struct{} // closed when our child was reaped; nil when not our child
 	reason string        // last SHUTDOWN reason
+	// deleted are the watchers of DEVICE_DELETED by device id (hotplug.go).
+	deleted map[string]chan struct{}
 }
 
 // New returns a Backend; it probes the host unless opts.Host is set.
@@ -135,7 +137,7 @@ func New(opts Options) (*Backend, error) {
 // Info describes the backend.
 func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 	caps := []sdk.Capability{sdk.CapStateful, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
-		sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove}
+		sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove, sdk.CapHotplug}
 	if b.caps.VhostVsock {
 		caps = append(caps, sdk.CapLinkVsock)
 	}

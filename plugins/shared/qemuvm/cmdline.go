@@ -35,6 +35,7 @@ type launch struct {
 	CID     uint32       // for LinkVsock
 	Initrd  string       // the initrd actually passed (with config drive), "" for none
 	Restore bool         // -incoming defer: the state is loaded through QMP
+	Disks   []coldDisk   // disks present at start, on the hot-plug ports (hotplug.go)
 }
 
 // args returns QEMU's arguments (without the binary).
@@ -91,6 +92,8 @@ func (l *launch) args() []string {
 	if l.Link == sdk.LinkVsock {
 		a = append(a, "-device", fmt.Sprintf("vhost-vsock-pci,id=vsock,bus=pcie.0,addr=0x4,guest-cid=%d,vhostfd=%d", l.CID, vhostFDArg))
 	}
+	a = append(a, hotplugPortArgs()...) // hotplug.go
+	a = append(a, coldDiskArgs(l.Disks)...)
 	if l.Restore {
 		a = append(a, "-incoming", "defer")
 	}

@@ -237,3 +237,20 @@ func TestStartFailureShowsQEMUError(t *testing.T) {
 		t.Fatalf("State after a failed start = %+v, %v", st, err)
 	}
 }
+
+func TestColdDiskArgs(t *testing.T) {
+	devs := map[string]sdk.Device{
+		"b":    {"type": "disk", "pool": "default", "source": "v2", sdk.KeyVolumePath: "/p/v2,x.raw", "readonly": "true"},
+		"a":    {"type": "disk", "pool": "default", "source": "v1", sdk.KeyVolumePath: "/p/v1.raw"},
+		"root": {"type": "disk", "pool": "default", "path": "/"},
+		"eth0": {"type": "nic"},
+	}
+	got := strings.Join(coldDiskArgs(coldDisks(devs)), " ")
+	want := "-blockdev driver=raw,node-name=gl-a,read-only=off,file.driver=file,file.filename=/p/v1.raw,file.read-only=off " +
+		"-device virtio-blk-pci,id=gl-a,drive=gl-a,bus=glhp0,serial=a " +
+		"-blockdev driver=raw,node-name=gl-b,read-only=on,file.driver=file,file.filename=/p/v2,,x.raw,file.read-only=on " +
+		"-device virtio-blk-pci,id=gl-b,drive=gl-b,bus=glhp1,serial=b"
+	if got != want {
+		t.Fatalf("cold disks:\n got %s\nwant %s", got, want)
+	}
+}

@@ -40,6 +40,8 @@ func (b *Backend) pump(h *handle, v *vm, c *qmp.Client) {
 				port = d.ID
 			}
 			b.events.Emit(sdk.Event{UUID: h.UUID, Kind: kind, Port: port, Time: ev.Time})
+		case "DEVICE_DELETED":
+			v.deviceDeleted(ev.Data)
 		case "RESET":
 			b.events.Emit(sdk.Event{UUID: h.UUID, Kind: sdk.EventReset, Time: ev.Time})
 		case "SHUTDOWN":

@@ -38,7 +38,7 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 		return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
 	}
 	l := &launch{Name: name, UUID: h.UUID, Dir: h.Dir, Config: cfg, Layout: b.opts.Layout,
-		Accel: resolveAccel(cfg.Accel, b.caps), Link: cfg.Link}
+		Accel: resolveAccel(cfg.Accel, b.caps), Link: cfg.Link, Disks: coldDisks(spec.Devices)}
 	if l.Link == "" {
 		l.Link = sdk.LinkSerial
 		if b.caps.VhostVsock {

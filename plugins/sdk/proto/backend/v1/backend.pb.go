@@ -1976,6 +1976,104 @@ func (x *AdoptResponse) GetHandle() []byte {
 	return nil
 }
 
+// UpdateDevicesRequest names a running guest and its device changes. A disk
+// device's config carries "volume.path", the host file of its volume.
+type UpdateDevicesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        []byte                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	Add           map[string]*Device     `protobuf:"bytes,2,rep,name=add,proto3" json:"add,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Remove        []string               `protobuf:"bytes,3,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateDevicesRequest) Reset() {
+	*x = UpdateDevicesRequest{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateDevicesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateDevicesRequest) ProtoMessage() {}
+
+func (x *UpdateDevicesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateDevicesRequest.ProtoReflect.Descriptor instead.
+func (*UpdateDevicesRequest) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *UpdateDevicesRequest) GetHandle() []byte {
+	if x != nil {
+		return x.Handle
+	}
+	return nil
+}
+
+func (x *UpdateDevicesRequest) GetAdd() map[string]*Device {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *UpdateDevicesRequest) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+type UpdateDevicesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateDevicesResponse) Reset() {
+	*x = UpdateDevicesResponse{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateDevicesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateDevicesResponse) ProtoMessage() {}
+
+func (x *UpdateDevicesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateDevicesResponse.ProtoReflect.Descriptor instead.
+func (*UpdateDevicesResponse) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+}
+
 var File_plugins_sdk_proto_backend_v1_backend_proto protoreflect.FileDescriptor
 
 const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
@@ -2105,7 +2203,15 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\ffrom_backend\x18\x8d\x01 \x01(\tR\vfromBackend\x124\n" +
 	"\x04spec\x18\x8e\x01 \x01(\v2\x1f.guestlink.backend.v1.GuestSpecR\x04spec\"(\n" +
 	"\rAdoptResponse\x12\x17\n" +
-	"\x06handle\x18\x8c\x01 \x01(\fR\x06handle*Z\n" +
+	"\x06handle\x18\x8c\x01 \x01(\fR\x06handle\"\xe3\x01\n" +
+	"\x14UpdateDevicesRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\fR\x06handle\x12E\n" +
+	"\x03add\x18\x02 \x03(\v23.guestlink.backend.v1.UpdateDevicesRequest.AddEntryR\x03add\x12\x16\n" +
+	"\x06remove\x18\x03 \x03(\tR\x06remove\x1aT\n" +
+	"\bAddEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
+	"\x05value\x18\x02 \x01(\v2\x1c.guestlink.backend.v1.DeviceR\x05value:\x028\x01\"\x17\n" +
+	"\x15UpdateDevicesResponse*Z\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSTATUS_STOPPED\x10\x01\x12\x12\n" +
@@ -2118,8 +2224,7 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x16EVENT_KIND_PORT_OPENED\x10\x03\x12\x1a\n" +
 	"\x16EVENT_KIND_PORT_CLOSED\x10\x04\x12\x18\n" +
 	"\x14EVENT_KIND_RING_DATA\x10\x05\x12\x14\n" +
-	"\x10EVENT_KIND_ERROR\x10\x062\xe6\n" +
-	"\n" +
+	"\x10EVENT_KIND_ERROR\x10\x062\xd0\v\n" +
 	"\aBackend\x12M\n" +
 	"\x04Info\x12!.guestlink.backend.v1.InfoRequest\x1a\".guestlink.backend.v1.InfoResponse\x12S\n" +
 	"\x06Create\x12#.guestlink.backend.v1.CreateRequest\x1a$.guestlink.backend.v1.CreateResponse\x12P\n" +
@@ -2135,7 +2240,8 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x0fSnapshotRestore\x12,.guestlink.backend.v1.SnapshotRestoreRequest\x1a-.guestlink.backend.v1.SnapshotRestoreResponse\x12k\n" +
 	"\x0eSnapshotDelete\x12+.guestlink.backend.v1.SnapshotDeleteRequest\x1a,.guestlink.backend.v1.SnapshotDeleteResponse\x12k\n" +
 	"\x0eSnapshotRename\x12+.guestlink.backend.v1.SnapshotRenameRequest\x1a,.guestlink.backend.v1.SnapshotRenameResponse\x12P\n" +
-	"\x05Adopt\x12\".guestlink.backend.v1.AdoptRequest\x1a#.guestlink.backend.v1.AdoptResponseBGZEgithub.com/guestlink/guestlink/plugins/sdk/proto/backend/v1;backendv1b\x06proto3"
+	"\x05Adopt\x12\".guestlink.backend.v1.AdoptRequest\x1a#.guestlink.backend.v1.AdoptResponse\x12h\n" +
+	"\rUpdateDevices\x12*.guestlink.backend.v1.UpdateDevicesRequest\x1a+.guestlink.backend.v1.UpdateDevicesResponseBGZEgithub.com/guestlink/guestlink/plugins/sdk/proto/backend/v1;backendv1b\x06proto3"
 
 var (
 	file_plugins_sdk_proto_backend_v1_backend_proto_rawDescOnce sync.Once
@@ -2150,7 +2256,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
 	(Status)(0),                     // 0: guestlink.backend.v1.Status
 	(EventKind)(0),                  // 1: guestlink.backend.v1.EventKind
@@ -2189,66 +2295,73 @@ var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
 	(*SnapshotRenameResponse)(nil),  // 34: guestlink.backend.v1.SnapshotRenameResponse
 	(*AdoptRequest)(nil),            // 35: guestlink.backend.v1.AdoptRequest
 	(*AdoptResponse)(nil),           // 36: guestlink.backend.v1.AdoptResponse
-	nil,                             // 37: guestlink.backend.v1.GuestSpec.ConfigEntry
-	nil,                             // 38: guestlink.backend.v1.GuestSpec.DevicesEntry
-	nil,                             // 39: guestlink.backend.v1.Device.ConfigEntry
-	nil,                             // 40: guestlink.backend.v1.GuestState.DetailsEntry
-	nil,                             // 41: guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	(*UpdateDevicesRequest)(nil),    // 37: guestlink.backend.v1.UpdateDevicesRequest
+	(*UpdateDevicesResponse)(nil),   // 38: guestlink.backend.v1.UpdateDevicesResponse
+	nil,                             // 39: guestlink.backend.v1.GuestSpec.ConfigEntry
+	nil,                             // 40: guestlink.backend.v1.GuestSpec.DevicesEntry
+	nil,                             // 41: guestlink.backend.v1.Device.ConfigEntry
+	nil,                             // 42: guestlink.backend.v1.GuestState.DetailsEntry
+	nil,                             // 43: guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	nil,                             // 44: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
 }
 var file_plugins_sdk_proto_backend_v1_backend_proto_depIdxs = []int32{
-	37, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
-	38, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
+	39, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
+	40, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
 	4,  // 2: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
-	39, // 3: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
+	41, // 3: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
 	5,  // 4: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
 	5,  // 5: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
 	17, // 6: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
 	17, // 7: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
 	17, // 8: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
 	0,  // 9: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
-	40, // 10: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
+	42, // 10: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
 	1,  // 11: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
 	5,  // 12: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
 	17, // 13: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
-	41, // 14: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	43, // 14: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
 	27, // 15: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
 	5,  // 16: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	6,  // 17: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
-	2,  // 18: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
-	7,  // 19: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
-	9,  // 20: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
-	11, // 21: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
-	13, // 22: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
-	15, // 23: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
-	18, // 24: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
-	20, // 25: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
-	22, // 26: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
-	24, // 27: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
-	26, // 28: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
-	29, // 29: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
-	31, // 30: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
-	33, // 31: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
-	35, // 32: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
-	3,  // 33: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
-	8,  // 34: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
-	10, // 35: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
-	12, // 36: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
-	14, // 37: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
-	16, // 38: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
-	19, // 39: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
-	21, // 40: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
-	23, // 41: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
-	25, // 42: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
-	28, // 43: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
-	30, // 44: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
-	32, // 45: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
-	34, // 46: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
-	36, // 47: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
-	33, // [33:48] is the sub-list for method output_type
-	18, // [18:33] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	44, // 17: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	6,  // 18: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
+	6,  // 19: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
+	2,  // 20: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
+	7,  // 21: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
+	9,  // 22: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
+	11, // 23: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
+	13, // 24: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
+	15, // 25: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
+	18, // 26: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
+	20, // 27: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
+	22, // 28: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
+	24, // 29: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
+	26, // 30: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
+	29, // 31: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
+	31, // 32: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
+	33, // 33: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
+	35, // 34: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
+	37, // 35: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
+	3,  // 36: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
+	8,  // 37: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
+	10, // 38: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
+	12, // 39: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
+	14, // 40: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
+	16, // 41: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
+	19, // 42: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
+	21, // 43: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
+	23, // 44: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
+	25, // 45: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
+	28, // 46: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
+	30, // 47: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
+	32, // 48: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
+	34, // 49: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
+	36, // 50: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
+	38, // 51: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
+	36, // [36:52] is the sub-list for method output_type
+	20, // [20:36] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_plugins_sdk_proto_backend_v1_backend_proto_init() }
@@ -2262,7 +2375,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc), len(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

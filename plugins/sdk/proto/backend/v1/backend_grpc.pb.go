@@ -39,6 +39,7 @@ const (
 	Backend_SnapshotDelete_FullMethodName  = "/guestlink.backend.v1.Backend/SnapshotDelete"
 	Backend_SnapshotRename_FullMethodName  = "/guestlink.backend.v1.Backend/SnapshotRename"
 	Backend_Adopt_FullMethodName           = "/guestlink.backend.v1.Backend/Adopt"
+	Backend_UpdateDevices_FullMethodName   = "/guestlink.backend.v1.Backend/UpdateDevices"
 )
 
 // BackendClient is the client API for Backend service.
@@ -99,6 +100,9 @@ type BackendClient interface {
 	// FAILED_PRECONDITION. After a successful Adopt the other backend's handle
 	// must not be used again.
 	Adopt(ctx context.Context, in *AdoptRequest, opts ...grpc.CallOption) (*AdoptResponse, error)
+	// UpdateDevices adds (or replaces) and removes devices of a running guest
+	// (capability "hotplug.v1"). A plugin without it answers Unimplemented.
+	UpdateDevices(ctx context.Context, in *UpdateDevicesRequest, opts ...grpc.CallOption) (*UpdateDevicesResponse, error)
 }
 
 type backendClient struct {
@@ -268,6 +272,16 @@ func (c *backendClient) Adopt(ctx context.Context, in *AdoptRequest, opts ...grp
 	return out, nil
 }
 
+func (c *backendClient) UpdateDevices(ctx context.Context, in *UpdateDevicesRequest, opts ...grpc.CallOption) (*UpdateDevicesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateDevicesResponse)
+	err := c.cc.Invoke(ctx, Backend_UpdateDevices_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BackendServer is the server API for Backend service.
 // All implementations must embed UnimplementedBackendServer
 // for forward compatibility.
@@ -326,6 +340,9 @@ type BackendServer interface {
 	// FAILED_PRECONDITION. After a successful Adopt the other backend's handle
 	// must not be used again.
 	Adopt(context.Context, *AdoptRequest) (*AdoptResponse, error)
+	// UpdateDevices adds (or replaces) and removes devices of a running guest
+	// (capability "hotplug.v1"). A plugin without it answers Unimplemented.
+	UpdateDevices(context.Context, *UpdateDevicesRequest) (*UpdateDevicesResponse, error)
 	mustEmbedUnimplementedBackendServer()
 }
 
@@ -380,6 +397,9 @@ func (UnimplementedBackendServer) SnapshotRename(context.Context, *SnapshotRenam
 }
 func (UnimplementedBackendServer) Adopt(context.Context, *AdoptRequest) (*AdoptResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Adopt not implemented")
+}
+func (UnimplementedBackendServer) UpdateDevices(context.Context, *UpdateDevicesRequest) (*UpdateDevicesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateDevices not implemented")
 }
 func (UnimplementedBackendServer) mustEmbedUnimplementedBackendServer() {}
 func (UnimplementedBackendServer) testEmbeddedByValue()                 {}
@@ -665,6 +685,24 @@ func _Backend_Adopt_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Backend_UpdateDevices_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateDevicesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).UpdateDevices(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_UpdateDevices_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).UpdateDevices(ctx, req.(*UpdateDevicesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Backend_ServiceDesc is the grpc.ServiceDesc for Backend service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -727,6 +765,10 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Adopt",
 			Handler:    _Backend_Adopt_Handler,
+		},
+		{
+			MethodName: "UpdateDevices",
+			Handler:    _Backend_UpdateDevices_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,120 @@
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/guestlink/guestlink/core/storage"
+	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/db/dbtest"
+	"github.com/guestlink/guestlink/errdefs"
+)
+
+func newService(t *testing.T, used map[string][]string) *storage.Service {
+	t.Helper()
+	st := dbtest.SQLite(t)
+	s, err := storage.New(t.TempDir(), st.(db.StorageStore), func(_ context.Context, pool, vol string) ([]string, error) {
+		return used[pool+"/"+vol], nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestVolumes(t *testing.T) {
+	ctx := context.Background()
+	s := newService(t, map[string][]string{"default/busy": {"web1"}})
+	v, err := s.CreateVolume(ctx, "default", "vol1", "", "data", map[string]string{"size": "4MiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.ContentType != "block" || v.Type != "custom" || v.Config["size"] != "4MiB" {
+		t.Fatalf("created %+v", v)
+	}
+	fi, err := os.Stat(s.Path("default", "vol1"))
+	if err != nil || fi.Size() != 4<<20 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("volume file: %v %v", fi, err)
+	}
+	for _, tt := range []struct {
+		name, pool, vol, ctype string
+		cfg                    map[string]string
+		want                   error
+		msg                    string
+	}{
+		{"duplicate", "default", "vol1", "", nil, errdefs.ErrAlreadyExists, `storage volume "vol1" already exists in pool default`},
+		{"unknown pool", "fast", "v", "", nil, errdefs.ErrNotFound, `storage pool "fast"`},
+		{"bad name", "default", "a/b", "", nil, errdefs.ErrInvalid, `invalid volume name "a/b"`},
+		{"filesystem", "default", "fs", "filesystem", nil, errdefs.ErrInvalid, `content type "filesystem" is not supported`},
+		{"bad size", "default", "v", "", map[string]string{"size": "lots"}, errdefs.ErrInvalid, `invalid size "lots"`},
+		{"odd size", "default", "v", "", map[string]string{"size": "1000"}, errdefs.ErrInvalid, "multiple of 512"},
+		{"unknown key", "default", "v", "", map[string]string{"zfs.x": "1"}, errdefs.ErrInvalid, `unknown volume config key "zfs.x"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := s.CreateVolume(ctx, tt.pool, tt.vol, tt.ctype, "", tt.cfg); !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("err = %v, want %v containing %q", err, tt.want, tt.msg)
+			}
+		})
+	}
+	// Write data, snapshot, change the volume: the snapshot keeps the old bytes.
+	if err := os.WriteFile(s.Path("default", "vol1"), []byte("before"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(s.Path("default", "vol1"), 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateSnapshot(ctx, "default", "vol1", "snap0", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.Path("default", "vol1"), []byte("after!"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(s.Path("default", "vol1/snap0"))
+	if err != nil || len(got) != 4<<20 || string(got[:6]) != "before" {
+		t.Fatalf("snapshot: %d bytes %q %v", len(got), got[:6], err)
+	}
+	if _, err := s.CreateSnapshot(ctx, "default", "vol1", "snap0", ""); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Fatalf("duplicate snapshot: %v", err)
+	}
+	snaps, err := s.Snapshots(ctx, "default", "vol1")
+	if err != nil || len(snaps) != 1 || snaps[0].Name != "vol1/snap0" {
+		t.Fatalf("snapshots %+v %v", snaps, err)
+	}
+	vols, err := s.Volumes(ctx, "default")
+	if err != nil || len(vols) != 1 {
+		t.Fatalf("volumes (snapshots excluded) %+v %v", vols, err)
+	}
+	// Grow, never shrink.
+	if _, err := s.UpdateVolume(ctx, "default", "vol1", "bigger", map[string]string{"size": "8MiB"}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(s.Path("default", "vol1")); fi.Size() != 8<<20 {
+		t.Fatalf("grown to %d", fi.Size())
+	}
+	if _, err := s.UpdateVolume(ctx, "default", "vol1", "", map[string]string{"size": "1MiB"}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("shrink: %v", err)
+	}
+	// In use: refused.
+	if _, err := s.CreateVolume(ctx, "default", "busy", "", "", map[string]string{"size": "1MiB"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteVolume(ctx, "default", "busy"); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "used by instance web1") {
+		t.Fatalf("delete of a used volume: %v", err)
+	}
+	// Delete takes the snapshots along.
+	if err := s.DeleteVolume(ctx, "default", "vol1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.Path("default", "vol1/snap0")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("snapshot file left: %v", err)
+	}
+	if _, err := s.Volume(ctx, "default", "vol1/snap0"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("snapshot record left: %v", err)
+	}
+	if err := s.DeleteVolume(ctx, "default", "vol1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+}
