@@ -83,6 +83,7 @@ func migrations() []*gormigrate.Migration {
 		},
 		migrationEventsByInstance(),
 		authMigration(),
+		imagesMigration(),
 	}
 }
 
