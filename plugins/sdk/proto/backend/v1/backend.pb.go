@@ -317,7 +317,10 @@ type GuestSpec struct {
 	// Files for the guest's config drive (agent certificates, agent.conf).
 	Files []*File `protobuf:"bytes,5,rep,name=files,proto3" json:"files,omitempty"`
 	// Restore the state saved by a stateful stop instead of booting.
-	RestoreState  bool `protobuf:"varint,6,opt,name=restore_state,json=restoreState,proto3" json:"restore_state,omitempty"`
+	RestoreState bool `protobuf:"varint,6,opt,name=restore_state,json=restoreState,proto3" json:"restore_state,omitempty"`
+	// The disk image the guest boots from (capability disk.v1); unset for a
+	// guest without one. The backend keeps its own writable layer on it.
+	Image         *Image `protobuf:"bytes,160,opt,name=image,proto3" json:"image,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -394,6 +397,90 @@ func (x *GuestSpec) GetRestoreState() bool {
 	return false
 }
 
+func (x *GuestSpec) GetImage() *Image {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
+// Image is a disk image of the host's image store, read-only to backends.
+type Image struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprint   string                 `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"` // SHA-256 of the file, lowercase hex
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`               // absolute path of the disk file
+	Format        string                 `protobuf:"bytes,3,opt,name=format,proto3" json:"format,omitempty"`           // "raw" or "qcow2"
+	Kernel        string                 `protobuf:"bytes,4,opt,name=kernel,proto3" json:"kernel,omitempty"`           // absolute path of a kernel for direct boot, or ""
+	Initrd        string                 `protobuf:"bytes,5,opt,name=initrd,proto3" json:"initrd,omitempty"`           // absolute path of its initrd, or ""
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Image) Reset() {
+	*x = Image{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Image) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Image) ProtoMessage() {}
+
+func (x *Image) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Image.ProtoReflect.Descriptor instead.
+func (*Image) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Image) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *Image) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Image) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
+}
+
+func (x *Image) GetKernel() string {
+	if x != nil {
+		return x.Kernel
+	}
+	return ""
+}
+
+func (x *Image) GetInitrd() string {
+	if x != nil {
+		return x.Initrd
+	}
+	return ""
+}
+
 type Device struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Config        map[string]string      `protobuf:"bytes,1,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -403,7 +490,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +502,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +515,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Device) GetConfig() map[string]string {
@@ -447,7 +534,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +546,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +559,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{5}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateRequest) GetSpec() *GuestSpec {
@@ -491,7 +578,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +590,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +603,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateResponse) GetHandle() []byte {
@@ -536,7 +623,7 @@ type StartRequest struct {
 
 func (x *StartRequest) Reset() {
 	*x = StartRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +635,7 @@ func (x *StartRequest) String() string {
 func (*StartRequest) ProtoMessage() {}
 
 func (x *StartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +648,7 @@ func (x *StartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
 func (*StartRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{7}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StartRequest) GetHandle() []byte {
@@ -588,7 +675,7 @@ type StartResponse struct {
 
 func (x *StartResponse) Reset() {
 	*x = StartResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +687,7 @@ func (x *StartResponse) String() string {
 func (*StartResponse) ProtoMessage() {}
 
 func (x *StartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +700,7 @@ func (x *StartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
 func (*StartResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{8}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StartResponse) GetHandle() []byte {
@@ -642,7 +729,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +741,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +754,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{9}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StopRequest) GetHandle() []byte {
@@ -707,7 +794,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +806,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +819,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{10}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StopResponse) GetState() *GuestState {
@@ -751,7 +838,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +850,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +863,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{11}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteRequest) GetHandle() []byte {
@@ -794,7 +881,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +893,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +906,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 type StateRequest struct {
@@ -831,7 +918,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +930,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +943,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StateRequest) GetHandle() []byte {
@@ -875,7 +962,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +974,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +987,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StateResponse) GetState() *GuestState {
@@ -924,7 +1011,7 @@ type GuestState struct {
 
 func (x *GuestState) Reset() {
 	*x = GuestState{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1023,7 @@ func (x *GuestState) String() string {
 func (*GuestState) ProtoMessage() {}
 
 func (x *GuestState) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1036,7 @@ func (x *GuestState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestState.ProtoReflect.Descriptor instead.
 func (*GuestState) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GuestState) GetStatus() Status {
@@ -995,7 +1082,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1094,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1107,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 type Event struct {
@@ -1036,7 +1123,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1135,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1148,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Event) GetUuid() string {
@@ -1109,7 +1196,7 @@ type ReadRingRequest struct {
 
 func (x *ReadRingRequest) Reset() {
 	*x = ReadRingRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1208,7 @@ func (x *ReadRingRequest) String() string {
 func (*ReadRingRequest) ProtoMessage() {}
 
 func (x *ReadRingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1221,7 @@ func (x *ReadRingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingRequest.ProtoReflect.Descriptor instead.
 func (*ReadRingRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReadRingRequest) GetHandle() []byte {
@@ -1160,7 +1247,7 @@ type ReadRingResponse struct {
 
 func (x *ReadRingResponse) Reset() {
 	*x = ReadRingResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1259,7 @@ func (x *ReadRingResponse) String() string {
 func (*ReadRingResponse) ProtoMessage() {}
 
 func (x *ReadRingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1272,7 @@ func (x *ReadRingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingResponse.ProtoReflect.Descriptor instead.
 func (*ReadRingResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadRingResponse) GetData() []byte {
@@ -1204,7 +1291,7 @@ type LinkEndpointRequest struct {
 
 func (x *LinkEndpointRequest) Reset() {
 	*x = LinkEndpointRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1303,7 @@ func (x *LinkEndpointRequest) String() string {
 func (*LinkEndpointRequest) ProtoMessage() {}
 
 func (x *LinkEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1316,7 @@ func (x *LinkEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkEndpointRequest.ProtoReflect.Descriptor instead.
 func (*LinkEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LinkEndpointRequest) GetHandle() []byte {
@@ -1253,7 +1340,7 @@ type LinkEndpointResponse struct {
 
 func (x *LinkEndpointResponse) Reset() {
 	*x = LinkEndpointResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1352,7 @@ func (x *LinkEndpointResponse) String() string {
 func (*LinkEndpointResponse) ProtoMessage() {}
 
 func (x *LinkEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1365,7 @@ func (x *LinkEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkEndpointResponse.ProtoReflect.Descriptor instead.
 func (*LinkEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LinkEndpointResponse) GetKind() string {
@@ -1312,7 +1399,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1411,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1424,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RecoverRequest) GetHandle() []byte {
@@ -1364,7 +1451,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1376,7 +1463,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1389,7 +1476,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RecoverResponse) GetHandle() []byte {
@@ -1420,20 +1507,27 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x04File\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"\xac\x03\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\xe0\x03\n" +
 	"\tGuestSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12C\n" +
 	"\x06config\x18\x03 \x03(\v2+.guestlink.backend.v1.GuestSpec.ConfigEntryR\x06config\x12F\n" +
 	"\adevices\x18\x04 \x03(\v2,.guestlink.backend.v1.GuestSpec.DevicesEntryR\adevices\x120\n" +
 	"\x05files\x18\x05 \x03(\v2\x1a.guestlink.backend.v1.FileR\x05files\x12#\n" +
-	"\rrestore_state\x18\x06 \x01(\bR\frestoreState\x1a9\n" +
+	"\rrestore_state\x18\x06 \x01(\bR\frestoreState\x122\n" +
+	"\x05image\x18\xa0\x01 \x01(\v2\x1b.guestlink.backend.v1.ImageR\x05image\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aX\n" +
 	"\fDevicesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
 	"\x05value\x18\x02 \x01(\v2\x1c.guestlink.backend.v1.DeviceR\x05value:\x028\x01\"\x85\x01\n" +
+	"\x05Image\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
+	"\x06format\x18\x03 \x01(\tR\x06format\x12\x16\n" +
+	"\x06kernel\x18\x04 \x01(\tR\x06kernel\x12\x16\n" +
+	"\x06initrd\x18\x05 \x01(\tR\x06initrd\"\x85\x01\n" +
 	"\x06Device\x12@\n" +
 	"\x06config\x18\x01 \x03(\v2(.guestlink.backend.v1.Device.ConfigEntryR\x06config\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
@@ -1536,7 +1630,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
 	(Status)(0),                  // 0: guestlink.backend.v1.Status
 	(EventKind)(0),               // 1: guestlink.backend.v1.EventKind
@@ -1544,72 +1638,74 @@ var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
 	(*InfoResponse)(nil),         // 3: guestlink.backend.v1.InfoResponse
 	(*File)(nil),                 // 4: guestlink.backend.v1.File
 	(*GuestSpec)(nil),            // 5: guestlink.backend.v1.GuestSpec
-	(*Device)(nil),               // 6: guestlink.backend.v1.Device
-	(*CreateRequest)(nil),        // 7: guestlink.backend.v1.CreateRequest
-	(*CreateResponse)(nil),       // 8: guestlink.backend.v1.CreateResponse
-	(*StartRequest)(nil),         // 9: guestlink.backend.v1.StartRequest
-	(*StartResponse)(nil),        // 10: guestlink.backend.v1.StartResponse
-	(*StopRequest)(nil),          // 11: guestlink.backend.v1.StopRequest
-	(*StopResponse)(nil),         // 12: guestlink.backend.v1.StopResponse
-	(*DeleteRequest)(nil),        // 13: guestlink.backend.v1.DeleteRequest
-	(*DeleteResponse)(nil),       // 14: guestlink.backend.v1.DeleteResponse
-	(*StateRequest)(nil),         // 15: guestlink.backend.v1.StateRequest
-	(*StateResponse)(nil),        // 16: guestlink.backend.v1.StateResponse
-	(*GuestState)(nil),           // 17: guestlink.backend.v1.GuestState
-	(*EventsRequest)(nil),        // 18: guestlink.backend.v1.EventsRequest
-	(*Event)(nil),                // 19: guestlink.backend.v1.Event
-	(*ReadRingRequest)(nil),      // 20: guestlink.backend.v1.ReadRingRequest
-	(*ReadRingResponse)(nil),     // 21: guestlink.backend.v1.ReadRingResponse
-	(*LinkEndpointRequest)(nil),  // 22: guestlink.backend.v1.LinkEndpointRequest
-	(*LinkEndpointResponse)(nil), // 23: guestlink.backend.v1.LinkEndpointResponse
-	(*RecoverRequest)(nil),       // 24: guestlink.backend.v1.RecoverRequest
-	(*RecoverResponse)(nil),      // 25: guestlink.backend.v1.RecoverResponse
-	nil,                          // 26: guestlink.backend.v1.GuestSpec.ConfigEntry
-	nil,                          // 27: guestlink.backend.v1.GuestSpec.DevicesEntry
-	nil,                          // 28: guestlink.backend.v1.Device.ConfigEntry
-	nil,                          // 29: guestlink.backend.v1.GuestState.DetailsEntry
+	(*Image)(nil),                // 6: guestlink.backend.v1.Image
+	(*Device)(nil),               // 7: guestlink.backend.v1.Device
+	(*CreateRequest)(nil),        // 8: guestlink.backend.v1.CreateRequest
+	(*CreateResponse)(nil),       // 9: guestlink.backend.v1.CreateResponse
+	(*StartRequest)(nil),         // 10: guestlink.backend.v1.StartRequest
+	(*StartResponse)(nil),        // 11: guestlink.backend.v1.StartResponse
+	(*StopRequest)(nil),          // 12: guestlink.backend.v1.StopRequest
+	(*StopResponse)(nil),         // 13: guestlink.backend.v1.StopResponse
+	(*DeleteRequest)(nil),        // 14: guestlink.backend.v1.DeleteRequest
+	(*DeleteResponse)(nil),       // 15: guestlink.backend.v1.DeleteResponse
+	(*StateRequest)(nil),         // 16: guestlink.backend.v1.StateRequest
+	(*StateResponse)(nil),        // 17: guestlink.backend.v1.StateResponse
+	(*GuestState)(nil),           // 18: guestlink.backend.v1.GuestState
+	(*EventsRequest)(nil),        // 19: guestlink.backend.v1.EventsRequest
+	(*Event)(nil),                // 20: guestlink.backend.v1.Event
+	(*ReadRingRequest)(nil),      // 21: guestlink.backend.v1.ReadRingRequest
+	(*ReadRingResponse)(nil),     // 22: guestlink.backend.v1.ReadRingResponse
+	(*LinkEndpointRequest)(nil),  // 23: guestlink.backend.v1.LinkEndpointRequest
+	(*LinkEndpointResponse)(nil), // 24: guestlink.backend.v1.LinkEndpointResponse
+	(*RecoverRequest)(nil),       // 25: guestlink.backend.v1.RecoverRequest
+	(*RecoverResponse)(nil),      // 26: guestlink.backend.v1.RecoverResponse
+	nil,                          // 27: guestlink.backend.v1.GuestSpec.ConfigEntry
+	nil,                          // 28: guestlink.backend.v1.GuestSpec.DevicesEntry
+	nil,                          // 29: guestlink.backend.v1.Device.ConfigEntry
+	nil,                          // 30: guestlink.backend.v1.GuestState.DetailsEntry
 }
 var file_plugins_sdk_proto_backend_v1_backend_proto_depIdxs = []int32{
-	26, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
-	27, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
+	27, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
+	28, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
 	4,  // 2: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
-	28, // 3: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
-	5,  // 4: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	5,  // 5: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	17, // 6: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
-	17, // 7: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
-	17, // 8: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
-	0,  // 9: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
-	29, // 10: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
-	1,  // 11: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
-	5,  // 12: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	17, // 13: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
-	6,  // 14: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
-	2,  // 15: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
-	7,  // 16: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
-	9,  // 17: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
-	11, // 18: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
-	13, // 19: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
-	15, // 20: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
-	18, // 21: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
-	20, // 22: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
-	22, // 23: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
-	24, // 24: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
-	3,  // 25: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
-	8,  // 26: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
-	10, // 27: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
-	12, // 28: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
-	14, // 29: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
-	16, // 30: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
-	19, // 31: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
-	21, // 32: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
-	23, // 33: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
-	25, // 34: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
-	25, // [25:35] is the sub-list for method output_type
-	15, // [15:25] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	6,  // 3: guestlink.backend.v1.GuestSpec.image:type_name -> guestlink.backend.v1.Image
+	29, // 4: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
+	5,  // 5: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	5,  // 6: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	18, // 7: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
+	18, // 8: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
+	18, // 9: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
+	0,  // 10: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
+	30, // 11: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
+	1,  // 12: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
+	5,  // 13: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	18, // 14: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
+	7,  // 15: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
+	2,  // 16: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
+	8,  // 17: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
+	10, // 18: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
+	12, // 19: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
+	14, // 20: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
+	16, // 21: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
+	19, // 22: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
+	21, // 23: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
+	23, // 24: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
+	25, // 25: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
+	3,  // 26: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
+	9,  // 27: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
+	11, // 28: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
+	13, // 29: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
+	15, // 30: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
+	17, // 31: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
+	20, // 32: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
+	22, // 33: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
+	24, // 34: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
+	26, // 35: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
+	26, // [26:36] is the sub-list for method output_type
+	16, // [16:26] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_plugins_sdk_proto_backend_v1_backend_proto_init() }
@@ -1623,7 +1719,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc), len(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
