@@ -23,6 +23,7 @@ import (
 	"github.com/guestlink/guestlink/core/api"
 	"github.com/guestlink/guestlink/core/devlxd"
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
@@ -80,6 +81,7 @@ type Daemon struct {
 	bus     *events.Bus
 	plugins *pluginhost.Host
 	mgr     *instance.Manager
+	images  *images.Store
 	links   *linkhost.Host
 	devlxd  *devlxd.Server
 	monitor *agentmon.Service
@@ -137,6 +139,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	if d.store, err = db.Open(ctx, url, db.WithStateDir(cfg.StateDir), db.WithLogger(d.log.With("component", "db"))); err != nil {
 		return nil, fmt.Errorf("starting daemon: opening the database: %w", err)
+	}
+	if err := d.openImages(); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	d.bus = events.New(d.store, events.WithLogger(d.log.With("component", "events")))
 	if err := d.startAuth(); err != nil {
@@ -201,6 +206,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Files:          d.monitor,
 		Logger:         d.log.With("component", "instance"),
 		DefaultBackend: cfg.DefaultBackend,
+		Images:         d.images,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
@@ -228,7 +234,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 
 	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
-		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits})
+		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits, Images: d.images})
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}

@@ -38,16 +38,29 @@ func (s *session) launchCommand() *cobra.Command {
 	var backend string
 	var config []string
 	cmd := &cobra.Command{
-		Use:   "launch NAME [--backend BACKEND] [-c key=value ...]",
+		Use:   "launch [IMAGE] NAME [--backend BACKEND] [-c key=value ...]",
 		Short: "Create and start an instance",
-		Args:  argsExactly(1),
+		Long: `Create and start an instance called NAME. With IMAGE (an alias, fingerprint
+or fingerprint prefix of the image store, see guestlink image list) the
+guest boots from a writable layer on that image; the backend must announce
+disk.v1 (qemu, qemu-legacy).`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 1 || len(args) > 2 {
+				return fmt.Errorf("%s takes 1 or 2 arguments, got %d (usage: %s)", cmd.CommandPath(), len(args), cmd.UseLine())
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			image := ""
+			if len(args) == 2 {
+				image, args = args[0], args[1:]
+			}
 			cfg, err := parseKeyValues(config, "config")
 			if err != nil {
 				return err
 			}
 			inst, err := s.client.Create(cmd.Context(), api.InstancesPost{
-				Name: args[0], Backend: backend, Config: cfg, Start: true,
+				Name: args[0], Backend: backend, Config: cfg, Start: true, Image: image,
 			})
 			if err != nil {
 				return err

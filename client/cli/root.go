@@ -95,6 +95,7 @@ func NewRootCommand() *cobra.Command {
 		s.remoteCommand(),
 		s.authCommand(),
 		s.dashboardCommand(),
+		s.imageCommand(),
 	)
 	return root
 }

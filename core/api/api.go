@@ -90,6 +90,8 @@ type Config struct {
 	// DashboardURL returns the dashboard's base URL ("http://127.0.0.1:8080")
 	// for one-time login URLs; nil or "" when no TCP listener serves it.
 	DashboardURL func() string
+	// Images is the image store behind /1.0/images; nil answers 501.
+	Images ImageService
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -175,6 +177,7 @@ func (a *API) Register(r fiber.Router) {
 	v1.Post("/backends/:name/reload", a.reloadBackend)
 	v1.Get("/events", a.eventsUpgrade, a.eventsSocket())
 	a.registerAuth(v1)
+	a.registerImages(v1)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several

@@ -460,3 +460,13 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 	}
 	return c.r.Read(p)
 }
+
+// Fingerprint resolves ref (alias, fingerprint or unique prefix) to the
+// fingerprint of its image (see Resolve).
+func (s *Store) Fingerprint(ctx context.Context, ref string) (string, error) {
+	im, err := s.Resolve(ctx, ref)
+	if err != nil {
+		return "", err
+	}
+	return im.Fingerprint, nil
+}

@@ -42,6 +42,8 @@ type Options struct {
 	Hosts []string
 	// DashboardURL is the base of dashboard login URLs ("" : none).
 	DashboardURL string
+	// Images is api.Config.Images (nil: /1.0/images answers 501).
+	Images api.ImageService
 }
 
 // Server is a running admin API on a Unix socket.
@@ -111,6 +113,7 @@ func NewServer(t testing.TB, opts Options) *Server {
 		Events:       &countingSource{bus: bus, n: &s.subs},
 		Backends:     s.Backends,
 		Version:      "test",
+		Images:       opts.Images,
 		BodyLimit:    opts.BodyLimit,
 		PingInterval: opts.PingInterval,
 	})

@@ -111,6 +111,9 @@ func (s *Instances) Create(ctx context.Context, req instance.CreateRequest, by e
 	}
 	uuid := fmt.Sprintf("00000000-0000-4000-8000-%012d", len(s.items)+1)
 	cfg["volatile.uuid"] = uuid
+	if req.Image != "" {
+		cfg["volatile.base_image"] = req.Image // as given: the fake resolves nothing
+	}
 	inst := &instance.Instance{
 		Name:      req.Name,
 		UUID:      uuid,
