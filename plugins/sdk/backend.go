@@ -40,6 +40,9 @@ const (
 	// CapDisk: Create and Start honour GuestSpec.Image, keeping a writable
 	// layer of the guest's own on the image (removed by Delete).
 	CapDisk Capability = "disk.v1"
+	// CapNICUser: nic devices with nictype=user (user-mode networking with
+	// host port forwards) are realised.
+	CapNICUser Capability = "nic.user.v1"
 )
 
 // Info describes a backend.

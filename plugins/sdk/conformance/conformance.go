@@ -47,6 +47,7 @@ type Config struct {
 // knownCapabilities are the capabilities the contract defines.
 var knownCapabilities = []sdk.Capability{
 	sdk.CapStateful, sdk.CapLinkHybrid, sdk.CapLinkVsock, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
+	sdk.CapDisk, sdk.CapNICUser,
 }
 
 // suite is one run of the kit.
@@ -88,6 +89,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("DeleteRunning", s.testDeleteRunning)
 	t.Run("BadHandle", s.testBadHandle)
 	t.Run("InvalidConfig", s.testInvalidConfig)
+	t.Run("MissingImage", s.testMissingImage)
 	t.Run("Events", s.testEvents)
 	t.Run("Recover", s.testRecover)
 	t.Run("RecoverStopped", s.testRecoverStopped)
