@@ -117,7 +117,7 @@ func diskArgs(dir string) []string {
 	return []string{
 		"-blockdev", "driver=file,filename=" + qemuOpt(p) + ",node-name=root-file,discard=unmap",
 		"-blockdev", "driver=qcow2,file=root-file,node-name=root,discard=unmap",
-		"-device", "virtio-blk-pci,drive=root,id=dev-root,bus=pcie.0,addr=0x5,bootindex=0",
+		"-device", "virtio-blk-pci,drive=root,id=dev-root,bus=pcie.0,addr=0x5",
 	}
 }
 
