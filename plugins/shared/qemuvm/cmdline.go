@@ -94,6 +94,7 @@ func (l *launch) args() []string {
 		a = append(a, "-device", dev)
 	}
 	a = append(a, disk...)
+	a = append(a, configDriveArgs(l.Dir)...)
 	a = append(a, nicArgs(l.NICs)...)
 	if l.Link == sdk.LinkVsock {
 		a = append(a, "-device", fmt.Sprintf("vhost-vsock-pci,id=vsock,bus=pcie.0,addr=0x4,guest-cid=%d,vhostfd=%d", l.CID, vhostFDArg))

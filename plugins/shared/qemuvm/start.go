@@ -87,6 +87,11 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 	for _, f := range spec.Files {
 		files = append(files, guestimage.ConfigFile{Path: f.Path, Mode: f.Mode, Data: f.Data})
 	}
+	if spec.Image != nil {
+		if err := writeConfigDrive(ctx, h.Dir, spec.Files); err != nil {
+			return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
+		}
+	}
 	initrd, err := writeBootInitrd(h.Dir, cfg.Initrd, files)
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
