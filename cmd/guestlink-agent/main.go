@@ -25,7 +25,7 @@ import (
 
 	"github.com/guestlink/guestlink/agent"
 	"github.com/guestlink/guestlink/agent/devlxdclient"
-	"github.com/guestlink/guestlink/agent/sdnotify"
+	"github.com/guestlink/guestlink/internal/sdnotify"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 	"github.com/guestlink/guestlink/link/serialmux"
 	"github.com/guestlink/guestlink/link/transport"

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/guestlink/guestlink/agent/sdnotify"
+	"github.com/guestlink/guestlink/internal/sdnotify"
 )
 
 func TestNotify(t *testing.T) {

@@ -1,8 +1,9 @@
 // Package sdnotify tells systemd about a service's state (sd_notify(3)):
 // a datagram such as "READY=1" to the socket $NOTIFY_SOCKET names. The
-// agent's unit is Type=notify, and the agent sends READY=1 once
-// /dev/lxd/sock answers, so units ordered after it (cloud-init-local)
-// start only then. It is a few lines, so the agent links no systemd library.
+// agent's and the daemon's units are Type=notify: the agent sends READY=1
+// once /dev/lxd/sock answers (so cloud-init-local, ordered after it, starts
+// only then), the daemon once its admin socket answers. It is a few lines,
+// so neither links a systemd library.
 package sdnotify
 
 import (
