@@ -16,6 +16,7 @@ import (
 	"github.com/guestlink/guestlink/core/agentmon"
 	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/daemon"
+	"github.com/guestlink/guestlink/internal/sdnotify"
 )
 
 func main() {
@@ -59,6 +60,10 @@ func main() {
 	d, err := daemon.Start(ctx, cfg)
 	if err != nil {
 		fail(err)
+	}
+	// Start returned: the admin socket answers. A Type=notify unit is up.
+	if _, err := sdnotify.Notify(sdnotify.Ready); err != nil {
+		cfg.Logger.Warn("telling systemd the daemon is ready", "err", err)
 	}
 	if err := d.Wait(ctx); err != nil {
 		fail(err)
