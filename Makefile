@@ -74,7 +74,7 @@ lint: ## gofmt, go vet and go mod tidy of every module (the import rules are int
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(GO) mod tidy -diff); done
 
 .PHONY: test
-test: deps build guest-image packages lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
+test: deps build guest-image packages guest-image-debian lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
 	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
 
 .PHONY: test-go
