@@ -53,7 +53,7 @@ func TestImageCommands(t *testing.T) {
 	ok(t, srv, "launch", "plain")
 	ok(t, srv, "launch", "zeros", "vm1")
 	fails(t, srv, "guestlink launch takes 1 or 2 arguments, got 3 (usage: guestlink launch [IMAGE] NAME [--backend BACKEND] [-c key=value ...] [flags])", "launch", "a", "b", "c")
-	for name, want := range map[string]string{"plain": "", "vm1": "zeros"} {
+	for name, want := range map[string]string{"plain": "", "vm1": fp} {
 		var inst wire.Instance
 		if err := json.Unmarshal([]byte(ok(t, srv, "info", name, "--format", "json")), &inst); err != nil || inst.Config["volatile.base_image"] != want {
 			t.Fatalf("%s: base image %q, want %q (%v)", name, inst.Config["volatile.base_image"], want, err)
@@ -62,4 +62,43 @@ func TestImageCommands(t *testing.T) {
 
 	ok(t, srv, "image", "delete", "zeros")
 	fails(t, srv, `image "zeros": no image has this alias or fingerprint: not found`, "image", "info", "zeros")
+}
+
+// TestLaunchImportsLocalImage: launch debian-12 NAME with the image built
+// next to the CLI (bin/images/debian-12.img) but not imported imports it
+// first, with the recorded inputs as properties.
+func TestLaunchImportsLocalImage(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(filepath.Dir(exe), "images")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	img := filepath.Join(dir, "debian-12.img")
+	data := make([]byte, 1<<20)
+	data[0] = 1
+	if err := os.WriteFile(img, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "debian-12.json"), []byte(`{"os":"debian","build_seconds":"182"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := images.Open(t.TempDir(), dbtest.SQLite(t).(db.ImageStore), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := apitest.NewServer(t, apitest.Options{Images: st})
+	r := run(t, srv, "launch", "debian-12", "vm1")
+	if r.code != 0 || r.stderr != "Importing "+img+" as debian-12\n" {
+		t.Fatalf("launch: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var im wire.Image
+	if err := json.Unmarshal([]byte(ok(t, srv, "image", "info", "debian-12", "--format", "json")), &im); err != nil || im.Properties["build_seconds"] != "182" {
+		t.Fatalf("imported image %+v, %v", im, err)
+	}
+	fails(t, srv, `creating instance "vm2": image "nope": no image has this alias or fingerprint: not found`, "launch", "nope", "vm2")
+	fails(t, srv, `unknown image "ubuntu": guestlink builds debian-12`, "image", "build", "ubuntu")
 }

@@ -59,9 +59,18 @@ disk.v1 (qemu, qemu-legacy).`,
 			if err != nil {
 				return err
 			}
-			inst, err := s.client.Create(cmd.Context(), api.InstancesPost{
-				Name: args[0], Backend: backend, Config: cfg, Start: true, Image: image,
-			})
+			req := api.InstancesPost{Name: args[0], Backend: backend, Config: cfg, Start: true, Image: image}
+			inst, err := s.client.Create(cmd.Context(), req)
+			if err != nil && image != "" && isNotFound(err) {
+				// An image built here (make guest-image-debian) but not
+				// imported yet: import it, then launch.
+				if _, _, ok := localImage(image); ok {
+					if _, ierr := s.importLocal(cmd, image); ierr != nil {
+						return ierr
+					}
+					inst, err = s.client.Create(cmd.Context(), req)
+				}
+			}
 			if err != nil {
 				return err
 			}

@@ -100,6 +100,7 @@ func NewServer(t testing.TB, opts Options) *Server {
 		Backends:  &Backends{},
 	}
 	s.Backends.Set(DefaultBackends()...)
+	s.Instances.Images = opts.Images
 	var authn api.Authenticator
 	if opts.Auth {
 		s.Auth = newAuth(t, dir, opts.AuthNow)
