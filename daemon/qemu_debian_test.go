@@ -93,8 +93,20 @@ runcmd:
 				return i.StatusCode == int(status.Ready)
 			})
 			t.Logf("%s: Ready %v after launch (accel %s)", name, time.Since(start).Round(time.Millisecond), inst.Details["accel"])
-			if steps, _ := timelineSteps(ctx, t, d, name, "agent", []string{api.AgentStarted, api.AgentConnected}, qemuOpTimeout); !inOrder(steps, []string{api.AgentStarted, api.AgentConnected}) {
+			steps, tl := timelineSteps(ctx, t, d, name, "agent", []string{api.AgentStarted, api.AgentConnected}, qemuOpTimeout)
+			if !inOrder(steps, []string{api.AgentStarted, api.AgentConnected}) {
 				t.Errorf("agent steps %v", steps)
+			}
+			for _, e := range tl { // the figures of docs/performance.md
+				if e.Kind == "agent" && inst.StartedAt != nil {
+					t.Logf("%s: agent %s %v after the start", name, e.To, e.Time.Sub(*inst.StartedAt).Round(time.Millisecond))
+				}
+			}
+			if inst.ReadyAt != nil && inst.StartedAt != nil {
+				t.Logf("%s: Ready %v after the start", name, inst.ReadyAt.Sub(*inst.StartedAt).Round(time.Millisecond))
+			}
+			if fi, err := os.Stat(filepath.Join(filepath.Dir(inst.Details["console_log"]), "root.qcow2")); err == nil {
+				t.Logf("%s: overlay %d bytes once Ready", name, fi.Size())
 			}
 			if !tc.full {
 				if err := d.client.Delete(ctx, name, true); err != nil {
