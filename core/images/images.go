@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/guestlink/guestlink/db"
@@ -54,6 +55,11 @@ type Store struct {
 	inUse InUse
 	log   *slog.Logger
 	now   func() time.Time
+
+	// commitMu serialises the end of imports and deletes (existence check,
+	// files in place, row stored), so two imports of the same content never
+	// remove each other's files.
+	commitMu sync.Mutex
 }
 
 // Dir returns the store's directory inside a state directory.
@@ -157,6 +163,8 @@ func (s *Store) Import(ctx context.Context, path string, opts ImportOptions) (*I
 		return nil, wrap(err)
 	}
 	fp := hex.EncodeToString(h.Sum(nil))
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
 	format := "raw"
 	switch {
 	case bytes.HasPrefix(head.b, []byte("QFI\xfb")):
@@ -328,6 +336,8 @@ func (s *Store) List(ctx context.Context) ([]*Image, error) {
 // Delete removes the image with fingerprint fp, its files and aliases;
 // errdefs.ErrConflict while an instance's disk is layered on it.
 func (s *Store) Delete(ctx context.Context, fp string) error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
 	if _, err := s.db.Image(ctx, fp); err != nil {
 		return err
 	}

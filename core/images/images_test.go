@@ -205,3 +205,45 @@ func TestImportResolveDelete(t *testing.T) {
 		t.Fatalf("List = %d, %v", len(list), err)
 	}
 }
+
+// TestConcurrentImportsOfOneFile: of two imports of the same content at
+// once, one stores it and the other is told it exists; the stored file
+// stays.
+func TestConcurrentImportsOfOneFile(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "x.img")
+	if err := os.WriteFile(src, make([]byte, 4<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { _, err := s.Import(ctx, src, images.ImportOptions{}); errs <- err }()
+	}
+	var ok, exists int
+	for range 2 {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case errors.Is(err, errdefs.ErrAlreadyExists):
+			exists++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if ok != 1 || exists != 1 {
+		t.Fatalf("%d imports stored, %d refused; want 1 and 1", ok, exists)
+	}
+	list, err := s.List(ctx)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("List = %d, %v", len(list), err)
+	}
+	path, _, err := s.ImageFile(ctx, list[0].Fingerprint)
+	if err != nil || sum(t, path) != list[0].Fingerprint {
+		t.Fatalf("the stored file is gone or changed: %v", err)
+	}
+}
