@@ -194,6 +194,28 @@ func (s *suite) testMissingImage(t *testing.T) {
 	}
 }
 
+// testBadUserNIC: a backend announcing nic.user.v1 refuses a user nic
+// whose forward is malformed with ErrInvalid (and keeps nothing).
+func (s *suite) testBadUserNIC(t *testing.T) {
+	if !s.info.Has(sdk.CapNICUser) {
+		t.Skip("the plugin does not announce nic.user.v1")
+	}
+	spec := s.cfg.Spec("conformance-nic", newUUID())
+	if spec.Devices == nil {
+		spec.Devices = map[string]sdk.Device{}
+	}
+	spec.Devices["eth0"] = sdk.Device{"type": "nic", "nictype": "user", "hostfwd": "tcp::22-:22,guestfwd=tcp:10.0.2.1:1-cmd:sh"}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	h, err := s.b.Create(ctx, spec)
+	if !errors.Is(err, sdk.ErrInvalid) {
+		if err == nil {
+			_ = s.b.Delete(ctx, h)
+		}
+		t.Fatalf("Create with a malformed hostfwd = %v, want ErrInvalid", err)
+	}
+}
+
 func (s *suite) testEvents(t *testing.T) {
 	if s.cfg.ExitingSpec == nil {
 		t.Skip("Config.ExitingSpec is nil")

@@ -90,6 +90,7 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("BadHandle", s.testBadHandle)
 	t.Run("InvalidConfig", s.testInvalidConfig)
 	t.Run("MissingImage", s.testMissingImage)
+	t.Run("BadUserNIC", s.testBadUserNIC)
 	t.Run("Events", s.testEvents)
 	t.Run("Recover", s.testRecover)
 	t.Run("RecoverStopped", s.testRecoverStopped)
