@@ -38,8 +38,8 @@ stop: build ## stop every guest of make run's state directory (starts the daemon
 	@STATE_DIR="$(STATE_DIR)" scripts/stop.sh
 
 .PHONY: guest-image
-guest-image: ## build the QEMU test guest (Debian cloud kernel, busybox, static agent) into bin/guest/
-	$(GO) run ./plugins/shared/guestimage/cmd -out $(BIN)/guest
+guest-image: ## build the QEMU test guest (Debian cloud kernel, busybox, static agent) into bin/guest/ (cached outside the tree)
+	scripts/guest-image.sh "$(GO)" $(BIN)/guest
 
 # Packages and the Debian guest image (issue 10; docs/guests.md).
 PKG_VERSION ?= 0.0.0~dev
