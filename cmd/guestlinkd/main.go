@@ -57,12 +57,15 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// The plugins and their guests must not inherit systemd's socket.
+	notifySocket := os.Getenv(sdnotify.EnvSocket)
+	_ = os.Unsetenv(sdnotify.EnvSocket)
 	d, err := daemon.Start(ctx, cfg)
 	if err != nil {
 		fail(err)
 	}
 	// Start returned: the admin socket answers. A Type=notify unit is up.
-	if _, err := sdnotify.Notify(sdnotify.Ready); err != nil {
+	if _, err := sdnotify.NotifySocket(notifySocket, sdnotify.Ready); err != nil {
 		cfg.Logger.Warn("telling systemd the daemon is ready", "err", err)
 	}
 	if err := d.Wait(ctx); err != nil {

@@ -22,7 +22,13 @@ const Ready = "READY=1"
 // when the variable is unset (not started by systemd). A name starting
 // with '@' is in the abstract namespace.
 func Notify(state string) (bool, error) {
-	name := os.Getenv(EnvSocket)
+	return NotifySocket(os.Getenv(EnvSocket), state)
+}
+
+// NotifySocket sends state to the socket name (a $NOTIFY_SOCKET value
+// taken earlier, e.g. before unsetting it so that child processes do not
+// inherit it); "" sends nothing.
+func NotifySocket(name, state string) (bool, error) {
 	if name == "" {
 		return false, nil
 	}
