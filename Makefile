@@ -38,8 +38,21 @@ stop: build ## stop every guest of make run's state directory (starts the daemon
 	@STATE_DIR="$(STATE_DIR)" scripts/stop.sh
 
 .PHONY: guest-image
-guest-image: ## build the QEMU test guest (Debian cloud kernel, busybox, static agent) into bin/guest/
-	$(GO) run ./plugins/shared/guestimage/cmd -out $(BIN)/guest
+guest-image: ## build the QEMU test guest (Debian cloud kernel, busybox, static agent) into bin/guest/ (cached outside the tree)
+	scripts/guest-image.sh "$(GO)" $(BIN)/guest
+
+# Packages and the Debian guest image (issue 10; docs/guests.md).
+PKG_VERSION ?= 0.0.0~dev
+.PHONY: packages
+packages: build ## build the .deb packages into bin/packages/ (guestlink-agent, guestlink)
+	@mkdir -p $(BIN)/packages
+	$(GO) run ./internal/gencli -out $(BIN)/cli-docs
+	GUESTLINK_VERSION=$(PKG_VERSION) $(GO) tool -modfile=tools/go.mod nfpm package --config packaging/agent/nfpm.yaml --packager deb --target $(BIN)/packages/
+	GUESTLINK_VERSION=$(PKG_VERSION) $(GO) tool -modfile=tools/go.mod nfpm package --config packaging/host/nfpm.yaml --packager deb --target $(BIN)/packages/
+
+.PHONY: guest-image-debian
+guest-image-debian: packages ## build the Debian 12 guest disk image into bin/images/debian-12.img (cached outside the tree)
+	scripts/guest-image-debian.sh $(BIN)/packages $(BIN)/images
 
 .PHONY: deps
 deps: ## install system and npm packages the tests need (Debian)
@@ -61,7 +74,7 @@ lint: ## gofmt, go vet and go mod tidy of every module (the import rules are int
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(GO) mod tidy -diff); done
 
 .PHONY: test
-test: deps build guest-image lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
+test: deps build guest-image packages guest-image-debian lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
 	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
 
 .PHONY: test-go

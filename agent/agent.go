@@ -85,6 +85,9 @@ type Config struct {
 	Version string
 	// Log receives the agent's log; nil discards it.
 	Log *slog.Logger
+	// OnDevlxdUp, if set, is called each time the devlxd socket starts
+	// answering (guestlink-agent run sends systemd READY=1 from it).
+	OnDevlxdUp func()
 }
 
 // Agent is one running agent. Create it with New and run it with Run.
@@ -223,6 +226,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.log.Error("starting devlxd socket early", "err", err)
 			} else {
 				a.log.Info("devlxd socket up from agent.conf", "path", a.cfg.DevlxdSocket)
+				a.devlxdUp()
 			}
 		}
 	}
@@ -278,6 +282,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("stopped")
 	return runErr
+}
+
+// devlxdUp tells Config.OnDevlxdUp that the devlxd socket answers.
+func (a *Agent) devlxdUp() {
+	if a.cfg.OnDevlxdUp != nil {
+		a.cfg.OnDevlxdUp()
+	}
 }
 
 func (a *Agent) stopDevlxd() {
@@ -429,6 +440,8 @@ func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement) error 
 	if adv.Devlxd {
 		if err := a.devlxd.Start(); err != nil {
 			a.log.Error("starting devlxd socket", "err", err)
+		} else {
+			a.devlxdUp()
 		}
 	} else {
 		a.stopDevlxd()

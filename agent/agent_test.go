@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -331,5 +332,42 @@ func TestRunErrors(t *testing.T) {
 				t.Fatalf("last line %q, want it to contain %q", last, tt.want)
 			}
 		})
+	}
+}
+
+// TestNotifiesSystemdWhenDevlxdAnswers: started by systemd (NOTIFY_SOCKET
+// set, as for the Type=notify unit), the agent sends READY=1 once, and
+// only when /dev/lxd/sock exists.
+func TestNotifiesSystemdWhenDevlxdAnswers(t *testing.T) {
+	g := agenttest.NewGuest(t)
+	ring := agenttest.OpenRing(t, g, ringproto.PortCurrent)
+	d := agenttest.StartDaemon(t, g.Certs, g.UDS, 4100)
+	addr := filepath.Join(t.TempDir(), "notify")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: addr, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	t.Setenv("NOTIFY_SOCKET", addr)
+	p := agenttest.StartAgent(t, agentBin, g, "--heartbeat", "200ms")
+	ring.WaitFor(t, 0, ringproto.Started, wait)
+	advertise(t, d)
+
+	_ = ln.SetReadDeadline(time.Now().Add(wait))
+	buf := make([]byte, 64)
+	n, err := ln.Read(buf)
+	if err != nil || string(buf[:n]) != "READY=1" {
+		t.Fatalf("systemd got %q, %v; want READY=1", buf[:n], err)
+	}
+	if _, err := os.Stat(g.Socket()); err != nil {
+		t.Fatalf("READY=1 before the devlxd socket exists: %v", err)
+	}
+	advertise(t, d) // a second advertisement does not notify again
+	if exited, err := p.Stop(wait); !exited || err != nil {
+		t.Fatalf("agent stop: exited=%v err=%v", exited, err)
+	}
+	_ = ln.SetReadDeadline(time.Now())
+	if n, err := ln.Read(buf); err == nil {
+		t.Fatalf("a second notification %q", buf[:n])
 	}
 }

@@ -32,6 +32,9 @@ type InstancesPost struct {
 	Config  map[string]string            `json:"config,omitempty"`
 	Devices map[string]map[string]string `json:"devices,omitempty"`
 	Start   bool                         `json:"start,omitempty"`
+	// Image is the alias, fingerprint or fingerprint prefix of a store
+	// image the guest boots from (see /1.0/images); "" for none.
+	Image string `json:"image,omitempty"`
 }
 
 // InstancePatch is the body of PATCH /1.0/instances/{name}: keys to set and

@@ -23,6 +23,7 @@ import (
 	"github.com/guestlink/guestlink/core/api"
 	"github.com/guestlink/guestlink/core/devlxd"
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/metrics"
@@ -85,6 +86,7 @@ type Daemon struct {
 	bus     *events.Bus
 	plugins *pluginhost.Host
 	mgr     *instance.Manager
+	images  *images.Store
 	links   *linkhost.Host
 	devlxd  *devlxd.Server
 	monitor *agentmon.Service
@@ -146,6 +148,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	if d.store, err = db.Open(ctx, url, db.WithStateDir(cfg.StateDir), db.WithLogger(d.log.With("component", "db"))); err != nil {
 		return nil, fmt.Errorf("starting daemon: opening the database: %w", err)
+	}
+	if err := d.openImages(); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	d.bus = events.New(d.store, events.WithLogger(d.log.With("component", "events")))
 	if err := d.startAuth(); err != nil {
@@ -219,6 +224,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		DefaultBackend: cfg.DefaultBackend,
 		Volumes:        d.storage,
 		AllowDiskPaths: cfg.AllowDiskPaths,
+		Images:         d.images,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
@@ -260,7 +266,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits,
 		Metrics:  d.metrics.Handler(),
 		Consoles: mgr,
-		Storage:  d.storage})
+		Storage:  d.storage,
+		Images:   d.images})
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}

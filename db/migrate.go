@@ -86,6 +86,7 @@ func migrations() []*gormigrate.Migration {
 		migrationSnapshots(),
 		devlxdIdentitiesMigration(),
 		storageVolumesMigration(),
+		imagesMigration(),
 	}
 }
 

@@ -40,11 +40,25 @@ func (s *session) launchCommand() *cobra.Command {
 	var waitFor string
 	var waitTimeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "launch NAME [--backend BACKEND] [-c key=value ...] [--wait ready [--timeout 2m]]",
+		Use:   "launch [IMAGE] NAME [--backend BACKEND] [-c key=value ...] [--wait ready [--timeout 2m]]",
 		Short: "Create and start an instance",
-		Long:  "Create and start an instance; with --wait, then wait as guestlink wait does.\n\n" + waitExitHelp,
-		Args:  argsExactly(1),
+		Long: `Create and start an instance called NAME. With IMAGE (an alias, fingerprint
+or fingerprint prefix of the image store, see guestlink image list) the
+guest boots from a writable layer on that image; the backend must announce
+disk.v1 (qemu, qemu-legacy). With --wait, then wait as guestlink wait does.
+
+` + waitExitHelp,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 1 || len(args) > 2 {
+				return fmt.Errorf("%s takes 1 or 2 arguments, got %d (usage: %s)", cmd.CommandPath(), len(args), cmd.UseLine())
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			image := ""
+			if len(args) == 2 {
+				image, args = args[0], args[1:]
+			}
 			cfg, err := parseKeyValues(config, "config")
 			if err != nil {
 				return err
@@ -54,9 +68,18 @@ func (s *session) launchCommand() *cobra.Command {
 					return err
 				}
 			}
-			inst, err := s.client.Create(cmd.Context(), api.InstancesPost{
-				Name: args[0], Backend: backend, Config: cfg, Start: true,
-			})
+			req := api.InstancesPost{Name: args[0], Backend: backend, Config: cfg, Start: true, Image: image}
+			inst, err := s.client.Create(cmd.Context(), req)
+			if err != nil && image != "" && isNotFound(err) {
+				// An image built here (make guest-image-debian) but not
+				// imported yet: import it, then launch.
+				if _, _, ok := localImage(image); ok {
+					if _, ierr := s.importLocal(cmd, image); ierr != nil {
+						return ierr
+					}
+					inst, err = s.client.Create(cmd.Context(), req)
+				}
+			}
 			if err != nil {
 				return err
 			}

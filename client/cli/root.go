@@ -98,6 +98,7 @@ func NewRootCommand() *cobra.Command {
 		s.dashboardCommand(),
 		s.consoleCommand(),
 		s.waitCommand(),
+		s.imageCommand(),
 	)
 	root.AddCommand(s.snapshotCommands()...)
 	root.AddCommand(s.storageCommand())

@@ -19,15 +19,20 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/guestlink/guestlink/agent"
 	"github.com/guestlink/guestlink/agent/devlxdclient"
+	"github.com/guestlink/guestlink/internal/sdnotify"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 	"github.com/guestlink/guestlink/link/serialmux"
 	"github.com/guestlink/guestlink/link/transport"
 )
+
+// notifyOnce sends systemd READY=1 once, the first time devlxd answers.
+var notifyOnce sync.Once
 
 // version is set with -ldflags "-X main.version=...".
 var version = "dev"
@@ -164,6 +169,16 @@ func runAgent(args []string, stderr io.Writer) error {
 		BootID:         *bootID,
 		Version:        version,
 		Log:            log,
+		// A Type=notify unit (packaging/agent) is up once /dev/lxd/sock answers.
+		OnDevlxdUp: func() {
+			notifyOnce.Do(func() {
+				if sent, err := sdnotify.Notify(sdnotify.Ready); err != nil {
+					log.Warn("telling systemd the agent is ready", "err", err)
+				} else if sent {
+					log.Info("told systemd the agent is ready")
+				}
+			})
+		},
 	})
 	if err != nil {
 		return err

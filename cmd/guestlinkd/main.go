@@ -16,6 +16,7 @@ import (
 	"github.com/guestlink/guestlink/core/agentmon"
 	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/daemon"
+	"github.com/guestlink/guestlink/internal/sdnotify"
 )
 
 func main() {
@@ -57,9 +58,16 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// The plugins and their guests must not inherit systemd's socket.
+	notifySocket := os.Getenv(sdnotify.EnvSocket)
+	_ = os.Unsetenv(sdnotify.EnvSocket)
 	d, err := daemon.Start(ctx, cfg)
 	if err != nil {
 		fail(err)
+	}
+	// Start returned: the admin socket answers. A Type=notify unit is up.
+	if _, err := sdnotify.NotifySocket(notifySocket, sdnotify.Ready); err != nil {
+		cfg.Logger.Warn("telling systemd the daemon is ready", "err", err)
 	}
 	if err := d.Wait(ctx); err != nil {
 		fail(err)

@@ -98,6 +98,8 @@ type Config struct {
 	Metrics http.Handler
 	// Storage serves the /1.0/storage-pools routes; nil answers 501.
 	Storage Storage
+	// Images is the image store behind /1.0/images; nil answers 501.
+	Images ImageService
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -189,6 +191,7 @@ func (a *API) Register(r fiber.Router) {
 	a.registerWait(v1)
 	a.registerDevices(v1)
 	a.registerStorage(v1)
+	a.registerImages(v1)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several

@@ -119,6 +119,7 @@ func (a *API) createInstance(c *fiber.Ctx) error {
 		Name:    req.Name,
 		Backend: req.Backend,
 		Config:  req.Config,
+		Image:   req.Image,
 		Devices: req.Devices,
 		Start:   req.Start,
 	}, requestor(c))

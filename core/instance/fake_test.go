@@ -23,6 +23,7 @@ type fakeBackend struct {
 	name     string
 	delay    time.Duration // added to Start and Stop
 	stateful bool          // announce sdk.CapStateful
+	disk     bool          // announce sdk.CapDisk
 	// onStart and onStop run inside Start and Stop (to send events
 	// while an operation runs).
 	onStart func(spec *sdk.GuestSpec)
@@ -56,6 +57,9 @@ func (f *fakeBackend) Info(context.Context) (*sdk.Info, error) {
 	caps := []sdk.Capability{sdk.CapRecover, sdk.CapLinkHybrid}
 	if f.stateful {
 		caps = append(caps, sdk.CapStateful)
+	}
+	if f.disk {
+		caps = append(caps, sdk.CapDisk)
 	}
 	return &sdk.Info{Name: f.name, Version: "1", ConfigPrefixes: []string{"fake."}, Capabilities: caps}, nil
 }
@@ -287,7 +291,10 @@ type env struct {
 	be    *fakeBackend
 	hooks *recHooks
 	files *recFiles
-	m     *Manager
+	// images is the manager's image source (nil: none); set it before
+	// calling manager().
+	images ImageSource
+	m      *Manager
 }
 
 func newEnv(t testing.TB) *env {
@@ -304,7 +311,7 @@ func newEnv(t testing.TB) *env {
 func (e *env) manager() *Manager {
 	e.t.Helper()
 	m, err := NewManager(Config{Store: e.store, Backends: fakeBackends{"fake": e.be}, Bus: e.bus,
-		Hooks: e.hooks, Files: e.files, DefaultBackend: "fake"})
+		Hooks: e.hooks, Files: e.files, DefaultBackend: "fake", Images: e.images})
 	if err != nil {
 		e.t.Fatal(err)
 	}

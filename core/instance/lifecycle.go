@@ -24,6 +24,9 @@ type CreateRequest struct {
 	Config  map[string]string            `json:"config"`
 	Devices map[string]map[string]string `json:"devices"`
 	Start   bool                         `json:"start"`
+	// Image is an alias, fingerprint or fingerprint prefix of a store image
+	// the guest boots from ("" for none); the backend must announce disk.v1.
+	Image string `json:"image"`
 }
 
 // StopOptions says how to stop an instance (see sdk.StopOptions).
@@ -76,6 +79,19 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	if cfg[KeyUUID] == "" {
 		cfg[KeyUUID] = newUUID()
 	}
+	if req.Image != "" {
+		if m.images == nil {
+			return nil, wrap(fmt.Errorf("this daemon has no image store: %w", errdefs.ErrInvalid))
+		}
+		if !info.Has(sdk.CapDisk) {
+			return nil, wrap(fmt.Errorf("backend %q cannot boot from an image (it does not announce %s): %w", backend, sdk.CapDisk, errdefs.ErrInvalid))
+		}
+		fp, err := m.images.Fingerprint(ctx, req.Image)
+		if err != nil {
+			return nil, wrap(err)
+		}
+		cfg[KeyBaseImage] = fp
+	}
 	uuid := cfg[KeyUUID]
 	storeHwaddrs(cfg, uuid, req.Devices) // devices.go
 	if err := checkConfigBounds(cfg); err != nil {
@@ -112,7 +128,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 		PowerState: status.PowerStopped,
 		CreatedAt:  now,
 	}
-	h, err := b.Create(ctx, specOf(rec, nil))
+	spec, err := m.specWithImage(ctx, rec, nil)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	h, err := b.Create(ctx, spec)
 	if err != nil {
 		return nil, wrap(err) // the plugin host names the backend
 	}

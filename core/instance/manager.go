@@ -41,6 +41,16 @@ type Config struct {
 	// AllowDiskPaths lets disk devices take a host path as source; off by
 	// default (only pool volumes).
 	AllowDiskPaths bool
+	Images         ImageSource // may be nil: CreateRequest.Image is then refused
+}
+
+// ImageSource finds the store images instances boot from (core/images.Store).
+type ImageSource interface {
+	// Fingerprint resolves an alias, fingerprint or fingerprint prefix;
+	// errdefs.ErrNotFound if no image matches.
+	Fingerprint(ctx context.Context, ref string) (string, error)
+	// Spec returns what a backend is told about the image fp.
+	Spec(ctx context.Context, fp string) (*sdk.Image, error)
 }
 
 // Timeouts of the manager's own work (not of calls made for a caller).
@@ -63,6 +73,7 @@ type Manager struct {
 	log      *slog.Logger
 	defBack  string
 	devices  deviceConfig
+	images   ImageSource
 
 	loadMu sync.Mutex  // serialises loading the cache
 	loaded atomic.Bool // the cache holds every stored instance
@@ -165,6 +176,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		log:      log,
 		defBack:  cfg.DefaultBackend,
 		devices:  deviceConfig{volumes: cfg.Volumes, allowPaths: cfg.AllowDiskPaths},
+		images:   cfg.Images,
 		byName:   make(map[string]*entry),
 		byLower:  make(map[string]*entry),
 		byUUID:   make(map[string]*entry),
@@ -334,6 +346,24 @@ func (m *Manager) backendInfo(ctx context.Context, name string) (sdk.Backend, *s
 	m.infos[name] = info
 	m.infoMu.Unlock()
 	return b, info, nil
+}
+
+// specWithImage is specOf with the instance's base image, if it has one.
+func (m *Manager) specWithImage(ctx context.Context, rec *db.Instance, files []sdk.File) (*sdk.GuestSpec, error) {
+	spec := specOf(rec, files)
+	fp := rec.Config[KeyBaseImage]
+	if fp == "" {
+		return spec, nil
+	}
+	if m.images == nil {
+		return nil, fmt.Errorf("the instance boots from image %s but the daemon has no image store: %w", fp, errdefs.ErrUnavailable)
+	}
+	im, err := m.images.Spec(ctx, fp)
+	if err != nil {
+		return nil, fmt.Errorf("the instance's image %s: %w", fp, err)
+	}
+	spec.Image = im
+	return spec, nil
 }
 
 // spec builds the GuestSpec of an instance's stored state.

@@ -429,7 +429,12 @@ func (m *Manager) recoverOne(ctx context.Context, b sdk.Backend, e *entry) error
 			m.guestExited(context.WithoutCancel(ctx), e, *pending)
 		}
 	}()
-	h2, gs, err := b.Recover(ctx, rec.Handle, specOf(rec, nil))
+	spec, err := m.specWithImage(ctx, rec, nil)
+	if err != nil {
+		m.log.Warn("recovering a guest without its image", "instance", rec.Name, "err", err)
+		spec = specOf(rec, nil)
+	}
+	h2, gs, err := b.Recover(ctx, rec.Handle, spec)
 	switch {
 	case err == nil && gs != nil:
 	case err == nil || isNotFound(err):

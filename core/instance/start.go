@@ -173,7 +173,11 @@ func (m *Manager) startFiles(r *startRun) error {
 		}
 		r.files = files
 	}
-	r.spec = specOf(r.rec, r.files)
+	spec, err := m.specWithImage(r.ctx, r.rec, r.files)
+	if err != nil {
+		return m.failStart(r, err, false)
+	}
+	r.spec = spec
 	if err := m.resolveVolumes(r.ctx, r.spec.Devices, false); err != nil { // devices.go: cold-plugged disks
 		return m.failStart(r, err, false)
 	}

@@ -15,10 +15,13 @@ const (
 	// KeySavedReady keeps the Ready flag a guest had when a stateful stop
 	// saved it, so that restoring the state restores Ready too: the guest's
 	// software declared it in the memory that comes back.
-	KeySavedReady         = "volatile.last_state.saved_ready"
-	KeyUUID               = "volatile.uuid"
-	KeyVsockID            = "volatile.vsock_id"
-	KeyCloudInitID        = "volatile.cloud-init.instance-id"
+	KeySavedReady  = "volatile.last_state.saved_ready"
+	KeyUUID        = "volatile.uuid"
+	KeyVsockID     = "volatile.vsock_id"
+	KeyCloudInitID = "volatile.cloud-init.instance-id"
+	// KeyBaseImage is the fingerprint of the store image an instance's disk
+	// is layered on (set at create from CreateRequest.Image, as LXD's).
+	KeyBaseImage          = "volatile.base_image"
 	KeySecurityDevlxd     = "security.devlxd"
 	KeySecurityDevlxdImgs = "security.devlxd.images"
 	KeyLimitsCPU          = "limits.cpu"
@@ -151,6 +154,7 @@ var fixedKeys = map[string]keyChecker{
 var daemonKeys = map[string]bool{
 	KeyReady:      true,
 	KeySavedReady: true,
+	KeyBaseImage:  true,
 }
 
 // validateKey checks that a user may set (or unset) key to v on an instance

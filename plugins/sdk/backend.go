@@ -38,6 +38,12 @@ const (
 	CapRingBuffer Capability = "ring-buffer" // ReadRing works
 	CapRecover    Capability = "recover"     // Recover re-attaches to running guests
 	CapHotplug    Capability = "hotplug.v1"  // the backend implements DeviceHotplugger
+	// CapDisk: Create and Start honour GuestSpec.Image, keeping a writable
+	// layer of the guest's own on the image (removed by Delete).
+	CapDisk Capability = "disk.v1"
+	// CapNICUser: nic devices with nictype=user (user-mode networking with
+	// host port forwards) are realised.
+	CapNICUser Capability = "nic.user.v1"
 )
 
 // KeyVolumePath is the key the daemon adds to a disk device's config: the
@@ -112,6 +118,20 @@ type GuestSpec struct {
 	Devices      map[string]Device
 	Files        []File // config drive content, rewritten at every start
 	RestoreState bool   // boot from the state saved by a stateful stop
+	// Image is the disk image the guest boots from, nil for none. Only
+	// backends announcing CapDisk are given one.
+	Image *Image
+}
+
+// Image is a disk image of the host's image store. Backends read it and
+// never write it: a guest's writes go to a layer of its own (a qcow2
+// overlay for the QEMU backends).
+type Image struct {
+	Fingerprint string // SHA-256 of the disk file, lowercase hex
+	Path        string // absolute path of the disk file
+	Format      string // "raw" or "qcow2"
+	Kernel      string // absolute path of a kernel for direct boot taken from the image, or ""
+	Initrd      string // absolute path of its initrd, or ""
 }
 
 // Status is a guest's coarse state as the backend sees it.

@@ -50,6 +50,9 @@ func specToProto(s *GuestSpec) *backendv1.GuestSpec {
 		Config:       copyMap(s.Config),
 		RestoreState: s.RestoreState,
 	}
+	if im := s.Image; im != nil {
+		p.Image = &backendv1.Image{Fingerprint: im.Fingerprint, Path: im.Path, Format: im.Format, Kernel: im.Kernel, Initrd: im.Initrd}
+	}
 	if len(s.Devices) > 0 {
 		p.Devices = make(map[string]*backendv1.Device, len(s.Devices))
 		for name, d := range s.Devices {
@@ -68,6 +71,9 @@ func specFromProto(p *backendv1.GuestSpec) *GuestSpec {
 		UUID:         p.GetUuid(),
 		Config:       copyMap(p.GetConfig()),
 		RestoreState: p.GetRestoreState(),
+	}
+	if im := p.GetImage(); im != nil {
+		s.Image = &Image{Fingerprint: im.GetFingerprint(), Path: im.GetPath(), Format: im.GetFormat(), Kernel: im.GetKernel(), Initrd: im.GetInitrd()}
 	}
 	if s.Config == nil {
 		s.Config = map[string]string{}

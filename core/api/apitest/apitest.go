@@ -47,6 +47,8 @@ type Options struct {
 	Metrics http.Handler
 	// Consoles is api.Config.Consoles (nil: the console route answers 501).
 	Consoles api.Consoles
+	// Images is api.Config.Images (nil: /1.0/images answers 501).
+	Images api.ImageService
 }
 
 // Server is a running admin API on a Unix socket.
@@ -103,6 +105,7 @@ func NewServer(t testing.TB, opts Options) *Server {
 		Backends:  &Backends{},
 	}
 	s.Backends.Set(DefaultBackends()...)
+	s.Instances.Images = opts.Images
 	var authn api.Authenticator
 	if opts.Auth {
 		s.Auth = newAuth(t, dir, opts.AuthNow)
@@ -117,6 +120,7 @@ func NewServer(t testing.TB, opts Options) *Server {
 		Events:       &countingSource{bus: bus, n: &s.subs},
 		Backends:     s.Backends,
 		Version:      "test",
+		Images:       opts.Images,
 		BodyLimit:    opts.BodyLimit,
 		PingInterval: opts.PingInterval,
 		Metrics:      opts.Metrics,

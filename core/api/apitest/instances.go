@@ -31,6 +31,10 @@ type Instances struct {
 	items    map[string]*instance.Instance
 	timeline map[string][]instance.TimelineEntry
 	lastBy   events.Requestor
+
+	// Images resolves CreateRequest.Image when set (NewServer sets it to
+	// Options.Images); without it the image is recorded as given.
+	Images api.ImageService
 }
 
 // NewInstances returns an empty service publishing on bus; simulated
@@ -111,6 +115,17 @@ func (s *Instances) Create(ctx context.Context, req instance.CreateRequest, by e
 	}
 	uuid := fmt.Sprintf("00000000-0000-4000-8000-%012d", len(s.items)+1)
 	cfg["volatile.uuid"] = uuid
+	if req.Image != "" {
+		cfg["volatile.base_image"] = req.Image
+		if s.Images != nil {
+			im, err := s.Images.Resolve(ctx, req.Image)
+			if err != nil {
+				s.mu.Unlock()
+				return nil, fmt.Errorf("creating instance %q: %w", req.Name, err)
+			}
+			cfg["volatile.base_image"] = im.Fingerprint
+		}
+	}
 	inst := &instance.Instance{
 		Name:      req.Name,
 		UUID:      uuid,

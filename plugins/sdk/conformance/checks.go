@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -181,6 +182,47 @@ func (s *suite) testInvalidConfig(t *testing.T) {
 				t.Fatalf("Create with unknown key %q = %v, want ErrInvalid", p+"conformance-no-such-key", err)
 			}
 		})
+	}
+}
+
+// testMissingImage: a backend announcing disk.v1 refuses a guest whose
+// image file does not exist with ErrInvalid (and keeps nothing).
+func (s *suite) testMissingImage(t *testing.T) {
+	if !s.info.Has(sdk.CapDisk) {
+		t.Skip("the plugin does not announce disk.v1: the daemon refuses images for it")
+	}
+	spec := s.cfg.Spec("conformance-image", newUUID())
+	spec.Image = &sdk.Image{Fingerprint: strings.Repeat("0", 64), Path: "/nonexistent/guestlink-conformance.img", Format: "raw"}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	h, err := s.b.Create(ctx, spec)
+	if !errors.Is(err, sdk.ErrInvalid) {
+		if err == nil {
+			_ = s.b.Delete(ctx, h)
+		}
+		t.Fatalf("Create with a missing image file = %v, want ErrInvalid", err)
+	}
+}
+
+// testBadUserNIC: a backend announcing nic.user.v1 refuses a user nic
+// whose forward is malformed with ErrInvalid (and keeps nothing).
+func (s *suite) testBadUserNIC(t *testing.T) {
+	if !s.info.Has(sdk.CapNICUser) {
+		t.Skip("the plugin does not announce nic.user.v1")
+	}
+	spec := s.cfg.Spec("conformance-nic", newUUID())
+	if spec.Devices == nil {
+		spec.Devices = map[string]sdk.Device{}
+	}
+	spec.Devices["eth0"] = sdk.Device{"type": "nic", "nictype": "user", "hostfwd": "tcp::22-:22,guestfwd=tcp:10.0.2.1:1-cmd:sh"}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	h, err := s.b.Create(ctx, spec)
+	if !errors.Is(err, sdk.ErrInvalid) {
+		if err == nil {
+			_ = s.b.Delete(ctx, h)
+		}
+		t.Fatalf("Create with a malformed hostfwd = %v, want ErrInvalid", err)
 	}
 }
 

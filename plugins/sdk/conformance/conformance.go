@@ -48,6 +48,7 @@ type Config struct {
 var knownCapabilities = []sdk.Capability{
 	sdk.CapStateful, sdk.CapLinkHybrid, sdk.CapLinkVsock, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
 	sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove,
+	sdk.CapDisk, sdk.CapNICUser,
 }
 
 // suite is one run of the kit.
@@ -90,6 +91,8 @@ func Run(t *testing.T, cfg Config) {
 	t.Run("BadHandle", s.testBadHandle)
 	t.Run("Hotplug", s.testHotplug)
 	t.Run("InvalidConfig", s.testInvalidConfig)
+	t.Run("MissingImage", s.testMissingImage)
+	t.Run("BadUserNIC", s.testBadUserNIC)
 	t.Run("Events", s.testEvents)
 	t.Run("Recover", s.testRecover)
 	t.Run("RecoverStopped", s.testRecoverStopped)

@@ -66,3 +66,32 @@ func ExampleBackend() {
 	fmt.Println(errors.Is(err, sdk.ErrUnavailable))
 	// Output: true
 }
+
+// TestSpecImageCrossesTheBoundary checks that GuestSpec.Image (disk.v1)
+// reaches the plugin as sent, and that a spec without one arrives without.
+func TestSpecImageCrossesTheBoundary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan *sdk.GuestSpec, 2)
+	mock := &sdktest.Backend{CreateFunc: func(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle, error) {
+		got <- spec
+		return sdk.Handle(spec.Name), nil
+	}}
+	be := sdktest.Serve(t, mock)
+	img := &sdk.Image{Fingerprint: fmt.Sprintf("%064x", 7), Path: "/s/images/x", Format: "raw", Kernel: "/s/images/x.kernel", Initrd: "/s/images/x.initrd"}
+	for _, tc := range []struct {
+		name string
+		img  *sdk.Image
+	}{{"with", img}, {"without", nil}} {
+		if _, err := be.Create(ctx, &sdk.GuestSpec{Name: tc.name, UUID: "u", Image: tc.img}); err != nil {
+			t.Fatal(err)
+		}
+		spec := <-got
+		switch {
+		case tc.img == nil && spec.Image != nil:
+			t.Errorf("%s: image %+v appeared", tc.name, spec.Image)
+		case tc.img != nil && (spec.Image == nil || *spec.Image != *tc.img):
+			t.Errorf("%s: image = %+v, want %+v", tc.name, spec.Image, tc.img)
+		}
+	}
+}

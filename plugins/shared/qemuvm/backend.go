@@ -137,7 +137,7 @@ func New(opts Options) (*Backend, error) {
 // Info describes the backend.
 func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 	caps := []sdk.Capability{sdk.CapStateful, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
-		sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove, sdk.CapHotplug}
+		sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove, sdk.CapHotplug, sdk.CapDisk, sdk.CapNICUser}
 	if b.caps.VhostVsock {
 		caps = append(caps, sdk.CapLinkVsock)
 	}
@@ -160,11 +160,23 @@ func (b *Backend) vm(uuid string) *vm {
 const markerFile = ".guestlink-qemu"
 
 // Create validates the spec and prepares the guest's directory.
-func (b *Backend) Create(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle, error) {
+func (b *Backend) Create(ctx context.Context, spec *sdk.GuestSpec) (sdk.Handle, error) {
 	if err := checkUUID(spec.UUID); err != nil {
 		return nil, fmt.Errorf("creating guest %q: %w: %v", spec.Name, sdk.ErrInvalid, err)
 	}
-	if _, err := ParseConfig(spec.Config, b.opts.Defaults); err != nil {
+	if spec.Image != nil {
+		if err := checkImage(spec.Image); err != nil {
+			return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)
+		}
+	}
+	size, err := rootSize(spec.Devices)
+	if err != nil {
+		return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)
+	}
+	if _, err := parseNICs(spec.Config, spec.UUID, spec.Devices); err != nil {
+		return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)
+	}
+	if _, err := ParseConfig(spec.Config, b.defaultsFor(spec)); err != nil {
 		return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)
 	}
 	dir := filepath.Join(b.opts.Dir, spec.UUID)
@@ -176,6 +188,12 @@ func (b *Backend) Create(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle, er
 	}
 	if err := os.WriteFile(filepath.Join(dir, markerFile), []byte(spec.UUID+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)
+	}
+	if spec.Image != nil {
+		if err := createOverlay(ctx, dir, spec.Image, size); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)
+		}
 	}
 	h := &handle{Version: handleVersion, UUID: spec.UUID, Name: spec.Name, Dir: dir, Layout: b.opts.Layout}
 	return h.encode(), nil

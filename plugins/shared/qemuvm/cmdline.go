@@ -36,6 +36,7 @@ type launch struct {
 	Initrd  string       // the initrd actually passed (with config drive), "" for none
 	Restore bool         // -incoming defer: the state is loaded through QMP
 	Disks   []coldDisk   // disks present at start, on the hot-plug ports (hotplug.go)
+	NICs    []nic        // user-mode network devices
 }
 
 // args returns QEMU's arguments (without the binary).
@@ -65,6 +66,10 @@ func (l *launch) args() []string {
 		a = append(a, "-initrd", l.Initrd)
 	}
 	cmdline := kernelParam
+	disk := diskArgs(l.Dir)
+	if disk != nil {
+		cmdline += " root=/dev/vda rw"
+	}
 	switch l.Link {
 	case sdk.LinkSerial:
 		cmdline += " guestlink.link=serial:" + serialmux.PortName
@@ -89,6 +94,9 @@ func (l *launch) args() []string {
 		}
 		a = append(a, "-device", dev)
 	}
+	a = append(a, disk...)
+	a = append(a, configDriveArgs(l.Dir)...)
+	a = append(a, nicArgs(l.NICs)...)
 	if l.Link == sdk.LinkVsock {
 		a = append(a, "-device", fmt.Sprintf("vhost-vsock-pci,id=vsock,bus=pcie.0,addr=0x4,guest-cid=%d,vhostfd=%d", l.CID, vhostFDArg))
 	}

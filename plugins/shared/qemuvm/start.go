@@ -33,12 +33,30 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 	if _, err := os.Stat(filepath.Join(h.Dir, markerFile)); err != nil {
 		return nil, nil, fmt.Errorf("starting guest %q: %w: guest directory %s is gone (create the guest again)", name, sdk.ErrNotFound, h.Dir)
 	}
-	cfg, err := ParseConfig(spec.Config, b.opts.Defaults)
+	cfg, err := ParseConfig(spec.Config, b.defaultsFor(spec))
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
+	}
+	if spec.Image != nil {
+		if err := checkImage(spec.Image); err != nil {
+			return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
+		}
+		if _, err := os.Stat(filepath.Join(h.Dir, rootDisk)); errors.Is(err, os.ErrNotExist) {
+			size, err := rootSize(spec.Devices)
+			if err == nil {
+				err = createOverlay(ctx, h.Dir, spec.Image, size)
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
+			}
+		}
+	}
+	nics, err := parseNICs(spec.Config, h.UUID, spec.Devices)
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
 	}
 	l := &launch{Name: name, UUID: h.UUID, Dir: h.Dir, Config: cfg, Layout: b.opts.Layout,
-		Accel: resolveAccel(cfg.Accel, b.caps), Link: cfg.Link, Disks: coldDisks(spec.Devices)}
+		Accel: resolveAccel(cfg.Accel, b.caps), Link: cfg.Link, Disks: coldDisks(spec.Devices), NICs: nics}
 	if l.Link == "" {
 		l.Link = sdk.LinkSerial
 		if b.caps.VhostVsock {
@@ -68,6 +86,11 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 	var files []guestimage.ConfigFile
 	for _, f := range spec.Files {
 		files = append(files, guestimage.ConfigFile{Path: f.Path, Mode: f.Mode, Data: f.Data})
+	}
+	if spec.Image != nil {
+		if err := writeConfigDrive(ctx, h.Dir, spec.Files); err != nil {
+			return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
+		}
 	}
 	initrd, err := writeBootInitrd(h.Dir, cfg.Initrd, files)
 	if err != nil {

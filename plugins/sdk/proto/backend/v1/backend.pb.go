@@ -329,7 +329,10 @@ type GuestSpec struct {
 	// Files for the guest's config drive (agent certificates, agent.conf).
 	Files []*File `protobuf:"bytes,5,rep,name=files,proto3" json:"files,omitempty"`
 	// Restore the state saved by a stateful stop instead of booting.
-	RestoreState  bool `protobuf:"varint,6,opt,name=restore_state,json=restoreState,proto3" json:"restore_state,omitempty"`
+	RestoreState bool `protobuf:"varint,6,opt,name=restore_state,json=restoreState,proto3" json:"restore_state,omitempty"`
+	// The disk image the guest boots from (capability disk.v1); unset for a
+	// guest without one. The backend keeps its own writable layer on it.
+	Image         *Image `protobuf:"bytes,160,opt,name=image,proto3" json:"image,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -406,6 +409,90 @@ func (x *GuestSpec) GetRestoreState() bool {
 	return false
 }
 
+func (x *GuestSpec) GetImage() *Image {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
+// Image is a disk image of the host's image store, read-only to backends.
+type Image struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fingerprint   string                 `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"` // SHA-256 of the file, lowercase hex
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`               // absolute path of the disk file
+	Format        string                 `protobuf:"bytes,3,opt,name=format,proto3" json:"format,omitempty"`           // "raw" or "qcow2"
+	Kernel        string                 `protobuf:"bytes,4,opt,name=kernel,proto3" json:"kernel,omitempty"`           // absolute path of a kernel for direct boot, or ""
+	Initrd        string                 `protobuf:"bytes,5,opt,name=initrd,proto3" json:"initrd,omitempty"`           // absolute path of its initrd, or ""
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Image) Reset() {
+	*x = Image{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Image) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Image) ProtoMessage() {}
+
+func (x *Image) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Image.ProtoReflect.Descriptor instead.
+func (*Image) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Image) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *Image) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Image) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
+}
+
+func (x *Image) GetKernel() string {
+	if x != nil {
+		return x.Kernel
+	}
+	return ""
+}
+
+func (x *Image) GetInitrd() string {
+	if x != nil {
+		return x.Initrd
+	}
+	return ""
+}
+
 type Device struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Config        map[string]string      `protobuf:"bytes,1,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -415,7 +502,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +514,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +527,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Device) GetConfig() map[string]string {
@@ -459,7 +546,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +558,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +571,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{5}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateRequest) GetSpec() *GuestSpec {
@@ -503,7 +590,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +602,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +615,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateResponse) GetHandle() []byte {
@@ -548,7 +635,7 @@ type StartRequest struct {
 
 func (x *StartRequest) Reset() {
 	*x = StartRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +647,7 @@ func (x *StartRequest) String() string {
 func (*StartRequest) ProtoMessage() {}
 
 func (x *StartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +660,7 @@ func (x *StartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
 func (*StartRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{7}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StartRequest) GetHandle() []byte {
@@ -600,7 +687,7 @@ type StartResponse struct {
 
 func (x *StartResponse) Reset() {
 	*x = StartResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +699,7 @@ func (x *StartResponse) String() string {
 func (*StartResponse) ProtoMessage() {}
 
 func (x *StartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +712,7 @@ func (x *StartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
 func (*StartResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{8}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StartResponse) GetHandle() []byte {
@@ -654,7 +741,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +753,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +766,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{9}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StopRequest) GetHandle() []byte {
@@ -719,7 +806,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +818,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +831,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{10}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StopResponse) GetState() *GuestState {
@@ -763,7 +850,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +862,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +875,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{11}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteRequest) GetHandle() []byte {
@@ -806,7 +893,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +905,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +918,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 type StateRequest struct {
@@ -843,7 +930,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +942,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +955,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StateRequest) GetHandle() []byte {
@@ -887,7 +974,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +986,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +999,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StateResponse) GetState() *GuestState {
@@ -936,7 +1023,7 @@ type GuestState struct {
 
 func (x *GuestState) Reset() {
 	*x = GuestState{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1035,7 @@ func (x *GuestState) String() string {
 func (*GuestState) ProtoMessage() {}
 
 func (x *GuestState) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1048,7 @@ func (x *GuestState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestState.ProtoReflect.Descriptor instead.
 func (*GuestState) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GuestState) GetStatus() Status {
@@ -1007,7 +1094,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1106,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1119,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 type Event struct {
@@ -1048,7 +1135,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1147,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1160,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Event) GetUuid() string {
@@ -1121,7 +1208,7 @@ type ReadRingRequest struct {
 
 func (x *ReadRingRequest) Reset() {
 	*x = ReadRingRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1133,7 +1220,7 @@ func (x *ReadRingRequest) String() string {
 func (*ReadRingRequest) ProtoMessage() {}
 
 func (x *ReadRingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1146,7 +1233,7 @@ func (x *ReadRingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingRequest.ProtoReflect.Descriptor instead.
 func (*ReadRingRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReadRingRequest) GetHandle() []byte {
@@ -1172,7 +1259,7 @@ type ReadRingResponse struct {
 
 func (x *ReadRingResponse) Reset() {
 	*x = ReadRingResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1271,7 @@ func (x *ReadRingResponse) String() string {
 func (*ReadRingResponse) ProtoMessage() {}
 
 func (x *ReadRingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1284,7 @@ func (x *ReadRingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingResponse.ProtoReflect.Descriptor instead.
 func (*ReadRingResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadRingResponse) GetData() []byte {
@@ -1216,7 +1303,7 @@ type LinkEndpointRequest struct {
 
 func (x *LinkEndpointRequest) Reset() {
 	*x = LinkEndpointRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1315,7 @@ func (x *LinkEndpointRequest) String() string {
 func (*LinkEndpointRequest) ProtoMessage() {}
 
 func (x *LinkEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1328,7 @@ func (x *LinkEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkEndpointRequest.ProtoReflect.Descriptor instead.
 func (*LinkEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LinkEndpointRequest) GetHandle() []byte {
@@ -1265,7 +1352,7 @@ type LinkEndpointResponse struct {
 
 func (x *LinkEndpointResponse) Reset() {
 	*x = LinkEndpointResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1364,7 @@ func (x *LinkEndpointResponse) String() string {
 func (*LinkEndpointResponse) ProtoMessage() {}
 
 func (x *LinkEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1377,7 @@ func (x *LinkEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkEndpointResponse.ProtoReflect.Descriptor instead.
 func (*LinkEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LinkEndpointResponse) GetKind() string {
@@ -1324,7 +1411,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1423,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1436,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RecoverRequest) GetHandle() []byte {
@@ -1376,7 +1463,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1475,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1488,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RecoverResponse) GetHandle() []byte {
@@ -1429,7 +1516,7 @@ type SnapshotCreateRequest struct {
 
 func (x *SnapshotCreateRequest) Reset() {
 	*x = SnapshotCreateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1528,7 @@ func (x *SnapshotCreateRequest) String() string {
 func (*SnapshotCreateRequest) ProtoMessage() {}
 
 func (x *SnapshotCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1541,7 @@ func (x *SnapshotCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotCreateRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotCreateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SnapshotCreateRequest) GetHandle() []byte {
@@ -1491,7 +1578,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1590,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1603,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SnapshotInfo) GetDiskBytes() int64 {
@@ -1549,7 +1636,7 @@ type SnapshotCreateResponse struct {
 
 func (x *SnapshotCreateResponse) Reset() {
 	*x = SnapshotCreateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1648,7 @@ func (x *SnapshotCreateResponse) String() string {
 func (*SnapshotCreateResponse) ProtoMessage() {}
 
 func (x *SnapshotCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1661,7 @@ func (x *SnapshotCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotCreateResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotCreateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SnapshotCreateResponse) GetInfo() *SnapshotInfo {
@@ -1596,7 +1683,7 @@ type SnapshotRestoreRequest struct {
 
 func (x *SnapshotRestoreRequest) Reset() {
 	*x = SnapshotRestoreRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1695,7 @@ func (x *SnapshotRestoreRequest) String() string {
 func (*SnapshotRestoreRequest) ProtoMessage() {}
 
 func (x *SnapshotRestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1708,7 @@ func (x *SnapshotRestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SnapshotRestoreRequest) GetHandle() []byte {
@@ -1660,7 +1747,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1759,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1772,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 type SnapshotDeleteRequest struct {
@@ -1698,7 +1785,7 @@ type SnapshotDeleteRequest struct {
 
 func (x *SnapshotDeleteRequest) Reset() {
 	*x = SnapshotDeleteRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1797,7 @@ func (x *SnapshotDeleteRequest) String() string {
 func (*SnapshotDeleteRequest) ProtoMessage() {}
 
 func (x *SnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1810,7 @@ func (x *SnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDeleteRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotDeleteRequest) GetHandle() []byte {
@@ -1748,7 +1835,7 @@ type SnapshotDeleteResponse struct {
 
 func (x *SnapshotDeleteResponse) Reset() {
 	*x = SnapshotDeleteResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1760,7 +1847,7 @@ func (x *SnapshotDeleteResponse) String() string {
 func (*SnapshotDeleteResponse) ProtoMessage() {}
 
 func (x *SnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1773,7 +1860,7 @@ func (x *SnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDeleteResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 type SnapshotRenameRequest struct {
@@ -1787,7 +1874,7 @@ type SnapshotRenameRequest struct {
 
 func (x *SnapshotRenameRequest) Reset() {
 	*x = SnapshotRenameRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1886,7 @@ func (x *SnapshotRenameRequest) String() string {
 func (*SnapshotRenameRequest) ProtoMessage() {}
 
 func (x *SnapshotRenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1899,7 @@ func (x *SnapshotRenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRenameRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRenameRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotRenameRequest) GetHandle() []byte {
@@ -1844,7 +1931,7 @@ type SnapshotRenameResponse struct {
 
 func (x *SnapshotRenameResponse) Reset() {
 	*x = SnapshotRenameResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +1943,7 @@ func (x *SnapshotRenameResponse) String() string {
 func (*SnapshotRenameResponse) ProtoMessage() {}
 
 func (x *SnapshotRenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +1956,7 @@ func (x *SnapshotRenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRenameResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRenameResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 type AdoptRequest struct {
@@ -1883,7 +1970,7 @@ type AdoptRequest struct {
 
 func (x *AdoptRequest) Reset() {
 	*x = AdoptRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +1982,7 @@ func (x *AdoptRequest) String() string {
 func (*AdoptRequest) ProtoMessage() {}
 
 func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +1995,7 @@ func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRequest.ProtoReflect.Descriptor instead.
 func (*AdoptRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AdoptRequest) GetHandle() []byte {
@@ -1941,7 +2028,7 @@ type AdoptResponse struct {
 
 func (x *AdoptResponse) Reset() {
 	*x = AdoptResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2040,7 @@ func (x *AdoptResponse) String() string {
 func (*AdoptResponse) ProtoMessage() {}
 
 func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2053,7 @@ func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptResponse.ProtoReflect.Descriptor instead.
 func (*AdoptResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AdoptResponse) GetHandle() []byte {
@@ -1989,7 +2076,7 @@ type UpdateDevicesRequest struct {
 
 func (x *UpdateDevicesRequest) Reset() {
 	*x = UpdateDevicesRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2088,7 @@ func (x *UpdateDevicesRequest) String() string {
 func (*UpdateDevicesRequest) ProtoMessage() {}
 
 func (x *UpdateDevicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2101,7 @@ func (x *UpdateDevicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDevicesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateDevicesRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *UpdateDevicesRequest) GetHandle() []byte {
@@ -2046,7 +2133,7 @@ type UpdateDevicesResponse struct {
 
 func (x *UpdateDevicesResponse) Reset() {
 	*x = UpdateDevicesResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2145,7 @@ func (x *UpdateDevicesResponse) String() string {
 func (*UpdateDevicesResponse) ProtoMessage() {}
 
 func (x *UpdateDevicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2158,7 @@ func (x *UpdateDevicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDevicesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateDevicesResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 var File_plugins_sdk_proto_backend_v1_backend_proto protoreflect.FileDescriptor
@@ -2089,20 +2176,27 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x04File\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"\xac\x03\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\xe0\x03\n" +
 	"\tGuestSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12C\n" +
 	"\x06config\x18\x03 \x03(\v2+.guestlink.backend.v1.GuestSpec.ConfigEntryR\x06config\x12F\n" +
 	"\adevices\x18\x04 \x03(\v2,.guestlink.backend.v1.GuestSpec.DevicesEntryR\adevices\x120\n" +
 	"\x05files\x18\x05 \x03(\v2\x1a.guestlink.backend.v1.FileR\x05files\x12#\n" +
-	"\rrestore_state\x18\x06 \x01(\bR\frestoreState\x1a9\n" +
+	"\rrestore_state\x18\x06 \x01(\bR\frestoreState\x122\n" +
+	"\x05image\x18\xa0\x01 \x01(\v2\x1b.guestlink.backend.v1.ImageR\x05image\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aX\n" +
 	"\fDevicesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
 	"\x05value\x18\x02 \x01(\v2\x1c.guestlink.backend.v1.DeviceR\x05value:\x028\x01\"\x85\x01\n" +
+	"\x05Image\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
+	"\x06format\x18\x03 \x01(\tR\x06format\x12\x16\n" +
+	"\x06kernel\x18\x04 \x01(\tR\x06kernel\x12\x16\n" +
+	"\x06initrd\x18\x05 \x01(\tR\x06initrd\"\x85\x01\n" +
 	"\x06Device\x12@\n" +
 	"\x06config\x18\x01 \x03(\v2(.guestlink.backend.v1.Device.ConfigEntryR\x06config\x1a9\n" +
 	"\vConfigEntry\x12\x10\n" +
@@ -2256,7 +2350,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
 	(Status)(0),                     // 0: guestlink.backend.v1.Status
 	(EventKind)(0),                  // 1: guestlink.backend.v1.EventKind
@@ -2264,104 +2358,106 @@ var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
 	(*InfoResponse)(nil),            // 3: guestlink.backend.v1.InfoResponse
 	(*File)(nil),                    // 4: guestlink.backend.v1.File
 	(*GuestSpec)(nil),               // 5: guestlink.backend.v1.GuestSpec
-	(*Device)(nil),                  // 6: guestlink.backend.v1.Device
-	(*CreateRequest)(nil),           // 7: guestlink.backend.v1.CreateRequest
-	(*CreateResponse)(nil),          // 8: guestlink.backend.v1.CreateResponse
-	(*StartRequest)(nil),            // 9: guestlink.backend.v1.StartRequest
-	(*StartResponse)(nil),           // 10: guestlink.backend.v1.StartResponse
-	(*StopRequest)(nil),             // 11: guestlink.backend.v1.StopRequest
-	(*StopResponse)(nil),            // 12: guestlink.backend.v1.StopResponse
-	(*DeleteRequest)(nil),           // 13: guestlink.backend.v1.DeleteRequest
-	(*DeleteResponse)(nil),          // 14: guestlink.backend.v1.DeleteResponse
-	(*StateRequest)(nil),            // 15: guestlink.backend.v1.StateRequest
-	(*StateResponse)(nil),           // 16: guestlink.backend.v1.StateResponse
-	(*GuestState)(nil),              // 17: guestlink.backend.v1.GuestState
-	(*EventsRequest)(nil),           // 18: guestlink.backend.v1.EventsRequest
-	(*Event)(nil),                   // 19: guestlink.backend.v1.Event
-	(*ReadRingRequest)(nil),         // 20: guestlink.backend.v1.ReadRingRequest
-	(*ReadRingResponse)(nil),        // 21: guestlink.backend.v1.ReadRingResponse
-	(*LinkEndpointRequest)(nil),     // 22: guestlink.backend.v1.LinkEndpointRequest
-	(*LinkEndpointResponse)(nil),    // 23: guestlink.backend.v1.LinkEndpointResponse
-	(*RecoverRequest)(nil),          // 24: guestlink.backend.v1.RecoverRequest
-	(*RecoverResponse)(nil),         // 25: guestlink.backend.v1.RecoverResponse
-	(*SnapshotCreateRequest)(nil),   // 26: guestlink.backend.v1.SnapshotCreateRequest
-	(*SnapshotInfo)(nil),            // 27: guestlink.backend.v1.SnapshotInfo
-	(*SnapshotCreateResponse)(nil),  // 28: guestlink.backend.v1.SnapshotCreateResponse
-	(*SnapshotRestoreRequest)(nil),  // 29: guestlink.backend.v1.SnapshotRestoreRequest
-	(*SnapshotRestoreResponse)(nil), // 30: guestlink.backend.v1.SnapshotRestoreResponse
-	(*SnapshotDeleteRequest)(nil),   // 31: guestlink.backend.v1.SnapshotDeleteRequest
-	(*SnapshotDeleteResponse)(nil),  // 32: guestlink.backend.v1.SnapshotDeleteResponse
-	(*SnapshotRenameRequest)(nil),   // 33: guestlink.backend.v1.SnapshotRenameRequest
-	(*SnapshotRenameResponse)(nil),  // 34: guestlink.backend.v1.SnapshotRenameResponse
-	(*AdoptRequest)(nil),            // 35: guestlink.backend.v1.AdoptRequest
-	(*AdoptResponse)(nil),           // 36: guestlink.backend.v1.AdoptResponse
-	(*UpdateDevicesRequest)(nil),    // 37: guestlink.backend.v1.UpdateDevicesRequest
-	(*UpdateDevicesResponse)(nil),   // 38: guestlink.backend.v1.UpdateDevicesResponse
-	nil,                             // 39: guestlink.backend.v1.GuestSpec.ConfigEntry
-	nil,                             // 40: guestlink.backend.v1.GuestSpec.DevicesEntry
-	nil,                             // 41: guestlink.backend.v1.Device.ConfigEntry
-	nil,                             // 42: guestlink.backend.v1.GuestState.DetailsEntry
-	nil,                             // 43: guestlink.backend.v1.SnapshotInfo.DetailsEntry
-	nil,                             // 44: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	(*Image)(nil),                   // 6: guestlink.backend.v1.Image
+	(*Device)(nil),                  // 7: guestlink.backend.v1.Device
+	(*CreateRequest)(nil),           // 8: guestlink.backend.v1.CreateRequest
+	(*CreateResponse)(nil),          // 9: guestlink.backend.v1.CreateResponse
+	(*StartRequest)(nil),            // 10: guestlink.backend.v1.StartRequest
+	(*StartResponse)(nil),           // 11: guestlink.backend.v1.StartResponse
+	(*StopRequest)(nil),             // 12: guestlink.backend.v1.StopRequest
+	(*StopResponse)(nil),            // 13: guestlink.backend.v1.StopResponse
+	(*DeleteRequest)(nil),           // 14: guestlink.backend.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 15: guestlink.backend.v1.DeleteResponse
+	(*StateRequest)(nil),            // 16: guestlink.backend.v1.StateRequest
+	(*StateResponse)(nil),           // 17: guestlink.backend.v1.StateResponse
+	(*GuestState)(nil),              // 18: guestlink.backend.v1.GuestState
+	(*EventsRequest)(nil),           // 19: guestlink.backend.v1.EventsRequest
+	(*Event)(nil),                   // 20: guestlink.backend.v1.Event
+	(*ReadRingRequest)(nil),         // 21: guestlink.backend.v1.ReadRingRequest
+	(*ReadRingResponse)(nil),        // 22: guestlink.backend.v1.ReadRingResponse
+	(*LinkEndpointRequest)(nil),     // 23: guestlink.backend.v1.LinkEndpointRequest
+	(*LinkEndpointResponse)(nil),    // 24: guestlink.backend.v1.LinkEndpointResponse
+	(*RecoverRequest)(nil),          // 25: guestlink.backend.v1.RecoverRequest
+	(*RecoverResponse)(nil),         // 26: guestlink.backend.v1.RecoverResponse
+	(*SnapshotCreateRequest)(nil),   // 27: guestlink.backend.v1.SnapshotCreateRequest
+	(*SnapshotInfo)(nil),            // 28: guestlink.backend.v1.SnapshotInfo
+	(*SnapshotCreateResponse)(nil),  // 29: guestlink.backend.v1.SnapshotCreateResponse
+	(*SnapshotRestoreRequest)(nil),  // 30: guestlink.backend.v1.SnapshotRestoreRequest
+	(*SnapshotRestoreResponse)(nil), // 31: guestlink.backend.v1.SnapshotRestoreResponse
+	(*SnapshotDeleteRequest)(nil),   // 32: guestlink.backend.v1.SnapshotDeleteRequest
+	(*SnapshotDeleteResponse)(nil),  // 33: guestlink.backend.v1.SnapshotDeleteResponse
+	(*SnapshotRenameRequest)(nil),   // 34: guestlink.backend.v1.SnapshotRenameRequest
+	(*SnapshotRenameResponse)(nil),  // 35: guestlink.backend.v1.SnapshotRenameResponse
+	(*AdoptRequest)(nil),            // 36: guestlink.backend.v1.AdoptRequest
+	(*AdoptResponse)(nil),           // 37: guestlink.backend.v1.AdoptResponse
+	(*UpdateDevicesRequest)(nil),    // 38: guestlink.backend.v1.UpdateDevicesRequest
+	(*UpdateDevicesResponse)(nil),   // 39: guestlink.backend.v1.UpdateDevicesResponse
+	nil,                             // 40: guestlink.backend.v1.GuestSpec.ConfigEntry
+	nil,                             // 41: guestlink.backend.v1.GuestSpec.DevicesEntry
+	nil,                             // 42: guestlink.backend.v1.Device.ConfigEntry
+	nil,                             // 43: guestlink.backend.v1.GuestState.DetailsEntry
+	nil,                             // 44: guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	nil,                             // 45: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
 }
 var file_plugins_sdk_proto_backend_v1_backend_proto_depIdxs = []int32{
-	39, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
-	40, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
+	40, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
+	41, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
 	4,  // 2: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
-	41, // 3: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
-	5,  // 4: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	5,  // 5: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	17, // 6: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
-	17, // 7: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
-	17, // 8: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
-	0,  // 9: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
-	42, // 10: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
-	1,  // 11: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
-	5,  // 12: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	17, // 13: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
-	43, // 14: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
-	27, // 15: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
-	5,  // 16: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	44, // 17: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
-	6,  // 18: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
-	6,  // 19: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
-	2,  // 20: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
-	7,  // 21: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
-	9,  // 22: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
-	11, // 23: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
-	13, // 24: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
-	15, // 25: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
-	18, // 26: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
-	20, // 27: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
-	22, // 28: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
-	24, // 29: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
-	26, // 30: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
-	29, // 31: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
-	31, // 32: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
-	33, // 33: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
-	35, // 34: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
-	37, // 35: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
-	3,  // 36: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
-	8,  // 37: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
-	10, // 38: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
-	12, // 39: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
-	14, // 40: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
-	16, // 41: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
-	19, // 42: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
-	21, // 43: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
-	23, // 44: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
-	25, // 45: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
-	28, // 46: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
-	30, // 47: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
-	32, // 48: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
-	34, // 49: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
-	36, // 50: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
-	38, // 51: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
-	36, // [36:52] is the sub-list for method output_type
-	20, // [20:36] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	6,  // 3: guestlink.backend.v1.GuestSpec.image:type_name -> guestlink.backend.v1.Image
+	42, // 4: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
+	5,  // 5: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	5,  // 6: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	18, // 7: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
+	18, // 8: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
+	18, // 9: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
+	0,  // 10: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
+	43, // 11: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
+	1,  // 12: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
+	5,  // 13: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	18, // 14: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
+	44, // 15: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	28, // 16: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
+	5,  // 17: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	45, // 18: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	7,  // 19: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
+	7,  // 20: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
+	2,  // 21: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
+	8,  // 22: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
+	10, // 23: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
+	12, // 24: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
+	14, // 25: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
+	16, // 26: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
+	19, // 27: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
+	21, // 28: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
+	23, // 29: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
+	25, // 30: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
+	27, // 31: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
+	30, // 32: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
+	32, // 33: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
+	34, // 34: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
+	36, // 35: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
+	38, // 36: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
+	3,  // 37: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
+	9,  // 38: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
+	11, // 39: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
+	13, // 40: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
+	15, // 41: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
+	17, // 42: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
+	20, // 43: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
+	22, // 44: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
+	24, // 45: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
+	26, // 46: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
+	29, // 47: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
+	31, // 48: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
+	33, // 49: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
+	35, // 50: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
+	37, // 51: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
+	39, // 52: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
+	37, // [37:53] is the sub-list for method output_type
+	21, // [21:37] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_plugins_sdk_proto_backend_v1_backend_proto_init() }
@@ -2375,7 +2471,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc), len(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,49 @@
+package api
+
+import "time"
+
+// Image is an image of the host's image store, as GET /1.0/images/{fp}
+// answers (LXD's image object, the fields guestlink has).
+type Image struct {
+	Fingerprint string            `json:"fingerprint"` // SHA-256 of the disk file, lowercase hex
+	Filename    string            `json:"filename"`
+	Size        int64             `json:"size"`
+	Format      string            `json:"format"` // "raw" or "qcow2"
+	Type        string            `json:"type"`   // "virtual-machine"
+	Aliases     []ImageAlias      `json:"aliases"`
+	Properties  map[string]string `json:"properties"`
+	// Kernel and Initrd say whether the store holds a kernel (and initrd)
+	// for direct boot taken from the image.
+	Kernel     bool      `json:"kernel"`
+	Initrd     bool      `json:"initrd"`
+	CreatedAt  time.Time `json:"created_at"`
+	UploadedAt time.Time `json:"uploaded_at"`
+}
+
+// ImageAlias is one alias of an image (in Image.Aliases: name and
+// description; GET /1.0/images/aliases/{name} adds the target).
+type ImageAlias struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Target      string `json:"target,omitempty"` // the image's fingerprint
+}
+
+// ImagesPost is the body of POST /1.0/images: import the image file at
+// Path (a file on the daemon's machine, read and copied by the daemon, as
+// POST /1.0/backends reads a plugin) under Alias. Kernel and Initrd are
+// files for direct boot to use instead of those found in the image.
+type ImagesPost struct {
+	Path       string            `json:"path"`
+	Alias      string            `json:"alias,omitempty"`
+	Filename   string            `json:"filename,omitempty"`
+	Properties map[string]string `json:"properties,omitempty"`
+	Kernel     string            `json:"kernel,omitempty"`
+	Initrd     string            `json:"initrd,omitempty"`
+}
+
+// ImageAliasesPost is the body of POST /1.0/images/aliases.
+type ImageAliasesPost struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Target      string `json:"target"` // fingerprint (or unique prefix, or another alias)
+}

@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/client"
+)
+
+// Images the CLI knows how to build (make guest-image-<name>); their files
+// are bin/images/<name>.img and <name>.json next to the CLI's own bin/.
+var buildableImages = map[string]string{"debian-12": "guest-image-debian"}
+
+// localImage returns the image file built for alias next to the CLI
+// (bin/images/<alias>.img) and its recorded inputs, if there is one.
+func localImage(alias string) (string, map[string]string, bool) {
+	if _, ok := buildableImages[alias]; !ok {
+		return "", nil, false
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, false
+	}
+	dir := filepath.Join(filepath.Dir(exe), "images")
+	img := filepath.Join(dir, alias+".img")
+	if _, err := os.Stat(img); err != nil {
+		return "", nil, false
+	}
+	props := map[string]string{}
+	if data, err := os.ReadFile(filepath.Join(dir, alias+".json")); err == nil {
+		_ = json.Unmarshal(data, &props) // a bad file only loses the properties
+	}
+	return img, props, true
+}
+
+// importLocal imports the locally built image for alias (see localImage).
+func (s *session) importLocal(cmd *cobra.Command, alias string) (*wire.Image, error) {
+	img, props, ok := localImage(alias)
+	if !ok {
+		return nil, fmt.Errorf("no image %q is built here (make %s)", alias, buildableImages[alias])
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "Importing %s as %s\n", img, alias)
+	return s.client.ImportImage(cmd.Context(), wire.ImagesPost{Path: img, Alias: alias, Properties: props})
+}
+
+// isNotFound reports whether err is the daemon's 404.
+func isNotFound(err error) bool {
+	var se *client.StatusError
+	return errors.As(err, &se) && se.Code == 404
+}
+
+func (s *session) imageBuildCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "build NAME",
+		Short: "Build a guest image (debian-12) and import it under its name",
+		Long: `Build a guest disk image and import it into the daemon's image store under
+the alias NAME. debian-12 is built by "make guest-image-debian" in the
+source tree the CLI was built in (mmdebstrap, as root; the image is cached
+outside the tree, see docs/guests.md), then imported with its recorded
+inputs as properties. An image already built for NAME is imported as is
+when the build is not possible here.`,
+		Args: argsExactly(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			target, ok := buildableImages[args[0]]
+			if !ok {
+				return fmt.Errorf("unknown image %q: guestlink builds debian-12", args[0])
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			src := filepath.Dir(filepath.Dir(exe)) // <tree>/bin/guestlink
+			if _, err := os.Stat(filepath.Join(src, "Makefile")); err == nil {
+				mk := exec.CommandContext(cmd.Context(), "make", "-C", src, target)
+				mk.Stdout, mk.Stderr = cmd.ErrOrStderr(), cmd.ErrOrStderr()
+				if err := mk.Run(); err != nil {
+					return fmt.Errorf("building %s (make %s): %w", args[0], target, err)
+				}
+			} else if _, _, ok := localImage(args[0]); !ok {
+				return fmt.Errorf("building %s: no source tree at %s (the CLI builds images from the tree it was built in)", args[0], src)
+			}
+			if err := s.client.DeleteImageAlias(cmd.Context(), args[0]); err != nil && !isNotFound(err) {
+				return err
+			}
+			im, err := s.importLocal(cmd, args[0])
+			var se *client.StatusError
+			if errors.As(err, &se) && se.Code == 409 { // same content stored already: name it
+				_, err = s.client.CreateImageAlias(cmd.Context(), wire.ImageAliasesPost{Name: args[0], Target: imageFingerprint(args[0])})
+				if err == nil {
+					im, err = s.client.Image(cmd.Context(), args[0])
+				}
+			}
+			if err != nil {
+				return err
+			}
+			return s.render(im, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "Image %s built and imported with fingerprint: %s\n", args[0], im.Fingerprint)
+				return err
+			})
+		},
+	}
+}
+
+// imageFingerprint returns the sha256 of the locally built image for alias.
+func imageFingerprint(alias string) string {
+	img, _, _ := localImage(alias)
+	out, err := exec.Command("sha256sum", img).Output()
+	if err != nil || len(out) < 64 {
+		return ""
+	}
+	return string(out[:64])
+}

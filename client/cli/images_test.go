@@ -1,0 +1,104 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/core/api/apitest"
+	"github.com/guestlink/guestlink/core/images"
+	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/db/dbtest"
+)
+
+// TestImageCommands runs guestlink image import, list, info, alias and
+// delete against a real store, and launch's two argument forms.
+func TestImageCommands(t *testing.T) {
+	dir := t.TempDir()
+	st, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := apitest.NewServer(t, apitest.Options{Images: st})
+	disk := filepath.Join(dir, "zeros.img")
+	if err := os.WriteFile(disk, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const fp = "30e14955ebf1352266dc2ff8067e68104607e750abb9d3b36582b8af909fcb58"
+
+	if out := ok(t, srv, "image", "import", disk, "--alias", "zeros", "-p", "os=none"); out != "Image imported with fingerprint: "+fp+"\n" {
+		t.Fatalf("import said %q", out)
+	}
+	fails(t, srv, "importing image "+disk+": an image with fingerprint "+fp+" exists: already exists", "image", "import", disk)
+	fails(t, srv, `invalid property "x": want key=value`, "image", "import", disk, "-p", "x")
+	if out := ok(t, srv, "image", "list"); !strings.Contains(out, "zeros") || !strings.Contains(out, fp[:12]) || !strings.Contains(out, "1.0MiB") {
+		t.Fatalf("list:\n%s", out)
+	}
+	for _, ref := range []string{"zeros", fp, fp[:10]} {
+		var im wire.Image
+		if err := json.Unmarshal([]byte(ok(t, srv, "image", "info", ref, "--format", "json")), &im); err != nil || im.Fingerprint != fp || im.Properties["os"] != "none" {
+			t.Fatalf("info %s = %+v, %v", ref, im, err)
+		}
+	}
+	ok(t, srv, "image", "alias", "create", "stable", "zeros")
+	if out := ok(t, srv, "image", "alias", "list"); !strings.Contains(out, "stable") {
+		t.Fatalf("alias list:\n%s", out)
+	}
+	ok(t, srv, "image", "alias", "delete", "stable")
+
+	// launch NAME and launch IMAGE NAME.
+	ok(t, srv, "launch", "plain")
+	ok(t, srv, "launch", "zeros", "vm1")
+	fails(t, srv, "guestlink launch takes 1 or 2 arguments, got 3 (usage: guestlink launch [IMAGE] NAME [--backend BACKEND] [-c key=value ...] [flags])", "launch", "a", "b", "c")
+	for name, want := range map[string]string{"plain": "", "vm1": fp} {
+		var inst wire.Instance
+		if err := json.Unmarshal([]byte(ok(t, srv, "info", name, "--format", "json")), &inst); err != nil || inst.Config["volatile.base_image"] != want {
+			t.Fatalf("%s: base image %q, want %q (%v)", name, inst.Config["volatile.base_image"], want, err)
+		}
+	}
+
+	ok(t, srv, "image", "delete", "zeros")
+	fails(t, srv, `image "zeros": no image has this alias or fingerprint: not found`, "image", "info", "zeros")
+}
+
+// TestLaunchImportsLocalImage: launch debian-12 NAME with the image built
+// next to the CLI (bin/images/debian-12.img) but not imported imports it
+// first, with the recorded inputs as properties.
+func TestLaunchImportsLocalImage(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(filepath.Dir(exe), "images")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	img := filepath.Join(dir, "debian-12.img")
+	data := make([]byte, 1<<20)
+	data[0] = 1
+	if err := os.WriteFile(img, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "debian-12.json"), []byte(`{"os":"debian","build_seconds":"182"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := images.Open(t.TempDir(), dbtest.SQLite(t).(db.ImageStore), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := apitest.NewServer(t, apitest.Options{Images: st})
+	r := run(t, srv, "launch", "debian-12", "vm1")
+	if r.code != 0 || r.stderr != "Importing "+img+" as debian-12\n" {
+		t.Fatalf("launch: exit %d, stderr %q", r.code, r.stderr)
+	}
+	var im wire.Image
+	if err := json.Unmarshal([]byte(ok(t, srv, "image", "info", "debian-12", "--format", "json")), &im); err != nil || im.Properties["build_seconds"] != "182" {
+		t.Fatalf("imported image %+v, %v", im, err)
+	}
+	fails(t, srv, `creating instance "vm2": image "nope": no image has this alias or fingerprint: not found`, "launch", "nope", "vm2")
+	fails(t, srv, `unknown image "ubuntu": guestlink builds debian-12`, "image", "build", "ubuntu")
+}

@@ -1,0 +1,82 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	wire "github.com/guestlink/guestlink/api"
+)
+
+// Images lists the daemon's image store (GET /1.0/images).
+func (c *Client) Images(ctx context.Context) ([]wire.Image, error) {
+	var out []wire.Image
+	if err := c.do(ctx, http.MethodGet, "/1.0/images", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Image returns one image by fingerprint or unique fingerprint prefix; an
+// alias is looked up first.
+func (c *Client) Image(ctx context.Context, ref string) (*wire.Image, error) {
+	if a, err := c.ImageAlias(ctx, ref); err == nil {
+		ref = a.Target
+	}
+	var out wire.Image
+	if err := c.do(ctx, http.MethodGet, "/1.0/images/"+url.PathEscape(ref), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ImportImage makes the daemon copy the image file at req.Path (on the
+// daemon's machine) into its store (POST /1.0/images).
+func (c *Client) ImportImage(ctx context.Context, req wire.ImagesPost) (*wire.Image, error) {
+	var out wire.Image
+	if err := c.do(ctx, http.MethodPost, "/1.0/images", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteImage removes an image (by alias, fingerprint or prefix) and its
+// aliases.
+func (c *Client) DeleteImage(ctx context.Context, ref string) error {
+	if a, err := c.ImageAlias(ctx, ref); err == nil {
+		ref = a.Target
+	}
+	return c.do(ctx, http.MethodDelete, "/1.0/images/"+url.PathEscape(ref), nil, nil, nil)
+}
+
+// ImageAliases lists the aliases with their targets.
+func (c *Client) ImageAliases(ctx context.Context) ([]wire.ImageAlias, error) {
+	var out []wire.ImageAlias
+	if err := c.do(ctx, http.MethodGet, "/1.0/images/aliases", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ImageAlias returns one alias.
+func (c *Client) ImageAlias(ctx context.Context, name string) (*wire.ImageAlias, error) {
+	var out wire.ImageAlias
+	if err := c.do(ctx, http.MethodGet, "/1.0/images/aliases/"+url.PathEscape(name), nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// CreateImageAlias names an image.
+func (c *Client) CreateImageAlias(ctx context.Context, req wire.ImageAliasesPost) (*wire.ImageAlias, error) {
+	var out wire.ImageAlias
+	if err := c.do(ctx, http.MethodPost, "/1.0/images/aliases", nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeleteImageAlias removes an alias (the image stays).
+func (c *Client) DeleteImageAlias(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/1.0/images/aliases/"+url.PathEscape(name), nil, nil, nil)
+}

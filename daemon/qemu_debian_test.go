@@ -1,0 +1,149 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/internal/testenv"
+)
+
+// Budgets of the Debian guest (TCG on a loaded 2-core machine).
+const (
+	debianBootTimeout = 4 * time.Minute
+	debianStopTimeout = 2 * time.Minute
+)
+
+// debianImage returns bin/images/debian-12.img (make guest-image-debian).
+func debianImage(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("GUESTLINK_DEBIAN_IMAGE")
+	if p == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = filepath.Join(filepath.Dir(wd), "bin", "images", "debian-12.img")
+	}
+	if _, err := os.Stat(p); err != nil {
+		testenv.Requires(t, "the Debian 12 guest image", "run make guest-image-debian ("+err.Error()+")")
+	}
+	return p
+}
+
+// TestQEMUDebian boots the stock Debian 12 image with systemd and
+// cloud-init: the agent package's udev rule starts the agent, cloud-init's
+// LXD datasource reads /dev/lxd/sock, the user-data's runcmd declares
+// Ready only after reading a user.* key with the expected value, ssh
+// works over the user NIC's forward, and a stop is graceful (the agent
+// writes STOPPED). A qemu-legacy launch of the same image reaches Ready.
+func TestQEMUDebian(t *testing.T) {
+	d, _ := newQEMUDaemon(t)
+	disk := debianImage(t)
+	for _, c := range []string{"ssh", "ssh-keygen"} {
+		if _, err := exec.LookPath(c); err != nil {
+			testenv.Requires(t, c, "openssh-client")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	if _, err := d.client.ImportImage(ctx, api.ImagesPost{Path: disk, Alias: "debian-12"}); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(t.TempDir(), "id")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v: %s", err, out)
+	}
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	userData := fmt.Sprintf(`#cloud-config
+ssh_authorized_keys:
+  - %s
+runcmd:
+  - [sh, -c, 'v=$(curl -sf --unix-socket /dev/lxd/sock http://lxd/1.0/config/user.token); if [ "$v" = "s3cret" ]; then /usr/bin/guestlink-agent ready; else echo "guestlink-test: user.token is [$v]" > /dev/console; fi']
+`, strings.TrimSpace(string(pub)))
+
+	for _, tc := range []struct {
+		plugin string
+		full   bool // ssh, cloud-init and stop checks (one VM does them)
+	}{{"qemu", true}, {"qemu-legacy", false}} {
+		t.Run(tc.plugin, func(t *testing.T) {
+			name := "deb-" + tc.plugin
+			port := freePort(t)
+			start := time.Now()
+			_, err := d.client.Create(ctx, api.InstancesPost{Name: name, Backend: tc.plugin, Image: "debian-12", Start: true,
+				Config: map[string]string{
+					"qemu.accel": "auto", "qemu.memory": "1GiB", "qemu.cpus": "2",
+					"user.token": "s3cret", "cloud-init.user-data": userData,
+				},
+				Devices: map[string]map[string]string{"eth0": {"type": "nic", "nictype": "user", "hostfwd": fmt.Sprintf("tcp::%d-:22", port)}}})
+			if err != nil {
+				t.Fatalf("launching %s: %v", name, err)
+			}
+			inst := d.waitInstance(ctx, name, "Ready", debianBootTimeout, func(i *api.Instance) bool {
+				return i.StatusCode == int(status.Ready)
+			})
+			t.Logf("%s: Ready %v after launch (accel %s)", name, time.Since(start).Round(time.Millisecond), inst.Details["accel"])
+			steps, tl := timelineSteps(ctx, t, d, name, "agent", []string{api.AgentStarted, api.AgentConnected}, qemuOpTimeout)
+			if !inOrder(steps, []string{api.AgentStarted, api.AgentConnected}) {
+				t.Errorf("agent steps %v", steps)
+			}
+			for _, e := range tl { // the figures of docs/performance.md
+				if e.Kind == "agent" && inst.StartedAt != nil {
+					t.Logf("%s: agent %s %v after the start", name, e.To, e.Time.Sub(*inst.StartedAt).Round(time.Millisecond))
+				}
+			}
+			if inst.ReadyAt != nil && inst.StartedAt != nil {
+				t.Logf("%s: Ready %v after the start", name, inst.ReadyAt.Sub(*inst.StartedAt).Round(time.Millisecond))
+			}
+			if fi, err := os.Stat(filepath.Join(filepath.Dir(inst.Details["console_log"]), "root.qcow2")); err == nil {
+				t.Logf("%s: overlay %d bytes once Ready", name, fi.Size())
+			}
+			if !tc.full {
+				if err := d.client.Delete(ctx, name, true); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			ssh := func(cmd string) string {
+				out, err := exec.CommandContext(ctx, "ssh", "-i", key, "-p", fmt.Sprint(port), "-o", "StrictHostKeyChecking=no",
+					"-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "-o", "LogLevel=ERROR",
+					"debian@127.0.0.1", cmd).CombinedOutput()
+				if err != nil {
+					t.Fatalf("ssh %q: %v: %s", cmd, err, out)
+				}
+				return strings.TrimSpace(string(out))
+			}
+			if got := ssh("systemctl is-active guestlink-agent"); got != "active" {
+				t.Errorf("guestlink-agent is %q", got)
+			}
+			if got := ssh("readlink /dev/virtio-ports/com.canonical.lxd"); !strings.HasPrefix(got, "../vport") {
+				t.Errorf("udev link of com.canonical.lxd: %q", got)
+			}
+			if got := ssh("cat /run/cloud-init/result.json"); !strings.Contains(got, "DataSourceLXD") {
+				t.Errorf("cloud-init's datasource is not LXD: %s", got)
+			}
+			stopStart := time.Now()
+			if _, err := d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStop, Timeout: int(debianStopTimeout / time.Second)}); err != nil {
+				t.Fatalf("stopping: %v", err)
+			}
+			d.waitInstance(ctx, name, "Stopped", debianStopTimeout, func(i *api.Instance) bool { return i.StatusCode == int(status.Stopped) })
+			t.Logf("%s: stopped %v after the request", name, time.Since(stopStart).Round(time.Millisecond))
+			if steps, tl := timelineSteps(ctx, t, d, name, "agent", []string{api.AgentStopped}, qemuOpTimeout); !inOrder(steps, []string{api.AgentStopped}) {
+				t.Errorf("no graceful agent stop (ring STOPPED) in the timeline: %v (%+v)", steps, tl)
+			}
+			if err := d.client.Delete(ctx, name, false); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

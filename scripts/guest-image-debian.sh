@@ -1,0 +1,69 @@
+#!/bin/bash
+# guest-image-debian.sh PKGDIR OUTDIR: build the Debian 12 (bookworm) guest
+# disk image OUTDIR/debian-12.img (raw ext4, the kernel and initrd in /boot)
+# with mmdebstrap: systemd, udev, cloud-init, openssh-server, the cloud
+# kernel and the guestlink-agent package from PKGDIR. No loop mounts:
+# mkfs.ext4 -d fills the filesystem from the tree. OUTDIR/debian-12.json
+# records the inputs (package versions, agent package hash, script hash).
+#
+# The image is cached outside the tree under
+# ${XDG_CACHE_HOME:-$HOME/.cache}/guestlink/images/<key>, key = sha256 of
+# this script and the agent package; a hit only copies it.
+set -euo pipefail
+pkgdir=${1:?usage: guest-image-debian.sh PKGDIR OUTDIR}
+out=${2:?usage: guest-image-debian.sh PKGDIR OUTDIR}
+deb=$(ls "$pkgdir"/guestlink-agent_*_amd64.deb | tail -n1)
+suite=bookworm
+mirror=${GUESTLINK_DEBIAN_MIRROR:-}
+packages=systemd,systemd-sysv,udev,dbus,cloud-init,openssh-server,linux-image-cloud-amd64,initramfs-tools,sudo,iproute2,netbase,ca-certificates,curl
+size=${GUESTLINK_DEBIAN_SIZE:-2G}
+
+key=$( { sha256sum "$0" "$deb" | cut -d' ' -f1; echo "$packages $suite $mirror $size"; } | sha256sum | cut -c1-16)
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/guestlink/images/debian-12-$key
+mkdir -p "$out"
+if [ -f "$cache/debian-12.img" ] && [ -f "$cache/debian-12.json" ]; then
+	echo "guest-image-debian: cached $cache"
+	cp --sparse=always "$cache/debian-12.img" "$out/debian-12.img.tmp"
+	cp "$cache/debian-12.json" "$out/debian-12.json"
+	mv "$out/debian-12.img.tmp" "$out/debian-12.img"
+	exit 0
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/guestlink-debian.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+root=$work/root
+start=$(date +%s)
+cp "$deb" "$work/guestlink-agent.deb"
+# The agent package is installed by dpkg inside the tree after apt's run;
+# cloud-init looks for LXD first (the agent serves /dev/lxd/sock before
+# cloud-init-local starts) and the network is systemd-networkd's.
+mmdebstrap --variant=minbase --include="$packages" \
+	--customize-hook='copy-in '"$work"'/guestlink-agent.deb /tmp' \
+	--customize-hook='chroot "$1" dpkg -i /tmp/guestlink-agent.deb' \
+	--customize-hook='rm -f "$1"/tmp/guestlink-agent.deb' \
+	--customize-hook='printf "datasource_list: [ LXD, NoCloud, None ]\n" > "$1"/etc/cloud/cloud.cfg.d/90-guestlink.cfg' \
+	--customize-hook='printf "/dev/vda / ext4 defaults,errors=remount-ro 0 1\n" > "$1"/etc/fstab' \
+	--customize-hook='chroot "$1" systemctl enable systemd-networkd' \
+	--customize-hook='echo debian > "$1"/etc/hostname' \
+	--customize-hook='chroot "$1" dpkg-query -W -f="\${Package}=\${Version}\n" > "$1"/usr/share/guestlink-packages.txt' \
+	"$suite" "$root" $mirror
+cp "$root/usr/share/guestlink-packages.txt" "$work/packages.txt"
+truncate -s "$size" "$work/debian-12.img"
+mkfs.ext4 -q -F -L rootfs -d "$root" "$work/debian-12.img"
+end=$(date +%s)
+
+kernel=$(cd "$root/boot" && ls vmlinuz-* | sort | tail -n1)
+{
+	printf '{\n  "os": "debian",\n  "release": "12",\n  "suite": "%s",\n' "$suite"
+	printf '  "kernel": "%s",\n' "$kernel"
+	printf '  "agent_package": "%s",\n  "agent_package_sha256": "%s",\n' "$(basename "$deb")" "$(sha256sum "$deb" | cut -d' ' -f1)"
+	printf '  "build_script_sha256": "%s",\n' "$(sha256sum "$0" | cut -d' ' -f1)"
+	printf '  "mirror": "%s",\n  "build_seconds": "%s",\n' "${mirror:-default}" "$((end - start))"
+	printf '  "packages": "%s"\n}\n' "$(tr '\n' ' ' < "$work/packages.txt" | sed 's/ $//')"
+} > "$work/debian-12.json"
+mkdir -p "$cache"
+cp --sparse=always "$work/debian-12.img" "$cache/debian-12.img"
+cp "$work/debian-12.json" "$cache/debian-12.json"
+mv "$work/debian-12.img" "$out/debian-12.img"
+cp "$work/debian-12.json" "$out/debian-12.json"
+echo "guest-image-debian: built $out/debian-12.img in $((end - start)) s (cached in $cache)"
