@@ -245,8 +245,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		StateBudget: stateBudget,
 		Observer:    d.metrics,
 		// What a guest is depends on its backend (sim guests are
-		// processes: "container"); Images is set once an image store exists.
+		// processes: "container").
 		InstanceTypes: d.plugins,
+		Images:        d.images, // GET /1.0/images/{fingerprint}/export
 		Tokens:        d.tcp.auth,
 		Storage:       d.storage,
 		Devices:       mgr,

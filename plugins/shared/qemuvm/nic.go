@@ -127,7 +127,8 @@ func parseNICs(cfg map[string]string, uuid string, devices map[string]sdk.Device
 	return out, nil
 }
 
-// nicArgs returns QEMU's arguments for the nics (PCI slots 0x10 on).
+// nicArgs returns QEMU's arguments for the nics (PCI slots 0x18..0x1f;
+// 0x10..0x17 are the hot-plug ports, hotplug.go).
 func nicArgs(nics []nic) []string {
 	var a []string
 	for i, n := range nics {
@@ -136,7 +137,11 @@ func nicArgs(nics []nic) []string {
 			netdev += ",hostfwd=" + f
 		}
 		a = append(a, "-netdev", netdev,
-			"-device", fmt.Sprintf("virtio-net-pci,netdev=net-%s,id=dev-%s,mac=%s,bus=pcie.0,addr=0x%x", n.name, n.name, n.mac, 0x10+i))
+			"-device", fmt.Sprintf("virtio-net-pci,netdev=net-%s,id=dev-%s,mac=%s,bus=pcie.0,addr=0x%x", n.name, n.name, n.mac, nicPortAddr+i))
 	}
 	return a
 }
+
+// nicPortAddr is the PCI slot of the first nic on pcie.0: after the
+// hot-plug ports (hotplugPortAddr, hotplugPorts of them).
+const nicPortAddr = hotplugPortAddr + hotplugPorts

@@ -24,7 +24,7 @@ func TestParseNICs(t *testing.T) {
 		want string // nicArgs joined
 	}{
 		{"loopback by default", nil, map[string]sdk.Device{"eth0": user("hostfwd", "tcp::2222-:22", "hwaddr", "00:16:3E:00:00:01")},
-			"-netdev user,id=net-eth0,hostfwd=tcp:127.0.0.1:2222-:22 -device virtio-net-pci,netdev=net-eth0,id=dev-eth0,mac=00:16:3e:00:00:01,bus=pcie.0,addr=0x10"},
+			"-netdev user,id=net-eth0,hostfwd=tcp:127.0.0.1:2222-:22 -device virtio-net-pci,netdev=net-eth0,id=dev-eth0,mac=00:16:3e:00:00:01,bus=pcie.0,addr=0x18"},
 		{"volatile hwaddr wins", map[string]string{"volatile.eth0.hwaddr": "00:16:3e:aa:bb:cc"}, map[string]sdk.Device{"eth0": user("hwaddr", "00:16:3e:00:00:01")},
 			"mac=00:16:3e:aa:bb:cc"},
 		{"several forwards, explicit addresses", nil, map[string]sdk.Device{"eth0": user("hostfwd", "tcp:10.0.0.1:80-10.0.2.15:8080, udp::5353-:53")},

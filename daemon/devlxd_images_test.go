@@ -1,0 +1,62 @@
+package daemon_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/guestlink/guestlink/api"
+)
+
+// TestDevlxdImageExport checks devlxd's GET /1.0/images/{fingerprint}/export
+// against the daemon's real image store, through the guest's agent: 403
+// while security.devlxd.images is off, the image's exact bytes once it is
+// on, 404 for an image the store does not have.
+func TestDevlxdImageExport(t *testing.T) {
+	t.Parallel()
+	d := newDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	img := make([]byte, 1<<20) // a raw image of the smallest size the store takes
+	if _, err := rand.Read(img); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "tiny.img")
+	if err := os.WriteFile(file, img, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(img)
+	fp := hex.EncodeToString(sum[:])
+	got, err := d.client.ImportImage(ctx, api.ImagesPost{Path: file, Alias: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Fingerprint != fp {
+		t.Fatalf("imported fingerprint %s, want %s", got.Fingerprint, fp)
+	}
+
+	g := d.launch(ctx, "imgx", nil, nil)
+	path := "/1.0/images/" + fp + "/export"
+	if a := curlDevlxd(ctx, t, g.socket, "GET", path, ""); a.status != 403 {
+		t.Fatalf("export with security.devlxd.images unset: %d %q, want 403", a.status, a.body)
+	}
+	if _, err := d.client.UpdateConfig(ctx, "imgx", map[string]string{"security.devlxd.images": "true"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	a := curlDevlxd(ctx, t, g.socket, "GET", path, "")
+	if a.status != 200 {
+		t.Fatalf("export: %d %q", a.status, a.body)
+	}
+	if s := sha256.Sum256(a.body); s != sum {
+		t.Fatalf("exported %d bytes with sha256 %x, want the image's %d bytes (%s)", len(a.body), s, len(img), fp)
+	}
+	other := sha256.Sum256([]byte("no such image"))
+	if a := curlDevlxd(ctx, t, g.socket, "GET", "/1.0/images/"+hex.EncodeToString(other[:])+"/export", ""); a.status != 404 {
+		t.Fatalf("export of an unknown image: %d %q, want 404", a.status, a.body)
+	}
+}
