@@ -93,8 +93,9 @@ func Devices() map[string]map[string]string {
 
 // Routes is every route of LXD 6.x's devlxd (19) and who serves it in
 // guestlink: "untrusted" routes are covered by this suite; "trusted" ones
-// (devlxd bearer tokens: instances, operations, storage volumes) are added
-// with the trusted mode.
+// (devlxd bearer tokens: instances, operations, storage volumes) are
+// tested by daemon's TestDevlxdTrusted and TestQEMUTrustedHotplug
+// (docs/devlxd-trusted.md).
 var Routes = []struct{ Path, Methods, Kind string }{
 	{"/", "GET", "untrusted"},
 	{"/1.0", "GET, PATCH", "untrusted"},

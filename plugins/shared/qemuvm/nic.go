@@ -28,8 +28,9 @@ var hostfwdRE = regexp.MustCompile(`^(tcp|udp):([0-9.]*):([0-9]{1,5})-([0-9.]*):
 // nicMAC returns the MAC of device dev: volatile.<dev>.hwaddr from the
 // instance config, else the device's hwaddr key, else one derived from the
 // guest's UUID and the device name (LXD's 00:16:3e prefix), stable across
-// starts without being stored. Part D's device model stores
-// volatile.<dev>.hwaddr at create and can replace the derivation.
+// starts without being stored. The daemon's device model stores
+// volatile.<dev>.hwaddr when a nic is added or its instance created; the
+// derivation serves nics that reach a backend without one.
 func nicMAC(cfg map[string]string, uuid, dev string, d sdk.Device) (string, error) {
 	mac := cfg["volatile."+dev+".hwaddr"]
 	if mac == "" {
