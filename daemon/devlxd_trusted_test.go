@@ -48,8 +48,9 @@ func TestDevlxdTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	untrusted := `{"api_version":"1.0","state":"Started","instance_type":"virtual-machine","location":"` + host + `","auth":"untrusted","supported_storage_drivers":[]}` + "\n"
-	trusted := `{"api_version":"1.0","state":"Started","instance_type":"virtual-machine","location":"` + host + `","auth":"trusted","supported_storage_drivers":[],"environment":{"server_clustered":false}}` + "\n"
+	// A sim guest is a process: its backend declares instance_type "container".
+	untrusted := `{"api_version":"1.0","state":"Started","instance_type":"container","location":"` + host + `","auth":"untrusted","supported_storage_drivers":[]}` + "\n"
+	trusted := `{"api_version":"1.0","state":"Started","instance_type":"container","location":"` + host + `","auth":"trusted","supported_storage_drivers":[],"environment":{"server_clustered":false}}` + "\n"
 	for _, tc := range []struct {
 		name, socket, method, path string
 		headers                    []string
