@@ -23,6 +23,7 @@ build: ## build guestlinkd, guestlink, guestlink-agent and the plugins into bin/
 	@mkdir -p $(BIN)/plugins
 	$(GO) build -trimpath -o $(BIN)/ ./cmd/guestlinkd ./cmd/guestlink ./cmd/guestlink-agent
 	$(GO) build -trimpath -o $(BIN)/plugins/sim ./plugins/sim
+	$(GO) build -trimpath -o $(BIN)/plugins/fleet ./plugins/fleet
 	@for p in qemu qemu-legacy; do \
 	  if [ -d plugins/$$p ] && ls plugins/$$p/*.go >/dev/null 2>&1; then $(GO) build -trimpath -o $(BIN)/plugins/$$p ./plugins/$$p; fi; \
 	done

@@ -1,0 +1,52 @@
+// Command fleet is guestlink's fleet backend plugin: thousands of simulated
+// guests, each running the real agent, in one host process (see
+// docs/fleet.md). Run by the daemon it serves the backend over go-plugin,
+// forwarding to the fleet host it starts when needed; run as
+// "fleet host <data dir>" it is that host.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/guestlink/guestlink/plugins/fleet/fleethost"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == fleethost.Subcommand {
+		os.Exit(fleethost.Main(os.Args[2:]))
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet: finding the plugin binary:", err)
+		os.Exit(1)
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	b, conn, err := fleethost.Connect(ctx, dataDir(), exe)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(1)
+	}
+	sdk.Serve(b)
+	conn.Close()
+}
+
+// dataDir is $GUESTLINK_PLUGIN_DATA_DIR, else $XDG_RUNTIME_DIR/guestlink-fleet,
+// else <tmp>/guestlink-fleet-<uid>.
+func dataDir() string {
+	if d := os.Getenv(sdk.DataDirEnv); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "guestlink-fleet")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("guestlink-fleet-%d", os.Getuid()))
+}
