@@ -51,7 +51,7 @@ func testDataDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		stopHost(t, dir)
+		stopHost(t, filepath.Join(dir, "fleet"))
 		os.RemoveAll(dir)
 	})
 	return dir

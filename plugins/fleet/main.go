@@ -39,11 +39,12 @@ func main() {
 	conn.Close()
 }
 
-// dataDir is $GUESTLINK_PLUGIN_DATA_DIR, else $XDG_RUNTIME_DIR/guestlink-fleet,
+// dataDir is $GUESTLINK_PLUGIN_DATA_DIR/fleet (the daemon's plugins share
+// that directory), else $XDG_RUNTIME_DIR/guestlink-fleet,
 // else <tmp>/guestlink-fleet-<uid>.
 func dataDir() string {
 	if d := os.Getenv(sdk.DataDirEnv); d != "" {
-		return d
+		return filepath.Join(d, "fleet")
 	}
 	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
 		return filepath.Join(d, "guestlink-fleet")

@@ -44,6 +44,9 @@ const (
 // itself left it idle; closing connections are checked at once.
 const idleCheck = 5 * time.Second
 
+// idleGrace is how long the host stays idle before it exits.
+const idleGrace = 3 * time.Second
+
 // firstClientTimeout is how long a host waits for its first plugin.
 const firstClientTimeout = 30 * time.Second
 
@@ -127,7 +130,12 @@ func Serve(dataDir string, ready *os.File) error {
 	defer tick.Stop()
 	first := time.NewTimer(firstClientTimeout)
 	defer first.Stop()
+	// The host exits once it has been idle (no plugin connected, no guest
+	// running, nothing accepted) for a whole idleGrace: a plugin probing
+	// the socket before it connects for good must not find it gone.
 	firstExpired := false
+	var graceC <-chan time.Time
+	var graceAccepted int64
 	idle := func() bool { return cl.open.Load() == 0 && b.Running() == 0 }
 	for {
 		select {
@@ -135,6 +143,14 @@ func Serve(dataDir string, ready *os.File) error {
 		case <-tick.C:
 		case <-first.C:
 			firstExpired = true
+		case <-graceC:
+			graceC = nil
+			if idle() && cl.accepted.Load() == graceAccepted {
+				log.Info("fleet host idle, exiting")
+				srv.Stop()
+				_ = os.Remove(sock)
+				return nil
+			}
 		case sig := <-sigs:
 			log.Info("fleet host stopping its guests", "signal", sig.String())
 			b.Close()
@@ -147,11 +163,9 @@ func Serve(dataDir string, ready *os.File) error {
 		if cl.accepted.Load() == 0 && !firstExpired {
 			continue
 		}
-		if idle() {
-			log.Info("fleet host idle, exiting")
-			srv.Stop()
-			_ = os.Remove(sock)
-			return nil
+		if graceC == nil && idle() {
+			graceAccepted = cl.accepted.Load()
+			graceC = time.After(idleGrace)
 		}
 	}
 }
