@@ -80,6 +80,10 @@ test-race: ## the daemon, agent, link and db packages under the race detector
 test-js: ## the browser tests (Chromium)
 	@if [ -f package.json ]; then npm test; fi
 
+.PHONY: bench-fleet
+bench-fleet: build ## 10,000 fleet guests on one daemon: issue 14's scale targets, TARGET lines (FLEET_N=... runs it smaller)
+	GO=$(GO) ./scripts/bench-fleet.sh
+
 .PHONY: bench
 bench: build ## run the benchmarks named in the issues; figures go to docs/performance.md
 	@ulimit -n "$$(ulimit -Hn)"; set -e; \
