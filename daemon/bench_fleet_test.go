@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,8 +49,9 @@ type fleetTarget struct {
 }
 
 func BenchmarkFleet(b *testing.B) {
-	benchRaiseNoFile(b)
 	n := benchSize(b, fleetNEnv, 10000)
+	fleetRaiseNoFile(b, uint64(8*n+4096))
+	benchRaiseNoFile(b)
 	bin := benchBinaries(b)
 	if _, err := os.Stat(filepath.Join(bin, "plugins", "fleet")); err != nil {
 		b.Fatalf("no fleet plugin in %s (run make build): %v", bin, err)
@@ -311,6 +313,23 @@ func fleetWait(ctx context.Context, b *testing.B, d *benchDaemon, phase string, 
 			b.Fatalf("%s: not reached within %v: %s", phase, within, last)
 		}
 		time.Sleep(2 * time.Second) // a list of 10,000 costs the daemon: poll slowly
+	}
+}
+
+// fleetRaiseNoFile raises the hard open-file limit to want when it is
+// lower, as root may: the daemon and the fleet host (which inherit it)
+// hold several descriptors per guest (link sockets, connections, ports).
+func fleetRaiseNoFile(b *testing.B, want uint64) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		b.Fatalf("reading RLIMIT_NOFILE: %v", err)
+	}
+	if lim.Max >= want {
+		return
+	}
+	raised := syscall.Rlimit{Cur: want, Max: want}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised); err != nil {
+		b.Logf("cannot raise RLIMIT_NOFILE to %d (hard limit %d): %v; a fleet this size may run out of descriptors", want, lim.Max, err)
 	}
 }
 
