@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -88,4 +89,62 @@ func TestConformance(t *testing.T) {
 		Capabilities: []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover},
 		Launch:       sdk.LaunchOptions{Env: []string{sdk.DataDirEnv + "=" + dir}, StartTimeout: time.Minute},
 	})
+}
+
+// TestHostLifetime: the plugin's proxy starts a host; a guest keeps it
+// running with no plugin connected (guests outlive plugins); once the guest
+// is stopped and the last plugin gone, the host exits by itself.
+func TestHostLifetime(t *testing.T) {
+	dir := filepath.Join(testDataDir(t), "fleet")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b, conn, err := fleethost.Connect(ctx, dir, pluginPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := hostPID(t, dir)
+	spec := &sdk.GuestSpec{Name: "keep", UUID: "8d0f7f1e-8a3b-4d6c-9a56-0f1d2e3c4b5a"}
+	h, err := b.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Start(ctx, h, spec); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+
+	b, conn, err = fleethost.Connect(ctx, dir, pluginPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hostPID(t, dir); got != pid {
+		t.Fatalf("a second plugin found host %d, want the running host %d", got, pid)
+	}
+	st, err := b.State(ctx, h)
+	if err != nil || st.Status != sdk.StatusRunning {
+		t.Fatalf("guest after its plugin went away: %+v, %v; want running", st, err)
+	}
+	if _, err := b.Stop(ctx, h, sdk.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if !testwait.Until(time.Minute, func() bool { return syscall.Kill(pid, 0) != nil }) {
+		t.Fatalf("idle host %d did not exit", pid)
+	}
+}
+
+func hostPID(t *testing.T, dir string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, fleethost.PIDName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }
