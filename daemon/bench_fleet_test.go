@@ -120,6 +120,7 @@ func BenchmarkFleet(b *testing.B) {
 		b.Fatal(err)
 	}
 	target("daemon-rss-idle", float64(rss)/1024, "MB", float64(rss)/1024 <= 300)
+	fleetCosts(b, d, stateDir, n)
 
 	// GET /1.0/instances (the admin socket, as the CLI lists).
 	var listLat benchLatency
@@ -314,6 +315,28 @@ func fleetWait(ctx context.Context, b *testing.B, d *benchDaemon, phase string, 
 		}
 		time.Sleep(2 * time.Second) // a list of 10,000 costs the daemon: poll slowly
 	}
+}
+
+// fleetCosts logs what the fleet costs: descriptors of the daemon and the
+// fleet host per guest, the host's RSS and CPU.
+func fleetCosts(b *testing.B, d *benchDaemon, stateDir string, n int) {
+	fds := func(pid int) int {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		return len(ents)
+	}
+	b.Logf("daemon: %d open descriptors (%.1f per guest)", fds(d.PID()), float64(fds(d.PID()))/float64(n))
+	data, err := os.ReadFile(filepath.Join(stateDir, "plugins", "fleet", "host.pid"))
+	if err != nil {
+		b.Logf("no fleet host pid: %v", err)
+		return
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	rss, _ := benchProcStatus(pid, "VmRSS")
+	c0, _ := benchCPUTime(pid)
+	time.Sleep(10 * time.Second)
+	c1, _ := benchCPUTime(pid)
+	b.Logf("fleet host: %d open descriptors (%.1f per guest), RSS %d MB (%.0f KB per guest), CPU %.1f %%core idle",
+		fds(pid), float64(fds(pid))/float64(n), rss/1024, float64(rss)/float64(n), 100*float64(c1-c0)/float64(10*time.Second))
 }
 
 // fleetRaiseNoFile raises the hard open-file limit to want when it is
