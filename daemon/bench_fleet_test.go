@@ -63,6 +63,18 @@ func BenchmarkFleet(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var targets []fleetTarget
+	// The verdict, also of the targets measured before a failure (a
+	// target not reached is not printed: the failure says why).
+	defer func() {
+		fmt.Printf("fleet of %d guests\n", n)
+		for _, t := range targets {
+			verdict := "missed"
+			if t.met {
+				verdict = "met"
+			}
+			fmt.Printf("TARGET %s %.2f %s %s\n", t.name, t.value, t.unit, verdict)
+		}
+	}()
 	target := func(name string, value float64, unit string, met bool) {
 		targets = append(targets, fleetTarget{name, value, unit, met})
 		b.ReportMetric(value, name+"-"+unit)
@@ -282,14 +294,6 @@ func BenchmarkFleet(b *testing.B) {
 
 	cancel()
 	d.Stop()
-	fmt.Printf("fleet of %d guests\n", n)
-	for _, t := range targets {
-		verdict := "missed"
-		if t.met {
-			verdict = "met"
-		}
-		fmt.Printf("TARGET %s %.2f %s %s\n", t.name, t.value, t.unit, verdict)
-	}
 }
 
 // fleetWait lists the fleet (every 2 s) until cond holds.
