@@ -1,16 +1,14 @@
 // Command fleet is guestlink's fleet backend plugin: thousands of simulated
 // guests, each running the real agent, in one host process (see
 // docs/fleet.md). Run by the daemon it serves the backend over go-plugin,
-// forwarding to the fleet host it starts when needed; run as
+// forwarding to the fleet host it starts when a guest needs it; run as
 // "fleet host <data dir>" it is that host.
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/guestlink/guestlink/plugins/fleet/fleethost"
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -28,15 +26,9 @@ func main() {
 	if r, err := filepath.EvalSymlinks(exe); err == nil {
 		exe = r
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	b, conn, err := fleethost.Connect(ctx, dataDir(), exe)
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "fleet:", err)
-		os.Exit(1)
-	}
-	sdk.Serve(b)
-	conn.Close()
+	p := fleethost.NewProxy(dataDir(), exe)
+	sdk.Serve(p)
+	p.Close()
 }
 
 // dataDir is $GUESTLINK_PLUGIN_DATA_DIR/fleet (the daemon's plugins share

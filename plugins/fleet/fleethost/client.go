@@ -35,7 +35,9 @@ func Connect(ctx context.Context, dataDir, exe string) (sdk.Backend, io.Closer, 
 	var last error
 	for attempt := 0; attempt < 5; attempt++ {
 		if alive(ctx, sock) {
-			cc, err := grpc.NewClient("unix:"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			cc, err := grpc.NewClient("unix:"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				// The open connection keeps the host up: never let it idle.
+				grpc.WithIdleTimeout(0))
 			if err != nil {
 				return nil, nil, fmt.Errorf("connecting to the fleet host: %w", err)
 			}
