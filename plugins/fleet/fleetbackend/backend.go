@@ -55,7 +55,6 @@ const (
 	ExitClean   = "exit status 0"
 	ExitKilled  = "signal: killed"
 	ExitCrashed = "crashed"
-	ExitLost    = "vmm lost"
 )
 
 // Backend holds the guests of one fleet host process.
@@ -66,9 +65,8 @@ type Backend struct {
 	events  *eventer.Eventer
 	version string
 
-	mu     sync.Mutex
-	byDir  map[string]*guest
-	closed bool
+	mu    sync.Mutex
+	byDir map[string]*guest
 }
 
 var _ sdk.Backend = (*Backend)(nil)
@@ -365,7 +363,6 @@ func (b *Backend) Recover(_ context.Context, raw sdk.Handle, _ *sdk.GuestSpec) (
 // Close stops every guest at once (the host is going away).
 func (b *Backend) Close() {
 	b.mu.Lock()
-	b.closed = true
 	gs := make([]*guest, 0, len(b.byDir))
 	for _, g := range b.byDir {
 		gs = append(gs, g)
