@@ -23,6 +23,7 @@ build: ## build guestlinkd, guestlink, guestlink-agent and the plugins into bin/
 	@mkdir -p $(BIN)/plugins
 	$(GO) build -trimpath -o $(BIN)/ ./cmd/guestlinkd ./cmd/guestlink ./cmd/guestlink-agent
 	$(GO) build -trimpath -o $(BIN)/plugins/sim ./plugins/sim
+	$(GO) build -trimpath -o $(BIN)/plugins/fleet ./plugins/fleet
 	@for p in qemu qemu-legacy; do \
 	  if [ -d plugins/$$p ] && ls plugins/$$p/*.go >/dev/null 2>&1; then $(GO) build -trimpath -o $(BIN)/plugins/$$p ./plugins/$$p; fi; \
 	done
@@ -91,6 +92,10 @@ test-race: ## the daemon, agent, link and db packages under the race detector
 .PHONY: test-js
 test-js: ## the browser tests (Chromium)
 	@if [ -f package.json ]; then npm test; fi
+
+.PHONY: bench-fleet
+bench-fleet: build ## 10,000 fleet guests on one daemon: issue 14's scale targets, TARGET lines (FLEET_N=... runs it smaller)
+	GO=$(GO) ./scripts/bench-fleet.sh
 
 .PHONY: bench
 bench: build ## run the benchmarks named in the issues; figures go to docs/performance.md

@@ -80,6 +80,8 @@ type benchDaemon struct {
 	StateDir string
 	Socket   string
 	Client   *client.Client
+	// Args are extra daemon flags (set before start).
+	Args []string
 
 	cmd    *exec.Cmd
 	waited chan struct{}
@@ -105,10 +107,10 @@ func benchNewStateDir(b *testing.B) string {
 }
 
 // benchStartDaemon execs guestlinkd on stateDir and waits until its admin
-// socket answers. It is stopped at cleanup.
-func benchStartDaemon(b *testing.B, bin, stateDir string) *benchDaemon {
+// socket answers, with extra flags args. It is stopped at cleanup.
+func benchStartDaemon(b *testing.B, bin, stateDir string, args ...string) *benchDaemon {
 	b.Helper()
-	d := &benchDaemon{b: b, bin: bin, StateDir: stateDir}
+	d := &benchDaemon{b: b, bin: bin, StateDir: stateDir, Args: args}
 	if _, err := d.start(); err != nil {
 		b.Fatal(err)
 	}
@@ -140,6 +142,7 @@ func (d *benchDaemon) start() (time.Duration, error) {
 		// The benchmarks measure latency at rates above a guest's default
 		// budgets (which TestRingFlood and the storm tests cover).
 		"--guest-state-changes", "100000", "--guest-ring-lines", "100000", "--guest-ring-bytes", "100000000")
+	cmd.Args = append(cmd.Args, d.Args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	began := time.Now()
 	if err := cmd.Start(); err != nil {

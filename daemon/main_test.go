@@ -90,6 +90,7 @@ func buildBinaries(dir string) error {
 		{testbin.CLI, "guestlink"},
 		{testbin.Agent, "guestlink-agent"},
 		{testbin.Sim, "plugins/sim"},
+		{testbin.Fleet, "plugins/fleet"},
 	} {
 		if err := testbin.Install(b.pkg, filepath.Join(dir, b.path)); err != nil {
 			return err

@@ -48,6 +48,7 @@ const (
 	CLI    = Module + "/cmd/guestlink"
 	Agent  = Module + "/cmd/guestlink-agent"
 	Sim    = Module + "/plugins/sim"
+	Fleet  = Module + "/plugins/fleet"
 )
 
 // keep is how many builds of each binary the cache keeps; prune spares
