@@ -84,6 +84,7 @@ func (d *Dashboard) launch(c *fiber.Ctx) error {
 	data := d.launchData(c)
 	data.Name = strings.TrimSpace(c.FormValue("name"))
 	data.Backend = c.FormValue("backend")
+	data.Image = strings.TrimSpace(c.FormValue("image"))
 	data.Kernel = strings.TrimSpace(c.FormValue("kernel"))
 	data.Initrd = strings.TrimSpace(c.FormValue("initrd"))
 	data.Config = c.FormValue("config")
@@ -110,12 +111,16 @@ func (d *Dashboard) launch(c *fiber.Ctx) error {
 		}
 	}
 	if len(data.Errors) == 0 {
-		_, err = d.cfg.Editor.Create(c.UserContext(), instance.CreateRequest{Name: data.Name, Backend: data.Backend, Config: cfg, Start: true}, requestor(c))
+		_, err = d.cfg.Editor.Create(c.UserContext(), instance.CreateRequest{Name: data.Name, Backend: data.Backend, Image: data.Image, Config: cfg, Start: true}, requestor(c))
 		switch {
 		case err == nil:
 			return c.Redirect("/instances/"+url.PathEscape(strings.ToLower(data.Name)), http.StatusSeeOther)
 		case errors.Is(err, errdefs.ErrAlreadyExists):
 			data.Errors["name"] = err.Error()
+		case data.Image != "" && (errors.Is(err, errdefs.ErrNotFound) || strings.Contains(err.Error(), "image")):
+			// The image is all the service looks up beyond what was
+			// checked above; a backend without disk.v1 names the image too.
+			data.Errors["image"] = err.Error()
 		case errors.Is(err, errdefs.ErrInvalid) && len(cfg) > 0:
 			// Config keys are what the service checks beyond the name
 			// and the backend, which were checked above.

@@ -37,7 +37,17 @@ func (f *fakeEditor) record(s string) {
 }
 
 func (f *fakeEditor) Create(_ context.Context, req instance.CreateRequest, _ events.Requestor) (*instance.Instance, error) {
-	f.record(fmt.Sprintf("create %s %s %v start=%v", req.Name, req.Backend, req.Config, req.Start))
+	call := fmt.Sprintf("create %s %s %v start=%v", req.Name, req.Backend, req.Config, req.Start)
+	if req.Image != "" {
+		call += " image=" + req.Image
+	}
+	f.record(call)
+	switch {
+	case req.Image == "missing":
+		return nil, fmt.Errorf("creating instance %q: image %q: %w", req.Name, req.Image, errdefs.ErrNotFound)
+	case req.Image != "" && req.Backend == "sim":
+		return nil, fmt.Errorf("creating instance %q: backend %q cannot boot from an image (it does not announce disk.v1): %w", req.Name, req.Backend, errdefs.ErrInvalid)
+	}
 	if _, err := f.inst.Get(context.Background(), req.Name); err == nil {
 		return nil, fmt.Errorf("creating instance %q: %w", req.Name, errdefs.ErrAlreadyExists)
 	}
@@ -102,6 +112,9 @@ func TestLaunchForm(t *testing.T) {
 	}{
 		{"launched", url.Values{"name": {"New1"}, "backend": {"sim"}, "config": {"user.role=web\r\n\r\nsim.command=sleep 1"}}, http.StatusSeeOther, "", "", "create New1 sim map[sim.command:sleep 1 user.role:web] start=true", "/instances/new1"},
 		{"kernel sets qemu.kernel", url.Values{"name": {"vm1"}, "backend": {"qemu"}, "kernel": {"/boot/vmlinuz"}}, http.StatusSeeOther, "", "", "create vm1 qemu map[qemu.kernel:/boot/vmlinuz] start=true", "/instances/vm1"},
+		{"image", url.Values{"name": {"vm2"}, "backend": {"qemu"}, "image": {"debian-12"}}, http.StatusSeeOther, "", "", "create vm2 qemu map[] start=true image=debian-12", "/instances/vm2"},
+		{"unknown image", url.Values{"name": {"vm3"}, "backend": {"qemu"}, "image": {"missing"}}, http.StatusUnprocessableEntity, "launch-image-error", `image "missing"`, "create vm3 qemu map[] start=true image=missing", ""},
+		{"image on a backend without disks", url.Values{"name": {"vm4"}, "backend": {"sim"}, "image": {"debian-12"}}, http.StatusUnprocessableEntity, "launch-image-error", "cannot boot from an image", "create vm4 sim map[] start=true image=debian-12", ""},
 		{"bad name", url.Values{"name": {"-no"}, "backend": {"sim"}}, http.StatusUnprocessableEntity, "launch-name-error", "invalid", "", ""},
 		{"unknown backend", url.Values{"name": {"x1"}, "backend": {"vbox"}}, http.StatusUnprocessableEntity, "launch-backend-error", `unknown backend "vbox"`, "", ""},
 		{"bad config line", url.Values{"name": {"x2"}, "backend": {"sim"}, "config": {"user.a=1\nnonsense"}}, http.StatusUnprocessableEntity, "launch-config-error", `line 2 "nonsense": want key=value`, "", ""},

@@ -133,13 +133,13 @@ type InstanceData struct {
 }
 
 // LaunchData is the launch form: what was typed, and the errors by field
-// ("name", "backend", "kernel", "initrd", "config") or for the whole form.
+// ("name", "backend", "image", "kernel", "initrd", "config") or for the whole form.
 type LaunchData struct {
 	Meta
-	Backends                              []string
-	Name, Backend, Kernel, Initrd, Config string
-	Errors                                map[string]string
-	FormError                             string
+	Backends                                     []string
+	Name, Backend, Image, Kernel, Initrd, Config string
+	Errors                                       map[string]string
+	FormError                                    string
 }
 
 // DeleteData is the delete confirmation page.

@@ -48,7 +48,7 @@ type Config struct {
 var knownCapabilities = []sdk.Capability{
 	sdk.CapStateful, sdk.CapLinkHybrid, sdk.CapLinkVsock, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
 	sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove,
-	sdk.CapDisk, sdk.CapNICUser,
+	sdk.CapDisk, sdk.CapNICUser, sdk.CapHotplug,
 }
 
 // suite is one run of the kit.
