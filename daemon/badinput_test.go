@@ -46,7 +46,7 @@ func TestBadInput(t *testing.T) {
 		{"name in path", "GET", "/1.0/instances/Bad_Name", "", 400,
 			`invalid instance name "Bad_Name": character '_' at position 3 is not a letter, digit or hyphen: invalid argument`},
 		{"unknown backend", "POST", "/1.0/instances", `{"name":"x1","backend":"nope"}`, 400,
-			`unknown backend "nope": loaded backends are sim`},
+			`unknown backend "nope": loaded backends are fleet, sim`},
 		{"duplicate", "POST", "/1.0/instances", `{"name":"bad-ok","backend":"sim"}`, 409,
 			`creating instance "bad-ok": an instance with this name exists: already exists`},
 		{"unknown instance", "GET", "/1.0/instances/nosuch", "", 404, `instance "nosuch": not found`},
