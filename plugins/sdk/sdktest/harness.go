@@ -18,8 +18,12 @@ func Serve(t testing.TB, b sdk.Backend) sdk.Backend {
 	t.Helper()
 	client, server := plugin.TestPluginGRPCConn(t, false, sdk.PluginSet(b))
 	t.Cleanup(func() {
-		_ = client.Close()
+		// The server first: the client's Close asks the server to shut
+		// down (go-plugin's controller), and that Stop, running in a gRPC
+		// handler, would race with a Stop of our own. Once the server is
+		// stopped the request just fails.
 		server.Stop()
+		_ = client.Close()
 	})
 	raw, err := client.Dispense(sdk.PluginName)
 	if err != nil {
