@@ -35,6 +35,9 @@ type InstancesPost struct {
 	// Image is the alias, fingerprint or fingerprint prefix of a store
 	// image the guest boots from (see /1.0/images); "" for none.
 	Image string `json:"image,omitempty"`
+	// Target is the cluster member to create the instance on, sent as the
+	// ?target= query (as LXD); "" places it (docs/cluster.md).
+	Target string `json:"-"`
 }
 
 // InstancePatch is the body of PATCH /1.0/instances/{name}: keys to set and
@@ -112,7 +115,13 @@ type Instance struct {
 	DevlxdSocket string                       `json:"devlxd_socket,omitempty"` // simulated guests
 	Details      map[string]string            `json:"details,omitempty"`       // backend facts
 	Conditions   []Condition                  `json:"conditions"`              // AgentConnected, Ready, Degraded (readiness.go)
-	Timeline     []TimelineEntry              `json:"timeline,omitempty"`
+	// Location is the cluster member that runs the instance ("none"
+	// outside a cluster, as LXD).
+	Location string `json:"location"`
+	// StatusReason says why Status is Unknown: its member is offline or
+	// did not answer (docs/cluster.md).
+	StatusReason string          `json:"status_reason,omitempty"`
+	Timeline     []TimelineEntry `json:"timeline,omitempty"`
 }
 
 // Ready reports whether the instance's volatile.last_state.ready is "true".
@@ -152,4 +161,31 @@ type Backend struct {
 	// InstanceType is what the backend's guests are, as devlxd reports them
 	// ("container" or "virtual-machine"); empty until the plugin started.
 	InstanceType string `json:"instance_type,omitempty"`
+}
+
+// ClusterMembersPost is the body of POST /1.0/cluster/members: the name of
+// the member a join token is made for.
+type ClusterMembersPost struct {
+	Name string `json:"name"`
+}
+
+// ClusterJoinToken is the answer of POST /1.0/cluster/members: the
+// one-time token the new member starts with (guestlinkd --join).
+type ClusterJoinToken struct {
+	Name      string    `json:"name"`
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// ClusterMember is one member of GET /1.0/cluster/members.
+type ClusterMember struct {
+	Name         string    `json:"name"`
+	Address      string    `json:"address"`
+	Version      string    `json:"version"`
+	Backends     []string  `json:"backends"`
+	Heartbeat    time.Time `json:"heartbeat"`
+	HeartbeatAge float64   `json:"heartbeat_age"` // seconds
+	Status       string    `json:"status"`        // online or offline
+	Instances    int       `json:"instances"`
+	Self         bool      `json:"self"`
 }

@@ -349,7 +349,11 @@ func (c *Client) Instance(ctx context.Context, name string) (*api.Instance, erro
 // Create creates an instance (and starts it if req.Start).
 func (c *Client) Create(ctx context.Context, req api.InstancesPost) (*api.Instance, error) {
 	var inst api.Instance
-	if err := c.do(ctx, http.MethodPost, "/1.0/instances", nil, req, &inst); err != nil {
+	var q url.Values
+	if req.Target != "" {
+		q = url.Values{"target": {req.Target}}
+	}
+	if err := c.do(ctx, http.MethodPost, "/1.0/instances", q, req, &inst); err != nil {
 		return nil, err
 	}
 	return &inst, nil

@@ -21,6 +21,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/agentmon"
 	"github.com/guestlink/guestlink/core/api"
+	"github.com/guestlink/guestlink/core/cluster"
 	"github.com/guestlink/guestlink/core/devlxd"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/images"
@@ -76,6 +77,9 @@ type Config struct {
 	GuestStateChanges float64
 	// APILimits bound the admin API's concurrent requests (zero: defaults).
 	APILimits api.Limits
+	// Cluster configures membership of a cluster (PostgreSQL only; see
+	// docs/cluster.md).
+	Cluster ClusterConfig
 }
 
 // Daemon is a running guestlinkd.
@@ -93,6 +97,12 @@ type Daemon struct {
 	storage *storage.Service
 	api     *api.API
 	metrics *metrics.Metrics
+	cluster *cluster.Cluster // nil outside a cluster (SQLite)
+	service instanceService  // the manager, or its cluster-wide view
+	// clusterCtx ends the heartbeat and the event listener (stopBeat).
+	clusterCtx context.Context
+	stopBeat   context.CancelFunc
+	clusterLn  net.Listener
 	// dashStats is dash for the metrics, safe to read from a scrape.
 	dashStats dashStats
 	web       *fiber.App
@@ -149,10 +159,16 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.store, err = db.Open(ctx, url, db.WithStateDir(cfg.StateDir), db.WithLogger(d.log.With("component", "db"))); err != nil {
 		return nil, fmt.Errorf("starting daemon: opening the database: %w", err)
 	}
+	if err := d.openCluster(ctx, url); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
 	if err := d.openImages(); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
-	d.bus = events.New(d.store, events.WithLogger(d.log.With("component", "events")))
+	d.bus = events.New(d.store, events.WithLogger(d.log.With("component", "events")), events.WithLocation(d.clusterName()))
+	if err := d.clusterEvents(ctx, url); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
 	if err := d.startAuth(); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
@@ -225,11 +241,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Volumes:        d.storage,
 		AllowDiskPaths: cfg.AllowDiskPaths,
 		Images:         d.images,
+		Location:       d.clusterName(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	d.mgr = mgr
+	d.service = d.instanceService()
 	late.m = mgr
 	d.storage.SetUsedBy(volumeUsers(mgr))
 	hooks.set(d.monitor)
@@ -259,22 +277,31 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.plugins.Start(ctx); err != nil {
 		return nil, fmt.Errorf("starting daemon: plugins: %w", err)
 	}
+	if d.cluster != nil {
+		if err := d.cluster.Beat(ctx); err != nil {
+			return nil, fmt.Errorf("starting daemon: %w", err)
+		}
+	}
 	if err := mgr.Init(ctx); err != nil {
 		return nil, fmt.Errorf("starting daemon: recovering instances: %w", err)
 	}
 
-	d.api = api.New(api.Config{Instances: mgr, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
+	d.api = api.New(api.Config{Instances: d.service, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
 		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits,
 		Metrics:  d.metrics.Handler(),
 		Consoles: mgr,
 		Storage:  d.storage,
-		Images:   d.images})
+		Images:   d.images,
+		Cluster:  d.clusterService(), DefaultBackend: cfg.DefaultBackend})
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	go d.serve("admin socket", func() error { return d.api.Serve(d.unixLn) })
 
 	if err := d.listenTCP(ctx); err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
+	if err := d.listenCluster(); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	d.dashStats.Store(d.dash) // nil without a TCP listener
@@ -315,6 +342,9 @@ func (d *Daemon) close(ctx context.Context) {
 	}
 	if d.api != nil {
 		_ = d.api.Shutdown(ctx)
+	}
+	if d.stopBeat != nil {
+		d.stopBeat()
 	}
 	d.closeTCP()
 	if d.unixLn != nil {

@@ -153,7 +153,7 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 	d.api.Register(app)
 	d.dash = web.New(web.Config{
 		Sessions:  d.tcp.auth, // no session, no data
-		Instances: d.mgr,
+		Instances: d.service,
 		Events:    d.bus,
 		Backends:  d.plugins,
 		Consoles:  d.mgr,

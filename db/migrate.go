@@ -87,6 +87,7 @@ func migrations() []*gormigrate.Migration {
 		devlxdIdentitiesMigration(),
 		storageVolumesMigration(),
 		imagesMigration(),
+		clusterMigration(),
 	}
 }
 

@@ -18,8 +18,9 @@ type Instance struct {
 	Config     map[string]string            `gorm:"serializer:json;not null"` // includes volatile.*, user.*, backend keys
 	Devices    map[string]map[string]string `gorm:"serializer:json;not null"`
 	Handle     []byte                       // the plugin's opaque handle
-	PowerState string                       `gorm:"index;size:16;not null"` // "stopped", "running", "error"
-	Boot       int64                        `gorm:"not null;default:0"`     // +1 at every start
+	PowerState string                       `gorm:"index;size:16;not null"`            // "stopped", "running", "error"
+	Boot       int64                        `gorm:"not null;default:0"`                // +1 at every start
+	Location   string                       `gorm:"index;size:63;not null;default:''"` // the cluster member that runs it ("" outside a cluster)
 	CreatedAt  time.Time
 	StartedAt  *time.Time
 	UpdatedAt  time.Time

@@ -179,6 +179,9 @@ func (s *sqlStore) ListInstances(ctx context.Context, f InstanceFilter) ([]*Inst
 	if f.PowerState != "" {
 		q = q.Where("power_state = ?", f.PowerState)
 	}
+	if f.Location != "" {
+		q = q.Where("location = ?", f.Location)
+	}
 	var out []*Instance
 	if err := q.Find(&out).Error; err != nil {
 		return nil, fmt.Errorf("listing instances: %w", translate(err))
@@ -340,6 +343,12 @@ func (s *sqlStore) ListTimeline(ctx context.Context, instanceID int64, limit int
 // candidate rows in one transaction (locking them on PostgreSQL); the JSON
 // text only preselects candidates, the decoded config decides.
 func (s *sqlStore) ClearReadyAll(ctx context.Context) (int, error) {
+	return s.ClearReadyAt(ctx, "")
+}
+
+// ClearReadyAt is ClearReadyAll for the instances located on one cluster
+// member ("" means all).
+func (s *sqlStore) ClearReadyAt(ctx context.Context, location string) (int, error) {
 	var changed int
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
 		changed = 0
@@ -349,6 +358,9 @@ func (s *sqlStore) ClearReadyAll(ctx context.Context) (int, error) {
 		}
 		q := tx.Model(&Instance{}).Select("id", "config").
 			Where("config LIKE ?", `%"`+readyKey+`"%`).Order("id")
+		if location != "" {
+			q = q.Where("location = ?", location)
+		}
 		if s.engine == EnginePostgres {
 			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
 		}

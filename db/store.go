@@ -18,6 +18,7 @@ var (
 type InstanceFilter struct {
 	Backend    string
 	PowerState string
+	Location   string // the cluster member that runs the instance
 }
 
 // Store is the daemon's persistent state. All methods are safe for
@@ -37,6 +38,9 @@ type Store interface {
 	// ClearReadyAll removes volatile.last_state.ready from every instance
 	// (daemon start) and returns how many instances changed.
 	ClearReadyAll(ctx context.Context) (int, error)
+	// ClearReadyAt is ClearReadyAll for the instances of one cluster
+	// member (location); "" means every instance.
+	ClearReadyAt(ctx context.Context, location string) (int, error)
 	AppendEvent(ctx context.Context, ev *Event) error // sets ev.ID
 	// EventsAfter returns up to limit events with ID > after, oldest first.
 	EventsAfter(ctx context.Context, after int64, limit int) ([]*Event, error)

@@ -188,9 +188,21 @@ func (w *writer) run(ops []*writeOp) (err error) {
 				break
 			}
 		}
+		notify := false
 		for _, op := range ops {
 			if err := op.fn(tx.WithContext(op.ctx)); err != nil {
 				return err
+			}
+			notify = notify || op.events
+		}
+		if notify && w.engine == EnginePostgres {
+			// Tell every member sharing the database that event rows were
+			// committed (delivered at commit; the payload is empty: a
+			// listener reads the rows after the last id it delivered, so
+			// nothing depends on NOTIFY's size limit or on a notification
+			// arriving at all).
+			if err := tx.Exec("SELECT pg_notify(?, '')", EventsChannel).Error; err != nil {
+				return fmt.Errorf("notifying event listeners: %w", err)
 			}
 		}
 		return nil

@@ -39,8 +39,9 @@ func (s *session) launchCommand() *cobra.Command {
 	var config []string
 	var waitFor string
 	var waitTimeout time.Duration
+	var target string
 	cmd := &cobra.Command{
-		Use:   "launch [IMAGE] NAME [--backend BACKEND] [-c key=value ...] [--wait ready [--timeout 2m]]",
+		Use:   "launch [IMAGE] NAME [--backend BACKEND] [--target MEMBER] [-c key=value ...] [--wait ready [--timeout 2m]]",
 		Short: "Create and start an instance",
 		Long: `Create and start an instance called NAME. With IMAGE (an alias, fingerprint
 or fingerprint prefix of the image store, see guestlink image list) the
@@ -68,7 +69,7 @@ disk.v1 (qemu, qemu-legacy). With --wait, then wait as guestlink wait does.
 					return err
 				}
 			}
-			req := api.InstancesPost{Name: args[0], Backend: backend, Config: cfg, Start: true, Image: image}
+			req := api.InstancesPost{Name: args[0], Backend: backend, Config: cfg, Start: true, Image: image, Target: target}
 			inst, err := s.client.Create(cmd.Context(), req)
 			if err != nil && image != "" && isNotFound(err) {
 				// An image built here (make guest-image-debian) but not
@@ -97,6 +98,7 @@ disk.v1 (qemu, qemu-legacy). With --wait, then wait as guestlink wait does.
 	}
 	cmd.Flags().StringVarP(&backend, "backend", "b", "", "backend plugin (see guestlink backends; default: the daemon's)")
 	cmd.Flags().StringArrayVarP(&config, "config", "c", nil, "config key=value (repeatable)")
+	cmd.Flags().StringVar(&target, "target", "", "cluster member to run the instance on (default: the member with the fewest instances that has the backend)")
 	addWaitFlags(cmd, &waitFor, &waitTimeout, true)
 	return cmd
 }

@@ -102,6 +102,7 @@ func NewRootCommand() *cobra.Command {
 	)
 	root.AddCommand(s.snapshotCommands()...)
 	root.AddCommand(s.storageCommand())
+	root.AddCommand(s.clusterCommand())
 	return root
 }
 

@@ -41,6 +41,11 @@ func main() {
 	flag.Float64Var(&cfg.GuestStateChanges, "guest-state-changes", statebudget.DefaultRate, "agent and Ready state changes per second from each guest (devlxd and ring words together; bursts of twice that); more are held back, the last one applied")
 	flag.IntVar(&cfg.APILimits.MaxInFlight, "api-max-requests", 0, "admin API requests served at once, more wait briefly then get 503 (default 8 x GOMAXPROCS)")
 	flag.IntVar(&cfg.APILimits.MaxLists, "api-max-lists", 0, "instance lists served at once, apart from the other requests (default 2 x GOMAXPROCS)")
+	flag.StringVar(&cfg.Cluster.Name, "name", os.Getenv("GUESTLINK_NAME"), "this daemon's name as a cluster member (default: the host name; env GUESTLINK_NAME)")
+	flag.StringVar(&cfg.Cluster.Address, "cluster-address", os.Getenv("GUESTLINK_CLUSTER_ADDRESS"), "HOST:PORT other cluster members reach this one on (mutual TLS; PostgreSQL only; env GUESTLINK_CLUSTER_ADDRESS)")
+	flag.StringVar(&cfg.Cluster.Join, "join", os.Getenv("GUESTLINK_JOIN"), "join the cluster of --database with this one-time token from `guestlink cluster add NAME` (env GUESTLINK_JOIN)")
+	flag.DurationVar(&cfg.Cluster.Heartbeat, "cluster-heartbeat", 0, "how often this member records its heartbeat (default 3s)")
+	flag.DurationVar(&cfg.Cluster.OfflineAfter, "cluster-offline-after", 0, "heartbeat age after which a member is offline (default 12s)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fail(fmt.Errorf("unexpected argument %q", flag.Arg(0)))

@@ -100,6 +100,12 @@ type Config struct {
 	Storage Storage
 	// Images is the image store behind /1.0/images; nil answers 501.
 	Images ImageService
+	// Cluster is this daemon's cluster membership; nil outside a cluster
+	// (the /1.0/cluster routes then answer 404).
+	Cluster ClusterService
+	// DefaultBackend is the backend of a create that names none (for
+	// placing it on a cluster member).
+	DefaultBackend string
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -169,7 +175,7 @@ func FiberConfig(bodyLimit int) fiber.Config {
 // Register adds the API's routes under /1.0 to r. Errors of these routes are
 // always answered in the LXD envelope, whatever r's error handler.
 func (a *API) Register(r fiber.Router) {
-	v1 := r.Group("/1.0", a.envelopeErrors, a.CheckHost, a.authenticate, a.limit)
+	v1 := r.Group("/1.0", a.envelopeErrors, a.CheckHost, a.authenticate, a.forward, a.limit)
 	v1.Get("/", a.getServer)
 	v1.Get("/instances", a.listInstances)
 	v1.Post("/instances", a.createInstance)
@@ -192,6 +198,7 @@ func (a *API) Register(r fiber.Router) {
 	a.registerDevices(v1)
 	a.registerStorage(v1)
 	a.registerImages(v1)
+	a.registerCluster(r, v1)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several

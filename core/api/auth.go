@@ -70,6 +70,12 @@ func (a *API) authenticate(c *fiber.Ctx) error {
 			return c.Next()
 		}
 	}
+	if member, ok := a.clusterPeer(c); ok {
+		// A cluster member: for itself, or forwarding someone's request
+		// (who was authenticated by that member).
+		c.Locals(requestorKey, peerRequestor(c, member))
+		return c.Next()
+	}
 	by, recheck, err := a.authenticateTCP(c)
 	if err != nil {
 		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="guestlink"`)

@@ -101,6 +101,12 @@ type Bus struct {
 	lowTicket  uint64 // lowest ticket whose append has not returned
 	returned   map[uint64]struct{}
 	pending    []pendingEvent // sorted by id
+
+	// location names this daemon in its events (a cluster member).
+	location string
+	// tail, when set (several daemons share the event log), delivers
+	// every event, local or another member's, from the store in id order.
+	tail *tail
 }
 
 type pendingEvent struct {
@@ -146,6 +152,9 @@ func (b *Bus) Publish(ctx context.Context, ev Event) (Event, error) {
 	}
 	if ev.Timestamp.IsZero() {
 		ev.Timestamp = time.Now().UTC()
+	}
+	if ev.Location == "" {
+		ev.Location = b.location
 	}
 	if len(ev.Metadata) == 0 {
 		ev.Metadata = json.RawMessage("{}")
@@ -204,6 +213,12 @@ func cmpInt64(a, b int64) int {
 
 // flushLocked delivers the pending events that can no longer be overtaken.
 func (b *Bus) flushLocked() {
+	if b.tail != nil {
+		// The tail delivers from the store, in the order of every member.
+		b.pending = b.pending[:0]
+		b.tail.poke()
+		return
+	}
 	n := 0
 	for n < len(b.pending) && b.lowTicket > b.pending[n].watermark {
 		ev := b.pending[n].ev
@@ -227,6 +242,9 @@ func (b *Bus) Close() error {
 		return nil
 	}
 	b.closed = true
+	if b.tail != nil {
+		b.tail.stop()
+	}
 	subs := make([]*Subscription, 0, len(b.subs))
 	for s := range b.subs {
 		subs = append(subs, s)

@@ -127,6 +127,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 		Devices:    cloneDevices(req.Devices),
 		PowerState: status.PowerStopped,
 		CreatedAt:  now,
+		Location:   m.location,
 	}
 	spec, err := m.specWithImage(ctx, rec, nil)
 	if err != nil {

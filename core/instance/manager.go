@@ -42,6 +42,10 @@ type Config struct {
 	// default (only pool volumes).
 	AllowDiskPaths bool
 	Images         ImageSource // may be nil: CreateRequest.Image is then refused
+	// Location is the cluster member this daemon is: the manager runs only
+	// the instances located on it, and new ones are located on it. ""
+	// (no cluster) means every instance in the store.
+	Location string
 }
 
 // ImageSource finds the store images instances boot from (core/images.Store).
@@ -74,6 +78,7 @@ type Manager struct {
 	defBack  string
 	devices  deviceConfig
 	images   ImageSource
+	location string // Config.Location
 
 	loadMu sync.Mutex  // serialises loading the cache
 	loaded atomic.Bool // the cache holds every stored instance
@@ -177,6 +182,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		defBack:  cfg.DefaultBackend,
 		devices:  deviceConfig{volumes: cfg.Volumes, allowPaths: cfg.AllowDiskPaths},
 		images:   cfg.Images,
+		location: cfg.Location,
 		byName:   make(map[string]*entry),
 		byLower:  make(map[string]*entry),
 		byUUID:   make(map[string]*entry),
@@ -198,7 +204,7 @@ func (m *Manager) load(ctx context.Context, force bool) error {
 	if !force && m.loaded.Load() {
 		return nil
 	}
-	recs, err := m.store.ListInstances(ctx, db.InstanceFilter{})
+	recs, err := m.store.ListInstances(ctx, db.InstanceFilter{Location: m.location})
 	if err != nil {
 		return fmt.Errorf("loading instances: %w", storeErr(err))
 	}

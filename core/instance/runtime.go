@@ -299,7 +299,7 @@ const opRecovering = "recovering"
 // cannot be recovered is logged (and its instance marked Error when its
 // backend is missing), so one broken guest never keeps the daemon down.
 func (m *Manager) Init(ctx context.Context) error {
-	n, err := m.store.ClearReadyAll(ctx)
+	n, err := m.store.ClearReadyAt(ctx, m.location)
 	if err != nil {
 		return fmt.Errorf("initialising instances: %w", storeErr(err))
 	}

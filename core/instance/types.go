@@ -46,7 +46,15 @@ type Instance struct {
 	DevlxdSocket string                       `json:"devlxd_socket,omitempty"` // simulated guests
 	Details      map[string]string            `json:"details,omitempty"`       // backend facts
 	Conditions   []Condition                  `json:"conditions"`              // shared: never change it
+	// Location is the cluster member that runs the instance; "none"
+	// outside a cluster (as LXD).
+	Location string `json:"location"`
+	// StatusReason says why Status is Unknown (its member is offline).
+	StatusReason string `json:"status_reason,omitempty"`
 }
+
+// LocationNone is the Location of instances outside a cluster (as LXD).
+const LocationNone = "none"
 
 // Ready reports whether the instance's volatile.last_state.ready is "true".
 func (i *Instance) Ready() bool { return i.Config["volatile.last_state.ready"] == "true" }

@@ -26,6 +26,15 @@ func viewOf(e *entry) *Instance {
 	return inst
 }
 
+// ViewOfRecord is the view of a stored instance alone, without the
+// runtime state only its own daemon knows (agent, link, conditions): what
+// a cluster member shows of another member's instance it cannot ask.
+func ViewOfRecord(rec *db.Instance) *Instance {
+	inst := new(Instance)
+	fillView(inst, rec, &runtime{}, false)
+	return inst
+}
+
 // noDevices is the Devices of shared views of entries without devices.
 var noDevices = map[string]map[string]string{}
 
@@ -51,6 +60,10 @@ func fillView(inst *Instance, rec *db.Instance, rt *runtime, shared bool) {
 		},
 		DevlxdSocket: rt.details["devlxd_socket"],
 		Conditions:   conditionsOf(rec, rt),
+		Location:     rec.Location,
+	}
+	if inst.Location == "" {
+		inst.Location = LocationNone
 	}
 	if shared {
 		inst.Config, inst.Devices = rec.Config, rec.Devices

@@ -29,6 +29,8 @@ func WireInstance(inst *Instance, tl []TimelineEntry) wire.Instance {
 		Details:      inst.Details,
 		Timeline:     WireTimeline(tl),
 		Conditions:   WireConditions(inst.Conditions),
+		Location:     inst.Location,
+		StatusReason: inst.StatusReason,
 	}
 }
 

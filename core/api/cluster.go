@@ -1,0 +1,295 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/core/cluster"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/errdefs"
+)
+
+// ClusterService is this daemon's cluster membership (core/cluster).
+type ClusterService interface {
+	Name() string
+	Members(ctx context.Context) ([]cluster.Member, error)
+	AddMember(ctx context.Context, name, by string) (string, time.Time, error)
+	RemoveMember(ctx context.Context, name string, force bool) error
+	Locate(ctx context.Context, instance string) (string, error)
+	Reach(ctx context.Context, member string) (*http.Client, string, error)
+	PeerOf(ctx context.Context, cs *tls.ConnectionState) (string, bool)
+	HandleJoin(ctx context.Context, body []byte) ([]byte, error)
+	Place(ctx context.Context, backend string) (string, error)
+}
+
+var _ ClusterService = (*cluster.Cluster)(nil)
+
+// Headers between members: a forwarded request names the member that
+// forwarded it and the original requestor (base64 JSON); a member asking
+// for its part of a list says so.
+const (
+	headerForwardedBy = "X-Guestlink-Forwarded-By"
+	headerRequestor   = "X-Guestlink-Requestor"
+)
+
+// ProtocolCluster is the requestor protocol of a cluster member calling
+// for itself (not forwarding someone's request).
+const ProtocolCluster = "cluster"
+
+// registerCluster adds the cluster routes: /1.0/cluster/members and, on
+// the cluster listener, the join route and the members-only internal
+// routes.
+func (a *API) registerCluster(r fiber.Router, v1 fiber.Router) {
+	v1.Get("/cluster/members", a.listMembers)
+	v1.Post("/cluster/members", a.addMember)
+	v1.Get("/cluster/members/:name", a.getMember)
+	v1.Delete("/cluster/members/:name", a.removeMember)
+	r.Post(cluster.JoinPath, a.join)
+	in := r.Group("/internal/cluster", a.envelopeErrors, a.peerOnly)
+	in.Get("/instances", a.internalInstances)
+	in.Get("/instances/:name", a.internalInstance)
+}
+
+func (a *API) needCluster() error {
+	if a.cfg.Cluster == nil {
+		return fiber.NewError(http.StatusNotFound, "this daemon is not in a cluster: clusters need a PostgreSQL database (guestlinkd --database postgres://... --cluster-address HOST:PORT, see docs/cluster.md)")
+	}
+	return nil
+}
+
+func (a *API) listMembers(c *fiber.Ctx) error {
+	if err := a.needCluster(); err != nil {
+		return err
+	}
+	ms, err := a.cfg.Cluster.Members(c.UserContext())
+	if err != nil {
+		return err
+	}
+	return sync200(c, ms)
+}
+
+func (a *API) getMember(c *fiber.Ctx) error {
+	if err := a.needCluster(); err != nil {
+		return err
+	}
+	ms, err := a.cfg.Cluster.Members(c.UserContext())
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Name == c.Params("name") {
+			return sync200(c, m)
+		}
+	}
+	return fmt.Errorf("cluster member %q: %w", c.Params("name"), errdefs.ErrNotFound)
+}
+
+func (a *API) addMember(c *fiber.Ctx) error {
+	if err := a.needCluster(); err != nil {
+		return err
+	}
+	var req wire.ClusterMembersPost
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	by := requestor(c)
+	tok, exp, err := a.cfg.Cluster.AddMember(c.UserContext(), req.Name, by.Describe())
+	if err != nil {
+		return err
+	}
+	return syncCreated(c, wire.ClusterJoinToken{Name: req.Name, Token: tok, ExpiresAt: exp})
+}
+
+func (a *API) removeMember(c *fiber.Ctx) error {
+	if err := a.needCluster(); err != nil {
+		return err
+	}
+	force := c.Query("force") == "1" || c.Query("force") == "true"
+	if err := a.cfg.Cluster.RemoveMember(c.UserContext(), c.Params("name"), force); err != nil {
+		return err
+	}
+	return sync200(c, map[string]any{})
+}
+
+// join answers a joining daemon (no member certificate yet: the token's
+// secret is its credential).
+func (a *API) join(c *fiber.Ctx) error {
+	if a.cfg.Cluster == nil {
+		return c.Status(http.StatusNotFound).Send(cluster.JoinError(errors.New("this daemon is not in a cluster")))
+	}
+	out, err := a.cfg.Cluster.HandleJoin(c.UserContext(), c.Body())
+	if err != nil {
+		a.log.Warn("a join was refused", "from", c.Context().RemoteAddr().String(), "err", err)
+		return c.Status(errdefs.HTTPStatus(err)).Send(cluster.JoinError(err))
+	}
+	c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
+	return c.Send(out)
+}
+
+// peerOnly lets only cluster members (verified member certificates) in.
+func (a *API) peerOnly(c *fiber.Ctx) error {
+	if a.cfg.Cluster == nil {
+		return fiber.NewError(http.StatusNotFound, "this daemon is not in a cluster")
+	}
+	if _, ok := a.cfg.Cluster.PeerOf(c.UserContext(), c.Context().TLSConnectionState()); !ok {
+		return fiber.NewError(http.StatusForbidden, "cluster members only: present a member certificate")
+	}
+	return c.Next()
+}
+
+func (a *API) internalInstances(c *fiber.Ctx) error {
+	f := instance.ListFilter{Status: c.Query("status"), Backend: c.Query("backend"), Agent: c.Query("agent"), Query: c.Query("q")}
+	list, err := a.cfg.Instances.List(cluster.WithLocalOnly(c.UserContext()), f)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []*instance.Instance{}
+	}
+	return c.JSON(list)
+}
+
+func (a *API) internalInstance(c *fiber.Ctx) error {
+	inst, err := a.cfg.Instances.Get(cluster.WithLocalOnly(c.UserContext()), c.Params("name"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(inst)
+}
+
+// clusterPeer returns the member a request comes from (a verified member
+// certificate on the cluster listener).
+func (a *API) clusterPeer(c *fiber.Ctx) (string, bool) {
+	if a.cfg.Cluster == nil {
+		return "", false
+	}
+	return a.cfg.Cluster.PeerOf(c.UserContext(), c.Context().TLSConnectionState())
+}
+
+// peerRequestor is the requestor of a request from a member: the original
+// requestor when it forwards one, else the member itself.
+func peerRequestor(c *fiber.Ctx, member string) events.Requestor {
+	if h := c.Get(headerRequestor); h != "" {
+		if raw, err := base64.StdEncoding.DecodeString(h); err == nil {
+			var by events.Requestor
+			if json.Unmarshal(raw, &by) == nil {
+				return by
+			}
+		}
+	}
+	return events.Requestor{Username: "cluster/" + member, Protocol: ProtocolCluster}
+}
+
+// forward sends a request about another member's instance to that member
+// and answers with its answer; requests about this member's instances (and
+// everything else) go on. A create names its member with ?target= (or is
+// placed on the member with the fewest instances that has its backend).
+func (a *API) forward(c *fiber.Ctx) error {
+	if a.cfg.Cluster == nil || c.Get(headerForwardedBy) != "" {
+		return c.Next()
+	}
+	rest, ok := strings.CutPrefix(c.Path(), "/1.0/instances")
+	if !ok || (rest != "" && rest[0] != '/') {
+		return c.Next()
+	}
+	ctx := c.UserContext()
+	self := a.cfg.Cluster.Name()
+	var target string
+	if rest == "" || rest == "/" {
+		if c.Method() != http.MethodPost {
+			return c.Next() // the list merges every member's part
+		}
+		target = c.Query("target")
+		if target == "" {
+			var req struct {
+				Backend string `json:"backend"`
+			}
+			_ = json.Unmarshal(c.Body(), &req)
+			backend := req.Backend
+			if backend == "" {
+				backend = a.cfg.DefaultBackend
+			}
+			if backend == "" {
+				return c.Next()
+			}
+			placed, err := a.cfg.Cluster.Place(ctx, backend)
+			if err != nil {
+				return err
+			}
+			target = placed
+		}
+	} else {
+		name, _, _ := strings.Cut(rest[1:], "/")
+		if n, err := url.PathUnescape(name); err == nil {
+			name = n
+		}
+		loc, err := a.cfg.Cluster.Locate(ctx, name)
+		if err != nil {
+			if errors.Is(err, errdefs.ErrNotFound) {
+				return c.Next() // the route answers 404 as usual
+			}
+			return err
+		}
+		target = loc
+	}
+	if target == "" || target == self {
+		return c.Next()
+	}
+	return a.proxy(c, target)
+}
+
+// proxy relays the request to member and streams its answer back.
+func (a *API) proxy(c *fiber.Ctx, member string) error {
+	client, base, err := a.cfg.Cluster.Reach(c.UserContext(), member)
+	if errors.Is(err, cluster.ErrOffline) {
+		return fiber.NewError(http.StatusServiceUnavailable, strings.TrimSuffix(err.Error(), ": "+cluster.ErrOffline.Error()))
+	}
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(c.UserContext(), c.Method(), base+c.OriginalURL(), bytes.NewReader(c.Body()))
+	if err != nil {
+		return fmt.Errorf("forwarding to member %s: %w", member, err)
+	}
+	c.Request().Header.VisitAll(func(k, v []byte) {
+		switch strings.ToLower(string(k)) {
+		case "authorization", "cookie", "host", "connection", "content-length", "transfer-encoding",
+			strings.ToLower(headerForwardedBy), strings.ToLower(headerRequestor):
+			return
+		}
+		req.Header.Add(string(k), string(v))
+	})
+	by, _ := json.Marshal(requestor(c))
+	req.Header.Set(headerRequestor, base64.StdEncoding.EncodeToString(by))
+	req.Header.Set(headerForwardedBy, a.cfg.Cluster.Name())
+	res, err := client.Do(req)
+	if err != nil {
+		return fiber.NewError(http.StatusServiceUnavailable, fmt.Sprintf("member %s did not answer: %v", member, err))
+	}
+	c.Status(res.StatusCode)
+	for k, vs := range res.Header {
+		switch strings.ToLower(k) {
+		case "content-length", "transfer-encoding", "connection", "date", "server":
+			continue
+		}
+		for _, v := range vs {
+			c.Response().Header.Add(k, v)
+		}
+	}
+	c.Response().Header.Set("X-Guestlink-Location", member)
+	c.Context().SetBodyStream(res.Body, int(res.ContentLength))
+	return nil
+}

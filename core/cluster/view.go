@@ -1,0 +1,242 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/errdefs"
+)
+
+// Internal routes of the cluster listener, served to members only: this
+// member's own instances as core/instance views (JSON).
+const (
+	InstancesPath = "/internal/cluster/instances"
+)
+
+// StatusUnknown is the status of an instance whose member is offline or
+// did not answer; its code is UnknownCode.
+const (
+	StatusUnknown = "Unknown"
+	UnknownCode   = 0
+)
+
+// Instances is the instance service of a member: its own instances come
+// from the local manager, the others from their members (over the cluster
+// link) or, when a member is offline, from the database with status
+// Unknown. Every other method is the local manager's (the API forwards
+// requests about other members' instances before they reach it).
+type Instances struct {
+	*instance.Manager
+	c *Cluster
+}
+
+// NewInstances wraps a member's manager.
+func NewInstances(c *Cluster, m *instance.Manager) *Instances {
+	return &Instances{Manager: m, c: c}
+}
+
+// localKey marks a context whose list must hold this member's instances
+// only (a member asking for its part of a cluster-wide list).
+type localKey struct{}
+
+// WithLocalOnly marks ctx so that List and ListFunc return this member's
+// instances only.
+func WithLocalOnly(ctx context.Context) context.Context {
+	return context.WithValue(ctx, localKey{}, true)
+}
+
+func localOnly(ctx context.Context) bool { b, _ := ctx.Value(localKey{}).(bool); return b }
+
+// List returns every instance of the cluster matching f, by name.
+func (v *Instances) List(ctx context.Context, f instance.ListFilter) ([]*instance.Instance, error) {
+	if localOnly(ctx) {
+		return v.Manager.List(ctx, f)
+	}
+	return v.all(ctx, f)
+}
+
+// ListFunc is List, one instance at a time.
+func (v *Instances) ListFunc(ctx context.Context, f instance.ListFilter, fn func(*instance.Instance) error) error {
+	if localOnly(ctx) {
+		return v.Manager.ListFunc(ctx, f, fn)
+	}
+	list, err := v.all(ctx, f)
+	if err != nil {
+		return err
+	}
+	for _, inst := range list {
+		if err := fn(inst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// all merges the local list with every other member's.
+func (v *Instances) all(ctx context.Context, f instance.ListFilter) ([]*instance.Instance, error) {
+	local, err := v.Manager.List(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	members, err := v.c.cfg.Store.Members(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing instances: %w", err)
+	}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out = local
+	)
+	now := time.Now()
+	for _, m := range members {
+		if m.Name == v.c.cfg.Name {
+			continue
+		}
+		wg.Go(func() {
+			var part []*instance.Instance
+			var reason string
+			if !v.c.online(m, now) {
+				reason = fmt.Sprintf("member %s is offline (last heartbeat %s)", m.Name, m.Heartbeat.UTC().Format(time.RFC3339))
+			} else if m.Address == "" {
+				reason = fmt.Sprintf("member %s has no cluster address", m.Name)
+			} else {
+				got, err := v.fetch(ctx, m, f)
+				if err == nil {
+					part = got
+				} else {
+					reason = fmt.Sprintf("member %s did not answer: %v", m.Name, err)
+				}
+			}
+			if reason != "" {
+				part, err = v.stored(ctx, m.Name, reason, f)
+				if err != nil {
+					v.c.log.Error("listing the instances of an unreachable member", "member", m.Name, "err", err)
+				}
+			}
+			mu.Lock()
+			out = append(out, part...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(out, func(a, b *instance.Instance) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// fetch asks member m for its instances matching f.
+func (v *Instances) fetch(ctx context.Context, m *db.ClusterMember, f instance.ListFilter) ([]*instance.Instance, error) {
+	q := url.Values{}
+	for k, val := range map[string]string{"status": f.Status, "backend": f.Backend, "agent": f.Agent, "q": f.Query} {
+		if val != "" {
+			q.Set(k, val)
+		}
+	}
+	var out []*instance.Instance
+	if err := v.get(ctx, m.Name, m.Address, InstancesPath+"?"+q.Encode(), &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// get GETs path on a member and decodes its JSON answer.
+func (v *Instances) get(ctx context.Context, name, addr, path string, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+path, nil)
+	if err != nil {
+		return err
+	}
+	res, err := v.c.client(name, addr).Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode == http.StatusNotFound {
+		return errdefs.ErrNotFound
+	}
+	if res.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+		return fmt.Errorf("%s answered %d: %s", name, res.StatusCode, b)
+	}
+	return json.NewDecoder(res.Body).Decode(out)
+}
+
+// stored returns a member's instances as the database has them, status
+// Unknown with reason.
+func (v *Instances) stored(ctx context.Context, member, reason string, f instance.ListFilter) ([]*instance.Instance, error) {
+	recs, err := v.c.cfg.Store.ListInstances(ctx, db.InstanceFilter{Location: member, Backend: f.Backend})
+	if err != nil {
+		return nil, err
+	}
+	if f.Status != "" {
+		if _, err := status.Parse(f.Status); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]*instance.Instance, 0, len(recs))
+	for _, rec := range recs {
+		// An Unknown status matches no status filter, nor an agent filter.
+		if f.Status != "" || f.Agent != "" {
+			continue
+		}
+		if f.Query != "" && !containsFold(rec.Name, f.Query) {
+			continue
+		}
+		out = append(out, unknownView(rec, reason))
+	}
+	return out, nil
+}
+
+// unknownView is the view of a stored instance whose member cannot say
+// how it is.
+func unknownView(rec *db.Instance, reason string) *instance.Instance {
+	inst := instance.ViewOfRecord(rec)
+	inst.Status, inst.StatusCode, inst.StatusReason = StatusUnknown, UnknownCode, reason
+	inst.Agent = instance.AgentInfo{}
+	inst.Conditions = nil
+	return inst
+}
+
+// Get returns an instance of any member.
+func (v *Instances) Get(ctx context.Context, name string) (*instance.Instance, error) {
+	inst, err := v.Manager.Get(ctx, name)
+	if err == nil || !errors.Is(err, errdefs.ErrNotFound) || localOnly(ctx) {
+		return inst, err
+	}
+	rec, serr := v.c.cfg.Store.GetInstance(ctx, name)
+	if serr != nil || rec.Location == "" || rec.Location == v.c.cfg.Name {
+		return nil, err
+	}
+	m, merr := v.c.cfg.Store.Member(ctx, rec.Location)
+	if merr != nil {
+		return unknownView(rec, fmt.Sprintf("member %s is not in the cluster", rec.Location)), nil
+	}
+	if !v.c.online(m, time.Now()) {
+		return unknownView(rec, fmt.Sprintf("member %s is offline (last heartbeat %s)", m.Name, m.Heartbeat.UTC().Format(time.RFC3339))), nil
+	}
+	var out instance.Instance
+	if gerr := v.get(ctx, m.Name, m.Address, InstancesPath+"/"+url.PathEscape(name), &out); gerr != nil {
+		if errors.Is(gerr, errdefs.ErrNotFound) {
+			return nil, err
+		}
+		return unknownView(rec, fmt.Sprintf("member %s did not answer: %v", m.Name, gerr)), nil
+	}
+	return &out, nil
+}
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+}
