@@ -265,9 +265,19 @@ func (s *session) listCommand() *cobra.Command {
 				list = []api.Instance{}
 			}
 			return s.render(list, func(w io.Writer) error {
-				row(w, "NAME", "STATUS", "BACKEND", "AGENT", "LINK", "BOOT", "STARTED")
+				// A cluster's list says where each instance runs.
+				clustered := slices.ContainsFunc(list, func(i api.Instance) bool { return i.Location != "" && i.Location != "none" })
+				head := []string{"NAME", "STATUS", "BACKEND", "AGENT", "LINK", "BOOT", "STARTED"}
+				if clustered {
+					head = append(head, "LOCATION")
+				}
+				row(w, head...)
 				for _, i := range list {
-					row(w, i.Name, i.Status, i.Backend, string(i.Agent.State), i.Link, strconv.FormatInt(i.Boot, 10), timeCell(i.StartedAt))
+					cells := []string{i.Name, i.Status, i.Backend, string(i.Agent.State), i.Link, strconv.FormatInt(i.Boot, 10), timeCell(i.StartedAt)}
+					if clustered {
+						cells = append(cells, i.Location)
+					}
+					row(w, cells...)
 				}
 				return nil
 			})
@@ -306,6 +316,12 @@ func writeInfo(w io.Writer, inst *api.Instance) {
 	row(w, "UUID:", inst.UUID)
 	row(w, "Backend:", inst.Backend)
 	row(w, "Status:", fmt.Sprintf("%s (%d)", inst.Status, inst.StatusCode))
+	if inst.StatusReason != "" {
+		row(w, "Status reason:", inst.StatusReason)
+	}
+	if inst.Location != "" && inst.Location != "none" {
+		row(w, "Location:", inst.Location)
+	}
 	row(w, "Created:", timeCell(&inst.CreatedAt))
 	row(w, "Started:", timeCell(inst.StartedAt))
 	row(w, "Ready since:", timeCell(inst.ReadyAt))

@@ -209,3 +209,9 @@ func PageURL(f Filter, p int) string {
 	}
 	return "/instances?" + q.Encode()
 }
+
+// Clustered reports whether an instance runs in a cluster (its location is
+// a member's name, not LXD's "none").
+func Clustered(inst *api.Instance) bool {
+	return inst.Location != "" && inst.Location != "none"
+}
