@@ -248,6 +248,13 @@ func (a *API) forward(c *fiber.Ctx) error {
 	if target == "" || target == self {
 		return c.Next()
 	}
+	if c.Method() == http.MethodGet && !strings.Contains(strings.TrimPrefix(rest, "/"), "/") {
+		// Reading an instance: its member answers; when that member is
+		// offline the instance is shown as stored, status Unknown.
+		if _, _, err := a.cfg.Cluster.Reach(ctx, target); errors.Is(err, cluster.ErrOffline) {
+			return c.Next()
+		}
+	}
 	return a.proxy(c, target)
 }
 

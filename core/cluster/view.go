@@ -237,6 +237,16 @@ func (v *Instances) Get(ctx context.Context, name string) (*instance.Instance, e
 	return &out, nil
 }
 
+// Timeline returns an instance's timeline: another member's instances
+// are read from the store (their member writes it there).
+func (v *Instances) Timeline(ctx context.Context, name string, limit int) ([]instance.TimelineEntry, error) {
+	tl, err := v.Manager.Timeline(ctx, name, limit)
+	if err == nil || !errors.Is(err, errdefs.ErrNotFound) || localOnly(ctx) {
+		return tl, err
+	}
+	return v.Manager.StoredTimeline(ctx, name, limit)
+}
+
 func containsFold(s, sub string) bool {
 	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
 }

@@ -153,8 +153,8 @@ func (b *Bus) Publish(ctx context.Context, ev Event) (Event, error) {
 	if ev.Timestamp.IsZero() {
 		ev.Timestamp = time.Now().UTC()
 	}
-	if ev.Location == "" {
-		ev.Location = b.location
+	if b.location != "" && (ev.Location == "" || ev.Location == DefaultLocation) {
+		ev.Location = b.location // a cluster member names itself
 	}
 	if len(ev.Metadata) == 0 {
 		ev.Metadata = json.RawMessage("{}")

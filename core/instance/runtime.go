@@ -529,6 +529,23 @@ func (m *Manager) Timeline(ctx context.Context, name string, limit int) ([]Timel
 	m.mu.RLock()
 	id := e.rec.ID
 	m.mu.RUnlock()
+	return m.timelineOf(ctx, name, id, limit)
+}
+
+// StoredTimeline is Timeline for an instance this manager does not run (a
+// cluster member's view of another member's instance), read from the store.
+func (m *Manager) StoredTimeline(ctx context.Context, name string, limit int) ([]TimelineEntry, error) {
+	rec, err := m.store.GetInstance(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("reading timeline: %w", storeErr(err))
+	}
+	if limit <= 0 {
+		limit = DefaultTimelineLimit
+	}
+	return m.timelineOf(ctx, name, rec.ID, min(limit, MaxTimelineLimit))
+}
+
+func (m *Manager) timelineOf(ctx context.Context, name string, id int64, limit int) ([]TimelineEntry, error) {
 	recs, err := m.store.ListTimeline(ctx, id, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading timeline of instance %q: %w", name, storeErr(err))

@@ -1,0 +1,252 @@
+package daemon_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/client"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/db/dbtest"
+	"github.com/guestlink/guestlink/internal/testwait"
+)
+
+// Cluster timings of the test: quick heartbeats so that a killed member
+// is offline within seconds.
+const (
+	clusterHeartbeat = "300ms"
+	clusterOffline   = "3s"
+)
+
+// freeAddr returns a free 127.0.0.1 address.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// memberFlags are the flags of cluster member name on database url.
+func memberFlags(url, name, addr string, extra ...string) []string {
+	return append([]string{"--database", url, "--name", name, "--cluster-address", addr,
+		"--cluster-heartbeat", clusterHeartbeat, "--cluster-offline-after", clusterOffline}, extra...)
+}
+
+// refusedStart runs guestlinkd on a fresh state directory with args and
+// returns what it printed; the test fails unless it exits non-zero.
+func refusedStart(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gle2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(ctx, daemonStartTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "guestlinkd"),
+		append([]string{"--state-dir", dir, "--plugin-dir", filepath.Join(binDir, "plugins")}, args...)...)
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("guestlinkd %v started; want a refusal. Output:\n%s", args, out)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("guestlinkd %v neither started nor exited within %v:\n%s", args, daemonStartTimeout, out)
+	}
+	return string(out)
+}
+
+// tamper returns token with another secret.
+func tamper(t *testing.T, token string) string {
+	t.Helper()
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(token, "glj_"))
+	if err != nil {
+		t.Fatalf("decoding join token: %v", err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	v["s"] = "not-the-secret-" + strings.Repeat("x", 20)
+	raw, _ = json.Marshal(v)
+	return "glj_" + base64.RawURLEncoding.EncodeToString(raw)
+}
+
+// placed returns name@location of every instance, sorted.
+func placed(list []api.Instance) []string {
+	var out []string
+	for _, i := range list {
+		out = append(out, i.Name+"@"+i.Location)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestCluster runs three members on one PostgreSQL database: joins (and
+// refused ones), a guest on each member, one list from every member, Ready
+// declared on one member seen live on another, an action forwarded to the
+// owner, a member killed (offline, its instances Unknown) and restarted
+// (recovered), and member removal refused while it owns instances.
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*testTimeout)
+	defer cancel()
+	url := dbtest.PostgresURL(t)
+	addrA, addrB, addrC := freeAddr(t), freeAddr(t), freeAddr(t)
+
+	a := newDaemon(t, memberFlags(url, "a", addrA)...)
+
+	// A daemon that is not a member is refused, and says what to do.
+	out := refusedStart(ctx, t, "--database", url, "--name", "x")
+	for _, want := range []string{"is not a member", "guestlink cluster add x", "--join TOKEN"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("a non-member's refusal does not say %q:\n%s", want, out)
+		}
+	}
+
+	tokB := strings.TrimSpace(a.cli(ctx, "cluster", "add", "b"))
+	if !strings.HasPrefix(tokB, "glj_") || strings.ContainsAny(tokB, " \n") {
+		t.Fatalf("cluster add printed %q; want the token alone", tokB)
+	}
+	// A wrong secret, and a token for another name, are refused.
+	if out := refusedStart(ctx, t, memberFlags(url, "b", freeAddr(t), "--join", tamper(t, tokB))...); !strings.Contains(out, "join token is not valid") {
+		t.Errorf("a tampered token: want \"join token is not valid\", got:\n%s", out)
+	}
+	if out := refusedStart(ctx, t, memberFlags(url, "z", freeAddr(t), "--join", tokB)...); !strings.Contains(out, `the token admits member "b"`) {
+		t.Errorf("a token used under another name: got:\n%s", out)
+	}
+	b := newDaemon(t, memberFlags(url, "b", addrB, "--join", tokB)...)
+	// The token is spent.
+	if out := refusedStart(ctx, t, memberFlags(url, "b", freeAddr(t), "--join", tokB)...); !strings.Contains(out, "used already") {
+		t.Errorf("a reused token: want \"used already\", got:\n%s", out)
+	}
+	tokC := strings.TrimSpace(b.cli(ctx, "cluster", "add", "c")) // any member issues tokens
+	c := newDaemon(t, memberFlags(url, "c", addrC, "--join", tokC)...)
+	members := map[string]*daemonProc{"a": a, "b": b, "c": c}
+
+	for name, d := range members {
+		ms, err := d.client.ClusterMembers(ctx)
+		if err != nil {
+			t.Fatalf("member %s: cluster members: %v", name, err)
+		}
+		var got []string
+		for _, m := range ms {
+			got = append(got, m.Name+"/"+m.Status)
+		}
+		if want := []string{"a/online", "b/online", "c/online"}; !slices.Equal(got, want) {
+			t.Errorf("member %s lists members %v, want %v", name, got, want)
+		}
+	}
+
+	// A guest on each member, all launched from a.
+	recA := a.record("g-c")
+	for _, m := range []string{"a", "b", "c"} {
+		if _, err := a.client.Create(ctx, api.InstancesPost{Name: "g-" + m, Backend: "sim", Start: true, Target: m}); err != nil {
+			t.Fatalf("launching g-%s on %s from a: %v", m, m, err)
+		}
+	}
+	for _, m := range []string{"a", "b", "c"} {
+		inst := a.waitInstance(ctx, "g-"+m, "agent connected (seen from a)", agentTimeout, func(i *api.Instance) bool {
+			return i.Agent.State == api.AgentConnected
+		})
+		if inst.Location != m {
+			t.Errorf("g-%s is located on %q, want %q", m, inst.Location, m)
+		}
+	}
+	want := []string{"g-a@a", "g-b@b", "g-c@c"}
+	for name, d := range members {
+		list, err := d.client.Instances(ctx, client.InstanceFilter{})
+		if err != nil {
+			t.Fatalf("member %s: list: %v", name, err)
+		}
+		if got := placed(list); !slices.Equal(got, want) {
+			t.Errorf("member %s lists %v, want %v", name, got, want)
+		}
+	}
+
+	// Ready declared in the guest on c: a's event stream and every
+	// member's view see it.
+	gc, err := c.client.Instance(ctx, "g-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans := curlDevlxd(ctx, t, gc.DevlxdSocket, "PATCH", "/1.0", `{"state":"Ready"}`); ans.status != 200 {
+		t.Fatalf("PATCH /1.0 Ready in g-c: %d %s", ans.status, ans.body)
+	}
+	recA.wait(ctx, 0, events.InstanceReady, 1, opTimeout)
+	if evs := recA.eventsSince(0); len(evs) == 0 || evs[len(evs)-1].Location != "c" {
+		t.Errorf("the instance-ready event of g-c seen on a does not say location c: %+v", evs)
+	}
+	for name, d := range members {
+		d.waitInstance(ctx, "g-c", "Ready seen from "+name, opTimeout, func(i *api.Instance) bool { return i.Status == "Ready" })
+	}
+
+	// An action on b's guest, asked of a, is done by b.
+	if _, err := a.client.SetState(ctx, "g-b", api.InstanceStatePut{Action: "stop", Force: true}); err != nil {
+		t.Fatalf("stopping g-b from a: %v", err)
+	}
+	b.waitInstance(ctx, "g-b", "stopped (on b)", opTimeout, func(i *api.Instance) bool { return i.Status == "Stopped" })
+	if _, err := c.client.SetState(ctx, "g-b", api.InstanceStatePut{Action: "start"}); err != nil {
+		t.Fatalf("starting g-b from c: %v", err)
+	}
+	b.waitInstance(ctx, "g-b", "agent connected again", agentTimeout, func(i *api.Instance) bool { return i.Agent.State == api.AgentConnected })
+
+	// b owns an instance: removing it is refused.
+	if err := a.client.RemoveClusterMember(ctx, "b", false); err == nil || !strings.Contains(err.Error(), "still owns 1 instance") {
+		t.Errorf("removing b while it owns g-b: got %v", err)
+	}
+
+	// b dies: a sees it offline and its instance Unknown, with the reason;
+	// actions on it are refused precisely. Its guest keeps running.
+	b.kill()
+	a.waitInstance(ctx, "g-b", "Unknown while b is offline", opTimeout, func(i *api.Instance) bool {
+		return i.Status == "Unknown" && strings.Contains(i.StatusReason, "member b is offline")
+	})
+	ms, err := a.client.ClusterMembers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Name == "b" && m.Status != "offline" {
+			t.Errorf("b after SIGKILL: status %s, want offline", m.Status)
+		}
+	}
+	_, err = a.client.SetState(ctx, "g-b", api.InstanceStatePut{Action: "stop"})
+	var se *client.StatusError
+	if !errors.As(err, &se) || se.Code != 503 || !strings.HasPrefix(se.Message, "member b is offline") {
+		t.Errorf("stopping g-b while b is offline: got %v, want 503 \"member b is offline ...\"", err)
+	}
+
+	// b comes back (same state directory: it is a member already) and
+	// recovers its guest, which kept running.
+	b.start()
+	inst := a.waitInstance(ctx, "g-b", "Running again with its agent", agentTimeout, func(i *api.Instance) bool {
+		return i.Status == "Running" && i.Agent.State == api.AgentConnected
+	})
+	if inst.Boot != 2 {
+		t.Errorf("g-b after b restarted: boot %d, want 2 (recovered, not restarted)", inst.Boot)
+	}
+
+	// Deleting from one member empties every member's list.
+	for _, m := range []string{"a", "b", "c"} {
+		if err := c.client.Delete(ctx, "g-"+m, true); err != nil {
+			t.Fatalf("deleting g-%s from c: %v", m, err)
+		}
+	}
+	testwait.Until(opTimeout, func() bool {
+		list, err := a.client.Instances(ctx, client.InstanceFilter{})
+		return err == nil && len(list) == 0
+	})
+}
