@@ -85,6 +85,8 @@ func translate(err error) error {
 		return fmt.Errorf("%w: %w", ErrAlreadyExists, err)
 	case errors.Is(err, gorm.ErrForeignKeyViolated):
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case isUnavailable(err):
+		return &unavailableError{cause: err}
 	}
 	return err
 }
@@ -143,7 +145,7 @@ func (s *sqlStore) GetInstance(ctx context.Context, name string) (*Instance, err
 	var in Instance
 	rd, err := s.reader(ctx)
 	if err == nil {
-		err = rd.Where("name = ?", name).Take(&in).Error
+		err = retryRead(func() error { return rd.Where("name = ?", name).Take(&in).Error })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("getting instance %q: %w", name, translate(err))
@@ -157,7 +159,7 @@ func (s *sqlStore) GetInstanceByUUID(ctx context.Context, uuid string) (*Instanc
 	var in Instance
 	rd, err := s.reader(ctx)
 	if err == nil {
-		err = rd.Where("uuid = ?", uuid).Take(&in).Error
+		err = retryRead(func() error { return rd.Where("uuid = ?", uuid).Take(&in).Error })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("getting instance with uuid %q: %w", uuid, translate(err))
@@ -183,7 +185,7 @@ func (s *sqlStore) ListInstances(ctx context.Context, f InstanceFilter) ([]*Inst
 		q = q.Where("location = ?", f.Location)
 	}
 	var out []*Instance
-	if err := q.Find(&out).Error; err != nil {
+	if err := retryRead(func() error { out = nil; return q.Find(&out).Error }); err != nil {
 		return nil, fmt.Errorf("listing instances: %w", translate(err))
 	}
 	for _, in := range out {
@@ -435,7 +437,7 @@ func (s *sqlStore) EventsAfter(ctx context.Context, after int64, limit int) ([]*
 		q = q.Limit(limit)
 	}
 	var out []*Event
-	if err := q.Find(&out).Error; err != nil {
+	if err := retryRead(func() error { out = nil; return q.Find(&out).Error }); err != nil {
 		return nil, fmt.Errorf("reading events after %d: %w", after, translate(err))
 	}
 	for _, ev := range out {

@@ -41,11 +41,14 @@ const (
 
 // cluster is the test binary's private PostgreSQL server.
 type cluster struct {
-	dir   string // temp dir: data/, the socket, the log
-	cmd   *exec.Cmd
-	exit  chan struct{} // closed when the postmaster exited
-	admin *pgx.Conn
-	mu    sync.Mutex // serialises admin
+	dir     string // temp dir: data/, the socket, the log
+	bin     string // initdb and postgres
+	cred    *syscall.Credential
+	logPath string
+	cmd     *exec.Cmd
+	exit    chan struct{} // closed when the postmaster exited
+	admin   *pgx.Conn
+	mu      sync.Mutex // serialises admin
 }
 
 var (
@@ -224,6 +227,24 @@ func startCluster() (*cluster, error) {
 		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
 
+	c.bin, c.cred, c.logPath = bin, cred, logPath
+	if err := c.run(); err != nil {
+		return nil, err
+	}
+	ok = true
+	return c, nil
+}
+
+// run starts the postmaster on the cluster's data directory and waits
+// until it accepts connections.
+func (c *cluster) run() error {
+	lf, err := os.OpenFile(c.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	bin, data, dir, logPath := c.bin, filepath.Join(c.dir, "data"), c.dir, c.logPath
+	c.exit = make(chan struct{})
 	// fsync stays on: the store's durability tests and benchmark figures
 	// must mean what they say.
 	c.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data,
@@ -234,13 +255,13 @@ func startCluster() (*cluster, error) {
 		"-c", "shared_buffers=32MB",
 		"-c", "log_min_messages=warning",
 	)
-	c.cmd.Stdout = logFile
-	c.cmd.Stderr = logFile
+	c.cmd.Stdout = lf
+	c.cmd.Stderr = lf
 	// Should the test binary die without Stop, the postmaster gets SIGQUIT
 	// (immediate shutdown) and takes its backends with it.
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
 	if err := c.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting postgres: %w", err)
+		return fmt.Errorf("starting postgres: %w", err)
 	}
 	go func() {
 		_ = c.cmd.Wait()
@@ -258,14 +279,13 @@ func startCluster() (*cluster, error) {
 		select {
 		case <-c.exit:
 			log, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("postgres exited during start-up:\n%s", log)
+			return fmt.Errorf("postgres exited during start-up:\n%s", log)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("postgres not accepting connections after %v: %w", startTimeout, err)
+			return fmt.Errorf("postgres not accepting connections after %v: %w", startTimeout, err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	ok = true
-	return c, nil
+	return nil
 }
 
 // url returns the URL of database name in the cluster.
@@ -287,6 +307,14 @@ func (c *cluster) exec(ctx context.Context, sql string) error {
 // stop shuts the server down (fast shutdown, then SIGKILL) and removes its
 // directory.
 func (c *cluster) stop() {
+	c.halt(syscall.SIGINT)
+	removeAllBestEffort(c.dir)
+}
+
+// halt closes the admin connection and stops the postmaster with sig
+// (SIGINT: fast shutdown; SIGQUIT: immediate), then SIGKILL after
+// stopTimeout; the data directory stays.
+func (c *cluster) halt(sig syscall.Signal) {
 	c.mu.Lock()
 	if c.admin != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -296,7 +324,7 @@ func (c *cluster) stop() {
 	}
 	c.mu.Unlock()
 	if c.cmd != nil && c.cmd.Process != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGINT)
+		_ = c.cmd.Process.Signal(sig)
 		select {
 		case <-c.exit:
 		case <-time.After(stopTimeout):
@@ -304,5 +332,4 @@ func (c *cluster) stop() {
 			<-c.exit
 		}
 	}
-	removeAllBestEffort(c.dir)
 }
