@@ -5,12 +5,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/guestlink/guestlink/api"
@@ -191,6 +193,37 @@ func TestCluster(t *testing.T) {
 	}
 	for name, d := range members {
 		d.waitInstance(ctx, "g-c", "Ready seen from "+name, opTimeout, func(i *api.Instance) bool { return i.Status == "Ready" })
+	}
+
+	// Two members change g-a's config at once (different keys, and one
+	// key both write): the owner applies every change; none is lost.
+	var wg sync.WaitGroup
+	for _, m := range []string{"b", "c"} {
+		d := members[m]
+		wg.Go(func() {
+			for i := range 15 {
+				set := map[string]string{fmt.Sprintf("user.%s-%d", m, i): "v", "user.both": m}
+				if _, err := d.client.UpdateConfig(ctx, "g-a", set, nil); err != nil {
+					t.Errorf("config set from %s: %v", m, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ga, err := a.client.Instance(ctx, "g-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"b", "c"} {
+		for i := range 15 {
+			if k := fmt.Sprintf("user.%s-%d", m, i); ga.Config[k] != "v" {
+				t.Errorf("g-a lost %s (set from member %s)", k, m)
+			}
+		}
+	}
+	if v := ga.Config["user.both"]; v != "b" && v != "c" {
+		t.Errorf("g-a user.both = %q, want the last writer's value", v)
 	}
 
 	// An action on b's guest, asked of a, is done by b.
