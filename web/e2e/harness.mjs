@@ -38,7 +38,8 @@ export const CHROMIUM_FLAGS = [
   "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic",
 ];
 
-async function freePort() {
+/** freePort returns a free port on 127.0.0.1. */
+export async function freePort() {
   return new Promise((res, rej) => {
     const srv = createServer();
     srv.listen(0, "127.0.0.1", () => {
@@ -78,11 +79,13 @@ export async function waitFor(fn, { timeout = 30000, interval = 100, what = "con
 
 /** Daemon is a running guestlinkd with its own state directory. */
 export class Daemon {
-  static async start() {
+  /** start runs guestlinkd on a fresh state directory, with extra flags. */
+  static async start(extra = []) {
     for (const b of ["guestlinkd", "guestlink", "guestlink-agent", "plugins/sim"]) {
       if (!existsSync(bin(b))) throw new Error(`${bin(b)} is missing: run make build first (or point GUESTLINK_BIN at a built bin/)`);
     }
     const d = new Daemon();
+    d.extra = extra;
     Daemon.current = d;
     d.stateDir = mkdtempSync(join(tmpdir(), "guestlink-e2e-"));
     d.port = await freePort();
@@ -94,7 +97,7 @@ export class Daemon {
   }
 
   async spawn() {
-    this.proc = spawn(bin("guestlinkd"), ["--state-dir", this.stateDir, "--http", `127.0.0.1:${this.port}`, "--plugin-dir", bin("plugins")], {
+    this.proc = spawn(bin("guestlinkd"), ["--state-dir", this.stateDir, "--http", `127.0.0.1:${this.port}`, "--plugin-dir", bin("plugins"), ...(this.extra || [])], {
       stdio: ["ignore", "pipe", "pipe"],
     });
     // Never leave the daemon behind this process.
