@@ -107,7 +107,9 @@ bench: build ## run the benchmarks named in the issues; figures go to docs/perfo
 	echo "== guest link: GET /1.0 via the agent, agent state -> event"; \
 	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'GuestLinkGet|AgentStateEvent' -benchtime 500x ./daemon; \
 	echo "== 1,000 running guests: idle CPU, Ready -> instance-ready"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./daemon
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./daemon; \
+	echo "== cluster of three members on PostgreSQL: forwarding, events across members, offline detection, list of 10,000"; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Cluster' -benchtime 300x ./daemon
 
 .PHONY: screenshots
 screenshots: build ## regenerate the committed docs/dashboard-*.png with the browser tests (npm test writes them outside the tree)

@@ -30,7 +30,7 @@ const (
 )
 
 // freeAddr returns a free 127.0.0.1 address.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

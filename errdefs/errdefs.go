@@ -44,3 +44,25 @@ func HTTPStatus(err error) int {
 	}
 	return http.StatusInternalServerError
 }
+
+// FromHTTPStatus returns the kind an HTTP error status stands for (the
+// inverse of HTTPStatus); a status without a kind gives an error naming it.
+func FromHTTPStatus(code int) error {
+	switch code {
+	case http.StatusNotFound:
+		return ErrNotFound
+	case http.StatusConflict:
+		return ErrConflict
+	case http.StatusBadRequest:
+		return ErrInvalid
+	case http.StatusForbidden:
+		return ErrForbidden
+	case http.StatusUnauthorized:
+		return ErrUnauthorized
+	case http.StatusNotImplemented:
+		return ErrNotSupported
+	case http.StatusServiceUnavailable:
+		return ErrUnavailable
+	}
+	return errors.New(http.StatusText(code))
+}

@@ -37,12 +37,10 @@ type ClusterService interface {
 
 var _ ClusterService = (*cluster.Cluster)(nil)
 
-// Headers between members: a forwarded request names the member that
-// forwarded it and the original requestor (base64 JSON); a member asking
-// for its part of a list says so.
+// Headers between members (core/cluster).
 const (
-	headerForwardedBy = "X-Guestlink-Forwarded-By"
-	headerRequestor   = "X-Guestlink-Requestor"
+	headerForwardedBy = cluster.HeaderForwardedBy
+	headerRequestor   = cluster.HeaderRequestor
 )
 
 // ProtocolCluster is the requestor protocol of a cluster member calling

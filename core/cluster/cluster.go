@@ -47,6 +47,14 @@ const (
 	JoinPath = "/internal/cluster/join"
 )
 
+// Headers between members: a forwarded request names the member that
+// forwarded it and the original requestor (base64 of its JSON), which the
+// receiving member records instead of the forwarding member.
+const (
+	HeaderForwardedBy = "X-Guestlink-Forwarded-By"
+	HeaderRequestor   = "X-Guestlink-Requestor"
+)
+
 // Member statuses.
 const (
 	StatusOnline  = "online"

@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db"
@@ -245,6 +248,84 @@ func (v *Instances) Timeline(ctx context.Context, name string, limit int) ([]ins
 		return tl, err
 	}
 	return v.Manager.StoredTimeline(ctx, name, limit)
+}
+
+// Start starts an instance of any member (another member's is started by
+// that member, as a forwarded API request would).
+func (v *Instances) Start(ctx context.Context, name string, by events.Requestor) error {
+	if m, ok := v.owner(ctx, name); ok {
+		return v.setState(ctx, m, name, map[string]any{"action": "start"}, by)
+	}
+	return v.Manager.Start(ctx, name, by)
+}
+
+// Stop stops an instance of any member.
+func (v *Instances) Stop(ctx context.Context, name string, opts instance.StopOptions, by events.Requestor) error {
+	if m, ok := v.owner(ctx, name); ok {
+		return v.setState(ctx, m, name, stateBody("stop", opts), by)
+	}
+	return v.Manager.Stop(ctx, name, opts, by)
+}
+
+// Restart restarts an instance of any member.
+func (v *Instances) Restart(ctx context.Context, name string, opts instance.StopOptions, by events.Requestor) error {
+	if m, ok := v.owner(ctx, name); ok {
+		return v.setState(ctx, m, name, stateBody("restart", opts), by)
+	}
+	return v.Manager.Restart(ctx, name, opts, by)
+}
+
+func stateBody(action string, o instance.StopOptions) map[string]any {
+	body := map[string]any{"action": action, "force": o.Force, "stateful": o.Stateful}
+	if o.Timeout > 0 {
+		body["timeout"] = int(o.Timeout.Seconds())
+	}
+	return body
+}
+
+// owner returns the member of an instance this member does not run.
+func (v *Instances) owner(ctx context.Context, name string) (string, bool) {
+	if localOnly(ctx) {
+		return "", false
+	}
+	if _, err := v.Manager.Get(ctx, name); err == nil {
+		return "", false
+	}
+	rec, err := v.c.cfg.Store.GetInstance(ctx, name)
+	if err != nil || rec.Location == "" || rec.Location == v.c.cfg.Name {
+		return "", false
+	}
+	return rec.Location, true
+}
+
+// setState sends PUT /1.0/instances/{name}/state to member m on behalf of by.
+func (v *Instances) setState(ctx context.Context, member, name string, body map[string]any, by events.Requestor) error {
+	client, base, err := v.c.Reach(ctx, member)
+	if err != nil {
+		return fmt.Errorf("%s: %w", strings.TrimSuffix(err.Error(), ": "+ErrOffline.Error()), errdefs.ErrUnavailable)
+	}
+	raw, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/1.0/instances/"+url.PathEscape(name)+"/state", bytes.NewReader(raw))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	who, _ := json.Marshal(by)
+	req.Header.Set(HeaderRequestor, base64.StdEncoding.EncodeToString(who))
+	req.Header.Set(HeaderForwardedBy, v.c.cfg.Name)
+	res, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("member %s did not answer: %v: %w", member, err, errdefs.ErrUnavailable)
+	}
+	defer res.Body.Close()
+	if res.StatusCode/100 == 2 {
+		return nil
+	}
+	var env struct {
+		Error string `json:"error"`
+	}
+	_ = json.NewDecoder(io.LimitReader(res.Body, 1<<16)).Decode(&env)
+	return fmt.Errorf("member %s: %s: %w", member, env.Error, errdefs.FromHTTPStatus(res.StatusCode))
 }
 
 func containsFold(s, sub string) bool {

@@ -56,5 +56,11 @@ test("a guest's Ready on member c shows live on member a's dashboard", async () 
   await page.click('a[href="/instances/far1"]');
   await page.waitForSelector('[data-testid="facts"]');
   assert.equal((await page.textContent('[data-testid="facts"] [data-testid="location"]')).trim(), "c");
+
+  // Stopping it from a's page: member c does it.
+  await page.click('[data-testid="action-stop"]');
+  await page.waitForLoadState();
+  await waitFor(async () => (await badge(page, "istatus-far1")) === "Stopped", { timeout: 60000, what: "far1 Stopped after a stop from a's page" });
+  assert.equal((await c.info("far1")).status, "Stopped", "member c ran the stop");
   await ctx.close();
 });
