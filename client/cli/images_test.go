@@ -52,7 +52,7 @@ func TestImageCommands(t *testing.T) {
 	// launch NAME and launch IMAGE NAME.
 	ok(t, srv, "launch", "plain")
 	ok(t, srv, "launch", "zeros", "vm1")
-	fails(t, srv, "guestlink launch takes 1 or 2 arguments, got 3 (usage: guestlink launch [IMAGE] NAME [--backend BACKEND] [-c key=value ...] [--wait ready [--timeout 2m]] [flags])", "launch", "a", "b", "c")
+	fails(t, srv, "guestlink launch takes 1 or 2 arguments, got 3 (usage: guestlink launch [IMAGE] NAME [--backend BACKEND] [--target MEMBER] [-c key=value ...] [--wait ready [--timeout 2m]] [flags])", "launch", "a", "b", "c")
 	for name, want := range map[string]string{"plain": "", "vm1": fp} {
 		var inst wire.Instance
 		if err := json.Unmarshal([]byte(ok(t, srv, "info", name, "--format", "json")), &inst); err != nil || inst.Config["volatile.base_image"] != want {
