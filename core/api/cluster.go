@@ -196,8 +196,13 @@ func peerRequestor(c *fiber.Ctx, member string) events.Requestor {
 // everything else) go on. A create names its member with ?target= (or is
 // placed on the member with the fewest instances that has its backend).
 func (a *API) forward(c *fiber.Ctx) error {
-	if a.cfg.Cluster == nil || c.Get(headerForwardedBy) != "" {
+	if a.cfg.Cluster == nil {
 		return c.Next()
+	}
+	if c.Get(headerForwardedBy) != "" {
+		if _, ok := a.clusterPeer(c); ok {
+			return c.Next() // forwarded to this member: it is the owner
+		}
 	}
 	rest, ok := strings.CutPrefix(c.Path(), "/1.0/instances")
 	if !ok || (rest != "" && rest[0] != '/') {
