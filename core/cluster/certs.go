@@ -18,6 +18,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/guestlink/guestlink/core/pki"
 )
 
 // Files of a member's identity, under <state dir>/cluster/ (0700; keys 0600).
@@ -230,37 +232,9 @@ func saveIdentity(stateDir string, id identity, caPEM, caKeyPEM, certPEM, keyPEM
 		{caCertFile, caPEM, 0o644}, {caKeyFile, caKeyPEM, 0o600}, {memberCert, certPEM, 0o644},
 		{memberKey, keyPEM, 0o600}, {identityFile, raw, 0o600},
 	} {
-		if err := writeFile(filepath.Join(d, f.name), f.data, f.mode); err != nil {
+		if err := pki.WriteFile(filepath.Join(d, f.name), f.data, f.mode); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// writeFile writes data atomically with mode.
-func writeFile(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ import (
 
 	"github.com/google/uuid"
 
+	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
@@ -89,18 +90,7 @@ type Config struct {
 }
 
 // Member is a member as the API shows it.
-type Member struct {
-	Name      string    `json:"name"`
-	Address   string    `json:"address"`
-	Version   string    `json:"version"`
-	Backends  []string  `json:"backends"`
-	Heartbeat time.Time `json:"heartbeat"`
-	// HeartbeatAge is the time since the last heartbeat, in seconds.
-	HeartbeatAge float64 `json:"heartbeat_age"`
-	Status       string  `json:"status"` // online or offline
-	Instances    int     `json:"instances"`
-	Self         bool    `json:"self"`
-}
+type Member = wire.ClusterMember
 
 // Cluster is this daemon's membership.
 type Cluster struct {

@@ -229,10 +229,10 @@ func (s *Store) loadOrCreate(dir, certFile, keyFile string, tmpl func() (*x509.C
 		}
 		// The key goes first and the certificate last, so an interrupted
 		// write leaves a key without certificate: reported, never reused.
-		if err := writeFile(keyPath, keyPEM, 0o600); err != nil {
+		if err := WriteFile(keyPath, keyPEM, 0o600); err != nil {
 			return nil, err
 		}
-		if err := writeFile(certPath, certPEM, 0o644); err != nil {
+		if err := WriteFile(certPath, certPEM, 0o644); err != nil {
 			return nil, err
 		}
 	case certMissing:
@@ -321,9 +321,10 @@ func generate(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
 	return certPEM, keyPEM, nil
 }
 
-// writeFile writes data to path atomically (temporary file, then rename)
-// with the given mode.
-func writeFile(path string, data []byte, mode os.FileMode) error {
+// WriteFile writes data to path atomically (temporary file, synced, then
+// renamed) with the given mode: a key is never readable with a wider mode,
+// and a crash leaves the old file or the new one.
+func WriteFile(path string, data []byte, mode os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("writing %q: %w", path, err)
