@@ -3,6 +3,9 @@ package daemon_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -69,6 +72,18 @@ func BenchmarkGuestLinkGet(b *testing.B) {
 		{name: "direct", get: func() error { return direct.Get(ctx, "/1.0") }},
 		{name: "direct-tls-per-request", get: func() error { return directPTLS.Get(ctx, "/1.0") }},
 	}
+	// The floor: a plain net/http server and client on a Unix socket,
+	// kept alive, answering the same bytes GET /1.0 answers.
+	var body []byte
+	if !testwait.Until(time.Minute, func() bool { body, err = devlxdclient.Get(ctx, viaAgent, "/1.0"); return err == nil }) {
+		b.Fatalf("GET /1.0 via the agent: %v", err)
+	}
+	floor := benchFloorServer(b, body)
+	paths = append(paths, struct {
+		name string
+		lat  benchLatency
+		get  func() error
+	}{name: "floor", get: func() error { _, err := devlxdclient.Get(ctx, floor, "/1.0"); return err }})
 	// The agent answers /dev/lxd/sock only once it has confirmed the daemon.
 	for i := range paths {
 		var err error
@@ -94,6 +109,38 @@ func BenchmarkGuestLinkGet(b *testing.B) {
 	b.ReportMetric(ratio(&paths[0].lat, &paths[2].lat, 50), "agent/direct-median-x")
 	b.ReportMetric(ratio(&paths[0].lat, &paths[2].lat, 99), "agent/direct-p99-x")
 	b.ReportMetric(ratio(&paths[1].lat, &paths[0].lat, 50), "tls-per-request/agent-median-x")
+	// Issue 14's ratios to the floor, overall and per link type (sim
+	// guests link over the hybrid socket; the serial link is QEMU's,
+	// BenchmarkQEMUGuestLink).
+	fl := &paths[4].lat
+	for _, p := range []struct {
+		name string
+		lat  *benchLatency
+	}{{"direct", &paths[2].lat}, {"agent", &paths[0].lat}} {
+		b.ReportMetric(ratio(p.lat, fl, 50), p.name+"/floor-median-x")
+		b.ReportMetric(ratio(p.lat, fl, 50), p.name+"-hybrid/floor-median-x")
+		b.ReportMetric(float64(p.lat.Percentile(99))/float64(p.lat.Percentile(50)), p.name+"/p99-median-x")
+	}
+	b.ReportMetric(float64(fl.Percentile(99))/float64(fl.Percentile(50)), "floor/p99-median-x")
+}
+
+// benchFloorServer serves body to every GET on a Unix socket with Go's
+// net/http and returns a kept-alive client of it: the cost of a local HTTP
+// round trip on this machine, the floor devlxd is compared with.
+func benchFloorServer(b *testing.B, body []byte) *http.Client {
+	b.Helper()
+	sock := filepath.Join(b.TempDir(), "floor.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { _ = srv.Close() })
+	return devlxdclient.New(sock)
 }
 
 // benchWaitAction reads evc until a lifecycle event with action for the
