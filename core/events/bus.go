@@ -242,9 +242,12 @@ func (b *Bus) Close() error {
 		return nil
 	}
 	b.closed = true
-	if b.tail != nil {
-		b.tail.stop()
+	t := b.tail
+	b.mu.Unlock()
+	if t != nil {
+		t.stop() // outside b.mu: the tail takes it to deliver
 	}
+	b.mu.Lock()
 	subs := make([]*Subscription, 0, len(b.subs))
 	for s := range b.subs {
 		subs = append(subs, s)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -18,7 +19,15 @@ import (
 	"github.com/guestlink/guestlink/db/dbtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaked goroutines and stops the test PostgreSQL
+// server TestTailAcrossMembers starts (its waiting goroutine lives until
+// then).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/guestlink/guestlink/db/dbtest.(*cluster).run.func1"), goleak.Cleanup(func(code int) {
+		dbtest.Stop()
+		os.Exit(code)
+	}))
+}
 
 // waitTimeout bounds every wait for an event; generous for a loaded machine.
 const waitTimeout = 30 * time.Second
