@@ -117,9 +117,11 @@ func (d *Dashboard) launch(c *fiber.Ctx) error {
 			return c.Redirect("/instances/"+url.PathEscape(strings.ToLower(data.Name)), http.StatusSeeOther)
 		case errors.Is(err, errdefs.ErrAlreadyExists):
 			data.Errors["name"] = err.Error()
-		case data.Image != "" && (errors.Is(err, errdefs.ErrNotFound) || strings.Contains(err.Error(), "image")):
+		case data.Image != "" && (errors.As(err, new(*instance.ImageError)) || errors.Is(err, errdefs.ErrNotFound)):
 			// The image is all the service looks up beyond what was
-			// checked above; a backend without disk.v1 names the image too.
+			// checked above (a member forwarding the launch keeps only
+			// the class: not found); a backend without disk.v1 is an
+			// image error too.
 			data.Errors["image"] = err.Error()
 		case errors.Is(err, errdefs.ErrInvalid) && len(cfg) > 0:
 			// Config keys are what the service checks beyond the name

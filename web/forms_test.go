@@ -46,7 +46,7 @@ func (f *fakeEditor) Create(_ context.Context, req instance.CreateRequest, _ eve
 	case req.Image == "missing":
 		return nil, fmt.Errorf("creating instance %q: image %q: %w", req.Name, req.Image, errdefs.ErrNotFound)
 	case req.Image != "" && req.Backend == "sim":
-		return nil, fmt.Errorf("creating instance %q: backend %q cannot boot from an image (it does not announce disk.v1): %w", req.Name, req.Backend, errdefs.ErrInvalid)
+		return nil, fmt.Errorf("creating instance %q: %w", req.Name, &instance.ImageError{Err: fmt.Errorf("backend %q cannot boot from an image (it does not announce disk.v1): %w", req.Backend, errdefs.ErrInvalid)})
 	}
 	if _, err := f.inst.Get(context.Background(), req.Name); err == nil {
 		return nil, fmt.Errorf("creating instance %q: %w", req.Name, errdefs.ErrAlreadyExists)

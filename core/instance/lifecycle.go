@@ -81,14 +81,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	}
 	if req.Image != "" {
 		if m.images == nil {
-			return nil, wrap(fmt.Errorf("this daemon has no image store: %w", errdefs.ErrInvalid))
+			return nil, wrap(&ImageError{fmt.Errorf("this daemon has no image store: %w", errdefs.ErrInvalid)})
 		}
 		if !info.Has(sdk.CapDisk) {
-			return nil, wrap(fmt.Errorf("backend %q cannot boot from an image (it does not announce %s): %w", backend, sdk.CapDisk, errdefs.ErrInvalid))
+			return nil, wrap(&ImageError{fmt.Errorf("backend %q cannot boot from an image (it does not announce %s): %w", backend, sdk.CapDisk, errdefs.ErrInvalid)})
 		}
 		fp, err := m.images.Fingerprint(ctx, req.Image)
 		if err != nil {
-			return nil, wrap(err)
+			return nil, wrap(&ImageError{err})
 		}
 		cfg[KeyBaseImage] = fp
 	}

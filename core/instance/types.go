@@ -58,3 +58,15 @@ const LocationNone = "none"
 
 // Ready reports whether the instance's volatile.last_state.ready is "true".
 func (i *Instance) Ready() bool { return i.Config["volatile.last_state.ready"] == "true" }
+
+// ImageError is a create request's error about the image it names: no
+// image matches (errdefs.ErrNotFound), the daemon has no image store or the
+// backend cannot boot from one (errdefs.ErrInvalid). Forms use it to put
+// the message beside the image field; it wraps its cause unchanged.
+type ImageError struct{ Err error }
+
+// Error returns the cause's message.
+func (e *ImageError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the cause, so errors.Is sees its errdefs class.
+func (e *ImageError) Unwrap() error { return e.Err }
