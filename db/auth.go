@@ -265,128 +265,42 @@ func (s *sqlStore) DeleteCertificate(ctx context.Context, fingerprint string) er
 	return nil
 }
 
+// bearerKind names the admin API's bearer identities in errors.
+const bearerKind = "identity"
+
 // CreateIdentity stores a bearer identity.
 func (s *sqlStore) CreateIdentity(ctx context.Context, id *BearerIdentity) error {
-	if id == nil || id.Name == "" {
-		return fmt.Errorf("creating identity: a name is required: %w", ErrInvalid)
+	if id == nil {
+		return createTokenIdentity(ctx, s, bearerKind, id, "", "", func() {})
 	}
-	if err := checkColumns(column{"name", id.Name, 63}, column{"created by", id.CreatedBy, 255}); err != nil {
-		return fmt.Errorf("creating identity %q: %w", id.Name, err)
-	}
-	id.CreatedAt = id.CreatedAt.UTC()
-	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		id.ID = 0
-		return tx.Create(id).Error
-	})
-	if err != nil {
-		id.ID = 0
-		return fmt.Errorf("creating identity %q: %w", id.Name, translate(err))
-	}
-	return nil
-}
-
-// normalizeIdentity puts an identity's times in UTC.
-func normalizeIdentity(id *BearerIdentity) {
-	id.CreatedAt = id.CreatedAt.UTC()
-	for _, t := range []**time.Time{&id.TokenIssuedAt, &id.TokenExpiresAt} {
-		if *t != nil {
-			u := (*t).UTC()
-			*t = &u
-		}
-	}
+	return createTokenIdentity(ctx, s, bearerKind, id, id.Name, id.CreatedBy, func() { id.ID = 0 })
 }
 
 // Identity returns one bearer identity.
 func (s *sqlStore) Identity(ctx context.Context, name string) (*BearerIdentity, error) {
-	var out BearerIdentity
-	rd, err := s.reader(ctx)
-	if err == nil {
-		err = rd.Where("name = ?", name).Take(&out).Error
-	}
+	out, err := tokenIdentityWhere[BearerIdentity](ctx, s, "name = ?", name)
 	if err != nil {
-		return nil, fmt.Errorf("getting identity %q: %w", name, translate(err))
-	}
-	normalizeIdentity(&out)
-	return &out, nil
-}
-
-// IdentityByTokenHash returns the identity holding a token.
-func (s *sqlStore) IdentityByTokenHash(ctx context.Context, hash string) (*BearerIdentity, error) {
-	if len(hash) != hashLen {
-		return nil, fmt.Errorf("getting identity by token: %w", ErrNotFound)
-	}
-	var out BearerIdentity
-	rd, err := s.reader(ctx)
-	if err == nil {
-		err = rd.Where("token_hash = ?", hash).Take(&out).Error
-	}
-	if err != nil {
-		return nil, fmt.Errorf("getting identity by token: %w", translate(err))
-	}
-	normalizeIdentity(&out)
-	return &out, nil
-}
-
-// Identities lists the bearer identities.
-func (s *sqlStore) Identities(ctx context.Context) ([]*BearerIdentity, error) {
-	rd, err := s.reader(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing identities: %w", err)
-	}
-	var out []*BearerIdentity
-	if err := rd.Order("name").Find(&out).Error; err != nil {
-		return nil, fmt.Errorf("listing identities: %w", translate(err))
-	}
-	for _, id := range out {
-		normalizeIdentity(id)
+		return nil, fmt.Errorf("getting identity %q: %w", name, err)
 	}
 	return out, nil
 }
 
+// IdentityByTokenHash returns the identity holding a token.
+func (s *sqlStore) IdentityByTokenHash(ctx context.Context, hash string) (*BearerIdentity, error) {
+	return tokenIdentityByHash[BearerIdentity](ctx, s, bearerKind, hash)
+}
+
+// Identities lists the bearer identities.
+func (s *sqlStore) Identities(ctx context.Context) ([]*BearerIdentity, error) {
+	return tokenIdentities[BearerIdentity](ctx, s, bearerKind)
+}
+
 // SetIdentityToken replaces or revokes an identity's token.
 func (s *sqlStore) SetIdentityToken(ctx context.Context, name, hash string, issued, expires *time.Time) error {
-	if hash != "" && len(hash) != hashLen {
-		return fmt.Errorf("setting token of identity %q: a SHA-256 hash is required: %w", name, ErrInvalid)
-	}
-	utc := func(t *time.Time) *time.Time {
-		if t == nil {
-			return nil
-		}
-		u := t.UTC()
-		return &u
-	}
-	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Model(&BearerIdentity{}).Where("name = ?", name).Updates(map[string]any{
-			"token_hash": hash, "token_issued_at": utc(issued), "token_expires_at": utc(expires),
-		})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("setting token of identity %q: %w", name, translate(err))
-	}
-	return nil
+	return setTokenIdentityToken[BearerIdentity](ctx, s, bearerKind, name, hash, issued, expires)
 }
 
 // DeleteIdentity removes a bearer identity and its token.
 func (s *sqlStore) DeleteIdentity(ctx context.Context, name string) error {
-	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Where("name = ?", name).Delete(&BearerIdentity{})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("deleting identity %q: %w", name, translate(err))
-	}
-	return nil
+	return deleteTokenIdentity[BearerIdentity](ctx, s, bearerKind, name)
 }

@@ -72,113 +72,33 @@ func devlxdIdentitiesMigration() *gormigrate.Migration {
 	}
 }
 
-func normalizeDevlxdIdentity(id *DevlxdIdentity) {
-	id.CreatedAt = id.CreatedAt.UTC()
-	for _, t := range []**time.Time{&id.TokenIssuedAt, &id.TokenExpiresAt} {
-		if *t != nil {
-			u := (*t).UTC()
-			*t = &u
-		}
-	}
-}
+// devlxdKind names devlxd identities in errors.
+const devlxdKind = "devlxd identity"
 
 // CreateDevlxdIdentity stores a devlxd identity.
 func (s *sqlStore) CreateDevlxdIdentity(ctx context.Context, id *DevlxdIdentity) error {
-	if id == nil || id.Name == "" {
-		return fmt.Errorf("creating devlxd identity: a name is required: %w", ErrInvalid)
+	if id == nil {
+		return createTokenIdentity(ctx, s, devlxdKind, id, "", "", func() {})
 	}
-	if err := checkColumns(column{"name", id.Name, 63}, column{"created by", id.CreatedBy, 255}); err != nil {
-		return fmt.Errorf("creating devlxd identity %q: %w", id.Name, err)
-	}
-	id.CreatedAt = id.CreatedAt.UTC()
-	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		id.ID = 0
-		return tx.Create(id).Error
-	})
-	if err != nil {
-		id.ID = 0
-		return fmt.Errorf("creating devlxd identity %q: %w", id.Name, translate(err))
-	}
-	return nil
+	return createTokenIdentity(ctx, s, devlxdKind, id, id.Name, id.CreatedBy, func() { id.ID = 0 })
 }
 
 // DevlxdIdentityByTokenHash returns the devlxd identity holding a token.
 func (s *sqlStore) DevlxdIdentityByTokenHash(ctx context.Context, hash string) (*DevlxdIdentity, error) {
-	if len(hash) != hashLen {
-		return nil, fmt.Errorf("getting devlxd identity by token: %w", ErrNotFound)
-	}
-	var out DevlxdIdentity
-	rd, err := s.reader(ctx)
-	if err == nil {
-		err = rd.Where("token_hash = ?", hash).Take(&out).Error
-	}
-	if err != nil {
-		return nil, fmt.Errorf("getting devlxd identity by token: %w", translate(err))
-	}
-	normalizeDevlxdIdentity(&out)
-	return &out, nil
+	return tokenIdentityByHash[DevlxdIdentity](ctx, s, devlxdKind, hash)
 }
 
 // DevlxdIdentities lists the devlxd identities.
 func (s *sqlStore) DevlxdIdentities(ctx context.Context) ([]*DevlxdIdentity, error) {
-	rd, err := s.reader(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("listing devlxd identities: %w", err)
-	}
-	var out []*DevlxdIdentity
-	if err := rd.Order("name").Find(&out).Error; err != nil {
-		return nil, fmt.Errorf("listing devlxd identities: %w", translate(err))
-	}
-	for _, id := range out {
-		normalizeDevlxdIdentity(id)
-	}
-	return out, nil
+	return tokenIdentities[DevlxdIdentity](ctx, s, devlxdKind)
 }
 
 // SetDevlxdIdentityToken replaces or revokes a devlxd identity's token.
 func (s *sqlStore) SetDevlxdIdentityToken(ctx context.Context, name, hash string, issued, expires *time.Time) error {
-	if hash != "" && len(hash) != hashLen {
-		return fmt.Errorf("setting token of devlxd identity %q: a SHA-256 hash is required: %w", name, ErrInvalid)
-	}
-	utc := func(t *time.Time) *time.Time {
-		if t == nil {
-			return nil
-		}
-		u := t.UTC()
-		return &u
-	}
-	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Model(&DevlxdIdentity{}).Where("name = ?", name).Updates(map[string]any{
-			"token_hash": hash, "token_issued_at": utc(issued), "token_expires_at": utc(expires),
-		})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("setting token of devlxd identity %q: %w", name, translate(err))
-	}
-	return nil
+	return setTokenIdentityToken[DevlxdIdentity](ctx, s, devlxdKind, name, hash, issued, expires)
 }
 
 // DeleteDevlxdIdentity removes a devlxd identity and its token.
 func (s *sqlStore) DeleteDevlxdIdentity(ctx context.Context, name string) error {
-	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Where("name = ?", name).Delete(&DevlxdIdentity{})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("deleting devlxd identity %q: %w", name, translate(err))
-	}
-	return nil
+	return deleteTokenIdentity[DevlxdIdentity](ctx, s, devlxdKind, name)
 }
