@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -129,8 +130,18 @@ runcmd:
 			if got := ssh("readlink /dev/virtio-ports/com.canonical.lxd"); !strings.HasPrefix(got, "../vport") {
 				t.Errorf("udev link of com.canonical.lxd: %q", got)
 			}
-			if got := ssh("cat /run/cloud-init/result.json"); !strings.Contains(got, "DataSourceLXD") {
-				t.Errorf("cloud-init's datasource is not LXD: %s", got)
+			var result struct {
+				V1 struct {
+					Datasource string   `json:"datasource"`
+					Errors     []string `json:"errors"`
+				} `json:"v1"`
+			}
+			if got := ssh("cat /run/cloud-init/result.json"); json.Unmarshal([]byte(got), &result) != nil {
+				t.Errorf("cloud-init's result.json: %s", got)
+			} else if !strings.Contains(result.V1.Datasource, "DataSourceLXD") || len(result.V1.Errors) > 0 {
+				// Every module ran cleanly (the locale module needs the
+				// image's locales package).
+				t.Errorf("cloud-init's datasource %q (want LXD), errors %q", result.V1.Datasource, result.V1.Errors)
 			}
 			stopStart := time.Now()
 			if _, err := d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStop, Timeout: int(debianStopTimeout / time.Second)}); err != nil {

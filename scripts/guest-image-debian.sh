@@ -2,7 +2,9 @@
 # guest-image-debian.sh PKGDIR OUTDIR: build the Debian 12 (bookworm) guest
 # disk image OUTDIR/debian-12.img (raw ext4, the kernel and initrd in /boot)
 # with mmdebstrap: systemd, udev, cloud-init, openssh-server, the cloud
-# kernel and the guestlink-agent package from PKGDIR. No loop mounts:
+# kernel, locales with en_US.UTF-8 generated (cloud-init's default locale,
+# which its locale module sets with update-locale) and the
+# guestlink-agent package from PKGDIR. No loop mounts:
 # mkfs.ext4 -d fills the filesystem from the tree. OUTDIR/debian-12.json
 # records the inputs (package versions, agent package hash, script hash).
 #
@@ -15,7 +17,7 @@ out=${2:?usage: guest-image-debian.sh PKGDIR OUTDIR}
 deb=$(ls "$pkgdir"/guestlink-agent_*_amd64.deb | tail -n1)
 suite=bookworm
 mirror=${GUESTLINK_DEBIAN_MIRROR:-}
-packages=systemd,systemd-sysv,udev,dbus,cloud-init,openssh-server,linux-image-cloud-amd64,initramfs-tools,sudo,iproute2,netbase,ca-certificates,curl
+packages=systemd,systemd-sysv,udev,dbus,cloud-init,openssh-server,linux-image-cloud-amd64,initramfs-tools,sudo,iproute2,netbase,ca-certificates,curl,locales
 size=${GUESTLINK_DEBIAN_SIZE:-2G}
 
 key=$( { sha256sum "$0" "$deb" | cut -d' ' -f1; echo "$packages $suite $mirror $size"; } | sha256sum | cut -c1-16)
@@ -44,6 +46,7 @@ mmdebstrap --variant=minbase --include="$packages" \
 	--customize-hook='printf "datasource_list: [ LXD, NoCloud, None ]\n" > "$1"/etc/cloud/cloud.cfg.d/90-guestlink.cfg' \
 	--customize-hook='printf "/dev/vda / ext4 defaults,errors=remount-ro 0 1\n" > "$1"/etc/fstab' \
 	--customize-hook='chroot "$1" systemctl enable systemd-networkd' \
+	--customize-hook='sed -i "s/^# *en_US.UTF-8 UTF-8/en_US.UTF-8 UTF-8/" "$1"/etc/locale.gen && chroot "$1" locale-gen' \
 	--customize-hook='echo debian > "$1"/etc/hostname' \
 	--customize-hook='chroot "$1" dpkg-query -W -f="\${Package}=\${Version}\n" > "$1"/usr/share/guestlink-packages.txt' \
 	"$suite" "$root" $mirror
