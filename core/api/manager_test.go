@@ -134,7 +134,7 @@ func TestRealManager(t *testing.T) {
 	}
 	// The list the manager's shared views are encoded into is what
 	// encoding/json makes of List's copies, byte for byte.
-	mustCall(t, srv, "POST", "/1.0/instances", `{"name":"m0","config":{"user.x":"<&>\u2028"},"devices":{"d":{"type":"disk"}}}`, 201)
+	mustCall(t, srv, "POST", "/1.0/instances", `{"name":"m0","config":{"user.x":"<&>\u2028"},"devices":{"d":{"type":"nic","nictype":"user"}}}`, 201)
 	for q, f := range map[string]instance.ListFilter{"": {}, "?status=running": {Status: "running"}, "?q=m0": {Query: "m0"}} {
 		views, err := mgr.List(context.Background(), f)
 		if err != nil {

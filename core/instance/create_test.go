@@ -38,6 +38,12 @@ func TestCreateRejectsBadInput(t *testing.T) {
 		{"duplicate", CreateRequest{Name: "taken"}, errdefs.ErrAlreadyExists, "exists"},
 		{"unknown backend", CreateRequest{Name: "x", Backend: "qemu"}, errdefs.ErrNotFound, "available: fake"},
 		{"unknown key", CreateRequest{Name: "x", Config: map[string]string{"x": "1"}}, errdefs.ErrInvalid, `unknown configuration key "x"`},
+		// Devices get the device routes' checks at creation too.
+		{"device without type", CreateRequest{Name: "x", Devices: map[string]map[string]string{"d": {"pool": "default"}}}, errdefs.ErrInvalid, `invalid device "d": no type`},
+		{"unknown device key", CreateRequest{Name: "x", Devices: map[string]map[string]string{"eth0": {"type": "nic", "nictype": "user", "hostfw": "tcp::2222-:22"}}}, errdefs.ErrInvalid, `unknown key "hostfw" for a nic device`},
+		{"bad mac", CreateRequest{Name: "x", Devices: map[string]map[string]string{"eth0": {"type": "nic", "hwaddr": "00:16:3e:zz:00:01"}}}, errdefs.ErrInvalid, "not a MAC address"},
+		{"host path disk", CreateRequest{Name: "x", Devices: map[string]map[string]string{"data": {"type": "disk", "source": "/etc", "path": "/mnt"}}}, errdefs.ErrInvalid, "only storage volumes may be attached"},
+		{"bad device name", CreateRequest{Name: "x", Devices: map[string]map[string]string{"a/b": {"type": "nic"}}}, errdefs.ErrInvalid, "a/b"},
 		{"unknown namespace", CreateRequest{Name: "x", Config: map[string]string{"boot.autostart": "1"}}, errdefs.ErrInvalid, `unknown configuration key "boot.autostart"`},
 		{"empty user key", CreateRequest{Name: "x", Config: map[string]string{"user.": "1"}}, errdefs.ErrInvalid, "nothing after its prefix"},
 		{"devlxd not bool", CreateRequest{Name: "x", Config: map[string]string{"security.devlxd": "maybe"}}, errdefs.ErrInvalid, "not a boolean"},
@@ -121,7 +127,7 @@ var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-
 func TestCreate(t *testing.T) {
 	e := newEnv(t)
 	inst, err := e.m.Create(bg, CreateRequest{Name: "web1", Config: map[string]string{"user.a": "b"},
-		Devices: map[string]map[string]string{"root": {"type": "disk", "size": "1GiB"}}}, api)
+		Devices: map[string]map[string]string{"root": {"type": "disk", "path": "/", "size": "1GiB"}}}, api)
 	if err != nil {
 		t.Fatal(err)
 	}

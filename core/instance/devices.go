@@ -13,6 +13,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
@@ -71,14 +72,15 @@ func GeneratedHwaddr(uuid, dev string) string {
 	return fmt.Sprintf("00:16:3e:%02x:%02x:%02x", h[0], h[1], h[2])
 }
 
-// Device keys by type.
+// Device keys by type: LXD's, plus the QEMU backends' size of the root
+// disk and hostfwd of a user-mode nic (whose rules the backend checks).
 var (
-	diskKeys = []string{"type", "source", "pool", "path", "readonly", "boot.priority"}
-	nicKeys  = []string{"type", "nictype", "network", "parent", "hwaddr", "name", "mtu", "host_name"}
+	diskKeys = []string{"type", "source", "pool", "path", "readonly", "boot.priority", "size"}
+	nicKeys  = []string{"type", "nictype", "network", "parent", "hwaddr", "name", "mtu", "host_name", "hostfwd"}
 	nicTypes = []string{"bridged", "macvlan", "p2p", "physical", "sriov", "ipvlan", "routed", "user"}
 )
 
-// ValidateDevice checks one device of a device change: a known type
+// ValidateDevice checks one device of a new instance or of a device change: a known type
 // (disk, nic), known keys and valid values. A disk's source must be a
 // custom volume of pool (checked with vc when non-nil) unless allowPaths
 // and source is an absolute host path. Errors wrap errdefs.ErrInvalid
@@ -144,13 +146,18 @@ func ValidateDevice(ctx context.Context, name string, dev map[string]string, vc 
 	if p != "" && (!path.IsAbs(p) || path.Clean(p) != p) {
 		return bad("path %q is not a clean absolute path", p)
 	}
+	if v, ok := dev["size"]; ok {
+		if p != "/" {
+			return bad("size is the root disk's (path /) only")
+		}
+		if n, err := storage.ParseSize(v); err != nil || n <= 0 {
+			return bad("size %q is not a size such as 10GiB", v)
+		}
+	}
 	src, pool := dev["source"], dev["pool"]
 	switch {
 	case src == "" && p == "/":
-		if pool == "" {
-			return bad("the root disk (path /) needs a pool")
-		}
-		return nil
+		return nil // the root disk: of pool, or of the backend (an image's overlay) without one
 	case src == "":
 		return bad("no source: a disk needs pool=POOL source=VOLUME (a custom volume)")
 	case strings.HasPrefix(src, "/"):

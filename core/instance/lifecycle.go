@@ -52,8 +52,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	if backend == "" {
 		return nil, wrap(fmt.Errorf("no backend given and no default backend: %w", errdefs.ErrInvalid))
 	}
-	if err := validateDevices(req.Devices); err != nil {
-		return nil, wrap(err)
+	for _, name := range slices.Sorted(maps.Keys(req.Devices)) { // the first bad one in name order
+		if err := ValidateDevice(ctx, name, req.Devices[name], m.devices.volumes, m.devices.allowPaths); err != nil {
+			return nil, wrap(err)
+		}
 	}
 	if err := m.load(ctx, false); err != nil {
 		return nil, wrap(err)

@@ -203,16 +203,3 @@ func validateKey(key, v string, unset bool, backendPrefixes []string) error {
 	}
 	return invalid("unknown configuration key %q", key)
 }
-
-// validateDevices checks that every device has a name and a type.
-func validateDevices(devs map[string]map[string]string) error {
-	for name, d := range devs {
-		if name == "" {
-			return fmt.Errorf("invalid device: empty device name: %w", errdefs.ErrInvalid)
-		}
-		if d["type"] == "" {
-			return fmt.Errorf("invalid device %q: no type: %w", name, errdefs.ErrInvalid)
-		}
-	}
-	return nil
-}
