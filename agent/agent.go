@@ -380,10 +380,10 @@ func (a *Agent) unreachable(err error) {
 	}
 }
 
-// declared records a state the guest declared and the daemon accepted.
-func (a *Agent) declared(state string) {
+// declared records a declaration of the guest that the daemon accepted.
+func (a *Agent) declared(put devlxdapi.StatePut) {
 	a.mu.Lock()
-	a.boot.Declared = state
+	a.boot.Declared, a.boot.DeclaredReason, a.boot.DeclaredMessage = put.State, put.Reason, put.Message
 	if adv := a.up.Advertisement(); adv != nil {
 		a.boot.DeclaredTo = adv.Marshal()
 	}
@@ -417,11 +417,11 @@ func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement) error 
 
 	a.mu.Lock()
 	a.boot.Advertisement = adv.Marshal()
-	redeclare := ""
+	var redeclare devlxdapi.StatePut
 	if a.boot.Declared != "" {
 		prev, err := advert.Parse(a.boot.DeclaredTo)
 		if err != nil || !prev.SameDaemon(adv) {
-			redeclare = a.boot.Declared
+			redeclare = devlxdapi.StatePut{State: a.boot.Declared, Reason: a.boot.DeclaredReason, Message: a.boot.DeclaredMessage}
 		}
 	}
 	s := a.boot
@@ -431,7 +431,7 @@ func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement) error 
 	}
 	// Re-declaring before answering the PUT means the daemon has the
 	// guest's state back by the time it learns the agent is connected.
-	if redeclare != "" {
+	if redeclare.State != "" {
 		a.redeclare(ctx, redeclare)
 	}
 
@@ -449,10 +449,12 @@ func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement) error 
 	return nil
 }
 
-// redeclare re-sends PATCH /1.0 with the guest's last declared state to a
-// new daemon. A failure is logged, not returned: the advertisement stands.
-func (a *Agent) redeclare(ctx context.Context, state string) {
-	body, _ := json.Marshal(devlxdapi.StatePut{State: state})
+// redeclare re-sends PATCH /1.0 with the guest's last declaration (state,
+// reason and message) to a new daemon. A failure is logged, not returned:
+// the advertisement stands.
+func (a *Agent) redeclare(ctx context.Context, put devlxdapi.StatePut) {
+	state := put.State
+	body, _ := json.Marshal(put)
 	ctx, cancel := context.WithTimeout(ctx, ValidateTimeout)
 	defer cancel()
 	env, err := a.up.Do(ctx, http.MethodPatch, "/1.0", body)
@@ -462,8 +464,8 @@ func (a *Agent) redeclare(ctx context.Context, state string) {
 	case env.Type == devlxdapi.TypeError:
 		a.log.Warn("re-declaring guest state refused", "state", state, "code", env.ErrorCode, "error", env.Error)
 	default:
-		a.log.Info("re-declared guest state to the new daemon", "state", state)
-		a.declared(state)
+		a.log.Info("re-declared guest state to the new daemon", "state", state, "reason", put.Reason)
+		a.declared(put)
 	}
 }
 

@@ -225,7 +225,8 @@ func TestRedeclareAfterDaemonRestart(t *testing.T) {
 	i := ring.WaitFor(t, 0, ringproto.Connected, wait)
 	waitCond(t, "devlxd socket", func() bool { _, err := os.Stat(g.Socket()); return err == nil })
 	c := devlxdclient.New(g.Socket())
-	if err := devlxdclient.Declare(ctxT(t), c, "Ready"); err != nil {
+	decl := devlxdapi.StatePut{State: "Ready", Reason: "ChecksPassed", Message: "db and cache up"}
+	if err := devlxdclient.DeclareWith(ctxT(t), c, decl); err != nil {
 		t.Fatalf("declare Ready: %v", err)
 	}
 
@@ -245,9 +246,10 @@ func TestRedeclareAfterDaemonRestart(t *testing.T) {
 	d2 := agenttest.StartDaemon(t, g.Certs, g.UDS, 4107)
 	advertise(t, d2)
 	ring.WaitFor(t, i, ringproto.Connected, wait)
-	// The re-declaration is sent before the PUT is answered.
-	if got := d2.PatchesSeen(); !reflect.DeepEqual(got, []string{"Ready"}) {
-		t.Fatalf("new daemon saw %q, want Ready re-declared", got)
+	// The re-declaration is sent before the PUT is answered, with the
+	// guest's reason and message.
+	if got := d2.DeclarationsSeen(); !reflect.DeepEqual(got, []devlxdapi.StatePut{decl}) {
+		t.Fatalf("new daemon saw %+v, want %+v re-declared", got, decl)
 	}
 	if got := d1.PatchesSeen(); !reflect.DeepEqual(got, []string{"Ready"}) {
 		t.Fatalf("first daemon saw %q, want exactly one Ready", got)

@@ -126,6 +126,6 @@ func (a *Agent) declareProbe(ctx context.Context, d probe.Declaration) error {
 		return fmt.Errorf("declaring %s: %d %s", d.State, env.ErrorCode, env.Error)
 	}
 	a.log.Info("probe result declared", "state", d.State, "reason", d.Reason, "message", d.Message)
-	a.declared(d.State)
+	a.declared(devlxdapi.StatePut{State: d.State, Reason: d.Reason, Message: d.Message})
 	return nil
 }

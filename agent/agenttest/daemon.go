@@ -43,6 +43,9 @@ type Daemon struct {
 	Ready bool
 	// Patches lists the states PATCHed, in order.
 	Patches []string
+	// Declarations lists the PATCHed bodies (state, reason, message), in
+	// order.
+	Declarations []devlxdapi.StatePut
 	// Requests counts the requests served.
 	Requests int
 	// Resumed counts the requests that came on a resumed TLS session.
@@ -171,6 +174,7 @@ func (d *Daemon) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		d.Patches = append(d.Patches, put.State)
+		d.Declarations = append(d.Declarations, put)
 		d.ok(w, nil)
 	case r.Method == http.MethodGet && path == "/1.0/config":
 		var keys []string
@@ -250,6 +254,13 @@ func (d *Daemon) CallAgent(ctx context.Context, method, path string, body []byte
 // Advertise sends PUT /1.0 with the daemon's advertisement to the agent.
 func (d *Daemon) Advertise(ctx context.Context) (int, []byte, error) {
 	return d.CallAgent(ctx, http.MethodPut, "/1.0", d.Advertisement().Marshal())
+}
+
+// DeclarationsSeen returns a copy of the declarations PATCHed so far.
+func (d *Daemon) DeclarationsSeen() []devlxdapi.StatePut {
+	d.Lock()
+	defer d.Unlock()
+	return append([]devlxdapi.StatePut(nil), d.Declarations...)
 }
 
 // PatchesSeen returns a copy of the states PATCHed so far.

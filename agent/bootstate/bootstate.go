@@ -26,6 +26,10 @@ type State struct {
 	// Declared is the state the guest last declared ("Ready", "Started"),
 	// empty if it declared none.
 	Declared string `json:"declared,omitempty"`
+	// DeclaredReason and DeclaredMessage are the declaration's reason and
+	// message (guestlink's extensions), re-sent with it to a new daemon.
+	DeclaredReason  string `json:"declared_reason,omitempty"`
+	DeclaredMessage string `json:"declared_message,omitempty"`
 	// DeclaredTo is the advertisement (JSON) of the daemon the declaration
 	// was last sent to.
 	DeclaredTo json.RawMessage `json:"declared_to,omitempty"`

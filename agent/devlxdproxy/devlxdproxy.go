@@ -71,9 +71,10 @@ type Handler struct {
 	Upstream Upstream
 	// Events is the hub GET /1.0/events subscribes to.
 	Events *eventhub.Hub
-	// OnDeclared, if set, is called with "Ready", "Started" or "Degraded" after the
+	// OnDeclared, if set, is called with the declaration ("Ready",
+	// "Started" or "Degraded", with its reason and message) after the
 	// daemon accepted a PATCH /1.0 from the guest.
-	OnDeclared func(state string)
+	OnDeclared func(put devlxdapi.StatePut)
 	// OnUnreachable, if set, is called when the daemon could not be reached.
 	OnUnreachable func(err error)
 	// OnReached, if set, is called when the daemon answered.
@@ -179,7 +180,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPatch && r.URL.Path == "/1.0" && env.Type == devlxdapi.TypeSync && h.OnDeclared != nil {
 		var put devlxdapi.StatePut
 		if json.Unmarshal(body, &put) == nil && (put.State == devlxdapi.StateReady || put.State == devlxdapi.StateStarted || put.State == devlxdapi.StateDegraded) {
-			h.OnDeclared(put.State)
+			h.OnDeclared(put)
 		}
 	}
 	devlxdapi.WriteGuest(w, r.URL.Path, env)

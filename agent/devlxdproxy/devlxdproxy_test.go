@@ -112,7 +112,7 @@ func TestForward(t *testing.T) {
 			h := &Handler{
 				Upstream:      tt.up,
 				Events:        &eventhub.Hub{},
-				OnDeclared:    func(s string) { declared = s },
+				OnDeclared:    func(put devlxdapi.StatePut) { declared = put.State },
 				OnUnreachable: func(error) { unreachable++ },
 			}
 			_, c := serve(t, h)
