@@ -18,7 +18,7 @@ import (
 
 // Budgets of the Debian guest (TCG on a loaded 2-core machine).
 const (
-	debianBootTimeout = 4 * time.Minute
+	debianBootTimeout = 6 * time.Minute
 	debianStopTimeout = 2 * time.Minute
 )
 
@@ -42,9 +42,11 @@ func debianImage(t *testing.T) string {
 // TestQEMUDebian boots the stock Debian 12 image with systemd and
 // cloud-init: the agent package's udev rule starts the agent, cloud-init's
 // LXD datasource reads /dev/lxd/sock, the user-data's runcmd declares
-// Ready only after reading a user.* key with the expected value, ssh
-// works over the user NIC's forward, and a stop is graceful (the agent
-// writes STOPPED). A qemu-legacy launch of the same image reaches Ready.
+// Ready only after reading a user.* key with the expected value, the
+// network is the static address of cloud-init.network-config, ssh works
+// over the user NIC's forward to it, cloud-init reports no error, and a
+// stop is graceful (the agent writes STOPPED). A qemu-legacy launch of the
+// same image reaches Ready.
 func TestQEMUDebian(t *testing.T) {
 	d, _ := newQEMUDaemon(t)
 	disk := debianImage(t)
@@ -53,7 +55,7 @@ func TestQEMUDebian(t *testing.T) {
 			testenv.Requires(t, c, "openssh-client")
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Minute)
 	defer cancel()
 	if _, err := d.client.ImportImage(ctx, api.ImagesPost{Path: disk, Alias: "debian-12"}); err != nil {
 		t.Fatal(err)
@@ -72,6 +74,22 @@ ssh_authorized_keys:
 runcmd:
   - [sh, -c, 'v=$(curl -sf --unix-socket /dev/lxd/sock http://lxd/1.0/config/user.token); if [ "$v" = "s3cret" ]; then /usr/bin/guestlink-agent ready; else echo "guestlink-test: user.token is [$v]" > /dev/console; fi']
 `, strings.TrimSpace(string(pub)))
+	// The full guest's network comes from cloud-init.network-config (read
+	// by cloud-init's LXD datasource through devlxd): a static address that
+	// QEMU's DHCP would not give, which the ssh forward targets.
+	const mac, staticIP = "00:16:3e:4c:0a:32", "10.0.2.50"
+	networkConfig := fmt.Sprintf(`version: 2
+ethernets:
+  lan:
+    match:
+      macaddress: "%s"
+    addresses: [%s/24]
+    routes:
+      - to: 0.0.0.0/0 # cloud-init 22.4 (bookworm) does not know "default"
+        via: 10.0.2.2
+    nameservers:
+      addresses: [10.0.2.3]
+`, mac, staticIP)
 
 	for _, tc := range []struct {
 		plugin string
@@ -81,12 +99,18 @@ runcmd:
 			name := "deb-" + tc.plugin
 			port := freePort(t)
 			start := time.Now()
+			config := map[string]string{
+				"qemu.accel": "auto", "qemu.memory": "1GiB", "qemu.cpus": "2",
+				"user.token": "s3cret", "cloud-init.user-data": userData,
+			}
+			nic := map[string]string{"type": "nic", "nictype": "user", "hostfwd": fmt.Sprintf("tcp::%d-:22", port)}
+			if tc.full {
+				config["cloud-init.network-config"] = networkConfig
+				nic["hwaddr"] = mac
+				nic["hostfwd"] = fmt.Sprintf("tcp::%d-%s:22", port, staticIP)
+			}
 			_, err := d.client.Create(ctx, api.InstancesPost{Name: name, Backend: tc.plugin, Image: "debian-12", Start: true,
-				Config: map[string]string{
-					"qemu.accel": "auto", "qemu.memory": "1GiB", "qemu.cpus": "2",
-					"user.token": "s3cret", "cloud-init.user-data": userData,
-				},
-				Devices: map[string]map[string]string{"eth0": {"type": "nic", "nictype": "user", "hostfwd": fmt.Sprintf("tcp::%d-:22", port)}}})
+				Config: config, Devices: map[string]map[string]string{"eth0": nic}})
 			if err != nil {
 				t.Fatalf("launching %s: %v", name, err)
 			}
@@ -123,6 +147,11 @@ runcmd:
 					t.Fatalf("ssh %q: %v: %s", cmd, err, out)
 				}
 				return strings.TrimSpace(string(out))
+			}
+			// ssh reached the static address: cloud-init applied the
+			// network config; the address is the only one.
+			if got := ssh("ip -4 -o addr show scope global"); !strings.Contains(got, " "+staticIP+"/24 ") || strings.Count(got, "\n") != 0 {
+				t.Errorf("guest addresses %q, want only %s/24 from cloud-init.network-config", got, staticIP)
 			}
 			if got := ssh("systemctl is-active guestlink-agent"); got != "active" {
 				t.Errorf("guestlink-agent is %q", got)
