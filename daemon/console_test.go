@@ -18,8 +18,11 @@ import (
 
 // sayCommand is a sim guest that runs the agent and prints every line a
 // test writes to the FIFO "say" in its root: output the guest produces when
-// the test decides, through the guest's own stdout into console.log.
-const sayCommand = `f="$GUESTLINK_ROOT/say"; [ -p "$f" ] || mkfifo "$f"; echo "guest booting"; "$GUESTLINK_AGENT" run & while :; do cat "$f"; done`
+// the test decides, through the guest's own stdout into console.log. The
+// agent logs to a file of its own, not to the console: its lines come when
+// the link does (an advertisement may be validated after the test's last
+// line), and the test owns every byte of the console.
+const sayCommand = `f="$GUESTLINK_ROOT/say"; [ -p "$f" ] || mkfifo "$f"; echo "guest booting"; "$GUESTLINK_AGENT" run >"$GUESTLINK_ROOT/agent.log" 2>&1 & while :; do cat "$f"; done`
 
 // say makes the guest print line.
 func (g *guest) say(t *testing.T, line string) {
