@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -104,8 +105,9 @@ func TestHostPackage(t *testing.T) {
 		{"usr/lib/guestlink/plugins/fleet", 0o755, nil},
 		{"usr/lib/guestlink/plugins/SHA256SUMS", 0o644, []string{"  fleet\n", "  qemu\n", "  qemu-legacy\n", "  sim\n"}},
 		{"usr/lib/systemd/system/guestlinkd.service", 0o644, []string{"Type=notify", "Group=guestlink", "KillMode=process",
-			"--state-dir /var/lib/guestlink --plugin-dir /usr/lib/guestlink/plugins $GUESTLINKD_OPTS", "EnvironmentFile=-/etc/default/guestlinkd"}},
+			"--state-dir /var/lib/guestlink --plugin-dir /usr/lib/guestlink/plugins --config /etc/guestlink/guestlinkd.yaml $GUESTLINKD_OPTS", "EnvironmentFile=-/etc/default/guestlinkd"}},
 		{"etc/default/guestlinkd", 0o644, []string{"GUESTLINKD_OPTS="}},
+		{"etc/guestlink/guestlinkd.yaml", 0o640, []string{"default-backend: qemu"}},
 		{"usr/share/bash-completion/completions/guestlink", 0o644, []string{"__start_guestlink"}},
 		{"usr/share/zsh/vendor-completions/_guestlink", 0o644, []string{"#compdef guestlink"}},
 		{"usr/share/fish/vendor_completions.d/guestlink.fish", 0o644, []string{"complete -c guestlink"}},
@@ -128,6 +130,15 @@ func TestHostPackage(t *testing.T) {
 			}
 		}
 	}
+	// Every key the shipped configuration sets, or shows commented out, is a
+	// flag of the shipped daemon.
+	help, _ := exec.Command(filepath.Join(root, "usr/bin/guestlinkd"), "-h").CombinedOutput()
+	conf, _ := os.ReadFile(filepath.Join(root, "etc/guestlink/guestlinkd.yaml"))
+	for _, m := range regexp.MustCompile(`(?m)^(?:#   )?([a-z][a-z-]+):`).FindAllStringSubmatch(string(conf), -1) {
+		if !strings.Contains(string(help), "\n  -"+m[1]+" ") && !strings.Contains(string(help), "\n  -"+m[1]+"\n") {
+			t.Errorf("etc/guestlink/guestlinkd.yaml sets %q, which guestlinkd -h does not list", m[1])
+		}
+	}
 	// SHA256SUMS matches the plugins it names (the daemon refuses others).
 	cmd := exec.Command("sha256sum", "--check", "--quiet", "SHA256SUMS")
 	cmd.Dir = filepath.Join(root, "usr/lib/guestlink/plugins")
@@ -138,7 +149,10 @@ func TestHostPackage(t *testing.T) {
 	if out, err := exec.Command("dpkg-deb", "-e", deb, ctl).CombinedOutput(); err != nil {
 		t.Fatalf("dpkg-deb -e: %v: %s", err, out)
 	}
-	for file, want := range map[string]string{"conffiles": "/etc/default/guestlinkd", "postinst": "groupadd --system guestlink"} {
+	for _, c := range []struct{ file, want string }{
+		{"conffiles", "/etc/default/guestlinkd\n"}, {"conffiles", "/etc/guestlink/guestlinkd.yaml\n"}, {"postinst", "groupadd --system guestlink"},
+	} {
+		file, want := c.file, c.want
 		data, err := os.ReadFile(filepath.Join(ctl, file))
 		if err != nil || !strings.Contains(string(data), want) {
 			t.Errorf("control %s lacks %q: %v", file, want, err)

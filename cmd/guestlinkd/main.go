@@ -16,6 +16,7 @@ import (
 	"github.com/guestlink/guestlink/core/agentmon"
 	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/daemon"
+	"github.com/guestlink/guestlink/internal/flagfile"
 	"github.com/guestlink/guestlink/internal/sdnotify"
 )
 
@@ -46,9 +47,21 @@ func main() {
 	flag.StringVar(&cfg.Cluster.Join, "join", os.Getenv("GUESTLINK_JOIN"), "join the cluster of --database with this one-time token from `guestlink cluster add NAME` (env GUESTLINK_JOIN)")
 	flag.DurationVar(&cfg.Cluster.Heartbeat, "cluster-heartbeat", 0, "how often this member records its heartbeat (default 3s)")
 	flag.DurationVar(&cfg.Cluster.OfflineAfter, "cluster-offline-after", 0, "heartbeat age after which a member is offline (default 12s)")
+	configFile := flag.String("config", "", "YAML file setting flags by name (e.g. /etc/guestlink/guestlinkd.yaml: \"http: 127.0.0.1:8080\"); the command line and the environment win over it")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fail(fmt.Errorf("unexpected argument %q", flag.Arg(0)))
+	}
+	if *configFile != "" {
+		err := flagfile.Apply(flag.CommandLine, *configFile, flagfile.Options{
+			Env: map[string]string{"state-dir": "GUESTLINK_STATE_DIR", "name": "GUESTLINK_NAME",
+				"cluster-address": "GUESTLINK_CLUSTER_ADDRESS", "join": "GUESTLINK_JOIN"},
+			Repeatable: map[string]bool{"http-host": true},
+			Skip:       map[string]bool{"config": true},
+		})
+		if err != nil {
+			fail(err)
+		}
 	}
 	if cfg.StateDir == "" {
 		fail(fmt.Errorf("--state-dir is required"))
