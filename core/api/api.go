@@ -55,6 +55,10 @@ type Backends interface {
 const (
 	DefaultBodyLimit    = 1 << 20
 	DefaultPingInterval = 30 * time.Second
+	// MinPongWait is the least time a websocket client has to answer a
+	// ping: a short PingInterval (credentials checked often) must not drop
+	// clients of a loaded machine whose answer is a few ticks late.
+	MinPongWait = 10 * time.Second
 	// DefaultTimelineSummary is how many timeline entries the instance
 	// object carries.
 	DefaultTimelineSummary = 20
@@ -72,9 +76,10 @@ type Config struct {
 	// BodyLimit caps request bodies (bytes); larger ones are answered 413.
 	// Zero means DefaultBodyLimit.
 	BodyLimit int
-	// PingInterval is how often event websockets are pinged; a client that
-	// does not answer within two intervals is dropped. Zero means
-	// DefaultPingInterval.
+	// PingInterval is how often event websockets are pinged (and TCP
+	// clients' credentials checked again); a client that does not answer
+	// within two intervals, and at least MinPongWait, is dropped. Zero
+	// means DefaultPingInterval.
 	PingInterval time.Duration
 	// Logger receives the API's own log lines; nil discards them.
 	Logger *slog.Logger

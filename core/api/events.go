@@ -174,12 +174,13 @@ func (a *API) eventsSocket() fiber.Handler {
 func (a *API) stream(conn *websocket.Conn, sub *events.Subscription, last int64, recheck recheckFunc) {
 	defer sub.Close()
 	ping := a.cfg.PingInterval
+	pongWait := max(2*ping, MinPongWait)
 
 	// The reader handles pongs and the client's close; it ends on any error.
 	gone := make(chan struct{})
-	_ = conn.SetReadDeadline(time.Now().Add(2 * ping))
+	_ = conn.SetReadDeadline(time.Now().Add(pongWait))
 	conn.SetPongHandler(func(string) error {
-		return conn.SetReadDeadline(time.Now().Add(2 * ping))
+		return conn.SetReadDeadline(time.Now().Add(pongWait))
 	})
 	conn.SetReadLimit(4096)
 	go func() {
