@@ -17,7 +17,17 @@ type Certificate struct {
 	Certificate string    `json:"certificate"` // PEM
 	AddedAt     time.Time `json:"added_at"`
 	AddedBy     string    `json:"added_by"`
+	Role        string    `json:"role"` // RoleAdmin or RoleViewer
 }
+
+// Roles of trusted certificates and bearer identities.
+const (
+	// RoleAdmin may do everything the admin API offers (the default).
+	RoleAdmin = "admin"
+	// RoleViewer may only read: GET and the events stream, nothing
+	// under /1.0/auth or /1.0/certificates.
+	RoleViewer = "viewer"
+)
 
 // CertificatesPost is the body of POST /1.0/certificates. Certificate is
 // PEM, or (as LXD sends it) the base64 of the DER.
@@ -25,6 +35,7 @@ type CertificatesPost struct {
 	Name        string `json:"name,omitempty"`
 	Type        string `json:"type,omitempty"` // "" or "client"
 	Certificate string `json:"certificate"`
+	Role        string `json:"role,omitempty"` // "" (admin), RoleAdmin or RoleViewer
 }
 
 // Identity is one identity of GET /1.0/auth/identities: a trusted
@@ -38,6 +49,7 @@ type Identity struct {
 	CreatedAt      time.Time  `json:"created_at"`
 	CreatedBy      string     `json:"created_by"`
 	Instances      []string   `json:"instances,omitempty"` // type "devlxd": the instances it may act for
+	Role           string     `json:"role,omitempty"`      // types "tls" and "bearer": RoleAdmin or RoleViewer
 	HasToken       bool       `json:"has_token"`
 	TokenIssuedAt  *time.Time `json:"token_issued_at,omitempty"`
 	TokenExpiresAt *time.Time `json:"token_expires_at,omitempty"`
@@ -46,6 +58,7 @@ type Identity struct {
 // IdentitiesBearerPost is the body of POST /1.0/auth/identities/bearer.
 type IdentitiesBearerPost struct {
 	Name string `json:"name"`
+	Role string `json:"role,omitempty"` // "" (admin), RoleAdmin or RoleViewer
 }
 
 // IdentitiesDevlxdPost is the body of POST /1.0/auth/identities/devlxd: a

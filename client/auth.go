@@ -19,9 +19,14 @@ func (c *Client) Certificates(ctx context.Context) ([]api.Certificate, error) {
 
 // AddCertificate trusts a client certificate (PEM); name may be empty.
 func (c *Client) AddCertificate(ctx context.Context, name string, pemData []byte) (*api.Certificate, error) {
+	return c.TrustCertificate(ctx, api.CertificatesPost{Name: name, Type: "client", Certificate: string(pemData)})
+}
+
+// TrustCertificate sends POST /1.0/certificates with req (its Role: admin
+// by default, or api.RoleViewer) and returns the trusted certificate.
+func (c *Client) TrustCertificate(ctx context.Context, req api.CertificatesPost) (*api.Certificate, error) {
 	var out api.Certificate
-	body := api.CertificatesPost{Name: name, Type: "client", Certificate: string(pemData)}
-	if err := c.do(ctx, http.MethodPost, "/1.0/certificates", nil, body, &out); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/1.0/certificates", nil, req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -52,8 +57,14 @@ func (c *Client) Identities(ctx context.Context) ([]api.Identity, error) {
 
 // CreateBearerIdentity creates the identity bearer/name.
 func (c *Client) CreateBearerIdentity(ctx context.Context, name string) (*api.Identity, error) {
+	return c.CreateBearerIdentityWith(ctx, api.IdentitiesBearerPost{Name: name})
+}
+
+// CreateBearerIdentityWith creates the bearer identity req.Name with
+// req.Role (admin by default, or api.RoleViewer).
+func (c *Client) CreateBearerIdentityWith(ctx context.Context, req api.IdentitiesBearerPost) (*api.Identity, error) {
 	var out api.Identity
-	if err := c.do(ctx, http.MethodPost, "/1.0/auth/identities/bearer", nil, api.IdentitiesBearerPost{Name: name}, &out); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/1.0/auth/identities/bearer", nil, req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -46,7 +46,7 @@ func TestHTTPS(t *testing.T) {
 	}
 	pin := client.Fingerprint(serverCert.Leaf)
 	mine, minePEM := selfSigned(t, "laptop")
-	if _, err := srv.Auth.AddCertificate(ctx, "", minePEM, "test"); err != nil {
+	if _, err := srv.Auth.AddCertificate(ctx, "", minePEM, "test", ""); err != nil {
 		t.Fatal(err)
 	}
 

@@ -221,6 +221,84 @@ func TestRemoteAccess(t *testing.T) {
 	}
 }
 
+// TestViewerRole drives a viewer bearer identity and a viewer client
+// certificate through the real CLI and client over TCP: they list, show and
+// follow events; every change and everything under /1.0/auth and
+// /1.0/certificates is refused 403 with a message naming the role.
+func TestViewerRole(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	d := newTCPDaemon(t)
+	d.cli(ctx, "launch", "v1", "-c", "sim.command=sleep 600")
+
+	if _, errOut, err := d.runCLI(ctx, "auth", "identity", "create", "bearer/bad", "--role", "root"); err == nil || !strings.Contains(errOut, `invalid role "root": want admin or viewer`) {
+		t.Fatalf("create with role root: %v\n%s", err, errOut)
+	}
+	d.cli(ctx, "auth", "identity", "create", "bearer/watch", "--role", "viewer")
+	token := strings.TrimSpace(d.cli(ctx, "auth", "identity", "token", "issue", "bearer/watch"))
+	if list := d.cli(ctx, "auth", "identity", "list"); !regexp.MustCompile(`bearer\s+watch\s+bearer/watch\s+viewer\s+live`).MatchString(list) {
+		t.Fatalf("identity list lacks bearer/watch as a viewer:\n%s", list)
+	}
+
+	cfg := t.TempDir()
+	d.mustRemote(ctx, cfg, "remote", "add", "tok", d.httpURL, "--token", token)
+	d.mustRemote(ctx, cfg, "remote", "add", "sec", d.httpsURL, "--fingerprint", d.fingerprint)
+	d.cli(ctx, "config", "trust", "add", filepath.Join(cfg, "client.crt"), "--name", "wall", "--role", "viewer")
+	if list := d.cli(ctx, "config", "trust", "list"); !regexp.MustCompile(`wall\s+[0-9a-f]{64}\s+viewer\s`).MatchString(list) {
+		t.Fatalf("trust list lacks wall as a viewer:\n%s", list)
+	}
+
+	for _, remote := range []string{"tok", "sec"} {
+		who := map[string]string{"tok": "bearer/watch", "sec": "tls wall"}[remote]
+		// Reads.
+		if out := d.mustRemote(ctx, cfg, "--remote", remote, "list"); !strings.Contains(out, "v1") {
+			t.Fatalf("%s: list:\n%s", remote, out)
+		}
+		if out := d.mustRemote(ctx, cfg, "--remote", remote, "info", "v1"); !strings.Contains(out, "Status:") {
+			t.Fatalf("%s: info:\n%s", remote, out)
+		}
+		// Changes and the admin's routes.
+		for _, args := range [][]string{
+			{"launch", "v2"}, {"stop", "v1", "--force"}, {"config", "set", "v1", "user.x", "1"}, {"delete", "v1", "--force"},
+			{"auth", "identity", "create", "bearer/mine"}, {"auth", "identity", "list"}, {"config", "trust", "list"},
+			{"dashboard", "--print-url"},
+		} {
+			_, errOut, err := d.remoteCLI(ctx, cfg, append([]string{"--remote", remote}, args...)...)
+			if err == nil || !strings.Contains(errOut, who) || !strings.Contains(errOut, "has the role viewer") {
+				t.Errorf("%s: guestlink %s: %v, stderr %q; want refused for the viewer role", remote, strings.Join(args, " "), err, errOut)
+			}
+		}
+	}
+	if inst, err := d.client.Instance(ctx, "v1"); err != nil || inst.Status != "Running" || inst.Config["user.x"] != "" {
+		t.Fatalf("v1 after the viewers: %+v, %v; want it running and unchanged", inst, err)
+	}
+
+	// The events stream is a read: a viewer follows it.
+	c, err := client.NewWithOptions(d.httpURL, client.Options{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	evc, errc := c.Events(sctx, client.EventFilter{})
+	d.cli(ctx, "config", "set", "v1", "user.seen", "yes")
+	for {
+		select {
+		case ev, ok := <-evc:
+			if !ok {
+				t.Fatalf("viewer's event stream ended: %v", <-errc)
+			}
+			if strings.Contains(string(ev.Metadata), "instance-updated") {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("the viewer saw no instance-updated event")
+		}
+	}
+}
+
 // TestListenRefused checks that plain HTTP on a non-loopback address, and
 // other bad listener settings, stop the daemon at start with a message
 // naming the fix.

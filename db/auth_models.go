@@ -10,6 +10,7 @@ type TrustedCertificate struct {
 	Certificate string    `gorm:"type:text;not null"`                                                // PEM
 	AddedAt     time.Time `gorm:"not null"`
 	AddedBy     string    `gorm:"size:255"`
+	Role        string    `gorm:"size:16;not null;default:admin"` // RoleAdmin or RoleViewer
 }
 
 // BearerIdentity is a named identity of the admin API that authenticates
@@ -22,6 +23,7 @@ type BearerIdentity struct {
 	TokenExpiresAt *time.Time // nil: the token does not expire
 	CreatedAt      time.Time  `gorm:"not null"`
 	CreatedBy      string     `gorm:"size:255"`
+	Role           string     `gorm:"size:16;not null;default:admin"` // RoleAdmin or RoleViewer
 }
 
 // LoginToken is a one-time dashboard login token, stored as its SHA-256.

@@ -36,8 +36,18 @@ func TestAuthStore(t *testing.T) {
 					t.Fatalf("short fingerprint: %v", err)
 				}
 				got, err := s.Certificate(ctx, hash(1))
-				if err != nil || got.Name != "alice" || !got.AddedAt.Equal(now) {
-					t.Fatalf("Certificate = %+v, %v", got, err)
+				if err != nil || got.Name != "alice" || !got.AddedAt.Equal(now) || got.Role != db.RoleAdmin {
+					t.Fatalf("Certificate = %+v, %v (a certificate added without a role is an admin)", got, err)
+				}
+				v := &db.TrustedCertificate{Name: "wall", Fingerprint: hash(9), Certificate: "PEM", AddedAt: now, Role: db.RoleViewer}
+				if err := s.AddCertificate(ctx, v); err != nil {
+					t.Fatal(err)
+				}
+				if got, err := s.Certificate(ctx, hash(9)); err != nil || got.Role != db.RoleViewer {
+					t.Fatalf("viewer certificate = %+v, %v", got, err)
+				}
+				if err := s.DeleteCertificate(ctx, hash(9)); err != nil {
+					t.Fatal(err)
 				}
 				if list, err := s.Certificates(ctx); err != nil || len(list) != 1 {
 					t.Fatalf("Certificates = %d, %v", len(list), err)
@@ -62,7 +72,7 @@ func TestAuthStore(t *testing.T) {
 					t.Fatal(err)
 				}
 				id, err := s.IdentityByTokenHash(ctx, hash(2))
-				if err != nil || id.Name != "ci" || id.TokenExpiresAt == nil || !id.TokenExpiresAt.Equal(exp) {
+				if err != nil || id.Name != "ci" || id.TokenExpiresAt == nil || !id.TokenExpiresAt.Equal(exp) || id.Role != db.RoleAdmin {
 					t.Fatalf("IdentityByTokenHash = %+v, %v", id, err)
 				}
 				if err := s.SetIdentityToken(ctx, "ci", "", nil, nil); err != nil {

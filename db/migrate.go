@@ -88,6 +88,7 @@ func migrations() []*gormigrate.Migration {
 		storageVolumesMigration(),
 		imagesMigration(),
 		clusterMigration(),
+		rolesMigration(),
 	}
 }
 

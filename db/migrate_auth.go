@@ -59,3 +59,41 @@ func authMigration() *gormigrate.Migration {
 		},
 	}
 }
+
+// Roles of the admin API's identities (trusted certificates and bearer
+// identities).
+const (
+	// RoleAdmin may do everything the admin API offers.
+	RoleAdmin = "admin"
+	// RoleViewer may read instances, images, storage, backends, cluster
+	// members and events, and change nothing.
+	RoleViewer = "viewer"
+)
+
+// rolesMigration gives trusted certificates and bearer identities a role;
+// those that exist stay admins.
+func rolesMigration() *gormigrate.Migration {
+	return &gormigrate.Migration{
+		ID: "202611260101_identity_roles",
+		Migrate: func(tx *gorm.DB) error {
+			// Frozen copy of the column as of this migration.
+			type withRole struct {
+				Role string `gorm:"size:16;not null;default:admin"`
+			}
+			for _, table := range []string{"trusted_certificates", "bearer_identities"} {
+				if err := tx.Table(table).Migrator().AddColumn(&withRole{}, "Role"); err != nil {
+					return fmt.Errorf("adding %s.role: %w", table, err)
+				}
+			}
+			return nil
+		},
+		Rollback: func(tx *gorm.DB) error {
+			for _, table := range []string{"trusted_certificates", "bearer_identities"} {
+				if err := tx.Table(table).Migrator().DropColumn(&struct{ Role string }{}, "Role"); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}

@@ -69,6 +69,7 @@ func identityRef(ref string) (kind, name string, err error) {
 
 func (s *session) identityCreateCommand() *cobra.Command {
 	var instances []string
+	var role string
 	cmd := &cobra.Command{
 		Use:   "create bearer/NAME | devlxd/NAME --instance NAME...",
 		Short: "Create a bearer identity of the admin API, or a devlxd identity scoped to instances (then issue it a token)",
@@ -82,17 +83,21 @@ func (s *session) identityCreateCommand() *cobra.Command {
 				if len(instances) == 0 {
 					return fmt.Errorf("devlxd/%s: at least one --instance NAME is required (the instances it may act for): %w", name, errdefs.ErrInvalid)
 				}
+				if role != "" {
+					return fmt.Errorf("--role applies to bearer identities only (devlxd/%s acts for its instances): %w", name, errdefs.ErrInvalid)
+				}
 				_, err = s.client.CreateDevlxdIdentity(cmd.Context(), name, instances)
 				return err
 			}
 			if len(instances) > 0 {
 				return fmt.Errorf("--instance applies to devlxd identities only (bearer/%s is an admin API identity): %w", name, errdefs.ErrInvalid)
 			}
-			_, err = s.client.CreateBearerIdentity(cmd.Context(), name)
+			_, err = s.client.CreateBearerIdentityWith(cmd.Context(), api.IdentitiesBearerPost{Name: name, Role: role})
 			return err
 		},
 	}
 	cmd.Flags().StringArrayVar(&instances, "instance", nil, "devlxd identities: an instance it may act for (repeat for several)")
+	cmd.Flags().StringVar(&role, "role", "", "bearer identities: admin (the default: everything) or viewer (reads instances, images, storage, backends, members and events; changes nothing)")
 	return cmd
 }
 
@@ -110,7 +115,7 @@ func (s *session) identityListCommand() *cobra.Command {
 				list = []api.Identity{}
 			}
 			return s.render(list, func(w io.Writer) error {
-				row(w, "TYPE", "NAME", "ID", "TOKEN", "TOKEN EXPIRES", "CREATED BY", "INSTANCES")
+				row(w, "TYPE", "NAME", "ID", "ROLE", "TOKEN", "TOKEN EXPIRES", "CREATED BY", "INSTANCES")
 				for _, x := range list {
 					tok, exp := "", ""
 					if x.Type == "bearer" || x.Type == "devlxd" {
@@ -126,7 +131,7 @@ func (s *session) identityListCommand() *cobra.Command {
 							tok = "expired"
 						}
 					}
-					row(w, x.Type, x.Name, x.ID, tok, exp, x.CreatedBy, strings.Join(x.Instances, ","))
+					row(w, x.Type, x.Name, x.ID, x.Role, tok, exp, x.CreatedBy, strings.Join(x.Instances, ","))
 				}
 				return nil
 			})

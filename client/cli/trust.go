@@ -34,7 +34,7 @@ func (s *session) trustCommand() *cobra.Command {
 }
 
 func (s *session) trustAddCommand() *cobra.Command {
-	var name string
+	var name, role string
 	cmd := &cobra.Command{
 		Use:   "add CERTFILE",
 		Short: "Trust a client certificate (PEM), e.g. the client.crt a guestlink remote add printed",
@@ -44,17 +44,18 @@ func (s *session) trustAddCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("reading certificate: %w", err)
 			}
-			cert, err := s.client.AddCertificate(cmd.Context(), name, data)
+			cert, err := s.client.TrustCertificate(cmd.Context(), api.CertificatesPost{Name: name, Type: "client", Certificate: string(data), Role: role})
 			if err != nil {
 				return err
 			}
 			return s.render(cert, func(w io.Writer) error {
-				_, err := fmt.Fprintf(w, "Trusted %s (%s)\n", cert.Name, cert.Fingerprint)
+				_, err := fmt.Fprintf(w, "Trusted %s (%s) as %s\n", cert.Name, cert.Fingerprint, cert.Role)
 				return err
 			})
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "", "name of the certificate (default: its common name)")
+	cmd.Flags().StringVar(&role, "role", "", "admin (the default: everything) or viewer (reads instances, images, storage, backends, members and events; changes nothing)")
 	return cmd
 }
 
@@ -72,9 +73,9 @@ func (s *session) trustListCommand() *cobra.Command {
 				list = []api.Certificate{}
 			}
 			return s.render(list, func(w io.Writer) error {
-				row(w, "NAME", "FINGERPRINT", "ADDED", "ADDED BY")
+				row(w, "NAME", "FINGERPRINT", "ROLE", "ADDED", "ADDED BY")
 				for _, c := range list {
-					row(w, c.Name, c.Fingerprint, c.AddedAt.Local().Format("2006-01-02 15:04:05"), c.AddedBy)
+					row(w, c.Name, c.Fingerprint, c.Role, c.AddedAt.Local().Format("2006-01-02 15:04:05"), c.AddedBy)
 				}
 				return nil
 			})

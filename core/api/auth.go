@@ -23,14 +23,14 @@ import (
 // errdefs kinds (ErrInvalid, ErrNotFound, ErrAlreadyExists, ErrConflict).
 type Authenticator interface {
 	AuthenticateCertificate(ctx context.Context, cert *x509.Certificate) (*auth.Certificate, error)
-	AuthenticateToken(ctx context.Context, token string) (string, error)
+	AuthenticateToken(ctx context.Context, token string) (*auth.Identity, error)
 
-	AddCertificate(ctx context.Context, name string, pemData []byte, by string) (*auth.Certificate, error)
+	AddCertificate(ctx context.Context, name string, pemData []byte, by, role string) (*auth.Certificate, error)
 	Certificates(ctx context.Context) ([]auth.Certificate, error)
 	Certificate(ctx context.Context, fingerprint string) (*auth.Certificate, error)
 	RemoveCertificate(ctx context.Context, fingerprint string) error
 
-	CreateIdentity(ctx context.Context, name, by string) (*auth.Identity, error)
+	CreateIdentity(ctx context.Context, name, by, role string) (*auth.Identity, error)
 	Identities(ctx context.Context) ([]auth.Identity, error)
 	DeleteIdentity(ctx context.Context, name string) error
 	IssueToken(ctx context.Context, name string, expiry time.Duration) (string, *time.Time, error)
@@ -47,6 +47,7 @@ var _ Authenticator = (*auth.Service)(nil)
 // function that checks its credentials again (for long event streams).
 const (
 	requestorKey = "guestlink.requestor"
+	roleKey      = "guestlink.role" // auth.RoleAdmin or auth.RoleViewer; unset on the admin socket and for members
 	recheckKey   = "guestlink.recheck"
 )
 
@@ -76,26 +77,42 @@ func (a *API) authenticate(c *fiber.Ctx) error {
 		c.Locals(requestorKey, peerRequestor(c, member))
 		return c.Next()
 	}
-	by, recheck, err := a.authenticateTCP(c)
+	by, role, recheck, err := a.authenticateTCP(c)
 	if err != nil {
 		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="guestlink"`)
 		return err
 	}
+	if role == auth.RoleViewer && c.Method() != fiber.MethodGet && c.Method() != fiber.MethodHead {
+		return fmt.Errorf("%s has the role viewer: it may read, not %s %s (an admin identity may: --role admin): %w",
+			by.Describe(), c.Method(), c.Path(), errdefs.ErrForbidden)
+	}
 	c.Locals(requestorKey, by)
+	c.Locals(roleKey, role)
 	c.Locals(recheckKey, recheck)
 	return c.Next()
 }
 
+// adminOnly refuses a viewer the routes it is on (the trust store,
+// identities and sessions: who may do what is an admin's business, reading
+// it included).
+func (a *API) adminOnly(c *fiber.Ctx) error {
+	if role, _ := c.Locals(roleKey).(string); role == auth.RoleViewer {
+		return fmt.Errorf("%s has the role viewer: %s %s is an admin's (an admin identity may: --role admin): %w",
+			requestor(c).Describe(), c.Method(), c.Path(), errdefs.ErrForbidden)
+	}
+	return c.Next()
+}
+
 // authenticateTCP checks a TCP request's credentials and returns who sent
-// it and how to check the same credentials again later.
-func (a *API) authenticateTCP(c *fiber.Ctx) (events.Requestor, recheckFunc, error) {
+// it, its role and how to check the same credentials again later.
+func (a *API) authenticateTCP(c *fiber.Ctx) (events.Requestor, string, recheckFunc, error) {
 	addr := ""
 	if ra := c.Context().RemoteAddr(); ra != nil {
 		addr = ra.String()
 	}
 	svc := a.cfg.Auth
 	if svc == nil {
-		return events.Requestor{}, nil, fiber.NewError(http.StatusUnauthorized, "authentication is not available on this listener: use the admin socket")
+		return events.Requestor{}, "", nil, fiber.NewError(http.StatusUnauthorized, "authentication is not available on this listener: use the admin socket")
 	}
 	ctx := c.UserContext()
 	var certErr error
@@ -107,31 +124,31 @@ func (a *API) authenticateTCP(c *fiber.Ctx) (events.Requestor, recheckFunc, erro
 				_, err := svc.AuthenticateCertificate(ctx, peer)
 				return err
 			}
-			return events.Requestor{Username: cert.Name, Protocol: ProtocolTLS, Address: addr, Fingerprint: cert.Fingerprint}, recheck, nil
+			return events.Requestor{Username: cert.Name, Protocol: ProtocolTLS, Address: addr, Fingerprint: cert.Fingerprint}, cert.Role, recheck, nil
 		}
 		certErr = err
 	}
 	if h := c.Get(fiber.HeaderAuthorization); h != "" {
 		scheme, token, _ := strings.Cut(strings.TrimSpace(h), " ")
 		if !strings.EqualFold(scheme, "Bearer") {
-			return events.Requestor{}, nil, fiber.NewError(http.StatusUnauthorized,
+			return events.Requestor{}, "", nil, fiber.NewError(http.StatusUnauthorized,
 				fmt.Sprintf("authorization scheme %q is not supported: send Authorization: Bearer TOKEN", scheme))
 		}
 		token = strings.TrimSpace(token)
-		name, err := svc.AuthenticateToken(ctx, token)
+		id, err := svc.AuthenticateToken(ctx, token)
 		if err != nil {
-			return events.Requestor{}, nil, err
+			return events.Requestor{}, "", nil, err
 		}
 		recheck := func(ctx context.Context) error {
 			_, err := svc.AuthenticateToken(ctx, token)
 			return err
 		}
-		return events.Requestor{Username: auth.TypeBearer + "/" + name, Protocol: ProtocolBearer, Address: addr}, recheck, nil
+		return events.Requestor{Username: id.ID, Protocol: ProtocolBearer, Address: addr}, id.Role, recheck, nil
 	}
 	if certErr != nil {
-		return events.Requestor{}, nil, fmt.Errorf("%w; %s", certErr, authHelp)
+		return events.Requestor{}, "", nil, fmt.Errorf("%w; %s", certErr, authHelp)
 	}
-	return events.Requestor{}, nil, fmt.Errorf("%w: authentication required: %s", errdefs.ErrUnauthorized, authHelp)
+	return events.Requestor{}, "", nil, fmt.Errorf("%w: authentication required: %s", errdefs.ErrUnauthorized, authHelp)
 }
 
 // hostAllowed reports whether host (the Host header without its port) may

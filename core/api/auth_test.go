@@ -139,14 +139,14 @@ func tcpCall(t *testing.T, base string, cert *tls.Certificate, hdr map[string]st
 func TestUnauthenticatedTCP(t *testing.T) {
 	as := newAuthServer(t)
 	ctx := context.Background()
-	if _, err := as.Auth.CreateIdentity(ctx, "ci", "test"); err != nil {
+	if _, err := as.Auth.CreateIdentity(ctx, "ci", "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	revoked, _, _ := as.Auth.IssueToken(ctx, "ci", 0)
 	if err := as.Auth.RevokeToken(ctx, "ci"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := as.Auth.CreateIdentity(ctx, "short", "test"); err != nil {
+	if _, err := as.Auth.CreateIdentity(ctx, "short", "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	expired, _, _ := as.Auth.IssueToken(ctx, "short", time.Minute)

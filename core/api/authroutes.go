@@ -14,21 +14,22 @@ import (
 	"github.com/guestlink/guestlink/errdefs"
 )
 
-// registerAuth adds the trust-store and identity routes to v1.
+// registerAuth adds the trust-store, identity and session routes to v1:
+// an admin's only.
 func (a *API) registerAuth(v1 fiber.Router) {
-	v1.Get("/certificates", a.listCertificates)
-	v1.Post("/certificates", a.addCertificate)
-	v1.Get("/certificates/:fingerprint", a.getCertificate)
-	v1.Delete("/certificates/:fingerprint", a.deleteCertificate)
-	v1.Get("/auth/identities", a.listIdentities)
-	v1.Post("/auth/identities/bearer", a.createIdentity)
-	v1.Delete("/auth/identities/bearer/:name", a.deleteIdentity)
-	v1.Post("/auth/identities/bearer/:name/token", a.issueToken)
-	v1.Delete("/auth/identities/bearer/:name/token", a.revokeToken)
+	v1.Get("/certificates", a.adminOnly, a.listCertificates)
+	v1.Post("/certificates", a.adminOnly, a.addCertificate)
+	v1.Get("/certificates/:fingerprint", a.adminOnly, a.getCertificate)
+	v1.Delete("/certificates/:fingerprint", a.adminOnly, a.deleteCertificate)
+	v1.Get("/auth/identities", a.adminOnly, a.listIdentities)
+	v1.Post("/auth/identities/bearer", a.adminOnly, a.createIdentity)
+	v1.Delete("/auth/identities/bearer/:name", a.adminOnly, a.deleteIdentity)
+	v1.Post("/auth/identities/bearer/:name/token", a.adminOnly, a.issueToken)
+	v1.Delete("/auth/identities/bearer/:name/token", a.adminOnly, a.revokeToken)
 	a.registerDevlxdIdentities(v1)
-	v1.Post("/auth/dashboard-logins", a.dashboardLogin)
-	v1.Get("/auth/sessions", a.listSessions)
-	v1.Delete("/auth/sessions/:id", a.deleteSession)
+	v1.Post("/auth/dashboard-logins", a.adminOnly, a.dashboardLogin)
+	v1.Get("/auth/sessions", a.adminOnly, a.listSessions)
+	v1.Delete("/auth/sessions/:id", a.adminOnly, a.deleteSession)
 }
 
 // authService returns the Authenticator or a 501 when the daemon runs
@@ -60,7 +61,7 @@ func decodeOptionalBody(c *fiber.Ctx, v any) error {
 }
 
 func wireCertificate(c auth.Certificate) wire.Certificate {
-	return wire.Certificate{Name: c.Name, Type: "client", Fingerprint: c.Fingerprint, Certificate: c.Certificate, AddedAt: c.AddedAt, AddedBy: c.AddedBy}
+	return wire.Certificate{Name: c.Name, Type: "client", Fingerprint: c.Fingerprint, Certificate: c.Certificate, AddedAt: c.AddedAt, AddedBy: c.AddedBy, Role: c.Role}
 }
 
 // listCertificates answers GET /1.0/certificates.
@@ -114,7 +115,7 @@ func (a *API) addCertificate(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	cert, err := svc.AddCertificate(c.UserContext(), req.Name, data, requestor(c).Describe())
+	cert, err := svc.AddCertificate(c.UserContext(), req.Name, data, requestor(c).Describe(), req.Role)
 	if err != nil {
 		return err
 	}
@@ -158,7 +159,7 @@ func (a *API) deleteCertificate(c *fiber.Ctx) error {
 
 func wireIdentity(x auth.Identity) wire.Identity {
 	return wire.Identity{Type: x.Type, Name: x.Name, ID: x.ID, CreatedAt: x.CreatedAt, CreatedBy: x.CreatedBy,
-		Instances: x.Instances, HasToken: x.HasToken, TokenIssuedAt: x.TokenIssuedAt, TokenExpiresAt: x.TokenExpiresAt}
+		Instances: x.Instances, Role: x.Role, HasToken: x.HasToken, TokenIssuedAt: x.TokenIssuedAt, TokenExpiresAt: x.TokenExpiresAt}
 }
 
 // listIdentities answers GET /1.0/auth/identities.
@@ -188,7 +189,7 @@ func (a *API) createIdentity(c *fiber.Ctx) error {
 	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
-	id, err := svc.CreateIdentity(c.UserContext(), req.Name, requestor(c).Describe())
+	id, err := svc.CreateIdentity(c.UserContext(), req.Name, requestor(c).Describe(), req.Role)
 	if err != nil {
 		return err
 	}

@@ -27,10 +27,10 @@ var _ DevlxdIdentities = (*auth.Service)(nil)
 
 // registerDevlxdIdentities adds the devlxd identity routes to v1.
 func (a *API) registerDevlxdIdentities(v1 fiber.Router) {
-	v1.Post("/auth/identities/devlxd", a.createDevlxdIdentity)
-	v1.Delete("/auth/identities/devlxd/:name", a.deleteDevlxdIdentity)
-	v1.Post("/auth/identities/devlxd/:name/token", a.issueDevlxdToken)
-	v1.Delete("/auth/identities/devlxd/:name/token", a.revokeDevlxdToken)
+	v1.Post("/auth/identities/devlxd", a.adminOnly, a.createDevlxdIdentity)
+	v1.Delete("/auth/identities/devlxd/:name", a.adminOnly, a.deleteDevlxdIdentity)
+	v1.Post("/auth/identities/devlxd/:name/token", a.adminOnly, a.issueDevlxdToken)
+	v1.Delete("/auth/identities/devlxd/:name/token", a.adminOnly, a.revokeDevlxdToken)
 }
 
 // devlxdIdentities returns the service or a 501.

@@ -68,10 +68,10 @@ func sha(s string) string {
 func TestBearerTokens(t *testing.T) {
 	ctx := context.Background()
 	svc, st, clk := newService(t, 0)
-	if _, err := svc.CreateIdentity(ctx, "ci", "test"); err != nil {
+	if _, err := svc.CreateIdentity(ctx, "ci", "test", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.CreateIdentity(ctx, "ci", "test"); !errors.Is(err, errdefs.ErrAlreadyExists) {
+	if _, err := svc.CreateIdentity(ctx, "ci", "test", ""); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Fatalf("second create: %v, want already exists", err)
 	}
 	// An identity without a token authenticates nothing.
@@ -90,8 +90,8 @@ func TestBearerTokens(t *testing.T) {
 	if row.TokenHash != sha(tok) || strings.Contains(row.TokenHash, tok[4:]) {
 		t.Fatalf("stored token hash %q, want sha256 of the token", row.TokenHash)
 	}
-	if name, err := svc.AuthenticateToken(ctx, tok); err != nil || name != "ci" {
-		t.Fatalf("AuthenticateToken = %q, %v", name, err)
+	if id, err := svc.AuthenticateToken(ctx, tok); err != nil || id.Name != "ci" || id.ID != "bearer/ci" || id.Role != auth.RoleAdmin {
+		t.Fatalf("AuthenticateToken = %+v, %v", id, err)
 	}
 	for _, tt := range []struct{ name, token string }{
 		{"empty", ""},
@@ -316,16 +316,16 @@ func TestCertificates(t *testing.T) {
 		{"expired", expired, errdefs.ErrInvalid},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := svc.AddCertificate(ctx, "", tt.data, "test"); !errors.Is(err, tt.kind) {
+			if _, err := svc.AddCertificate(ctx, "", tt.data, "test", ""); !errors.Is(err, tt.kind) {
 				t.Fatalf("AddCertificate = %v, want %v", err, tt.kind)
 			}
 		})
 	}
-	added, err := svc.AddCertificate(ctx, "", pemData, "test")
+	added, err := svc.AddCertificate(ctx, "", pemData, "test", "")
 	if err != nil || added.Name != "alice-laptop" || added.Fingerprint != auth.Fingerprint(cert) {
 		t.Fatalf("AddCertificate = %+v, %v", added, err)
 	}
-	if _, err := svc.AddCertificate(ctx, "again", pemData, "test"); !errors.Is(err, errdefs.ErrAlreadyExists) {
+	if _, err := svc.AddCertificate(ctx, "again", pemData, "test", ""); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Fatalf("duplicate = %v, want already exists", err)
 	}
 	if got, err := svc.AuthenticateCertificate(ctx, cert); err != nil || got.Name != "alice-laptop" {
@@ -357,7 +357,7 @@ func TestCertificates(t *testing.T) {
 	}
 	// A certificate past its validity no longer authenticates.
 	clk.add(-3 * time.Hour)
-	if _, err := svc.AddCertificate(ctx, "", pemData, "test"); err != nil {
+	if _, err := svc.AddCertificate(ctx, "", pemData, "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svc.AuthenticateCertificate(ctx, cert); !errors.Is(err, errdefs.ErrUnauthorized) {

@@ -22,6 +22,7 @@ type Certificate struct {
 	Certificate string    `json:"certificate"` // PEM
 	AddedAt     time.Time `json:"added_at"`
 	AddedBy     string    `json:"added_by"`
+	Role        string    `json:"role"` // RoleAdmin or RoleViewer
 }
 
 // Fingerprint returns the SHA-256 of a certificate's DER in lowercase hex,
@@ -66,13 +67,18 @@ func ParseCertificatePEM(data []byte) (*x509.Certificate, error) {
 }
 
 func certificateOf(c *db.TrustedCertificate) Certificate {
-	return Certificate{Name: c.Name, Fingerprint: c.Fingerprint, Certificate: c.Certificate, AddedAt: c.AddedAt, AddedBy: c.AddedBy}
+	return Certificate{Name: c.Name, Fingerprint: c.Fingerprint, Certificate: c.Certificate, AddedAt: c.AddedAt, AddedBy: c.AddedBy, Role: roleOf(c.Role)}
 }
 
 // AddCertificate trusts the PEM certificate under name (default: its
 // common name if that is a valid name, else "client-" and the first 8
-// digits of its fingerprint). by says who added it.
-func (s *Service) AddCertificate(ctx context.Context, name string, pemData []byte, by string) (*Certificate, error) {
+// digits of its fingerprint) with role (RoleAdmin or RoleViewer; ""
+// means RoleAdmin). by says who added it.
+func (s *Service) AddCertificate(ctx context.Context, name string, pemData []byte, by, role string) (*Certificate, error) {
+	role, err := ValidateRole(role)
+	if err != nil {
+		return nil, err
+	}
 	cert, err := ParseCertificatePEM(pemData)
 	if err != nil {
 		return nil, err
@@ -96,6 +102,7 @@ func (s *Service) AddCertificate(ctx context.Context, name string, pemData []byt
 		Certificate: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})),
 		AddedAt:     s.now(),
 		AddedBy:     by,
+		Role:        role,
 	}
 	if err := s.store.AddCertificate(ctx, rec); err != nil {
 		if errors.Is(err, errdefs.ErrAlreadyExists) {
@@ -104,7 +111,7 @@ func (s *Service) AddCertificate(ctx context.Context, name string, pemData []byt
 		return nil, fmt.Errorf("trusting certificate %q: %w", name, err)
 	}
 	out := certificateOf(rec)
-	s.log.Info("certificate trusted", "name", name, "fingerprint", fp, "by", by)
+	s.log.Info("certificate trusted", "name", name, "fingerprint", fp, "role", role, "by", by)
 	return &out, nil
 }
 

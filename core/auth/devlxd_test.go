@@ -59,7 +59,7 @@ func TestDevlxdTokens(t *testing.T) {
 	if _, err := svc.CreateDevlxdIdentity(ctx, "csi", []string{"web1"}, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.CreateIdentity(ctx, "csi", "test"); err != nil { // same name, other kind
+	if _, err := svc.CreateIdentity(ctx, "csi", "test", ""); err != nil { // same name, other kind
 		t.Fatal(err)
 	}
 	tok, exp, err := svc.IssueDevlxdToken(ctx, "csi", time.Hour)

@@ -18,6 +18,35 @@ const (
 	TypeBearer = "bearer"
 )
 
+// Roles of the admin API's identities.
+const (
+	// RoleAdmin may do everything the admin API offers.
+	RoleAdmin = db.RoleAdmin
+	// RoleViewer may read (GET) instances, images, storage, backends,
+	// cluster members, operations' state and events: nothing under
+	// /1.0/auth or /1.0/certificates, and no change.
+	RoleViewer = db.RoleViewer
+)
+
+// ValidateRole checks a role name and returns it, RoleAdmin for "".
+func ValidateRole(role string) (string, error) {
+	switch role {
+	case "", RoleAdmin:
+		return RoleAdmin, nil
+	case RoleViewer:
+		return role, nil
+	}
+	return "", fmt.Errorf("invalid role %q: want %s or %s: %w", role, RoleAdmin, RoleViewer, errdefs.ErrInvalid)
+}
+
+// roleOf is a stored role, RoleAdmin for rows from before roles.
+func roleOf(stored string) string {
+	if stored == "" {
+		return RoleAdmin
+	}
+	return stored
+}
+
 // MaxExpiry is the longest token expiry ParseExpiry accepts.
 const MaxExpiry = 10 * 365 * 24 * time.Hour
 
@@ -32,6 +61,7 @@ type Identity struct {
 	CreatedAt      time.Time  `json:"created_at"`
 	CreatedBy      string     `json:"created_by"`
 	Instances      []string   `json:"instances,omitempty"` // devlxd identities: the instances they may act for
+	Role           string     `json:"role,omitempty"`      // tls and bearer identities: RoleAdmin or RoleViewer
 	HasToken       bool       `json:"has_token"`
 	TokenIssuedAt  *time.Time `json:"token_issued_at,omitempty"`
 	TokenExpiresAt *time.Time `json:"token_expires_at,omitempty"`
@@ -71,19 +101,24 @@ func ParseExpiry(s string) (time.Duration, error) {
 
 func identityOf(b *db.BearerIdentity) Identity {
 	return Identity{
-		Type: TypeBearer, Name: b.Name, ID: TypeBearer + "/" + b.Name,
+		Type: TypeBearer, Name: b.Name, ID: TypeBearer + "/" + b.Name, Role: roleOf(b.Role),
 		CreatedAt: b.CreatedAt, CreatedBy: b.CreatedBy,
 		HasToken: b.TokenHash != "", TokenIssuedAt: b.TokenIssuedAt, TokenExpiresAt: b.TokenExpiresAt,
 	}
 }
 
-// CreateIdentity creates the bearer identity name (without a token);
+// CreateIdentity creates the bearer identity name (without a token) with
+// role (RoleAdmin or RoleViewer; "" means RoleAdmin);
 // errdefs.ErrAlreadyExists if it exists.
-func (s *Service) CreateIdentity(ctx context.Context, name, by string) (*Identity, error) {
+func (s *Service) CreateIdentity(ctx context.Context, name, by, role string) (*Identity, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
 	}
-	rec := &db.BearerIdentity{Name: name, CreatedAt: s.now(), CreatedBy: by}
+	role, err := ValidateRole(role)
+	if err != nil {
+		return nil, err
+	}
+	rec := &db.BearerIdentity{Name: name, CreatedAt: s.now(), CreatedBy: by, Role: role}
 	if err := s.store.CreateIdentity(ctx, rec); err != nil {
 		if errors.Is(err, errdefs.ErrAlreadyExists) {
 			return nil, fmt.Errorf("identity bearer/%s already exists: %w", name, errdefs.ErrAlreadyExists)
@@ -107,7 +142,7 @@ func (s *Service) Identities(ctx context.Context) ([]Identity, error) {
 	}
 	out := make([]Identity, 0, len(certs)+len(bearers))
 	for _, c := range certs {
-		out = append(out, Identity{Type: TypeTLS, Name: c.Name, ID: c.Fingerprint, CreatedAt: c.AddedAt, CreatedBy: c.AddedBy})
+		out = append(out, Identity{Type: TypeTLS, Name: c.Name, ID: c.Fingerprint, CreatedAt: c.AddedAt, CreatedBy: c.AddedBy, Role: roleOf(c.Role)})
 	}
 	for _, b := range bearers {
 		out = append(out, identityOf(b))
@@ -173,26 +208,27 @@ func (s *Service) RevokeToken(ctx context.Context, name string) error {
 	return nil
 }
 
-// AuthenticateToken returns the name of the bearer identity whose live
-// token is token, or an error wrapping errdefs.ErrUnauthorized (unknown,
-// revoked or expired token).
-func (s *Service) AuthenticateToken(ctx context.Context, token string) (string, error) {
+// AuthenticateToken returns the bearer identity whose live token is token,
+// or an error wrapping errdefs.ErrUnauthorized (unknown, revoked or expired
+// token).
+func (s *Service) AuthenticateToken(ctx context.Context, token string) (*Identity, error) {
 	if !wellFormed(token, PrefixBearer) {
-		return "", unauthorized("invalid bearer token")
+		return nil, unauthorized("invalid bearer token")
 	}
 	h := Hash(token)
 	id, err := s.store.IdentityByTokenHash(ctx, h)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return "", unauthorized("invalid bearer token (unknown or revoked)")
+		return nil, unauthorized("invalid bearer token (unknown or revoked)")
 	}
 	if err != nil {
-		return "", fmt.Errorf("checking bearer token: %w", err)
+		return nil, fmt.Errorf("checking bearer token: %w", err)
 	}
 	if !sameHash(id.TokenHash, h) {
-		return "", unauthorized("invalid bearer token (unknown or revoked)")
+		return nil, unauthorized("invalid bearer token (unknown or revoked)")
 	}
 	if id.TokenExpiresAt != nil && !s.cfg.Now().Before(*id.TokenExpiresAt) {
-		return "", unauthorized("bearer token of bearer/%s expired at %s", id.Name, id.TokenExpiresAt.Format(time.RFC3339))
+		return nil, unauthorized("bearer token of bearer/%s expired at %s", id.Name, id.TokenExpiresAt.Format(time.RFC3339))
 	}
-	return id.Name, nil
+	out := identityOf(id)
+	return &out, nil
 }

@@ -274,7 +274,7 @@ func (s *Server) BearerToken(t testing.TB, name string) string {
 		t.Fatal("BearerToken needs Options.Auth")
 	}
 	ctx := context.Background()
-	if _, err := s.Auth.CreateIdentity(ctx, name, "test"); err != nil {
+	if _, err := s.Auth.CreateIdentity(ctx, name, "test", ""); err != nil {
 		t.Fatal(err)
 	}
 	token, _, err := s.Auth.IssueToken(ctx, name, 0)
