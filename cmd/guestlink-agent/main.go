@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -153,7 +152,6 @@ func runAgent(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	oneProc()
 	level := slog.LevelInfo
 	if *debug {
 		level = slog.LevelDebug
@@ -188,20 +186,6 @@ func runAgent(args []string, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return a.Run(ctx)
-}
-
-// oneProc runs the agent on one P (GOMAXPROCS=1) unless the GOMAXPROCS
-// environment variable says otherwise. The agent relays small requests and
-// waits on I/O; with a second P, every goroutine it readies (net/http's
-// per-request background read, the connection's timers) wakes a second
-// thread, which then competes with the daemon and the guest's software for
-// the guest's CPUs: 2.8 futex calls per proxied request instead of 0.3, and
-// a 15 - 20 % slower devlxd round trip on a 2-CPU machine
-// (docs/performance.md, "devlxd against the floor").
-func oneProc() {
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1)
-	}
 }
 
 // socketFlag adds --socket, defaulting to GUESTLINK_DEVLXD_SOCKET, else
