@@ -1,12 +1,15 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -224,4 +227,75 @@ func BenchmarkAgentStateEvent(b *testing.B) {
 		lat.Add(got.Sub(start))
 	}
 	lat.Report(b, "", time.Millisecond)
+}
+
+// BenchmarkDevlxdTightLoop sends GET /1.0 on one path at a time, b.N times
+// in a row (floor, direct, agent: the paths of BenchmarkGuestLinkGet), one
+// sub-benchmark each, on one daemon and one guest. It is the profiling
+// companion of BenchmarkGuestLinkGet: a path that runs alone for seconds can
+// be watched with perf stat / perf record / strace -c on the daemon and the
+// agent, whose PIDs it logs (run with -v); docs/profiles/ holds what they
+// showed. Its figures are not the issue's: a process answering in a tight
+// loop never goes idle between requests.
+func BenchmarkDevlxdTightLoop(b *testing.B) {
+	bin := benchBinaries(b)
+	d := benchStartDaemon(b, bin, benchNewStateDir(b))
+	ctx := context.Background()
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	_, err := d.Client.Create(cctx, api.InstancesPost{Name: "agent", Backend: "sim", Start: true})
+	cancel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	inst := benchWaitInstance(b, d.Client, "agent", "connected agent", func(i *api.Instance) bool { return i.Agent.State == api.AgentConnected })
+	direct, err := benchNewAgentPlayer("agent", inst.Details["guest_dir"], false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Close()
+	viaAgent := devlxdclient.New(inst.DevlxdSocket)
+	var body []byte
+	if !testwait.Until(time.Minute, func() bool { body, err = devlxdclient.Get(ctx, viaAgent, "/1.0"); return err == nil }) {
+		b.Fatalf("GET /1.0 via the agent: %v", err)
+	}
+	floor := benchFloorServer(b, body)
+	b.Logf("guestlinkd pid %d; agent pid %d", d.cmd.Process.Pid, benchAgentPID(inst.Details["guest_dir"]))
+	for _, p := range []struct {
+		name string
+		get  func() error
+	}{
+		{"floor", func() error { _, err := devlxdclient.Get(ctx, floor, "/1.0"); return err }},
+		{"direct", func() error { return direct.Get(ctx, "/1.0") }},
+		{"agent", func() error { _, err := devlxdclient.Get(ctx, viaAgent, "/1.0"); return err }},
+	} {
+		b.Run(p.name, func(b *testing.B) {
+			var lat benchLatency
+			for b.Loop() {
+				start := time.Now()
+				if err := p.get(); err != nil {
+					b.Fatalf("GET /1.0 via %s: %v", p.name, err)
+				}
+				lat.Add(time.Since(start))
+			}
+			lat.Report(b, "", time.Microsecond)
+		})
+	}
+}
+
+// benchAgentPID returns the PID of the guestlink-agent process of the sim
+// guest in guestDir (found by its GUESTLINK_ROOT), or 0.
+func benchAgentPID(guestDir string) int {
+	want := []byte("GUESTLINK_ROOT=" + filepath.Join(guestDir, "rootfs") + "\x00")
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		env, err := os.ReadFile(filepath.Join(p, "environ"))
+		if err != nil || !bytes.Contains(env, want) {
+			continue
+		}
+		if cmd, err := os.ReadFile(filepath.Join(p, "cmdline")); err == nil && bytes.Contains(cmd, []byte("guestlink-agent")) {
+			pid, _ := strconv.Atoi(filepath.Base(p))
+			return pid
+		}
+	}
+	return 0
 }
