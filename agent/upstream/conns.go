@@ -30,9 +30,6 @@ const (
 	bufSize = 4096
 )
 
-// errClosedPool is returned for a request that raced with SetAdvertisement.
-var errClosedPool = errors.New("daemon connection pool closed")
-
 // daemonConns holds the kept-alive connections to one advertised daemon and
 // sends requests on them, each on its caller's goroutine.
 type daemonConns struct {
@@ -55,7 +52,10 @@ type daemonConn struct {
 	idleFrom time.Time // when it went back to the pool
 }
 
-// get returns an idle connection, or dials a new one.
+// get returns an idle connection, or dials a new one. A request that took
+// this daemon's pool just before SetAdvertisement replaced it still dials
+// (as net/http's Transport did after CloseIdleConnections); its connection
+// is closed when the request ends.
 func (d *daemonConns) get(ctx context.Context, deadline time.Time) (*daemonConn, error) {
 	if !d.perRequest {
 		now := time.Now()
@@ -69,11 +69,7 @@ func (d *daemonConns) get(ctx context.Context, deadline time.Time) (*daemonConn,
 			}
 			_ = pc.tc.Close()
 		}
-		closed := d.closed
 		d.mu.Unlock()
-		if closed {
-			return nil, errClosedPool
-		}
 	}
 	return d.dial(ctx, deadline)
 }

@@ -252,3 +252,24 @@ func TestMalformedRequestRefused(t *testing.T) {
 		t.Fatalf("daemon got %d requests", d.Requests)
 	}
 }
+
+// A new advertisement closes the previous daemon's pooled connections; the
+// requests after it dial anew.
+func TestReadvertisementDropsPool(t *testing.T) {
+	d, c := setup(t, false)
+	for i := 0; i < 3; i++ {
+		if err := c.SetAdvertisement(d.Advertisement()); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < 2; j++ {
+			if err := get(t, c); err != nil {
+				t.Fatalf("GET %d after advertisement %d: %v", j, i, err)
+			}
+		}
+	}
+	d.Lock()
+	defer d.Unlock()
+	if d.Conns != 3 || d.Requests != 6 {
+		t.Fatalf("daemon saw %d connections, %d requests; want 3, 6", d.Conns, d.Requests)
+	}
+}
