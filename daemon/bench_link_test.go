@@ -34,14 +34,11 @@ func BenchmarkGuestLinkGet(b *testing.B) {
 	bin := benchBinaries(b)
 	d := benchStartDaemon(b, bin, benchNewStateDir(b))
 	ctx := context.Background()
-	for name, cmd := range map[string]string{
-		"agent":      "",
-		"agent-ptls": `exec "$GUESTLINK_AGENT" run --tls-per-request`,
+	for name, cfg := range map[string]map[string]string{
+		"agent":        {},
+		"agent-ptls":   {"sim.command": `exec "$GUESTLINK_AGENT" run --tls-per-request`},
+		"agent-serial": {"sim.link": "serial"},
 	} {
-		cfg := map[string]string{}
-		if cmd != "" {
-			cfg["sim.command"] = cmd
-		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		_, err := d.Client.Create(cctx, api.InstancesPost{Name: name, Backend: "sim", Config: cfg, Start: true})
 		cancel()
@@ -52,6 +49,7 @@ func BenchmarkGuestLinkGet(b *testing.B) {
 	connected := func(i *api.Instance) bool { return i.Agent.State == api.AgentConnected }
 	reuse := benchWaitInstance(b, d.Client, "agent", "connected agent", connected)
 	perReq := benchWaitInstance(b, d.Client, "agent-ptls", "connected agent", connected)
+	serial := benchWaitInstance(b, d.Client, "agent-serial", "connected agent", connected)
 
 	direct, err := benchNewAgentPlayer("agent", reuse.Details["guest_dir"], false)
 	if err != nil {
@@ -65,6 +63,7 @@ func BenchmarkGuestLinkGet(b *testing.B) {
 	defer directPTLS.Close()
 	viaAgent := devlxdclient.New(reuse.DevlxdSocket)
 	viaAgentPTLS := devlxdclient.New(perReq.DevlxdSocket)
+	viaAgentSerial := devlxdclient.New(serial.DevlxdSocket)
 
 	paths := []struct {
 		name string
@@ -88,6 +87,15 @@ func BenchmarkGuestLinkGet(b *testing.B) {
 		lat  benchLatency
 		get  func() error
 	}{name: "floor", get: func() error { _, err := devlxdclient.Get(ctx, floor, "/1.0"); return err }})
+	// The serial link type: a sim guest whose link is link/serialmux over
+	// a virtio-serial port (sim.link=serial, as QEMU's serial link). Only
+	// through the agent: the port is the agent's, nobody else can speak
+	// on it.
+	paths = append(paths, struct {
+		name string
+		lat  benchLatency
+		get  func() error
+	}{name: "agent-serial", get: func() error { _, err := devlxdclient.Get(ctx, viaAgentSerial, "/1.0"); return err }})
 	// The agent answers /dev/lxd/sock only once it has confirmed the daemon.
 	for i := range paths {
 		var err error
@@ -124,9 +132,9 @@ func BenchmarkGuestLinkGet(b *testing.B) {
 	b.ReportMetric(ratio(&paths[0].lat, &paths[2].lat, 50), "agent/direct-median-x")
 	b.ReportMetric(ratio(&paths[0].lat, &paths[2].lat, 99), "agent/direct-p99-x")
 	b.ReportMetric(ratio(&paths[1].lat, &paths[0].lat, 50), "tls-per-request/agent-median-x")
-	// Issue 14's ratios to the floor, overall and per link type (sim
-	// guests link over the hybrid socket; the serial link is QEMU's,
-	// BenchmarkQEMUGuestLink).
+	// Issue 14's ratios to the floor, overall and per link type (the
+	// default sim guests link over the hybrid socket, agent-serial over
+	// the serial link).
 	fl := &paths[4].lat
 	for _, p := range []struct {
 		name string
@@ -137,6 +145,9 @@ func BenchmarkGuestLinkGet(b *testing.B) {
 		b.ReportMetric(float64(p.lat.Percentile(99))/float64(p.lat.Percentile(50)), p.name+"/p99-median-x")
 	}
 	b.ReportMetric(float64(fl.Percentile(99))/float64(fl.Percentile(50)), "floor/p99-median-x")
+	se := &paths[5].lat
+	b.ReportMetric(ratio(se, fl, 50), "agent-serial/floor-median-x")
+	b.ReportMetric(float64(se.Percentile(99))/float64(se.Percentile(50)), "agent-serial/p99-median-x")
 }
 
 // benchFloorServer serves body to every GET on a Unix socket with Go's
