@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,25 +253,35 @@ func BenchmarkDevlxdTightLoop(b *testing.B) {
 	bin := benchBinaries(b)
 	d := benchStartDaemon(b, bin, benchNewStateDir(b))
 	ctx := context.Background()
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	_, err := d.Client.Create(cctx, api.InstancesPost{Name: "agent", Backend: "sim", Start: true})
-	cancel()
-	if err != nil {
-		b.Fatal(err)
+	for name, cfg := range map[string]map[string]string{"agent": nil, "agent-serial": {"sim.link": "serial"}} {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		_, err := d.Client.Create(cctx, api.InstancesPost{Name: name, Backend: "sim", Config: cfg, Start: true})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
-	inst := benchWaitInstance(b, d.Client, "agent", "connected agent", func(i *api.Instance) bool { return i.Agent.State == api.AgentConnected })
+	connected := func(i *api.Instance) bool { return i.Agent.State == api.AgentConnected }
+	inst := benchWaitInstance(b, d.Client, "agent", "connected agent", connected)
+	serial := benchWaitInstance(b, d.Client, "agent-serial", "connected agent", connected)
 	direct, err := benchNewAgentPlayer("agent", inst.Details["guest_dir"], false)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer direct.Close()
 	viaAgent := devlxdclient.New(inst.DevlxdSocket)
+	viaSerial := devlxdclient.New(serial.DevlxdSocket)
 	var body []byte
 	if !testwait.Until(time.Minute, func() bool { body, err = devlxdclient.Get(ctx, viaAgent, "/1.0"); return err == nil }) {
 		b.Fatalf("GET /1.0 via the agent: %v", err)
 	}
+	if !testwait.Until(time.Minute, func() bool { _, err = devlxdclient.Get(ctx, viaSerial, "/1.0"); return err == nil }) {
+		b.Fatalf("GET /1.0 via the serial guest's agent: %v", err)
+	}
 	floor := benchFloorServer(b, body)
-	b.Logf("guestlinkd pid %d; agent pid %d", d.cmd.Process.Pid, benchAgentPID(inst.Details["guest_dir"]))
+	serialAgent := benchAgentPID(serial.Details["guest_dir"])
+	b.Logf("guestlinkd pid %d; agent pid %d; serial guest's agent pid %d, its VMM (the agent's parent) pid %d", d.cmd.Process.Pid,
+		benchAgentPID(inst.Details["guest_dir"]), serialAgent, benchParentPID(serialAgent))
 	for _, p := range []struct {
 		name string
 		get  func() error
@@ -278,6 +289,7 @@ func BenchmarkDevlxdTightLoop(b *testing.B) {
 		{"floor", func() error { _, err := devlxdclient.Get(ctx, floor, "/1.0"); return err }},
 		{"direct", func() error { return direct.Get(ctx, "/1.0") }},
 		{"agent", func() error { _, err := devlxdclient.Get(ctx, viaAgent, "/1.0"); return err }},
+		{"agent-serial", func() error { _, err := devlxdclient.Get(ctx, viaSerial, "/1.0"); return err }},
 	} {
 		b.Run(p.name, func(b *testing.B) {
 			var lat benchLatency
@@ -309,4 +321,19 @@ func benchAgentPID(guestDir string) int {
 		}
 	}
 	return 0
+}
+
+// benchParentPID returns the parent of process pid, or 0.
+func benchParentPID(pid int) int {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, not ')'.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
