@@ -27,10 +27,14 @@ import (
 // BenchmarkGuestLinkGet measures GET /1.0 as a guest sees it, with the real
 // daemon and real sim guests running the real agent: through the agent's
 // /dev/lxd/sock (kept-alive TLS upstream, and the agent's --tls-per-request
-// mode), and the same request sent straight to the daemon's devlxd handlers
-// on the guest's hybrid link socket with the guest's agent certificate (the
-// agent's own request path, without the agent). Each iteration sends one
-// request on every path, interleaved, so machine load hits them alike.
+// mode; a third guest on the serial link), and the same request sent
+// straight to the daemon's devlxd handlers on the guest's hybrid link socket
+// with the guest's agent certificate (the agent's own request path, without
+// the agent), beside the floor: a plain net/http Unix-socket GET in this
+// process. Each iteration sends one request on every path, interleaved in a
+// new order, so machine load hits them alike. Issue 14's ratios are
+// <path>/floor-median-x and <path>-<link>/floor-median-x
+// (docs/performance.md).
 func BenchmarkGuestLinkGet(b *testing.B) {
 	bin := benchBinaries(b)
 	d := benchStartDaemon(b, bin, benchNewStateDir(b))
