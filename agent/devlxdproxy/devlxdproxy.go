@@ -161,8 +161,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 		h.relay(w, resp)
 		return
 	}
-	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if ct != "application/json" {
+	if !isJSON(resp.Header.Get("Content-Type")) {
 		h.passThrough(w, resp)
 		return
 	}
@@ -184,6 +183,17 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	devlxdapi.WriteGuest(w, r.URL.Path, env)
+}
+
+// isJSON reports whether a Content-Type is application/json, as
+// mime.ParseMediaType reads it; the daemon's exact value is checked first,
+// without the map ParseMediaType allocates for every answer.
+func isJSON(ct string) bool {
+	if ct == "application/json" {
+		return true
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
+	return mt == "application/json"
 }
 
 // roundTrip sends the request to the daemon; GET /1.0/meta-data is tried

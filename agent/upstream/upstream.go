@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -59,13 +58,20 @@ type Options struct {
 
 // Client sends devlxd requests to the currently advertised daemon. It is safe
 // for concurrent use; SetAdvertisement swaps the daemon under way.
+//
+// A request runs entirely on the caller's goroutine: it takes a kept-alive
+// TLS connection from a small pool (or dials and handshakes one), writes the
+// request and reads the answer on it, and the connection goes back to the
+// pool once its body has been read to the end. net/http's Transport, which it
+// replaces, hands every request to a writer goroutine and every answer back
+// from a reader goroutine of the connection: two goroutine hand-offs (often
+// two thread wake-ups) per request on the agent's hot path (docs/performance.md).
 type Client struct {
 	opts Options
 
-	mu    sync.RWMutex
-	adv   *advert.Advertisement
-	httpc *http.Client
-	tr    *http.Transport
+	mu  sync.RWMutex
+	adv *advert.Advertisement
+	dc  *daemonConns
 }
 
 // New returns a Client with no daemon advertised.
@@ -76,27 +82,26 @@ func New(opts Options) *Client {
 // SetAdvertisement points the client at the daemon of a. Pooled connections
 // to the previous daemon are closed. A nil a forgets the daemon.
 func (c *Client) SetAdvertisement(a *advert.Advertisement) error {
-	var tr *http.Transport
+	var dc *daemonConns
 	if a != nil {
 		cert, err := a.ParseCertificate()
 		if err != nil {
 			return fmt.Errorf("pinning daemon certificate: %w", err)
 		}
-		tr = c.newTransport(*a, cert.Raw)
+		dc = c.newConns(*a, cert.Raw)
 	}
 	c.mu.Lock()
-	old := c.tr
+	old := c.dc
 	if a != nil {
 		cp := *a
 		c.adv = &cp
-		c.tr = tr
-		c.httpc = &http.Client{Transport: tr}
+		c.dc = dc
 	} else {
-		c.adv, c.tr, c.httpc = nil, nil, nil
+		c.adv, c.dc = nil, nil
 	}
 	c.mu.Unlock()
 	if old != nil {
-		old.CloseIdleConnections()
+		old.close()
 	}
 	return nil
 }
@@ -112,10 +117,13 @@ func (c *Client) Advertisement() *advert.Advertisement {
 	return &cp
 }
 
-func (c *Client) newTransport(a advert.Advertisement, pinned []byte) *http.Transport {
+func (c *Client) newConns(a advert.Advertisement, pinned []byte) *daemonConns {
 	tlsConf := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		Certificates: []tls.Certificate{c.opts.Certificate},
+		// The name net/http sent (the request URL's host); the daemon
+		// does not look at it.
+		ServerName: "guestlink",
 		// The daemon certificate is pinned byte for byte below instead of
 		// being verified against a CA.
 		InsecureSkipVerify: true, //nolint:gosec // pinned in VerifyConnection
@@ -129,22 +137,7 @@ func (c *Client) newTransport(a advert.Advertisement, pinned []byte) *http.Trans
 	if !c.opts.PerRequestTLS {
 		tlsConf.ClientSessionCache = tls.NewLRUClientSessionCache(8)
 	}
-	link := c.opts.Link
-	return &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			ctx, cancel := context.WithTimeout(ctx, DialTimeout)
-			defer cancel()
-			return link.Dial(ctx, a.CID, a.Port)
-		},
-		TLSClientConfig:       tlsConf,
-		TLSHandshakeTimeout:   HandshakeTimeout,
-		DisableKeepAlives:     c.opts.PerRequestTLS,
-		MaxIdleConns:          8,
-		MaxIdleConnsPerHost:   8,
-		IdleConnTimeout:       30 * time.Second,
-		ResponseHeaderTimeout: RequestTimeout,
-		ForceAttemptHTTP2:     false,
-	}
+	return &daemonConns{adv: a, link: c.opts.Link, tls: tlsConf, perRequest: c.opts.PerRequestTLS}
 }
 
 // Do sends method path (path may carry a query) with body to the daemon and
@@ -183,46 +176,19 @@ func (c *Client) Raw(ctx context.Context, method, path string, body []byte) (*ht
 // token) forwarded to the daemon; "" sends none.
 func (c *Client) RawAuth(ctx context.Context, method, path string, body []byte, authorization string) (*http.Response, error) {
 	c.mu.RLock()
-	httpc := c.httpc
+	dc := c.dc
 	c.mu.RUnlock()
-	if httpc == nil {
+	if dc == nil {
 		return nil, ErrNoAdvertisement
 	}
-	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "https://guestlink"+path, rd)
-	if err != nil {
-		cancel()
+	if err := checkRequest(method, path, authorization); err != nil {
 		return nil, fmt.Errorf("building request %s %s: %w", method, path, err)
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if authorization != "" {
-		req.Header.Set("Authorization", authorization)
-	}
-	resp, err := httpc.Do(req)
+	resp, err := dc.roundTrip(ctx, method, path, body, authorization)
 	if err != nil {
-		cancel()
 		return nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, path, err)
 	}
-	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
 	return resp, nil
-}
-
-// cancelBody releases the request's context when the body is closed.
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
 }
 
 // Probe checks that the daemon answers GET /1.0: a 200 or a 403 (devlxd
@@ -242,7 +208,7 @@ func (c *Client) Probe(ctx context.Context) error {
 func (c *Client) CloseIdleConnections() {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if c.tr != nil {
-		c.tr.CloseIdleConnections()
+	if c.dc != nil {
+		c.dc.closeIdle()
 	}
 }

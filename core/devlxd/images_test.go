@@ -125,3 +125,43 @@ func TestInstanceType(t *testing.T) {
 		})
 	}
 }
+
+// switchTypes answers the type its backend name asks for.
+type switchTypes struct{}
+
+func (switchTypes) InstanceType(backend string) string {
+	if backend == "ct" {
+		return "container"
+	}
+	return "virtual-machine"
+}
+
+// GET /1.0 answers from envelopes encoded once per state and type: they
+// follow the ready flag both ways and the backend's type, per instance.
+func TestInfoFollowsReadyAndType(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.InstanceTypes = switchTypes{} })
+	a := e.client(uuidA, e.agents["a"])
+	b := e.client(uuidB, e.agents["b"])
+	info := func(state, typ string) answer {
+		return sync200(`{"api_version":"1.0","state":"` + state + `","instance_type":"` + typ + `","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)
+	}
+	check := func(c *http.Client, want answer) {
+		t.Helper()
+		if got := do(t, c, "GET", "/1.0", ""); got != want {
+			t.Fatalf("GET /1.0 = %+v, want %+v", got, want)
+		}
+	}
+	check(a, info("Started", "virtual-machine"))
+	check(b, info("Ready", "virtual-machine"))
+	e.insts.setConfig(uuidA, "volatile.last_state.ready", "true")
+	e.insts.setConfig(uuidB, "volatile.last_state.ready", "false")
+	check(a, info("Ready", "virtual-machine"))
+	check(b, info("Started", "virtual-machine"))
+	e.insts.mu.Lock()
+	e.insts.byID[uuidB].Backend = "ct"
+	e.insts.mu.Unlock()
+	check(b, info("Started", "container"))
+	check(a, info("Ready", "virtual-machine"))
+	e.insts.setConfig(uuidB, "volatile.last_state.ready", "true")
+	check(b, info("Ready", "container"))
+}

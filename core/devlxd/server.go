@@ -24,6 +24,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -144,8 +145,11 @@ type Server struct {
 	app         *fiber.App
 	queue       *connQueue
 	ops         *operations
-	done        chan struct{} // closed when the HTTP server returned
-	once        sync.Once
+	// infoBodies are the untrusted GET /1.0 envelopes, indexed by ready
+	// (1) and container (2), encoded on first use (getInfo).
+	infoBodies [4]atomic.Pointer[[]byte]
+	done       chan struct{} // closed when the HTTP server returned
+	once       sync.Once
 }
 
 // New returns a running Server that serves the connections handed to it.

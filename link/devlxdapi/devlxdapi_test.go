@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -194,5 +195,57 @@ func TestIsRawPath(t *testing.T) {
 				t.Fatalf("IsRawPath(%q) = %v, want %v", p, got, want)
 			}
 		})
+	}
+}
+
+// spacedMarshaler answers JSON with insignificant white space, which the
+// envelope must compact.
+type spacedMarshaler struct{}
+
+func (spacedMarshaler) MarshalJSON() ([]byte, error) {
+	return []byte("{ \"a\" : [ 1 , \"<&>\" ] }\n"), nil
+}
+
+// TestSyncResponseBytes checks that SyncResponse, which writes the envelope
+// around the metadata as constant bytes, gives exactly what encoding the
+// whole envelope gives (as it did before).
+func TestSyncResponseBytes(t *testing.T) {
+	values := []any{
+		nil, NewInfo(false, "h<&>\u2028", InstanceTypeContainer), Info{}, "", "#cloud-config\n\t<&>\u2028\u2029 é",
+		[]string{}, []string(nil), map[string]string{"b": "2", "a": "<1>"}, map[string]any{"x": []any{1.5, nil, true}},
+		42, -0.0, spacedMarshaler{}, json.RawMessage(` [1, 2] `), struct {
+			A string `json:"a,omitempty"`
+			B *int   `json:"b"`
+		}{},
+	}
+	for i, v := range values {
+		got, err := SyncResponse(v)
+		if err != nil {
+			t.Fatalf("value %d (%#v): %v", i, v, err)
+		}
+		meta, err := encode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := encode(&Response{Type: TypeSync, Status: "Success", StatusCode: http.StatusOK, Metadata: bytes.TrimRight(meta, "\n")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("value %d (%#v):\n got %q\nwant %q", i, v, got, want)
+		}
+	}
+	if _, err := SyncResponse(math.NaN()); err == nil {
+		t.Error("SyncResponse(NaN) succeeded")
+	}
+}
+
+func BenchmarkSyncResponse(b *testing.B) {
+	info := NewInfo(true, "host1", InstanceTypeVM)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := SyncResponse(info); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -186,7 +186,7 @@ func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 	return &sdk.Info{
 		Name:           Name,
 		Version:        Version,
-		Capabilities:   []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover, sdk.CapSnapshot},
+		Capabilities:   []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapLinkSerial, sdk.CapRecover, sdk.CapSnapshot},
 		ConfigPrefixes: []string{ConfigPrefix},
 		// A sim guest is a host process, not a machine with its own kernel.
 		InstanceType: sdk.InstanceTypeContainer,
@@ -274,11 +274,15 @@ func (b *Backend) guest(raw sdk.Handle) (*handle, error) {
 	return h, nil
 }
 
-// LinkEndpoint returns the guest's hybrid link socket.
+// LinkEndpoint returns the guest's hybrid link socket, or its serial link's
+// socket when the guest was started with sim.link=serial.
 func (b *Backend) LinkEndpoint(ctx context.Context, raw sdk.Handle) (*sdk.LinkEndpoint, error) {
 	h, err := b.guest(raw)
 	if err != nil {
 		return nil, fmt.Errorf("finding link endpoint: %w", err)
+	}
+	if cfg, err := simvm.ReadConfig(h.paths()); err == nil && cfg.Link == simvm.LinkSerial {
+		return &sdk.LinkEndpoint{Kind: sdk.LinkSerial, Path: h.paths().SerialLink()}, nil
 	}
 	return &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: h.paths().Link()}, nil
 }

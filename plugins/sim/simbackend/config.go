@@ -28,6 +28,10 @@ const (
 	// KeyAgent is the path of the guestlink-agent binary (default: next to
 	// the plugin's parent directory, bin/plugins/sim -> bin/guestlink-agent).
 	KeyAgent = "sim.agent"
+	// KeyLink is the guest link: "hybrid" (default: the hybrid vsock
+	// socket) or "serial" (link/serialmux over a virtio-serial port, as
+	// QEMU's serial link).
+	KeyLink = "sim.link"
 )
 
 // Defaults of the config keys.
@@ -37,7 +41,7 @@ const (
 	DefaultRingSize = 16
 )
 
-var knownKeys = []string{KeyAgent, KeyCommand, KeyLayout, KeyRingSize}
+var knownKeys = []string{KeyAgent, KeyCommand, KeyLayout, KeyLink, KeyRingSize}
 
 // guestConfig is a guest's parsed sim.* configuration.
 type guestConfig struct {
@@ -45,6 +49,7 @@ type guestConfig struct {
 	Layout   simvm.Layout
 	RingSize int
 	Agent    string // empty: the backend's default
+	Link     string // "" (hybrid) or simvm.LinkSerial
 }
 
 // parseConfig reads the sim.* keys of cfg, ignoring the keys of other
@@ -89,6 +94,16 @@ func parseConfig(cfg map[string]string) (*guestConfig, error) {
 				return nil, fmt.Errorf("config key %s: %w", k, err)
 			}
 			gc.RingSize = n
+		case KeyLink:
+			switch v {
+			case "", simvm.LinkHybrid:
+				gc.Link = ""
+			case simvm.LinkSerial:
+				gc.Link = simvm.LinkSerial
+			default:
+				return nil, fmt.Errorf("config key %s: unknown link %q (want %q or %q): %w",
+					k, v, simvm.LinkHybrid, simvm.LinkSerial, sdk.ErrInvalid)
+			}
 		case KeyAgent:
 			if v != "" && !strings.HasPrefix(v, "/") {
 				return nil, fmt.Errorf("config key %s: agent path %q is not absolute: %w", k, v, sdk.ErrInvalid)

@@ -30,6 +30,9 @@ func TestParseConfig(t *testing.T) {
 		{"ring not a number", map[string]string{KeyRingSize: "16k"}, guestConfig{}, []string{KeyRingSize, `"16k"`}},
 		{"unknown layout", map[string]string{KeyLayout: "modern"}, guestConfig{}, []string{KeyLayout, `"modern"`, "current", "legacy"}},
 		{"relative agent", map[string]string{KeyAgent: "bin/agent"}, guestConfig{}, []string{KeyAgent, "absolute"}},
+		{"serial link", map[string]string{KeyLink: "serial"}, guestConfig{Command: DefaultCommand, Layout: simvm.LayoutCurrent, RingSize: 16, Link: simvm.LinkSerial}, nil},
+		{"hybrid link", map[string]string{KeyLink: "hybrid"}, guestConfig{Command: DefaultCommand, Layout: simvm.LayoutCurrent, RingSize: 16}, nil},
+		{"unknown link", map[string]string{KeyLink: "vsock"}, guestConfig{}, []string{KeyLink, `"vsock"`, "hybrid", "serial"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -57,7 +57,7 @@ func (b *Backend) Start(ctx context.Context, raw sdk.Handle, spec *sdk.GuestSpec
 	if name == "" {
 		name = h.Name
 	}
-	cfg := &simvm.Config{Name: name, UUID: h.UUID, Command: gc.Command, Agent: agent, Layout: gc.Layout, RingSize: gc.RingSize}
+	cfg := &simvm.Config{Name: name, UUID: h.UUID, Command: gc.Command, Agent: agent, Layout: gc.Layout, RingSize: gc.RingSize, Link: gc.Link}
 	for _, f := range spec.Files {
 		cfg.Files = append(cfg.Files, simvm.File{Path: f.Path, Mode: f.Mode, Data: f.Data})
 	}

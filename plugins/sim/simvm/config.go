@@ -79,6 +79,11 @@ func (p Paths) Control() string { return filepath.Join(p.Dir, "control.sock") }
 // Link returns the hybrid link socket the agent listens on.
 func (p Paths) Link() string { return filepath.Join(p.Dir, "link.sock") }
 
+// SerialLink returns the socket the serial link's port is relayed to (the
+// daemon connects to it, as to QEMU's socket chardev), when Config.Link is
+// LinkSerial.
+func (p Paths) SerialLink() string { return filepath.Join(p.Dir, "serial.sock") }
+
 // Console returns the file receiving the guest command's stdout and stderr.
 func (p Paths) Console() string { return filepath.Join(p.Dir, "console.log") }
 
@@ -106,11 +111,12 @@ type File struct {
 type Config struct {
 	Name     string `json:"name"`
 	UUID     string `json:"uuid"`
-	Command  string `json:"command"`   // run with /bin/sh -c
-	Agent    string `json:"agent"`     // path of guestlink-agent
-	Layout   Layout `json:"layout"`    // serial layout
-	RingSize int    `json:"ring_size"` // ring buffer bytes, a power of two
-	Files    []File `json:"files"`     // config drive
+	Command  string `json:"command"`        // run with /bin/sh -c
+	Agent    string `json:"agent"`          // path of guestlink-agent
+	Layout   Layout `json:"layout"`         // serial layout
+	RingSize int    `json:"ring_size"`      // ring buffer bytes, a power of two
+	Link     string `json:"link,omitempty"` // LinkHybrid (default, "") or LinkSerial
+	Files    []File `json:"files"`          // config drive
 }
 
 // ErrConfig is the kind of error for an invalid VMM configuration.
@@ -123,6 +129,9 @@ func (c *Config) Validate() error {
 	}
 	if !c.Layout.Valid() {
 		return fmt.Errorf("%w: unknown layout %q", ErrConfig, c.Layout)
+	}
+	if c.Link != "" && c.Link != LinkHybrid && c.Link != LinkSerial {
+		return fmt.Errorf("%w: unknown link %q", ErrConfig, c.Link)
 	}
 	for _, f := range c.Files {
 		if err := ValidateFilePath(f.Path); err != nil {

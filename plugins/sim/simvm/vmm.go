@@ -111,6 +111,7 @@ type vmm struct {
 	ringPort string
 	ln       net.Listener
 	fifo     *os.File
+	serial   *serialRelay // the serial link, when Config.Link is LinkSerial
 	watch    *portWatch
 	lock     *os.File
 	started  time.Time
@@ -218,6 +219,11 @@ func (v *vmm) setup() error {
 	}
 	if err := v.buildRoot(); err != nil {
 		return err
+	}
+	if cfg.Link == LinkSerial {
+		if v.serial, err = startSerial(v.paths); err != nil {
+			return err
+		}
 	}
 	wired, _ := cfg.Layout.Ports()
 	v.ringPort = wired
@@ -361,7 +367,7 @@ func (v *vmm) startGuest(console *os.File) (*exec.Cmd, Status, error) {
 func (v *vmm) guestEnv() []string {
 	env := []string{
 		EnvRoot + "=" + v.paths.Root(),
-		EnvLink + "=hybrid:" + v.paths.Link(),
+		EnvLink + "=" + v.linkSpec(),
 		EnvAgent + "=" + v.cfg.Agent,
 		EnvDevlxdSocket + "=" + v.paths.DevlxdSocket(),
 		EnvInstance + "=" + v.cfg.Name,
@@ -446,7 +452,18 @@ func (v *vmm) shutdown() {
 	v.conns.Wait()
 }
 
+// linkSpec is the agent's --link for this guest.
+func (v *vmm) linkSpec() string {
+	if v.cfg.Link == LinkSerial {
+		return "serial:" + SerialPort
+	}
+	return "hybrid:" + v.paths.Link()
+}
+
 func (v *vmm) cleanup() {
+	if v.serial != nil {
+		v.serial.close()
+	}
 	if v.ln != nil {
 		v.ln.Close()
 		_ = os.Remove(v.paths.Control())

@@ -1,0 +1,297 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/guestlink/guestlink/link/advert"
+	"github.com/guestlink/guestlink/link/transport"
+)
+
+// Pool limits of the kept-alive connections to one daemon.
+const (
+	// maxIdle is how many idle connections are kept.
+	maxIdle = 8
+	// idleTimeout is how long an idle connection is kept: less than the
+	// daemon's own idle timeout (core/devlxd, 30 s), so that the daemon
+	// never closes a connection the client is about to reuse.
+	idleTimeout = 25 * time.Second
+	// bufSize is the size of each connection's read and write buffers: a
+	// devlxd request and most answers fit in one.
+	bufSize = 4096
+)
+
+// daemonConns holds the kept-alive connections to one advertised daemon and
+// sends requests on them, each on its caller's goroutine.
+type daemonConns struct {
+	adv        advert.Advertisement
+	link       transport.Guest
+	tls        *tls.Config
+	perRequest bool
+
+	mu     sync.Mutex
+	idle   []*daemonConn // most recently used last
+	closed bool
+}
+
+// daemonConn is one TLS connection to the daemon with its buffers.
+type daemonConn struct {
+	tc       *tls.Conn
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	reused   bool      // served a request before
+	idleFrom time.Time // when it went back to the pool
+}
+
+// get returns an idle connection, or dials a new one. A request that took
+// this daemon's pool just before SetAdvertisement replaced it still dials
+// (as net/http's Transport did after CloseIdleConnections); its connection
+// is closed when the request ends.
+func (d *daemonConns) get(ctx context.Context, deadline time.Time) (*daemonConn, error) {
+	if !d.perRequest {
+		now := time.Now()
+		d.mu.Lock()
+		for n := len(d.idle); n > 0; n = len(d.idle) {
+			pc := d.idle[n-1]
+			d.idle = d.idle[:n-1]
+			if now.Sub(pc.idleFrom) < idleTimeout {
+				d.mu.Unlock()
+				return pc, nil
+			}
+			_ = pc.tc.Close()
+		}
+		d.mu.Unlock()
+	}
+	return d.dial(ctx, deadline)
+}
+
+// dial connects over the link and handshakes TLS, within DialTimeout and
+// HandshakeTimeout and the request's deadline.
+func (d *daemonConns) dial(ctx context.Context, deadline time.Time) (*daemonConn, error) {
+	dctx, cancel := context.WithDeadline(ctx, earliest(deadline, time.Now().Add(DialTimeout)))
+	raw, err := d.link.Dial(dctx, d.adv.CID, d.adv.Port)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("dialing daemon: %w", err)
+	}
+	tc := tls.Client(raw, d.tls)
+	hctx, cancel := context.WithDeadline(ctx, earliest(deadline, time.Now().Add(HandshakeTimeout)))
+	err = tc.HandshakeContext(hctx)
+	cancel()
+	if err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("TLS handshake with daemon: %w", err)
+	}
+	return &daemonConn{tc: tc, br: bufio.NewReaderSize(tc, bufSize), bw: bufio.NewWriterSize(tc, bufSize)}, nil
+}
+
+// put returns a connection whose answer was read to the end to the pool.
+func (d *daemonConns) put(pc *daemonConn) {
+	if d.perRequest {
+		_ = pc.tc.Close()
+		return
+	}
+	pc.reused = true
+	pc.idleFrom = time.Now()
+	d.mu.Lock()
+	if d.closed || len(d.idle) >= maxIdle {
+		d.mu.Unlock()
+		_ = pc.tc.Close()
+		return
+	}
+	d.idle = append(d.idle, pc)
+	d.mu.Unlock()
+}
+
+// closeIdle closes the idle connections.
+func (d *daemonConns) closeIdle() {
+	d.mu.Lock()
+	idle := d.idle
+	d.idle = nil
+	d.mu.Unlock()
+	for _, pc := range idle {
+		_ = pc.tc.Close()
+	}
+}
+
+// close closes the idle connections; those in use are closed when their
+// request ends.
+func (d *daemonConns) close() {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.closeIdle()
+}
+
+// roundTrip sends one request and returns the answer, whose body the caller
+// reads and closes. A kept-alive connection that turns out to be dead (the
+// daemon closed it) before any answer arrived is replaced by a new one once,
+// for requests that cannot have been acted on twice: the write failed, or
+// the method is GET or HEAD.
+func (d *daemonConns) roundTrip(ctx context.Context, method, path string, body []byte, authorization string) (*http.Response, error) {
+	deadline := time.Now().Add(RequestTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	for {
+		pc, err := d.get(ctx, deadline)
+		if err != nil {
+			return nil, err
+		}
+		resp, wrote, err := d.send(ctx, pc, deadline, method, path, body, authorization)
+		if err == nil {
+			return resp, nil
+		}
+		_ = pc.tc.Close()
+		if !pc.reused || ctx.Err() != nil || (wrote && method != http.MethodGet && method != http.MethodHead) {
+			return nil, err
+		}
+	}
+}
+
+// send writes the request on pc and reads the answer's head. wrote reports
+// whether the request was written out.
+func (d *daemonConns) send(ctx context.Context, pc *daemonConn, deadline time.Time, method, path string, body []byte, authorization string) (resp *http.Response, wrote bool, err error) {
+	if err := pc.tc.SetDeadline(deadline); err != nil {
+		return nil, false, fmt.Errorf("setting deadline: %w", err)
+	}
+	// The caller's cancellation ends a blocked read or write at once.
+	stop := context.AfterFunc(ctx, func() { _ = pc.tc.SetDeadline(time.Unix(1, 0)) })
+	fail := func(err error) (*http.Response, bool, error) {
+		stop()
+		if cerr := ctx.Err(); cerr != nil {
+			err = fmt.Errorf("%w (%w)", cerr, err)
+		} else if errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(deadline) {
+			// RequestTimeout ran out: reported as the context timeout
+			// it used to be (devlxdproxy does not retry after one).
+			err = fmt.Errorf("%w (%w)", context.DeadlineExceeded, err)
+		}
+		return nil, wrote, err
+	}
+	writeHead(pc.bw, method, path, body, authorization, d.perRequest)
+	_, _ = pc.bw.Write(body)
+	if err := pc.bw.Flush(); err != nil {
+		return fail(fmt.Errorf("writing request: %w", err))
+	}
+	wrote = true
+	resp, err = http.ReadResponse(pc.br, &http.Request{Method: method})
+	if err != nil {
+		return fail(fmt.Errorf("reading answer: %w", err))
+	}
+	keep := !d.perRequest && !resp.Close
+	// An empty body (HEAD, 204, Content-Length: 0) is at its end already.
+	eof := resp.Body == http.NoBody
+	resp.Body = &answerBody{body: resp.Body, pc: pc, d: d, stop: stop, keep: keep, eof: eof}
+	return resp, true, nil
+}
+
+// writeHead writes the request line and headers as net/http's client wrote
+// them (Host, User-Agent, Content-Length, Authorization, Content-Type).
+func writeHead(w *bufio.Writer, method, path string, body []byte, authorization string, closeConn bool) {
+	w.WriteString(method)
+	w.WriteByte(' ')
+	w.WriteString(path)
+	w.WriteString(" HTTP/1.1\r\nHost: guestlink\r\nUser-Agent: Go-http-client/1.1\r\n")
+	if closeConn {
+		w.WriteString("Connection: close\r\n")
+	}
+	if body != nil {
+		w.WriteString("Content-Length: ")
+		w.WriteString(strconv.Itoa(len(body)))
+		w.WriteString("\r\n")
+	}
+	if authorization != "" {
+		w.WriteString("Authorization: ")
+		w.WriteString(authorization)
+		w.WriteString("\r\n")
+	}
+	if body != nil {
+		w.WriteString("Content-Type: application/json\r\n")
+	}
+	w.WriteString("\r\n")
+}
+
+// checkRequest refuses what cannot be sent as an HTTP/1.1 request line or
+// header: an empty method or path, and any control character, space or
+// non-ASCII byte where it could end or split a line.
+func checkRequest(method, path, authorization string) error {
+	if method == "" || path == "" || path[0] != '/' {
+		return fmt.Errorf("malformed request %q %q", method, path)
+	}
+	for i := 0; i < len(method); i++ {
+		if c := method[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("invalid method %q", method)
+		}
+	}
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("invalid character in path %q", path)
+		}
+	}
+	for i := 0; i < len(authorization); i++ {
+		if c := authorization[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return errors.New("invalid character in the Authorization header")
+		}
+	}
+	return nil
+}
+
+// answerBody is the body of an answer: when it has been read to the end and
+// is closed, its connection goes back to the pool; closed early, the
+// connection is closed.
+type answerBody struct {
+	body io.ReadCloser
+	pc   *daemonConn
+	d    *daemonConns
+	stop func() bool
+	keep bool
+
+	eof  bool
+	done bool
+}
+
+func (b *answerBody) Read(p []byte) (int, error) {
+	if b.done {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	n, err := b.body.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.eof = true
+	}
+	return n, err
+}
+
+// Close releases the connection.
+func (b *answerBody) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	// Once stop reports false the caller's cancellation fired and the
+	// connection's deadline is in the past: it cannot be reused. A body
+	// closed before its end is not drained (net/http's would be, blocking
+	// on a stream): its connection is closed.
+	if b.stop() && b.eof && b.keep {
+		_ = b.body.Close()
+		b.d.put(b.pc)
+		return nil
+	}
+	return b.pc.tc.Close()
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

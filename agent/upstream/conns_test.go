@@ -1,0 +1,275 @@
+package upstream_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/agent/agenttest"
+	"github.com/guestlink/guestlink/agent/upstream"
+	"github.com/guestlink/guestlink/link/advert"
+	"github.com/guestlink/guestlink/link/devlxdapi"
+	"github.com/guestlink/guestlink/link/hybrid"
+	"github.com/guestlink/guestlink/link/transport"
+)
+
+// rawDaemon is a daemon that misbehaves on purpose: after each request it
+// answers and keeps the connection ("answer-keep"), answers and closes it
+// without saying so ("answer-close": a kept-alive connection the daemon
+// dropped), reads the request and hangs up without answering ("drop"), or
+// never answers ("hang").
+type rawDaemon struct {
+	mu       sync.Mutex
+	conns    int
+	requests []string
+	mode     string // "answer-close", "drop", "hang"
+
+	closed chan struct{} // a connection was closed by the daemon
+	got    chan struct{} // a request was read
+	stop   chan struct{}
+	ln     net.Listener
+	wg     sync.WaitGroup
+}
+
+func startRawDaemon(t *testing.T, mode string) (*rawDaemon, *upstream.Client) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "glr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	uds := filepath.Join(dir, "vm.sock")
+	certs := agenttest.NewCerts(t)
+	ln, err := net.Listen("unix", hybrid.HostPath(uds, 5000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &rawDaemon{mode: mode, closed: make(chan struct{}, 16), got: make(chan struct{}, 16), stop: make(chan struct{}),
+		ln: tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{certs.Daemon.TLS()}, ClientAuth: tls.RequireAnyClientCert, MinVersion: tls.VersionTLS12})}
+	d.wg.Add(1)
+	go d.serve()
+	t.Cleanup(func() { close(d.stop); d.ln.Close(); d.wg.Wait() })
+	link, err := transport.Parse("hybrid:" + uds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := upstream.New(upstream.Options{Link: link, Certificate: certs.Agent.TLS()})
+	t.Cleanup(c.CloseIdleConnections)
+	if err := c.SetAdvertisement(&advert.Advertisement{CID: 2, Port: 5000, Certificate: string(certs.Daemon.CertPEM), Devlxd: true}); err != nil {
+		t.Fatal(err)
+	}
+	return d, c
+}
+
+func (d *rawDaemon) serve() {
+	defer d.wg.Done()
+	for {
+		c, err := d.ln.Accept()
+		if err != nil {
+			return
+		}
+		d.mu.Lock()
+		d.conns++
+		d.mu.Unlock()
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			defer func() { c.Close(); d.closed <- struct{}{} }()
+			br := bufio.NewReader(c)
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				d.mu.Lock()
+				d.requests = append(d.requests, req.Method)
+				mode := d.mode
+				d.mu.Unlock()
+				d.got <- struct{}{}
+				switch mode {
+				case "answer-keep", "answer-close":
+					b, _ := devlxdapi.SyncResponse(nil)
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+					if mode == "answer-keep" {
+						continue
+					}
+				case "hang":
+					<-d.stop
+				}
+				return
+			}
+		}()
+	}
+}
+
+func (d *rawDaemon) counts() (conns int, requests []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.conns, append([]string(nil), d.requests...)
+}
+
+func (d *rawDaemon) setMode(m string) {
+	d.mu.Lock()
+	d.mode = m
+	d.mu.Unlock()
+}
+
+func do(c *upstream.Client, method string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var body []byte
+	if method == http.MethodPatch {
+		body = []byte(`{"state":"Ready"}`)
+	}
+	_, err := c.Do(ctx, method, "/1.0", body)
+	return err
+}
+
+// A kept-alive connection the daemon closed is replaced by a new one, for
+// a GET and for a PATCH that could not be written on it.
+func TestStaleConnectionReplaced(t *testing.T) {
+	for _, method := range []string{http.MethodGet, http.MethodPatch} {
+		t.Run(method, func(t *testing.T) {
+			d, c := startRawDaemon(t, "answer-close")
+			if err := do(c, http.MethodGet); err != nil {
+				t.Fatalf("first GET: %v", err)
+			}
+			<-d.closed // the pooled connection is dead now
+			if err := do(c, method); err != nil {
+				t.Fatalf("%s on a dropped kept-alive connection: %v", method, err)
+			}
+			if conns, reqs := d.counts(); conns != 2 || len(reqs) != 2 {
+				t.Fatalf("daemon saw %d connections, requests %v; want 2, 2", conns, reqs)
+			}
+		})
+	}
+}
+
+// A PATCH the daemon read but did not answer is not sent again (it may
+// have been acted on); a GET is, once, on a new connection.
+func TestNoReplayOfWrittenPatch(t *testing.T) {
+	for _, tt := range []struct {
+		method string
+		want   int
+	}{{http.MethodPatch, 2}, {http.MethodGet, 3}} {
+		t.Run(tt.method, func(t *testing.T) {
+			d, c := startRawDaemon(t, "answer-keep")
+			if err := do(c, http.MethodGet); err != nil {
+				t.Fatalf("first GET: %v", err)
+			}
+			// The pooled connection stays open; its daemon side drops
+			// the next request it reads.
+			d.setMode("drop")
+			err := do(c, tt.method)
+			if !errors.Is(err, upstream.ErrUnreachable) {
+				t.Fatalf("%s dropped by the daemon = %v, want ErrUnreachable", tt.method, err)
+			}
+			if _, reqs := d.counts(); len(reqs) != tt.want {
+				t.Fatalf("daemon read requests %v, want %d", reqs, tt.want)
+			}
+		})
+	}
+}
+
+// Cancelling the caller's context ends a request the daemon does not answer
+// at once, with the context's error.
+func TestCancelWhileWaiting(t *testing.T) {
+	d, c := startRawDaemon(t, "hang")
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-d.got; cancel() }()
+	_, err := c.Do(ctx, http.MethodGet, "/1.0", nil)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, upstream.ErrUnreachable) {
+		t.Fatalf("cancelled GET = %v, want context.Canceled and ErrUnreachable", err)
+	}
+}
+
+// An answer whose body is closed before its end does not leave its
+// connection in the pool; one read to the end does.
+func TestEarlyCloseDropsConnection(t *testing.T) {
+	d, c := setup(t, false)
+	if err := c.SetAdvertisement(d.Advertisement()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	resp, err := c.Raw(ctx, http.MethodGet, "/1.0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close() // unread
+	for i := 0; i < 3; i++ {
+		if err := get(t, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err = c.Raw(ctx, http.MethodHead, "/1.0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close() // a HEAD answer has no body: at its end
+	if err := get(t, c); err != nil {
+		t.Fatal(err)
+	}
+	d.Lock()
+	conns, reqs := d.Conns, d.Requests
+	d.Unlock()
+	if conns != 2 || reqs != 6 {
+		t.Fatalf("daemon saw %d connections, %d requests; want 2, 6", conns, reqs)
+	}
+}
+
+// Requests that cannot be written as HTTP/1.1 are refused before sending.
+func TestMalformedRequestRefused(t *testing.T) {
+	d, c := setup(t, false)
+	if err := c.SetAdvertisement(d.Advertisement()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ method, path, auth string }{
+		{"GET", "/1.0 HTTP/1.1\r\nX: y", ""},
+		{"GET", "/1.0\n", ""},
+		{"", "/1.0", ""},
+		{"G ET", "/1.0", ""},
+		{"GET", "1.0", ""},
+		{"GET", "/1.0", "Bearer x\r\nX-Evil: 1"},
+	} {
+		if _, err := c.RawAuth(context.Background(), tt.method, tt.path, nil, tt.auth); err == nil || errors.Is(err, upstream.ErrUnreachable) {
+			t.Errorf("RawAuth(%q, %q, auth %q) = %v, want a refusal before sending", tt.method, tt.path, tt.auth, err)
+		}
+	}
+	d.Lock()
+	defer d.Unlock()
+	if d.Requests != 0 {
+		t.Fatalf("daemon got %d requests", d.Requests)
+	}
+}
+
+// A new advertisement closes the previous daemon's pooled connections; the
+// requests after it dial anew.
+func TestReadvertisementDropsPool(t *testing.T) {
+	d, c := setup(t, false)
+	for i := 0; i < 3; i++ {
+		if err := c.SetAdvertisement(d.Advertisement()); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < 2; j++ {
+			if err := get(t, c); err != nil {
+				t.Fatalf("GET %d after advertisement %d: %v", j, i, err)
+			}
+		}
+	}
+	d.Lock()
+	defer d.Unlock()
+	if d.Conns != 3 || d.Requests != 6 {
+		t.Fatalf("daemon saw %d connections, %d requests; want 3, 6", d.Conns, d.Requests)
+	}
+}
