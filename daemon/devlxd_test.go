@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -132,6 +133,18 @@ func TestDevlxd(t *testing.T) {
 			a := curlDevlxd(ctx, t, g.socket, "PATCH", "/1.0", `{"state":`)
 			if a.status != 400 || !strings.HasPrefix(string(a.body), "Invalid request body: ") || !strings.HasSuffix(string(a.body), "\n") {
 				t.Errorf("malformed PATCH: %d %q, want 400 \"Invalid request body: ...\\n\"", a.status, a.body)
+			}
+		})
+		t.Run("PATCH over the daemon's body limit", func(t *testing.T) {
+			// Under the agent's limit (1 MiB), over the daemon's (64
+			// KiB): the guest gets the daemon's 413, not a 502/500 of
+			// the agent's unfinished write.
+			f := filepath.Join(t.TempDir(), "big.json")
+			if err := os.WriteFile(f, []byte(`{"state":"Ready","message":"`+strings.Repeat("x", 300<<10)+`"}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if a := curlDevlxd(ctx, t, g.socket, "PATCH", "/1.0", "@"+f); a.status != http.StatusRequestEntityTooLarge {
+				t.Errorf("PATCH of 300 KiB: %d %q, want 413", a.status, a.body)
 			}
 		})
 		t.Run("devices", func(t *testing.T) {

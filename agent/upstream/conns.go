@@ -180,6 +180,16 @@ func (d *daemonConns) send(ctx context.Context, pc *daemonConn, deadline time.Ti
 	writeHead(pc.bw, method, path, body, authorization, d.perRequest)
 	_, _ = pc.bw.Write(body)
 	if err := pc.bw.Flush(); err != nil {
+		// The daemon may have answered before reading the whole request
+		// and hung up (413 for a body over its limit): that answer, if
+		// it came, is the request's (as net/http's Transport does), not
+		// a broken pipe.
+		if !pc.reused || len(body) > 0 {
+			if early, rerr := http.ReadResponse(pc.br, &http.Request{Method: method}); rerr == nil {
+				early.Body = &answerBody{body: early.Body, pc: pc, d: d, stop: stop, keep: false, eof: early.Body == http.NoBody}
+				return early, true, nil
+			}
+		}
 		return fail(fmt.Errorf("writing request: %w", err))
 	}
 	wrote = true

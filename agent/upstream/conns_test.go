@@ -91,6 +91,19 @@ func (d *rawDaemon) serve() {
 				if err != nil {
 					return
 				}
+				d.mu.Lock()
+				tooLarge := d.mode == "too-large"
+				d.mu.Unlock()
+				if tooLarge {
+					// As fasthttp does past its body limit: answer
+					// before reading the body, and hang up.
+					d.mu.Lock()
+					d.requests = append(d.requests, req.Method)
+					d.mu.Unlock()
+					const msg = "Request Entity Too Large"
+					fmt.Fprintf(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(msg), msg)
+					return
+				}
 				_, _ = io.Copy(io.Discard, req.Body)
 				d.mu.Lock()
 				d.requests = append(d.requests, req.Method)
@@ -179,6 +192,35 @@ func TestNoReplayOfWrittenPatch(t *testing.T) {
 				t.Fatalf("daemon read requests %v, want %d", reqs, tt.want)
 			}
 		})
+	}
+}
+
+// A body the daemon refuses as too large before reading it, hanging up,
+// gets the daemon's 413, not the broken pipe of the unfinished write.
+func TestEarlyAnswerToTooLargeBody(t *testing.T) {
+	d, c := startRawDaemon(t, "too-large")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	body := append(append([]byte(`{"state":"Ready","message":"`), make([]byte, 4<<20)...), '"', '}')
+	for i := range body[28 : len(body)-2] {
+		body[28+i] = 'x'
+	}
+	resp, err := c.Raw(ctx, http.MethodPatch, "/1.0", body)
+	if err != nil {
+		t.Fatalf("PATCH of %d bytes: %v, want the daemon's 413", len(body), err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || string(got) != "Request Entity Too Large" {
+		t.Fatalf("answer %d %q, want 413", resp.StatusCode, got)
+	}
+	// The connection is not reused: the next request dials.
+	d.setMode("answer-keep")
+	if err := do(c, http.MethodGet); err != nil {
+		t.Fatal(err)
+	}
+	if conns, _ := d.counts(); conns != 2 {
+		t.Fatalf("daemon saw %d connections, want 2", conns)
 	}
 }
 
