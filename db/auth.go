@@ -250,14 +250,7 @@ func (s *sqlStore) Certificates(ctx context.Context) ([]*TrustedCertificate, err
 // DeleteCertificate removes a trusted certificate.
 func (s *sqlStore) DeleteCertificate(ctx context.Context, fingerprint string) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Where("fingerprint = ?", fingerprint).Delete(&TrustedCertificate{})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
+		return affectedOne(tx.Where("fingerprint = ?", fingerprint).Delete(&TrustedCertificate{}))
 	})
 	if err != nil {
 		return fmt.Errorf("deleting certificate %s: %w", fingerprint, translate(err))

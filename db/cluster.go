@@ -289,14 +289,7 @@ func (s *sqlStore) RemoveMember(ctx context.Context, name string, force bool) er
 				return fmt.Errorf("member %q still owns %d instance(s): delete them first, or remove it with --force (its instances stay in the database, located on a member that is gone): %w", name, n, errdefs.ErrConflict)
 			}
 		}
-		res := tx.Where("name = ?", name).Delete(&ClusterMember{})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
+		return affectedOne(tx.Where("name = ?", name).Delete(&ClusterMember{}))
 	})
 	if err != nil {
 		return fmt.Errorf("removing cluster member %q: %w", name, translate(err))

@@ -193,14 +193,7 @@ func (s *sqlStore) ImageAliases(ctx context.Context) ([]*ImageAlias, []string, e
 // DeleteImageAlias removes an alias.
 func (s *sqlStore) DeleteImageAlias(ctx context.Context, name string) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Where("name = ?", name).Delete(&ImageAlias{})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
+		return affectedOne(tx.Where("name = ?", name).Delete(&ImageAlias{}))
 	})
 	if err != nil {
 		return fmt.Errorf("deleting image alias %q: %w", name, translate(err))

@@ -142,14 +142,7 @@ func (s *sqlStore) Snapshot(ctx context.Context, instanceID int64, name string) 
 // RenameSnapshot renames a snapshot.
 func (s *sqlStore) RenameSnapshot(ctx context.Context, instanceID int64, oldName, newName string) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Model(&Snapshot{}).Where("instance_id = ? AND name = ?", instanceID, oldName).Update("name", newName)
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
+		return affectedOne(tx.Model(&Snapshot{}).Where("instance_id = ? AND name = ?", instanceID, oldName).Update("name", newName))
 	})
 	if err != nil {
 		return fmt.Errorf("renaming snapshot %q to %q: %w", oldName, newName, translate(err))
@@ -160,14 +153,7 @@ func (s *sqlStore) RenameSnapshot(ctx context.Context, instanceID int64, oldName
 // DeleteSnapshot deletes a snapshot.
 func (s *sqlStore) DeleteSnapshot(ctx context.Context, instanceID int64, name string) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Where("instance_id = ? AND name = ?", instanceID, name).Delete(&Snapshot{})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
+		return affectedOne(tx.Where("instance_id = ? AND name = ?", instanceID, name).Delete(&Snapshot{}))
 	})
 	if err != nil {
 		return fmt.Errorf("deleting snapshot %q: %w", name, translate(err))

@@ -196,14 +196,7 @@ func (s *sqlStore) ListInstances(ctx context.Context, f InstanceFilter) ([]*Inst
 
 // updateInstance saves every field of in but its ID and CreatedAt.
 func updateInstance(tx *gorm.DB, in *Instance) error {
-	res := tx.Model(in).Select("*").Omit("id", "created_at").Updates(in)
-	if res.Error != nil {
-		return res.Error
-	}
-	if res.RowsAffected == 0 {
-		return gorm.ErrRecordNotFound
-	}
-	return nil
+	return affectedOne(tx.Model(in).Select("*").Omit("id", "created_at").Updates(in))
 }
 
 // UpdateInstance saves all fields of in (matched by ID).
@@ -240,14 +233,7 @@ func (s *sqlStore) UpdateInstanceWithTimeline(ctx context.Context, in *Instance,
 // DeleteInstance deletes the instance with the given id and its timeline.
 func (s *sqlStore) DeleteInstance(ctx context.Context, id int64) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Delete(&Instance{}, id)
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
+		return affectedOne(tx.Delete(&Instance{}, id))
 	})
 	if err != nil {
 		return fmt.Errorf("deleting instance %d: %w", id, translate(err))
@@ -483,4 +469,17 @@ func (s *sqlStore) Close() error {
 		}
 	})
 	return s.closeErr
+}
+
+// affectedOne is the error of a write that must change a row: the
+// statement's error, gorm.ErrRecordNotFound (translated to ErrNotFound) if
+// it changed none.
+func affectedOne(res *gorm.DB) error {
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected == 0 {
+		return gorm.ErrRecordNotFound
+	}
+	return nil
 }

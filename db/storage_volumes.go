@@ -118,14 +118,7 @@ func (s *sqlStore) StorageVolumes(ctx context.Context, pool string) ([]*StorageV
 // UpdateStorageVolume saves a volume's description and config.
 func (s *sqlStore) UpdateStorageVolume(ctx context.Context, v *StorageVolume) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Model(&StorageVolume{ID: v.ID}).Select("description", "config").Updates(&StorageVolume{Description: v.Description, Config: v.Config})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
+		return affectedOne(tx.Model(&StorageVolume{ID: v.ID}).Select("description", "config").Updates(&StorageVolume{Description: v.Description, Config: v.Config}))
 	})
 	if err != nil {
 		return fmt.Errorf("updating storage volume %s/%s: %w", v.Pool, v.Name, translate(err))
@@ -136,14 +129,7 @@ func (s *sqlStore) UpdateStorageVolume(ctx context.Context, v *StorageVolume) er
 // DeleteStorageVolume removes a volume.
 func (s *sqlStore) DeleteStorageVolume(ctx context.Context, pool, name string) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Where("pool = ? AND name = ?", pool, name).Delete(&StorageVolume{})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
+		return affectedOne(tx.Where("pool = ? AND name = ?", pool, name).Delete(&StorageVolume{}))
 	})
 	if err != nil {
 		return fmt.Errorf("deleting storage volume %s/%s: %w", pool, name, translate(err))

@@ -123,16 +123,9 @@ func setTokenIdentityToken[T tokenIdentity](ctx context.Context, s *sqlStore, ki
 		return fmt.Errorf("setting token of %s %q: a SHA-256 hash is required: %w", kind, name, ErrInvalid)
 	}
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Model(new(T)).Where("name = ?", name).Updates(map[string]any{
+		return affectedOne(tx.Model(new(T)).Where("name = ?", name).Updates(map[string]any{
 			"token_hash": hash, "token_issued_at": utcPtr(issued), "token_expires_at": utcPtr(expires),
-		})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
+		}))
 	})
 	if err != nil {
 		return fmt.Errorf("setting token of %s %q: %w", kind, name, translate(err))
@@ -143,14 +136,7 @@ func setTokenIdentityToken[T tokenIdentity](ctx context.Context, s *sqlStore, ki
 // deleteTokenIdentity removes the identity called name and its token.
 func deleteTokenIdentity[T tokenIdentity](ctx context.Context, s *sqlStore, kind, name string) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		res := tx.Where("name = ?", name).Delete(new(T))
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return nil
+		return affectedOne(tx.Where("name = ?", name).Delete(new(T)))
 	})
 	if err != nil {
 		return fmt.Errorf("deleting %s %q: %w", kind, name, translate(err))
