@@ -331,26 +331,50 @@ func fleetWait(ctx context.Context, b *testing.B, d *benchDaemon, phase string, 
 	}
 }
 
-// fleetCosts logs what the fleet costs: descriptors of the daemon and the
-// fleet host per guest, the host's RSS and CPU.
+// fleetCosts logs what the fleet costs: descriptors of the daemon and of
+// the fleet hosts (one per shard) per guest, the hosts' RSS and CPU.
 func fleetCosts(b *testing.B, d *benchDaemon, stateDir string, n int) {
 	fds := func(pid int) int {
 		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 		return len(ents)
 	}
 	b.Logf("daemon: %d open descriptors (%.1f per guest)", fds(d.PID()), float64(fds(d.PID()))/float64(n))
-	data, err := os.ReadFile(filepath.Join(stateDir, "plugins", "fleet", "host.pid"))
-	if err != nil {
-		b.Logf("no fleet host pid: %v", err)
+	dir := filepath.Join(stateDir, "plugins", "fleet")
+	pidFiles, _ := filepath.Glob(filepath.Join(dir, "s*", "host.pid"))
+	pidFiles = append([]string{filepath.Join(dir, "host.pid")}, pidFiles...)
+	var pids []int
+	for _, f := range pidFiles {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) == 0 {
+		b.Logf("no fleet host pid under %s", dir)
 		return
 	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-	rss, _ := benchProcStatus(pid, "VmRSS")
-	c0, _ := benchCPUTime(pid)
+	var rss int64
+	var c0 time.Duration
+	totalFDs := 0
+	for _, pid := range pids {
+		r, _ := benchProcStatus(pid, "VmRSS")
+		c, _ := benchCPUTime(pid)
+		rss += int64(r)
+		c0 += c
+		totalFDs += fds(pid)
+		b.Logf("fleet host %d: %d open descriptors, RSS %d MB", pid, fds(pid), r/1024)
+	}
 	time.Sleep(10 * time.Second)
-	c1, _ := benchCPUTime(pid)
-	b.Logf("fleet host: %d open descriptors (%.1f per guest), RSS %d MB (%.0f KB per guest), CPU %.1f %%core idle",
-		fds(pid), float64(fds(pid))/float64(n), rss/1024, float64(rss)/float64(n), 100*float64(c1-c0)/float64(10*time.Second))
+	var c1 time.Duration
+	for _, pid := range pids {
+		c, _ := benchCPUTime(pid)
+		c1 += c
+	}
+	b.Logf("fleet hosts (%d): %d open descriptors (%.1f per guest), RSS %d MB (%.0f KB per guest), CPU %.1f %%core idle",
+		len(pids), totalFDs, float64(totalFDs)/float64(n), rss/1024, float64(rss)/float64(n), 100*float64(c1-c0)/float64(10*time.Second))
 }
 
 // fleetRaiseNoFile raises the hard open-file limit to want when it is
