@@ -318,6 +318,35 @@ func (p *Proxy) ReadRing(ctx context.Context, h sdk.Handle, max int) ([]byte, er
 	return b.ReadRing(ctx, h, max)
 }
 
+// ReadRings reads a batch in one call per host holding its guests.
+func (p *Proxy) ReadRings(ctx context.Context, reads []sdk.RingRead) ([]sdk.RingData, error) {
+	out := make([]sdk.RingData, len(reads))
+	byShard := map[int][]int{}
+	for i, r := range reads {
+		k := p.shardOf(r.Handle)
+		byShard[k] = append(byShard[k], i)
+	}
+	for k, idx := range byShard {
+		b, err := p.backend(ctx, k)
+		if err != nil {
+			for _, i := range idx {
+				out[i].Err = err
+			}
+			continue
+		}
+		batch := make([]sdk.RingRead, len(idx))
+		for j, i := range idx {
+			batch[j] = reads[i]
+		}
+		for j, r := range sdk.ReadRings(ctx, b, batch) {
+			out[idx[j]] = r
+		}
+	}
+	return out, nil
+}
+
+var _ sdk.RingBatchReader = (*Proxy)(nil)
+
 // LinkEndpoint forwards to the guest's host.
 func (p *Proxy) LinkEndpoint(ctx context.Context, h sdk.Handle) (*sdk.LinkEndpoint, error) {
 	b, err := p.backend(ctx, p.shardOf(h))
