@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -394,7 +395,17 @@ func (a *Agent) reached() {
 	a.mu.Unlock()
 }
 
+// unreachable goes back to STARTED after a request to the daemon failed,
+// unless it only timed out: a daemon that is slow (thousands of guests
+// declaring at once) is still there, and re-advertising to every guest
+// whose request it was slow to answer would only add to its load. A
+// refused or broken connection (the daemon went away) counts; the guest
+// gets its error either way.
 func (a *Agent) unreachable(err error) {
+	if timedOut(err) {
+		a.log.Debug("daemon slow to answer; staying connected", "err", err)
+		return
+	}
 	if a.Word() == ringproto.Connected {
 		a.log.Warn("daemon unreachable, waiting for a new advertisement", "err", err)
 		a.setWord(ringproto.Started)
@@ -505,4 +516,11 @@ func (a *Agent) Info() devlxdapi.AgentInfo {
 		State:   string(a.Word()),
 		Devlxd:  a.devlxd.Running(),
 	}
+}
+
+// timedOut reports whether err is a timeout rather than a refusal or a
+// broken connection.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
