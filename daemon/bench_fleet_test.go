@@ -83,7 +83,7 @@ func BenchmarkFleet(b *testing.B) {
 	// Launch.
 	began := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
+	g.SetLimit(48) // creates wait on the store: more in flight fill its group commits
 	for i := range n {
 		g.Go(func() error {
 			name := "f-" + strconv.Itoa(i)
