@@ -3,7 +3,6 @@ package linkhost
 import (
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"syscall"
 
@@ -79,86 +78,78 @@ func (b *fdBudget) inUse() int {
 	return b.used
 }
 
-// acceptGate lets a hybrid listener accept only when a descriptor of the
-// budget is free. One epoll instance watches every listener (one-shot):
-// when one has a connection queued, the gate takes a descriptor for it
-// (waiting while none is free, so that every queued connection stays in the
-// kernel) and hands its accept loop a permit; the loop accepts once and
-// re-arms. The listeners stay in the runtime's poller too (Accept itself is
-// Go's): the gate only decides when Accept is called.
+// acceptGate accepts on every hybrid listener from one goroutine, only
+// when a descriptor of the budget is free. One epoll instance watches the
+// listeners (one-shot): when one has a connection queued, the gate takes a
+// descriptor for it (waiting while none is free, so that every queued
+// connection stays in the kernel's backlog), accepts once and watches the
+// listener again. The listeners stay in the runtime's poller too (Accept
+// is Go's); no goroutine per listener waits in Accept.
 type acceptGate struct {
-	fds  *fdBudget
-	epfd int
-	done chan struct{}
-	log  func(msg string, args ...any)
+	fds    *fdBudget
+	epfd   int
+	done   chan struct{}
+	log    func(msg string, args ...any)
+	accept func(*gatedListener)
 
 	mu      sync.Mutex
-	permits map[int32]chan struct{} // by listener descriptor
+	entries map[int32]*gatedListener // by listener descriptor
 }
 
-func newAcceptGate(fds *fdBudget, done chan struct{}, log func(string, ...any)) (*acceptGate, error) {
+func newAcceptGate(fds *fdBudget, done chan struct{}, log func(string, ...any), accept func(*gatedListener)) (*acceptGate, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("creating the link accept gate: %w", err)
 	}
-	return &acceptGate{fds: fds, epfd: epfd, done: done, log: log, permits: map[int32]chan struct{}{}}, nil
+	return &acceptGate{fds: fds, epfd: epfd, done: done, log: log, accept: accept, entries: map[int32]*gatedListener{}}, nil
 }
 
-// register watches ln; it returns ln's descriptor and the channel its
-// accept loop receives permits on.
-func (g *acceptGate) register(ln net.Listener) (int32, chan struct{}, error) {
-	sc, ok := ln.(syscall.Conn)
+// register watches g's listener and returns its descriptor.
+func (g *acceptGate) register(gl *gatedListener) (int32, error) {
+	sc, ok := gl.ln.(syscall.Conn)
 	if !ok {
-		return 0, nil, errors.New("link listener has no descriptor")
+		return 0, errors.New("link listener has no descriptor")
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return 0, nil, fmt.Errorf("link listener descriptor: %w", err)
+		return 0, fmt.Errorf("link listener descriptor: %w", err)
 	}
 	fd := int32(-1)
 	if err := rc.Control(func(f uintptr) { fd = int32(f) }); err != nil {
-		return 0, nil, fmt.Errorf("link listener descriptor: %w", err)
+		return 0, fmt.Errorf("link listener descriptor: %w", err)
 	}
-	permit := make(chan struct{}, 1)
+	gl.fd = fd
 	g.mu.Lock()
-	g.permits[fd] = permit
+	g.entries[fd] = gl
 	g.mu.Unlock()
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: fd}
 	if err := unix.EpollCtl(g.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev); err != nil {
 		g.unregister(fd)
-		return 0, nil, fmt.Errorf("watching link listener: %w", err)
+		return 0, fmt.Errorf("watching link listener: %w", err)
 	}
-	return fd, permit, nil
+	return fd, nil
 }
 
-// rearm watches fd again after its loop accepted.
+// rearm watches fd again after an accept.
 func (g *acceptGate) rearm(fd int32) {
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: fd}
 	_ = unix.EpollCtl(g.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev) // gone once detached
 }
 
 // unregister stops watching fd; call it before closing the listener (its
-// number may be reused) and give back a permit left in its channel.
+// number may be reused).
 func (g *acceptGate) unregister(fd int32) {
 	_ = unix.EpollCtl(g.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 	g.mu.Lock()
-	permit := g.permits[fd]
-	delete(g.permits, fd)
+	delete(g.entries, fd)
 	g.mu.Unlock()
-	if permit != nil {
-		select {
-		case <-permit:
-			g.fds.release()
-		default:
-		}
-	}
 }
 
 // close frees the epoll instance once run returned and every listener was
 // unregistered.
 func (g *acceptGate) close() { unix.Close(g.epfd) }
 
-// run hands out permits until done is closed (it looks every 200 ms).
+// run accepts until done is closed (it looks every 200 ms).
 func (g *acceptGate) run() {
 	events := make([]unix.EpollEvent, 256)
 	never := make(chan struct{})
@@ -178,19 +169,15 @@ func (g *acceptGate) run() {
 		}
 		for _, ev := range events[:n] {
 			g.mu.Lock()
-			permit := g.permits[ev.Fd]
+			gl := g.entries[ev.Fd]
 			g.mu.Unlock()
-			if permit == nil {
+			if gl == nil {
 				continue
 			}
 			if !g.fds.acquire(g.done, never) {
 				return
 			}
-			select {
-			case permit <- struct{}{}:
-			default:
-				g.fds.release() // a permit is already waiting
-			}
+			g.accept(gl)
 		}
 	}
 }

@@ -86,9 +86,10 @@ type Host struct {
 	byCID    map[uint32]string      // vsock guest CID -> instance UUID
 
 	fds  *fdBudget   // hybrid listeners and their connections
-	gate *acceptGate // nil when fds is unbounded
+	gate *acceptGate // accepts on the hybrid links; made by the first (startGate)
 
-	closeGate sync.Once
+	closeGate  sync.Once
+	gateFailed bool // no epoll: hybrid links accept from goroutines
 }
 
 // attachment is one running instance's link.
@@ -151,18 +152,6 @@ func New(cfg Config) (*Host, error) {
 		attached: map[string]*attachment{},
 		byCID:    map[uint32]string{},
 		fds:      newFDBudget(cfg.MaxDescriptors),
-	}
-	if h.fds.bounded() {
-		gate, err := newAcceptGate(h.fds, h.done, cfg.Logger.Error)
-		if err != nil {
-			return nil, err
-		}
-		h.gate = gate
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			gate.run()
-		}()
 	}
 	if !cfg.DisableVsock && deviceExists(cfg.VsockDevice) {
 		port, ln, err := listenRandom(cfg.ListenVsock, randomPort)
@@ -381,3 +370,29 @@ func (h *Host) DialAgent(ctx context.Context, uuid string) (net.Conn, error) {
 }
 
 var _ net.Listener = (*Host)(nil)
+
+// startGate makes the accept gate on the first hybrid link (a host without
+// one runs no gate goroutine). Called with opMu held. Without epoll each
+// hybrid link accepts from a goroutine of its own, with no descriptor
+// bound.
+func (h *Host) startGate() error {
+	if h.gate != nil || h.gateFailed {
+		return nil
+	}
+	gate, err := newAcceptGate(h.fds, h.done, h.cfg.Logger.Error, h.acceptReady)
+	if err != nil {
+		if h.fds.bounded() {
+			return err
+		}
+		h.gateFailed = true
+		h.cfg.Logger.Warn("linkhost: no accept gate, a goroutine per hybrid link", "err", err)
+		return nil
+	}
+	h.gate = gate
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		gate.run()
+	}()
+	return nil
+}
