@@ -209,6 +209,25 @@ func BenchmarkFleet(b *testing.B) {
 		defer close(profDone)
 		fleetProfile(b, pprofAddr, "storm")
 	}()
+	// The daemon's descriptors during the storm (its link budget is its
+	// open-file limit less a tenth): the peak is logged.
+	fdPeak := make(chan int, 1)
+	fdCtx, fdStop := context.WithCancel(ctx)
+	go func() {
+		peak := 0
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.PID()))
+			peak = max(peak, len(ents))
+			select {
+			case <-fdCtx.Done():
+				fdPeak <- peak
+				return
+			case <-t.C:
+			}
+		}
+	}()
 	stormStart := time.Now()
 	sg, sctx := errgroup.WithContext(ctx)
 	for i, inst := range list {
@@ -237,7 +256,10 @@ func BenchmarkFleet(b *testing.B) {
 			return fmt.Errorf("declaring %s Ready: %w", inst.Name, err)
 		})
 	}
-	if err := sg.Wait(); err != nil {
+	err = sg.Wait()
+	fdStop()
+	b.Logf("storm: the daemon held at most %d descriptors", <-fdPeak)
+	if err != nil {
 		b.Fatal(err)
 	}
 	declaredIn := time.Since(stormStart)
