@@ -17,12 +17,18 @@ import (
 const (
 	ringBatchLinger = 10 * time.Millisecond
 	ringBatchMax    = 256
+	// ringBatchCalls is how many batch calls may be in flight at once: a
+	// slow call (a busy plugin) must not hold every other guest's read
+	// back, or heartbeats arrive late, agents are marked lost and the lost
+	// ones are read every second, which slows the calls further.
+	ringBatchCalls = 8
 )
 
 // ringBatcher gathers the ring reads of one backend.
 type ringBatcher struct {
 	backend sdk.Backend
 	timeout time.Duration
+	calls   chan struct{} // a slot per batch call in flight
 
 	mu      sync.Mutex
 	queue   []*ringRead
@@ -49,7 +55,7 @@ func (s *Service) batcher(backend sdk.Backend) *ringBatcher {
 	defer s.mu.Unlock()
 	b := s.batchers[rd]
 	if b == nil {
-		b = &ringBatcher{backend: backend, timeout: s.cfg.RequestTimeout}
+		b = &ringBatcher{backend: backend, timeout: s.cfg.RequestTimeout, calls: make(chan struct{}, ringBatchCalls)}
 		s.batchers[rd] = b
 	}
 	return b
@@ -93,21 +99,29 @@ func (b *ringBatcher) run() {
 		b.queue = b.queue[n:]
 		more := len(b.queue) >= ringBatchMax
 		b.mu.Unlock()
-		reads := make([]sdk.RingRead, n)
-		for i, r := range batch {
-			reads[i] = sdk.RingRead{Handle: r.h, Max: r.max}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		res := sdk.ReadRings(ctx, b.backend, reads)
-		cancel()
-		for i, r := range batch {
-			r.res = res[i]
-			close(r.done)
-		}
+		b.calls <- struct{}{}
+		go b.call(batch)
 		if more {
 			linger.Reset(0) // a full batch is waiting: no need to gather
 		} else {
 			linger.Reset(ringBatchLinger)
 		}
+	}
+}
+
+// call reads one batch and hands each read its result, then frees its
+// slot.
+func (b *ringBatcher) call(batch []*ringRead) {
+	defer func() { <-b.calls }()
+	reads := make([]sdk.RingRead, len(batch))
+	for i, r := range batch {
+		reads[i] = sdk.RingRead{Handle: r.h, Max: r.max}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	res := sdk.ReadRings(ctx, b.backend, reads)
+	cancel()
+	for i, r := range batch {
+		r.res = res[i]
+		close(r.done)
 	}
 }

@@ -140,4 +140,3 @@ func (s *grpcServer) ReadRings(ctx context.Context, req *backendv1.ReadRingsRequ
 	}
 	return resp, nil
 }
-

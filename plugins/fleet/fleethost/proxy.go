@@ -326,22 +326,27 @@ func (p *Proxy) ReadRings(ctx context.Context, reads []sdk.RingRead) ([]sdk.Ring
 		k := p.shardOf(r.Handle)
 		byShard[k] = append(byShard[k], i)
 	}
+	// The hosts answer in parallel; each goroutine fills its own slots.
+	var wg sync.WaitGroup
 	for k, idx := range byShard {
-		b, err := p.backend(ctx, k)
-		if err != nil {
-			for _, i := range idx {
-				out[i].Err = err
+		wg.Go(func() {
+			b, err := p.backend(ctx, k)
+			if err != nil {
+				for _, i := range idx {
+					out[i].Err = err
+				}
+				return
 			}
-			continue
-		}
-		batch := make([]sdk.RingRead, len(idx))
-		for j, i := range idx {
-			batch[j] = reads[i]
-		}
-		for j, r := range sdk.ReadRings(ctx, b, batch) {
-			out[idx[j]] = r
-		}
+			batch := make([]sdk.RingRead, len(idx))
+			for j, i := range idx {
+				batch[j] = reads[i]
+			}
+			for j, r := range sdk.ReadRings(ctx, b, batch) {
+				out[idx[j]] = r
+			}
+		})
 	}
+	wg.Wait()
 	return out, nil
 }
 
