@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -57,6 +58,11 @@ const (
 	DefaultHeartbeat = 5 * time.Second
 	// ValidateTimeout bounds the reachability check of an advertisement.
 	ValidateTimeout = 5 * time.Second
+	// DaemonCheckBeats is how many heartbeat periods the agent lets pass
+	// without hearing from the daemon before it checks that the daemon's
+	// link still accepts (Config.DaemonCheck's default: 30 s with the
+	// default heartbeat).
+	DaemonCheckBeats = 6
 )
 
 // Config configures an Agent. Paths are absolute (already under the root).
@@ -76,6 +82,15 @@ type Config struct {
 	Link transport.Guest
 	// Heartbeat is the heartbeat period (DefaultHeartbeat if zero).
 	Heartbeat time.Duration
+	// DaemonCheck is how long the agent goes without hearing from the
+	// daemon (an advertisement, an answered request) before it checks, at
+	// the next heartbeat, that the daemon's link still accepts
+	// connections; a refusal sends it back to STARTED. Zero means
+	// DaemonCheckBeats heartbeat periods. The check opens a connection and
+	// closes it without a request, so that a daemon with thousands of
+	// guests neither holds a connection per guest nor answers a request
+	// per guest and heartbeat.
+	DaemonCheck time.Duration
 	// PerRequestTLS disables connection reuse towards the daemon.
 	PerRequestTLS bool
 	// BootID identifies this boot of the guest; empty means the kernel's
@@ -120,6 +135,9 @@ var _ control.Agent = (*Agent)(nil)
 func New(cfg Config) (*Agent, error) {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.DaemonCheck <= 0 {
+		cfg.DaemonCheck = DaemonCheckBeats * cfg.Heartbeat
 	}
 	log := cfg.Log
 	if log == nil {
@@ -300,7 +318,8 @@ func (a *Agent) stopDevlxd() {
 }
 
 // ringLoop writes the current word at once, on every kick and every
-// heartbeat period, probing the daemon first while CONNECTED.
+// heartbeat period, checking the daemon's link first while CONNECTED and
+// nothing was heard from the daemon for Config.DaemonCheck.
 func (a *Agent) ringLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.Heartbeat)
 	defer t.Stop()
@@ -326,18 +345,21 @@ func (a *Agent) ringLoop(ctx context.Context) {
 	}
 }
 
-// checkDaemon probes the daemon while CONNECTED if nothing was heard from it
-// for a heartbeat period; a failure goes back to STARTED.
+// checkDaemon checks that the daemon's link accepts while CONNECTED if
+// nothing was heard from the daemon for Config.DaemonCheck; a failure goes
+// back to STARTED. The daemon's identity was proven when its advertisement
+// was validated and is proven again by every request: the check only
+// finds a daemon that went away (its link refuses).
 func (a *Agent) checkDaemon(ctx context.Context) {
 	a.mu.Lock()
-	need := a.word == ringproto.Connected && time.Since(a.lastReached) >= a.cfg.Heartbeat
+	need := a.word == ringproto.Connected && time.Since(a.lastReached) >= a.cfg.DaemonCheck
 	a.mu.Unlock()
 	if !need {
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, min(a.cfg.Heartbeat, 3*time.Second))
 	defer cancel()
-	if err := a.up.Probe(pctx); err != nil {
+	if err := a.up.Reach(pctx); err != nil {
 		if ctx.Err() == nil {
 			a.unreachable(err)
 		}
@@ -373,7 +395,17 @@ func (a *Agent) reached() {
 	a.mu.Unlock()
 }
 
+// unreachable goes back to STARTED after a request to the daemon failed,
+// unless it only timed out: a daemon that is slow (thousands of guests
+// declaring at once) is still there, and re-advertising to every guest
+// whose request it was slow to answer would only add to its load. A
+// refused or broken connection (the daemon went away) counts; the guest
+// gets its error either way.
 func (a *Agent) unreachable(err error) {
+	if timedOut(err) {
+		a.log.Debug("daemon slow to answer; staying connected", "err", err)
+		return
+	}
 	if a.Word() == ringproto.Connected {
 		a.log.Warn("daemon unreachable, waiting for a new advertisement", "err", err)
 		a.setWord(ringproto.Started)
@@ -486,4 +518,11 @@ func (a *Agent) Info() devlxdapi.AgentInfo {
 		State:   string(a.Word()),
 		Devlxd:  a.devlxd.Running(),
 	}
+}
+
+// timedOut reports whether err is a timeout rather than a refusal or a
+// broken connection.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }

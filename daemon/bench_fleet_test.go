@@ -83,7 +83,7 @@ func BenchmarkFleet(b *testing.B) {
 	// Launch.
 	began := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
+	g.SetLimit(48) // creates wait on the store: more in flight fill its group commits
 	for i := range n {
 		g.Go(func() error {
 			name := "f-" + strconv.Itoa(i)
@@ -209,6 +209,25 @@ func BenchmarkFleet(b *testing.B) {
 		defer close(profDone)
 		fleetProfile(b, pprofAddr, "storm")
 	}()
+	// The daemon's descriptors during the storm (its link budget is its
+	// open-file limit less a tenth): the peak is logged.
+	fdPeak := make(chan int, 1)
+	fdCtx, fdStop := context.WithCancel(ctx)
+	go func() {
+		peak := 0
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.PID()))
+			peak = max(peak, len(ents))
+			select {
+			case <-fdCtx.Done():
+				fdPeak <- peak
+				return
+			case <-t.C:
+			}
+		}
+	}()
 	stormStart := time.Now()
 	sg, sctx := errgroup.WithContext(ctx)
 	for i, inst := range list {
@@ -237,7 +256,10 @@ func BenchmarkFleet(b *testing.B) {
 			return fmt.Errorf("declaring %s Ready: %w", inst.Name, err)
 		})
 	}
-	if err := sg.Wait(); err != nil {
+	err = sg.Wait()
+	fdStop()
+	b.Logf("storm: the daemon held at most %d descriptors", <-fdPeak)
+	if err != nil {
 		b.Fatal(err)
 	}
 	declaredIn := time.Since(stormStart)
@@ -331,26 +353,50 @@ func fleetWait(ctx context.Context, b *testing.B, d *benchDaemon, phase string, 
 	}
 }
 
-// fleetCosts logs what the fleet costs: descriptors of the daemon and the
-// fleet host per guest, the host's RSS and CPU.
+// fleetCosts logs what the fleet costs: descriptors of the daemon and of
+// the fleet hosts (one per shard) per guest, the hosts' RSS and CPU.
 func fleetCosts(b *testing.B, d *benchDaemon, stateDir string, n int) {
 	fds := func(pid int) int {
 		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 		return len(ents)
 	}
 	b.Logf("daemon: %d open descriptors (%.1f per guest)", fds(d.PID()), float64(fds(d.PID()))/float64(n))
-	data, err := os.ReadFile(filepath.Join(stateDir, "plugins", "fleet", "host.pid"))
-	if err != nil {
-		b.Logf("no fleet host pid: %v", err)
+	dir := filepath.Join(stateDir, "plugins", "fleet")
+	pidFiles, _ := filepath.Glob(filepath.Join(dir, "s*", "host.pid"))
+	pidFiles = append([]string{filepath.Join(dir, "host.pid")}, pidFiles...)
+	var pids []int
+	for _, f := range pidFiles {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) == 0 {
+		b.Logf("no fleet host pid under %s", dir)
 		return
 	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
-	rss, _ := benchProcStatus(pid, "VmRSS")
-	c0, _ := benchCPUTime(pid)
+	var rss int64
+	var c0 time.Duration
+	totalFDs := 0
+	for _, pid := range pids {
+		r, _ := benchProcStatus(pid, "VmRSS")
+		c, _ := benchCPUTime(pid)
+		rss += int64(r)
+		c0 += c
+		totalFDs += fds(pid)
+		b.Logf("fleet host %d: %d open descriptors, RSS %d MB", pid, fds(pid), r/1024)
+	}
 	time.Sleep(10 * time.Second)
-	c1, _ := benchCPUTime(pid)
-	b.Logf("fleet host: %d open descriptors (%.1f per guest), RSS %d MB (%.0f KB per guest), CPU %.1f %%core idle",
-		fds(pid), float64(fds(pid))/float64(n), rss/1024, float64(rss)/float64(n), 100*float64(c1-c0)/float64(10*time.Second))
+	var c1 time.Duration
+	for _, pid := range pids {
+		c, _ := benchCPUTime(pid)
+		c1 += c
+	}
+	b.Logf("fleet hosts (%d): %d open descriptors (%.1f per guest), RSS %d MB (%.0f KB per guest), CPU %.1f %%core idle",
+		len(pids), totalFDs, float64(totalFDs)/float64(n), rss/1024, float64(rss)/float64(n), 100*float64(c1-c0)/float64(10*time.Second))
 }
 
 // fleetRaiseNoFile raises the hard open-file limit to want when it is

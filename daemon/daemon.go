@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -180,7 +181,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	late := &lateInstances{}
 	d.metrics = newMetrics(d, late)
 	if d.links, err = linkhost.New(linkhost.Config{Serial: serialTransport{}, Logger: d.log.With("component", "link"),
-		Observer: d.metrics}); err != nil {
+		Observer: d.metrics, MaxDescriptors: linkDescriptors()}); err != nil {
 		return nil, fmt.Errorf("starting daemon: guest links: %w", err)
 	}
 
@@ -459,4 +460,18 @@ func levelOf(l slog.Level) hclog.Level {
 		return hclog.Warn
 	}
 	return hclog.Error
+}
+
+// linkDescriptors is the guest links' share of the daemon's open-file limit
+// (linkhost.Config.MaxDescriptors): all of it but a tenth, and at least 512
+// descriptors, left to the store, the plugins and the API's clients. With
+// thousands of guests the links hold a listener each, and their
+// connections come and go by the thousand when every guest talks at once.
+func linkDescriptors() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur > 1<<24 {
+		return 0 // unknown or practically unlimited: no bound
+	}
+	limit := int(lim.Cur)
+	return max(64, limit-max(512, limit/10))
 }

@@ -17,8 +17,9 @@ import (
 // fleetGuests is how many fleet guests TestFleet200 runs.
 const fleetGuests = 200
 
-// TestFleet200 runs 200 fleet guests (one fleet host process, the real
-// agent per guest, real TLS links to the daemon) through launch, agent
+// TestFleet200 runs 200 fleet guests (one fleet host process at any usual
+// open-file limit, the real agent per guest, real TLS links to the daemon)
+// through launch, agent
 // connected, Ready (each guest's userland declares it on its devlxd
 // socket), a daemon restart (the agents reconnect, the Ready flags are
 // restored) and stop.

@@ -11,8 +11,10 @@ import (
 )
 
 // feedBuffer is how many live events a stream may have waiting before the
-// hub drops it (the page then reconnects and resumes from its last id).
-const feedBuffer = 128
+// hub drops it (the page then reconnects and resumes from its last id). A
+// stream writes what is queued in one flush, so it falls this far behind
+// only when its client does not read.
+const feedBuffer = 512
 
 // hub shares one live bus subscription among every open stream, so an open
 // page costs a small queue instead of a bus subscription of its own. A

@@ -90,10 +90,20 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 					// reconnects and resumes from its last id.
 					return
 				}
-				if ev.ID <= lastID {
-					continue // sent by the replay already
+				if ev.ID > lastID { // else sent by the replay already
+					send(ev)
 				}
-				send(ev)
+				// Whatever else is queued goes out with it, in one flush: a
+				// storm of events costs a write per batch, not per event,
+				// and the stream keeps up instead of being dropped.
+				if !drainFeed(f.ch, func(ev events.Event) {
+					if ev.ID > lastID {
+						send(ev)
+					}
+				}) {
+					_ = w.Flush()
+					return // fell behind, or shutdown (see above)
+				}
 				if !countsPending {
 					countsPending = true
 					countsDue.Reset(time.Second)
@@ -382,4 +392,21 @@ func (cc *countCache) fragment(upTo int64) []byte {
 	_ = components.Counts("agent-counts", byAgent, true).Render(ctx, &buf)
 	cc.buf, cc.id = buf.Bytes(), upTo
 	return cc.buf
+}
+
+// drainFeed hands send every event queued on ch without waiting, at most a
+// feed's worth; it reports false when ch was closed.
+func drainFeed(ch <-chan events.Event, send func(events.Event)) bool {
+	for range feedBuffer {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				return false
+			}
+			send(ev)
+		default:
+			return true
+		}
+	}
+	return true
 }

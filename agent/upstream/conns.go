@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -19,12 +20,8 @@ import (
 
 // Pool limits of the kept-alive connections to one daemon.
 const (
-	// maxIdle is how many idle connections are kept.
+	// maxIdle is how many idle connections are kept (each for IdleTimeout).
 	maxIdle = 8
-	// idleTimeout is how long an idle connection is kept: less than the
-	// daemon's own idle timeout (core/devlxd, 30 s), so that the daemon
-	// never closes a connection the client is about to reuse.
-	idleTimeout = 25 * time.Second
 	// bufSize is the size of each connection's read and write buffers: a
 	// devlxd request and most answers fit in one.
 	bufSize = 4096
@@ -48,8 +45,9 @@ type daemonConn struct {
 	tc       *tls.Conn
 	br       *bufio.Reader
 	bw       *bufio.Writer
-	reused   bool      // served a request before
-	idleFrom time.Time // when it went back to the pool
+	reused   bool        // served a request before
+	idleFrom time.Time   // when it went back to the pool
+	expiry   *time.Timer // closes it IdleTimeout after it went idle
 }
 
 // get returns an idle connection, or dials a new one. A request that took
@@ -63,7 +61,7 @@ func (d *daemonConns) get(ctx context.Context, deadline time.Time) (*daemonConn,
 		for n := len(d.idle); n > 0; n = len(d.idle) {
 			pc := d.idle[n-1]
 			d.idle = d.idle[:n-1]
-			if now.Sub(pc.idleFrom) < idleTimeout {
+			if now.Sub(pc.idleFrom) < IdleTimeout {
 				d.mu.Unlock()
 				return pc, nil
 			}
@@ -109,7 +107,26 @@ func (d *daemonConns) put(pc *daemonConn) {
 		return
 	}
 	d.idle = append(d.idle, pc)
+	if pc.expiry == nil {
+		pc.expiry = time.AfterFunc(IdleTimeout, func() { d.expire(pc) })
+	} else {
+		pc.expiry.Reset(IdleTimeout)
+	}
 	d.mu.Unlock()
+}
+
+// expire closes pc if it is still idle: an idle guest holds no connection
+// to the daemon (IdleTimeout).
+func (d *daemonConns) expire(pc *daemonConn) {
+	d.mu.Lock()
+	i := slices.Index(d.idle, pc)
+	if i < 0 {
+		d.mu.Unlock()
+		return // taken again, or closed with the pool
+	}
+	d.idle = slices.Delete(d.idle, i, i+1)
+	d.mu.Unlock()
+	_ = pc.tc.Close()
 }
 
 // closeIdle closes the idle connections.
@@ -119,6 +136,9 @@ func (d *daemonConns) closeIdle() {
 	d.idle = nil
 	d.mu.Unlock()
 	for _, pc := range idle {
+		if pc.expiry != nil {
+			pc.expiry.Stop()
+		}
 		_ = pc.tc.Close()
 	}
 }

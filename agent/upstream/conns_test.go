@@ -195,6 +195,32 @@ func TestNoReplayOfWrittenPatch(t *testing.T) {
 	}
 }
 
+// A connection left idle is closed by the agent (IdleTimeout): an idle
+// guest holds no descriptor of the daemon; a request made while it is idle
+// reuses it.
+func TestIdleConnectionClosed(t *testing.T) {
+	d, c := startRawDaemon(t, "answer-keep")
+	for range 2 {
+		if err := do(c, http.MethodGet); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if conns, reqs := d.counts(); conns != 1 || len(reqs) != 2 {
+		t.Fatalf("daemon saw %d connections for %d requests, want 1 for 2", conns, len(reqs))
+	}
+	select {
+	case <-d.closed: // the daemon read EOF: the agent closed it
+	case <-time.After(10 * upstream.IdleTimeout):
+		t.Fatalf("the idle connection is still open %v after its last request", 10*upstream.IdleTimeout)
+	}
+	if err := do(c, http.MethodGet); err != nil {
+		t.Fatal(err)
+	}
+	if conns, _ := d.counts(); conns != 2 {
+		t.Fatalf("daemon saw %d connections, want a new one after the idle close", conns)
+	}
+}
+
 // A body the daemon refuses as too large before reading it, hanging up,
 // gets the daemon's 413, not the broken pipe of the unfinished write.
 func TestEarlyAnswerToTooLargeBody(t *testing.T) {

@@ -31,6 +31,13 @@ const (
 	// RequestTimeout bounds a whole request when the caller's context has
 	// no earlier deadline.
 	RequestTimeout = 20 * time.Second
+	// IdleTimeout is how long a connection to the daemon is kept for reuse
+	// after its last request. Short: a burst of requests reuses it, but an
+	// idle guest holds no connection (each costs the daemon a descriptor,
+	// and a daemon of 10,000 guests cannot hold one per guest). The
+	// client closes first, well before the daemon's own idle timeout, so
+	// a request never meets a connection the daemon is closing.
+	IdleTimeout = 2 * time.Second
 )
 
 // Sentinel errors.
@@ -201,6 +208,25 @@ func (c *Client) Probe(ctx context.Context) error {
 	if env.Type == devlxdapi.TypeError && env.ErrorCode != http.StatusForbidden {
 		return fmt.Errorf("%w: GET /1.0 answered %d %q", ErrBadAnswer, env.ErrorCode, env.Error)
 	}
+	return nil
+}
+
+// Reach checks that the advertised daemon's link accepts a connection: it
+// dials and closes without TLS or a request, which costs the daemon an
+// accept and a close. It proves the daemon is there, not who it is (Probe
+// does). Errors wrap ErrNoAdvertisement or ErrUnreachable.
+func (c *Client) Reach(ctx context.Context) error {
+	adv := c.Advertisement()
+	if adv == nil {
+		return ErrNoAdvertisement
+	}
+	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	conn, err := c.opts.Link.Dial(ctx, adv.CID, adv.Port)
+	if err != nil {
+		return fmt.Errorf("%w: dialing cid %d port %d: %w", ErrUnreachable, adv.CID, adv.Port, err)
+	}
+	conn.Close()
 	return nil
 }
 

@@ -153,6 +153,7 @@ type Service struct {
 	mu       sync.Mutex
 	monitors map[string]*monitor      // by instance UUID
 	ops      map[string]*instanceLock // by instance UUID, while in use
+	batchers map[sdk.RingBatchReader]*ringBatcher
 	closed   bool
 }
 
@@ -235,7 +236,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.StateBudget == nil {
 		cfg.StateBudget = statebudget.New(0, 0)
 	}
-	return &Service{cfg: cfg, budget: cfg.StateBudget, monitors: map[string]*monitor{}, ops: map[string]*instanceLock{}}, nil
+	return &Service{cfg: cfg, budget: cfg.StateBudget, monitors: map[string]*monitor{}, ops: map[string]*instanceLock{},
+		batchers: map[sdk.RingBatchReader]*ringBatcher{}}, nil
 }
 
 // Advertisement returns what the daemon advertises to the agent of inst:

@@ -186,7 +186,12 @@ func (m *monitor) readRingData() []byte {
 		cfg.Logger.Debug("agentmon: no runtime for ring read", "instance", m.name, "err", err)
 		return nil
 	}
-	data, err := backend.ReadRing(ctx, handle, RingReadMax)
+	var data []byte
+	if b := m.svc.batcher(backend); b != nil {
+		data, err = b.read(ctx, handle, RingReadMax)
+	} else {
+		data, err = backend.ReadRing(ctx, handle, RingReadMax)
+	}
 	if err != nil {
 		cfg.Logger.Debug("agentmon: reading ring buffer", "instance", m.name, "err", err)
 		return nil

@@ -21,7 +21,9 @@ import (
 // monitor watches one running instance. Its run goroutine owns the ring
 // parser and the tracker; an advertiser goroutine makes the PUT /1.0 calls
 // (at most one per AdvertiseInterval) and a pusher goroutine delivers guest
-// events in order, so a slow agent never delays ring reads.
+// events in order, so a slow agent never delays ring reads. The advertiser
+// and the pusher run only while they have work: a daemon of 10,000 idle
+// guests keeps one goroutine per guest, not three.
 type monitor struct {
 	svc     *Service
 	uuid    string
@@ -31,12 +33,19 @@ type monitor struct {
 
 	kick      chan struct{} // read the ring now
 	reset     chan struct{} // the guest rebooted
-	advReq    chan struct{} // advertise (coalesced)
 	advResult chan advResult
-	events    chan []byte
 	stop      chan struct{}
 	stopOnce  sync.Once
 	wg        sync.WaitGroup
+
+	// bgMu guards the on-demand goroutines' work and their starts.
+	bgMu       sync.Mutex
+	stopped    bool      // halt was called: start nothing more
+	advQueued  bool      // an advertisement is asked for (coalesced)
+	advRunning bool      // the advertiser goroutine runs
+	advLast    time.Time // when the last PUT /1.0 began
+	evQueue    [][]byte  // guest events waiting, at most eventQueue
+	evRunning  bool      // the pusher goroutine runs
 
 	// gen counts advertisement changes; a PUT result counts only for the
 	// generation it was made for.
@@ -77,9 +86,7 @@ func newMonitor(s *Service, inst *instance.Instance, certs *pki.InstanceCerts) *
 		client:    newAgentClient(s.cfg.Links, inst.UUID, certs, s.cfg.Now),
 		kick:      make(chan struct{}, 1),
 		reset:     make(chan struct{}, 1),
-		advReq:    make(chan struct{}, 1),
 		advResult: make(chan advResult, 1),
-		events:    make(chan []byte, eventQueue),
 		stop:      make(chan struct{}),
 		devices:   guestview.Devices(inst),
 		ring:      newRingBudget(&s.cfg),
@@ -87,15 +94,17 @@ func newMonitor(s *Service, inst *instance.Instance, certs *pki.InstanceCerts) *
 }
 
 func (m *monitor) start() {
-	m.wg.Add(3)
+	m.wg.Add(1)
 	go m.run()
-	go m.advertiser()
-	go m.pusher()
 }
 
 // halt asks the goroutines to end without waiting for them.
 func (m *monitor) halt() {
 	m.stopOnce.Do(func() {
+		m.bgMu.Lock()
+		m.stopped = true
+		m.evQueue = nil
+		m.bgMu.Unlock()
 		close(m.stop)
 		m.client.close()
 	})
@@ -120,11 +129,17 @@ func (m *monitor) requestAdvert(changed bool) {
 	if changed {
 		m.gen.Add(1)
 	}
+	m.bgMu.Lock()
+	defer m.bgMu.Unlock()
+	if m.stopped || m.advQueued {
+		return // coalesced with the request already queued
+	}
+	m.advQueued = true
 	m.advPending.Add(1)
-	select {
-	case m.advReq <- struct{}{}:
-	default:
-		m.advPending.Add(-1) // coalesced with the request already queued
+	if !m.advRunning {
+		m.advRunning = true
+		m.wg.Add(1)
+		go m.advertiser()
 	}
 }
 
@@ -219,27 +234,39 @@ func (m *monitor) report(st instance.AgentState, heartbeat time.Time) {
 	}
 }
 
-// advertiser makes the PUT /1.0 calls, never two within AdvertiseInterval.
+// advertiser makes the PUT /1.0 calls, never two within AdvertiseInterval,
+// and ends when none is asked for.
 func (m *monitor) advertiser() {
 	defer m.wg.Done()
 	cfg := &m.svc.cfg
-	var last time.Time
+	done := func() {
+		m.bgMu.Lock()
+		m.advRunning = false
+		m.bgMu.Unlock()
+	}
 	for {
-		select {
-		case <-m.stop:
+		m.bgMu.Lock()
+		if m.stopped || !m.advQueued {
+			m.advRunning = false
+			m.bgMu.Unlock()
 			return
-		case <-m.advReq:
 		}
+		m.advQueued = false
+		last := m.advLast
+		m.bgMu.Unlock()
 		if wait := cfg.AdvertiseInterval - time.Since(last); !last.IsZero() && wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-m.stop:
 				t.Stop()
+				done()
 				return
 			case <-t.C:
 			}
 		}
-		last = time.Now()
+		m.bgMu.Lock()
+		m.advLast = time.Now()
+		m.bgMu.Unlock()
 		gen := m.gen.Load()
 		err := m.advertise()
 		if err != nil {
@@ -249,6 +276,7 @@ func (m *monitor) advertiser() {
 		select {
 		case m.advResult <- advResult{gen: gen, err: err}:
 		case <-m.stop:
+			done()
 			return
 		}
 	}
@@ -274,30 +302,46 @@ func (m *monitor) queueEvent(typ, timestamp string, meta any) bool {
 		m.svc.cfg.Logger.Error("agentmon: encoding guest event", "instance", m.name, "err", err)
 		return true
 	}
-	select {
-	case m.events <- body:
-		return true
-	default:
+	m.bgMu.Lock()
+	defer m.bgMu.Unlock()
+	if m.stopped {
+		return true // the guest stopped: nobody to tell
+	}
+	if len(m.evQueue) >= eventQueue {
 		return false
 	}
+	m.evQueue = append(m.evQueue, body)
+	if !m.evRunning {
+		m.evRunning = true
+		m.wg.Add(1)
+		go m.pusher()
+	}
+	return true
 }
 
-// pusher delivers queued events to the agent in order; an event the agent
-// cannot take is logged and dropped (as LXD does).
+// pusher delivers queued events to the agent in order, and ends when the
+// queue is empty; an event the agent cannot take is logged and dropped (as
+// LXD does).
 func (m *monitor) pusher() {
 	defer m.wg.Done()
 	cfg := &m.svc.cfg
 	for {
-		select {
-		case <-m.stop:
+		m.bgMu.Lock()
+		if m.stopped || len(m.evQueue) == 0 {
+			m.evRunning = false
+			m.evQueue = nil
+			m.bgMu.Unlock()
 			return
-		case body := <-m.events:
-			ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
-			err := m.client.do(ctx, http.MethodPost, "/1.0/events", body)
-			cancel()
-			if err != nil {
-				cfg.Logger.Warn("agentmon: pushing event to agent", "instance", m.name, "err", err)
-			}
+		}
+		body := m.evQueue[0]
+		m.evQueue[0] = nil
+		m.evQueue = m.evQueue[1:]
+		m.bgMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
+		err := m.client.do(ctx, http.MethodPost, "/1.0/events", body)
+		cancel()
+		if err != nil {
+			cfg.Logger.Warn("agentmon: pushing event to agent", "instance", m.name, "err", err)
 		}
 	}
 }

@@ -158,6 +158,9 @@ func (m *Manager) SetAgentState(ctx context.Context, uuid string, st AgentState,
 	if err != nil {
 		return fmt.Errorf("setting agent state: %w", err)
 	}
+	if m.heartbeatOnly(e, st, heartbeat) {
+		return nil
+	}
 	var name string
 	_, err = m.mutate(ctx, e, func(c *change) error {
 		name = c.rec.Name
@@ -188,6 +191,31 @@ func (m *Manager) SetAgentState(ctx context.Context, uuid string, st AgentState,
 		return fmt.Errorf("setting agent state of instance %q: %w", name, err)
 	}
 	return nil
+}
+
+// heartbeatOnly records a heartbeat that does not change the agent state
+// (every 5 s of every running guest's life) without a whole change: no
+// copy of the instance, no conditions, no view, nothing persisted or
+// published; it reports false when the call is more than that (a new
+// state, a refusal) and must go through mutate.
+func (m *Manager) heartbeatOnly(e *entry, st AgentState, heartbeat time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.rt.deleted || e.rt.agent.State != st {
+		return false
+	}
+	if st != AgentNone && e.rec.PowerState != status.PowerRunning && e.rt.op == status.OpNone {
+		return false // refused by mutate
+	}
+	if !heartbeat.IsZero() {
+		hb := heartbeat.UTC()
+		rt := e.rt // replaced, never changed in place
+		rt.agent.LastHeartbeat = &hb
+		e.rt = rt
+	}
+	return true
 }
 
 // HandleBackendEvent handles an event of a backend's guest; wire it as

@@ -55,6 +55,16 @@ type Config struct {
 	// Observer is told of every link connection accepted or refused
 	// (core/metrics counts them); nil observes nothing.
 	Observer ConnObserver
+	// MaxDescriptors bounds the descriptors the Host holds for hybrid
+	// links at once: each running instance's listener and each connection
+	// accepted on one. Past it a connection stays in its listener's
+	// backlog (held by the kernel, the guest's connect succeeded) until a
+	// descriptor is released, instead of the daemon running out of
+	// descriptors with thousands of guests connecting at once. Listeners
+	// always count: a running guest's link is served even over the bound
+	// (logged). Zero or less is no bound; the daemon derives it from its
+	// open-file limit.
+	MaxDescriptors int
 }
 
 // Host is the host side of all guest links. It is a net.Listener: Accept
@@ -74,13 +84,22 @@ type Host struct {
 	mu       sync.Mutex             // guards attached and byCID
 	attached map[string]*attachment // by instance UUID
 	byCID    map[uint32]string      // vsock guest CID -> instance UUID
+
+	fds  *fdBudget   // hybrid listeners and their connections
+	gate *acceptGate // accepts on the hybrid links; made by the first (startGate)
+
+	closeGate  sync.Once
+	gateFailed bool // no epoll: hybrid links accept from goroutines
 }
 
 // attachment is one running instance's link.
 type attachment struct {
 	uuid    string
 	ep      sdk.LinkEndpoint
-	ln      net.Listener  // hybrid: the instance's socket
+	ln      net.Listener // hybrid: the instance's socket
+	lnFD    bool         // ln counts in Host.fds
+	gated   bool         // ln is watched by Host.gate as gateFD
+	gateFD  int32
 	path    string        // hybrid: the socket path
 	session SerialSession // serial
 	done    chan struct{}
@@ -132,6 +151,7 @@ func New(cfg Config) (*Host, error) {
 		done:     make(chan struct{}),
 		attached: map[string]*attachment{},
 		byCID:    map[uint32]string{},
+		fds:      newFDBudget(cfg.MaxDescriptors),
 	}
 	if !cfg.DisableVsock && deviceExists(cfg.VsockDevice) {
 		port, ln, err := listenRandom(cfg.ListenVsock, randomPort)
@@ -199,6 +219,9 @@ func (h *Host) Close() error {
 		}
 	})
 	h.wg.Wait()
+	if h.gate != nil {
+		h.closeGate.Do(h.gate.close)
+	}
 	return nil
 }
 
@@ -247,7 +270,7 @@ func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if cur := h.byCID[ep.CID]; ep.Kind == sdk.LinkVsock && cur != "" && cur != uuid {
-		a.close()
+		a.close(h)
 		return fmt.Errorf("attaching vsock link of instance %s: CID %d belongs to instance %s: %w", uuid, ep.CID, cur, errdefs.ErrConflict)
 	}
 	if ep.Kind == sdk.LinkVsock {
@@ -274,14 +297,20 @@ func (h *Host) detach(uuid string) {
 	}
 	h.mu.Unlock()
 	if a != nil {
-		a.close()
+		a.close(h)
 	}
 }
 
-func (a *attachment) close() {
+func (a *attachment) close(h *Host) {
 	close(a.done)
+	if a.gated {
+		h.gate.unregister(a.gateFD)
+	}
 	if a.ln != nil {
 		a.ln.Close() // a Unix listener removes its socket file
+		if a.lnFD {
+			h.fds.release()
+		}
 	}
 	if a.session != nil {
 		a.session.Close()
@@ -315,7 +344,20 @@ func (h *Host) DialAgent(ctx context.Context, uuid string) (net.Conn, error) {
 	)
 	switch a.ep.Kind {
 	case sdk.LinkHybrid:
-		c, err = hybrid.Dial(ctx, a.ep.Path, AgentPort)
+		// A dial takes a descriptor of the budget as an accepted
+		// connection does (a restarted daemon advertises to every guest
+		// at once).
+		if !h.fds.acquire(ctx.Done(), a.done) {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("dialing agent of instance %s: waiting for a link descriptor: %w", uuid, ctx.Err())
+			}
+			return nil, fmt.Errorf("dialing agent of instance %s: link detached: %w", uuid, errdefs.ErrUnavailable)
+		}
+		if c, err = hybrid.Dial(ctx, a.ep.Path, AgentPort); err != nil {
+			h.fds.release()
+		} else {
+			c = &budgetConn{Conn: c, release: h.fds.release}
+		}
 	case sdk.LinkVsock:
 		c, err = h.cfg.DialVsock(ctx, a.ep.CID, AgentPort)
 	case sdk.LinkSerial:
@@ -328,3 +370,29 @@ func (h *Host) DialAgent(ctx context.Context, uuid string) (net.Conn, error) {
 }
 
 var _ net.Listener = (*Host)(nil)
+
+// startGate makes the accept gate on the first hybrid link (a host without
+// one runs no gate goroutine). Called with opMu held. Without epoll each
+// hybrid link accepts from a goroutine of its own, with no descriptor
+// bound.
+func (h *Host) startGate() error {
+	if h.gate != nil || h.gateFailed {
+		return nil
+	}
+	gate, err := newAcceptGate(h.fds, h.done, h.cfg.Logger.Error, h.acceptReady)
+	if err != nil {
+		if h.fds.bounded() {
+			return err
+		}
+		h.gateFailed = true
+		h.cfg.Logger.Warn("linkhost: no accept gate, a goroutine per hybrid link", "err", err)
+		return nil
+	}
+	h.gate = gate
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		gate.run()
+	}()
+	return nil
+}

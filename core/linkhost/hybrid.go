@@ -5,6 +5,10 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/hybrid"
@@ -23,10 +27,97 @@ func (h *Host) attachHybrid(a *attachment) error {
 	if err != nil {
 		return fmt.Errorf("attaching hybrid link of instance %s: %w", a.uuid, err)
 	}
-	a.ln = ln
+	a.ln, a.lnFD = ln, true
+	if h.fds.take() {
+		h.cfg.Logger.Warn("linkhost: hybrid links hold more descriptors than MaxDescriptors; serving this one anyway", "instance", a.uuid, "max", h.cfg.MaxDescriptors)
+	}
+	id := Identity{InstanceUUID: a.uuid, Link: sdk.LinkHybrid}
+	if err := h.startGate(); err != nil {
+		a.close(h)
+		return fmt.Errorf("attaching hybrid link of instance %s: %w", a.uuid, err)
+	}
+	if h.gate != nil {
+		g := &gatedListener{a: a, ln: ln, id: id, bo: acceptBackoff()}
+		fd, err := h.gate.register(g)
+		if err != nil {
+			a.close(h)
+			return fmt.Errorf("attaching hybrid link of instance %s: %w", a.uuid, err)
+		}
+		a.gateFD, a.gated = fd, true
+		return nil
+	}
 	h.wg.Add(1)
-	go h.acceptFrom(a, ln.Accept, Identity{InstanceUUID: a.uuid, Link: sdk.LinkHybrid})
+	go h.acceptFrom(a, ln.Accept, id)
 	return nil
+}
+
+// gatedListener is a hybrid listener the gate accepts on: no goroutine
+// waits on it (a daemon of 10,000 guests would park 10,000).
+type gatedListener struct {
+	a  *attachment
+	ln net.Listener
+	fd int32
+	id Identity
+	bo *backoff.ExponentialBackOff // owned by the gate's goroutine
+}
+
+// gateAcceptWait bounds an accept the gate makes on a listener it was told
+// has a connection queued (the connection may have gone meanwhile).
+const gateAcceptWait = 20 * time.Millisecond
+
+// acceptReady accepts one connection of g, whose descriptor of the budget
+// the gate took, and hands it on from a goroutine of its own. After a
+// temporary error (EMFILE and the like) it watches g again after a backoff;
+// after any other the link is marked failed, so the next Attach re-creates
+// it, as acceptFrom does.
+func (h *Host) acceptReady(g *gatedListener) {
+	dl, _ := g.ln.(interface{ SetDeadline(time.Time) error })
+	if dl != nil {
+		_ = dl.SetDeadline(time.Now().Add(gateAcceptWait))
+	}
+	c, err := g.ln.Accept()
+	if dl != nil {
+		_ = dl.SetDeadline(time.Time{})
+	}
+	if err != nil {
+		h.fds.release()
+		select {
+		case <-g.a.done:
+			return
+		case <-h.done:
+			return
+		default:
+		}
+		if temporary(err) {
+			delay := g.bo.NextBackOff()
+			h.cfg.Logger.Debug("linkhost: temporary accept error, retrying", "instance", g.id.InstanceUUID, "link", g.id.Link, "err", err, "in", delay)
+			time.AfterFunc(delay, func() { h.gate.rearm(g.fd) })
+			return
+		}
+		h.cfg.Logger.Warn("linkhost: link stopped accepting", "instance", g.id.InstanceUUID, "link", g.id.Link, "err", err)
+		close(g.a.failed)
+		return
+	}
+	g.bo.Reset()
+	h.gate.rearm(g.fd)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		h.admit(g.a, &budgetConn{Conn: c, release: h.fds.release}, g.id)
+	}()
+}
+
+// budgetConn gives its descriptor back to the budget when closed.
+type budgetConn struct {
+	net.Conn
+	release func()
+	once    sync.Once
+}
+
+func (c *budgetConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 // listenUnix listens on path with mode 0600, replacing a stale socket file

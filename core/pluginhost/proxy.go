@@ -170,6 +170,27 @@ func (p *proxy) ReadRing(ctx context.Context, h sdk.Handle, limit int) (data []b
 	return data, err
 }
 
+// ReadRings reads a batch of rings in one call to the plugin
+// (sdk.RingBatchReader; a plugin without it is read one ring per call).
+// Each read's error names the backend.
+func (p *proxy) ReadRings(ctx context.Context, reads []sdk.RingRead) (res []sdk.RingData, err error) {
+	err = p.call(ctx, "reading ring buffers", short, 0, func(ctx context.Context, b sdk.Backend) error {
+		res = sdk.ReadRings(ctx, b, reads)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range res {
+		if res[i].Err != nil {
+			res[i].Err = fmt.Errorf("backend %q: %w", p.m.name, res[i].Err)
+		}
+	}
+	return res, nil
+}
+
+var _ sdk.RingBatchReader = (*proxy)(nil)
+
 // UpdateDevices asks the plugin to hot-plug devices of a running guest
 // (sdk.DeviceHotplugger); a plugin without the capability answers
 // sdk.ErrNotSupported.

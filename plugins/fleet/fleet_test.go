@@ -52,7 +52,9 @@ func testDataDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		stopHost(t, filepath.Join(dir, "fleet"))
+		for k := fleethost.MaxHosts - 1; k >= 0; k-- {
+			stopHost(t, fleethost.ShardDir(filepath.Join(dir, "fleet"), k))
+		}
 		os.RemoveAll(dir)
 	})
 	return dir
@@ -147,4 +149,69 @@ func hostPID(t *testing.T, dir string) int {
 		t.Fatal(err)
 	}
 	return pid
+}
+
+// TestShards: with one guest per host, three guests run in three host
+// processes (each with its own data dir); every call reaches the guest's
+// own host and the proxy's event stream merges all of them.
+func TestShards(t *testing.T) {
+	dir := filepath.Join(testDataDir(t), "fleet")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := fleethost.NewProxy(dir, pluginPath())
+	p.PerHost = 1
+	defer p.Close()
+	evs, err := p.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuids := []string{
+		"8d0f7f1e-8a3b-4d6c-9a56-0f1d2e3c4b50",
+		"8d0f7f1e-8a3b-4d6c-9a56-0f1d2e3c4b51",
+		"8d0f7f1e-8a3b-4d6c-9a56-0f1d2e3c4b52",
+	}
+	var handles []sdk.Handle
+	pids := map[int]bool{}
+	for i, uuid := range uuids {
+		spec := &sdk.GuestSpec{Name: "s" + strconv.Itoa(i), UUID: uuid,
+			Config: map[string]string{fleetbackend.KeyCrashAfter: "300ms", fleetbackend.KeyJitter: "0"}}
+		h, err := p.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(string(h), "{") || !strings.Contains(string(h), fleethost.ShardDir(dir, i)+"/guests/") {
+			t.Fatalf("guest %d: handle %s is not in shard %s", i, h, fleethost.ShardDir(dir, i))
+		}
+		pids[hostPID(t, fleethost.ShardDir(dir, i))] = true
+		if h, _, err = p.Start(ctx, h, spec); err != nil {
+			t.Fatal(err)
+		}
+		handles = append(handles, h)
+	}
+	if len(pids) != len(uuids) {
+		t.Fatalf("%d guests ran in %d host processes, want one each", len(uuids), len(pids))
+	}
+	exited := map[string]bool{}
+	for len(exited) < len(uuids) {
+		select {
+		case ev, ok := <-evs:
+			if !ok {
+				t.Fatal("event stream ended")
+			}
+			if ev.Kind == sdk.EventExited {
+				exited[ev.UUID] = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("exit events of %d of %d guests", len(exited), len(uuids))
+		}
+	}
+	for _, h := range handles {
+		st, err := p.State(ctx, h)
+		if err != nil || st.Status == sdk.StatusRunning {
+			t.Fatalf("state of a crashed guest: %+v, %v", st, err)
+		}
+		if err := p.Delete(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -12,7 +12,8 @@ import (
 // grpcClient is the daemon-side shim: a Backend that calls a plugin over
 // gRPC. Errors come back with their kinds restored (see fromStatus).
 type grpcClient struct {
-	c backendv1.BackendClient
+	c       backendv1.BackendClient
+	noBatch noBatch // the plugin has no ReadRings
 }
 
 var (

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,5 +95,48 @@ func TestSpecImageCrossesTheBoundary(t *testing.T) {
 		case tc.img != nil && (spec.Image == nil || *spec.Image != *tc.img):
 			t.Errorf("%s: image = %+v, want %+v", tc.name, spec.Image, tc.img)
 		}
+	}
+}
+
+// TestReadRingsBatch: a batch crosses the plugin boundary in one call and
+// each read keeps its own outcome, error kinds included.
+func TestReadRingsBatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var calls atomic.Int64
+	mock := &sdktest.Backend{
+		ReadRingFunc: func(_ context.Context, h sdk.Handle, max int) ([]byte, error) {
+			calls.Add(1)
+			if string(h) == "gone" {
+				return nil, fmt.Errorf("guest gone: %w", sdk.ErrNotFound)
+			}
+			return []byte(string(h) + "-CONNECTED\n")[:min(max, len(h)+11)], nil
+		},
+	}
+	be := sdktest.Serve(t, mock)
+	br, ok := be.(sdk.RingBatchReader)
+	if !ok {
+		t.Fatal("the gRPC client does not read batches")
+	}
+	reads := []sdk.RingRead{{Handle: sdk.Handle("a"), Max: 64}, {Handle: sdk.Handle("gone"), Max: 64}, {Handle: sdk.Handle("b"), Max: 3}}
+	res, err := br.ReadRings(ctx, reads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 3 || string(res[0].Data) != "a-CONNECTED\n" || res[0].Err != nil ||
+		!errors.Is(res[1].Err, sdk.ErrNotFound) || !strings.Contains(res[1].Err.Error(), "guest gone") ||
+		string(res[2].Data) != "b-C" {
+		t.Fatalf("ReadRings = %+v", res)
+	}
+	if calls.Load() != 3 {
+		t.Fatalf("the plugin read %d rings, want 3", calls.Load())
+	}
+	// The helper gives the same answers for a backend without batches.
+	res = sdk.ReadRings(ctx, mock, reads)
+	if string(res[0].Data) != "a-CONNECTED\n" || !errors.Is(res[1].Err, sdk.ErrNotFound) {
+		t.Fatalf("sdk.ReadRings without batches = %+v", res)
+	}
+	if _, err := br.ReadRings(ctx, make([]sdk.RingRead, sdk.MaxRingReads+1)); !errors.Is(err, sdk.ErrInvalid) {
+		t.Fatalf("an oversized batch: %v, want sdk.ErrInvalid", err)
 	}
 }

@@ -32,6 +32,7 @@ const (
 	Backend_State_FullMethodName           = "/guestlink.backend.v1.Backend/State"
 	Backend_Events_FullMethodName          = "/guestlink.backend.v1.Backend/Events"
 	Backend_ReadRing_FullMethodName        = "/guestlink.backend.v1.Backend/ReadRing"
+	Backend_ReadRings_FullMethodName       = "/guestlink.backend.v1.Backend/ReadRings"
 	Backend_LinkEndpoint_FullMethodName    = "/guestlink.backend.v1.Backend/LinkEndpoint"
 	Backend_Recover_FullMethodName         = "/guestlink.backend.v1.Backend/Recover"
 	Backend_SnapshotCreate_FullMethodName  = "/guestlink.backend.v1.Backend/SnapshotCreate"
@@ -70,6 +71,11 @@ type BackendClient interface {
 	// ReadRing reads and consumes up to max bytes of the guest's agent ring
 	// buffer (QEMU ringbuf-read semantics: an empty ring returns no bytes).
 	ReadRing(ctx context.Context, in *ReadRingRequest, opts ...grpc.CallOption) (*ReadRingResponse, error)
+	// ReadRings is ReadRing for many guests in one call (a daemon with
+	// thousands of guests reads their rings in batches); each read has its
+	// own outcome. A plugin built before it answers Unimplemented and the
+	// daemon falls back to ReadRing.
+	ReadRings(ctx context.Context, in *ReadRingsRequest, opts ...grpc.CallOption) (*ReadRingsResponse, error)
 	// LinkEndpoint tells the daemon how to reach the guest's agent and where to
 	// listen for the agent's connections.
 	LinkEndpoint(ctx context.Context, in *LinkEndpointRequest, opts ...grpc.CallOption) (*LinkEndpointResponse, error)
@@ -202,6 +208,16 @@ func (c *backendClient) ReadRing(ctx context.Context, in *ReadRingRequest, opts 
 	return out, nil
 }
 
+func (c *backendClient) ReadRings(ctx context.Context, in *ReadRingsRequest, opts ...grpc.CallOption) (*ReadRingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadRingsResponse)
+	err := c.cc.Invoke(ctx, Backend_ReadRings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *backendClient) LinkEndpoint(ctx context.Context, in *LinkEndpointRequest, opts ...grpc.CallOption) (*LinkEndpointResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LinkEndpointResponse)
@@ -310,6 +326,11 @@ type BackendServer interface {
 	// ReadRing reads and consumes up to max bytes of the guest's agent ring
 	// buffer (QEMU ringbuf-read semantics: an empty ring returns no bytes).
 	ReadRing(context.Context, *ReadRingRequest) (*ReadRingResponse, error)
+	// ReadRings is ReadRing for many guests in one call (a daemon with
+	// thousands of guests reads their rings in batches); each read has its
+	// own outcome. A plugin built before it answers Unimplemented and the
+	// daemon falls back to ReadRing.
+	ReadRings(context.Context, *ReadRingsRequest) (*ReadRingsResponse, error)
 	// LinkEndpoint tells the daemon how to reach the guest's agent and where to
 	// listen for the agent's connections.
 	LinkEndpoint(context.Context, *LinkEndpointRequest) (*LinkEndpointResponse, error)
@@ -376,6 +397,9 @@ func (UnimplementedBackendServer) Events(*EventsRequest, grpc.ServerStreamingSer
 }
 func (UnimplementedBackendServer) ReadRing(context.Context, *ReadRingRequest) (*ReadRingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadRing not implemented")
+}
+func (UnimplementedBackendServer) ReadRings(context.Context, *ReadRingsRequest) (*ReadRingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadRings not implemented")
 }
 func (UnimplementedBackendServer) LinkEndpoint(context.Context, *LinkEndpointRequest) (*LinkEndpointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LinkEndpoint not implemented")
@@ -559,6 +583,24 @@ func _Backend_ReadRing_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Backend_ReadRings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadRingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BackendServer).ReadRings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Backend_ReadRings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BackendServer).ReadRings(ctx, req.(*ReadRingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Backend_LinkEndpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LinkEndpointRequest)
 	if err := dec(in); err != nil {
@@ -737,6 +779,10 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadRing",
 			Handler:    _Backend_ReadRing_Handler,
+		},
+		{
+			MethodName: "ReadRings",
+			Handler:    _Backend_ReadRings_Handler,
 		},
 		{
 			MethodName: "LinkEndpoint",

@@ -1,0 +1,183 @@
+package linkhost
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// fdBudget bounds the descriptors a Host holds for hybrid links: each
+// instance's listener and each link connection accepted on one. A
+// connection waits in its listener's backlog (the kernel holds it, not the
+// daemon) until a descriptor is free, so a burst of guests connecting at
+// once never runs the daemon out of descriptors. A zero limit is no bound.
+type fdBudget struct {
+	mu    sync.Mutex
+	limit int
+	used  int
+	freed chan struct{} // closed and replaced whenever one is released
+}
+
+func newFDBudget(limit int) *fdBudget {
+	return &fdBudget{limit: max(limit, 0), freed: make(chan struct{})}
+}
+
+func (b *fdBudget) bounded() bool { return b.limit > 0 }
+
+// take counts a descriptor whatever the limit (a listener: a running
+// guest's link is always served). It reports whether the budget was
+// already spent.
+func (b *fdBudget) take() (over bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used++
+	return b.bounded() && b.used > b.limit
+}
+
+// acquire waits for a free descriptor and takes it; it reports false when
+// one of stop was closed first.
+func (b *fdBudget) acquire(stop ...<-chan struct{}) bool {
+	for {
+		b.mu.Lock()
+		if !b.bounded() || b.used < b.limit {
+			b.used++
+			b.mu.Unlock()
+			return true
+		}
+		freed := b.freed
+		b.mu.Unlock()
+		if len(stop) != 2 {
+			panic("fdBudget.acquire: two stop channels")
+		}
+		select {
+		case <-freed:
+		case <-stop[0]:
+			return false
+		case <-stop[1]:
+			return false
+		}
+	}
+}
+
+// release gives a descriptor back.
+func (b *fdBudget) release() {
+	b.mu.Lock()
+	b.used--
+	close(b.freed)
+	b.freed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// inUse returns how many descriptors are counted.
+func (b *fdBudget) inUse() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// acceptGate accepts on every hybrid listener from one goroutine, only
+// when a descriptor of the budget is free. One epoll instance watches the
+// listeners (one-shot): when one has a connection queued, the gate takes a
+// descriptor for it (waiting while none is free, so that every queued
+// connection stays in the kernel's backlog), accepts once and watches the
+// listener again. The listeners stay in the runtime's poller too (Accept
+// is Go's); no goroutine per listener waits in Accept.
+type acceptGate struct {
+	fds    *fdBudget
+	epfd   int
+	done   chan struct{}
+	log    func(msg string, args ...any)
+	accept func(*gatedListener)
+
+	mu      sync.Mutex
+	entries map[int32]*gatedListener // by listener descriptor
+}
+
+func newAcceptGate(fds *fdBudget, done chan struct{}, log func(string, ...any), accept func(*gatedListener)) (*acceptGate, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("creating the link accept gate: %w", err)
+	}
+	return &acceptGate{fds: fds, epfd: epfd, done: done, log: log, accept: accept, entries: map[int32]*gatedListener{}}, nil
+}
+
+// register watches g's listener and returns its descriptor.
+func (g *acceptGate) register(gl *gatedListener) (int32, error) {
+	sc, ok := gl.ln.(syscall.Conn)
+	if !ok {
+		return 0, errors.New("link listener has no descriptor")
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("link listener descriptor: %w", err)
+	}
+	fd := int32(-1)
+	if err := rc.Control(func(f uintptr) { fd = int32(f) }); err != nil {
+		return 0, fmt.Errorf("link listener descriptor: %w", err)
+	}
+	gl.fd = fd
+	g.mu.Lock()
+	g.entries[fd] = gl
+	g.mu.Unlock()
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: fd}
+	if err := unix.EpollCtl(g.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev); err != nil {
+		g.unregister(fd)
+		return 0, fmt.Errorf("watching link listener: %w", err)
+	}
+	return fd, nil
+}
+
+// rearm watches fd again after an accept.
+func (g *acceptGate) rearm(fd int32) {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: fd}
+	_ = unix.EpollCtl(g.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev) // gone once detached
+}
+
+// unregister stops watching fd; call it before closing the listener (its
+// number may be reused).
+func (g *acceptGate) unregister(fd int32) {
+	_ = unix.EpollCtl(g.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+	g.mu.Lock()
+	delete(g.entries, fd)
+	g.mu.Unlock()
+}
+
+// close frees the epoll instance once run returned and every listener was
+// unregistered.
+func (g *acceptGate) close() { unix.Close(g.epfd) }
+
+// run accepts until done is closed (it looks every 200 ms).
+func (g *acceptGate) run() {
+	events := make([]unix.EpollEvent, 256)
+	never := make(chan struct{})
+	for {
+		select {
+		case <-g.done:
+			return
+		default:
+		}
+		n, err := unix.EpollWait(g.epfd, events, 200)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			g.log("linkhost: link accept gate failed; hybrid links no longer accept", "err", err)
+			return
+		}
+		for _, ev := range events[:n] {
+			g.mu.Lock()
+			gl := g.entries[ev.Fd]
+			g.mu.Unlock()
+			if gl == nil {
+				continue
+			}
+			if !g.fds.acquire(g.done, never) {
+				return
+			}
+			g.accept(gl)
+		}
+	}
+}

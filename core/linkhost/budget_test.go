@@ -1,0 +1,75 @@
+package linkhost
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/guestlink/guestlink/link/hybrid"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// TestDescriptorBudget: with MaxDescriptors 3 and one instance attached (its
+// listener takes one), two connections are accepted; a third connects (the
+// kernel queues it) but is accepted only once one of the two is closed; a
+// detach gives every descriptor back.
+func TestDescriptorBudget(t *testing.T) {
+	h := newHost(t, Config{MaxDescriptors: 3})
+	dir := t.TempDir()
+	ep := &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(dir, "a", "link.sock")}
+	if err := os.MkdirAll(filepath.Dir(ep.Path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Attach("uuid-a", ep); err != nil {
+		t.Fatal(err)
+	}
+	path := hybrid.HostPath(ep.Path, h.Port())
+	var guest []net.Conn
+	defer func() {
+		for _, c := range guest {
+			c.Close()
+		}
+	}()
+	for range 3 {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatalf("connect: %v", err)
+		}
+		guest = append(guest, c)
+	}
+	first, second := acceptOne(t, h), acceptOne(t, h)
+	if got := h.fds.inUse(); got != 3 {
+		t.Fatalf("descriptors in use: %d, want 3 (a listener, two connections)", got)
+	}
+	// The third is queued in the kernel, not accepted: the accept loop
+	// waits for a descriptor.
+	first.Close()
+	third := acceptOne(t, h)
+	if got := h.fds.inUse(); got != 3 {
+		t.Fatalf("descriptors in use after a close and an accept: %d, want 3", got)
+	}
+	second.Close()
+	third.Close()
+	h.Detach("uuid-a")
+	if got := h.fds.inUse(); got != 0 {
+		t.Fatalf("descriptors in use after detach: %d, want 0", got)
+	}
+}
+
+// TestDescriptorBudgetUnbounded: the zero value bounds nothing but counts.
+func TestDescriptorBudgetUnbounded(t *testing.T) {
+	b := newFDBudget(0)
+	if b.bounded() || b.take() {
+		t.Fatal("a zero budget is bounded")
+	}
+	stop := make(chan struct{})
+	if !b.acquire(stop, stop) {
+		t.Fatal("acquire on an unbounded budget failed")
+	}
+	b.release()
+	b.release()
+	if b.inUse() != 0 {
+		t.Fatalf("in use %d, want 0", b.inUse())
+	}
+}

@@ -1,0 +1,142 @@
+package sdk
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	backendv1 "github.com/guestlink/guestlink/plugins/sdk/proto/backend/v1"
+)
+
+// MaxRingReads is the most reads one ReadRings call carries; a larger batch
+// is ErrInvalid.
+const MaxRingReads = 1024
+
+// RingRead is one guest's read in a ReadRings batch: up to Max bytes of the
+// ring of the guest of Handle, as ReadRing reads them.
+type RingRead struct {
+	Handle Handle
+	Max    int
+}
+
+// RingData is the outcome of one RingRead: the bytes read, or the error
+// ReadRing would have returned.
+type RingData struct {
+	Data []byte
+	Err  error
+}
+
+// RingBatchReader is the optional interface of a Backend that reads many
+// guests' rings in one call. A daemon with thousands of guests reads their
+// heartbeats in batches through it: one call to the plugin per batch
+// instead of one per guest. Use ReadRings to call it on any Backend.
+type RingBatchReader interface {
+	// ReadRings returns one RingData per read, in order. An error of the
+	// whole call (the plugin is gone) is returned as such.
+	ReadRings(ctx context.Context, reads []RingRead) ([]RingData, error)
+}
+
+// ReadRings reads a batch with b's ReadRings when b has one, else with one
+// ReadRing per read. It always returns one RingData per read: the error of
+// a failed batch call is every read's.
+func ReadRings(ctx context.Context, b Backend, reads []RingRead) []RingData {
+	if br, ok := b.(RingBatchReader); ok {
+		res, err := br.ReadRings(ctx, reads)
+		if err == nil && len(res) == len(reads) {
+			return res
+		}
+		if err == nil {
+			err = fmt.Errorf("reading ring buffers: %d results for %d reads: %w", len(res), len(reads), ErrUnavailable)
+		}
+		out := make([]RingData, len(reads))
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	out := make([]RingData, len(reads))
+	for i, r := range reads {
+		out[i].Data, out[i].Err = b.ReadRing(ctx, r.Handle, r.Max)
+	}
+	return out
+}
+
+// noBatch is set once a plugin answered ReadRings with Unimplemented: it
+// was built before the call existed.
+type noBatch struct{ atomic.Bool }
+
+// ReadRings implements RingBatchReader over gRPC; against a plugin without
+// the call it reads one ring per call.
+func (g *grpcClient) ReadRings(ctx context.Context, reads []RingRead) ([]RingData, error) {
+	if len(reads) > MaxRingReads {
+		return nil, fmt.Errorf("reading ring buffers: %d reads, at most %d: %w", len(reads), MaxRingReads, ErrInvalid)
+	}
+	if !g.noBatch.Load() {
+		req := &backendv1.ReadRingsRequest{Reads: make([]*backendv1.ReadRingRequest, len(reads))}
+		for i, r := range reads {
+			if r.Max < 0 {
+				return nil, fmt.Errorf("reading ring buffer: negative size %d: %w", r.Max, ErrInvalid)
+			}
+			req.Reads[i] = &backendv1.ReadRingRequest{Handle: r.Handle, Max: uint32(min(r.Max, math.MaxUint32))}
+		}
+		resp, err := g.c.ReadRings(ctx, req)
+		if status.Code(err) == codes.Unimplemented {
+			g.noBatch.Store(true)
+		} else if err != nil {
+			return nil, fromStatus(ctx, err)
+		} else {
+			if len(resp.GetResults()) != len(reads) {
+				return nil, fmt.Errorf("reading ring buffers: the plugin answered %d results for %d reads: %w", len(resp.GetResults()), len(reads), ErrUnavailable)
+			}
+			out := make([]RingData, len(reads))
+			for i, r := range resp.GetResults() {
+				if c := codes.Code(r.GetCode()); c != codes.OK {
+					out[i].Err = fromStatus(ctx, status.Error(c, r.GetMessage()))
+					continue
+				}
+				out[i].Data = r.GetData()
+			}
+			return out, nil
+		}
+	}
+	out := make([]RingData, len(reads))
+	for i, r := range reads {
+		out[i].Data, out[i].Err = g.ReadRing(ctx, r.Handle, r.Max)
+	}
+	return out, nil
+}
+
+var _ RingBatchReader = (*grpcClient)(nil)
+
+// ReadRings serves a batch with the backend's own ReadRings when it has
+// one, else with one ReadRing per read; each read is capped at MaxReadRing
+// bytes.
+func (s *grpcServer) ReadRings(ctx context.Context, req *backendv1.ReadRingsRequest) (*backendv1.ReadRingsResponse, error) {
+	if n := len(req.GetReads()); n > MaxRingReads {
+		return nil, toStatus(fmt.Errorf("reading ring buffers: %d reads, at most %d: %w", n, MaxRingReads, ErrInvalid))
+	}
+	reads := make([]RingRead, len(req.GetReads()))
+	for i, r := range req.GetReads() {
+		reads[i] = RingRead{Handle: Handle(r.GetHandle()), Max: int(min(r.GetMax(), MaxReadRing))}
+	}
+	res := ReadRings(ctx, s.impl, reads)
+	resp := &backendv1.ReadRingsResponse{Results: make([]*backendv1.RingResult, len(res))}
+	for i, r := range res {
+		out := &backendv1.RingResult{}
+		if r.Err != nil {
+			st, _ := status.FromError(toStatus(r.Err))
+			out.Code, out.Message = uint32(st.Code()), st.Message()
+		} else {
+			if len(r.Data) > reads[i].Max {
+				r.Data = r.Data[:reads[i].Max]
+			}
+			out.Data = r.Data
+		}
+		resp.Results[i] = out
+	}
+	return resp, nil
+}
