@@ -10,7 +10,10 @@ import (
 )
 
 // Ring reads of backends that read batches (sdk.RingBatchReader) are
-// gathered: the first read waits ringBatchLinger for others, then one call
+// gathered: a read that finds the batcher idle goes at once (a lone guest's
+// word is read as soon as it is announced: with LXD's 16-byte ring a later
+// read may find STARTED already overwritten by CONNECTED); reads that come
+// while it is busy wait up to ringBatchLinger for others, then one call
 // reads them all, at most ringBatchMax at once. With 10,000 guests
 // heartbeating every 5 s that is a few dozen calls to the plugin per second
 // instead of 2,000.
@@ -79,9 +82,10 @@ func (b *ringBatcher) read(ctx context.Context, h sdk.Handle, max int) ([]byte, 
 	}
 }
 
-// run reads batches while reads are queued, then ends.
+// run reads batches while reads are queued, then ends. Its first batch
+// goes at once; later ones gather for ringBatchLinger.
 func (b *ringBatcher) run() {
-	linger := time.NewTimer(ringBatchLinger)
+	linger := time.NewTimer(0)
 	defer linger.Stop()
 	for {
 		<-linger.C

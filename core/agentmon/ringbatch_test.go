@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/plugins/sdk/sdktest"
@@ -78,4 +80,37 @@ func TestRingBatcher(t *testing.T) {
 		t.Fatalf("%d reads in %d calls, want %d reads in batches of at most %d", be.reads, be.calls, n+1, ringBatchMax)
 	}
 	t.Logf("%d reads in %d calls", be.reads, be.calls)
+}
+
+// TestRingBatcherLoneReadAtOnce: a read that finds the batcher idle is not
+// held back to gather others (a guest's first word must be read before the
+// next one overwrites it in a 16-byte ring); reads that come while a batch
+// is out gather for ringBatchLinger. Time is synctest's: the first read
+// takes no time, the next batch exactly the linger.
+func TestRingBatcherLoneReadAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		svc, err := New(Config{Instances: &fakeInstances{}, Links: deadLinks{}, Certs: testCerts(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := svc.batcher(&batchBackend{})
+		start := time.Now()
+		if data, err := b.read(context.Background(), sdk.Handle("g1"), RingReadMax); err != nil || string(data) != "g1\n" {
+			t.Fatalf("lone read = %q, %v", data, err)
+		}
+		if took := time.Since(start); took != 0 {
+			t.Fatalf("a lone read took %v of fake time, want 0 (no linger)", took)
+		}
+		start = time.Now()
+		if _, err := b.read(context.Background(), sdk.Handle("g2"), RingReadMax); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took != ringBatchLinger {
+			t.Fatalf("a read right after a batch took %v, want the linger %v", took, ringBatchLinger)
+		}
+		// The batcher ends once a linger passes with nothing queued
+		// (fake time: the sleep takes none).
+		time.Sleep(ringBatchLinger)
+		synctest.Wait()
+	})
 }

@@ -95,6 +95,13 @@ func (l *lifecycle) handle(ev events.Event) {
 			l.m.startToAgentStarted.WithLabelValues(b.backend).Observe(since(b.start, ev.Timestamp))
 		}
 	case events.InstanceAgentConnected:
+		if b != nil && !b.agentStarted {
+			// Its STARTED word was overwritten in the ring before the
+			// daemon read it (LXD's ring holds 16 bytes: the latest
+			// word): the agent had started by now.
+			b.agentStarted = true
+			l.m.startToAgentStarted.WithLabelValues(b.backend).Observe(since(b.start, ev.Timestamp))
+		}
 		if b != nil && !b.agentConnected {
 			b.agentConnected = true
 			l.m.startToAgentConnected.WithLabelValues(b.backend).Observe(since(b.start, ev.Timestamp))

@@ -88,7 +88,7 @@ func TestLifecycleTimings(t *testing.T) {
 			},
 		},
 		{
-			name: "a restored Ready is no boot time; a flap and an error count",
+			name: "a restored Ready is no boot time; a flap and an error count; CONNECTED without STARTED times both",
 			steps: []step{
 				{events.InstanceStarted, "web1", time.Second, nil, "unix"},
 				{events.InstanceReady, "web1", time.Second, map[string]any{"restored": true}, "unix"},
@@ -98,6 +98,7 @@ func TestLifecycleTimings(t *testing.T) {
 				{events.InstanceError, "web1", 6 * time.Second, nil, "backend"},
 			},
 			started:        time.Second,
+			agentStarted:   sample{1, 2}, // STARTED overwritten in the ring: started by CONNECTED
 			agentConnected: sample{1, 2},
 			flaps:          1,
 			errs:           1,
