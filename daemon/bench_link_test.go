@@ -39,22 +39,12 @@ func BenchmarkGuestLinkGet(b *testing.B) {
 	bin := benchBinaries(b)
 	d := benchStartDaemon(b, bin, benchNewStateDir(b))
 	ctx := context.Background()
-	for name, cfg := range map[string]map[string]string{
+	guests := benchLaunchConnected(b, d, map[string]map[string]string{
 		"agent":        {},
 		"agent-ptls":   {"sim.command": `exec "$GUESTLINK_AGENT" run --tls-per-request`},
 		"agent-serial": {"sim.link": "serial"},
-	} {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		_, err := d.Client.Create(cctx, api.InstancesPost{Name: name, Backend: "sim", Config: cfg, Start: true})
-		cancel()
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	connected := func(i *api.Instance) bool { return i.Agent.State == api.AgentConnected }
-	reuse := benchWaitInstance(b, d.Client, "agent", "connected agent", connected)
-	perReq := benchWaitInstance(b, d.Client, "agent-ptls", "connected agent", connected)
-	serial := benchWaitInstance(b, d.Client, "agent-serial", "connected agent", connected)
+	})
+	reuse, perReq, serial := guests["agent"], guests["agent-ptls"], guests["agent-serial"]
 
 	direct, err := benchNewAgentPlayer("agent", reuse.Details["guest_dir"], false)
 	if err != nil {
@@ -257,17 +247,8 @@ func BenchmarkDevlxdTightLoop(b *testing.B) {
 	bin := benchBinaries(b)
 	d := benchStartDaemon(b, bin, benchNewStateDir(b))
 	ctx := context.Background()
-	for name, cfg := range map[string]map[string]string{"agent": nil, "agent-serial": {"sim.link": "serial"}} {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		_, err := d.Client.Create(cctx, api.InstancesPost{Name: name, Backend: "sim", Config: cfg, Start: true})
-		cancel()
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	connected := func(i *api.Instance) bool { return i.Agent.State == api.AgentConnected }
-	inst := benchWaitInstance(b, d.Client, "agent", "connected agent", connected)
-	serial := benchWaitInstance(b, d.Client, "agent-serial", "connected agent", connected)
+	guests := benchLaunchConnected(b, d, map[string]map[string]string{"agent": nil, "agent-serial": {"sim.link": "serial"}})
+	inst, serial := guests["agent"], guests["agent-serial"]
 	direct, err := benchNewAgentPlayer("agent", inst.Details["guest_dir"], false)
 	if err != nil {
 		b.Fatal(err)
@@ -340,4 +321,24 @@ func benchParentPID(pid int) int {
 	}
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
+}
+
+// benchLaunchConnected launches a sim guest per name with its config and
+// returns each once its agent is connected.
+func benchLaunchConnected(b *testing.B, d *benchDaemon, guests map[string]map[string]string) map[string]*api.Instance {
+	b.Helper()
+	for name, cfg := range guests {
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		_, err := d.Client.Create(cctx, api.InstancesPost{Name: name, Backend: "sim", Config: cfg, Start: true})
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	connected := func(i *api.Instance) bool { return i.Agent.State == api.AgentConnected }
+	out := make(map[string]*api.Instance, len(guests))
+	for name := range guests {
+		out[name] = benchWaitInstance(b, d.Client, name, "connected agent", connected)
+	}
+	return out
 }
