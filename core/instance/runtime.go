@@ -164,7 +164,7 @@ func (m *Manager) SetAgentState(ctx context.Context, uuid string, st AgentState,
 	var name string
 	_, err = m.mutate(ctx, e, func(c *change) error {
 		name = c.rec.Name
-		if st != AgentNone && c.rec.PowerState != status.PowerRunning && c.rt.op == status.OpNone {
+		if agentStateRefused(st, c.rec.PowerState, c.rt.op) {
 			return fmt.Errorf("instance is not running: %w", errdefs.ErrConflict)
 		}
 		if !heartbeat.IsZero() {
@@ -193,6 +193,12 @@ func (m *Manager) SetAgentState(ctx context.Context, uuid string, st AgentState,
 	return nil
 }
 
+// agentStateRefused reports whether an agent state other than none is
+// refused: the instance is neither running nor being started or stopped.
+func agentStateRefused(st AgentState, power, op string) bool {
+	return st != AgentNone && power != status.PowerRunning && op == status.OpNone
+}
+
 // heartbeatOnly records a heartbeat that does not change the agent state
 // (every 5 s of every running guest's life) without a whole change: no
 // copy of the instance, no conditions, no view, nothing persisted or
@@ -206,8 +212,8 @@ func (m *Manager) heartbeatOnly(e *entry, st AgentState, heartbeat time.Time) bo
 	if e.rt.deleted || e.rt.agent.State != st {
 		return false
 	}
-	if st != AgentNone && e.rec.PowerState != status.PowerRunning && e.rt.op == status.OpNone {
-		return false // refused by mutate
+	if agentStateRefused(st, e.rec.PowerState, e.rt.op) {
+		return false // mutate says why
 	}
 	if !heartbeat.IsZero() {
 		hb := heartbeat.UTC()
