@@ -63,6 +63,11 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 			writeMessage(w, "update", ev.ID, d.frags.get(ev))
 			lastID = ev.ID
 		}
+		sendNew := func(ev events.Event) {
+			if ev.ID > lastID { // else sent by the replay already
+				send(ev)
+			}
+		}
 		// Tell the browser how long to wait before its own reconnect.
 		fmt.Fprintf(w, "retry: 1000\n\n")
 		if w.Flush() != nil {
@@ -90,17 +95,11 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 					// reconnects and resumes from its last id.
 					return
 				}
-				if ev.ID > lastID { // else sent by the replay already
-					send(ev)
-				}
+				sendNew(ev)
 				// Whatever else is queued goes out with it, in one flush: a
 				// storm of events costs a write per batch, not per event,
 				// and the stream keeps up instead of being dropped.
-				if !drainFeed(f.ch, func(ev events.Event) {
-					if ev.ID > lastID {
-						send(ev)
-					}
-				}) {
+				if !drainFeed(f.ch, sendNew) {
 					_ = w.Flush()
 					return // fell behind, or shutdown (see above)
 				}
