@@ -264,7 +264,7 @@ const bearerKind = "identity"
 // CreateIdentity stores a bearer identity.
 func (s *sqlStore) CreateIdentity(ctx context.Context, id *BearerIdentity) error {
 	if id == nil {
-		return createTokenIdentity(ctx, s, bearerKind, id, "", "", func() {})
+		id = &BearerIdentity{} // refused below: no name
 	}
 	return createTokenIdentity(ctx, s, bearerKind, id, id.Name, id.CreatedBy, func() { id.ID = 0 })
 }

@@ -78,7 +78,7 @@ const devlxdKind = "devlxd identity"
 // CreateDevlxdIdentity stores a devlxd identity.
 func (s *sqlStore) CreateDevlxdIdentity(ctx context.Context, id *DevlxdIdentity) error {
 	if id == nil {
-		return createTokenIdentity(ctx, s, devlxdKind, id, "", "", func() {})
+		id = &DevlxdIdentity{} // refused below: no name
 	}
 	return createTokenIdentity(ctx, s, devlxdKind, id, id.Name, id.CreatedBy, func() { id.ID = 0 })
 }

@@ -57,7 +57,7 @@ func utcPtr(t *time.Time) *time.Time {
 // createTokenIdentity stores rec, whose name and creator are given for the
 // checks; resetID zeroes rec's ID (before the insert, and after a failed one).
 func createTokenIdentity[T tokenIdentity, P tokenIdentityPtr[T]](ctx context.Context, s *sqlStore, kind string, rec P, name, createdBy string, resetID func()) error {
-	if rec == nil || name == "" {
+	if name == "" {
 		return fmt.Errorf("creating %s: a name is required: %w", kind, ErrInvalid)
 	}
 	if err := checkColumns(column{"name", name, 63}, column{"created by", createdBy, 255}); err != nil {

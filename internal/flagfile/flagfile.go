@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -50,13 +51,7 @@ func Apply(fs *flag.FlagSet, path string, opts Options) error {
 	}
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
-	for _, key := range slices.Sorted(func(yield func(string) bool) {
-		for k := range doc {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, key := range slices.Sorted(maps.Keys(doc)) {
 		if fs.Lookup(key) == nil || opts.Skip[key] {
 			return fmt.Errorf("config file %s: unknown key %q (the keys are the flags' names: %s)", path, key, strings.Join(names(fs, opts.Skip), ", "))
 		}
