@@ -38,8 +38,8 @@ func (b *fdBudget) take() (over bool) {
 }
 
 // acquire waits for a free descriptor and takes it; it reports false when
-// one of stop was closed first.
-func (b *fdBudget) acquire(stop ...<-chan struct{}) bool {
+// stop or cancel was closed first (a nil one never is).
+func (b *fdBudget) acquire(stop, cancel <-chan struct{}) bool {
 	for {
 		b.mu.Lock()
 		if !b.bounded() || b.used < b.limit {
@@ -49,14 +49,11 @@ func (b *fdBudget) acquire(stop ...<-chan struct{}) bool {
 		}
 		freed := b.freed
 		b.mu.Unlock()
-		if len(stop) != 2 {
-			panic("fdBudget.acquire: two stop channels")
-		}
 		select {
 		case <-freed:
-		case <-stop[0]:
+		case <-stop:
 			return false
-		case <-stop[1]:
+		case <-cancel:
 			return false
 		}
 	}
@@ -152,7 +149,6 @@ func (g *acceptGate) close() { unix.Close(g.epfd) }
 // run accepts until done is closed (it looks every 200 ms).
 func (g *acceptGate) run() {
 	events := make([]unix.EpollEvent, 256)
-	never := make(chan struct{})
 	for {
 		select {
 		case <-g.done:
@@ -174,7 +170,7 @@ func (g *acceptGate) run() {
 			if gl == nil {
 				continue
 			}
-			if !g.fds.acquire(g.done, never) {
+			if !g.fds.acquire(g.done, nil) {
 				return
 			}
 			g.accept(gl)
