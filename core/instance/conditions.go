@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db"
@@ -47,14 +48,11 @@ const (
 // ({"conditions": [...]}).
 const InstanceConditionChanged = "instance-condition-changed"
 
-// Condition is one condition of an instance (Kubernetes' shape).
-type Condition struct {
-	Type               string    `json:"type"`
-	Status             string    `json:"status"` // CondTrue, CondFalse or CondUnknown
-	Reason             string    `json:"reason"`
-	Message            string    `json:"message"`
-	LastTransitionTime time.Time `json:"last_transition_time"`
-}
+// Condition is one condition of an instance (Kubernetes' shape; Status is
+// CondTrue, CondFalse or CondUnknown). It is the API's type itself, so a
+// view's conditions go to the API without a copy (GET /1.0/instances of
+// 10,000 running guests converted 30,000 of them).
+type Condition = wire.Condition
 
 // Guest states a guest may declare with PATCH /1.0 (devlxd).
 const (

@@ -53,18 +53,9 @@ func WireState(inst *Instance) wire.InstanceState {
 	}
 }
 
-// WireConditions returns the API form of an instance's conditions; nil
-// stays nil.
-func WireConditions(cs []Condition) []wire.Condition {
-	if cs == nil {
-		return nil
-	}
-	out := make([]wire.Condition, len(cs))
-	for i, c := range cs {
-		out[i] = wire.Condition(c)
-	}
-	return out
-}
+// WireConditions returns the API form of an instance's conditions: the same
+// slice, Condition being the API's type (nil stays nil).
+func WireConditions(cs []Condition) []wire.Condition { return cs }
 
 // WireTimeline returns the API form of timeline entries; nil stays nil and
 // empty stays empty.
