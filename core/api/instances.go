@@ -64,22 +64,25 @@ func (a *API) listInstances(c *fiber.Ctx) error {
 	default:
 		return badRequest("invalid agent filter %q: must be none, started, connected, stopped or lost", filter.Agent)
 	}
-	var body []byte
 	if l, ok := a.cfg.Instances.(instanceLister); ok {
-		// Encode the shared views as they are listed: no copies.
-		e := newListEncoder(128)
+		// Encode the shared views as they are listed: no copies. The
+		// answer is sent from the encoder's chunks, never joined.
+		e := newListEncoder()
 		if err := l.ListFunc(c.UserContext(), filter, e.add); err != nil {
 			return err
 		}
-		body = e.bytes()
-	} else {
-		list, err := a.cfg.Instances.List(c.UserContext(), filter)
-		if err != nil {
-			return err
-		}
-		if body, err = appendInstanceList(list); err != nil {
-			return fmt.Errorf("listing instances: %w", err)
-		}
+		c.Status(http.StatusOK)
+		c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
+		c.Response().SetBodyStream(e.reader())
+		return nil
+	}
+	list, err := a.cfg.Instances.List(c.UserContext(), filter)
+	if err != nil {
+		return err
+	}
+	body, err := appendInstanceList(list)
+	if err != nil {
+		return fmt.Errorf("listing instances: %w", err)
 	}
 	c.Status(http.StatusOK)
 	c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)

@@ -57,6 +57,12 @@ func TestInstanceListMatchesEncodingJSON(t *testing.T) {
 			DevlxdSocket: "/tmp/x<y>/sock", Details: map[string]string{"pid": "42", "b": odd},
 		}}},
 		{"empty maps", []*instance.Instance{{Name: odd, Config: map[string]string{}, Devices: map[string]map[string]string{}, Details: map[string]string{}}}},
+		{"running fleet guests", FleetViews(40)},
+		{"conditions nil, empty, odd", []*instance.Instance{{Name: "a"}, {Name: "b", Conditions: []instance.Condition{}},
+			{Name: "c", Conditions: []instance.Condition{{Type: odd, Status: "True", Reason: odd, Message: odd, LastTransitionTime: t2}}}}},
+		// More than the encoder's first chunks (16 KiB, doubling up to 1
+		// MiB): instances span chunk boundaries.
+		{"many chunks", FleetViews(3000)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,6 +94,7 @@ func TestInstanceListMatchesEncodingJSON(t *testing.T) {
 				DevlxdSocket: str(), Details: map[string]string{str(): str()}}
 			if i%2 == 0 {
 				inst.StartedAt, inst.Agent.Since = &created, &created
+				inst.Conditions = []instance.Condition{{Type: str(), Status: str(), Reason: str(), Message: str(), LastTransitionTime: created}}
 			}
 			list = append(list, inst)
 		}

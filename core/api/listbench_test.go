@@ -1,7 +1,10 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/core/api"
 	"github.com/guestlink/guestlink/core/api/apitest"
@@ -64,6 +68,47 @@ func serveViews(tb testing.TB, views []*instance.Instance) string {
 		_ = bus.Close()
 	})
 	return sock
+}
+
+// TestListAnswerMatchesEncodingJSON checks the answer of GET
+// /1.0/instances as sent from the list encoder's chunks over the socket:
+// encoding/json's output of the same views, byte for byte, for lists within
+// one chunk and across many.
+func TestListAnswerMatchesEncodingJSON(t *testing.T) {
+	for _, n := range []int{0, 1, 10, 2500} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			views := api.FleetViews(n)
+			sock := serveViews(t, views)
+			hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			}}}
+			defer hc.CloseIdleConnections()
+			resp, err := hc.Get("http://guestlink/1.0/instances")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			list := make([]wire.Instance, 0, n)
+			for _, v := range views {
+				list = append(list, instance.WireInstance(v, nil))
+			}
+			want, err := json.Marshal(wire.Sync(list))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("answer differs from encoding/json (%d, %d bytes)", len(got), len(want))
+			}
+			if resp.ContentLength != int64(len(want)) || resp.Header.Get("Content-Type") != "application/json" {
+				t.Fatalf("Content-Length %d, Content-Type %q", resp.ContentLength, resp.Header.Get("Content-Type"))
+			}
+		})
+	}
 }
 
 // BenchmarkListRunning10k is GET /1.0/instances with 10,000 running fleet
