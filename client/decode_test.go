@@ -273,3 +273,30 @@ func TestDecodeInstanceListMatchesEncodingJSON(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodedListOutlivesNextDecode checks that the strings of a decoded
+// list, which share the answer's buffer, are not changed by decoding the
+// next answer (the decoder's own buffers are reused from call to call).
+func TestDecodedListOutlivesNextDecode(t *testing.T) {
+	first, second := runningInstances(50), runningInstances(60)
+	for i := range second {
+		second[i].Name, second[i].Details["guest_dir"] = "other-"+second[i].Name, "/elsewhere/"+second[i].UUID
+	}
+	var got []api.Instance
+	for _, list := range [][]api.Instance{first, second} {
+		body, err := json.Marshal(api.Sync(list))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []api.Instance
+		if err := decodeResponse(fakeResponse(200, body), "GET", &out); err != nil {
+			t.Fatal(err)
+		}
+		if got == nil {
+			got = out
+		}
+	}
+	if diff := cmp.Diff(first, got); diff != "" {
+		t.Fatalf("first list changed after the second decode (-want +got):\n%s", diff)
+	}
+}
