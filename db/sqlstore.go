@@ -326,6 +326,28 @@ func (s *sqlStore) ListTimeline(ctx context.Context, instanceID int64, limit int
 	return out, nil
 }
 
+// LastBecameReady implements Store: one row, found from the newest entry
+// backwards through the (instance_id, time) index.
+func (s *sqlStore) LastBecameReady(ctx context.Context, instanceID, boot int64) (time.Time, bool, error) {
+	q, err := s.reader(ctx)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("reading when instance %d became Ready: %w", instanceID, err)
+	}
+	var out []TimelineEntry
+	err = q.Where(map[string]any{"instance_id": instanceID, "boot": boot, "kind": "ready", "from": "false", "to": "true"}).
+		Order(clause.OrderBy{Columns: []clause.OrderByColumn{
+			{Column: clause.Column{Name: "time"}, Desc: true},
+			{Column: clause.Column{Name: "id"}, Desc: true},
+		}}).Limit(1).Find(&out).Error
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("reading when instance %d became Ready: %w", instanceID, translate(err))
+	}
+	if len(out) == 0 {
+		return time.Time{}, false, nil
+	}
+	return out[0].Time.UTC(), true, nil
+}
+
 // ClearReadyAll removes volatile.last_state.ready from every instance's
 // config and returns how many instances changed. It reads and rewrites the
 // candidate rows in one transaction (locking them on PostgreSQL); the JSON

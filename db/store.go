@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"time"
 
 	"github.com/guestlink/guestlink/errdefs"
 )
@@ -35,6 +36,10 @@ type Store interface {
 	DeleteInstance(ctx context.Context, id int64) error // also its timeline
 	AppendTimeline(ctx context.Context, entries ...*TimelineEntry) error
 	ListTimeline(ctx context.Context, instanceID int64, limit int) ([]*TimelineEntry, error) // oldest first, last `limit` entries
+	// LastBecameReady returns the time of the newest timeline entry of boot
+	// of the instance that records Ready going from "false" to "true"
+	// (kind "ready"); ok is false when there is none.
+	LastBecameReady(ctx context.Context, instanceID, boot int64) (at time.Time, ok bool, err error)
 	// ClearReadyAll removes volatile.last_state.ready from every instance
 	// (daemon start) and returns how many instances changed.
 	ClearReadyAll(ctx context.Context) (int, error)

@@ -63,6 +63,7 @@ var storeTests = []struct {
 	{"AppendTimelineSeveral", testAppendSeveral},
 	{"CascadeDelete", testCascadeDelete},
 	{"ClearReadyAll", testClearReadyAll},
+	{"LastBecameReady", testLastBecameReady},
 	{"Events", testEvents},
 	{"EventIDsMonotonicUnderConcurrency", testEventIDsConcurrent},
 	{"GroupCommitAllChangesPresent", testGroupCommit},
@@ -437,5 +438,53 @@ func testClearReadyAll(t *testing.T, s db.Store) {
 	}
 	if n, err := s.ClearReadyAll(ctx); err != nil || n != 0 {
 		t.Errorf("second ClearReadyAll = %d, %v; want 0, nil", n, err)
+	}
+}
+
+func testLastBecameReady(t *testing.T, s db.Store) {
+	ctx := testContext(t)
+	in := mustCreate(ctx, t, s, newInstance("r1"))
+	other := mustCreate(ctx, t, s, newInstance("r2"))
+	t0 := time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	entry := func(id, boot int64, sec int, kind, from, to string) *db.TimelineEntry {
+		return &db.TimelineEntry{InstanceID: id, Boot: boot, Time: at(sec), Kind: kind, From: from, To: to, Cause: "devlxd"}
+	}
+	if err := s.AppendTimeline(ctx,
+		entry(in.ID, 1, 1, "ready", "false", "true"), // boot 1 became Ready
+		entry(in.ID, 2, 10, "state", "stopped", "running"),
+		entry(in.ID, 2, 11, "ready", "", "true"), // a re-declaration after a restart: not a false -> true
+		entry(in.ID, 2, 12, "ready", "false", "true"),
+		entry(in.ID, 2, 13, "ready", "true", "false"),
+		entry(in.ID, 2, 14, "ready", "false", "true"), // the newest of boot 2
+		entry(in.ID, 2, 15, "agent", "false", "true"), // another kind
+		entry(in.ID, 3, 20, "state", "stopped", "running"),
+		entry(other.ID, 3, 30, "ready", "false", "true"), // another instance
+	); err != nil {
+		t.Fatalf("AppendTimeline: %v", err)
+	}
+	tests := []struct {
+		name   string
+		id     int64
+		boot   int64
+		want   time.Time
+		wantOK bool
+	}{
+		{"the newest false -> true of the boot", in.ID, 2, at(14), true},
+		{"an older boot", in.ID, 1, at(1), true},
+		{"a boot never Ready", in.ID, 3, time.Time{}, false},
+		{"no such boot", in.ID, 9, time.Time{}, false},
+		{"no such instance", 987654, 2, time.Time{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok, err := s.LastBecameReady(ctx, tc.id, tc.boot)
+			if err != nil {
+				t.Fatalf("LastBecameReady: %v", err)
+			}
+			if ok != tc.wantOK || !got.Equal(tc.want) {
+				t.Errorf("LastBecameReady(%d, %d) = %v, %v; want %v, %v", tc.id, tc.boot, got, ok, tc.want, tc.wantOK)
+			}
+		})
 	}
 }

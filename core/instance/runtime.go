@@ -119,20 +119,15 @@ func declContext(d Declaration) map[string]any {
 // readySince returns when the current boot of rec last became Ready
 // according to its timeline (a false -> true entry), or def.
 func (m *Manager) readySince(ctx context.Context, rec *db.Instance, def time.Time) time.Time {
-	tl, err := m.store.ListTimeline(ctx, rec.ID, DefaultTimelineLimit)
+	at, ok, err := m.store.LastBecameReady(ctx, rec.ID, rec.Boot)
 	if err != nil {
 		m.log.Warn("reading timeline", "instance", rec.Name, "err", err)
 		return def
 	}
-	for _, x := range slices.Backward(tl) {
-		if x.Boot != rec.Boot {
-			break
-		}
-		if x.Kind == kindReady && x.To == "true" && x.From == "false" {
-			return x.Time
-		}
+	if !ok {
+		return def
 	}
-	return def
+	return at
 }
 
 // agentActions maps agent states to their lifecycle actions.
