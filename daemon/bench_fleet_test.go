@@ -97,7 +97,7 @@ func BenchmarkFleet(b *testing.B) {
 	if err := g.Wait(); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("launched %d fleet guests in %v", n, time.Since(began).Round(time.Millisecond))
+	fleetLogf("launched %d fleet guests in %v", n, time.Since(began).Round(time.Millisecond))
 	list := fleetWait(ctx, b, d, "agents connected", 20*time.Minute, func(list []api.Instance) (bool, string) {
 		c := 0
 		for _, inst := range list {
@@ -109,7 +109,7 @@ func BenchmarkFleet(b *testing.B) {
 	})
 	connectedIn := time.Since(began)
 	target("all-agents-connected", float64(len(list)), "guests", true)
-	b.Logf("all %d agents connected %v after the first launch", n, connectedIn.Round(time.Millisecond))
+	fleetLogf("all %d agents connected %v after the first launch", n, connectedIn.Round(time.Millisecond))
 
 	// Idle: every agent heartbeating (5 s); the steady state after the
 	// monitors confirmed the advertisements at the next heartbeat.
@@ -228,7 +228,9 @@ func BenchmarkFleet(b *testing.B) {
 			}
 		}
 	}()
+	stormCPU := fleetCPUNow(d, stateDir)
 	stormStart := time.Now()
+	go fleetGoroutines(b, pprofAddr, "storm", 3*time.Second)
 	sg, sctx := errgroup.WithContext(ctx)
 	for i, inst := range list {
 		sock := filepath.Join(inst.Details["guest_dir"], "rootfs", "dev", "lxd", "sock")
@@ -258,12 +260,14 @@ func BenchmarkFleet(b *testing.B) {
 	}
 	err = sg.Wait()
 	fdStop()
-	b.Logf("storm: the daemon held at most %d descriptors", <-fdPeak)
+	fleetLogf("storm: the daemon held at most %d descriptors", <-fdPeak)
 	if err != nil {
 		b.Fatal(err)
 	}
 	declaredIn := time.Since(stormStart)
+	fleetCPUNow(d, stateDir).since("storm declarations", stormCPU)
 	evs := <-got
+	fleetCPUNow(d, stateDir).since("storm until every event", stormCPU)
 	var lastEvent time.Time
 	var readyLat benchLatency
 	for _, e := range evs {
@@ -272,7 +276,7 @@ func BenchmarkFleet(b *testing.B) {
 			lastEvent = e.at
 		}
 	}
-	b.Logf("storm: %d Ready declared in %v, %d instance-ready events", n, declaredIn.Round(time.Millisecond), len(evs))
+	fleetLogf("storm: %d Ready declared in %v, %d instance-ready events", n, declaredIn.Round(time.Millisecond), len(evs))
 	target("storm-ready-events", float64(len(evs)), "events", len(evs) == n)
 	all := lastEvent.Sub(stormStart).Seconds()
 	target("storm-all-events-delivered", all, "s", len(evs) == n && all <= 10)
@@ -298,18 +302,36 @@ func BenchmarkFleet(b *testing.B) {
 	}
 	sp99 := float64(sseLat.Percentile(99)) / float64(time.Millisecond)
 	target("storm-ready-to-sse-p99", sp99, "ms", missing == 0 && sp99 <= 200)
-	b.Logf("live streams: %d deliveries missing, %d reconnects after the daemon dropped a stream", missing, reconnects)
+	fleetLogf("live streams: %d deliveries missing, %d reconnects after the daemon dropped a stream", missing, reconnects)
 	<-profDone
 	if rss, err := benchProcStatus(d.PID(), "VmRSS"); err == nil {
 		target("daemon-rss-after-storm", float64(rss)/1024, "MB", float64(rss)/1024 <= 300)
 	}
 
 	// A daemon restart with every guest running.
+	restartCPU := fleetCPUNow(d, stateDir)
 	restartAt := time.Now()
-	if _, err := d.Restart(); err != nil {
+	d.Stop()
+	fleetLogf("restart: the daemon stopped in %v", time.Since(restartAt).Round(time.Millisecond))
+	restartProf := make(chan struct{})
+	go func() {
+		// From the moment the new daemon serves its profiler: its start
+		// (recovering every guest) is part of the restart.
+		defer close(restartProf)
+		for !sleepCtx(ctx, 20*time.Millisecond) || !fleetProfilerUp(pprofAddr) {
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		go fleetGoroutines(b, pprofAddr, "restart", 2*time.Second)
+		fleetProfile(b, pprofAddr, "restart")
+	}()
+	up, err := d.Start()
+	if err != nil {
 		b.Fatal(err)
 	}
-	fleetWait(ctx, b, d, "restart", 20*time.Minute, func(list []api.Instance) (bool, string) {
+	fleetLogf("restart: the daemon answered %v after it was stopped (%v to start)", time.Since(restartAt).Round(time.Millisecond), up.Round(time.Millisecond))
+	list = fleetWait(ctx, b, d, "restart", 20*time.Minute, func(list []api.Instance) (bool, string) {
 		c, r := 0, 0
 		for _, inst := range list {
 			if inst.Agent.State == api.AgentConnected && inst.Agent.Since != nil && inst.Agent.Since.After(restartAt) {
@@ -322,6 +344,16 @@ func BenchmarkFleet(b *testing.B) {
 		return c == n && r == n, fmt.Sprintf("%d of %d reconnected, %d Ready", c, n, r)
 	})
 	rs := time.Since(restartAt).Seconds()
+	<-restartProf
+	var reconnected benchLatency
+	for _, inst := range list {
+		reconnected.Add(inst.Agent.Since.Sub(restartAt))
+	}
+	fleetLogf("restart: agents reconnected after p10 %v, p50 %v, p90 %v, max %v", reconnected.Percentile(10).Round(time.Millisecond),
+		reconnected.Percentile(50).Round(time.Millisecond), reconnected.Percentile(90).Round(time.Millisecond), reconnected.Percentile(100).Round(time.Millisecond))
+	// The restarted daemon's CPU counts from its start (a new process).
+	restartCPU.daemon = 0
+	fleetCPUNow(d, stateDir).since("restart", restartCPU)
 	target("restart-all-connected-ready", rs, "s", rs <= 30)
 
 	cancel()
@@ -360,7 +392,42 @@ func fleetCosts(b *testing.B, d *benchDaemon, stateDir string, n int) {
 		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 		return len(ents)
 	}
-	b.Logf("daemon: %d open descriptors (%.1f per guest)", fds(d.PID()), float64(fds(d.PID()))/float64(n))
+	fleetLogf("daemon: %d open descriptors (%.1f per guest)", fds(d.PID()), float64(fds(d.PID()))/float64(n))
+	pids := fleetHostPIDs(stateDir)
+	if len(pids) == 0 {
+		fleetLogf("no fleet host pid under %s", stateDir)
+		return
+	}
+	var rss int64
+	var c0 time.Duration
+	totalFDs := 0
+	for _, pid := range pids {
+		r, _ := benchProcStatus(pid, "VmRSS")
+		c, _ := benchCPUTime(pid)
+		rss += int64(r)
+		c0 += c
+		totalFDs += fds(pid)
+		fleetLogf("fleet host %d: %d open descriptors, RSS %d MB", pid, fds(pid), r/1024)
+	}
+	time.Sleep(10 * time.Second)
+	var c1 time.Duration
+	for _, pid := range pids {
+		c, _ := benchCPUTime(pid)
+		c1 += c
+	}
+	fleetLogf("fleet hosts (%d): %d open descriptors (%.1f per guest), RSS %d MB (%.0f KB per guest), CPU %.1f %%core idle",
+		len(pids), totalFDs, float64(totalFDs)/float64(n), rss/1024, float64(rss)/float64(n), 100*float64(c1-c0)/float64(10*time.Second))
+}
+
+// fleetLogf prints a line of the run's log to stdout: a benchmark's b.Logf
+// keeps only its first lines.
+func fleetLogf(format string, args ...any) {
+	fmt.Printf("%s fleet: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// fleetHostPIDs returns the pids of the fleet's host processes (one per
+// shard).
+func fleetHostPIDs(stateDir string) []int {
 	dir := filepath.Join(stateDir, "plugins", "fleet")
 	pidFiles, _ := filepath.Glob(filepath.Join(dir, "s*", "host.pid"))
 	pidFiles = append([]string{filepath.Join(dir, "host.pid")}, pidFiles...)
@@ -374,29 +441,34 @@ func fleetCosts(b *testing.B, d *benchDaemon, stateDir string, n int) {
 			pids = append(pids, pid)
 		}
 	}
-	if len(pids) == 0 {
-		b.Logf("no fleet host pid under %s", dir)
-		return
+	return pids
+}
+
+// fleetCPU is the CPU time used so far by the daemon, the fleet hosts and
+// this process (the guests' userland in the storm, the streams' readers).
+type fleetCPU struct {
+	at                    time.Time
+	daemon, hosts, itself time.Duration
+}
+
+func fleetCPUNow(d *benchDaemon, stateDir string) fleetCPU {
+	c := fleetCPU{at: time.Now()}
+	c.daemon, _ = benchCPUTime(d.PID())
+	for _, pid := range fleetHostPIDs(stateDir) {
+		h, _ := benchCPUTime(pid)
+		c.hosts += h
 	}
-	var rss int64
-	var c0 time.Duration
-	totalFDs := 0
-	for _, pid := range pids {
-		r, _ := benchProcStatus(pid, "VmRSS")
-		c, _ := benchCPUTime(pid)
-		rss += int64(r)
-		c0 += c
-		totalFDs += fds(pid)
-		b.Logf("fleet host %d: %d open descriptors, RSS %d MB", pid, fds(pid), r/1024)
-	}
-	time.Sleep(10 * time.Second)
-	var c1 time.Duration
-	for _, pid := range pids {
-		c, _ := benchCPUTime(pid)
-		c1 += c
-	}
-	b.Logf("fleet hosts (%d): %d open descriptors (%.1f per guest), RSS %d MB (%.0f KB per guest), CPU %.1f %%core idle",
-		len(pids), totalFDs, float64(totalFDs)/float64(n), rss/1024, float64(rss)/float64(n), 100*float64(c1-c0)/float64(10*time.Second))
+	c.itself, _ = benchCPUTime(os.Getpid())
+	return c
+}
+
+// since logs where the machine's CPU went between c0 and c, as % of one
+// core over the wall time between them.
+func (c fleetCPU) since(phase string, c0 fleetCPU) {
+	wall := c.at.Sub(c0.at)
+	pct := func(d time.Duration) float64 { return 100 * float64(d) / float64(wall) }
+	fleetLogf("%s: CPU over %v: daemon %.0f %%core, fleet hosts %.0f %%core, bench (userland, readers) %.0f %%core",
+		phase, wall.Round(time.Millisecond), pct(c.daemon-c0.daemon), pct(c.hosts-c0.hosts), pct(c.itself-c0.itself))
 }
 
 // fleetRaiseNoFile raises the hard open-file limit to want when it is
@@ -412,7 +484,7 @@ func fleetRaiseNoFile(b *testing.B, want uint64) {
 	}
 	raised := syscall.Rlimit{Cur: want, Max: want}
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised); err != nil {
-		b.Logf("cannot raise RLIMIT_NOFILE to %d (hard limit %d): %v; a fleet this size may run out of descriptors", want, lim.Max, err)
+		fleetLogf("cannot raise RLIMIT_NOFILE to %d (hard limit %d): %v; a fleet this size may run out of descriptors", want, lim.Max, err)
 	}
 }
 
@@ -473,6 +545,12 @@ func fleetProfile(b *testing.B, addr, phase string) {
 			args = append(args, "-sample_index=inuse_space")
 		}
 		out, err := exec.Command("go", append(args, raw.Name())...).Output()
+		if err == nil && p.kind == "cpu" {
+			// Then by cumulative time: where the time goes from the top.
+			var cum []byte
+			cum, err = exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=60", raw.Name()).Output()
+			out = append(append(out, "\n"...), cum...)
+		}
 		os.Remove(raw.Name())
 		if err != nil {
 			b.Errorf("pprof %s %s: %v", phase, p.kind, err)
@@ -483,6 +561,53 @@ func fleetProfile(b *testing.B, addr, phase string) {
 			b.Error(err)
 		}
 	}
+}
+
+// fleetGoroutines saves, after delay, where the daemon's goroutines are
+// (pprof -top -cum of the goroutine profile) as fleet-<phase>-goroutines.txt
+// under $FLEET_PROFILES: what connections and recoveries wait on.
+func fleetGoroutines(b *testing.B, addr, phase string, delay time.Duration) {
+	dir := os.Getenv(fleetProfilesEnv)
+	if dir == "" {
+		return
+	}
+	time.Sleep(delay)
+	resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine")
+	if err != nil {
+		fleetLogf("goroutine profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	raw, err := os.CreateTemp("", "fleetprof")
+	if err != nil {
+		b.Log(err)
+		return
+	}
+	defer os.Remove(raw.Name())
+	_, err = io.Copy(raw, resp.Body)
+	raw.Close()
+	if err != nil {
+		fleetLogf("goroutine profile: %v", err)
+		return
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=60", raw.Name()).Output()
+	if err != nil {
+		fleetLogf("pprof goroutines: %v", err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fleet-"+phase+"-goroutines.txt"), out, 0o644); err != nil {
+		b.Log(err)
+	}
+}
+
+// fleetProfilerUp reports whether the daemon's profiler answers.
+func fleetProfilerUp(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // fleetDash is a logged-in dashboard session.
