@@ -6,19 +6,20 @@
 // Drop policy, the same for every backend:
 //
 //   - Emit never blocks and never waits for a consumer.
-//   - Each stream queues at most Limit events (DefaultLimit, 4096).
 //   - Wake-up hints coalesce: while an EventRingData, EventPortOpened or
 //     EventPortClosed event of a guest is still queued in a stream, further
 //     events of the same kind for that guest are dropped from that stream.
 //     The daemon treats all three as "read the ring now", so one queued
-//     hint carries the news of the dropped ones.
+//     hint carries the news of the dropped ones. A hint is never dropped
+//     for lack of room: each stream holds at most three per guest.
 //   - Lifecycle events (EventExited, EventReset, EventError) never coalesce.
-//   - When a stream's queue is full, the new event is dropped from that
-//     stream and counted; the first drop after a successful push is logged
-//     as a warning, so a stuck consumer costs one log line per episode.
+//     Each stream queues at most Limit of them (DefaultLimit, 4096); when
+//     that is reached, a new one is dropped from that stream and counted;
+//     the first drop after a successful push is logged as a warning, so a
+//     stuck consumer costs one log line per episode.
 //
-// Memory stays bounded whatever a guest does: at most Limit events per
-// stream.
+// Memory stays bounded whatever a guest does: at most Limit lifecycle
+// events and three hints per guest in each stream.
 package eventer
 
 import (
@@ -80,10 +81,12 @@ func (e *Eventer) Emit(ev sdk.Event) {
 	defer e.mu.Unlock()
 	for s := range e.streams {
 		if s.q.Push(ev, key) {
-			s.dropping = false
+			if key == "" {
+				s.dropping = false // room again: a later drop is a new episode
+			}
 			continue
 		}
-		if key != "" && s.q.Len() < s.q.limit {
+		if key != "" {
 			continue // coalesced with a queued hint: not a loss
 		}
 		if !s.dropping {

@@ -34,9 +34,12 @@ func TestDropPolicy(t *testing.T) {
 		{"lifecycle events never coalesce", 10,
 			[]sdk.Event{ev("a", sdk.EventReset), ev("a", sdk.EventReset), ev("a", sdk.EventExited), ev("a", sdk.EventError), ev("a", sdk.EventError)},
 			[]sdk.Event{ev("a", sdk.EventReset), ev("a", sdk.EventReset), ev("a", sdk.EventExited), ev("a", sdk.EventError), ev("a", sdk.EventError)}, 0, 0},
-		{"full queue drops new events, one warning", 2,
-			[]sdk.Event{ev("a", sdk.EventReset), ev("a", sdk.EventExited), ev("b", sdk.EventExited), ev("c", sdk.EventRingData)},
-			[]sdk.Event{ev("a", sdk.EventReset), ev("a", sdk.EventExited)}, 2, 1},
+		{"full queue drops new lifecycle events, one warning; hints still go", 2,
+			[]sdk.Event{ev("a", sdk.EventReset), ev("a", sdk.EventExited), ev("b", sdk.EventExited), ev("c", sdk.EventRingData), ev("d", sdk.EventError)},
+			[]sdk.Event{ev("a", sdk.EventReset), ev("a", sdk.EventExited), ev("c", sdk.EventRingData)}, 2, 1},
+		{"more guests with news than the limit: every hint queued", 2,
+			[]sdk.Event{ev("a", sdk.EventRingData), ev("b", sdk.EventRingData), ev("c", sdk.EventRingData), ev("c", sdk.EventPortOpened), ev("a", sdk.EventReset)},
+			[]sdk.Event{ev("a", sdk.EventRingData), ev("b", sdk.EventRingData), ev("c", sdk.EventRingData), ev("c", sdk.EventPortOpened), ev("a", sdk.EventReset)}, 0, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

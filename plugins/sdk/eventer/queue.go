@@ -5,16 +5,21 @@ import (
 	"sync"
 )
 
-// DefaultLimit is the number of queued items a Queue made by New holds before
-// it drops new ones.
+// DefaultLimit is the number of queued unkeyed items a Queue made by NewQueue
+// holds before it drops new ones.
 const DefaultLimit = 4096
 
 // Queue is a FIFO of events between a producer that must never block and a
 // consumer that may be slow: repeated events of the same key coalesce while
 // one of them is still queued, and the queue holds at most a fixed number of
 // items, so memory stays bounded whatever the producer does. It is safe for
-// concurrent use. The zero value is not
-// usable; call New.
+// concurrent use. The zero value is not usable; call NewQueue.
+//
+// The limit counts unkeyed items only. A keyed item is queued at most once
+// per key, so keyed items are bounded by the number of distinct keys (the
+// Eventer's: three kinds of wake-up hint per guest); counting them against
+// the limit would drop the hints of a host with more guests than the limit
+// exactly when they all have news at once (a daemon restart).
 type Queue[T any] struct {
 	mu      sync.Mutex
 	items   []item[T]
@@ -22,6 +27,7 @@ type Queue[T any] struct {
 	ready   chan struct{}   // capacity 1: something was pushed or Close was called
 	closed  bool
 	limit   int
+	unkeyed int // queued items without a key: what the limit bounds
 	dropped uint64
 }
 
@@ -38,16 +44,19 @@ func NewQueue[T any]() *Queue[T] {
 // Push appends v without blocking and reports whether it was queued. When
 // key is not empty and an item with the same key is still queued, v is
 // dropped: the queued item already tells the consumer the news. When the
-// queue is full or closed, v is dropped too.
+// queue is closed, or v is unkeyed and the limit of unkeyed items is
+// reached, v is dropped too.
 func (q *Queue[T]) Push(v T, key string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed || (key != "" && q.pending[key]) || len(q.items) >= q.limit {
+	if q.closed || (key != "" && q.pending[key]) || (key == "" && q.unkeyed >= q.limit) {
 		q.dropped++
 		return false
 	}
 	if key != "" {
 		q.pending[key] = true
+	} else {
+		q.unkeyed++
 	}
 	q.items = append(q.items, item[T]{v: v, key: key})
 	select {
@@ -83,6 +92,8 @@ func (q *Queue[T]) Pop(ctx context.Context) (T, bool) {
 			}
 			if it.key != "" {
 				delete(q.pending, it.key)
+			} else {
+				q.unkeyed--
 			}
 			q.mu.Unlock()
 			return it.v, true

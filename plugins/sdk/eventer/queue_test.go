@@ -23,6 +23,8 @@ func TestQueue(t *testing.T) {
 		{"different keys kept", 10, []push{{"r1", "ring/a"}, {"r2", "ring/b"}}, []string{"r1", "r2"}, 0},
 		{"unkeyed never coalesced", 10, []push{{"e", ""}, {"e", ""}}, []string{"e", "e"}, 0},
 		{"limit drops new", 2, []push{{"a", ""}, {"b", ""}, {"c", ""}}, []string{"a", "b"}, 1},
+		{"keyed items not counted", 2, []push{{"a", ""}, {"r1", "ring/a"}, {"r2", "ring/b"}, {"b", ""}, {"c", ""}, {"r3", "ring/c"}}, []string{"a", "r1", "r2", "b", "r3"}, 1},
+		{"a popped unkeyed item makes room", 1, []push{{"a", ""}, {"b", ""}}, []string{"a"}, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
