@@ -74,9 +74,15 @@ const (
 	DefaultIdleTimeout       = 30 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultBodyLimit         = 64 << 10
-	DefaultStateRate         = statebudget.DefaultRate
-	DefaultStateBurst        = statebudget.DefaultBurst
-	requestTimeout           = 30 * time.Second
+	DefaultMaxHandshakes     = 128
+	DefaultMaxHandshakeWait  = 5 * time.Second
+	// handshakesPerInstance is how many of the MaxHandshakes one instance's
+	// connections may hold at once: a guest stalling its handshakes (each
+	// up to ReadHeaderTimeout) keeps at most this many from the others.
+	handshakesPerInstance = 2
+	DefaultStateRate      = statebudget.DefaultRate
+	DefaultStateBurst     = statebudget.DefaultBurst
+	requestTimeout        = 30 * time.Second
 )
 
 // Config configures a Server.
@@ -106,6 +112,17 @@ type Config struct {
 	// ReadHeaderTimeout bounds the TLS handshake and the reading of each
 	// request (default 3 s; the bodies are small).
 	ReadHeaderTimeout time.Duration
+	// MaxHandshakes is how many TLS handshakes run at once (default 128);
+	// more connections wait, in arrival order, for one to end. Without a
+	// bound, a storm of new connections (10,000 guests declaring Ready at
+	// once) shares the CPU among thousands of half-done handshakes, and
+	// they all outlast their clients' timeouts together.
+	MaxHandshakes int
+	// MaxHandshakeWait is how long a connection may wait for its handshake
+	// to start (default 5 s, the agent's and the link's handshake timeout):
+	// one that waited longer is closed unanswered, as its client has given
+	// up on it and would only make the server work for nobody.
+	MaxHandshakeWait time.Duration
 	// IdleTimeout bounds the wait for the next request on a kept-alive
 	// connection (default 30 s).
 	IdleTimeout time.Duration
@@ -144,6 +161,16 @@ type Server struct {
 	tls         *tls.Config
 	app         *fiber.App
 	queue       *connQueue
+	// handshakes holds a token per TLS handshake running (MaxHandshakes).
+	handshakes chan struct{}
+	// hsWaiting counts connections waiting for a handshake token and
+	// hsStale those closed because they waited too long.
+	hsWaiting, hsStale atomic.Int64
+	// hsInstances holds each instance's share of the handshake tokens
+	// (handshakesPerInstance) while it has connections waiting or in a
+	// handshake.
+	hsMu        sync.Mutex
+	hsInstances map[string]*instanceHandshakes
 	ops         *operations
 	// infoBodies are the untrusted GET /1.0 envelopes, indexed by ready
 	// (1) and container (2), encoded on first use (getInfo).
@@ -175,6 +202,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxHandshakes <= 0 {
+		cfg.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if cfg.MaxHandshakeWait <= 0 {
+		cfg.MaxHandshakeWait = DefaultMaxHandshakeWait
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
@@ -208,9 +241,11 @@ func New(cfg Config) (*Server, error) {
 			ClientAuth: tls.RequestClientCert,
 			MinVersion: tls.VersionTLS13,
 		},
-		queue: newConnQueue(),
-		ops:   newOperations(),
-		done:  make(chan struct{}),
+		queue:       newConnQueue(),
+		handshakes:  make(chan struct{}, cfg.MaxHandshakes),
+		hsInstances: map[string]*instanceHandshakes{},
+		ops:         newOperations(),
+		done:        make(chan struct{}),
 	}
 	s.app = fiber.New(fiber.Config{
 		Immutable:             true,
@@ -246,20 +281,110 @@ func (s *Server) Serve(ln net.Listener) error {
 			}
 			return fmt.Errorf("accepting devlxd connections on %s: %w", ln.Addr(), err)
 		}
-		if err := s.queue.push(tls.Server(c, s.tls)); err != nil {
-			c.Close()
+		if err := s.admit(c); err != nil {
 			return nil
 		}
 	}
 }
 
+// admit negotiates TLS on c once a handshake token is free (MaxHandshakes,
+// in arrival order) and then hands it to the HTTP server; c is closed
+// unanswered when it waited more than MaxHandshakeWait or the handshake
+// fails. It returns without waiting, or net.ErrClosed (c closed) after
+// Shutdown.
+func (s *Server) admit(c net.Conn) error {
+	select {
+	case <-s.queue.closed:
+		c.Close()
+		return net.ErrClosed
+	default:
+	}
+	arrived := time.Now()
+	id, _ := linkhost.IdentityOf(c)
+	go func() {
+		own := s.instanceHandshakes(id.InstanceUUID)
+		defer s.releaseInstanceHandshakes(id.InstanceUUID, own)
+		s.hsWaiting.Add(1)
+		if !s.acquire(own.tokens) {
+			s.hsWaiting.Add(-1)
+			c.Close()
+			return
+		}
+		if !s.acquire(s.handshakes) {
+			<-own.tokens
+			s.hsWaiting.Add(-1)
+			c.Close()
+			return
+		}
+		s.hsWaiting.Add(-1)
+		release := func() { <-s.handshakes; <-own.tokens }
+		if time.Since(arrived) > s.cfg.MaxHandshakeWait {
+			release()
+			s.hsStale.Add(1)
+			c.Close()
+			return
+		}
+		tc := tls.Server(c, s.tls)
+		_ = tc.SetDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
+		err := tc.Handshake()
+		release()
+		if err != nil {
+			s.cfg.Logger.Debug("devlxd: TLS handshake", "err", err)
+			c.Close()
+			return
+		}
+		_ = tc.SetDeadline(time.Time{}) // the HTTP server sets its own
+		if err := s.queue.push(tc); err != nil {
+			tc.Close()
+		}
+	}()
+	return nil
+}
+
+// instanceHandshakes is one instance's share of the handshake tokens.
+type instanceHandshakes struct {
+	tokens chan struct{}
+	refs   int // connections of the instance waiting or in a handshake
+}
+
+func (s *Server) instanceHandshakes(uuid string) *instanceHandshakes {
+	s.hsMu.Lock()
+	defer s.hsMu.Unlock()
+	h := s.hsInstances[uuid]
+	if h == nil {
+		h = &instanceHandshakes{tokens: make(chan struct{}, handshakesPerInstance)}
+		s.hsInstances[uuid] = h
+	}
+	h.refs++
+	return h
+}
+
+func (s *Server) releaseInstanceHandshakes(uuid string, h *instanceHandshakes) {
+	s.hsMu.Lock()
+	defer s.hsMu.Unlock()
+	if h.refs--; h.refs == 0 {
+		delete(s.hsInstances, uuid)
+	}
+}
+
+// acquire takes a token of sem, waiting in arrival order; false once the
+// server is shut down.
+func (s *Server) acquire(sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-s.queue.closed:
+		return false
+	}
+}
+
 // ServeConn hands one raw connection (TLS not yet negotiated) to the server
-// as if a link had accepted it for the instance id names, and returns once
-// the server took it. It is how the daemon serves devlxd over a local socket
+// as if a link had accepted it for the instance id names, and returns at
+// once (the handshake is admitted as Serve's are). It is how the daemon serves devlxd over a local socket
 // without a link (benchmarks, tests); the TLS and certificate rules apply
 // unchanged. It fails with net.ErrClosed after Shutdown.
 func (s *Server) ServeConn(c net.Conn, id linkhost.Identity) error {
-	if err := s.queue.push(tls.Server(linkhost.WithIdentity(c, id), s.tls)); err != nil {
+	if err := s.admit(linkhost.WithIdentity(c, id)); err != nil {
 		return fmt.Errorf("serving devlxd connection: %w", err)
 	}
 	return nil
