@@ -303,6 +303,7 @@ func BenchmarkFleet(b *testing.B) {
 	sp99 := float64(sseLat.Percentile(99)) / float64(time.Millisecond)
 	target("storm-ready-to-sse-p99", sp99, "ms", missing == 0 && sp99 <= 200)
 	fleetLogf("live streams: %d deliveries missing, %d reconnects after the daemon dropped a stream", missing, reconnects)
+	fleetLogWarnings(d)
 	<-profDone
 	if rss, err := benchProcStatus(d.PID(), "VmRSS"); err == nil {
 		target("daemon-rss-after-storm", float64(rss)/1024, "MB", float64(rss)/1024 <= 300)
@@ -423,6 +424,21 @@ func fleetCosts(b *testing.B, d *benchDaemon, stateDir string, n int) {
 // keeps only its first lines.
 func fleetLogf(format string, args ...any) {
 	fmt.Printf("%s fleet: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// fleetLogWarnings logs how often the daemon's log says an event subscriber
+// fell behind (a live stream or a bus subscriber dropped, then resumed by
+// replay from the store).
+func fleetLogWarnings(d *benchDaemon) {
+	data, err := os.ReadFile(filepath.Join(d.StateDir, "guestlinkd.log"))
+	if err != nil {
+		return
+	}
+	for _, w := range []string{"fell behind", "live event subscription ended", "stream full", "TLS handshake"} {
+		if n := strings.Count(string(data), w); n > 0 {
+			fleetLogf("daemon log: %d lines with %q", n, w)
+		}
+	}
 }
 
 // fleetHostPIDs returns the pids of the fleet's host processes (one per

@@ -13,8 +13,12 @@ import (
 // feedBuffer is how many live events a stream may have waiting before the
 // hub drops it (the page then reconnects and resumes from its last id). A
 // stream writes what is queued in one flush, so it falls this far behind
-// only when its client does not read.
-const feedBuffer = 512
+// only when its client does not read or reads slower than a storm arrives
+// (10,000 guests declaring Ready within a second): each drop costs the
+// daemon a replay from the store, so the queue holds a few seconds of a
+// storm (events are small and their fragments shared: 2,048 cost a stream
+// at most ~300 KB while it is behind).
+const feedBuffer = 2048
 
 // hub shares one live bus subscription among every open stream, so an open
 // page costs a small queue instead of a bus subscription of its own. A
@@ -61,7 +65,10 @@ func (h *hub) join() (*feed, int64, error) {
 		}
 		// Resuming after the newest stored id leaves no gap between the
 		// log and the live events.
-		sub, err := h.ev.Subscribe(events.Filter{Types: []string{events.TypeLifecycle}, After: last})
+		// The hub never waits for a stream, but it shares its subscription
+		// with every open page: it may fall behind a storm by more than
+		// one stream's queue before the bus drops it (and every page).
+		sub, err := h.ev.Subscribe(events.Filter{Types: []string{events.TypeLifecycle}, After: last, Buffer: 4 * feedBuffer})
 		if err != nil {
 			return nil, 0, fmt.Errorf("starting the live stream: %w", err)
 		}

@@ -271,6 +271,11 @@ type Filter struct {
 	// Replay replays the stored events after After even when After is 0,
 	// so a subscriber can ask for the whole stored log from event 1.
 	Replay bool
+	// Buffer is how many live events this subscription may have waiting
+	// before it overflows; 0 means the bus's (WithBuffer). A subscriber
+	// that fans out to many others (the dashboard's hub) needs more than
+	// one that serves a single client.
+	Buffer int
 }
 
 // Match reports whether ev passes the filter's type and instance lists.
@@ -317,13 +322,20 @@ func (b *Bus) Subscribe(f Filter) (*Subscription, error) {
 	if f.After < 0 {
 		return nil, fmt.Errorf("subscribing to events: negative resume id %d: %w", f.After, errdefs.ErrInvalid)
 	}
+	if f.Buffer < 0 {
+		return nil, fmt.Errorf("subscribing to events: negative buffer %d: %w", f.Buffer, errdefs.ErrInvalid)
+	}
+	buffer := b.buffer
+	if f.Buffer > 0 {
+		buffer = f.Buffer
+	}
 	f.Types = slices.Clone(f.Types)
 	f.Instances = slices.Clone(f.Instances)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Subscription{
 		bus:    b,
 		filter: f,
-		ch:     make(chan Event, b.buffer),
+		ch:     make(chan Event, buffer),
 		ctx:    ctx,
 		cancel: cancel,
 		done:   make(chan struct{}),

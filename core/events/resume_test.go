@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/db/dbtest"
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 func TestResumeWhilePublishing(t *testing.T) {
@@ -176,5 +177,52 @@ func TestOverflowWhileReplaying(t *testing.T) {
 		if ev.ID != sent[i+1].ID {
 			t.Fatalf("event %d id %d, want %d", i, ev.ID, sent[i+1].ID)
 		}
+	}
+}
+
+// TestSubscriptionBuffer: Filter.Buffer sizes one subscription's queue
+// apart from the bus's (WithBuffer); a negative one is refused.
+func TestSubscriptionBuffer(t *testing.T) {
+	b := newBus(t, dbtest.SQLite(t), WithBuffer(4))
+	tests := []struct {
+		name     string
+		buffer   int
+		wantOver bool
+	}{
+		{"the bus's buffer overflows", 0, true},
+		{"a larger buffer of its own holds the burst", 16, false},
+		{"a smaller buffer of its own overflows", 2, true},
+	}
+	subs := make([]*Subscription, len(tests))
+	for i, tc := range tests {
+		sub, err := b.Subscribe(Filter{Buffer: tc.buffer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		subs[i] = sub
+	}
+	publishN(t, b, 10, "web1") // nobody reads meanwhile
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sub := subs[i]
+			if tc.wantOver {
+				for range sub.C() {
+				}
+				if !errors.Is(sub.Err(), ErrOverflow) {
+					t.Fatalf("Err() = %v, want ErrOverflow", sub.Err())
+				}
+				return
+			}
+			if got := receive(t, sub, 10); len(got) != 10 {
+				t.Fatalf("received %d events, want 10", len(got))
+			}
+			if err := sub.Err(); err != nil {
+				t.Fatalf("Err() = %v, want none", err)
+			}
+		})
+	}
+	if _, err := b.Subscribe(Filter{Buffer: -1}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("Subscribe with buffer -1: %v, want ErrInvalid", err)
 	}
 }
