@@ -61,8 +61,9 @@ func closeAll(cs []net.Conn) {
 }
 
 // TestHandshakeAdmission: TLS handshakes run at most MaxHandshakes at once,
-// at most two per instance, in arrival order, and a connection that waited
-// longer than MaxHandshakeWait is closed without a handshake.
+// at most two per instance, the newest waiting connection first, and a
+// connection that waits MaxHandshakeWait without a token is closed without
+// a handshake.
 func TestHandshakeAdmission(t *testing.T) {
 	t.Run("one instance's stalled handshakes leave the others room", func(t *testing.T) {
 		e := newEnv(t, func(c *Config) { c.MaxHandshakes = 4 })
@@ -78,7 +79,7 @@ func TestHandshakeAdmission(t *testing.T) {
 	t.Run("past the limit a handshake waits for a token", func(t *testing.T) {
 		e := newEnv(t, func(c *Config) { c.MaxHandshakes = 1 })
 		stalled := e.stall(t, uuidA, 1)
-		waitUntil(t, "a holds the only token", func() bool { return len(e.srv.handshakes) == 1 })
+		waitUntil(t, "a holds the only token", func() bool { return e.srv.handshakes.inUse() == 1 })
 		done := e.handshake(t, uuidB, "b")
 		waitUntil(t, "b waits", func() bool { return e.srv.hsWaiting.Load() == 1 })
 		select {
@@ -91,26 +92,49 @@ func TestHandshakeAdmission(t *testing.T) {
 			t.Fatalf("b's handshake once a's token was free: %v", err)
 		}
 	})
-	t.Run("a connection that waited too long is closed unanswered", func(t *testing.T) {
+	t.Run("a connection that waits too long is closed unanswered", func(t *testing.T) {
 		const wait = 50 * time.Millisecond
 		e := newEnv(t, func(c *Config) { c.MaxHandshakes = 1; c.MaxHandshakeWait = wait })
 		stalled := e.stall(t, uuidA, 1)
-		waitUntil(t, "a holds the only token", func() bool { return len(e.srv.handshakes) == 1 })
+		waitUntil(t, "a holds the only token", func() bool { return e.srv.handshakes.inUse() == 1 })
 		began := time.Now()
-		done := e.handshake(t, uuidB, "b")
-		waitUntil(t, "b waited longer than MaxHandshakeWait", func() bool {
-			return e.srv.hsWaiting.Load() == 1 && time.Since(began) > 2*wait
-		})
-		closeAll(stalled)
-		if err := <-done; err == nil {
-			t.Fatal("b's handshake succeeded after b waited longer than MaxHandshakeWait")
+		if err := <-e.handshake(t, uuidB, "b"); err == nil {
+			t.Fatal("b's handshake succeeded while a held the only token")
+		}
+		if waited := time.Since(began); waited < wait {
+			t.Fatalf("b's connection was closed after %v, before MaxHandshakeWait (%v)", waited, wait)
 		}
 		if n := e.srv.hsStale.Load(); n != 1 {
 			t.Fatalf("%d connections closed as stale, want 1", n)
 		}
+		closeAll(stalled)
 		// The server still serves the next connection.
 		if got := do(t, e.client(uuidB, e.agents["b"]), http.MethodGet, "/1.0", ""); got.status != http.StatusOK {
 			t.Fatalf("GET /1.0 after a stale connection: %d %s", got.status, got.body)
+		}
+	})
+	t.Run("the newest waiting connection goes first", func(t *testing.T) {
+		e := newEnv(t, func(c *Config) { c.MaxHandshakes = 1 })
+		stalled := e.stall(t, uuidA, 1)
+		waitUntil(t, "a holds the only token", func() bool { return e.srv.handshakes.inUse() == 1 })
+		order := make(chan string, 2)
+		wait := func(name string, done <-chan error) {
+			if err := <-done; err != nil {
+				t.Errorf("%s's handshake: %v", name, err)
+			}
+			order <- name
+		}
+		older := e.handshake(t, uuidB, "b")
+		waitUntil(t, "b waits", func() bool { return e.srv.handshakes.waiting() == 1 })
+		newer := e.handshake(t, uuidOff, "off")
+		waitUntil(t, "b and off wait", func() bool { return e.srv.handshakes.waiting() == 2 })
+		go wait("b", older)
+		go wait("off", newer)
+		closeAll(stalled)
+		// off's server handshake ends before b's starts, and off's client
+		// is done before its server is.
+		if first, second := <-order, <-order; first != "off" || second != "b" {
+			t.Fatalf("handshakes ended in the order %s, %s; want off (the newest), then b", first, second)
 		}
 	})
 }

@@ -113,15 +113,15 @@ type Config struct {
 	// request (default 3 s; the bodies are small).
 	ReadHeaderTimeout time.Duration
 	// MaxHandshakes is how many TLS handshakes run at once (default 128);
-	// more connections wait, in arrival order, for one to end. Without a
-	// bound, a storm of new connections (10,000 guests declaring Ready at
-	// once) shares the CPU among thousands of half-done handshakes, and
-	// they all outlast their clients' timeouts together.
+	// more connections wait for one to end, the newest first (lifoTokens).
+	// Without a bound, a storm of new connections (10,000 guests declaring
+	// Ready at once) shares the CPU among thousands of half-done
+	// handshakes, and they all outlast their clients' timeouts together.
 	MaxHandshakes int
 	// MaxHandshakeWait is how long a connection may wait for its handshake
 	// to start (default 5 s, the agent's and the link's handshake timeout):
-	// one that waited longer is closed unanswered, as its client has given
-	// up on it and would only make the server work for nobody.
+	// then it is closed unanswered, as its client has given up on it, and
+	// handshaking it would make the server work for nobody.
 	MaxHandshakeWait time.Duration
 	// IdleTimeout bounds the wait for the next request on a kept-alive
 	// connection (default 30 s).
@@ -161,8 +161,9 @@ type Server struct {
 	tls         *tls.Config
 	app         *fiber.App
 	queue       *connQueue
-	// handshakes holds a token per TLS handshake running (MaxHandshakes).
-	handshakes chan struct{}
+	// handshakes holds a token per TLS handshake running (MaxHandshakes),
+	// given to the newest waiting connection first.
+	handshakes *lifoTokens
 	// hsWaiting counts connections waiting for a handshake token and
 	// hsStale those closed because they waited too long.
 	hsWaiting, hsStale atomic.Int64
@@ -242,7 +243,7 @@ func New(cfg Config) (*Server, error) {
 			MinVersion: tls.VersionTLS13,
 		},
 		queue:       newConnQueue(),
-		handshakes:  make(chan struct{}, cfg.MaxHandshakes),
+		handshakes:  newLIFOTokens(cfg.MaxHandshakes),
 		hsInstances: map[string]*instanceHandshakes{},
 		ops:         newOperations(),
 		done:        make(chan struct{}),
@@ -288,10 +289,11 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // admit negotiates TLS on c once a handshake token is free (MaxHandshakes,
-// in arrival order) and then hands it to the HTTP server; c is closed
-// unanswered when it waited more than MaxHandshakeWait or the handshake
-// fails. It returns without waiting, or net.ErrClosed (c closed) after
-// Shutdown.
+// at most handshakesPerInstance per instance; under a storm the newest
+// connection first, see lifoTokens) and then hands it to the HTTP server. c
+// is closed unanswered when it waited MaxHandshakeWait without a token (its
+// client has given up) or the handshake fails. It returns without waiting,
+// or net.ErrClosed (c closed) after Shutdown.
 func (s *Server) admit(c net.Conn) error {
 	select {
 	case <-s.queue.closed:
@@ -299,35 +301,32 @@ func (s *Server) admit(c net.Conn) error {
 		return net.ErrClosed
 	default:
 	}
-	arrived := time.Now()
+	deadline := time.Now().Add(s.cfg.MaxHandshakeWait)
 	id, _ := linkhost.IdentityOf(c)
 	go func() {
 		own := s.instanceHandshakes(id.InstanceUUID)
 		defer s.releaseInstanceHandshakes(id.InstanceUUID, own)
 		s.hsWaiting.Add(1)
-		if !s.acquire(own.tokens) {
-			s.hsWaiting.Add(-1)
-			c.Close()
-			return
-		}
-		if !s.acquire(s.handshakes) {
+		ok := s.acquireOwn(own.tokens, deadline)
+		if ok && !s.handshakes.acquire(time.Until(deadline), s.queue.closed) {
 			<-own.tokens
-			s.hsWaiting.Add(-1)
-			c.Close()
-			return
+			ok = false
 		}
 		s.hsWaiting.Add(-1)
-		release := func() { <-s.handshakes; <-own.tokens }
-		if time.Since(arrived) > s.cfg.MaxHandshakeWait {
-			release()
-			s.hsStale.Add(1)
+		if !ok {
+			select {
+			case <-s.queue.closed:
+			default:
+				s.hsStale.Add(1)
+			}
 			c.Close()
 			return
 		}
 		tc := tls.Server(c, s.tls)
 		_ = tc.SetDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
 		err := tc.Handshake()
-		release()
+		s.handshakes.release()
+		<-own.tokens
 		if err != nil {
 			s.cfg.Logger.Debug("devlxd: TLS handshake", "err", err)
 			c.Close()
@@ -367,12 +366,22 @@ func (s *Server) releaseInstanceHandshakes(uuid string, h *instanceHandshakes) {
 	}
 }
 
-// acquire takes a token of sem, waiting in arrival order; false once the
+// acquireOwn takes one of an instance's handshake tokens, waiting in
+// arrival order until deadline; false when the deadline passed or the
 // server is shut down.
-func (s *Server) acquire(sem chan struct{}) bool {
+func (s *Server) acquireOwn(sem chan struct{}, deadline time.Time) bool {
 	select {
 	case sem <- struct{}{}:
 		return true
+	default:
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
 	case <-s.queue.closed:
 		return false
 	}
