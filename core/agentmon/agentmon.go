@@ -339,10 +339,7 @@ func (s *Service) GuestStopped(inst *instance.Instance) {
 // (the guest runs on) and the monitor goes on watching.
 func (s *Service) GuestReset(inst *instance.Instance) {
 	if m := s.monitor(inst.UUID); m != nil {
-		select {
-		case m.reset <- struct{}{}:
-		default:
-		}
+		m.wake(&m.wakeReset)
 	}
 }
 
