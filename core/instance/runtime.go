@@ -258,7 +258,12 @@ func (m *Manager) HandleBackendEvent(backend string, ev sdk.Event) {
 		if ev.Kind == sdk.EventError {
 			m.log.Warn("backend reports a guest failure", "backend", backend, "uuid", ev.UUID, "detail", ev.Detail)
 		}
-		m.notify(e, whenRunning, func(h Hooks, inst *Instance) { h.BackendEvent(inst, ev) })
+		switch ev.Kind {
+		case sdk.EventRingData, sdk.EventPortOpened, sdk.EventPortClosed:
+			m.notifyIdentity(e, whenRunning, func(h Hooks, inst *Instance) { h.BackendEvent(inst, ev) })
+		default:
+			m.notify(e, whenRunning, func(h Hooks, inst *Instance) { h.BackendEvent(inst, ev) })
+		}
 	}
 }
 
