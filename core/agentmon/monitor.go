@@ -274,6 +274,9 @@ func (m *monitor) report(st instance.AgentState, heartbeat time.Time) {
 	m.state = st
 	m.stateMu.Unlock()
 	cfg := &m.svc.cfg
+	if hr, ok := cfg.Instances.(HeartbeatRecorder); ok && !heartbeat.IsZero() && hr.RecordHeartbeat(m.uuid, st, heartbeat) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
 	defer cancel()
 	if err := cfg.Instances.SetAgentState(ctx, m.uuid, st, heartbeat); err != nil {
