@@ -36,6 +36,9 @@ const (
 	fleetNEnv = "FLEET_N"
 	// fleetProfilesEnv is where the pprof top-lists go (unset: nowhere).
 	fleetProfilesEnv = "FLEET_PROFILES"
+	// fleetProfilesRawEnv, when set, keeps the raw profiles there too
+	// (fleet-<phase>-<kind>.pb.gz), for pprof's other views.
+	fleetProfilesRawEnv = "FLEET_PROFILES_RAW"
 	// fleetStreams is how many dashboard live streams watch the storm.
 	fleetStreams = 50
 )
@@ -448,6 +451,14 @@ func fleetProfile(b *testing.B, addr, phase string) {
 		b.Error(err)
 		return
 	}
+	if os.Getenv(fleetProfilesRawEnv) != "" {
+		// The goroutines by stack, counted (what holds stacks in RSS).
+		if resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1"); err == nil {
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			_ = os.WriteFile(filepath.Join(dir, "fleet-"+phase+"-goroutines.txt"), data, 0o644)
+		}
+	}
 	for _, p := range []struct{ kind, path string }{{"cpu", "/debug/pprof/profile?seconds=10"}, {"heap", "/debug/pprof/heap"}} {
 		resp, err := http.Get("http://" + addr + p.path)
 		if err != nil {
@@ -473,6 +484,11 @@ func fleetProfile(b *testing.B, addr, phase string) {
 			args = append(args, "-sample_index=inuse_space")
 		}
 		out, err := exec.Command("go", append(args, raw.Name())...).Output()
+		if os.Getenv(fleetProfilesRawEnv) != "" {
+			if data, rerr := os.ReadFile(raw.Name()); rerr == nil {
+				_ = os.WriteFile(filepath.Join(dir, "fleet-"+phase+"-"+p.kind+".pb.gz"), data, 0o644)
+			}
+		}
 		os.Remove(raw.Name())
 		if err != nil {
 			b.Errorf("pprof %s %s: %v", phase, p.kind, err)
