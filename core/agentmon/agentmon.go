@@ -164,6 +164,47 @@ type Service struct {
 	ops      map[string]*instanceLock // by instance UUID, while in use
 	batchers map[sdk.RingBatchReader]*ringBatcher
 	closed   bool
+
+	// steppers hands a monitor's steps to an idle stepper goroutine (see
+	// runSteps); quit ends the steppers.
+	steppers chan *monitor
+	quit     chan struct{}
+	quitOnce sync.Once
+}
+
+// stepperIdle is how long a stepper goroutine waits for another monitor's
+// steps before it ends.
+const stepperIdle = 2 * time.Second
+
+// runSteps runs m.steps on an idle stepper goroutine, or on a new one when
+// none is idle. A stepper waits stepperIdle for more work before it ends:
+// with thousands of guests heartbeating a few dozen steppers run all the
+// steps, and each keeps the stack it grew, where a goroutine per step grew
+// (copied) its stack at every heartbeat.
+func (s *Service) runSteps(m *monitor) {
+	select {
+	case s.steppers <- m:
+	default:
+		go s.stepper(m)
+	}
+}
+
+// stepper runs monitors' steps until it waited stepperIdle for more, or
+// the Service closed.
+func (s *Service) stepper(m *monitor) {
+	idle := time.NewTimer(stepperIdle)
+	defer idle.Stop()
+	for {
+		m.steps()
+		idle.Reset(stepperIdle)
+		select {
+		case m = <-s.steppers:
+		case <-idle.C:
+			return
+		case <-s.quit:
+			return
+		}
+	}
 }
 
 // instanceLock serialises GuestRunning and GuestStopped of one instance, so
@@ -246,7 +287,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.StateBudget = statebudget.New(0, 0)
 	}
 	return &Service{cfg: cfg, budget: cfg.StateBudget, monitors: map[string]*monitor{}, ops: map[string]*instanceLock{},
-		batchers: map[sdk.RingBatchReader]*ringBatcher{}}, nil
+		batchers: map[sdk.RingBatchReader]*ringBatcher{}, steppers: make(chan *monitor), quit: make(chan struct{})}, nil
 }
 
 // Advertisement returns what the daemon advertises to the agent of inst:
@@ -442,6 +483,7 @@ func (s *Service) Close() error {
 	for _, m := range ms {
 		m.wait()
 	}
+	s.quitOnce.Do(func() { close(s.quit) })
 	return nil
 }
 

@@ -129,7 +129,7 @@ func (m *monitor) startStepLocked() {
 	}
 	m.stepping = true
 	m.wg.Add(1)
-	go m.steps()
+	m.svc.runSteps(m)
 }
 
 // halt asks the goroutines to end without waiting for them.
