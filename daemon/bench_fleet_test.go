@@ -39,6 +39,10 @@ const (
 	// fleetProfilesRawEnv, when set, keeps the raw profiles there too
 	// (fleet-<phase>-<kind>.pb.gz), for pprof's other views.
 	fleetProfilesRawEnv = "FLEET_PROFILES_RAW"
+	// fleetIdleSettleEnv is how long the idle phase waits after the last
+	// agent connected before it measures (a Go duration; default 10s):
+	// longer keeps the launch's aftermath (store, GC) out of the window.
+	fleetIdleSettleEnv = "FLEET_IDLE_SETTLE"
 	// fleetStreams is how many dashboard live streams watch the storm.
 	fleetStreams = 50
 )
@@ -116,7 +120,14 @@ func BenchmarkFleet(b *testing.B) {
 
 	// Idle: every agent heartbeating (5 s); the steady state after the
 	// monitors confirmed the advertisements at the next heartbeat.
-	time.Sleep(10 * time.Second)
+	settle := 10 * time.Second
+	if v := os.Getenv(fleetIdleSettleEnv); v != "" {
+		var err error
+		if settle, err = time.ParseDuration(v); err != nil {
+			b.Fatalf("%s: %v", fleetIdleSettleEnv, err)
+		}
+	}
+	time.Sleep(settle)
 	cpuBefore, err := benchCPUTime(d.PID())
 	if err != nil {
 		b.Fatal(err)
