@@ -37,6 +37,13 @@ const (
 	fleetNEnv = "FLEET_N"
 	// fleetProfilesEnv is where the pprof top-lists go (unset: nowhere).
 	fleetProfilesEnv = "FLEET_PROFILES"
+	// fleetProfilesRawEnv, when set, keeps the raw profiles there too
+	// (fleet-<phase>-<kind>.pb.gz), for pprof's other views.
+	fleetProfilesRawEnv = "FLEET_PROFILES_RAW"
+	// fleetIdleSettleEnv is how long the idle phase waits after the last
+	// agent connected before it measures (a Go duration; default 10s):
+	// longer keeps the launch's aftermath (store, GC) out of the window.
+	fleetIdleSettleEnv = "FLEET_IDLE_SETTLE"
 	// fleetStreams is how many dashboard live streams watch the storm.
 	fleetStreams = 50
 )
@@ -114,7 +121,14 @@ func BenchmarkFleet(b *testing.B) {
 
 	// Idle: every agent heartbeating (5 s); the steady state after the
 	// monitors confirmed the advertisements at the next heartbeat.
-	time.Sleep(10 * time.Second)
+	settle := 10 * time.Second
+	if v := os.Getenv(fleetIdleSettleEnv); v != "" {
+		var err error
+		if settle, err = time.ParseDuration(v); err != nil {
+			b.Fatalf("%s: %v", fleetIdleSettleEnv, err)
+		}
+	}
+	time.Sleep(settle)
 	cpuBefore, err := benchCPUTime(d.PID())
 	if err != nil {
 		b.Fatal(err)
@@ -565,6 +579,14 @@ func fleetProfile(b *testing.B, addr, phase string) {
 		b.Error(err)
 		return
 	}
+	if os.Getenv(fleetProfilesRawEnv) != "" {
+		// The goroutines by stack, counted (what holds stacks in RSS).
+		if resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1"); err == nil {
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			_ = os.WriteFile(filepath.Join(dir, "fleet-"+phase+"-goroutine-stacks.txt"), data, 0o644)
+		}
+	}
 	for _, p := range []struct{ kind, path string }{{"cpu", "/debug/pprof/profile?seconds=10"}, {"heap", "/debug/pprof/heap"}} {
 		resp, err := http.Get("http://" + addr + p.path)
 		if err != nil {
@@ -590,6 +612,11 @@ func fleetProfile(b *testing.B, addr, phase string) {
 			args = append(args, "-sample_index=inuse_space")
 		}
 		out, err := exec.Command("go", append(args, raw.Name())...).Output()
+		if os.Getenv(fleetProfilesRawEnv) != "" {
+			if data, rerr := os.ReadFile(raw.Name()); rerr == nil {
+				_ = os.WriteFile(filepath.Join(dir, "fleet-"+phase+"-"+p.kind+".pb.gz"), data, 0o644)
+			}
+		}
 		if err == nil && p.kind == "cpu" {
 			// Then by cumulative time: where the time goes from the top.
 			var cum []byte

@@ -437,6 +437,10 @@ func (l *lateInstances) SetAgentState(ctx context.Context, uuid string, st insta
 	return l.m.SetAgentState(ctx, uuid, st, heartbeat)
 }
 
+func (l *lateInstances) RecordHeartbeat(uuid string, st instance.AgentState, heartbeat time.Time) bool {
+	return l.m.RecordHeartbeat(uuid, st, heartbeat)
+}
+
 func (l *lateInstances) Runtime(ctx context.Context, uuid string) (sdk.Backend, sdk.Handle, error) {
 	return l.m.Runtime(ctx, uuid)
 }
@@ -446,8 +450,9 @@ func (l *lateInstances) GuestThrottled(ctx context.Context, uuid, budget, detail
 }
 
 var (
-	_ agentmon.Instances = (*lateInstances)(nil)
-	_ agentmon.Throttles = (*lateInstances)(nil)
+	_ agentmon.Instances         = (*lateInstances)(nil)
+	_ agentmon.Throttles         = (*lateInstances)(nil)
+	_ agentmon.HeartbeatRecorder = (*lateInstances)(nil)
 )
 
 func levelOf(l slog.Level) hclog.Level {

@@ -63,7 +63,7 @@ func BenchmarkGuestGetInfo(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	daemonCert := r.store.Daemon().Cert.Raw
+	daemonCert := r.store.Daemon().DER
 	tlsCfg := &tls.Config{
 		Certificates:       []tls.Certificate{certs.Agent.TLS},
 		InsecureSkipVerify: true,

@@ -16,15 +16,27 @@ import (
 
 // agentClient calls one instance's agent on its link port: TLS with the
 // daemon's per-instance client certificate, pinning the agent certificate.
+// It holds no transport between calls: calls are rare (advertisements,
+// events) and each uses a fresh connection, so the TLS configuration and
+// the http.Transport are made per call rather than kept for each of
+// thousands of idle guests.
 type agentClient struct {
-	name string
-	http *http.Client
+	links Links
+	uuid  string
+	certs *pki.InstanceCerts
+	now   func() time.Time
 }
 
 // maxAnswer is how much of an agent's answer is read (for error messages).
 const maxAnswer = 4 << 10
 
 func newAgentClient(links Links, uuid string, certs *pki.InstanceCerts, now func() time.Time) *agentClient {
+	return &agentClient{links: links, uuid: uuid, certs: certs, now: now}
+}
+
+// httpClient returns a client for one call.
+func (c *agentClient) httpClient() *http.Client {
+	certs, now := c.certs, c.now
 	cfg := &tls.Config{
 		Certificates: []tls.Certificate{certs.Client.TLS},
 		ServerName:   certs.Name,
@@ -48,22 +60,22 @@ func newAgentClient(links Links, uuid string, certs *pki.InstanceCerts, now func
 	}
 	tr := &http.Transport{
 		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			raw, err := links.DialAgent(ctx, uuid)
+			raw, err := c.links.DialAgent(ctx, c.uuid)
 			if err != nil {
 				return nil, err
 			}
-			c := tls.Client(raw, cfg)
-			if err := c.HandshakeContext(ctx); err != nil {
+			tc := tls.Client(raw, cfg)
+			if err := tc.HandshakeContext(ctx); err != nil {
 				raw.Close()
 				return nil, fmt.Errorf("TLS handshake with agent of instance %q: %w", certs.Name, err)
 			}
-			return c, nil
+			return tc, nil
 		},
-		// Calls are rare (advertisements, events) and an agent restart
-		// kills kept connections: a fresh one per call is simplest.
+		// An agent restart kills kept connections: a fresh one per call
+		// is simplest, and nothing stays open once the call is done.
 		DisableKeepAlives: true,
 	}
-	return &agentClient{name: certs.Name, http: &http.Client{Transport: tr}}
+	return &http.Client{Transport: tr}
 }
 
 // do sends a request with a JSON body to the agent and fails unless it
@@ -71,19 +83,19 @@ func newAgentClient(links Links, uuid string, certs *pki.InstanceCerts, now func
 func (c *agentClient) do(ctx context.Context, method, path string, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, method, "https://agent"+path, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.name, err)
+		return fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.certs.Name, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
+	hc := c.httpClient()
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.name, err)
+		return fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.certs.Name, err)
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("%s %s on agent of instance %q: %s: %q", method, path, c.name, resp.Status, bytes.TrimSpace(answer))
+		return fmt.Errorf("%s %s on agent of instance %q: %s: %q", method, path, c.certs.Name, resp.Status, bytes.TrimSpace(answer))
 	}
 	return nil
 }
-
-func (c *agentClient) close() { c.http.CloseIdleConnections() }

@@ -238,7 +238,7 @@ func startFakeAgent(t *testing.T, vmmSock string, certs *pki.InstanceCerts) *fak
 		Certificates: []tls.Certificate{certs.Agent.TLS},
 		ClientAuth:   tls.RequireAnyClientCert,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 || !bytes.Equal(raw[0], certs.Client.Cert.Raw) {
+			if len(raw) == 0 || !bytes.Equal(raw[0], certs.Client.DER) {
 				return errors.New("not the daemon's client certificate")
 			}
 			return nil

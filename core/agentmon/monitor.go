@@ -18,12 +18,15 @@ import (
 	"github.com/guestlink/guestlink/link/ringproto"
 )
 
-// monitor watches one running instance. Its run goroutine owns the ring
-// parser and the tracker; an advertiser goroutine makes the PUT /1.0 calls
+// monitor watches one running instance. It keeps no goroutine while idle:
+// a timer (time.AfterFunc) and the wake-ups (a backend event, a reboot, an
+// advertisement's result) start a step goroutine, which runs the monitor's
+// steps one at a time until no wake-up is left, then ends; it owns the ring
+// parser and the tracker. An advertiser goroutine makes the PUT /1.0 calls
 // (at most one per AdvertiseInterval) and a pusher goroutine delivers guest
-// events in order, so a slow agent never delays ring reads. The advertiser
-// and the pusher run only while they have work: a daemon of 10,000 idle
-// guests keeps one goroutine per guest, not three.
+// events in order, so a slow agent never delays ring reads; they too run
+// only while they have work. A daemon of 10,000 idle guests keeps a timer
+// per guest and no goroutine.
 type monitor struct {
 	svc     *Service
 	uuid    string
@@ -31,21 +34,24 @@ type monitor struct {
 	backend string // the instance's backend, for RingObserver
 	client  *agentClient
 
-	kick      chan struct{} // read the ring now
-	reset     chan struct{} // the guest rebooted
-	advResult chan advResult
-	stop      chan struct{}
-	stopOnce  sync.Once
-	wg        sync.WaitGroup
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	timer    *time.Timer // the timed ring read; wakes a step
 
 	// bgMu guards the on-demand goroutines' work and their starts.
 	bgMu       sync.Mutex
-	stopped    bool      // halt was called: start nothing more
-	advQueued  bool      // an advertisement is asked for (coalesced)
-	advRunning bool      // the advertiser goroutine runs
-	advLast    time.Time // when the last PUT /1.0 began
-	evQueue    [][]byte  // guest events waiting, at most eventQueue
-	evRunning  bool      // the pusher goroutine runs
+	stopped    bool        // halt was called: start nothing more
+	stepping   bool        // the step goroutine runs
+	wakeKick   bool        // read the ring now (a backend event)
+	wakeTimer  bool        // the timer fired
+	wakeReset  bool        // the guest rebooted
+	advResults []advResult // PUT /1.0 results not yet applied, in order
+	advQueued  bool        // an advertisement is asked for (coalesced)
+	advRunning bool        // the advertiser goroutine runs
+	advLast    time.Time   // when the last PUT /1.0 began
+	evQueue    [][]byte    // guest events waiting, at most eventQueue
+	evRunning  bool        // the pusher goroutine runs
 
 	// gen counts advertisement changes; a PUT result counts only for the
 	// generation it was made for.
@@ -60,11 +66,13 @@ type monitor struct {
 	devMu   sync.Mutex
 	devices map[string]map[string]string // as last told to the guest
 
-	// Owned by run.
-	parser ringproto.Parser
-	tr     tracker
-	quiet  time.Duration // the current backed-off fast period (see nextPoll)
-	ring   ringBudget
+	// Owned by the step goroutine.
+	seenGen uint64    // the advertisement generation the tracker follows
+	due     time.Time // when the timer was last set to fire
+	parser  ringproto.Parser
+	tr      tracker
+	quiet   time.Duration // the current backed-off fast period (see nextPoll)
+	ring    ringBudget
 	// pending is a word the state budget held back, retried at pendingAt
 	// unless a newer word replaces it.
 	pending   ringproto.Word
@@ -79,23 +87,49 @@ type advResult struct {
 
 func newMonitor(s *Service, inst *instance.Instance, certs *pki.InstanceCerts) *monitor {
 	return &monitor{
-		svc:       s,
-		uuid:      inst.UUID,
-		name:      inst.Name,
-		backend:   inst.Backend,
-		client:    newAgentClient(s.cfg.Links, inst.UUID, certs, s.cfg.Now),
-		kick:      make(chan struct{}, 1),
-		reset:     make(chan struct{}, 1),
-		advResult: make(chan advResult, 1),
-		stop:      make(chan struct{}),
-		devices:   guestview.Devices(inst),
-		ring:      newRingBudget(&s.cfg),
+		svc:     s,
+		uuid:    inst.UUID,
+		name:    inst.Name,
+		backend: inst.Backend,
+		client:  newAgentClient(s.cfg.Links, inst.UUID, certs, s.cfg.Now),
+		stop:    make(chan struct{}),
+		devices: guestview.Devices(inst),
+		ring:    newRingBudget(&s.cfg),
 	}
 }
 
+// start reads the ring at once, then as the timer says.
 func (m *monitor) start() {
+	m.seenGen = m.gen.Load()
+	m.bgMu.Lock()
+	m.timer = time.AfterFunc(time.Hour, m.timerFired)
+	m.bgMu.Unlock()
+	m.wake(&m.wakeTimer)
+}
+
+// timerFired is the timer's function.
+func (m *monitor) timerFired() { m.wake(&m.wakeTimer) }
+
+// wake sets the wake-up flag *what (guarded by bgMu) and starts the step
+// goroutine unless it runs (it sees the flag before it ends).
+func (m *monitor) wake(what *bool) {
+	m.bgMu.Lock()
+	defer m.bgMu.Unlock()
+	if m.stopped {
+		return
+	}
+	*what = true
+	m.startStepLocked()
+}
+
+// startStepLocked starts the step goroutine unless it runs; bgMu is held.
+func (m *monitor) startStepLocked() {
+	if m.stepping {
+		return
+	}
+	m.stepping = true
 	m.wg.Add(1)
-	go m.run()
+	m.svc.runSteps(m)
 }
 
 // halt asks the goroutines to end without waiting for them.
@@ -104,9 +138,11 @@ func (m *monitor) halt() {
 		m.bgMu.Lock()
 		m.stopped = true
 		m.evQueue = nil
+		if m.timer != nil {
+			m.timer.Stop()
+		}
 		m.bgMu.Unlock()
 		close(m.stop)
-		m.client.close()
 	})
 }
 
@@ -116,10 +152,7 @@ func (m *monitor) kickRead() {
 	if m.ring.pausedUntil.after(time.Now()) {
 		return // over its ring budget: the timer reads when it allows
 	}
-	select {
-	case m.kick <- struct{}{}:
-	default:
-	}
+	m.wake(&m.wakeKick)
 }
 
 // requestAdvert asks the advertiser for a PUT /1.0; changed says the
@@ -149,47 +182,65 @@ func (m *monitor) currentState() instance.AgentState {
 	return m.state
 }
 
-func (m *monitor) run() {
+// steps runs the monitor's steps while wake-ups are pending, then ends.
+func (m *monitor) steps() {
 	defer m.wg.Done()
-	cfg := &m.svc.cfg
-	lostAfter := time.Duration(cfg.MissedHeartbeats) * cfg.Heartbeat
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	seenGen := m.gen.Load()
 	for {
-		var res *advResult
-		heard := true // something happened: poll fast again
-		select {
-		case <-m.stop:
+		m.bgMu.Lock()
+		kick, timed, reset, results := m.wakeKick, m.wakeTimer, m.wakeReset, m.advResults
+		m.wakeKick, m.wakeTimer, m.wakeReset, m.advResults = false, false, false, nil
+		// A timer that fired for an earlier setting (while the last step
+		// ran) does not count: the step set it again.
+		if timed && !m.due.IsZero() && time.Now().Before(m.due) {
+			timed = false
+		}
+		if m.stopped || (!kick && !timed && !reset && len(results) == 0) {
+			m.stepping = false
+			m.bgMu.Unlock()
 			return
-		case <-m.kick:
-		case <-timer.C:
-			heard = false
-		case r := <-m.advResult:
-			res = &r
-		case <-m.reset:
-			m.parser = ringproto.Parser{}
-			m.tr = tracker{}
-			m.pending = ""
-			m.report(instance.AgentNone, time.Time{})
 		}
-		// A changed advertisement voids the agent's acceptance of the old
-		// one; a PUT result counts only for the advertisement it sent.
-		if g := m.gen.Load(); g != seenGen {
-			seenGen = g
-			m.tr.invalidate()
-		}
-		if res != nil && res.gen == seenGen {
+		m.bgMu.Unlock()
+		// Anything but the timer is something heard: poll fast again.
+		m.step(kick || reset || len(results) > 0, reset, results)
+	}
+}
+
+// step handles the wake-ups gathered since the last step: the guest's
+// reboot, advertisement results, then reads the ring, checks for a lost
+// agent and sets the timer.
+func (m *monitor) step(heard, reset bool, results []advResult) {
+	cfg := &m.svc.cfg
+	if reset {
+		m.parser = ringproto.Parser{}
+		m.tr = tracker{}
+		m.pending = ""
+		m.report(instance.AgentNone, time.Time{})
+	}
+	// A changed advertisement voids the agent's acceptance of the old
+	// one; a PUT result counts only for the advertisement it sent.
+	if g := m.gen.Load(); g != m.seenGen {
+		m.seenGen = g
+		m.tr.invalidate()
+	}
+	for _, res := range results {
+		if res.gen == m.seenGen {
 			m.tr.advertised(res.err == nil)
 		}
-		if m.readRing() {
-			heard = true
-		}
-		if m.tr.check(cfg.Now(), lostAfter) {
-			m.report(m.tr.state, time.Time{})
-		}
-		timer.Reset(m.pollLimits(m.nextPoll(heard)))
 	}
+	if m.readRing() {
+		heard = true
+	}
+	lostAfter := time.Duration(cfg.MissedHeartbeats) * cfg.Heartbeat
+	if m.tr.check(cfg.Now(), lostAfter) {
+		m.report(m.tr.state, time.Time{})
+	}
+	d := m.pollLimits(m.nextPoll(heard))
+	m.bgMu.Lock()
+	m.due = time.Now().Add(d)
+	if !m.stopped {
+		m.timer.Reset(d)
+	}
+	m.bgMu.Unlock()
 }
 
 // nextPoll is how long to wait before the next timed ring read. Where the
@@ -223,6 +274,9 @@ func (m *monitor) report(st instance.AgentState, heartbeat time.Time) {
 	m.state = st
 	m.stateMu.Unlock()
 	cfg := &m.svc.cfg
+	if hr, ok := cfg.Instances.(HeartbeatRecorder); ok && !heartbeat.IsZero() && hr.RecordHeartbeat(m.uuid, st, heartbeat) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
 	defer cancel()
 	if err := cfg.Instances.SetAgentState(ctx, m.uuid, st, heartbeat); err != nil {
@@ -273,12 +327,15 @@ func (m *monitor) advertiser() {
 			cfg.Logger.Debug("agentmon: advertising to agent", "instance", m.name, "err", err)
 		}
 		m.advPending.Add(-1)
-		select {
-		case m.advResult <- advResult{gen: gen, err: err}:
-		case <-m.stop:
-			done()
+		m.bgMu.Lock()
+		if m.stopped {
+			m.advRunning = false
+			m.bgMu.Unlock()
 			return
 		}
+		m.advResults = append(m.advResults, advResult{gen: gen, err: err})
+		m.startStepLocked()
+		m.bgMu.Unlock()
 	}
 }
 

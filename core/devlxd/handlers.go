@@ -47,7 +47,7 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 		s.cfg.Logger.Error("devlxd: looking up instance", "uuid", id.InstanceUUID, "err", err)
 		return sendError(c, http.StatusInternalServerError, "")
 	}
-	want, err := s.cfg.Certs.AgentCert(inst.Name)
+	want, err := s.cfg.Certs.AgentCertDER(inst.Name)
 	if err != nil {
 		if !errors.Is(err, errdefs.ErrNotFound) {
 			s.cfg.Logger.Error("devlxd: loading agent certificate", "instance", inst.Name, "err", err)
@@ -55,7 +55,7 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 		return sendError(c, http.StatusUnauthorized, "")
 	}
 	peer := st.PeerCertificates[0]
-	if !bytes.Equal(peer.Raw, want.Raw) || !pki.ValidAt(peer, s.cfg.Now()) {
+	if !bytes.Equal(peer.Raw, want) || !pki.ValidAt(peer, s.cfg.Now()) {
 		return sendError(c, http.StatusUnauthorized, "")
 	}
 	c.Locals(localsInstance, inst)

@@ -92,9 +92,9 @@ func (f *fakeInstances) readyCalls() []readyCall {
 }
 
 // fakeCerts maps instance names to agent certificates.
-type fakeCerts map[string]*x509.Certificate
+type fakeCerts map[string][]byte
 
-func (f fakeCerts) AgentCert(name string) (*x509.Certificate, error) {
+func (f fakeCerts) AgentCertDER(name string) ([]byte, error) {
 	c, ok := f[name]
 	if !ok {
 		return nil, fmt.Errorf("agent certificate of %q: %w", name, errdefs.ErrNotFound)
@@ -134,14 +134,14 @@ func newEnv(t testing.TB, mutate func(*Config)) *env {
 			t.Fatal(err)
 		}
 		e.agents[name] = p
-		certs[name] = p.Cert
+		certs[name] = p.DER
 	}
 	old, err := pki.GeneratePair("old", now.Add(-2*time.Hour), now.Add(-time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.agents["old"] = old
-	certs["old"] = old.Cert
+	certs["old"] = old.DER
 	e.insts = &fakeInstances{byID: map[string]*instance.Instance{
 		uuidA: {Name: "a", UUID: uuidA, Config: map[string]string{
 			"user.foo":                        "bar",
@@ -217,7 +217,7 @@ func (e *env) tlsConfig(client *pki.Pair) *tls.Config {
 	cfg := &tls.Config{
 		InsecureSkipVerify: true,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 || !bytes.Equal(raw[0], e.daemon.Cert.Raw) {
+			if len(raw) == 0 || !bytes.Equal(raw[0], e.daemon.DER) {
 				return errors.New("daemon certificate mismatch")
 			}
 			return nil

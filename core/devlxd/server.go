@@ -17,7 +17,6 @@ package devlxd
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,7 +51,9 @@ type Instances interface {
 // AgentCerts gives the agent certificate of an instance (*pki.Store
 // implements it). It must not create certificates.
 type AgentCerts interface {
-	AgentCert(instanceName string) (*x509.Certificate, error)
+	// AgentCertDER returns the instance's agent certificate, DER (compared
+	// byte for byte with the certificate the guest presents).
+	AgentCertDER(instanceName string) ([]byte, error)
 }
 
 // InstanceTypes says what the guests of each backend are (*pluginhost.Host

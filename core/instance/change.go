@@ -136,6 +136,24 @@ func (m *Manager) notify(e *entry, cond func(*entry) bool, call func(h Hooks, in
 	}
 }
 
+// notifyIdentity is notify with an instance that holds only its identity
+// (Name, UUID, Backend) instead of a full view, for the hooks called at
+// every heartbeat (Hooks.BackendEvent's wake-up hints).
+func (m *Manager) notifyIdentity(e *entry, cond func(*entry) bool, call func(h Hooks, inst *Instance)) {
+	if m.hooks == nil {
+		return
+	}
+	e.hook.Lock()
+	defer e.hook.Unlock()
+	m.mu.RLock()
+	ok := !e.rt.deleted && cond(e)
+	inst := &Instance{Name: e.rec.Name, UUID: e.rec.UUID, Backend: e.rec.Backend}
+	m.mu.RUnlock()
+	if ok {
+		call(m.hooks, inst)
+	}
+}
+
 // publish publishes events; the change they announce is already made, so a
 // failure (after the bus's retries) is not returned: it is logged and
 // recorded in the instance's timeline (eventLost).

@@ -188,6 +188,22 @@ func (m *Manager) SetAgentState(ctx context.Context, uuid string, st AgentState,
 	return nil
 }
 
+// RecordHeartbeat records a heartbeat of an agent whose state does not
+// change, without a context: it only stores the heartbeat's time in
+// memory, as SetAgentState's own shortcut does. It reports false, having
+// done nothing, when the call needs SetAgentState (a new state, a refusal,
+// an instance not loaded or unknown). The agent monitor calls it first at
+// every heartbeat.
+func (m *Manager) RecordHeartbeat(uuid string, st AgentState, heartbeat time.Time) bool {
+	if heartbeat.IsZero() || !m.loaded.Load() {
+		return false
+	}
+	m.mu.RLock()
+	e, ok := m.byUUID[uuid]
+	m.mu.RUnlock()
+	return ok && m.heartbeatOnly(e, st, heartbeat)
+}
+
 // agentStateRefused reports whether an agent state other than none is
 // refused: the instance is neither running nor being started or stopped.
 func agentStateRefused(st AgentState, power, op string) bool {
@@ -253,7 +269,12 @@ func (m *Manager) HandleBackendEvent(backend string, ev sdk.Event) {
 		if ev.Kind == sdk.EventError {
 			m.log.Warn("backend reports a guest failure", "backend", backend, "uuid", ev.UUID, "detail", ev.Detail)
 		}
-		m.notify(e, whenRunning, func(h Hooks, inst *Instance) { h.BackendEvent(inst, ev) })
+		switch ev.Kind {
+		case sdk.EventRingData, sdk.EventPortOpened, sdk.EventPortClosed:
+			m.notifyIdentity(e, whenRunning, func(h Hooks, inst *Instance) { h.BackendEvent(inst, ev) })
+		default:
+			m.notify(e, whenRunning, func(h Hooks, inst *Instance) { h.BackendEvent(inst, ev) })
+		}
 	}
 }
 

@@ -391,3 +391,44 @@ func TestInitWithMissingBackend(t *testing.T) {
 		t.Errorf("timeline %v", tl)
 	}
 }
+
+// RecordHeartbeat stores only the time of an unchanged state's heartbeat
+// and leaves everything else (a new state, a refusal, an unknown guest) to
+// SetAgentState.
+func TestRecordHeartbeat(t *testing.T) {
+	e := newEnv(t)
+	inst := e.create("web1", nil)
+	e.get("web1") // loads the manager
+	if e.m.RecordHeartbeat(inst.UUID, AgentStarted, time.Unix(50, 0)) {
+		t.Error("a stopped instance's agent was recorded started")
+	}
+	if err := e.m.Start(bg, "web1", api); err != nil {
+		t.Fatal(err)
+	}
+	if e.m.RecordHeartbeat(inst.UUID, AgentStarted, time.Unix(100, 0)) {
+		t.Fatal("a new state went past SetAgentState")
+	}
+	if err := e.m.SetAgentState(bg, inst.UUID, AgentStarted, time.Unix(100, 0)); err != nil {
+		t.Fatal(err)
+	}
+	before, tl := e.actions("web1"), e.timeline("web1")
+	if !e.m.RecordHeartbeat(inst.UUID, AgentStarted, time.Unix(200, 0)) {
+		t.Fatal("an unchanged state's heartbeat was not recorded")
+	}
+	got := e.get("web1")
+	if got.Agent.State != AgentStarted || !got.Agent.LastHeartbeat.Equal(time.Unix(200, 0)) {
+		t.Errorf("agent %+v, want started with the heartbeat at 200", got.Agent)
+	}
+	if len(e.actions("web1")) != len(before) || len(e.timeline("web1")) != len(tl) {
+		t.Error("a heartbeat made an event or a timeline entry")
+	}
+	if e.m.RecordHeartbeat(inst.UUID, AgentConnected, time.Unix(300, 0)) {
+		t.Error("a change went past SetAgentState")
+	}
+	if e.m.RecordHeartbeat(inst.UUID, AgentStarted, time.Time{}) {
+		t.Error("a zero heartbeat was recorded")
+	}
+	if e.m.RecordHeartbeat("nope", AgentStarted, time.Unix(400, 0)) {
+		t.Error("an unknown guest's heartbeat was recorded")
+	}
+}

@@ -28,10 +28,10 @@ func TestOpenCreatesThenLoadsDaemonCert(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := s1.Daemon()
-	if _, ok := d.Cert.PublicKey.(ed25519.PublicKey); !ok {
-		t.Fatalf("daemon key is %T, want Ed25519", d.Cert.PublicKey)
+	if _, ok := d.Cert().PublicKey.(ed25519.PublicKey); !ok {
+		t.Fatalf("daemon key is %T, want Ed25519", d.Cert().PublicKey)
 	}
-	if got := d.Cert.NotAfter.Sub(d.Cert.NotBefore); got < 9*365*24*time.Hour {
+	if got := d.Cert().NotAfter.Sub(d.Cert().NotBefore); got < 9*365*24*time.Hour {
 		t.Errorf("daemon cert validity %v, want about 10 years", got)
 	}
 	if m := mode(t, filepath.Join(dir, DaemonDir)); m != 0o700 {
@@ -63,8 +63,8 @@ func TestInstanceGeneratedOnceAndNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []*Pair{c.Agent, c.Client} {
-		if p.Cert.Subject.CommonName != "web1" || len(p.Cert.DNSNames) != 1 || p.Cert.DNSNames[0] != "web1" {
-			t.Errorf("cert names %q %v, want web1", p.Cert.Subject.CommonName, p.Cert.DNSNames)
+		if p.Cert().Subject.CommonName != "web1" || len(p.Cert().DNSNames) != 1 || p.Cert().DNSNames[0] != "web1" {
+			t.Errorf("cert names %q %v, want web1", p.Cert().Subject.CommonName, p.Cert().DNSNames)
 		}
 	}
 	if bytes.Equal(c.Agent.CertPEM, c.Client.CertPEM) {
@@ -88,14 +88,14 @@ func TestInstanceGeneratedOnceAndNamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c2.Agent.Equal(c.Agent.Cert) || !c2.Client.Equal(c.Client.Cert) {
+	if !c2.Agent.Equal(c.Agent.Cert()) || !c2.Client.Equal(c.Client.Cert()) {
 		t.Fatal("reloaded pairs differ from the generated ones")
 	}
 	other, err := s2.Instance("web2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if other.Agent.Equal(c.Agent.Cert) {
+	if other.Agent.Equal(c.Agent.Cert()) {
 		t.Fatal("two instances share an agent certificate")
 	}
 }
@@ -212,7 +212,7 @@ func TestDeleteInstance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c2.Agent.Equal(c.Agent.Cert) {
+	if c2.Agent.Equal(c.Agent.Cert()) {
 		t.Fatal("a re-created instance got the deleted instance's certificate")
 	}
 }
@@ -253,7 +253,7 @@ func TestGeneratePairAndValidAt(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ValidAt(p.Cert, tt.at); got != tt.want {
+			if got := ValidAt(p.Cert(), tt.at); got != tt.want {
 				t.Fatalf("ValidAt = %v, want %v", got, tt.want)
 			}
 		})

@@ -14,6 +14,8 @@ import (
 type grpcClient struct {
 	c       backendv1.BackendClient
 	noBatch noBatch // the plugin has no ReadRings
+	// noEvBatch: the plugin has no EventBatches
+	noEvBatch noEventBatches
 }
 
 var (
@@ -89,8 +91,16 @@ func (g *grpcClient) State(ctx context.Context, h Handle) (*GuestState, error) {
 
 // Events opens the plugin's event stream and returns once the plugin has
 // subscribed. The channel is closed when ctx ends or the stream breaks (the
-// plugin exited); the caller tells the two apart by ctx.Err.
+// plugin exited); the caller tells the two apart by ctx.Err. The batched
+// stream (EventBatches) is used when the plugin has it, else Events.
 func (g *grpcClient) Events(ctx context.Context) (<-chan Event, error) {
+	if !g.noEvBatch.Load() {
+		ch, ok, err := g.eventBatches(ctx)
+		if ok {
+			return ch, err
+		}
+		g.noEvBatch.Store(true)
+	}
 	stream, err := g.c.Events(ctx, &backendv1.EventsRequest{})
 	if err != nil {
 		return nil, fromStatus(ctx, err)

@@ -8,7 +8,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	backendv1 "github.com/guestlink/guestlink/plugins/sdk/proto/backend/v1"
@@ -91,23 +90,11 @@ func (s *grpcServer) State(ctx context.Context, req *backendv1.StateRequest) (*b
 
 func (s *grpcServer) Events(_ *backendv1.EventsRequest, stream grpc.ServerStreamingServer[backendv1.Event]) error {
 	ctx := stream.Context()
-	ch, err := s.impl.Events(ctx)
+	ch, stop, err := s.subscribe(stream)
 	if err != nil {
-		return toStatus(err)
-	}
-	// Headers tell the client the subscription exists: events from here on
-	// reach it.
-	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return err
 	}
-	// Drain whatever the backend still sends after the stream ended, so a
-	// backend that does not watch ctx closely never blocks on its channel.
-	defer func() {
-		go func() {
-			for range ch { //nolint:revive // draining
-			}
-		}()
-	}()
+	defer stop()
 	for {
 		select {
 		case <-ctx.Done():

@@ -1198,6 +1198,52 @@ func (x *Event) GetTimeUnixNano() int64 {
 	return 0
 }
 
+// EventBatch is one message of EventBatches: events in the order the
+// backend sent them.
+type EventBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventBatch) Reset() {
+	*x = EventBatch{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventBatch) ProtoMessage() {}
+
+func (x *EventBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
+func (*EventBatch) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *EventBatch) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 type ReadRingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Handle        []byte                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
@@ -1208,7 +1254,7 @@ type ReadRingRequest struct {
 
 func (x *ReadRingRequest) Reset() {
 	*x = ReadRingRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1266,7 @@ func (x *ReadRingRequest) String() string {
 func (*ReadRingRequest) ProtoMessage() {}
 
 func (x *ReadRingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1279,7 @@ func (x *ReadRingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingRequest.ProtoReflect.Descriptor instead.
 func (*ReadRingRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadRingRequest) GetHandle() []byte {
@@ -1259,7 +1305,7 @@ type ReadRingResponse struct {
 
 func (x *ReadRingResponse) Reset() {
 	*x = ReadRingResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1317,7 @@ func (x *ReadRingResponse) String() string {
 func (*ReadRingResponse) ProtoMessage() {}
 
 func (x *ReadRingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1330,7 @@ func (x *ReadRingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingResponse.ProtoReflect.Descriptor instead.
 func (*ReadRingResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadRingResponse) GetData() []byte {
@@ -1303,7 +1349,7 @@ type ReadRingsRequest struct {
 
 func (x *ReadRingsRequest) Reset() {
 	*x = ReadRingsRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1361,7 @@ func (x *ReadRingsRequest) String() string {
 func (*ReadRingsRequest) ProtoMessage() {}
 
 func (x *ReadRingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1374,7 @@ func (x *ReadRingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingsRequest.ProtoReflect.Descriptor instead.
 func (*ReadRingsRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReadRingsRequest) GetReads() []*ReadRingRequest {
@@ -1351,7 +1397,7 @@ type RingResult struct {
 
 func (x *RingResult) Reset() {
 	*x = RingResult{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1409,7 @@ func (x *RingResult) String() string {
 func (*RingResult) ProtoMessage() {}
 
 func (x *RingResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1422,7 @@ func (x *RingResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RingResult.ProtoReflect.Descriptor instead.
 func (*RingResult) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RingResult) GetData() []byte {
@@ -1410,7 +1456,7 @@ type ReadRingsResponse struct {
 
 func (x *ReadRingsResponse) Reset() {
 	*x = ReadRingsResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1468,7 @@ func (x *ReadRingsResponse) String() string {
 func (*ReadRingsResponse) ProtoMessage() {}
 
 func (x *ReadRingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1481,7 @@ func (x *ReadRingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingsResponse.ProtoReflect.Descriptor instead.
 func (*ReadRingsResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReadRingsResponse) GetResults() []*RingResult {
@@ -1454,7 +1500,7 @@ type LinkEndpointRequest struct {
 
 func (x *LinkEndpointRequest) Reset() {
 	*x = LinkEndpointRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1512,7 @@ func (x *LinkEndpointRequest) String() string {
 func (*LinkEndpointRequest) ProtoMessage() {}
 
 func (x *LinkEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1525,7 @@ func (x *LinkEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkEndpointRequest.ProtoReflect.Descriptor instead.
 func (*LinkEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LinkEndpointRequest) GetHandle() []byte {
@@ -1503,7 +1549,7 @@ type LinkEndpointResponse struct {
 
 func (x *LinkEndpointResponse) Reset() {
 	*x = LinkEndpointResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1561,7 @@ func (x *LinkEndpointResponse) String() string {
 func (*LinkEndpointResponse) ProtoMessage() {}
 
 func (x *LinkEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1574,7 @@ func (x *LinkEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkEndpointResponse.ProtoReflect.Descriptor instead.
 func (*LinkEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LinkEndpointResponse) GetKind() string {
@@ -1562,7 +1608,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1620,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1633,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RecoverRequest) GetHandle() []byte {
@@ -1614,7 +1660,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1672,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1685,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecoverResponse) GetHandle() []byte {
@@ -1667,7 +1713,7 @@ type SnapshotCreateRequest struct {
 
 func (x *SnapshotCreateRequest) Reset() {
 	*x = SnapshotCreateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1725,7 @@ func (x *SnapshotCreateRequest) String() string {
 func (*SnapshotCreateRequest) ProtoMessage() {}
 
 func (x *SnapshotCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1738,7 @@ func (x *SnapshotCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotCreateRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotCreateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SnapshotCreateRequest) GetHandle() []byte {
@@ -1729,7 +1775,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1787,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1800,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotInfo) GetDiskBytes() int64 {
@@ -1787,7 +1833,7 @@ type SnapshotCreateResponse struct {
 
 func (x *SnapshotCreateResponse) Reset() {
 	*x = SnapshotCreateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1845,7 @@ func (x *SnapshotCreateResponse) String() string {
 func (*SnapshotCreateResponse) ProtoMessage() {}
 
 func (x *SnapshotCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1858,7 @@ func (x *SnapshotCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotCreateResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotCreateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotCreateResponse) GetInfo() *SnapshotInfo {
@@ -1834,7 +1880,7 @@ type SnapshotRestoreRequest struct {
 
 func (x *SnapshotRestoreRequest) Reset() {
 	*x = SnapshotRestoreRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +1892,7 @@ func (x *SnapshotRestoreRequest) String() string {
 func (*SnapshotRestoreRequest) ProtoMessage() {}
 
 func (x *SnapshotRestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +1905,7 @@ func (x *SnapshotRestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotRestoreRequest) GetHandle() []byte {
@@ -1898,7 +1944,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +1956,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +1969,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 type SnapshotDeleteRequest struct {
@@ -1936,7 +1982,7 @@ type SnapshotDeleteRequest struct {
 
 func (x *SnapshotDeleteRequest) Reset() {
 	*x = SnapshotDeleteRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +1994,7 @@ func (x *SnapshotDeleteRequest) String() string {
 func (*SnapshotDeleteRequest) ProtoMessage() {}
 
 func (x *SnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2007,7 @@ func (x *SnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDeleteRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SnapshotDeleteRequest) GetHandle() []byte {
@@ -1986,7 +2032,7 @@ type SnapshotDeleteResponse struct {
 
 func (x *SnapshotDeleteResponse) Reset() {
 	*x = SnapshotDeleteResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2044,7 @@ func (x *SnapshotDeleteResponse) String() string {
 func (*SnapshotDeleteResponse) ProtoMessage() {}
 
 func (x *SnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2057,7 @@ func (x *SnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDeleteResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 type SnapshotRenameRequest struct {
@@ -2025,7 +2071,7 @@ type SnapshotRenameRequest struct {
 
 func (x *SnapshotRenameRequest) Reset() {
 	*x = SnapshotRenameRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2083,7 @@ func (x *SnapshotRenameRequest) String() string {
 func (*SnapshotRenameRequest) ProtoMessage() {}
 
 func (x *SnapshotRenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2096,7 @@ func (x *SnapshotRenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRenameRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRenameRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotRenameRequest) GetHandle() []byte {
@@ -2082,7 +2128,7 @@ type SnapshotRenameResponse struct {
 
 func (x *SnapshotRenameResponse) Reset() {
 	*x = SnapshotRenameResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2094,7 +2140,7 @@ func (x *SnapshotRenameResponse) String() string {
 func (*SnapshotRenameResponse) ProtoMessage() {}
 
 func (x *SnapshotRenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2107,7 +2153,7 @@ func (x *SnapshotRenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRenameResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRenameResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 type AdoptRequest struct {
@@ -2121,7 +2167,7 @@ type AdoptRequest struct {
 
 func (x *AdoptRequest) Reset() {
 	*x = AdoptRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2179,7 @@ func (x *AdoptRequest) String() string {
 func (*AdoptRequest) ProtoMessage() {}
 
 func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2192,7 @@ func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRequest.ProtoReflect.Descriptor instead.
 func (*AdoptRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AdoptRequest) GetHandle() []byte {
@@ -2179,7 +2225,7 @@ type AdoptResponse struct {
 
 func (x *AdoptResponse) Reset() {
 	*x = AdoptResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2237,7 @@ func (x *AdoptResponse) String() string {
 func (*AdoptResponse) ProtoMessage() {}
 
 func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2250,7 @@ func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptResponse.ProtoReflect.Descriptor instead.
 func (*AdoptResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AdoptResponse) GetHandle() []byte {
@@ -2227,7 +2273,7 @@ type UpdateDevicesRequest struct {
 
 func (x *UpdateDevicesRequest) Reset() {
 	*x = UpdateDevicesRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2285,7 @@ func (x *UpdateDevicesRequest) String() string {
 func (*UpdateDevicesRequest) ProtoMessage() {}
 
 func (x *UpdateDevicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2298,7 @@ func (x *UpdateDevicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDevicesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateDevicesRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UpdateDevicesRequest) GetHandle() []byte {
@@ -2284,7 +2330,7 @@ type UpdateDevicesResponse struct {
 
 func (x *UpdateDevicesResponse) Reset() {
 	*x = UpdateDevicesResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2342,7 @@ func (x *UpdateDevicesResponse) String() string {
 func (*UpdateDevicesResponse) ProtoMessage() {}
 
 func (x *UpdateDevicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2355,7 @@ func (x *UpdateDevicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDevicesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateDevicesResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 var File_plugins_sdk_proto_backend_v1_backend_proto protoreflect.FileDescriptor
@@ -2394,7 +2440,10 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1f.guestlink.backend.v1.EventKindR\x04kind\x12\x12\n" +
 	"\x04port\x18\x03 \x01(\tR\x04port\x12\x16\n" +
 	"\x06detail\x18\x04 \x01(\tR\x06detail\x12$\n" +
-	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\";\n" +
+	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\"A\n" +
+	"\n" +
+	"EventBatch\x123\n" +
+	"\x06events\x18\x01 \x03(\v2\x1b.guestlink.backend.v1.EventR\x06events\";\n" +
 	"\x0fReadRingRequest\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\fR\x06handle\x12\x10\n" +
 	"\x03max\x18\x02 \x01(\rR\x03max\"&\n" +
@@ -2478,7 +2527,7 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x16EVENT_KIND_PORT_OPENED\x10\x03\x12\x1a\n" +
 	"\x16EVENT_KIND_PORT_CLOSED\x10\x04\x12\x18\n" +
 	"\x14EVENT_KIND_RING_DATA\x10\x05\x12\x14\n" +
-	"\x10EVENT_KIND_ERROR\x10\x062\xae\f\n" +
+	"\x10EVENT_KIND_ERROR\x10\x062\x87\r\n" +
 	"\aBackend\x12M\n" +
 	"\x04Info\x12!.guestlink.backend.v1.InfoRequest\x1a\".guestlink.backend.v1.InfoResponse\x12S\n" +
 	"\x06Create\x12#.guestlink.backend.v1.CreateRequest\x1a$.guestlink.backend.v1.CreateResponse\x12P\n" +
@@ -2486,7 +2535,8 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x04Stop\x12!.guestlink.backend.v1.StopRequest\x1a\".guestlink.backend.v1.StopResponse\x12S\n" +
 	"\x06Delete\x12#.guestlink.backend.v1.DeleteRequest\x1a$.guestlink.backend.v1.DeleteResponse\x12P\n" +
 	"\x05State\x12\".guestlink.backend.v1.StateRequest\x1a#.guestlink.backend.v1.StateResponse\x12L\n" +
-	"\x06Events\x12#.guestlink.backend.v1.EventsRequest\x1a\x1b.guestlink.backend.v1.Event0\x01\x12Y\n" +
+	"\x06Events\x12#.guestlink.backend.v1.EventsRequest\x1a\x1b.guestlink.backend.v1.Event0\x01\x12W\n" +
+	"\fEventBatches\x12#.guestlink.backend.v1.EventsRequest\x1a .guestlink.backend.v1.EventBatch0\x01\x12Y\n" +
 	"\bReadRing\x12%.guestlink.backend.v1.ReadRingRequest\x1a&.guestlink.backend.v1.ReadRingResponse\x12\\\n" +
 	"\tReadRings\x12&.guestlink.backend.v1.ReadRingsRequest\x1a'.guestlink.backend.v1.ReadRingsResponse\x12e\n" +
 	"\fLinkEndpoint\x12).guestlink.backend.v1.LinkEndpointRequest\x1a*.guestlink.backend.v1.LinkEndpointResponse\x12V\n" +
@@ -2511,7 +2561,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
 	(Status)(0),                     // 0: guestlink.backend.v1.Status
 	(EventKind)(0),                  // 1: guestlink.backend.v1.EventKind
@@ -2534,98 +2584,102 @@ var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
 	(*GuestState)(nil),              // 18: guestlink.backend.v1.GuestState
 	(*EventsRequest)(nil),           // 19: guestlink.backend.v1.EventsRequest
 	(*Event)(nil),                   // 20: guestlink.backend.v1.Event
-	(*ReadRingRequest)(nil),         // 21: guestlink.backend.v1.ReadRingRequest
-	(*ReadRingResponse)(nil),        // 22: guestlink.backend.v1.ReadRingResponse
-	(*ReadRingsRequest)(nil),        // 23: guestlink.backend.v1.ReadRingsRequest
-	(*RingResult)(nil),              // 24: guestlink.backend.v1.RingResult
-	(*ReadRingsResponse)(nil),       // 25: guestlink.backend.v1.ReadRingsResponse
-	(*LinkEndpointRequest)(nil),     // 26: guestlink.backend.v1.LinkEndpointRequest
-	(*LinkEndpointResponse)(nil),    // 27: guestlink.backend.v1.LinkEndpointResponse
-	(*RecoverRequest)(nil),          // 28: guestlink.backend.v1.RecoverRequest
-	(*RecoverResponse)(nil),         // 29: guestlink.backend.v1.RecoverResponse
-	(*SnapshotCreateRequest)(nil),   // 30: guestlink.backend.v1.SnapshotCreateRequest
-	(*SnapshotInfo)(nil),            // 31: guestlink.backend.v1.SnapshotInfo
-	(*SnapshotCreateResponse)(nil),  // 32: guestlink.backend.v1.SnapshotCreateResponse
-	(*SnapshotRestoreRequest)(nil),  // 33: guestlink.backend.v1.SnapshotRestoreRequest
-	(*SnapshotRestoreResponse)(nil), // 34: guestlink.backend.v1.SnapshotRestoreResponse
-	(*SnapshotDeleteRequest)(nil),   // 35: guestlink.backend.v1.SnapshotDeleteRequest
-	(*SnapshotDeleteResponse)(nil),  // 36: guestlink.backend.v1.SnapshotDeleteResponse
-	(*SnapshotRenameRequest)(nil),   // 37: guestlink.backend.v1.SnapshotRenameRequest
-	(*SnapshotRenameResponse)(nil),  // 38: guestlink.backend.v1.SnapshotRenameResponse
-	(*AdoptRequest)(nil),            // 39: guestlink.backend.v1.AdoptRequest
-	(*AdoptResponse)(nil),           // 40: guestlink.backend.v1.AdoptResponse
-	(*UpdateDevicesRequest)(nil),    // 41: guestlink.backend.v1.UpdateDevicesRequest
-	(*UpdateDevicesResponse)(nil),   // 42: guestlink.backend.v1.UpdateDevicesResponse
-	nil,                             // 43: guestlink.backend.v1.GuestSpec.ConfigEntry
-	nil,                             // 44: guestlink.backend.v1.GuestSpec.DevicesEntry
-	nil,                             // 45: guestlink.backend.v1.Device.ConfigEntry
-	nil,                             // 46: guestlink.backend.v1.GuestState.DetailsEntry
-	nil,                             // 47: guestlink.backend.v1.SnapshotInfo.DetailsEntry
-	nil,                             // 48: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	(*EventBatch)(nil),              // 21: guestlink.backend.v1.EventBatch
+	(*ReadRingRequest)(nil),         // 22: guestlink.backend.v1.ReadRingRequest
+	(*ReadRingResponse)(nil),        // 23: guestlink.backend.v1.ReadRingResponse
+	(*ReadRingsRequest)(nil),        // 24: guestlink.backend.v1.ReadRingsRequest
+	(*RingResult)(nil),              // 25: guestlink.backend.v1.RingResult
+	(*ReadRingsResponse)(nil),       // 26: guestlink.backend.v1.ReadRingsResponse
+	(*LinkEndpointRequest)(nil),     // 27: guestlink.backend.v1.LinkEndpointRequest
+	(*LinkEndpointResponse)(nil),    // 28: guestlink.backend.v1.LinkEndpointResponse
+	(*RecoverRequest)(nil),          // 29: guestlink.backend.v1.RecoverRequest
+	(*RecoverResponse)(nil),         // 30: guestlink.backend.v1.RecoverResponse
+	(*SnapshotCreateRequest)(nil),   // 31: guestlink.backend.v1.SnapshotCreateRequest
+	(*SnapshotInfo)(nil),            // 32: guestlink.backend.v1.SnapshotInfo
+	(*SnapshotCreateResponse)(nil),  // 33: guestlink.backend.v1.SnapshotCreateResponse
+	(*SnapshotRestoreRequest)(nil),  // 34: guestlink.backend.v1.SnapshotRestoreRequest
+	(*SnapshotRestoreResponse)(nil), // 35: guestlink.backend.v1.SnapshotRestoreResponse
+	(*SnapshotDeleteRequest)(nil),   // 36: guestlink.backend.v1.SnapshotDeleteRequest
+	(*SnapshotDeleteResponse)(nil),  // 37: guestlink.backend.v1.SnapshotDeleteResponse
+	(*SnapshotRenameRequest)(nil),   // 38: guestlink.backend.v1.SnapshotRenameRequest
+	(*SnapshotRenameResponse)(nil),  // 39: guestlink.backend.v1.SnapshotRenameResponse
+	(*AdoptRequest)(nil),            // 40: guestlink.backend.v1.AdoptRequest
+	(*AdoptResponse)(nil),           // 41: guestlink.backend.v1.AdoptResponse
+	(*UpdateDevicesRequest)(nil),    // 42: guestlink.backend.v1.UpdateDevicesRequest
+	(*UpdateDevicesResponse)(nil),   // 43: guestlink.backend.v1.UpdateDevicesResponse
+	nil,                             // 44: guestlink.backend.v1.GuestSpec.ConfigEntry
+	nil,                             // 45: guestlink.backend.v1.GuestSpec.DevicesEntry
+	nil,                             // 46: guestlink.backend.v1.Device.ConfigEntry
+	nil,                             // 47: guestlink.backend.v1.GuestState.DetailsEntry
+	nil,                             // 48: guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	nil,                             // 49: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
 }
 var file_plugins_sdk_proto_backend_v1_backend_proto_depIdxs = []int32{
-	43, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
-	44, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
+	44, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
+	45, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
 	4,  // 2: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
 	6,  // 3: guestlink.backend.v1.GuestSpec.image:type_name -> guestlink.backend.v1.Image
-	45, // 4: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
+	46, // 4: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
 	5,  // 5: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
 	5,  // 6: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
 	18, // 7: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
 	18, // 8: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
 	18, // 9: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
 	0,  // 10: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
-	46, // 11: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
+	47, // 11: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
 	1,  // 12: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
-	21, // 13: guestlink.backend.v1.ReadRingsRequest.reads:type_name -> guestlink.backend.v1.ReadRingRequest
-	24, // 14: guestlink.backend.v1.ReadRingsResponse.results:type_name -> guestlink.backend.v1.RingResult
-	5,  // 15: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	18, // 16: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
-	47, // 17: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
-	31, // 18: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
-	5,  // 19: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	48, // 20: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
-	7,  // 21: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
-	7,  // 22: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
-	2,  // 23: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
-	8,  // 24: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
-	10, // 25: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
-	12, // 26: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
-	14, // 27: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
-	16, // 28: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
-	19, // 29: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
-	21, // 30: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
-	23, // 31: guestlink.backend.v1.Backend.ReadRings:input_type -> guestlink.backend.v1.ReadRingsRequest
-	26, // 32: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
-	28, // 33: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
-	30, // 34: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
-	33, // 35: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
-	35, // 36: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
-	37, // 37: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
-	39, // 38: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
-	41, // 39: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
-	3,  // 40: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
-	9,  // 41: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
-	11, // 42: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
-	13, // 43: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
-	15, // 44: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
-	17, // 45: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
-	20, // 46: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
-	22, // 47: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
-	25, // 48: guestlink.backend.v1.Backend.ReadRings:output_type -> guestlink.backend.v1.ReadRingsResponse
-	27, // 49: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
-	29, // 50: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
-	32, // 51: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
-	34, // 52: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
-	36, // 53: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
-	38, // 54: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
-	40, // 55: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
-	42, // 56: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
-	40, // [40:57] is the sub-list for method output_type
-	23, // [23:40] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	20, // 13: guestlink.backend.v1.EventBatch.events:type_name -> guestlink.backend.v1.Event
+	22, // 14: guestlink.backend.v1.ReadRingsRequest.reads:type_name -> guestlink.backend.v1.ReadRingRequest
+	25, // 15: guestlink.backend.v1.ReadRingsResponse.results:type_name -> guestlink.backend.v1.RingResult
+	5,  // 16: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	18, // 17: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
+	48, // 18: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	32, // 19: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
+	5,  // 20: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	49, // 21: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	7,  // 22: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
+	7,  // 23: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
+	2,  // 24: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
+	8,  // 25: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
+	10, // 26: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
+	12, // 27: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
+	14, // 28: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
+	16, // 29: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
+	19, // 30: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
+	19, // 31: guestlink.backend.v1.Backend.EventBatches:input_type -> guestlink.backend.v1.EventsRequest
+	22, // 32: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
+	24, // 33: guestlink.backend.v1.Backend.ReadRings:input_type -> guestlink.backend.v1.ReadRingsRequest
+	27, // 34: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
+	29, // 35: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
+	31, // 36: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
+	34, // 37: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
+	36, // 38: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
+	38, // 39: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
+	40, // 40: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
+	42, // 41: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
+	3,  // 42: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
+	9,  // 43: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
+	11, // 44: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
+	13, // 45: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
+	15, // 46: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
+	17, // 47: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
+	20, // 48: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
+	21, // 49: guestlink.backend.v1.Backend.EventBatches:output_type -> guestlink.backend.v1.EventBatch
+	23, // 50: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
+	26, // 51: guestlink.backend.v1.Backend.ReadRings:output_type -> guestlink.backend.v1.ReadRingsResponse
+	28, // 52: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
+	30, // 53: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
+	33, // 54: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
+	35, // 55: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
+	37, // 56: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
+	39, // 57: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
+	41, // 58: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
+	43, // 59: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
+	42, // [42:60] is the sub-list for method output_type
+	24, // [24:42] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_plugins_sdk_proto_backend_v1_backend_proto_init() }
@@ -2639,7 +2693,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc), len(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	Backend_Delete_FullMethodName          = "/guestlink.backend.v1.Backend/Delete"
 	Backend_State_FullMethodName           = "/guestlink.backend.v1.Backend/State"
 	Backend_Events_FullMethodName          = "/guestlink.backend.v1.Backend/Events"
+	Backend_EventBatches_FullMethodName    = "/guestlink.backend.v1.Backend/EventBatches"
 	Backend_ReadRing_FullMethodName        = "/guestlink.backend.v1.Backend/ReadRing"
 	Backend_ReadRings_FullMethodName       = "/guestlink.backend.v1.Backend/ReadRings"
 	Backend_LinkEndpoint_FullMethodName    = "/guestlink.backend.v1.Backend/LinkEndpoint"
@@ -68,6 +69,12 @@ type BackendClient interface {
 	// Events streams backend events for every guest of this plugin until the
 	// daemon cancels the call.
 	Events(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
+	// EventBatches is Events with many events per stream message: the plugin
+	// sends each event at once while the stream is quiet and gathers them
+	// for a few milliseconds while it is busy (a daemon with thousands of
+	// guests gets a ring-data event per guest and heartbeat). A plugin built
+	// before it answers Unimplemented and the daemon falls back to Events.
+	EventBatches(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[EventBatch], error)
 	// ReadRing reads and consumes up to max bytes of the guest's agent ring
 	// buffer (QEMU ringbuf-read semantics: an empty ring returns no bytes).
 	ReadRing(ctx context.Context, in *ReadRingRequest, opts ...grpc.CallOption) (*ReadRingResponse, error)
@@ -198,6 +205,25 @@ func (c *backendClient) Events(ctx context.Context, in *EventsRequest, opts ...g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Backend_EventsClient = grpc.ServerStreamingClient[Event]
 
+func (c *backendClient) EventBatches(ctx context.Context, in *EventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[EventBatch], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Backend_ServiceDesc.Streams[1], Backend_EventBatches_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[EventsRequest, EventBatch]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Backend_EventBatchesClient = grpc.ServerStreamingClient[EventBatch]
+
 func (c *backendClient) ReadRing(ctx context.Context, in *ReadRingRequest, opts ...grpc.CallOption) (*ReadRingResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReadRingResponse)
@@ -323,6 +349,12 @@ type BackendServer interface {
 	// Events streams backend events for every guest of this plugin until the
 	// daemon cancels the call.
 	Events(*EventsRequest, grpc.ServerStreamingServer[Event]) error
+	// EventBatches is Events with many events per stream message: the plugin
+	// sends each event at once while the stream is quiet and gathers them
+	// for a few milliseconds while it is busy (a daemon with thousands of
+	// guests gets a ring-data event per guest and heartbeat). A plugin built
+	// before it answers Unimplemented and the daemon falls back to Events.
+	EventBatches(*EventsRequest, grpc.ServerStreamingServer[EventBatch]) error
 	// ReadRing reads and consumes up to max bytes of the guest's agent ring
 	// buffer (QEMU ringbuf-read semantics: an empty ring returns no bytes).
 	ReadRing(context.Context, *ReadRingRequest) (*ReadRingResponse, error)
@@ -394,6 +426,9 @@ func (UnimplementedBackendServer) State(context.Context, *StateRequest) (*StateR
 }
 func (UnimplementedBackendServer) Events(*EventsRequest, grpc.ServerStreamingServer[Event]) error {
 	return status.Error(codes.Unimplemented, "method Events not implemented")
+}
+func (UnimplementedBackendServer) EventBatches(*EventsRequest, grpc.ServerStreamingServer[EventBatch]) error {
+	return status.Error(codes.Unimplemented, "method EventBatches not implemented")
 }
 func (UnimplementedBackendServer) ReadRing(context.Context, *ReadRingRequest) (*ReadRingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadRing not implemented")
@@ -564,6 +599,17 @@ func _Backend_Events_Handler(srv interface{}, stream grpc.ServerStream) error {
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Backend_EventsServer = grpc.ServerStreamingServer[Event]
+
+func _Backend_EventBatches_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(EventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(BackendServer).EventBatches(m, &grpc.GenericServerStream[EventsRequest, EventBatch]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Backend_EventBatchesServer = grpc.ServerStreamingServer[EventBatch]
 
 func _Backend_ReadRing_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadRingRequest)
@@ -821,6 +867,11 @@ var Backend_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Events",
 			Handler:       _Backend_Events_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "EventBatches",
+			Handler:       _Backend_EventBatches_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -1,0 +1,96 @@
+package agentmon
+
+import (
+	"context"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+// hbBackend is a batch-reading backend whose every ring holds one
+// heartbeat word.
+type hbBackend struct{ sdk.Backend }
+
+var hbWord = []byte("CONNECTED\n")
+
+func (hbBackend) ReadRing(context.Context, sdk.Handle, int) ([]byte, error) { return hbWord, nil }
+
+func (hbBackend) ReadRings(_ context.Context, reads []sdk.RingRead) ([]sdk.RingData, error) {
+	out := make([]sdk.RingData, len(reads))
+	for i := range out {
+		out[i].Data = hbWord
+	}
+	return out, nil
+}
+
+// hbInstances records nothing but the count of states, as the manager's
+// heartbeat shortcut stores only the time.
+type hbInstances struct {
+	Instances
+	be    sdk.Backend
+	calls atomic.Int64
+}
+
+func (f *hbInstances) SetAgentState(context.Context, string, instance.AgentState, time.Time) error {
+	f.calls.Add(1)
+	return nil
+}
+
+// RecordHeartbeat is the manager's shortcut (HeartbeatRecorder).
+func (f *hbInstances) RecordHeartbeat(string, instance.AgentState, time.Time) bool {
+	f.calls.Add(1)
+	return true
+}
+
+func (f *hbInstances) Runtime(context.Context, string) (sdk.Backend, sdk.Handle, error) {
+	return f.be, sdk.Handle("h"), nil
+}
+
+// BenchmarkHeartbeat is the daemon's work for one heartbeat of a connected
+// agent whose state does not change: the read through the ring batcher, the
+// parse and the report. allocs/op is the figure to watch (issue 14: 2,000
+// heartbeats a second at 10,000 guests).
+func BenchmarkHeartbeat(b *testing.B) {
+	insts := &hbInstances{be: hbBackend{}}
+	// The ring budget is sized for a read every few seconds per guest;
+	// the benchmark reads far faster, so it gets an unlimited one.
+	s, err := New(Config{Instances: insts, Links: deadLinks{}, Certs: testCerts(b),
+		RingBytesPerSecond: 1e12, RingBurstBytes: 1 << 30, RingLinesPerSecond: 1e12, RingBurstLines: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Many guests at once, as in a fleet: their reads share batch calls.
+	b.SetParallelism(128)
+	b.ReportAllocs()
+	cpu0 := processCPU(b)
+	b.RunParallel(func(pb *testing.PB) {
+		m := &monitor{svc: s, uuid: "u", name: "n", backend: "b", ring: newRingBudget(&s.cfg)}
+		m.tr.state = instance.AgentConnected
+		m.tr.advertOK, m.tr.confirmed = true, true
+		for pb.Next() {
+			if !m.readRing() {
+				b.Error("nothing read")
+				return
+			}
+		}
+	})
+	// ns/op is the batcher's gathering time shared out; the CPU spent
+	// per heartbeat is the cost.
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	if insts.calls.Load() == 0 {
+		b.Fatal("no state reported")
+	}
+}
+
+// processCPU is the CPU time (user and system) of this process so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
