@@ -10,7 +10,7 @@ import (
 	"github.com/guestlink/guestlink/core/events"
 )
 
-// feedBuffer is how many live events a stream may have waiting before the
+// defaultFeedBuffer is how many live events a stream may have waiting before the
 // hub drops it (the page then reconnects and resumes from its last id). A
 // stream writes what is queued in one flush, so it falls this far behind
 // only when its client does not read or reads slower than a storm arrives
@@ -18,7 +18,7 @@ import (
 // daemon a replay from the store, so the queue holds a few seconds of a
 // storm (events are small and their fragments shared: 2,048 cost a stream
 // at most ~300 KB while it is behind).
-const feedBuffer = 2048
+const defaultFeedBuffer = 2048
 
 // hub shares one live bus subscription among every open stream, so an open
 // page costs a small queue instead of a bus subscription of its own. A
@@ -36,6 +36,9 @@ type hub struct {
 	closed bool
 	// dropped counts the feeds dropped for falling behind (StreamStats).
 	dropped uint64
+	// feedBuffer is each feed's queue (defaultFeedBuffer; tests set less
+	// before the first stream opens).
+	feedBuffer int
 }
 
 // feed is one stream's queue of live lifecycle events; ch is closed when
@@ -45,7 +48,7 @@ type feed struct {
 }
 
 func newHub(ev Events, log *slog.Logger) *hub {
-	return &hub{ev: ev, log: log, feeds: make(map[*feed]struct{})}
+	return &hub{ev: ev, log: log, feeds: make(map[*feed]struct{}), feedBuffer: defaultFeedBuffer}
 }
 
 // join registers a new feed. Every lifecycle event with an id greater than
@@ -68,14 +71,14 @@ func (h *hub) join() (*feed, int64, error) {
 		// The hub never waits for a stream, but it shares its subscription
 		// with every open page: it may fall behind a storm by more than
 		// one stream's queue before the bus drops it (and every page).
-		sub, err := h.ev.Subscribe(events.Filter{Types: []string{events.TypeLifecycle}, After: last, Buffer: 4 * feedBuffer})
+		sub, err := h.ev.Subscribe(events.Filter{Types: []string{events.TypeLifecycle}, After: last, Buffer: 4 * h.feedBuffer})
 		if err != nil {
 			return nil, 0, fmt.Errorf("starting the live stream: %w", err)
 		}
 		h.sub, h.last, h.ran = sub, last, make(chan struct{})
 		go h.run(sub, h.ran)
 	}
-	f := &feed{ch: make(chan events.Event, feedBuffer)}
+	f := &feed{ch: make(chan events.Event, h.feedBuffer)}
 	h.feeds[f] = struct{}{}
 	return f, h.last, nil
 }

@@ -394,9 +394,9 @@ func (cc *countCache) fragment(upTo int64) []byte {
 }
 
 // drainFeed hands send every event queued on ch without waiting, at most a
-// feed's worth; it reports false when ch was closed.
+// feed's worth (cap(ch)); it reports false when ch was closed.
 func drainFeed(ch <-chan events.Event, send func(events.Event)) bool {
-	for range feedBuffer {
+	for range cap(ch) {
 		select {
 		case ev, ok := <-ch:
 			if !ok {

@@ -319,6 +319,9 @@ func TestStreamSlowClient(t *testing.T) {
 	noLeaks(t)
 	ev := newBusEvents()
 	app, d := newTestApp(newFakeInstances(running("web1", instance.AgentConnected)), ev, Config{Heartbeat: 100 * time.Millisecond})
+	// A small queue, so that the burst below outgrows it whatever the
+	// machine's socket buffers hold.
+	d.hub.feedBuffer = 256
 	url := server(t, app, d)
 	addr := strings.TrimPrefix(url, "http://")
 	slow, err := net.Dial("tcp", addr)
