@@ -122,24 +122,24 @@ func bootRunning(boot int64) func(*entry) bool {
 // applies: a guest that stopped before its GuestRunning call could be made
 // is only reported stopped, never running after stopped.
 func (m *Manager) notify(e *entry, cond func(*entry) bool, call func(h Hooks, inst *Instance)) {
-	if m.hooks == nil {
-		return
-	}
-	e.hook.Lock()
-	defer e.hook.Unlock()
-	m.mu.RLock()
-	ok := !e.rt.deleted && cond(e)
-	view := viewOf(e)
-	m.mu.RUnlock()
-	if ok {
-		call(m.hooks, view)
-	}
+	m.notifyWith(e, cond, viewOf, call)
 }
 
 // notifyIdentity is notify with an instance that holds only its identity
 // (Name, UUID, Backend) instead of a full view, for the hooks called at
 // every heartbeat (Hooks.BackendEvent's wake-up hints).
 func (m *Manager) notifyIdentity(e *entry, cond func(*entry) bool, call func(h Hooks, inst *Instance)) {
+	m.notifyWith(e, cond, identityOf, call)
+}
+
+// identityOf is the instance of e with its identity only.
+func identityOf(e *entry) *Instance {
+	return &Instance{Name: e.rec.Name, UUID: e.rec.UUID, Backend: e.rec.Backend}
+}
+
+// notifyWith is notify with the instance that view makes of e (under
+// Manager.mu).
+func (m *Manager) notifyWith(e *entry, cond func(*entry) bool, view func(*entry) *Instance, call func(h Hooks, inst *Instance)) {
 	if m.hooks == nil {
 		return
 	}
@@ -147,7 +147,7 @@ func (m *Manager) notifyIdentity(e *entry, cond func(*entry) bool, call func(h H
 	defer e.hook.Unlock()
 	m.mu.RLock()
 	ok := !e.rt.deleted && cond(e)
-	inst := &Instance{Name: e.rec.Name, UUID: e.rec.UUID, Backend: e.rec.Backend}
+	inst := view(e)
 	m.mu.RUnlock()
 	if ok {
 		call(m.hooks, inst)
