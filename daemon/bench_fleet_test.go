@@ -355,7 +355,21 @@ func BenchmarkFleet(b *testing.B) {
 	}
 	restartCPU := fleetCPUNow(d, stateDir)
 	restartAt := time.Now()
+	stopping := make(chan struct{})
+	stopProf := make(chan struct{})
+	go func() {
+		// Where a slow stop waits: the goroutines 3 s into it, if the
+		// daemon still runs then (and not once the new one answers).
+		defer close(stopProf)
+		select {
+		case <-stopping:
+		case <-time.After(3 * time.Second):
+			fleetGoroutines(b, pprofAddr, "stop", 0)
+		}
+	}()
 	d.Stop()
+	close(stopping)
+	<-stopProf
 	fleetLogf("restart: the daemon stopped in %v", time.Since(restartAt).Round(time.Millisecond))
 	restartProf := make(chan struct{})
 	go func() {

@@ -78,8 +78,12 @@ func TestThousandConnections(t *testing.T) {
 	if len(conns) != n {
 		t.Errorf("%d of %d connections were established", len(conns), n)
 	}
-	// All of them were open at the daemon at once.
-	if open := openFiles(t, d.pid()); open < fdsBefore+len(conns) {
+	// All of them were open at the daemon at once. fdsBefore may count a
+	// connection of the guest's own agent that has closed since (it drops
+	// an idle one after 2 s, and checks the link with a bare connect): a
+	// few descriptors of slack.
+	const transient = 3
+	if open := openFiles(t, d.pid()); open < fdsBefore+len(conns)-transient {
 		t.Errorf("daemon has %d files open with %d connections up (%d before)", open, len(conns), fdsBefore)
 	}
 	for _, c := range conns {
