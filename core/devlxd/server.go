@@ -77,13 +77,13 @@ const (
 	DefaultBodyLimit         = 64 << 10
 	DefaultMaxHandshakes     = 512
 	DefaultMaxHandshakeWait  = 5 * time.Second
+	DefaultStateRate         = statebudget.DefaultRate
+	DefaultStateBurst        = statebudget.DefaultBurst
+	requestTimeout           = 30 * time.Second
 	// handshakesPerInstance is how many of the MaxHandshakes one instance's
 	// connections may hold at once: a guest stalling its handshakes (each
 	// up to ReadHeaderTimeout) keeps at most this many from the others.
 	handshakesPerInstance = 2
-	DefaultStateRate      = statebudget.DefaultRate
-	DefaultStateBurst     = statebudget.DefaultBurst
-	requestTimeout        = 30 * time.Second
 )
 
 // Config configures a Server.
@@ -113,14 +113,14 @@ type Config struct {
 	// ReadHeaderTimeout bounds the TLS handshake and the reading of each
 	// request (default 3 s; the bodies are small).
 	ReadHeaderTimeout time.Duration
-	// MaxHandshakes is how many TLS handshakes run at once (default 512:
-	// under load most of a handshake is spent waiting for the client's
-	// answer, and at 10,000 guests 128 left the CPU idle while the slots
-	// waited on slow clients); more connections wait for one to end, the
-	// newest first (lifoTokens).
+	// MaxHandshakes is how many TLS handshakes run at once (default 512);
+	// more connections wait for one to end, the newest first (lifoTokens).
 	// Without a bound, a storm of new connections (10,000 guests declaring
 	// Ready at once) shares the CPU among thousands of half-done
 	// handshakes, and they all outlast their clients' timeouts together.
+	// It is not smaller because under load most of a handshake is spent
+	// waiting for the client's answer: at 10,000 guests 128 slots left
+	// the CPU idle while they waited on slow clients.
 	MaxHandshakes int
 	// MaxHandshakeWait is how long a connection may wait for its handshake
 	// to start (default 5 s, the agent's and the link's handshake timeout):
