@@ -78,11 +78,17 @@ var epoch = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
 func newEnv(t *testing.T, plugins fakePlugins, now time.Time, opts ...events.Option) *env {
 	t.Helper()
+	return newEnvBuffer(t, plugins, now, 0, opts...)
+}
+
+// newEnvBuffer is newEnv with the subscriber's event buffer (0: default).
+func newEnvBuffer(t *testing.T, plugins fakePlugins, now time.Time, buffer int, opts ...events.Option) *env {
+	t.Helper()
 	bus := events.New(dbtest.SQLite(t), opts...)
 	t.Cleanup(func() { _ = bus.Close() })
 	e := &env{bus: bus, insts: &fakeInstances{}}
 	e.m = New(Config{Instances: e.insts, Events: bus, Plugins: plugins, Version: "test",
-		Now: func() time.Time { return now }})
+		Now: func() time.Time { return now }, EventBuffer: buffer})
 	return e
 }
 

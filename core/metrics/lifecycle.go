@@ -59,7 +59,7 @@ func (l *lifecycle) run(ctx context.Context, sub *events.Subscription) {
 			return
 		}
 		l.m.log.Warn("metrics: lifecycle subscriber fell behind; resuming", "after", l.last)
-		next, err := l.m.cfg.Events.Subscribe(events.Filter{Types: []string{events.TypeLifecycle}, After: l.last})
+		next, err := l.m.cfg.Events.Subscribe(events.Filter{Types: []string{events.TypeLifecycle}, After: l.last, Buffer: l.m.cfg.EventBuffer})
 		if err != nil {
 			l.m.log.Warn("metrics: resubscribing to lifecycle events", "err", err)
 			return

@@ -190,7 +190,7 @@ func TestLifecycleUnknownBackend(t *testing.T) {
 // misses none: held up in its first instance lookup, with a one-event
 // buffer, it overflows for sure.
 func TestLifecycleResumesAfterOverflow(t *testing.T) {
-	e := newEnv(t, nil, epoch, events.WithBuffer(1))
+	e := newEnvBuffer(t, nil, epoch, 1)
 	e.insts.set(running("web1", "sim", 0, "Running", 103, ""))
 	gate := make(chan struct{})
 	e.insts.gate = gate
@@ -207,4 +207,29 @@ func TestLifecycleResumesAfterOverflow(t *testing.T) {
 	testwait.For(t, "every flap counted", 30*time.Second, func() bool {
 		return testutil.ToFloat64(e.m.readyFlaps.WithLabelValues("sim")) == n
 	})
+}
+
+// TestLifecycleHoldsAStorm checks that the subscriber's own buffer
+// (DefaultEventBuffer) holds a burst larger than the bus's default, which
+// used to end it in a storm and cost a replay from the store.
+func TestLifecycleHoldsAStorm(t *testing.T) {
+	e := newEnv(t, nil, epoch) // the bus's default buffer (1,024)
+	e.insts.set(running("web1", "sim", 0, "Running", 103, ""))
+	gate := make(chan struct{})
+	e.insts.gate = gate
+	if err := e.m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.m.Close)
+	const n = 2000
+	for i := range n {
+		e.publish(t, events.InstanceUnready, "web1", time.Duration(i), nil, "devlxd")
+	}
+	close(gate)
+	testwait.For(t, "every flap counted", 30*time.Second, func() bool {
+		return testutil.ToFloat64(e.m.readyFlaps.WithLabelValues("sim")) == n
+	})
+	if o := e.bus.Stats().Overflows; o != 0 {
+		t.Fatalf("%d overflows for a burst of %d, want 0", o, n)
+	}
 }

@@ -62,7 +62,16 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock of the not-Ready ages (default time.Now).
 	Now func() time.Time
+	// EventBuffer is how many lifecycle events the subscriber may have
+	// waiting before the bus drops it (it then resumes from the store);
+	// 0 means DefaultEventBuffer.
+	EventBuffer int
 }
+
+// DefaultEventBuffer is Config.EventBuffer's default: a storm of 10,000
+// guests declaring Ready at once outran the bus's default (1,024), and each
+// overflow cost a replay from the store while the daemon was busiest.
+const DefaultEventBuffer = 16 << 10
 
 // Metrics is the daemon's instrumentation. Create it with New, hand its
 // Handler to the API and its observers to devlxd and agentmon, Start the
@@ -113,6 +122,9 @@ func New(cfg Config) *Metrics {
 	}
 	if cfg.Streams == nil {
 		cfg.Streams = func() (int, uint64) { return 0, 0 }
+	}
+	if cfg.EventBuffer <= 0 {
+		cfg.EventBuffer = DefaultEventBuffer
 	}
 	m := &Metrics{
 		cfg: cfg,
@@ -175,7 +187,7 @@ func (m *Metrics) Start() error {
 	if m.started {
 		return errors.New("metrics: already started")
 	}
-	sub, err := m.cfg.Events.Subscribe(events.Filter{Types: []string{events.TypeLifecycle}})
+	sub, err := m.cfg.Events.Subscribe(events.Filter{Types: []string{events.TypeLifecycle}, Buffer: m.cfg.EventBuffer})
 	if err != nil {
 		return fmt.Errorf("metrics: subscribing to lifecycle events: %w", err)
 	}
