@@ -191,17 +191,8 @@ func TestLifecycleUnknownBackend(t *testing.T) {
 // buffer, it overflows for sure.
 func TestLifecycleResumesAfterOverflow(t *testing.T) {
 	e := newEnvBuffer(t, nil, epoch, 1)
-	e.insts.set(running("web1", "sim", 0, "Running", 103, ""))
-	gate := make(chan struct{})
-	e.insts.gate = gate
-	if err := e.m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.m.Close)
 	const n = 50
-	for i := range n {
-		e.publish(t, events.InstanceUnready, "web1", time.Duration(i), nil, "devlxd")
-	}
+	gate := e.gatedBurst(t, n)
 	testwait.For(t, "the subscriber's overflow", 30*time.Second, func() bool { return e.bus.Stats().Overflows == 1 })
 	close(gate)
 	testwait.For(t, "every flap counted", 30*time.Second, func() bool {
@@ -214,17 +205,8 @@ func TestLifecycleResumesAfterOverflow(t *testing.T) {
 // used to end it in a storm and cost a replay from the store.
 func TestLifecycleHoldsAStorm(t *testing.T) {
 	e := newEnv(t, nil, epoch) // the bus's default buffer (1,024)
-	e.insts.set(running("web1", "sim", 0, "Running", 103, ""))
-	gate := make(chan struct{})
-	e.insts.gate = gate
-	if err := e.m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.m.Close)
 	const n = 2000
-	for i := range n {
-		e.publish(t, events.InstanceUnready, "web1", time.Duration(i), nil, "devlxd")
-	}
+	gate := e.gatedBurst(t, n)
 	close(gate)
 	testwait.For(t, "every flap counted", 30*time.Second, func() bool {
 		return testutil.ToFloat64(e.m.readyFlaps.WithLabelValues("sim")) == n
@@ -232,4 +214,21 @@ func TestLifecycleHoldsAStorm(t *testing.T) {
 	if o := e.bus.Stats().Overflows; o != 0 {
 		t.Fatalf("%d overflows for a burst of %d, want 0", o, n)
 	}
+}
+
+// gatedBurst starts the subscriber held up in its first instance lookup
+// (until the returned gate is closed) and publishes n Ready flaps of web1.
+func (e *env) gatedBurst(t *testing.T, n int) chan struct{} {
+	t.Helper()
+	e.insts.set(running("web1", "sim", 0, "Running", 103, ""))
+	gate := make(chan struct{})
+	e.insts.gate = gate
+	if err := e.m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.m.Close)
+	for i := range n {
+		e.publish(t, events.InstanceUnready, "web1", time.Duration(i), nil, "devlxd")
+	}
+	return gate
 }
