@@ -59,6 +59,9 @@ type retrying struct {
 
 func (r *retrying) Accept() (net.Conn, error) {
 	for {
+		if r.isClosed() {
+			return nil, &net.OpError{Op: "accept", Net: r.Addr().Network(), Addr: r.Addr(), Err: net.ErrClosed}
+		}
 		c, err := r.Listener.Accept()
 		if err == nil {
 			r.succeeded()
