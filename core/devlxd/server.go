@@ -319,7 +319,7 @@ func (s *Server) admit(c net.Conn) error {
 		defer s.releaseInstanceHandshakes(id.InstanceUUID, own)
 		s.hsWaiting.Add(1)
 		ok := s.acquireOwn(own.tokens, deadline)
-		if ok && !s.handshakes.acquire(time.Until(deadline), s.queue.closed) {
+		if ok && !s.handshakes.acquireFor(id.InstanceUUID, time.Until(deadline), s.queue.closed) {
 			<-own.tokens
 			ok = false
 		}

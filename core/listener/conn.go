@@ -2,6 +2,7 @@ package listener
 
 import (
 	"bytes"
+	"crypto/tls"
 	"net"
 	"sync"
 	"time"
@@ -25,14 +26,42 @@ type conn struct {
 	tail    []byte // the last bytes read, to find the header's end across reads
 }
 
-func newConn(c net.Conn, lim Limits, release func()) *conn {
+// newConn wraps c; a TLS connection stays one (tlsConn), so that servers
+// still see its handshake's state (client certificates).
+func newConn(c net.Conn, lim Limits, release func()) net.Conn {
 	cc := &conn{Conn: c, writeTimeout: lim.WriteTimeout, release: release}
 	if lim.FirstRequest > 0 {
 		cc.pending = true
 		cc.first = time.Now().Add(lim.FirstRequest)
 		_ = c.SetDeadline(cc.first)
 	}
+	if ts, ok := c.(tlsStater); ok {
+		return &tlsConn{conn: cc, ts: ts}
+	}
 	return cc
+}
+
+// tlsStater is a TLS connection (*tls.Conn), as fasthttp recognises one.
+type tlsStater interface {
+	ConnectionState() tls.ConnectionState
+}
+
+// tlsConn is a conn over a TLS connection.
+type tlsConn struct {
+	*conn
+	ts tlsStater
+}
+
+// ConnectionState returns the wrapped TLS connection's state.
+func (c *tlsConn) ConnectionState() tls.ConnectionState { return c.ts.ConnectionState() }
+
+// Handshake runs the wrapped TLS connection's handshake, if it has one to
+// run.
+func (c *tlsConn) Handshake() error {
+	if h, ok := c.ts.(interface{ Handshake() error }); ok {
+		return h.Handshake()
+	}
+	return nil
 }
 
 // NetConn returns the wrapped connection.

@@ -1,7 +1,9 @@
 package listener
 
 import (
+	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -478,4 +481,76 @@ func TestLimitWriteTimeout(t *testing.T) {
 			c.Close()
 		})
 	})
+}
+
+// deadlineConn records the write deadlines set on it.
+type deadlineConn struct {
+	net.Conn
+	deadlines []time.Time
+}
+
+func (d *deadlineConn) SetWriteDeadline(t time.Time) error {
+	d.deadlines = append(d.deadlines, t)
+	return nil
+}
+
+// TestStreamWriter checks that each flush of a stream extends the
+// connection's write deadline by the timeout from that flush, and that
+// what was written arrives.
+func TestStreamWriter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var out bytes.Buffer
+		c := &deadlineConn{}
+		w := StreamWriter(bufio.NewWriter(&out), c, 30*time.Second)
+		start := time.Now()
+		for i := range 3 {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Minute) // longer than the timeout between writes
+		}
+		if got, want := out.String(), "data: 0\n\ndata: 1\n\ndata: 2\n\n"; got != want {
+			t.Errorf("stream %q, want %q", got, want)
+		}
+		want := []time.Time{start.Add(30 * time.Second), start.Add(90 * time.Second), start.Add(150 * time.Second)}
+		if !slices.Equal(c.deadlines, want) {
+			t.Errorf("write deadlines %v, want %v (30 s after each flush)", c.deadlines, want)
+		}
+		if StreamWriter(bufio.NewWriter(&out), c, 0) == nil {
+			t.Error("StreamWriter without a timeout returned nil")
+		}
+	})
+}
+
+// tlsPeerConn is a peerConn that says it is a TLS connection.
+type tlsPeerConn struct{ *peerConn }
+
+func (tlsPeerConn) ConnectionState() tls.ConnectionState {
+	return tls.ConnectionState{ServerName: "guestlink.test"}
+}
+
+// TestLimitKeepsTLS checks that a TLS connection stays one through Limit:
+// servers read its client certificates from ConnectionState (fasthttp
+// finds it by a type assertion), and its own type is reachable.
+func TestLimitKeepsTLS(t *testing.T) {
+	fake := newFakeListener()
+	ln := Limit(fake, Limits{WriteTimeout: time.Second})
+	s, _ := pipeFrom("192.0.2.1")
+	fake.ch <- result{c: tlsPeerConn{s}}
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ts, ok := c.(interface{ ConnectionState() tls.ConnectionState })
+	if !ok {
+		t.Fatalf("%T over a TLS connection has no ConnectionState", c)
+	}
+	if got := ts.ConnectionState().ServerName; got != "guestlink.test" {
+		t.Errorf("ConnectionState().ServerName = %q", got)
+	}
+	if nc, ok := c.(interface{ NetConn() net.Conn }); !ok || nc.NetConn() != (tlsPeerConn{s}) {
+		t.Errorf("NetConn does not return the TLS connection")
+	}
 }
