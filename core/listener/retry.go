@@ -28,7 +28,8 @@ type RetryConfig struct {
 // and accepts again. The first failure is logged at once, then at most one
 // line per LogInterval with the errors counted since the last line
 // ("accept failing, backing off", or "accepting again" once an accept
-// succeeds). Closing the returned listener closes
+// succeeded): errors that come between two lines are logged, counted, with
+// the next one. Closing the returned listener closes
 // ln and ends a waiting Accept with an error wrapping net.ErrClosed.
 //
 // Servers that end on any accept error (fasthttp's, so fiber's) serve the
@@ -52,9 +53,11 @@ type retrying struct {
 
 	mu       sync.Mutex
 	bo       *backoff.ExponentialBackOff
-	failures int       // errors not yet logged
-	failing  bool      // the last accept failed
-	lastLog  time.Time // of the last line about failures
+	failures int         // errors not yet logged
+	lastErr  error       // the last of them
+	failing  bool        // the last accept failed
+	lastLog  time.Time   // of the last line about failures
+	flush    *time.Timer // logs the errors not yet logged when a line is due
 }
 
 func (r *retrying) Accept() (net.Conn, error) {
@@ -87,19 +90,19 @@ func (r *retrying) failed(err error) time.Duration {
 	defer r.mu.Unlock()
 	delay := r.bo.NextBackOff()
 	r.failures++
-	r.failing = true
-	now := time.Now()
-	if r.lastLog.IsZero() || now.Sub(r.lastLog) >= r.cfg.LogInterval {
-		r.cfg.Logger.Warn("accept failing, backing off", "listener", r.cfg.Name, "addr", r.Addr().String(),
-			"err", err, "errors", r.failures, "backoff", delay, "temporary", Temporary(err))
-		r.failures, r.lastLog = 0, now
+	r.failing, r.lastErr = true, err
+	if r.due(time.Now()) {
+		r.logLocked(delay)
+	} else {
+		r.armLocked()
 	}
 	return delay
 }
 
-// succeeded resets the back-off after a failure and, when a line is due,
-// logs the errors not yet logged: however accepts alternate between failing
-// and succeeding, there is at most one line per LogInterval.
+// succeeded resets the back-off after a failure. The errors not yet
+// logged are logged when a line is due (at once, or by the timer):
+// however accepts alternate between failing and succeeding, there is at
+// most one line per LogInterval, and every error is counted in one.
 func (r *retrying) succeeded() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -108,10 +111,48 @@ func (r *retrying) succeeded() {
 	}
 	r.failing = false
 	r.bo.Reset()
-	if now := time.Now(); now.Sub(r.lastLog) >= r.cfg.LogInterval {
-		r.cfg.Logger.Info("accepting again", "listener", r.cfg.Name, "addr", r.Addr().String(), "errors", r.failures)
-		r.failures, r.lastLog = 0, now
+	if r.due(time.Now()) {
+		r.logLocked(0)
+	} else {
+		r.armLocked()
 	}
+}
+
+// due reports whether a line may be logged at now. r.mu is held.
+func (r *retrying) due(now time.Time) bool {
+	return r.lastLog.IsZero() || now.Sub(r.lastLog) >= r.cfg.LogInterval
+}
+
+// logLocked logs the errors not yet logged: "accept failing, backing off"
+// while accepts fail, "accepting again" once one succeeded. r.mu is held.
+func (r *retrying) logLocked(delay time.Duration) {
+	if r.failures == 0 {
+		return
+	}
+	if r.failing {
+		r.cfg.Logger.Warn("accept failing, backing off", "listener", r.cfg.Name, "addr", r.Addr().String(),
+			"err", r.lastErr, "errors", r.failures, "backoff", delay, "temporary", Temporary(r.lastErr))
+	} else {
+		r.cfg.Logger.Info("accepting again", "listener", r.cfg.Name, "addr", r.Addr().String(),
+			"err", r.lastErr, "errors", r.failures)
+	}
+	r.failures, r.lastLog = 0, time.Now()
+}
+
+// armLocked makes sure the errors not yet logged are logged once the next
+// line is due. r.mu is held.
+func (r *retrying) armLocked() {
+	if r.flush != nil || r.isClosed() {
+		return
+	}
+	r.flush = time.AfterFunc(time.Until(r.lastLog.Add(r.cfg.LogInterval)), func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.flush = nil
+		if !r.isClosed() {
+			r.logLocked(r.bo.InitialInterval)
+		}
+	})
 }
 
 func (r *retrying) isClosed() bool {
@@ -125,6 +166,14 @@ func (r *retrying) isClosed() bool {
 
 // Close closes the listener; a waiting Accept returns.
 func (r *retrying) Close() error {
-	r.once.Do(func() { close(r.closed) })
+	r.once.Do(func() {
+		close(r.closed)
+		r.mu.Lock()
+		if r.flush != nil {
+			r.flush.Stop()
+			r.flush = nil
+		}
+		r.mu.Unlock()
+	})
 	return r.Listener.Close()
 }
