@@ -31,6 +31,7 @@ type daemonProc struct {
 	t        *testing.T
 	stateDir string
 	extra    []string
+	nofile   int // the daemon's open-file limit (prlimit), 0: inherited
 	logPath  string
 	client   *client.Client
 
@@ -45,13 +46,20 @@ type daemonProc struct {
 // and prints the daemon's log tail if the test failed.
 func newDaemon(t *testing.T, extra ...string) *daemonProc {
 	t.Helper()
+	return newDaemonNofile(t, 0, extra...)
+}
+
+// newDaemonNofile is newDaemon with the daemon's open-file limit, soft and
+// hard, set to nofile (0: inherited), as `ulimit -n` would.
+func newDaemonNofile(t *testing.T, nofile int, extra ...string) *daemonProc {
+	t.Helper()
 	binaries(t)
 	// Unix socket paths are limited to 107 bytes: keep the state dir short.
 	dir, err := os.MkdirTemp("", "gle2e-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemonProc{t: t, stateDir: dir, extra: extra, logPath: filepath.Join(dir, "daemon.log")}
+	d := &daemonProc{t: t, stateDir: dir, extra: extra, nofile: nofile, logPath: filepath.Join(dir, "daemon.log")}
 	c, err := client.New(filepath.Join(dir, "guestlink.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +89,18 @@ func (d *daemonProc) start() {
 	}
 	fmt.Fprintf(logf, "=== test: starting guestlinkd at %s\n", time.Now().Format(time.RFC3339Nano))
 	args := append([]string{"--state-dir", d.stateDir, "--plugin-dir", filepath.Join(binDir, "plugins")}, d.extra...)
-	cmd := exec.Command(filepath.Join(binDir, "guestlinkd"), args...)
+	bin := filepath.Join(binDir, "guestlinkd")
+	if d.nofile > 0 {
+		// prlimit sets the limit and execs the daemon: the same process.
+		prlimit, err := exec.LookPath("prlimit")
+		if err != nil {
+			logf.Close()
+			t.Fatalf("a daemon with an open-file limit needs prlimit (util-linux): %v", err)
+		}
+		args = append([]string{fmt.Sprintf("--nofile=%d:%d", d.nofile, d.nofile), "--", bin}, args...)
+		bin = prlimit
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = cleanEnv()
 	// The daemon dies with the test binary (a -timeout panic runs no
