@@ -264,12 +264,15 @@ func TestSlowReaders(t *testing.T) {
 	d.cli(ctx, "auth", "identity", "create", "bearer/slow")
 	token := strings.TrimSpace(d.cli(ctx, "auth", "identity", "token", "issue", "bearer/slow"))
 
-	// 16 instances with a 900 KiB value each: a list of about 14 MiB,
-	// more than the kernel's socket buffers take.
-	blob := strings.Repeat("x", 900<<10)
-	for i := range 16 {
-		if _, err := d.client.Create(ctx, api.InstancesPost{Name: fmt.Sprintf("big%d", i), Backend: "sim",
-			Config: map[string]string{"user.blob": blob}}); err != nil {
+	// 56 instances with 4 values of 60 KiB each (an instance's
+	// configuration is at most 256 KiB): a list of about 13 MiB, more than
+	// the kernel's socket buffers take.
+	config := map[string]string{}
+	for k := range 4 {
+		config[fmt.Sprintf("user.blob%d", k)] = strings.Repeat("x", 60<<10)
+	}
+	for i := range 56 {
+		if _, err := d.client.Create(ctx, api.InstancesPost{Name: fmt.Sprintf("big%d", i), Backend: "sim", Config: config}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -295,13 +298,12 @@ func TestSlowReaders(t *testing.T) {
 		}
 		return n
 	}()
-	if size < 14<<20 {
-		t.Fatalf("the list is %d bytes, want at least 14 MiB", size)
+	if size < 12<<20 {
+		t.Fatalf("the list is %d bytes, want at least 12 MiB", size)
 	}
 
 	const rounds, perRound = 8, 5
 	pid := d.pid()
-	fdsBefore := openFiles(t, pid)
 	base, peak := rss(t, pid), int64(0)
 	for r := range rounds {
 		var conns []net.Conn
@@ -315,12 +317,22 @@ func TestSlowReaders(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		// Never read: the daemon's writes block, and it drops the
-		// clients after the write timeout (without one it would hold
-		// them until they read).
+		// Never read: the daemon's writes block, holding the answers,
+		// and it drops the clients after the write timeout (without one
+		// it would hold them until they read).
+		// Never read: the daemon's writes block, holding the answers,
+		// and it drops the clients after the write timeout (without one
+		// it would hold them until they read). Its side of a dropped
+		// connection leaves ESTABLISHED (its FIN waits behind the unread
+		// data).
 		testwait.For(t, fmt.Sprintf("round %d's clients dropped", r), opTimeout, func() bool {
 			peak = max(peak, rss(t, pid))
-			return openFiles(t, pid) <= fdsBefore
+			for _, c := range conns {
+				if established(t, c) {
+					return false
+				}
+			}
+			return true
 		})
 		for _, c := range conns {
 			c.Close()
@@ -338,4 +350,25 @@ func TestSlowReaders(t *testing.T) {
 	if _, err := d.client.ServerInfo(ctx); err != nil {
 		t.Fatalf("admin socket after the slow readers: %v", err)
 	}
+}
+
+// established reports whether the daemon's side of the client connection
+// c (over IPv4 loopback) is still ESTABLISHED, from /proc/net/tcp.
+func established(t *testing.T, c net.Conn) bool {
+	t.Helper()
+	local, remote := c.LocalAddr().(*net.TCPAddr), c.RemoteAddr().(*net.TCPAddr)
+	data, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The daemon's side: local address its port, remote address ours.
+	self, peer := fmt.Sprintf(":%04X ", remote.Port), fmt.Sprintf(":%04X ", local.Port)
+	for _, line := range strings.Split(string(data), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasSuffix(f[1]+" ", self) || !strings.HasSuffix(f[2]+" ", peer) {
+			continue
+		}
+		return f[3] == "01" // TCP_ESTABLISHED
+	}
+	return false
 }
