@@ -333,8 +333,11 @@ func (d *Daemon) serve(what string, fn func() error) {
 	}
 }
 
-// Wait returns when ctx ends or a listener fails, then shuts the daemon down.
-// Guests keep running; the next daemon recovers them.
+// Wait returns when ctx ends or a server stops with an error, then shuts
+// the daemon down. Accept errors never stop a server: every listener is
+// served through core/listener, which backs off and accepts again (out of
+// descriptors, EMFILE, or any other error) and ends only when the listener
+// is closed. Guests keep running; the next daemon recovers them.
 func (d *Daemon) Wait(ctx context.Context) error {
 	var err error
 	select {
