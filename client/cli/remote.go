@@ -139,13 +139,13 @@ func (s *session) remoteAddCommand() *cobra.Command {
 	tokenFlag := secretFlag{name: "token"}
 	cmd := &cobra.Command{
 		Use:   "add NAME URL",
-		Short: "Add a remote daemon (https://HOST:PORT with a client certificate, or http(s) with --token)",
+		Short: "Add a remote daemon (https://HOST:PORT with a client certificate, or http(s) with a bearer token)",
 		Long: "Add a remote daemon. Over https the CLI presents its own client certificate (created once in " +
 			"the configuration directory; the admin trusts it with guestlink config trust add) and pins the " +
 			"daemon's certificate: give --fingerprint, or check the one printed and rerun with --accept-certificate. " +
 			"A bearer token works over http and https: give it as --token-file PATH or --token - (one line of stdin), " +
 			"not as --token VALUE, which every local user can read in ps.",
-		Example: "  guestlink auth identity token issue bearer/ci > ci.token    # on the daemon's host\n" +
+		Example: "  (umask 077; guestlink auth identity token issue bearer/ci > ci.token)   # on the daemon's host\n" +
 			"  guestlink remote add ci http://127.0.0.1:8080 --token-file ci.token\n" +
 			"  printf '%s\\n' \"$TOKEN\" | guestlink remote add ci http://127.0.0.1:8080 --token -",
 		Args: argsExactly(2),

@@ -80,7 +80,7 @@ func NewRootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&s.stateDir, "state-dir", os.Getenv(EnvStateDir),
 		"daemon state directory holding "+SocketName+" (env "+EnvStateDir+"); either one means that local daemon, whatever remote is switched")
 	root.PersistentFlags().StringVar(&s.format, "format", FormatTable, "output format: table, json or yaml")
-	root.PersistentFlags().StringVar(&s.remote, "remote", "", "talk to this remote (guestlink remote list); it beats "+EnvStateDir+". Default: --state-dir or "+EnvStateDir+", else the remote chosen with guestlink remote switch (guestlink remote switch local goes back)")
+	root.PersistentFlags().StringVar(&s.remote, "remote", "", "talk to this remote (guestlink remote list); it beats --state-dir and "+EnvStateDir+". Default: --state-dir or "+EnvStateDir+", else the remote chosen with guestlink remote switch (guestlink remote switch local goes back)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 
 	root.AddCommand(
