@@ -62,8 +62,8 @@ func (e environment) duration(name string, def time.Duration) time.Duration {
 	return def
 }
 
-// bool is get parsed as a bool; unset or unparsable is false.
-func (e environment) bool(name string) bool {
+// boolean is get parsed as a bool; unset or unparsable is false.
+func (e environment) boolean(name string) bool {
 	b, _ := strconv.ParseBool(e.get(name, ""))
 	return b
 }

@@ -121,9 +121,9 @@ func runFlags(fs *flag.FlagSet, e environment) *runOptions {
 	fs.StringVar(&o.stateDir, "state-dir", e.get(EnvStateDir, "/run/guestlink-agent/state"), "state directory under the root (env "+EnvStateDir+")")
 	fs.StringVar(&o.link, "link", e.get(EnvLink, "vsock"), "link: vsock, hybrid:<uds> or serial:<port> (env "+EnvLink+")")
 	fs.DurationVar(&o.heartbeat, "heartbeat", e.duration(EnvHeartbeat, agent.DefaultHeartbeat), "heartbeat period of the ring word (env "+EnvHeartbeat+")")
-	fs.BoolVar(&o.perRequest, "tls-per-request", e.bool(EnvTLSPerRequest), "handshake TLS for every request to the daemon, no reuse (env "+EnvTLSPerRequest+")")
+	fs.BoolVar(&o.perRequest, "tls-per-request", e.boolean(EnvTLSPerRequest), "handshake TLS for every request to the daemon, no reuse (env "+EnvTLSPerRequest+")")
 	fs.StringVar(&o.bootID, "boot-id", e.get(EnvBootID, ""), "id of this boot (env "+EnvBootID+"); default: <root>/proc/sys/kernel/random/boot_id, else the kernel's")
-	fs.BoolVar(&o.debug, "debug", e.bool(EnvDebug), "debug logging (env "+EnvDebug+")")
+	fs.BoolVar(&o.debug, "debug", e.boolean(EnvDebug), "debug logging (env "+EnvDebug+")")
 	return o
 }
 
