@@ -35,10 +35,11 @@ type HeldError struct {
 
 // Error names the directory and the holder's PID.
 func (e *HeldError) Error() string {
+	lock := filepath.Join(e.Dir, FileName)
 	if e.PID == 0 {
-		return fmt.Sprintf("state directory %s is in use by another guestlinkd (it has not written its PID into %s yet): %v", e.Dir, filepath.Join(e.Dir, FileName), ErrHeld)
+		return fmt.Sprintf("state directory %s is in use: another process holds %s (it has not written its PID yet)", e.Dir, lock)
 	}
-	return fmt.Sprintf("state directory %s is in use by another guestlinkd (PID %d); stop it first, or give another --state-dir: %v", e.Dir, e.PID, ErrHeld)
+	return fmt.Sprintf("state directory %s is in use by PID %d (it holds %s): stop that daemon first, or give another --state-dir", e.Dir, e.PID, lock)
 }
 
 // Unwrap returns ErrHeld.
