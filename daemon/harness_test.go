@@ -31,6 +31,7 @@ type daemonProc struct {
 	t        *testing.T
 	stateDir string
 	extra    []string
+	env      []string // NAME=value added to cleanEnv
 	logPath  string
 	client   *client.Client
 
@@ -45,13 +46,20 @@ type daemonProc struct {
 // and prints the daemon's log tail if the test failed.
 func newDaemon(t *testing.T, extra ...string) *daemonProc {
 	t.Helper()
+	return newDaemonEnv(t, nil, extra...)
+}
+
+// newDaemonEnv is newDaemon with environment variables (NAME=value) added
+// to the daemon's clean environment.
+func newDaemonEnv(t *testing.T, env []string, extra ...string) *daemonProc {
+	t.Helper()
 	binaries(t)
 	// Unix socket paths are limited to 107 bytes: keep the state dir short.
 	dir, err := os.MkdirTemp("", "gle2e-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemonProc{t: t, stateDir: dir, extra: extra, logPath: filepath.Join(dir, "daemon.log")}
+	d := &daemonProc{t: t, stateDir: dir, extra: extra, env: env, logPath: filepath.Join(dir, "daemon.log")}
 	c, err := client.New(filepath.Join(dir, "guestlink.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +91,7 @@ func (d *daemonProc) start() {
 	args := append([]string{"--state-dir", d.stateDir, "--plugin-dir", filepath.Join(binDir, "plugins")}, d.extra...)
 	cmd := exec.Command(filepath.Join(binDir, "guestlinkd"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), d.env...)
 	// The daemon dies with the test binary (a -timeout panic runs no
 	// cleanup); its plugins die with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
