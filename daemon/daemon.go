@@ -120,7 +120,11 @@ type Daemon struct {
 func SocketPath(stateDir string) string { return filepath.Join(stateDir, "guestlink.sock") }
 
 // Start brings a daemon up: it returns once the admin socket answers, or
-// with the first error (having undone what it started).
+// with the first error (having undone what it started). Its first step in
+// the state directory is to lock it (internal/statelock): on a directory
+// another daemon holds it returns a *statelock.HeldError naming that
+// daemon's PID, having opened nothing else. The lock is released by the
+// shutdown (Wait), after everything else is closed.
 func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if cfg.StateDir == "" {
 		return nil, errors.New("starting daemon: a state directory is required")
