@@ -112,7 +112,7 @@ func TestCluster(t *testing.T) {
 
 	// A daemon that is not a member is refused, and says what to do.
 	out := refusedStart(ctx, t, "--database", url, "--name", "x")
-	for _, want := range []string{"is not a member", "guestlink cluster add x", "--join TOKEN"} {
+	for _, want := range []string{"is not a member", "guestlink cluster add x", "--join-file FILE"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("a non-member's refusal does not say %q:\n%s", want, out)
 		}

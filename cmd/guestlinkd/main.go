@@ -32,7 +32,9 @@ func main() {
 		cfg.HTTPHosts = append(cfg.HTTPHosts, v)
 		return nil
 	})
-	flag.StringVar(&cfg.DatabaseURL, "database", "", "database URL: sqlite://PATH (default DIR/guestlink.db) or postgres://...")
+	var databaseFile, joinFile string
+	flag.StringVar(&cfg.DatabaseURL, "database", "", "database URL: sqlite://PATH (default DIR/guestlink.db) or postgres://... (env "+envDatabaseURL+"); one with a password is visible in ps here: use --database-file or the env")
+	flag.StringVar(&databaseFile, "database-file", "", "read the database URL from this file (mode 0600 or 0400, owned by this user or root), keeping its password out of ps")
 	flag.StringVar(&cfg.PluginDir, "plugin-dir", defaultPluginDir(), "directory of backend plugins and their SHA256SUMS")
 	flag.StringVar(&cfg.DefaultBackend, "default-backend", "sim", "backend of instances launched without one")
 	flag.BoolVar(&cfg.AllowDiskPaths, "allow-disk-paths", false, "let disk devices take a host path as source (default: storage pool volumes only)")
@@ -44,7 +46,8 @@ func main() {
 	flag.IntVar(&cfg.APILimits.MaxLists, "api-max-lists", 0, "instance lists served at once, apart from the other requests (default 2 x GOMAXPROCS)")
 	flag.StringVar(&cfg.Cluster.Name, "name", os.Getenv("GUESTLINK_NAME"), "this daemon's name as a cluster member (default: the host name; env GUESTLINK_NAME)")
 	flag.StringVar(&cfg.Cluster.Address, "cluster-address", os.Getenv("GUESTLINK_CLUSTER_ADDRESS"), "HOST:PORT other cluster members reach this one on (mutual TLS; PostgreSQL only; env GUESTLINK_CLUSTER_ADDRESS)")
-	flag.StringVar(&cfg.Cluster.Join, "join", os.Getenv("GUESTLINK_JOIN"), "join the cluster of --database with this one-time token from `guestlink cluster add NAME` (env GUESTLINK_JOIN)")
+	flag.StringVar(&cfg.Cluster.Join, "join", "", "join the cluster of --database with this one-time token from `guestlink cluster add NAME` (env "+envJoin+"); visible in ps here: use --join-file or the env")
+	flag.StringVar(&joinFile, "join-file", "", "read the --join token from this file (mode 0600 or 0400, owned by this user or root), keeping it out of ps")
 	flag.DurationVar(&cfg.Cluster.Heartbeat, "cluster-heartbeat", 0, "how often this member records its heartbeat (default 3s)")
 	flag.DurationVar(&cfg.Cluster.OfflineAfter, "cluster-offline-after", 0, "heartbeat age after which a member is offline (default 12s)")
 	configFile := flag.String("config", "", "YAML file setting flags by name (e.g. /etc/guestlink/guestlinkd.yaml: \"http: 127.0.0.1:8080\"); the command line and the environment win over it")
@@ -52,16 +55,39 @@ func main() {
 	if flag.NArg() > 0 {
 		fail(fmt.Errorf("unexpected argument %q", flag.Arg(0)))
 	}
+	secrets := []secretSetting{
+		{name: "database", env: envDatabaseURL, value: &cfg.DatabaseURL, file: &databaseFile, secret: databaseSecret},
+		{name: "join", env: envJoin, value: &cfg.Cluster.Join, file: &joinFile, secret: joinSecret},
+	}
+	cmdline := visited()
 	if *configFile != "" {
 		err := flagfile.Apply(flag.CommandLine, *configFile, flagfile.Options{
 			Env: map[string]string{"state-dir": "GUESTLINK_STATE_DIR", "name": "GUESTLINK_NAME",
-				"cluster-address": "GUESTLINK_CLUSTER_ADDRESS", "join": "GUESTLINK_JOIN"},
+				"cluster-address": "GUESTLINK_CLUSTER_ADDRESS",
+				"join":            envJoin, "join-file": envJoin,
+				"database": envDatabaseURL, "database-file": envDatabaseURL},
 			Repeatable: map[string]bool{"http-host": true},
 			Skip:       map[string]bool{"config": true},
+			Secret: func(key, v string) bool {
+				return (key == "database" && databaseSecret(v)) || (key == "join" && joinSecret(v))
+			},
 		})
 		if err != nil {
 			fail(err)
 		}
+	}
+	var warnings []string
+	set := visited()
+	for _, s := range secrets {
+		w, err := s.resolve(cmdline, set)
+		if err != nil {
+			fail(err)
+		}
+		if w != "" {
+			warnings = append(warnings, w)
+		}
+		// Plugins and guests inherit the daemon's environment.
+		_ = os.Unsetenv(s.env)
 	}
 	if cfg.StateDir == "" {
 		fail(fmt.Errorf("--state-dir is required"))
@@ -73,6 +99,9 @@ func main() {
 		fail(fmt.Errorf("--log-level %q: %w", level, err))
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	for _, w := range warnings {
+		cfg.Logger.Warn(w)
+	}
 	if err := startPprof(); err != nil {
 		fail(err)
 	}
@@ -93,6 +122,13 @@ func main() {
 	if err := d.Wait(ctx); err != nil {
 		fail(err)
 	}
+}
+
+// visited returns the names of the flags set so far.
+func visited() map[string]bool {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
 }
 
 // defaultPluginDir is bin/plugins next to the guestlinkd binary.

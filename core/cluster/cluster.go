@@ -195,7 +195,7 @@ func (c *Cluster) notAMember(ctx context.Context, info *db.ClusterInfo) error {
 	}
 	return fmt.Errorf("the database is used by guestlink cluster %s (members: %s) and this daemon is not a member: "+
 		"starting would take over their instances. To add this host, run `guestlink cluster add %s` on a member and start this daemon with "+
-		"--name %s --join TOKEN --cluster-address HOST:PORT; or give it a database of its own",
+		"--name %s --join-file FILE (the token in a 0600 file; or GUESTLINK_JOIN=TOKEN) --cluster-address HOST:PORT; or give it a database of its own",
 		info.UUID, strings.Join(names, ", "), c.cfg.Name, c.cfg.Name)
 }
 
