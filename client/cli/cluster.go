@@ -60,7 +60,10 @@ func (s *session) clusterAddCommand() *cobra.Command {
 		Long: `Print a one-time join token for a new member called NAME, alone on stdout.
 Start the new member with it:
 
-  guestlinkd --name NAME --join TOKEN --cluster-address HOST:PORT --database postgres://...
+  guestlinkd --name NAME --join-file TOKENFILE --cluster-address HOST:PORT --database-file DBURLFILE
+
+(files of mode 0600; GUESTLINK_JOIN and GUESTLINK_DATABASE_URL work too: --join and
+--database would show the secrets to every local user in ps).
 
 The token is valid for 3 hours and for one join; only its hash is stored.`,
 		Args: argsExactly(1),
