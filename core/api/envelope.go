@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/api/utf8check"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -78,7 +79,7 @@ func (a *API) envelopeErrors(c *fiber.Ctx) error {
 }
 
 // decodeBody decodes the request's JSON body into v, refusing unknown
-// fields, trailing data and an empty body. Only application/json bodies are
+// fields, trailing data, an empty body and a body that is not valid UTF-8. Only application/json bodies are
 // accepted: a browser sends anything else (form and text/plain types, or no
 // Content-Type at all for a Blob without type) cross-site without a CORS
 // preflight, so a web page cannot drive the localhost TCP API.
@@ -91,6 +92,12 @@ func decodeBody(c *fiber.Ctx, v any) error {
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("invalid request body: empty, a JSON object is required")
+	}
+	// encoding/json would turn bytes that are not UTF-8 (and lone
+	// surrogate escapes) into U+FFFD: refuse them instead of storing
+	// something else than was sent.
+	if err := utf8check.Body(body); err != nil {
+		return badRequest("%v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
