@@ -16,6 +16,7 @@ import (
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/redact"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/web/components"
 )
@@ -344,13 +345,20 @@ func (d *Dashboard) bulkAction(c *fiber.Ctx) error {
 }
 
 // fail answers a page request that could not be served with a plain page and
-// the status the error kind maps to.
+// the status the error kind maps to. A 5xx page never shows a host path
+// (core/redact): an unexpected error, or one whose message had a path
+// removed, is logged in full under a request id the page shows.
 func (d *Dashboard) fail(c *fiber.Ctx, err error) error {
 	status := errdefs.HTTPStatus(err)
-	if status == http.StatusInternalServerError && !errors.Is(err, context.Canceled) {
-		d.log.Error("dashboard request failed", "path", c.Path(), "err", err)
+	msg := err.Error()
+	if status >= http.StatusInternalServerError && !errors.Is(err, context.Canceled) {
+		if red := redact.Paths(msg); red != msg || status == http.StatusInternalServerError {
+			id := redact.NewRequestID()
+			d.log.Error("dashboard request failed", "request_id", id, "path", c.Path(), "err", err)
+			msg = redact.Message(msg, id)
+		}
 	}
 	c.Status(status)
 	c.Type("txt", "utf-8")
-	return c.SendString(http.StatusText(status) + ": " + err.Error() + "\n")
+	return c.SendString(http.StatusText(status) + ": " + msg + "\n")
 }
