@@ -79,6 +79,15 @@ func TestDeviceAddValidatedAsAtStart(t *testing.T) {
 			t.Errorf("hostfwd %q: stored %v, %v", v, inst.Devices[dev], err)
 		}
 	}
+
+	// Changing a stored nic's forwards goes through the same check.
+	_, errOut, err = d.runCLI(ctx, "config", "device", "set", name, "eth1", "hostfwd=tcp::99999-:22")
+	if want := `Error: updating devices of instance "fwd": invalid device "eth1": hostfwd "tcp::99999-:22": port 99999 is outside 1..65535: invalid argument`; err == nil || strings.TrimSpace(errOut) != want {
+		t.Errorf("config device set with port 99999: %v %q\nwant %q", err, errOut, want)
+	}
+	if inst, err := d.client.Instance(ctx, name); err != nil || inst.Devices["eth1"]["hostfwd"] != hostfwdtest.Accepted[1] {
+		t.Errorf("after the refused set eth1 is %v (%v), want hostfwd %q", inst.Devices["eth1"], err, hostfwdtest.Accepted[1])
+	}
 }
 
 // TestInvalidUTF8Refused sends config values that are not valid UTF-8 (a
