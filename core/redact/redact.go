@@ -12,10 +12,11 @@ import (
 )
 
 // pathRE is an absolute file path in a message: a "/" at the start or
-// after a space, quote, bracket, '=' or ',', up to the next space, quote,
-// bracket, ',', ';' or ':' (an error's "open /x/y: ..." ends the path at
-// the colon). A URL's "//" after a scheme's colon is not a path.
-var pathRE = regexp.MustCompile(`(^|[\s"'({\[<=,])/[^\s"'(){}\[\]<>,;:]*`)
+// after a space, quote, bracket, '=' or ',', and at least one more
+// character up to the next space, quote, bracket, ',', ';' or ':' (an
+// error's "open /x/y: ..." ends the path at the colon). A URL's "//" after
+// a scheme's colon is not a path, nor is a "/" standing alone ("a / b").
+var pathRE = regexp.MustCompile(`(^|[\s"'({\[<=,])/[^\s"'(){}\[\]<>,;:]+`)
 
 // Placeholder stands for a removed host path.
 const Placeholder = "<path>"

@@ -15,7 +15,7 @@ func TestPaths(t *testing.T) {
 		{"/abs/at/start: boom", "<path>: boom"},
 		{"state dir=/srv/gl,plugins=/srv/gl/bin", "state dir=<path>,plugins=<path>"},
 		{"(/run/x.sock) and [/a/b]", "(<path>) and [<path>]"},
-		{"root /", "root <path>"},
+		{"root /, stop / start", "root /, stop / start"},
 		{"forwarding GET /1.0/instances/web1 to m2: 503", "forwarding GET /1.0/instances/web1 to m2: 503"},
 		{`Get "http://unix/1.0": EOF`, `Get "http://unix/1.0": EOF`},
 		{"volume default/v1 of pool default", "volume default/v1 of pool default"},
