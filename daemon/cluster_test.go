@@ -13,7 +13,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
@@ -27,6 +29,9 @@ import (
 const (
 	clusterHeartbeat = "300ms"
 	clusterOffline   = "3s"
+	// clusterForward is --cluster-forward-timeout: a forwarded request
+	// to a frozen member is answered 503 after it.
+	clusterForward = 2 * time.Second
 )
 
 // freeAddr returns a free 127.0.0.1 address.
@@ -43,7 +48,8 @@ func freeAddr(t testing.TB) string {
 // memberFlags are the flags of cluster member name on database url.
 func memberFlags(url, name, addr string, extra ...string) []string {
 	return append([]string{"--database", url, "--name", name, "--cluster-address", addr,
-		"--cluster-heartbeat", clusterHeartbeat, "--cluster-offline-after", clusterOffline}, extra...)
+		"--cluster-heartbeat", clusterHeartbeat, "--cluster-offline-after", clusterOffline,
+		"--cluster-forward-timeout", clusterForward.String()}, extra...)
 }
 
 // refusedStart runs guestlinkd on a fresh state directory with args and
@@ -236,6 +242,8 @@ func TestCluster(t *testing.T) {
 	}
 	b.waitInstance(ctx, "g-b", "agent connected again", agentTimeout, func(i *api.Instance) bool { return i.Agent.State == api.AgentConnected })
 
+	frozenMember(ctx, t, a, b)
+
 	// b owns an instance: removing it is refused.
 	if err := a.client.RemoveClusterMember(ctx, "b", false); err == nil || !strings.Contains(err.Error(), "still owns 1 instance") {
 		t.Errorf("removing b while it owns g-b: got %v", err)
@@ -282,4 +290,47 @@ func TestCluster(t *testing.T) {
 		list, err := a.client.Instances(ctx, client.InstanceFilter{})
 		return err == nil && len(list) == 0
 	})
+}
+
+// frozenMember freezes b (SIGSTOP) before it is marked offline: a config
+// write asked of a is forwarded to b and answered 503 "member b did not
+// answer in 2 s" within the forward timeout; b, resumed (SIGCONT), finds
+// the request past its deadline, drops it and says so, and the write is
+// never applied.
+func frozenMember(ctx context.Context, t *testing.T, a, b *daemonProc) {
+	t.Helper()
+	// A forwarded read first, so a holds an idle connection to b and the
+	// write below reaches b's socket (a fresh connection would hang in
+	// its TLS handshake and never carry the request).
+	if _, err := a.client.Instance(ctx, "g-b"); err != nil {
+		t.Fatalf("reading g-b from a: %v", err)
+	}
+	pid := b.pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resume := sync.OnceFunc(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	defer resume()
+	start := time.Now()
+	_, err := a.client.UpdateConfig(ctx, "g-b", map[string]string{"user.frozen": "applied"}, nil)
+	took := time.Since(start)
+	var se *client.StatusError
+	if want := "member b did not answer in 2 s"; !errors.As(err, &se) || se.Code != 503 || se.Message != want {
+		t.Errorf("a config write forwarded to a frozen b: got %v, want 503 %q", err, want)
+	}
+	if took < clusterForward || took > clusterForward+time.Second {
+		t.Errorf("a config write forwarded to a frozen b was answered after %v, want the forward timeout %v (within 1 s)", took, clusterForward)
+	}
+	resume()
+	dropped := "dropped a forwarded request: it arrived after its deadline"
+	if !testwait.Until(opTimeout, func() bool { return strings.Contains(b.log(), dropped) }) {
+		t.Fatalf("b, resumed, did not log %q", dropped)
+	}
+	inst, err := b.client.Instance(ctx, "g-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := inst.Config["user.frozen"]; ok {
+		t.Errorf("the write whose caller was answered 503 was applied after b resumed: user.frozen=%q", v)
+	}
 }

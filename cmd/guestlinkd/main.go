@@ -47,6 +47,7 @@ func main() {
 	flag.StringVar(&cfg.Cluster.Join, "join", os.Getenv("GUESTLINK_JOIN"), "join the cluster of --database with this one-time token from `guestlink cluster add NAME` (env GUESTLINK_JOIN)")
 	flag.DurationVar(&cfg.Cluster.Heartbeat, "cluster-heartbeat", 0, "how often this member records its heartbeat (default 3s)")
 	flag.DurationVar(&cfg.Cluster.OfflineAfter, "cluster-offline-after", 0, "heartbeat age after which a member is offline (default 12s)")
+	flag.DurationVar(&cfg.Cluster.ForwardTimeout, "cluster-forward-timeout", 0, "how long a request forwarded to another member may take before it is answered 503 (default 30s; plus the request's own timeout)")
 	configFile := flag.String("config", "", "YAML file setting flags by name (e.g. /etc/guestlink/guestlinkd.yaml: \"http: 127.0.0.1:8080\"); the command line and the environment win over it")
 	flag.Parse()
 	if flag.NArg() > 0 {

@@ -86,7 +86,9 @@ type Config struct {
 	Backends func() []string
 	// HeartbeatInterval and OfflineAfter: see the defaults.
 	HeartbeatInterval, OfflineAfter time.Duration
-	Logger                          *slog.Logger
+	// ForwardTimeout bounds a forwarded request (DefaultForwardTimeout).
+	ForwardTimeout time.Duration
+	Logger         *slog.Logger
 }
 
 // Member is a member as the API shows it.
@@ -127,6 +129,9 @@ func Open(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.OfflineAfter <= 0 {
 		cfg.OfflineAfter = DefaultOfflineAfter
+	}
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = DefaultForwardTimeout
 	}
 	if cfg.OfflineAfter <= cfg.HeartbeatInterval {
 		return nil, fmt.Errorf("cluster offline timeout %v must be longer than the heartbeat interval %v: %w", cfg.OfflineAfter, cfg.HeartbeatInterval, errdefs.ErrInvalid)
@@ -632,16 +637,12 @@ func (c *Cluster) client(name, addr string) *http.Client {
 	if cl, ok := c.clients[key]; ok {
 		return cl
 	}
-	cl := &http.Client{Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS13,
-			Certificates: []tls.Certificate{c.keys.member},
-			RootCAs:      c.pool,
-			ServerName:   name, // the member certificate's DNS name
-		},
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-	}}
+	cl := &http.Client{Transport: transport(&tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{c.keys.member},
+		RootCAs:      c.pool,
+		ServerName:   name, // the member certificate's DNS name
+	})}
 	c.clients[key] = cl
 	return cl
 }
