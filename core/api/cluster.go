@@ -28,13 +28,14 @@ type ClusterService interface {
 	Name() string
 	Members(ctx context.Context) ([]cluster.Member, error)
 	AddMember(ctx context.Context, name, by string) (string, time.Time, error)
-	RemoveMember(ctx context.Context, name string, force bool) error
+	RemoveMember(ctx context.Context, name string, force bool) ([]string, error)
 	Locate(ctx context.Context, instance string) (string, error)
 	Reach(ctx context.Context, member string) (*http.Client, string, error)
 	PeerOf(ctx context.Context, cs *tls.ConnectionState) (string, bool)
 	HandleJoin(ctx context.Context, body []byte) ([]byte, error)
 	Place(ctx context.Context, backend string) (string, error)
 	ForwardTimeout() time.Duration
+	Fenced() string
 }
 
 var _ ClusterService = (*cluster.Cluster)(nil)
@@ -118,10 +119,14 @@ func (a *API) removeMember(c *fiber.Ctx) error {
 		return err
 	}
 	force := c.Query("force") == "1" || c.Query("force") == "true"
-	if err := a.cfg.Cluster.RemoveMember(c.UserContext(), c.Params("name"), force); err != nil {
+	left, err := a.cfg.Cluster.RemoveMember(c.UserContext(), c.Params("name"), force)
+	if err != nil {
 		return err
 	}
-	return sync200(c, map[string]any{})
+	if left == nil {
+		left = []string{}
+	}
+	return sync200(c, wire.ClusterMemberRemoved{Name: c.Params("name"), InstancesLeft: left})
 }
 
 // join answers a joining daemon (no member certificate yet: the token's
@@ -201,6 +206,11 @@ func (a *API) forward(c *fiber.Ctx) error {
 	if a.cfg.Cluster == nil {
 		return c.Next()
 	}
+	if reason := a.cfg.Cluster.Fenced(); reason != "" && c.Method() != http.MethodGet && strings.HasPrefix(c.Path(), "/1.0/instances") {
+		// This member's lease is gone: it changes no instance, its own
+		// (now another daemon's, or nobody's) or another member's.
+		return fiber.NewError(http.StatusServiceUnavailable, reason)
+	}
 	if c.Get(headerForwardedBy) != "" {
 		if _, ok := a.clusterPeer(c); ok {
 			return a.ownerDeadline(c) // forwarded to this member: it is the owner
@@ -265,7 +275,8 @@ func (a *API) forward(c *fiber.Ctx) error {
 
 // forwardBudget returns how long a forwarded request may take: the
 // cluster's forward timeout plus the request's own timeout (a wait's
-// ?timeout, a state action's "timeout"); stream reports a request whose
+// ?timeout, a state action's "timeout") or, for the requests that copy
+// disks, cluster.LongAllowance; stream reports a request whose
 // answer has no end (a followed console), bounded only until its headers.
 func forwardBudget(c *fiber.Ctx, base time.Duration) (budget time.Duration, stream bool) {
 	path := c.Path()
@@ -288,6 +299,11 @@ func forwardBudget(c *fiber.Ctx, base time.Duration) (budget time.Duration, stre
 			return base + time.Duration(req.Timeout)*time.Second, false
 		}
 		return base + cluster.StateAllowance, false
+	case c.Method() == http.MethodPost && strings.TrimSuffix(path, "/") == "/1.0/instances",
+		c.Method() != http.MethodGet && strings.Contains(path, "/snapshots"),
+		c.Method() == http.MethodPut && strings.Count(strings.TrimPrefix(path, "/1.0/instances/"), "/") == 0:
+		// A create (its image, its first start), a snapshot or a restore.
+		return base + cluster.LongAllowance, false
 	}
 	return base, false
 }

@@ -26,6 +26,9 @@ const (
 	// of its own may take beyond the forward timeout (the backend's
 	// default stop).
 	StateAllowance = 60 * time.Second
+	// LongAllowance is what a forwarded create (its image and first
+	// start), snapshot or restore may take beyond the forward timeout.
+	LongAllowance = 10 * time.Minute
 )
 
 // Headers of a forwarded request's deadline: the time the forwarding

@@ -134,9 +134,46 @@ func (v *Instances) all(ctx context.Context, f instance.ListFilter) ([]*instance
 			mu.Unlock()
 		})
 	}
+	// Instances recorded at a member that is gone (removed with --force)
+	// show Unknown too, never vanish.
+	wg.Go(func() {
+		part, err := v.orphans(ctx, members, f)
+		if err != nil {
+			v.c.log.Error("listing the instances of removed members", "err", err)
+		}
+		mu.Lock()
+		out = append(out, part...)
+		mu.Unlock()
+	})
 	wg.Wait()
 	slices.SortFunc(out, func(a, b *instance.Instance) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// orphans returns the instances recorded at members that are not in the
+// cluster (removed), status Unknown.
+func (v *Instances) orphans(ctx context.Context, members []*db.ClusterMember, f instance.ListFilter) ([]*instance.Instance, error) {
+	counts, err := v.c.cfg.Store.InstanceCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*instance.Instance
+	for loc := range counts {
+		if loc == "" || loc == v.c.cfg.Name || slices.ContainsFunc(members, func(m *db.ClusterMember) bool { return m.Name == loc }) {
+			continue
+		}
+		part, err := v.stored(ctx, loc, removedReason(loc), f)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, part...)
+	}
+	return out, nil
+}
+
+// removedReason is the status reason of an instance whose member is gone.
+func removedReason(member string) string {
+	return fmt.Sprintf("member %s was removed from the cluster (its instances stay recorded at it until deleted or until a daemon joins as %s)", member, member)
 }
 
 // fetch asks member m for its instances matching f.
@@ -227,7 +264,7 @@ func (v *Instances) Get(ctx context.Context, name string) (*instance.Instance, e
 	}
 	m, merr := v.c.cfg.Store.Member(ctx, rec.Location)
 	if merr != nil {
-		return unknownView(rec, fmt.Sprintf("member %s is not in the cluster", rec.Location)), nil
+		return unknownView(rec, removedReason(rec.Location)), nil
 	}
 	if !v.c.online(m, time.Now()) {
 		return unknownView(rec, fmt.Sprintf("member %s is offline (last heartbeat %s)", m.Name, m.Heartbeat.UTC().Format(time.RFC3339))), nil
