@@ -65,9 +65,23 @@ func (l *lease) markLost(reason error) {
 	})
 }
 
+// LeaseLostError is the error of a write or heartbeat refused because the
+// member's lease is gone: Reason says why (removed, or re-joined under a
+// new epoch). It wraps ErrLeaseLost and errdefs.ErrUnavailable.
+type LeaseLostError struct {
+	Reason error
+}
+
+func (e *LeaseLostError) Error() string {
+	return fmt.Sprintf("%v: %v", ErrLeaseLost, e.Reason)
+}
+
+// Unwrap returns ErrLeaseLost and errdefs.ErrUnavailable.
+func (e *LeaseLostError) Unwrap() []error { return []error{ErrLeaseLost, errdefs.ErrUnavailable} }
+
 // leaseErr returns the error of a write refused because the lease is gone.
 func leaseErr(reason error) error {
-	return fmt.Errorf("%w (%v): %w", ErrLeaseLost, reason, errdefs.ErrUnavailable)
+	return &LeaseLostError{Reason: reason}
 }
 
 // heldLease returns the lease instance writes are conditional on (nil: no

@@ -540,8 +540,8 @@ func (c *Cluster) Beat(ctx context.Context) error {
 	backends := c.cfg.Backends()
 	slices.Sort(backends)
 	err := c.cfg.Store.Heartbeat(ctx, c.cfg.Name, c.epoch, c.cfg.Address, c.cfg.Version, strings.Join(backends, ","), time.Now())
-	if errors.Is(err, db.ErrLeaseLost) {
-		c.leaseLost(errors.New(strings.TrimPrefix(err.Error(), "heartbeat of \""+c.cfg.Name+"\": ")))
+	if lost, ok := errors.AsType[*db.LeaseLostError](err); ok {
+		c.leaseLost(lost.Reason)
 	}
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
