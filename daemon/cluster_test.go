@@ -457,6 +457,7 @@ func frozenMember(ctx context.Context, t *testing.T, a, b *daemonProc) {
 	if took < clusterForward || took > clusterForward+time.Second {
 		t.Errorf("a config write forwarded to a frozen b was answered after %v, want the forward timeout %v (within 1 s)", took, clusterForward)
 	}
+	t.Logf("a config write forwarded to the frozen b: answered %v after %v", err, took.Round(time.Millisecond))
 	resume()
 	dropped := "dropped a forwarded request: it arrived after its deadline"
 	if !testwait.Until(opTimeout, func() bool { return strings.Contains(b.log(), dropped) }) {
