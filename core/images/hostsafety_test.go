@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"maps"
 	"net"
@@ -38,28 +35,15 @@ func openStore(t *testing.T, stateDir string, lim images.Limits) *images.Store {
 }
 
 // sparseImage writes a file of apparent size size: a raw ext image's first
-// MiB, then each of data (random bytes of that many) at its offset, holes
+// MiB, then random bytes of each length of data at its offset, holes
 // elsewhere. It returns the path.
 func sparseImage(t *testing.T, path string, size int64, data map[int64]int) string {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.Write(imagetest.Ext(1 << 20)); err != nil {
-		t.Fatal(err)
-	}
+	regions := map[int64][]byte{0: imagetest.Ext(1 << 20)}
 	for off, n := range data {
-		b := make([]byte, n)
-		_, _ = rand.Read(b)
-		if _, err := f.WriteAt(b, off); err != nil {
-			t.Fatal(err)
-		}
+		regions[off] = imagetest.Random(n)
 	}
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
+	imagetest.Sparse(t, path, size, regions)
 	return path
 }
 
@@ -96,38 +80,11 @@ func TestSparseImport(t *testing.T) {
 	const size = 2 << 30
 	regions := map[int64][]byte{0: imagetest.Ext(1 << 20), 1 << 30: make([]byte, 8<<20)}
 	for _, off := range []int64{512 << 20, 3<<29 + 12345} { // the second not block-aligned
-		regions[off] = make([]byte, 1<<20)
-		_, _ = rand.Read(regions[off])
+		regions[off] = imagetest.Random(1 << 20)
 	}
 	src := filepath.Join(dir, "sparse.img")
-	f, err := os.Create(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for off, b := range regions {
-		if _, err := f.WriteAt(b, off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Truncate(size); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	// The sha256 of the content written, zeros between the regions (not
-	// read back: reading 2 GiB of holes is slow on a loaded machine).
+	want := imagetest.Sparse(t, src, size, regions)
 	offs := slices.Sorted(maps.Keys(regions))
-	h, pos := sha256.New(), int64(0)
-	zeros := make([]byte, 1<<20)
-	for _, off := range append(offs, size) {
-		for ; pos < off; pos += min(off-pos, int64(len(zeros))) {
-			h.Write(zeros[:min(off-pos, int64(len(zeros)))])
-		}
-		if off < size {
-			h.Write(regions[off])
-			pos += int64(len(regions[off]))
-		}
-	}
-	want := hex.EncodeToString(h.Sum(nil))
 
 	state := filepath.Join(dir, "state")
 	s := openStore(t, state, images.Limits{})
@@ -246,8 +203,7 @@ func TestImportRefusesNonRegular(t *testing.T) {
 // written: nothing stored, no temporary file.
 func TestImportRefusesNonImages(t *testing.T) {
 	dir := t.TempDir()
-	random := make([]byte, 4<<20)
-	_, _ = rand.Read(random)
+	random := imagetest.Random(4 << 20)
 	random[0], random[1] = 0x42, 0x42 // no magic by chance
 	var gz strings.Builder
 	zw := gzip.NewWriter(&gz)

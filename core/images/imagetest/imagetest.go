@@ -1,9 +1,17 @@
-// Package imagetest makes small files the image store (core/images)
-// takes, for tests that need an image but not a bootable one.
+// Package imagetest makes files the image store (core/images) takes, for
+// tests that need an image but not a bootable one: small ones, and sparse
+// ones of a large apparent size.
 package imagetest
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
+	"maps"
+	"os"
+	"slices"
+	"testing"
 )
 
 // QCOW2 returns a qcow2 file: a version 3 header (64 KiB clusters, a
@@ -33,5 +41,51 @@ func Ext(size int) []byte {
 	binary.LittleEndian.PutUint32(sb[0x4:], uint32(size/1024)) // s_blocks_count_lo
 	binary.LittleEndian.PutUint32(sb[0x18:], 0)                // s_log_block_size: 1 KiB
 	binary.LittleEndian.PutUint16(sb[0x38:], 0xEF53)           // s_magic
+	return b
+}
+
+// Sparse writes a file of apparent size size at path holding each region's
+// bytes at its offset and holes elsewhere, and returns its sha256 (hex),
+// computed from the regions without reading the holes back (slow on a
+// loaded machine).
+func Sparse(t testing.TB, path string, size int64, regions map[int64][]byte) string {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for off, b := range regions {
+		if _, err := f.WriteAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h, pos := sha256.New(), int64(0)
+	zeros := make([]byte, 1<<20)
+	offs := slices.Sorted(maps.Keys(regions))
+	for _, off := range append(offs, size) {
+		for pos < off {
+			n := min(off-pos, int64(len(zeros)))
+			h.Write(zeros[:n])
+			pos += n
+		}
+		if off < size {
+			h.Write(regions[off])
+			pos += int64(len(regions[off]))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Random returns n random bytes.
+func Random(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
 	return b
 }
