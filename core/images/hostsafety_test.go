@@ -358,22 +358,36 @@ func TestImportStopsWithContext(t *testing.T) {
 }
 
 // TestOpenRemovesTemporaryFiles: the temporary files an interrupted import
-// left (image, kernel, initrd) are removed when the store is opened; the
-// store's other files stay.
+// left (image, kernel, initrd) are removed when the store is opened; those
+// of an import still running in another process (its file locked) and
+// the store's other files stay, until the lock is gone.
 func TestOpenRemovesTemporaryFiles(t *testing.T) {
 	state := t.TempDir()
 	dir := images.Dir(state)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	left := []string{".import-123", ".import-123.kernel", ".import-123.initrd"}
-	for _, name := range append(left, "keep") {
+	left := []string{".import-123", ".import-123.kernel", ".import-123.initrd", ".import-789.kernel"}
+	running := []string{".import-456", ".import-456.initrd"}
+	for _, name := range append(append(left, running...), "keep") {
 		if err := os.WriteFile(filepath.Join(dir, name), make([]byte, 1<<20), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
+	lock, err := os.Open(filepath.Join(dir, ".import-456"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
 	openStore(t, state, images.Limits{})
-	if files := storeFiles(t, state); len(files) != 1 || files[0] != "keep" {
-		t.Fatalf("the store holds %v after Open, want only keep", files)
+	if files := storeFiles(t, state); !slices.Equal(files, append(running, "keep")) {
+		t.Fatalf("the store holds %v after Open, want %v and keep", files, running)
+	}
+	lock.Close()
+	openStore(t, state, images.Limits{})
+	if files := storeFiles(t, state); !slices.Equal(files, []string{"keep"}) {
+		t.Fatalf("the store holds %v after Open with the lock gone, want only keep", files)
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -98,7 +100,35 @@ func Open(stateDir string, st db.ImageStore, inUse InUse, log *slog.Logger, lim 
 	return s, nil
 }
 
-// removeTemporary removes the temporary files of interrupted imports.
+// lockTemporary takes an exclusive flock on the temporary file of an
+// import in progress, held until the returned file is closed: removeTemporary
+// leaves a locked file alone (another process's import still running). The
+// kernel drops the lock of a killed daemon.
+func lockTemporary(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("locking the temporary file of an import: %w", err)
+	}
+	return f, nil
+}
+
+// temporaryInUse reports whether the temporary file path (an image's, or the base
+// of a .kernel or .initrd) is locked by an import in progress.
+func temporaryInUse(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return errors.Is(unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB), unix.EWOULDBLOCK)
+}
+
+// removeTemporary removes the temporary files of interrupted imports (those
+// no running import holds locked).
 func (s *Store) removeTemporary() error {
 	entries, err := os.ReadDir(s.dir)
 	if err != nil {
@@ -111,6 +141,11 @@ func (s *Store) removeTemporary() error {
 			continue
 		}
 		p := filepath.Join(s.dir, e.Name())
+		base := strings.TrimSuffix(strings.TrimSuffix(p, ".kernel"), ".initrd")
+		if temporaryInUse(base) {
+			s.log.Warn("a temporary file of an import in progress in another process stays", "file", e.Name())
+			continue
+		}
 		var blocks int64
 		if fi, err := os.Lstat(p); err == nil {
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
@@ -229,6 +264,12 @@ func (s *Store) Import(ctx context.Context, path string, opts ImportOptions) (*I
 	}
 	tmpName := tmp.Name()
 	kernelTmp, initrdTmp := tmpName+".kernel", tmpName+".initrd"
+	lock, err := lockTemporary(tmpName)
+	if err != nil {
+		_ = tmp.Close()
+		_ = os.Remove(tmpName)
+		return nil, wrap(err)
+	}
 	keep := false
 	defer func() {
 		_ = tmp.Close()
@@ -237,6 +278,7 @@ func (s *Store) Import(ctx context.Context, path string, opts ImportOptions) (*I
 				_ = os.Remove(p)
 			}
 		}
+		_ = lock.Close()
 	}()
 	h := sha256.New()
 	if err := sparseCopy(ctx, src.f, tmp, src.size, h, claim); err != nil {
