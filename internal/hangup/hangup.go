@@ -4,8 +4,10 @@
 //
 // It watches the connection's socket with poll(2) for POLLRDHUP, POLLHUP
 // and POLLERR, which report the peer's close without reading anything, so
-// the server's own reads (a pipelined request) are untouched. Only the
-// handler that asks pays: one goroutine and one eventfd while it runs.
+// the server's own reads (a pipelined request) are untouched. A client
+// that shuts down only its writing half after the request (nc -N) counts
+// as gone: HTTP clients keep it open for the answer. Only the handler that
+// asks pays: one goroutine and one eventfd while it runs.
 package hangup
 
 import (
