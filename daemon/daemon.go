@@ -64,6 +64,10 @@ type Config struct {
 	// AllowDiskPaths lets disk devices take a host path as source (off:
 	// only storage pool volumes; guestlinkd --allow-disk-paths).
 	AllowDiskPaths bool
+	// ImageMaxSize is the largest image file an import takes (apparent
+	// size; zero: images.DefaultMaxSize, 64 GiB; guestlinkd
+	// --image-max-size).
+	ImageMaxSize int64
 	// Logger receives the daemon's log (default: text on stderr).
 	Logger *slog.Logger
 	// LogLevel sets the level of plugin logs carried into the daemon's log.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/agentmon"
 	"github.com/guestlink/guestlink/core/statebudget"
+	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/daemon"
 	"github.com/guestlink/guestlink/internal/flagfile"
 	"github.com/guestlink/guestlink/internal/sdnotify"
@@ -38,6 +39,10 @@ func main() {
 	flag.StringVar(&cfg.PluginDir, "plugin-dir", defaultPluginDir(), "directory of backend plugins and their SHA256SUMS")
 	flag.StringVar(&cfg.DefaultBackend, "default-backend", "sim", "backend of instances launched without one")
 	flag.BoolVar(&cfg.AllowDiskPaths, "allow-disk-paths", false, "let disk devices take a host path as source (default: storage pool volumes only)")
+	flag.Func("image-max-size", "largest image file an import takes, e.g. 64GiB, 512MiB (apparent size: holes count; default 64GiB)", func(v string) (err error) {
+		cfg.ImageMaxSize, err = storage.ParseSize(v)
+		return err
+	})
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	flag.Float64Var(&cfg.GuestRingBytes, "guest-ring-bytes", agentmon.DefaultRingBytesPerSecond, "ring-buffer bytes read per second from each guest; a guest writing more is throttled")
 	flag.Float64Var(&cfg.GuestRingLines, "guest-ring-lines", agentmon.DefaultRingLinesPerSecond, "ring-buffer lines read per second from each guest; a guest writing more is throttled")
