@@ -6,6 +6,12 @@ export CGO_ENABLED := 0
 STATE_DIR ?= $(CURDIR)/.run
 HTTP ?= 127.0.0.1:8080
 BENCHTIME ?= 1x
+# Reproducible outputs: binaries carry no VCS stamp (the same sources give
+# the same bytes on every commit) and packages get fixed file times, so the
+# Debian image, keyed by the agent package's hash, is rebuilt only when
+# what goes into the package changes (scripts/guest-image-debian.sh).
+GOBUILD := $(GO) build -trimpath -buildvcs=false
+SOURCE_DATE_EPOCH ?= 1735689600
 # Go modules of this repository: the daemon's (root) and the plugin SDK's,
 # which plugin authors import without the daemon's modules. `./...` in the
 # root does not reach into plugins/sdk, so lint and test-go visit each.
@@ -21,11 +27,11 @@ help: ## list the targets
 .PHONY: build
 build: ## build guestlinkd, guestlink, guestlink-agent and the plugins into bin/
 	@mkdir -p $(BIN)/plugins
-	$(GO) build -trimpath -o $(BIN)/ ./cmd/guestlinkd ./cmd/guestlink ./cmd/guestlink-agent
-	$(GO) build -trimpath -o $(BIN)/plugins/sim ./plugins/sim
-	$(GO) build -trimpath -o $(BIN)/plugins/fleet ./plugins/fleet
+	$(GOBUILD) -o $(BIN)/ ./cmd/guestlinkd ./cmd/guestlink ./cmd/guestlink-agent
+	$(GOBUILD) -o $(BIN)/plugins/sim ./plugins/sim
+	$(GOBUILD) -o $(BIN)/plugins/fleet ./plugins/fleet
 	@for p in qemu qemu-legacy; do \
-	  if [ -d plugins/$$p ] && ls plugins/$$p/*.go >/dev/null 2>&1; then $(GO) build -trimpath -o $(BIN)/plugins/$$p ./plugins/$$p; fi; \
+	  if [ -d plugins/$$p ] && ls plugins/$$p/*.go >/dev/null 2>&1; then $(GOBUILD) -o $(BIN)/plugins/$$p ./plugins/$$p; fi; \
 	done
 	@cd $(BIN)/plugins && rm -f SHA256SUMS && sha256sum $$(ls | grep -v SHA256SUMS) > SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS
 	@chmod -R go-w $(BIN) # the daemon refuses plugins that others could replace (any umask)
@@ -48,8 +54,8 @@ PKG_VERSION ?= 0.0.0~dev
 packages: build ## build the .deb packages into bin/packages/ (guestlink-agent, guestlink)
 	@mkdir -p $(BIN)/packages
 	$(GO) run ./internal/gencli -out $(BIN)/cli-docs
-	GUESTLINK_VERSION=$(PKG_VERSION) $(GO) tool -modfile=tools/go.mod nfpm package --config packaging/agent/nfpm.yaml --packager deb --target $(BIN)/packages/
-	GUESTLINK_VERSION=$(PKG_VERSION) $(GO) tool -modfile=tools/go.mod nfpm package --config packaging/host/nfpm.yaml --packager deb --target $(BIN)/packages/
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) GUESTLINK_VERSION=$(PKG_VERSION) $(GO) tool -modfile=tools/go.mod nfpm package --config packaging/agent/nfpm.yaml --packager deb --target $(BIN)/packages/
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) GUESTLINK_VERSION=$(PKG_VERSION) $(GO) tool -modfile=tools/go.mod nfpm package --config packaging/host/nfpm.yaml --packager deb --target $(BIN)/packages/
 
 .PHONY: guest-image-debian
 guest-image-debian: packages ## build the Debian 12 guest disk image into bin/images/debian-12.img (cached outside the tree)

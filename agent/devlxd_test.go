@@ -89,7 +89,7 @@ func TestClientSubcommands(t *testing.T) {
 	agenttest.StartAgent(t, agentBin, g)
 	run := func(args ...string) (string, error) {
 		cmd := execCommand(agentBin, args...)
-		cmd.Env = append(os.Environ(), "GUESTLINK_ROOT="+g.Root)
+		cmd.Env = append(os.Environ(), "GUESTLINK_AGENT_ROOT="+g.Root)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}

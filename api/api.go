@@ -185,7 +185,18 @@ type ClusterMember struct {
 	Backends     []string  `json:"backends"`
 	Heartbeat    time.Time `json:"heartbeat"`
 	HeartbeatAge float64   `json:"heartbeat_age"` // seconds
-	Status       string    `json:"status"`        // online or offline
+	Status       string    `json:"status"`        // online, offline, or fenced (shown by a member whose lease is gone)
+	StatusReason string    `json:"status_reason,omitempty"`
 	Instances    int       `json:"instances"`
 	Self         bool      `json:"self"`
+	Epoch        int64     `json:"epoch"` // the generation of its membership (docs/cluster.md, "Ownership")
+}
+
+// ClusterMemberRemoved is the answer to DELETE /1.0/cluster/members/{name}:
+// the instances still recorded at the removed member (a forced removal
+// leaves them; they show Unknown until deleted or until a daemon joins
+// under that name).
+type ClusterMemberRemoved struct {
+	Name          string   `json:"name"`
+	InstancesLeft []string `json:"instances_left"`
 }

@@ -27,11 +27,15 @@ func (c *Client) AddClusterMember(ctx context.Context, name string) (*api.Cluste
 }
 
 // RemoveClusterMember removes a member; force removes it even though it
-// owns instances.
-func (c *Client) RemoveClusterMember(ctx context.Context, name string, force bool) error {
+// owns instances. It returns the instances still recorded at the member.
+func (c *Client) RemoveClusterMember(ctx context.Context, name string, force bool) (*api.ClusterMemberRemoved, error) {
 	var q url.Values
 	if force {
 		q = url.Values{"force": {"1"}}
 	}
-	return c.do(ctx, http.MethodDelete, "/1.0/cluster/members/"+url.PathEscape(name), q, nil, nil)
+	var out api.ClusterMemberRemoved
+	if err := c.do(ctx, http.MethodDelete, "/1.0/cluster/members/"+url.PathEscape(name), q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

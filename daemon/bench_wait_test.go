@@ -111,7 +111,7 @@ func BenchmarkWait10k(b *testing.B) {
 		b.StartTimer()
 		start := time.Now()
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, "guestlink-agent"), "ready")
-		cmd.Env = append(cleanEnv(), "GUESTLINK_DEVLXD_SOCKET="+inst.DevlxdSocket)
+		cmd.Env = append(cleanEnv(), "GUESTLINK_AGENT_DEVLXD_SOCKET="+inst.DevlxdSocket)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("ready: %v: %s", err, out)
 		}

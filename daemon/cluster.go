@@ -26,6 +26,9 @@ type ClusterConfig struct {
 	Join string
 	// Heartbeat and OfflineAfter: zero takes core/cluster's defaults.
 	Heartbeat, OfflineAfter time.Duration
+	// ForwardTimeout bounds a request forwarded to another member; zero
+	// takes core/cluster's default.
+	ForwardTimeout time.Duration
 }
 
 // instanceService is what the API and the dashboard drive: the manager, or
@@ -54,6 +57,7 @@ func (d *Daemon) openCluster(ctx context.Context, url string) error {
 		Backends:          d.backendNames,
 		HeartbeatInterval: cc.Heartbeat,
 		OfflineAfter:      cc.OfflineAfter,
+		ForwardTimeout:    cc.ForwardTimeout,
 		Logger:            d.log.With("component", "cluster"),
 	})
 	if err != nil {

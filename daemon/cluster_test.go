@@ -13,7 +13,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
@@ -27,6 +29,9 @@ import (
 const (
 	clusterHeartbeat = "300ms"
 	clusterOffline   = "3s"
+	// clusterForward is --cluster-forward-timeout: a forwarded request
+	// to a frozen member is answered 503 after it.
+	clusterForward = 2 * time.Second
 )
 
 // freeAddr returns a free 127.0.0.1 address.
@@ -43,7 +48,8 @@ func freeAddr(t testing.TB) string {
 // memberFlags are the flags of cluster member name on database url.
 func memberFlags(url, name, addr string, extra ...string) []string {
 	return append([]string{"--database", url, "--name", name, "--cluster-address", addr,
-		"--cluster-heartbeat", clusterHeartbeat, "--cluster-offline-after", clusterOffline}, extra...)
+		"--cluster-heartbeat", clusterHeartbeat, "--cluster-offline-after", clusterOffline,
+		"--cluster-forward-timeout", clusterForward.String()}, extra...)
 }
 
 // refusedStart runs guestlinkd on a fresh state directory with args and
@@ -112,7 +118,7 @@ func TestCluster(t *testing.T) {
 
 	// A daemon that is not a member is refused, and says what to do.
 	out := refusedStart(ctx, t, "--database", url, "--name", "x")
-	for _, want := range []string{"is not a member", "guestlink cluster add x", "--join TOKEN"} {
+	for _, want := range []string{"is not a member", "guestlink cluster add x", "--join-file FILE"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("a non-member's refusal does not say %q:\n%s", want, out)
 		}
@@ -236,8 +242,10 @@ func TestCluster(t *testing.T) {
 	}
 	b.waitInstance(ctx, "g-b", "agent connected again", agentTimeout, func(i *api.Instance) bool { return i.Agent.State == api.AgentConnected })
 
+	frozenMember(ctx, t, a, b)
+
 	// b owns an instance: removing it is refused.
-	if err := a.client.RemoveClusterMember(ctx, "b", false); err == nil || !strings.Contains(err.Error(), "still owns 1 instance") {
+	if _, err := a.client.RemoveClusterMember(ctx, "b", false); err == nil || !strings.Contains(err.Error(), "still owns 1 instance") {
 		t.Errorf("removing b while it owns g-b: got %v", err)
 	}
 
@@ -282,4 +290,184 @@ func TestCluster(t *testing.T) {
 		list, err := a.client.Instances(ctx, client.InstanceFilter{})
 		return err == nil && len(list) == 0
 	})
+
+	splitOwnership(ctx, t, url, a, c)
+}
+
+// splitOwnership replaces member c while the old daemon still runs: c is
+// removed with --force (its instance shows Unknown on a, never vanishes),
+// `cluster add c` issues two tokens, a new daemon joins as c with the
+// first (the second is revoked), and writes go at once through the old c
+// and through a (forwarded to the new c). The old c's are refused with
+// 503 naming its lease, every write acknowledged is in the database:
+// zero acknowledged writes lost. A name taken on another member is a
+// clean 409.
+func splitOwnership(ctx context.Context, t *testing.T, url string, a, oldC *daemonProc) {
+	t.Helper()
+	st := dbtest.Open(t, url)
+	if _, err := a.client.Create(ctx, api.InstancesPost{Name: "s-c", Backend: "sim", Target: "c"}); err != nil {
+		t.Fatalf("creating s-c on c: %v", err)
+	}
+	acked := map[string]bool{} // config keys whose write was answered 200
+	if _, err := oldC.client.UpdateConfig(ctx, "s-c", map[string]string{"user.before": "v"}, nil); err != nil {
+		t.Fatalf("a write on c before its removal: %v", err)
+	}
+	acked["user.before"] = true
+
+	// A name taken on another member: a clean 409, no driver text.
+	_, err := a.client.Create(ctx, api.InstancesPost{Name: "s-c", Backend: "sim", Target: "a"})
+	var se *client.StatusError
+	if !errors.As(err, &se) || se.Code != 409 || !strings.Contains(se.Message, `instance "s-c" exists already (on cluster member c)`) || strings.Contains(se.Message, "SQLSTATE") {
+		t.Errorf("creating s-c on a while c has it: got %v, want a clean 409 naming member c", err)
+	}
+
+	out := a.cli(ctx, "cluster", "remove", "c", "--force")
+	for _, want := range []string{"Member c removed", "1 instance(s): s-c", "refuses every change"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("cluster remove c --force does not say %q:\n%s", want, out)
+		}
+	}
+	// The removed member's instance shows Unknown on a, with the reason.
+	list, err := a.client.Instances(ctx, client.InstanceFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Name != "s-c" || list[0].Status != "Unknown" || !strings.Contains(list[0].StatusReason, "member c was removed") {
+		t.Errorf("a's list after c was removed: %+v, want s-c Unknown \"member c was removed ...\"", list)
+	}
+	// The old c learns it (a write, or its next heartbeat) and is fenced:
+	// its own cluster list says so.
+	if !testwait.Until(opTimeout, func() bool {
+		ms, err := oldC.client.ClusterMembers(ctx)
+		if err != nil {
+			return false
+		}
+		for _, m := range ms {
+			if m.Self && m.Status == "fenced" && strings.Contains(m.StatusReason, "member c was removed") {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("the removed c does not list itself fenced; log:\n%s", oldC.logTail(20))
+	}
+	if !strings.Contains(oldC.log(), "this member's lease is gone") {
+		t.Errorf("the removed c does not say in its log that its lease is gone")
+	}
+
+	// Two tokens for c; the first joins, the second is revoked by it.
+	tok1 := strings.TrimSpace(a.cli(ctx, "cluster", "add", "c"))
+	tok2 := strings.TrimSpace(a.cli(ctx, "cluster", "add", "c"))
+	newC := newDaemon(t, memberFlags(url, "c", freeAddr(t), "--join", tok1)...)
+	if out := refusedStart(ctx, t, memberFlags(url, "c", freeAddr(t), "--join", tok2)...); !strings.Contains(out, "revoked") {
+		t.Errorf("c's second token after c joined: want \"revoked\", got:\n%s", out)
+	}
+
+	// Writes through the old c and through a (forwarded to the new c), at once.
+	const n = 40
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		refused int
+	)
+	for _, via := range []struct {
+		name string
+		d    *daemonProc
+	}{{"old-c", oldC}, {"a", a}} {
+		wg.Go(func() {
+			for i := range n {
+				key := fmt.Sprintf("user.%s-%d", via.name, i)
+				_, err := via.d.client.UpdateConfig(ctx, "s-c", map[string]string{key: "v"}, nil)
+				mu.Lock()
+				var se *client.StatusError
+				switch {
+				case err == nil:
+					acked[key] = true
+				case errors.As(err, &se) && se.Code == 503 && strings.Contains(se.Message, "member c no longer holds its instances"):
+					refused++
+				default:
+					t.Errorf("writing %s through %s: %v", key, via.name, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	rec, err := st.GetInstance(ctx, "s-c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := 0
+	for key := range acked {
+		if rec.Config[key] != "v" {
+			lost++
+			t.Errorf("acknowledged write %s is not in the database", key)
+		}
+		if strings.HasPrefix(key, "user.old-c-") {
+			t.Errorf("the fenced old c acknowledged %s", key)
+		}
+	}
+	if refused != n || len(acked) != n+1 {
+		t.Errorf("old c refused %d of %d writes, %d writes acknowledged; want %d refused, %d acknowledged (a's and the one before)", refused, n, len(acked), n, n+1)
+	}
+	t.Logf("split ownership: %d writes acknowledged, %d refused by the fenced member, %d acknowledged and lost", len(acked), refused, lost)
+	// The new c took s-c over with every write acknowledged before.
+	if inst, err := newC.client.Instance(ctx, "s-c"); err != nil || inst.Config["user.before"] != "v" {
+		t.Errorf("s-c on the new c: %+v (%v), want user.before=v", inst, err)
+	}
+	// Both c's stop, and s-c's record goes: its guest's handle names the
+	// old c's plugin directory, which the new c's backend refuses to
+	// delete (a replaced host's guests are its own: docs/cluster.md).
+	for _, d := range []*daemonProc{oldC, newC} {
+		if err := d.signal(syscall.SIGTERM, 30*time.Second); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := st.DeleteInstance(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// frozenMember freezes b (SIGSTOP) before it is marked offline: a config
+// write asked of a is forwarded to b and answered 503 "member b did not
+// answer in 2 s" within the forward timeout; b, resumed (SIGCONT), finds
+// the request past its deadline, drops it and says so, and the write is
+// never applied.
+func frozenMember(ctx context.Context, t *testing.T, a, b *daemonProc) {
+	t.Helper()
+	// A forwarded read first, so a holds an idle connection to b and the
+	// write below reaches b's socket (a fresh connection would hang in
+	// its TLS handshake and never carry the request).
+	if _, err := a.client.Instance(ctx, "g-b"); err != nil {
+		t.Fatalf("reading g-b from a: %v", err)
+	}
+	pid := b.pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resume := sync.OnceFunc(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	defer resume()
+	start := time.Now()
+	_, err := a.client.UpdateConfig(ctx, "g-b", map[string]string{"user.frozen": "applied"}, nil)
+	took := time.Since(start)
+	var se *client.StatusError
+	if want := "member b did not answer in 2 s"; !errors.As(err, &se) || se.Code != 503 || se.Message != want {
+		t.Errorf("a config write forwarded to a frozen b: got %v, want 503 %q", err, want)
+	}
+	if took < clusterForward || took > clusterForward+time.Second {
+		t.Errorf("a config write forwarded to a frozen b was answered after %v, want the forward timeout %v (within 1 s)", took, clusterForward)
+	}
+	t.Logf("a config write forwarded to the frozen b: answered %v after %v", err, took.Round(time.Millisecond))
+	resume()
+	dropped := "dropped a forwarded request: it arrived after its deadline"
+	if !testwait.Until(opTimeout, func() bool { return strings.Contains(b.log(), dropped) }) {
+		t.Fatalf("b, resumed, did not log %q", dropped)
+	}
+	inst, err := b.client.Instance(ctx, "g-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := inst.Config["user.frozen"]; ok {
+		t.Errorf("the write whose caller was answered 503 was applied after b resumed: user.frozen=%q", v)
+	}
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/internal/statelock"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/web"
 )
@@ -64,6 +65,10 @@ type Config struct {
 	// AllowDiskPaths lets disk devices take a host path as source (off:
 	// only storage pool volumes; guestlinkd --allow-disk-paths).
 	AllowDiskPaths bool
+	// ImageMaxSize is the largest image file an import takes (apparent
+	// size; zero: images.DefaultMaxSize, 64 GiB; guestlinkd
+	// --image-max-size).
+	ImageMaxSize int64
 	// Logger receives the daemon's log (default: text on stderr).
 	Logger *slog.Logger
 	// LogLevel sets the level of plugin logs carried into the daemon's log.
@@ -95,6 +100,7 @@ type Config struct {
 type Daemon struct {
 	cfg     Config
 	log     *slog.Logger
+	lock    *statelock.Lock // the state directory's; released last
 	store   db.Store
 	bus     *events.Bus
 	plugins *pluginhost.Host
@@ -129,7 +135,11 @@ type Daemon struct {
 func SocketPath(stateDir string) string { return filepath.Join(stateDir, "guestlink.sock") }
 
 // Start brings a daemon up: it returns once the admin socket answers, or
-// with the first error (having undone what it started).
+// with the first error (having undone what it started). Its first step in
+// the state directory is to lock it (internal/statelock): on a directory
+// another daemon holds it returns a *statelock.HeldError naming that
+// daemon's PID, having opened nothing else. The lock is released by the
+// shutdown (Wait), after everything else is closed.
 func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if cfg.StateDir == "" {
 		return nil, errors.New("starting daemon: a state directory is required")
@@ -160,7 +170,14 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := checkPermissions(cfg); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
-	d := &Daemon{cfg: cfg, log: cfg.Logger, serving: make(chan error, 4)}
+	// One daemon per state directory, decided before anything in it is
+	// opened: a second one must not touch the database, the socket or
+	// the plugins of a live one.
+	lock, err := statelock.Acquire(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("starting daemon: %w", err)
+	}
+	d := &Daemon{cfg: cfg, log: cfg.Logger, lock: lock, serving: make(chan error, 4)}
 	defer func() {
 		if err != nil {
 			d.close(context.Background())
@@ -390,6 +407,10 @@ func (d *Daemon) close(ctx context.Context) {
 	}
 	if d.store != nil {
 		_ = d.store.Close()
+	}
+	// Last: the next daemon may start once everything is closed.
+	if err := d.lock.Release(); err != nil {
+		d.log.Warn("releasing the state directory", "err", err)
 	}
 }
 

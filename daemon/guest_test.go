@@ -81,7 +81,7 @@ func (d *daemonProc) waitInstance(ctx context.Context, name, what string, within
 func agentCommand(ctx context.Context, t *testing.T, g *guest, args ...string) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "guestlink-agent"), args...)
-	cmd.Env = append(cleanEnv(), "GUESTLINK_DEVLXD_SOCKET="+g.socket)
+	cmd.Env = append(cleanEnv(), "GUESTLINK_AGENT_DEVLXD_SOCKET="+g.socket)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("guestlink-agent %s in %s: %v: %s", strings.Join(args, " "), g.name, err, out)
 	}

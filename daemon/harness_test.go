@@ -31,7 +31,8 @@ type daemonProc struct {
 	t        *testing.T
 	stateDir string
 	extra    []string
-	nofile   int // the daemon's open-file limit (prlimit), 0: inherited
+	env      []string // added to cleanEnv for the daemon (newDaemonEnv)
+	nofile   int      // the daemon's open-file limit (prlimit), 0: inherited
 	logPath  string
 	client   *client.Client
 
@@ -46,12 +47,26 @@ type daemonProc struct {
 // and prints the daemon's log tail if the test failed.
 func newDaemon(t *testing.T, extra ...string) *daemonProc {
 	t.Helper()
-	return newDaemonNofile(t, 0, extra...)
+	return newDaemonWith(t, nil, 0, extra...)
+}
+
+// newDaemonEnv is newDaemon with env ("KEY=value") added to the daemon's
+// environment.
+func newDaemonEnv(t *testing.T, env []string, extra ...string) *daemonProc {
+	t.Helper()
+	return newDaemonWith(t, env, 0, extra...)
 }
 
 // newDaemonNofile is newDaemon with the daemon's open-file limit, soft and
 // hard, set to nofile (0: inherited), as `ulimit -n` would.
 func newDaemonNofile(t *testing.T, nofile int, extra ...string) *daemonProc {
+	t.Helper()
+	return newDaemonWith(t, nil, nofile, extra...)
+}
+
+// newDaemonWith is newDaemon with env added to the daemon's environment
+// and its open-file limit set to nofile (0: inherited).
+func newDaemonWith(t *testing.T, env []string, nofile int, extra ...string) *daemonProc {
 	t.Helper()
 	binaries(t)
 	// Unix socket paths are limited to 107 bytes: keep the state dir short.
@@ -59,7 +74,7 @@ func newDaemonNofile(t *testing.T, nofile int, extra ...string) *daemonProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemonProc{t: t, stateDir: dir, extra: extra, nofile: nofile, logPath: filepath.Join(dir, "daemon.log")}
+	d := &daemonProc{t: t, stateDir: dir, extra: extra, env: env, nofile: nofile, logPath: filepath.Join(dir, "daemon.log")}
 	c, err := client.New(filepath.Join(dir, "guestlink.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +117,7 @@ func (d *daemonProc) start() {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), d.env...)
 	// The daemon dies with the test binary (a -timeout panic runs no
 	// cleanup); its plugins die with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

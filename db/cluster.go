@@ -17,9 +17,11 @@ import (
 // and the certificate of the cluster's CA (public: every member verifies
 // its peers with it).
 type ClusterInfo struct {
-	ID        int64  `gorm:"primaryKey"` // always 1
-	UUID      string `gorm:"size:36;not null"`
-	CACert    string `gorm:"type:text;not null"` // PEM
+	ID     int64  `gorm:"primaryKey"` // always 1
+	UUID   string `gorm:"size:36;not null"`
+	CACert string `gorm:"type:text;not null"` // PEM
+	// LastEpoch is the last member epoch handed out (Lease).
+	LastEpoch int64 `gorm:"not null;default:1"`
 	CreatedAt time.Time
 }
 
@@ -32,7 +34,10 @@ type ClusterMember struct {
 	Version     string    `gorm:"size:64"`
 	Backends    string    `gorm:"type:text;not null"` // comma-separated backend names
 	Heartbeat   time.Time `gorm:"not null"`
-	CreatedAt   time.Time `gorm:"not null"`
+	// Epoch is the generation of this membership (Lease): new at every
+	// join, so a name that joins again fences its previous daemon.
+	Epoch     int64     `gorm:"not null;default:1"`
+	CreatedAt time.Time `gorm:"not null"`
 }
 
 // ClusterToken is a one-time join token for the member Name: only the
@@ -43,6 +48,9 @@ type ClusterToken struct {
 	Hash      string    `gorm:"uniqueIndex:idx_cluster_tokens_hash;size:64;not null"`
 	ExpiresAt time.Time `gorm:"not null"`
 	UsedAt    *time.Time
+	// RevokedAt is set when the member the token admits joined with
+	// another token.
+	RevokedAt *time.Time
 	CreatedAt time.Time `gorm:"not null"`
 	CreatedBy string    `gorm:"size:255"`
 }
@@ -61,19 +69,27 @@ type ClusterStore interface {
 	Members(ctx context.Context) ([]*ClusterMember, error)
 	// Member returns the member called name.
 	Member(ctx context.Context, name string) (*ClusterMember, error)
-	// Heartbeat records that member name is alive now, at address and
-	// version, with these backends; ErrNotFound once it was removed.
-	Heartbeat(ctx context.Context, name, address, version, backends string, at time.Time) error
+	// Heartbeat records that member name, of epoch, is alive now, at
+	// address and version, with these backends; ErrLeaseLost once it was
+	// removed or its name joined again (another epoch).
+	Heartbeat(ctx context.Context, name string, epoch int64, address, version, backends string, at time.Time) error
 	// CreateClusterToken stores a join token.
 	CreateClusterToken(ctx context.Context, t *ClusterToken) error
 	// Join spends the token whose secret hashes to hash and adds m, in one
 	// transaction: ErrNotFound for an unknown token, ErrConflict for a
-	// used or expired one or a name that differs from the token's, and
-	// ErrAlreadyExists when a member of that name exists.
+	// used, revoked or expired one or a name that differs from the
+	// token's, and ErrAlreadyExists when a member of that name exists. It
+	// gives m a new epoch (m.Epoch) and revokes the name's other tokens.
 	Join(ctx context.Context, hash string, m *ClusterMember, now time.Time) error
 	// RemoveMember deletes member name; unless force, ErrConflict while
-	// instances are located on it.
-	RemoveMember(ctx context.Context, name string, force bool) error
+	// instances are located on it. It returns the names of the instances
+	// still located on it (left in the database by a forced removal).
+	RemoveMember(ctx context.Context, name string, force bool) ([]string, error)
+	// SetLease makes every later instance write conditional on l (see
+	// sqlStore.SetLease); lost is called once when a write finds it gone.
+	SetLease(l Lease, lost func(error))
+	// LeaseLost marks the lease lost: instance writes fail at once.
+	LeaseLost(reason error)
 	// InstanceCounts returns how many instances each location holds.
 	InstanceCounts(ctx context.Context) (map[string]int, error)
 }
@@ -148,7 +164,7 @@ func (s *sqlStore) Cluster(ctx context.Context) (*ClusterInfo, error) {
 
 // Bootstrap creates the cluster row and its first member.
 func (s *sqlStore) Bootstrap(ctx context.Context, info *ClusterInfo, m *ClusterMember) error {
-	info.ID = 1
+	info.ID, info.LastEpoch, m.Epoch = 1, 1, 1
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
 		var n int64
 		if err := tx.Model(&ClusterInfo{}).Count(&n).Error; err != nil {
@@ -205,20 +221,27 @@ func (s *sqlStore) Member(ctx context.Context, name string) (*ClusterMember, err
 // Heartbeat records that a member is alive. It goes straight to the pool
 // (not the group-commit writer), so a busy writer never makes a member
 // look offline.
-func (s *sqlStore) Heartbeat(ctx context.Context, name, address, version, backends string, at time.Time) error {
+func (s *sqlStore) Heartbeat(ctx context.Context, name string, epoch int64, address, version, backends string, at time.Time) error {
 	q, err := s.reader(ctx)
 	if err != nil {
 		return fmt.Errorf("heartbeat of %q: %w", name, err)
 	}
-	res := q.Model(&ClusterMember{}).Where("name = ?", name).
+	res := q.Model(&ClusterMember{}).Where("name = ? AND epoch = ?", name, epoch).
 		Updates(map[string]any{"address": address, "version": version, "backends": backends, "heartbeat": at.UTC()})
 	if res.Error != nil {
 		return fmt.Errorf("heartbeat of %q: %w", name, translate(res.Error))
 	}
-	if res.RowsAffected == 0 {
-		return fmt.Errorf("heartbeat of %q: the member was removed from the cluster: %w", name, ErrNotFound)
+	if res.RowsAffected == 1 {
+		return nil
 	}
-	return nil
+	m, err := s.Member(ctx, name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("heartbeat of %q: %w", name, leaseErr(fmt.Errorf("member %s was removed from the cluster", name)))
+	case err != nil:
+		return fmt.Errorf("heartbeat of %q: %w", name, err)
+	}
+	return fmt.Errorf("heartbeat of %q: %w", name, leaseErr(fmt.Errorf("member %s joined the cluster again (epoch %d fences this daemon's epoch %d)", name, m.Epoch, epoch)))
 }
 
 // CreateClusterToken stores a join token.
@@ -248,6 +271,9 @@ func (s *sqlStore) Join(ctx context.Context, hash string, m *ClusterMember, now 
 			return err
 		}
 		switch {
+		case t.RevokedAt != nil:
+			return fmt.Errorf("the join token was revoked at %s, when member %s joined with another token: %w",
+				t.RevokedAt.UTC().Format(time.RFC3339), t.Name, errdefs.ErrConflict)
 		case t.UsedAt != nil:
 			return fmt.Errorf("the join token was used already (at %s): ask a member for a new one (guestlink cluster add %s): %w",
 				t.UsedAt.UTC().Format(time.RFC3339), t.Name, errdefs.ErrConflict)
@@ -268,7 +294,21 @@ func (s *sqlStore) Join(ctx context.Context, hash string, m *ClusterMember, now 
 		if n > 0 {
 			return fmt.Errorf("a member called %q exists already: %w", m.Name, ErrAlreadyExists)
 		}
-		m.ID = 0
+		// The name's other tokens admit nobody once it joined.
+		if err := tx.Model(&ClusterToken{}).Where("name = ? AND used_at IS NULL AND revoked_at IS NULL", m.Name).
+			Update("revoked_at", used).Error; err != nil {
+			return err
+		}
+		// A new epoch: above every one handed out, so a name that joins
+		// again fences the daemon that held it before.
+		var info ClusterInfo
+		if err := tx.Model(&ClusterInfo{}).Where("id = 1").Update("last_epoch", gorm.Expr("last_epoch + 1")).Error; err != nil {
+			return err
+		}
+		if err := tx.Where("id = 1").Take(&info).Error; err != nil {
+			return err
+		}
+		m.ID, m.Epoch = 0, info.LastEpoch
 		return tx.Create(m).Error
 	})
 	if err != nil {
@@ -278,23 +318,22 @@ func (s *sqlStore) Join(ctx context.Context, hash string, m *ClusterMember, now 
 }
 
 // RemoveMember deletes a member.
-func (s *sqlStore) RemoveMember(ctx context.Context, name string, force bool) error {
+func (s *sqlStore) RemoveMember(ctx context.Context, name string, force bool) ([]string, error) {
+	var left []string
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		if !force {
-			var n int64
-			if err := tx.Model(&Instance{}).Where("location = ?", name).Count(&n).Error; err != nil {
-				return err
-			}
-			if n > 0 {
-				return fmt.Errorf("member %q still owns %d instance(s): delete them first, or remove it with --force (its instances stay in the database, located on a member that is gone): %w", name, n, errdefs.ErrConflict)
-			}
+		left = nil
+		if err := tx.Model(&Instance{}).Where("location = ?", name).Order("name").Pluck("name", &left).Error; err != nil {
+			return err
+		}
+		if !force && len(left) > 0 {
+			return fmt.Errorf("member %q still owns %d instance(s): delete them first, or remove it with --force (its instances stay in the database, located on a member that is gone): %w", name, len(left), errdefs.ErrConflict)
 		}
 		return affectedOne(tx.Where("name = ?", name).Delete(&ClusterMember{}))
 	})
 	if err != nil {
-		return fmt.Errorf("removing cluster member %q: %w", name, translate(err))
+		return nil, fmt.Errorf("removing cluster member %q: %w", name, translate(err))
 	}
-	return nil
+	return left, nil
 }
 
 // InstanceCounts returns how many instances each location holds.

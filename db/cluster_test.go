@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +77,11 @@ func TestClusterStore(t *testing.T) {
 				t.Fatalf("Members = %v (%v), want a, b", ms, err)
 			}
 			later := now.Add(time.Minute)
-			if err := s.Heartbeat(ctx, "b", "127.0.0.1:3", "v2", "sim,qemu", later); err != nil {
+			bm, err := s.Member(ctx, "b")
+			if err != nil || bm.Epoch != 2 {
+				t.Fatalf("b joined after a (epoch 1): epoch %d (%v), want 2", bm.Epoch, err)
+			}
+			if err := s.Heartbeat(ctx, "b", bm.Epoch, "127.0.0.1:3", "v2", "sim,qemu", later); err != nil {
 				t.Fatal(err)
 			}
 			if m, err := s.Member(ctx, "b"); err != nil || !m.Heartbeat.Equal(later) || m.Address != "127.0.0.1:3" || m.Backends != "sim,qemu" {
@@ -100,16 +105,16 @@ func TestClusterStore(t *testing.T) {
 			if counts, err := s.InstanceCounts(ctx); err != nil || counts["a"] != 1 || counts["b"] != 1 {
 				t.Errorf("InstanceCounts = %v, %v", counts, err)
 			}
-			if err := s.RemoveMember(ctx, "b", false); !errors.Is(err, errdefs.ErrConflict) || !contains(err, "still owns 1 instance") {
+			if _, err := s.RemoveMember(ctx, "b", false); !errors.Is(err, errdefs.ErrConflict) || !contains(err, "still owns 1 instance") {
 				t.Errorf("removing b, which owns an instance: %v", err)
 			}
-			if err := s.RemoveMember(ctx, "b", true); err != nil {
-				t.Errorf("removing b with force: %v", err)
+			if left, err := s.RemoveMember(ctx, "b", true); err != nil || !slices.Equal(left, []string{"onb"}) {
+				t.Errorf("removing b with force: left %v (%v), want [onb]", left, err)
 			}
-			if err := s.Heartbeat(ctx, "b", "", "", "", later); !errors.Is(err, errdefs.ErrNotFound) {
-				t.Errorf("a removed member's heartbeat: %v, want not found", err)
+			if err := s.Heartbeat(ctx, "b", bm.Epoch, "", "", "", later); !errors.Is(err, db.ErrLeaseLost) || !contains(err, "member b was removed") {
+				t.Errorf("a removed member's heartbeat: %v, want its lease lost", err)
 			}
-			if err := s.RemoveMember(ctx, "nobody", true); !errors.Is(err, errdefs.ErrNotFound) {
+			if _, err := s.RemoveMember(ctx, "nobody", true); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Errorf("removing an unknown member: %v, want not found", err)
 			}
 		})
@@ -118,4 +123,104 @@ func TestClusterStore(t *testing.T) {
 
 func contains(err error, s string) bool {
 	return err != nil && strings.Contains(err.Error(), s)
+}
+
+// TestLeaseFencing holds member f's instance under f's lease on
+// PostgreSQL (leases exist only there): writes under the lease land; once
+// f is removed every write under its lease (update, delete, create, Ready
+// clearing) is refused with ErrLeaseLost, the lost callback is called
+// once, and the row keeps the last write made under the lease; a new f
+// (a re-join: a new epoch) writes, the old lease stays fenced.
+func TestLeaseFencing(t *testing.T) {
+	ctx := testContext(t)
+	url := dbtest.PostgresURL(t)
+	oldF, newF := dbtest.Open(t, url), dbtest.Open(t, url)
+	s := oldF.(db.ClusterStore)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	if err := s.Bootstrap(ctx, &db.ClusterInfo{UUID: "c-1", CACert: "PEM", CreatedAt: now},
+		&db.ClusterMember{Name: "a", Address: "127.0.0.1:1", Fingerprint: hash(1), Heartbeat: now, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	join := func(secret int) *db.ClusterMember {
+		t.Helper()
+		if err := s.CreateClusterToken(ctx, &db.ClusterToken{Name: "f", Hash: hash(secret), ExpiresAt: now.Add(time.Hour), CreatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		m := &db.ClusterMember{Name: "f", Address: "127.0.0.1:2", Fingerprint: hash(secret), Heartbeat: now, CreatedAt: now}
+		if err := s.Join(ctx, hash(secret), m, now); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	// A second token for f, issued before f joins, is revoked by the join.
+	if err := s.CreateClusterToken(ctx, &db.ClusterToken{Name: "f", Hash: hash(40), ExpiresAt: now.Add(time.Hour), CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	f1 := join(41)
+	if err := s.Join(ctx, hash(40), &db.ClusterMember{Name: "f", Heartbeat: now, CreatedAt: now}, now); !errors.Is(err, errdefs.ErrConflict) || !contains(err, "revoked") {
+		t.Errorf("f's second token after f joined: %v, want revoked", err)
+	}
+	lost := make(chan error, 2)
+	s.SetLease(db.Lease{Member: "f", Epoch: f1.Epoch}, func(err error) { lost <- err })
+
+	inst := &db.Instance{Name: "g", UUID: "u-g", Backend: "sim", PowerState: "running", Location: "f", Config: map[string]string{}}
+	if err := oldF.CreateInstance(ctx, inst); err != nil {
+		t.Fatalf("creating under the lease: %v", err)
+	}
+	inst.Config["user.k"] = "1"
+	if err := oldF.UpdateInstance(ctx, inst); err != nil {
+		t.Fatalf("updating under the lease: %v", err)
+	}
+
+	if _, err := s.RemoveMember(ctx, "f", true); err != nil {
+		t.Fatal(err)
+	}
+	inst.Config["user.k"] = "2"
+	for _, tc := range []struct {
+		what  string
+		write func() error
+	}{
+		{"update", func() error { return oldF.UpdateInstance(ctx, inst) }},
+		{"delete", func() error { return oldF.DeleteInstance(ctx, inst.ID) }},
+		{"create", func() error {
+			return oldF.CreateInstance(ctx, &db.Instance{Name: "h", UUID: "u-h", Backend: "sim", PowerState: "stopped", Location: "f"})
+		}},
+		{"ready clearing", func() error { _, err := oldF.ClearReadyAt(ctx, "f"); return err }},
+	} {
+		if err := tc.write(); !errors.Is(err, db.ErrLeaseLost) || !errors.Is(err, errdefs.ErrUnavailable) || !contains(err, "member f was removed") {
+			t.Errorf("%s by a removed member: %v, want its lease lost (unavailable)", tc.what, err)
+		}
+	}
+	if err := <-lost; !contains(err, "member f was removed") {
+		t.Errorf("lost callback: %v", err)
+	}
+	select {
+	case err := <-lost:
+		t.Errorf("lost callback called twice (second: %v)", err)
+	default:
+	}
+
+	// f joins again: a new epoch; its writes land, the old lease stays fenced.
+	f2 := join(42)
+	if f2.Epoch <= f1.Epoch {
+		t.Fatalf("f re-joined with epoch %d, want more than %d", f2.Epoch, f1.Epoch)
+	}
+	newF.(db.ClusterStore).SetLease(db.Lease{Member: "f", Epoch: f2.Epoch}, nil)
+	got, err := newF.GetInstance(ctx, "g")
+	if err != nil || got.Config["user.k"] != "1" {
+		t.Fatalf("g after the removal: %v (%v), want user.k=1 (the last write under the lease)", got, err)
+	}
+	got.Config["user.k"] = "3"
+	if err := newF.UpdateInstance(ctx, got); err != nil {
+		t.Fatalf("the new f's write: %v", err)
+	}
+	if err := s.Heartbeat(ctx, "f", f1.Epoch, "", "", "", now); !errors.Is(err, db.ErrLeaseLost) || !contains(err, "joined the cluster again") {
+		t.Errorf("the old f's heartbeat after the re-join: %v, want its lease lost (re-joined)", err)
+	}
+	if err := oldF.UpdateInstance(ctx, inst); !errors.Is(err, db.ErrLeaseLost) {
+		t.Errorf("the old f's write after the re-join: %v, want its lease lost", err)
+	}
+	if got, _ := newF.GetInstance(ctx, "g"); got.Config["user.k"] != "3" {
+		t.Errorf("g: user.k=%q, want 3 (the new f's write)", got.Config["user.k"])
+	}
 }

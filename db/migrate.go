@@ -89,6 +89,7 @@ func migrations() []*gormigrate.Migration {
 		imagesMigration(),
 		clusterMigration(),
 		rolesMigration(),
+		leaseMigration(),
 	}
 }
 

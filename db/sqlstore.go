@@ -38,6 +38,9 @@ type sqlStore struct {
 	w      *writer
 	prep   *prepared // used only by the writer's goroutine
 	log    *slog.Logger
+	// lease makes instance writes conditional on a cluster member's
+	// lease (SetLease; nil outside a cluster).
+	lease atomic.Pointer[lease]
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -129,15 +132,37 @@ func (s *sqlStore) CreateInstance(ctx context.Context, in *Instance) error {
 		return fmt.Errorf("creating instance: %w", err)
 	}
 	normalize(in)
-	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
+	l, err := s.heldLease()
+	if err != nil {
+		return fmt.Errorf("creating instance %q: %w", in.Name, err)
+	}
+	err = s.w.do(ctx, false, func(tx *gorm.DB) error {
 		in.ID = 0
+		if l != nil {
+			if err := s.checkLease(tx, l); err != nil {
+				return err
+			}
+		}
 		return tx.Create(in).Error
 	})
+	if errors.Is(err, gorm.ErrDuplicatedKey) {
+		in.ID = 0
+		return s.nameTaken(ctx, in.Name)
+	}
 	if err != nil {
 		in.ID = 0
 		return fmt.Errorf("creating instance %q: %w", in.Name, translate(err))
 	}
 	return nil
+}
+
+// nameTaken is the error of a create whose name another instance holds:
+// which member it is on, and no driver text.
+func (s *sqlStore) nameTaken(ctx context.Context, name string) error {
+	if other, err := s.GetInstance(ctx, name); err == nil && other.Location != "" {
+		return fmt.Errorf("instance %q exists already (on cluster member %s): %w", name, other.Location, ErrAlreadyExists)
+	}
+	return fmt.Errorf("instance %q exists already: %w", name, ErrAlreadyExists)
 }
 
 // GetInstance returns the instance called name.
@@ -194,9 +219,20 @@ func (s *sqlStore) ListInstances(ctx context.Context, f InstanceFilter) ([]*Inst
 	return out, nil
 }
 
-// updateInstance saves every field of in but its ID and CreatedAt.
-func updateInstance(tx *gorm.DB, in *Instance) error {
-	return affectedOne(tx.Model(in).Select("*").Omit("id", "created_at").Updates(in))
+// updateInstance saves every field of in but its ID and CreatedAt; under a
+// lease, only if the lease holds (leaseClause).
+func (s *sqlStore) updateInstance(tx *gorm.DB, l *lease, in *Instance) error {
+	if l == nil {
+		return affectedOne(tx.Model(in).Select("*").Omit("id", "created_at").Updates(in))
+	}
+	res := tx.Model(in).Where(leaseClause, l.Member, l.Member, l.Epoch).Select("*").Omit("id", "created_at").Updates(in)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected == 0 {
+		return s.fenced(tx, l)
+	}
+	return nil
 }
 
 // UpdateInstance saves all fields of in (matched by ID).
@@ -217,8 +253,13 @@ func (s *sqlStore) UpdateInstanceWithTimeline(ctx context.Context, in *Instance,
 		return fmt.Errorf("updating instance %q: %w", in.Name, err)
 	}
 	normalize(in)
-	err := s.w.doAppend(ctx, false, entryInstances(entries), func(tx *gorm.DB) error {
-		if err := updateInstance(tx, in); err != nil {
+	l, err := s.heldLease()
+	if err != nil {
+		resetEntries(entries)
+		return fmt.Errorf("updating instance %q: %w", in.Name, err)
+	}
+	err = s.w.doAppend(ctx, false, entryInstances(entries), func(tx *gorm.DB) error {
+		if err := s.updateInstance(tx, l, in); err != nil {
 			return err
 		}
 		return s.prep.insertEntries(tx, entries)
@@ -232,8 +273,22 @@ func (s *sqlStore) UpdateInstanceWithTimeline(ctx context.Context, in *Instance,
 
 // DeleteInstance deletes the instance with the given id and its timeline.
 func (s *sqlStore) DeleteInstance(ctx context.Context, id int64) error {
-	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		return affectedOne(tx.Delete(&Instance{}, id))
+	l, err := s.heldLease()
+	if err != nil {
+		return fmt.Errorf("deleting instance %d: %w", id, err)
+	}
+	err = s.w.do(ctx, false, func(tx *gorm.DB) error {
+		if l == nil {
+			return affectedOne(tx.Delete(&Instance{}, id))
+		}
+		res := tx.Where(leaseClause, l.Member, l.Member, l.Epoch).Delete(&Instance{}, id)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return s.fenced(tx, l)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("deleting instance %d: %w", id, translate(err))
@@ -360,8 +415,17 @@ func (s *sqlStore) ClearReadyAll(ctx context.Context) (int, error) {
 // member ("" means all).
 func (s *sqlStore) ClearReadyAt(ctx context.Context, location string) (int, error) {
 	var changed int
-	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
+	l, err := s.heldLease()
+	if err != nil {
+		return 0, fmt.Errorf("clearing ready flags: %w", err)
+	}
+	err = s.w.do(ctx, false, func(tx *gorm.DB) error {
 		changed = 0
+		if l != nil {
+			if err := s.checkLease(tx, l); err != nil {
+				return err
+			}
+		}
 		type row struct {
 			ID     int64
 			Config map[string]string `gorm:"serializer:json"`

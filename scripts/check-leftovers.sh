@@ -5,7 +5,9 @@
 #
 # Before COMMAND it records the time and `git status` and exports
 # GLTEST_RUN_ID into the environment every test process inherits (not
-# GUESTLINK_*: the daemon tests strip those from their children). TMPDIR is
+# GUESTLINK_*: the daemon tests strip those from their children; sim VMMs
+# and guests, whose environment is built from nothing, never carry it:
+# docs/environment.md). TMPDIR is
 # left alone: Unix socket paths in the tests are near their 107-byte limit.
 # After COMMAND it fails (listing them) if
 #   - a process started during the run is still alive (zombies aside) and

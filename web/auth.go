@@ -12,6 +12,7 @@ import (
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/redact"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/web/components"
 )
@@ -138,8 +139,9 @@ func (d *Dashboard) login(c *fiber.Ctx) error {
 	sid, expires, err := d.cfg.Sessions.Redeem(c.UserContext(), token)
 	if err != nil {
 		if !errors.Is(err, errdefs.ErrUnauthorized) {
-			d.log.Error("dashboard: redeeming a login token", "err", err)
-			data.Error = "Signing in failed: " + err.Error()
+			id := redact.NewRequestID()
+			d.log.Error("dashboard: redeeming a login token", "request_id", id, "err", err)
+			data.Error = "Signing in failed: " + redact.Message(err.Error(), id)
 			return d.loginPage(c, http.StatusInternalServerError, data)
 		}
 		data.Error = "This login link does not work: it was already used, it expired, or it was never issued. Get a new one."

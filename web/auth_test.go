@@ -2,9 +2,11 @@ package web
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -275,6 +277,15 @@ func TestNoSessionNoData(t *testing.T) {
 		res, body, _ := do(t, app, browserReq("GET", "/", valid.sid, nil))
 		if res.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "checking the dashboard session: validating a session: database is locked") {
 			t.Errorf("%d %q, want 500 saying why", res.StatusCode, body)
+		}
+	})
+	t.Run("service failure naming a file shows no path", func(t *testing.T) {
+		fs.broken = fmt.Errorf("open /var/lib/guestlink/guestlink.db: %w", errStoreDown)
+		defer func() { fs.broken = nil }()
+		res, body, _ := do(t, app, browserReq("GET", "/", valid.sid, nil))
+		re := regexp.MustCompile(`^Internal Server Error: checking the dashboard session: validating a session: open <path>: database is locked \(request [0-9a-f]{16}; the daemon's log has the detail\)\n$`)
+		if res.StatusCode != http.StatusInternalServerError || !re.MatchString(body) {
+			t.Errorf("%d %q, want 500 matching %s", res.StatusCode, body, re)
 		}
 	})
 }

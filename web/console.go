@@ -48,13 +48,13 @@ func (d *Dashboard) consoleView(ctx context.Context, name string) components.Con
 	}
 	path, err := d.cfg.Consoles.ConsoleLog(ctx, name)
 	if err != nil {
-		v.Err = err.Error()
+		v.Err = d.errorText("/instances/"+name+" console", err)
 		return v
 	}
 	v.Available = true
 	r, rg, err := console.Open(path, 0, ConsoleTail, 0)
 	if err != nil {
-		v.Err = err.Error()
+		v.Err = d.errorText("/instances/"+name+" console", err)
 		return v
 	}
 	defer r.Close()

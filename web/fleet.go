@@ -93,8 +93,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 func (d *Dashboard) fleetReadiness(ctx context.Context, all []*instance.Instance, now time.Time) components.Fleet {
 	samples, err := d.fleet.samples(ctx, d)
 	if err != nil {
-		d.log.Warn("dashboard: reading recent events for the readiness charts", "err", err)
-		return components.Fleet{Err: "recent events unavailable: " + err.Error()}
+		return components.Fleet{Err: "recent events unavailable: " + d.errorText("readiness charts", err)}
 	}
 	backendOf := map[string]string{}
 	for _, inst := range all {

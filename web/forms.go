@@ -128,7 +128,7 @@ func (d *Dashboard) launch(c *fiber.Ctx) error {
 			// and the backend, which were checked above.
 			data.Errors["config"] = err.Error()
 		default:
-			data.FormError = err.Error()
+			data.FormError = d.errorText(c.Path(), err)
 		}
 	}
 	return render(c, http.StatusUnprocessableEntity, components.LaunchPage(data))

@@ -16,6 +16,7 @@ import (
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/redact"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/web/components"
 )
@@ -282,7 +283,7 @@ func (d *Dashboard) action(ctx context.Context, name, action string, by events.R
 	}
 	o := components.Outcome{Name: name, Action: action}
 	if err != nil {
-		o.Err = err.Error()
+		o.Err = d.errorText("/instances/"+name+" "+action, err)
 	}
 	return o
 }
@@ -344,13 +345,27 @@ func (d *Dashboard) bulkAction(c *fiber.Ctx) error {
 }
 
 // fail answers a page request that could not be served with a plain page and
-// the status the error kind maps to.
+// the status the error kind maps to, its message as errorText gives it.
 func (d *Dashboard) fail(c *fiber.Ctx, err error) error {
 	status := errdefs.HTTPStatus(err)
-	if status == http.StatusInternalServerError && !errors.Is(err, context.Canceled) {
-		d.log.Error("dashboard request failed", "path", c.Path(), "err", err)
-	}
 	c.Status(status)
 	c.Type("txt", "utf-8")
-	return c.SendString(http.StatusText(status) + ": " + err.Error() + "\n")
+	return c.SendString(http.StatusText(status) + ": " + d.errorText(c.Path(), err) + "\n")
+}
+
+// errorText is the message of err a page shows. An error of a server-side
+// kind (5xx) never shows a host path (core/redact): an unexpected one, or
+// one whose message had a path removed, is logged in full under a request
+// id the page shows. where names the page or route for the log.
+func (d *Dashboard) errorText(where string, err error) string {
+	msg := err.Error()
+	if errdefs.HTTPStatus(err) < http.StatusInternalServerError || errors.Is(err, context.Canceled) {
+		return msg
+	}
+	if red := redact.Paths(msg); red != msg || errdefs.HTTPStatus(err) == http.StatusInternalServerError {
+		id := redact.NewRequestID()
+		d.log.Error("dashboard request failed", "request_id", id, "path", where, "err", err)
+		return redact.Message(msg, id)
+	}
+	return msg
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -367,8 +368,11 @@ func TestActionsCSRF(t *testing.T) {
 }
 
 func TestInstanceActions(t *testing.T) {
-	inst := newFakeInstances(ready("web1", time.Minute, time.Second), stopped("bad", "sim"))
+	inst := newFakeInstances(ready("web1", time.Minute, time.Second), stopped("bad", "sim"), stopped("pathy", "qemu"))
 	inst.failing["bad"] = errBoom
+	// A failure of no known kind that names a file: the outcome shows the
+	// message without the path, and the request id of the log line.
+	inst.failing["pathy"] = errors.New("qemu: could not open /var/lib/guestlink/storage-pools/default/custom/v.raw: Permission denied")
 	app, _ := newTestApp(inst, newBusEvents(), Config{})
 	s := openSession(t, app)
 	tests := []struct {
@@ -382,6 +386,7 @@ func TestInstanceActions(t *testing.T) {
 		{"force stop", "web1", "force-stop", 200, "stop(force=true) web1", ""},
 		{"restart", "web1", "restart", 200, "restart web1", ""},
 		{"failing", "bad", "start", http.StatusUnprocessableEntity, "start bad", "backend refused"},
+		{"failing naming a file", "pathy", "start", http.StatusUnprocessableEntity, "start pathy", `start instance "pathy": qemu: could not open <path>: Permission denied (request `},
 		{"unknown action", "web1", "explode", http.StatusUnprocessableEntity, "", `unknown action "explode"`},
 	}
 	for _, tt := range tests {
@@ -401,6 +406,9 @@ func TestInstanceActions(t *testing.T) {
 			}
 			if ok := o.AttrOr("data-ok", ""); (ok == "true") != (tt.errText == "") || !strings.Contains(o.Text(), tt.errText) {
 				t.Errorf("outcome ok=%s %q, want error %q", ok, o.Text(), tt.errText)
+			}
+			if strings.Contains(body, "/var/lib/guestlink") {
+				t.Errorf("the page shows a host path: %q", o.Text())
 			}
 			if doc.Find(`[data-testid="instance-name"]`).Text() != tt.target {
 				t.Error("the answer is not the instance page")

@@ -101,7 +101,7 @@ func StartAgent(t testing.TB, bin string, g *Guest, args ...string) *Process {
 	t.Helper()
 	full := append([]string{"run", "--root", g.Root, "--link", "hybrid:" + g.UDS}, args...)
 	cmd := exec.Command(bin, full...)
-	cmd.Env = append(os.Environ(), "GUESTLINK_DEBUG=1")
+	cmd.Env = append(os.Environ(), "GUESTLINK_AGENT_DEBUG=1")
 	p := &Process{cmd: cmd, out: &syncBuffer{}, waited: make(chan struct{})}
 	cmd.Stdout = p.out
 	cmd.Stderr = p.out

@@ -97,10 +97,14 @@ func TestTrustCommands(t *testing.T) {
 	srv := apitest.NewServer(t, apitest.Options{Auth: true})
 	// remote add makes the client's key pair; trust it under a name.
 	dir := os.Getenv(cli.EnvConfigDir)
-	fails(t, srv, "an http remote needs --token (client certificates need https): invalid argument", "remote", "add", "x", "http://127.0.0.1:1")
+	fails(t, srv, "an http remote needs a token, --token-file PATH or --token - (client certificates need https): invalid argument", "remote", "add", "x", "http://127.0.0.1:1")
 	fails(t, srv, `invalid remote URL "ftp://h:1": want https://HOST:PORT or http://HOST:PORT: invalid argument`, "remote", "add", "x", "ftp://h:1")
 	fails(t, srv, `remote name "local" is reserved for the local admin socket: invalid argument`, "remote", "add", "local", "http://h:1", "--token", "t")
-	out := ok(t, srv, "remote", "add", "x", "http://127.0.0.1:1", "--token", "glb_x")
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("glb_x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := ok(t, srv, "remote", "add", "x", "http://127.0.0.1:1", "--token-file", tokenFile)
 	certPath := filepath.Join(dir, cli.ClientCertFile)
 	if !strings.Contains(out, certPath) {
 		t.Fatalf("remote add output lacks %s:\n%s", certPath, out)

@@ -44,8 +44,14 @@ func (s *session) clusterListCommand() *cobra.Command {
 					if m.Self {
 						name += " (this)"
 					}
-					row(w, name, m.Address, m.Version, strconv.FormatFloat(m.HeartbeatAge, 'f', 1, 64)+"s ago", m.Status,
-						strconv.Itoa(m.Instances), strings.Join(m.Backends, ","))
+					beat, status := strconv.FormatFloat(m.HeartbeatAge, 'f', 1, 64)+"s ago", m.Status
+					if m.Heartbeat.IsZero() {
+						beat = "-"
+					}
+					if m.StatusReason != "" {
+						status += " (" + m.StatusReason + ")"
+					}
+					row(w, name, m.Address, m.Version, beat, status, strconv.Itoa(m.Instances), strings.Join(m.Backends, ","))
 				}
 				return nil
 			})
@@ -60,7 +66,10 @@ func (s *session) clusterAddCommand() *cobra.Command {
 		Long: `Print a one-time join token for a new member called NAME, alone on stdout.
 Start the new member with it:
 
-  guestlinkd --name NAME --join TOKEN --cluster-address HOST:PORT --database postgres://...
+  guestlinkd --name NAME --join-file TOKENFILE --cluster-address HOST:PORT --database-file DBURLFILE
+
+(files of mode 0600; GUESTLINK_JOIN and GUESTLINK_DATABASE_URL work too: --join and
+--database would show the secrets to every local user in ps).
 
 The token is valid for 3 hours and for one join; only its hash is stored.`,
 		Args: argsExactly(1),
@@ -84,11 +93,18 @@ func (s *session) clusterRemoveCommand() *cobra.Command {
 		Short: "Remove a member (refused while it owns instances, unless --force)",
 		Args:  argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := s.client.RemoveClusterMember(cmd.Context(), args[0], force); err != nil {
+			res, err := s.client.RemoveClusterMember(cmd.Context(), args[0], force)
+			if err != nil {
 				return err
 			}
-			if s.format == FormatTable {
-				fmt.Fprintf(s.out, "Member %s removed\n", args[0])
+			if s.format != FormatTable {
+				return s.render(res, nil)
+			}
+			fmt.Fprintf(s.out, "Member %s removed\n", args[0])
+			if n := len(res.InstancesLeft); n > 0 {
+				fmt.Fprintf(s.out, "Left in the database, still recorded at %s: %d instance(s): %s\n", args[0], n, strings.Join(res.InstancesLeft, ", "))
+				fmt.Fprintf(s.out, "They show Unknown until deleted, or until a daemon joins as %s (guestlink cluster add %s) and takes them over.\n", args[0], args[0])
+				fmt.Fprintf(s.out, "If %s still runs, it refuses every change to them from now on and has left the cluster (its guests keep running).\n", args[0])
 			}
 			return nil
 		},

@@ -13,14 +13,19 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/api/utf8check"
 	"github.com/guestlink/guestlink/client"
 )
 
 // parseKeyValues parses "key=value" arguments (a value may contain "=" and
-// may be empty; a key may not).
+// may be empty; a key may not). An argument that is not valid UTF-8 is
+// refused: encoding it as JSON would send U+FFFD instead.
 func parseKeyValues(args []string, what string) (map[string]string, error) {
 	out := make(map[string]string, len(args))
 	for _, arg := range args {
+		if err := utf8check.Value(arg); err != nil {
+			return nil, fmt.Errorf("invalid %s %q: %w", what, arg, err)
+		}
 		k, v, ok := strings.Cut(arg, "=")
 		k = strings.TrimSpace(k)
 		if !ok || k == "" {

@@ -55,18 +55,32 @@ func validRemoteName(name string) error {
 	return nil
 }
 
-// connect makes the session's client: the --remote (or the switched
-// remote) over TCP, else the admin socket of --state-dir.
+// resolve names the daemon the session talks to, in this order: the
+// --remote flag; else an explicit --state-dir, else GUESTLINK_STATE_DIR
+// (both the local socket of that state directory, whatever remote is
+// switched); else the remote chosen with remote switch; else local. It
+// returns a remote's name, LocalRemote for the admin socket.
+func (s *session) resolve(cfg *remotesConfig) string {
+	switch {
+	case s.remote != "":
+		return s.remote
+	case s.stateDirSet, s.stateDir != "":
+		return LocalRemote
+	case cfg.Current != "":
+		return cfg.Current
+	}
+	return LocalRemote
+}
+
+// connect makes the session's client: the daemon resolve names, over TCP
+// for a remote, else the admin socket of --state-dir.
 func (s *session) connect() error {
-	name := s.remote
 	cfg, dir, err := loadRemotes()
 	if err != nil {
 		return err
 	}
-	if name == "" {
-		name = cfg.Current
-	}
-	if name == "" || name == LocalRemote {
+	name := s.resolve(cfg)
+	if name == LocalRemote {
 		if s.stateDir == "" {
 			return errors.New("no state directory: give --state-dir DIR or set " + EnvStateDir + "")
 		}
@@ -101,7 +115,7 @@ func (s *session) connect() error {
 func (s *session) remoteCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "remote",
-		Short: "Manage the daemons the CLI talks to over TCP",
+		Short: "Manage the daemons the CLI talks to over TCP (remote switch local: back to the admin socket)",
 		Annotations: map[string]string{
 			noClient: "true",
 		},
@@ -120,15 +134,20 @@ func (s *session) remoteCommand() *cobra.Command {
 const noClient = "guestlink.no-client"
 
 func (s *session) remoteAddCommand() *cobra.Command {
-	var token, fingerprint string
+	var fingerprint string
 	var accept bool
+	tokenFlag := secretFlag{name: "token"}
 	cmd := &cobra.Command{
 		Use:   "add NAME URL",
-		Short: "Add a remote daemon (https://HOST:PORT with a client certificate, or http(s) with --token)",
+		Short: "Add a remote daemon (https://HOST:PORT with a client certificate, or http(s) with a bearer token)",
 		Long: "Add a remote daemon. Over https the CLI presents its own client certificate (created once in " +
 			"the configuration directory; the admin trusts it with guestlink config trust add) and pins the " +
 			"daemon's certificate: give --fingerprint, or check the one printed and rerun with --accept-certificate. " +
-			"A bearer token (--token) works over http and https.",
+			"A bearer token works over http and https: give it as --token-file PATH or --token - (one line of stdin), " +
+			"not as --token VALUE, which every local user can read in ps.",
+		Example: "  (umask 077; guestlink auth identity token issue bearer/ci > ci.token)   # on the daemon's host\n" +
+			"  guestlink remote add ci http://127.0.0.1:8080 --token-file ci.token\n" +
+			"  printf '%s\\n' \"$TOKEN\" | guestlink remote add ci http://127.0.0.1:8080 --token -",
 		Args: argsExactly(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, raw := args[0], args[1]
@@ -146,11 +165,15 @@ func (s *session) remoteAddCommand() *cobra.Command {
 			if _, ok := cfg.Remotes[name]; ok {
 				return fmt.Errorf("remote %q exists: remove it first: %w", name, errdefs.ErrAlreadyExists)
 			}
+			token, err := tokenFlag.read(cmd)
+			if err != nil {
+				return err
+			}
 			r := Remote{URL: u.Scheme + "://" + u.Host, Token: token}
 			out := cmd.OutOrStdout()
 			if u.Scheme == "http" {
 				if token == "" {
-					return fmt.Errorf("an http remote needs --token (client certificates need https): %w", errdefs.ErrInvalid)
+					return fmt.Errorf("an http remote needs a token, --token-file PATH or --token - (client certificates need https): %w", errdefs.ErrInvalid)
 				}
 				if fingerprint != "" {
 					return fmt.Errorf("--fingerprint pins an https certificate; %s is http: %w", raw, errdefs.ErrInvalid)
@@ -192,7 +215,7 @@ func (s *session) remoteAddCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&token, "token", "", "bearer token (from guestlink auth identity token issue)")
+	tokenFlag.add(cmd, "bearer token (from guestlink auth identity token issue)")
 	cmd.Flags().StringVar(&fingerprint, "fingerprint", "", "SHA-256 fingerprint of the daemon's https certificate")
 	cmd.Flags().BoolVar(&accept, "accept-certificate", false, "trust the certificate the daemon presents now (first contact)")
 	return cmd
@@ -201,8 +224,12 @@ func (s *session) remoteAddCommand() *cobra.Command {
 func (s *session) remoteListCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List the remotes",
-		Args:  argsExactly(0),
+		Short: "List the remotes; CURRENT * marks the one commands talk to now",
+		Long: "List the remotes. CURRENT is * for the daemon a command run the same way would talk to (--remote, " +
+			"else --state-dir or " + EnvStateDir + " for local, else the switched remote), and \"switched\" for " +
+			"the remote chosen with guestlink remote switch when something else beats it. In --format json, " +
+			"current and switched are fields of every remote.",
+		Args: argsExactly(0),
 		RunE: func(_ *cobra.Command, _ []string) error {
 			cfg, _, err := loadRemotes()
 			if err != nil {
@@ -213,13 +240,16 @@ func (s *session) remoteListCommand() *cobra.Command {
 				URL         string `json:"url"`
 				Auth        string `json:"auth"`
 				Fingerprint string `json:"fingerprint,omitempty"`
-				Current     bool   `json:"current"`
+				Current     bool   `json:"current"`  // the daemon commands talk to now
+				Switched    bool   `json:"switched"` // chosen with remote switch
 			}
-			current := cfg.Current
-			if current == "" {
-				current = LocalRemote
+			current := s.resolve(cfg)
+			switched := cfg.Current
+			if switched == "" {
+				switched = LocalRemote
 			}
-			list := []item{{Name: LocalRemote, URL: "unix://" + filepath.Join(s.stateDir, SocketName), Auth: "unix", Current: current == LocalRemote}}
+			list := []item{{Name: LocalRemote, URL: "unix://" + filepath.Join(s.stateDir, SocketName), Auth: "unix",
+				Current: current == LocalRemote, Switched: switched == LocalRemote}}
 			names := make([]string, 0, len(cfg.Remotes))
 			for n := range cfg.Remotes {
 				names = append(names, n)
@@ -231,14 +261,17 @@ func (s *session) remoteListCommand() *cobra.Command {
 				if r.Token != "" {
 					a = "bearer"
 				}
-				list = append(list, item{Name: n, URL: r.URL, Auth: a, Fingerprint: r.Fingerprint, Current: current == n})
+				list = append(list, item{Name: n, URL: r.URL, Auth: a, Fingerprint: r.Fingerprint, Current: current == n, Switched: switched == n})
 			}
 			return s.render(list, func(w io.Writer) error {
 				row(w, "NAME", "URL", "AUTH", "FINGERPRINT", "CURRENT")
 				for _, it := range list {
 					cur := ""
-					if it.Current {
+					switch {
+					case it.Current:
 						cur = "*"
+					case it.Switched:
+						cur = "switched"
 					}
 					fp := it.Fingerprint
 					if len(fp) > 16 {
@@ -276,10 +309,14 @@ func (s *session) remoteRemoveCommand() *cobra.Command {
 
 func (s *session) remoteSwitchCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "switch NAME",
-		Short: "Make NAME the default remote (local: the admin socket)",
-		Args:  argsExactly(1),
-		RunE: func(_ *cobra.Command, args []string) error {
+		Use:   "switch NAME|local",
+		Short: "Make NAME the default remote; guestlink remote switch local goes back to the admin socket",
+		Long: "Make NAME the default remote of this user (saved in the configuration directory). It is the " +
+			"default only: --remote NAME, --state-dir DIR and " + EnvStateDir + " still win, so make run, make " +
+			"stop and scripts that name their state directory act on their local daemon. " +
+			"guestlink remote switch local goes back to the admin socket of --state-dir.",
+		Args: argsExactly(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, dir, err := loadRemotes()
 			if err != nil {
 				return err
@@ -294,7 +331,15 @@ func (s *session) remoteSwitchCommand() *cobra.Command {
 			if name == LocalRemote {
 				cfg.Current = ""
 			}
-			return cfg.save(dir)
+			if err := cfg.save(dir); err != nil {
+				return err
+			}
+			if name == LocalRemote {
+				fmt.Fprintln(cmd.OutOrStdout(), "Default remote: local (the admin socket of --state-dir or "+EnvStateDir+").")
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "Default remote: %s (--state-dir and %s still mean the local daemon; guestlink remote switch local goes back).\n", name, EnvStateDir)
+			}
+			return nil
 		},
 	}
 }

@@ -33,11 +33,12 @@ const (
 // session is what every command shares: the global flags, the output and
 // the API client (made before any command runs).
 type session struct {
-	stateDir string
-	remote   string // --remote: a remote of the configuration (remote.go)
-	format   string
-	out      io.Writer
-	client   *client.Client
+	stateDir    string
+	stateDirSet bool   // --state-dir was given on the command line
+	remote      string // --remote: a remote of the configuration (remote.go)
+	format      string
+	out         io.Writer
+	client      *client.Client
 }
 
 // Execute runs the guestlink command line with args (without the program
@@ -77,9 +78,9 @@ func NewRootCommand() *cobra.Command {
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.PersistentFlags().StringVar(&s.stateDir, "state-dir", os.Getenv(EnvStateDir),
-		"daemon state directory holding "+SocketName+" (env "+EnvStateDir+")")
+		"daemon state directory holding "+SocketName+" (env "+EnvStateDir+"); either one means that local daemon, whatever remote is switched")
 	root.PersistentFlags().StringVar(&s.format, "format", FormatTable, "output format: table, json or yaml")
-	root.PersistentFlags().StringVar(&s.remote, "remote", "", "talk to this remote (guestlink remote list; default: the switched remote, else the local socket)")
+	root.PersistentFlags().StringVar(&s.remote, "remote", "", "talk to this remote (guestlink remote list); it beats --state-dir and "+EnvStateDir+". Default: --state-dir or "+EnvStateDir+", else the remote chosen with guestlink remote switch (guestlink remote switch local goes back)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return err })
 
 	root.AddCommand(
@@ -114,6 +115,7 @@ func (s *session) setup(cmd *cobra.Command) error {
 		return fmt.Errorf("invalid format %q: must be table, json or yaml", s.format)
 	}
 	s.out = cmd.OutOrStdout()
+	s.stateDirSet = cmd.Flags().Changed("state-dir")
 	for c := cmd; c != nil; c = c.Parent() {
 		if c.Annotations[noClient] != "" {
 			return nil

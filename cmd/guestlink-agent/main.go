@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -86,27 +85,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
-		return v
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v, ok := os.LookupEnv(name); ok && v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
-	}
-	return def
-}
-
-func envBool(name string) bool {
-	b, _ := strconv.ParseBool(os.Getenv(name))
-	return b
-}
-
 // underRoot joins a guest path to the root.
 func underRoot(root, p string) string {
 	return filepath.Join(root, filepath.Clean("/"+p))
@@ -128,45 +106,59 @@ func parseLink(spec, root string) (transport.Guest, error) {
 	return g, nil
 }
 
+// runOptions are the settings of "run", from its flags over the environment.
+type runOptions struct {
+	root, configDir, stateDir, link, bootID string
+	heartbeat                               time.Duration
+	perRequest, debug                       bool
+}
+
+// runFlags adds the flags of "run" to fs, their defaults taken from e.
+func runFlags(fs *flag.FlagSet, e environment) *runOptions {
+	o := &runOptions{}
+	fs.StringVar(&o.root, "root", e.get(EnvRoot, "/"), "guest root every guest path is under (env "+EnvRoot+")")
+	fs.StringVar(&o.configDir, "config-dir", e.get(EnvConfigDir, "/run/guestlink-agent"), "config directory under the root: agent.crt, agent.key, server.crt, agent.conf (env "+EnvConfigDir+")")
+	fs.StringVar(&o.stateDir, "state-dir", e.get(EnvStateDir, "/run/guestlink-agent/state"), "state directory under the root (env "+EnvStateDir+")")
+	fs.StringVar(&o.link, "link", e.get(EnvLink, "vsock"), "link: vsock, hybrid:<uds> or serial:<port> (env "+EnvLink+")")
+	fs.DurationVar(&o.heartbeat, "heartbeat", e.duration(EnvHeartbeat, agent.DefaultHeartbeat), "heartbeat period of the ring word (env "+EnvHeartbeat+")")
+	fs.BoolVar(&o.perRequest, "tls-per-request", e.boolean(EnvTLSPerRequest), "handshake TLS for every request to the daemon, no reuse (env "+EnvTLSPerRequest+")")
+	fs.StringVar(&o.bootID, "boot-id", e.get(EnvBootID, ""), "id of this boot (env "+EnvBootID+"); default: <root>/proc/sys/kernel/random/boot_id, else the kernel's")
+	fs.BoolVar(&o.debug, "debug", e.boolean(EnvDebug), "debug logging (env "+EnvDebug+")")
+	return o
+}
+
 func runAgent(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	root := fs.String("root", env("GUESTLINK_ROOT", "/"), "guest root every guest path is under (env GUESTLINK_ROOT)")
-	configDir := fs.String("config-dir", env("GUESTLINK_CONFIG_DIR", "/run/guestlink-agent"), "config directory under the root: agent.crt, agent.key, server.crt, agent.conf (env GUESTLINK_CONFIG_DIR)")
-	stateDir := fs.String("state-dir", env("GUESTLINK_STATE_DIR", "/run/guestlink-agent/state"), "state directory under the root (env GUESTLINK_STATE_DIR)")
-	link := fs.String("link", env("GUESTLINK_LINK", "vsock"), "link: vsock, hybrid:<uds> or serial:<port> (env GUESTLINK_LINK)")
-	heartbeat := fs.Duration("heartbeat", envDuration("GUESTLINK_HEARTBEAT", agent.DefaultHeartbeat), "heartbeat period of the ring word (env GUESTLINK_HEARTBEAT)")
-	perRequest := fs.Bool("tls-per-request", envBool("GUESTLINK_TLS_PER_REQUEST"), "handshake TLS for every request to the daemon, no reuse (env GUESTLINK_TLS_PER_REQUEST)")
-	bootID := fs.String("boot-id", env("GUESTLINK_BOOT_ID", ""), "id of this boot (env GUESTLINK_BOOT_ID); default: <root>/proc/sys/kernel/random/boot_id, else the kernel's")
-	debug := fs.Bool("debug", envBool("GUESTLINK_DEBUG"), "debug logging (env GUESTLINK_DEBUG)")
+	o := runFlags(fs, osEnv)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
 	}
-	if *heartbeat <= 0 {
-		return fmt.Errorf("run: --heartbeat must be positive, got %s", *heartbeat)
+	if o.heartbeat <= 0 {
+		return fmt.Errorf("run: --heartbeat must be positive, got %s", o.heartbeat)
 	}
-	g, err := parseLink(*link, *root)
+	g, err := parseLink(o.link, o.root)
 	if err != nil {
 		return err
 	}
 	level := slog.LevelInfo
-	if *debug {
+	if o.debug {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	a, err := agent.New(agent.Config{
-		Root:           *root,
-		ConfigDir:      underRoot(*root, *configDir),
-		StateDir:       underRoot(*root, *stateDir),
-		VirtioPortsDir: underRoot(*root, "/dev/virtio-ports"),
-		DevlxdSocket:   underRoot(*root, "/dev/lxd/sock"),
+		Root:           o.root,
+		ConfigDir:      underRoot(o.root, o.configDir),
+		StateDir:       underRoot(o.root, o.stateDir),
+		VirtioPortsDir: underRoot(o.root, "/dev/virtio-ports"),
+		DevlxdSocket:   underRoot(o.root, "/dev/lxd/sock"),
 		Link:           g,
-		Heartbeat:      *heartbeat,
-		PerRequestTLS:  *perRequest,
-		BootID:         *bootID,
+		Heartbeat:      o.heartbeat,
+		PerRequestTLS:  o.perRequest,
+		BootID:         o.bootID,
 		Version:        version,
 		Log:            log,
 		// A Type=notify unit (packaging/agent) is up once /dev/lxd/sock answers.
@@ -188,17 +180,17 @@ func runAgent(args []string, stderr io.Writer) error {
 	return a.Run(ctx)
 }
 
-// socketFlag adds --socket, defaulting to GUESTLINK_DEVLXD_SOCKET, else
-// <GUESTLINK_ROOT>/dev/lxd/sock.
-func socketFlag(fs *flag.FlagSet) *string {
-	def := env("GUESTLINK_DEVLXD_SOCKET", underRoot(env("GUESTLINK_ROOT", "/"), "/dev/lxd/sock"))
-	return fs.String("socket", def, "devlxd socket (env GUESTLINK_DEVLXD_SOCKET, else <GUESTLINK_ROOT>/dev/lxd/sock)")
+// socketFlag adds --socket, defaulting to GUESTLINK_AGENT_DEVLXD_SOCKET,
+// else <GUESTLINK_AGENT_ROOT>/dev/lxd/sock (each read from e).
+func socketFlag(fs *flag.FlagSet, e environment) *string {
+	def := e.get(EnvDevlxdSocket, underRoot(e.get(EnvRoot, "/"), "/dev/lxd/sock"))
+	return fs.String("socket", def, "devlxd socket (env "+EnvDevlxdSocket+", else <"+EnvRoot+">/dev/lxd/sock)")
 }
 
 func declare(args []string, stderr io.Writer, state string) error {
 	fs := flag.NewFlagSet(state, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	sock := socketFlag(fs)
+	sock := socketFlag(fs, osEnv)
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	reason := fs.String("reason", "", "why, as a CamelCase word such as ProbeFailed (guestlink extension)")
 	message := fs.String("message", "", "a human explanation (guestlink extension)")
@@ -220,7 +212,7 @@ func declare(args []string, stderr io.Writer, state string) error {
 func waitHost(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("wait-host", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	sock := socketFlag(fs)
+	sock := socketFlag(fs, osEnv)
 	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		return err

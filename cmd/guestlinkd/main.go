@@ -15,6 +15,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/agentmon"
 	"github.com/guestlink/guestlink/core/statebudget"
+	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/daemon"
 	"github.com/guestlink/guestlink/internal/flagfile"
 	"github.com/guestlink/guestlink/internal/sdnotify"
@@ -32,10 +33,16 @@ func main() {
 		cfg.HTTPHosts = append(cfg.HTTPHosts, v)
 		return nil
 	})
-	flag.StringVar(&cfg.DatabaseURL, "database", "", "database URL: sqlite://PATH (default DIR/guestlink.db) or postgres://...")
+	var databaseFile, joinFile string
+	flag.StringVar(&cfg.DatabaseURL, "database", "", "database URL: sqlite://PATH (default DIR/guestlink.db) or postgres://... (env "+envDatabaseURL+"); one with a password is visible in ps here: use --database-file or the env")
+	flag.StringVar(&databaseFile, "database-file", "", "read the database URL from this file (mode 0600 or 0400, owned by this user or root), keeping its password out of ps")
 	flag.StringVar(&cfg.PluginDir, "plugin-dir", defaultPluginDir(), "directory of backend plugins and their SHA256SUMS")
 	flag.StringVar(&cfg.DefaultBackend, "default-backend", "sim", "backend of instances launched without one")
 	flag.BoolVar(&cfg.AllowDiskPaths, "allow-disk-paths", false, "let disk devices take a host path as source (default: storage pool volumes only)")
+	flag.Func("image-max-size", "largest image file an import takes, e.g. 64GiB, 512MiB (apparent size: holes count; default 64GiB)", func(v string) (err error) {
+		cfg.ImageMaxSize, err = storage.ParseSize(v)
+		return err
+	})
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	flag.Float64Var(&cfg.GuestRingBytes, "guest-ring-bytes", agentmon.DefaultRingBytesPerSecond, "ring-buffer bytes read per second from each guest; a guest writing more is throttled")
 	flag.Float64Var(&cfg.GuestRingLines, "guest-ring-lines", agentmon.DefaultRingLinesPerSecond, "ring-buffer lines read per second from each guest; a guest writing more is throttled")
@@ -44,9 +51,11 @@ func main() {
 	flag.IntVar(&cfg.APILimits.MaxLists, "api-max-lists", 0, "instance lists served at once, apart from the other requests (default 2 x GOMAXPROCS)")
 	flag.StringVar(&cfg.Cluster.Name, "name", os.Getenv("GUESTLINK_NAME"), "this daemon's name as a cluster member (default: the host name; env GUESTLINK_NAME)")
 	flag.StringVar(&cfg.Cluster.Address, "cluster-address", os.Getenv("GUESTLINK_CLUSTER_ADDRESS"), "HOST:PORT other cluster members reach this one on (mutual TLS; PostgreSQL only; env GUESTLINK_CLUSTER_ADDRESS)")
-	flag.StringVar(&cfg.Cluster.Join, "join", os.Getenv("GUESTLINK_JOIN"), "join the cluster of --database with this one-time token from `guestlink cluster add NAME` (env GUESTLINK_JOIN)")
+	flag.StringVar(&cfg.Cluster.Join, "join", "", "join the cluster of --database with this one-time token from `guestlink cluster add NAME` (env "+envJoin+"); visible in ps here: use --join-file or the env")
+	flag.StringVar(&joinFile, "join-file", "", "read the --join token from this file (mode 0600 or 0400, owned by this user or root), keeping it out of ps")
 	flag.DurationVar(&cfg.Cluster.Heartbeat, "cluster-heartbeat", 0, "how often this member records its heartbeat (default 3s)")
 	flag.DurationVar(&cfg.Cluster.OfflineAfter, "cluster-offline-after", 0, "heartbeat age after which a member is offline (default 12s)")
+	flag.DurationVar(&cfg.Cluster.ForwardTimeout, "cluster-forward-timeout", 0, "how long a request forwarded to another member may take before it is answered 503 (default 30s; plus the request's own timeout)")
 	flag.IntVar(&cfg.TCPLimits.MaxConns, "http-max-conns", 0, "TCP connections (--http, --https, --cluster-address) open at once; more are closed at accept (default: half the open-file limit the guests' links leave, at most 4096)")
 	flag.IntVar(&cfg.TCPLimits.MaxPerPeer, "http-max-conns-per-peer", 0, "TCP connections open at once from one IP address (default a quarter of --http-max-conns, at least 64)")
 	flag.DurationVar(&cfg.TCPLimits.FirstRequest, "http-first-request-timeout", 0, "time a new TCP connection has to finish its TLS handshake and send its first request header (default 10s)")
@@ -56,16 +65,39 @@ func main() {
 	if flag.NArg() > 0 {
 		fail(fmt.Errorf("unexpected argument %q", flag.Arg(0)))
 	}
+	secrets := []secretSetting{
+		{name: "database", env: envDatabaseURL, value: &cfg.DatabaseURL, file: &databaseFile, secret: databaseSecret},
+		{name: "join", env: envJoin, value: &cfg.Cluster.Join, file: &joinFile, secret: joinSecret},
+	}
+	cmdline := visited()
 	if *configFile != "" {
 		err := flagfile.Apply(flag.CommandLine, *configFile, flagfile.Options{
 			Env: map[string]string{"state-dir": "GUESTLINK_STATE_DIR", "name": "GUESTLINK_NAME",
-				"cluster-address": "GUESTLINK_CLUSTER_ADDRESS", "join": "GUESTLINK_JOIN"},
+				"cluster-address": "GUESTLINK_CLUSTER_ADDRESS",
+				"join":            envJoin, "join-file": envJoin,
+				"database": envDatabaseURL, "database-file": envDatabaseURL},
 			Repeatable: map[string]bool{"http-host": true},
 			Skip:       map[string]bool{"config": true},
+			Secret: func(key, v string) bool {
+				return (key == "database" && databaseSecret(v)) || (key == "join" && joinSecret(v))
+			},
 		})
 		if err != nil {
 			fail(err)
 		}
+	}
+	var warnings []string
+	set := visited()
+	for _, s := range secrets {
+		w, err := s.resolve(cmdline, set)
+		if err != nil {
+			fail(err)
+		}
+		if w != "" {
+			warnings = append(warnings, w)
+		}
+		// Plugins and guests inherit the daemon's environment.
+		_ = os.Unsetenv(s.env)
 	}
 	if cfg.StateDir == "" {
 		fail(fmt.Errorf("--state-dir is required"))
@@ -80,6 +112,9 @@ func main() {
 		fail(fmt.Errorf("--log-level %q: %w", level, err))
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	for _, w := range warnings {
+		cfg.Logger.Warn(w)
+	}
 	if err := startPprof(); err != nil {
 		fail(err)
 	}
@@ -100,6 +135,13 @@ func main() {
 	if err := d.Wait(ctx); err != nil {
 		fail(err)
 	}
+}
+
+// visited returns the names of the flags set so far.
+func visited() map[string]bool {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
 }
 
 // defaultPluginDir is bin/plugins next to the guestlinkd binary.

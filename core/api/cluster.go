@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -27,12 +28,14 @@ type ClusterService interface {
 	Name() string
 	Members(ctx context.Context) ([]cluster.Member, error)
 	AddMember(ctx context.Context, name, by string) (string, time.Time, error)
-	RemoveMember(ctx context.Context, name string, force bool) error
+	RemoveMember(ctx context.Context, name string, force bool) ([]string, error)
 	Locate(ctx context.Context, instance string) (string, error)
 	Reach(ctx context.Context, member string) (*http.Client, string, error)
 	PeerOf(ctx context.Context, cs *tls.ConnectionState) (string, bool)
 	HandleJoin(ctx context.Context, body []byte) ([]byte, error)
 	Place(ctx context.Context, backend string) (string, error)
+	ForwardTimeout() time.Duration
+	Fenced() string
 }
 
 var _ ClusterService = (*cluster.Cluster)(nil)
@@ -116,10 +119,14 @@ func (a *API) removeMember(c *fiber.Ctx) error {
 		return err
 	}
 	force := c.Query("force") == "1" || c.Query("force") == "true"
-	if err := a.cfg.Cluster.RemoveMember(c.UserContext(), c.Params("name"), force); err != nil {
+	left, err := a.cfg.Cluster.RemoveMember(c.UserContext(), c.Params("name"), force)
+	if err != nil {
 		return err
 	}
-	return sync200(c, map[string]any{})
+	if left == nil {
+		left = []string{}
+	}
+	return sync200(c, wire.ClusterMemberRemoved{Name: c.Params("name"), InstancesLeft: left})
 }
 
 // join answers a joining daemon (no member certificate yet: the token's
@@ -199,9 +206,14 @@ func (a *API) forward(c *fiber.Ctx) error {
 	if a.cfg.Cluster == nil {
 		return c.Next()
 	}
+	if reason := a.cfg.Cluster.Fenced(); reason != "" && c.Method() != http.MethodGet && strings.HasPrefix(c.Path(), "/1.0/instances") {
+		// This member's lease is gone: it changes no instance, its own
+		// (now another daemon's, or nobody's) or another member's.
+		return fiber.NewError(http.StatusServiceUnavailable, reason)
+	}
 	if c.Get(headerForwardedBy) != "" {
 		if _, ok := a.clusterPeer(c); ok {
-			return c.Next() // forwarded to this member: it is the owner
+			return a.ownerDeadline(c) // forwarded to this member: it is the owner
 		}
 	}
 	rest, ok := strings.CutPrefix(c.Path(), "/1.0/instances")
@@ -261,7 +273,45 @@ func (a *API) forward(c *fiber.Ctx) error {
 	return a.proxy(c, target)
 }
 
-// proxy relays the request to member and streams its answer back.
+// forwardBudget returns how long a forwarded request may take: the
+// cluster's forward timeout plus the request's own timeout (a wait's
+// ?timeout, a state action's "timeout") or, for the requests that copy
+// disks, cluster.LongAllowance; stream reports a request whose
+// answer has no end (a followed console), bounded only until its headers.
+func forwardBudget(c *fiber.Ctx, base time.Duration) (budget time.Duration, stream bool) {
+	path := c.Path()
+	switch {
+	case c.Method() == http.MethodGet && strings.HasSuffix(path, "/console"):
+		follow, _ := boolQuery(c, "follow")
+		return base, follow
+	case c.Method() == http.MethodGet && strings.HasSuffix(path, "/wait"):
+		d := DefaultWaitTimeout
+		if v, err := time.ParseDuration(c.Query("timeout")); err == nil && v > 0 && v <= MaxWaitTimeout {
+			d = v
+		}
+		return base + d, false
+	case c.Method() == http.MethodPut && strings.HasSuffix(path, "/state"):
+		var req struct {
+			Timeout int `json:"timeout"`
+		}
+		_ = json.Unmarshal(c.Body(), &req)
+		if req.Timeout > 0 && req.Timeout <= maxStopTimeout {
+			return base + time.Duration(req.Timeout)*time.Second, false
+		}
+		return base + cluster.StateAllowance, false
+	case c.Method() == http.MethodPost && strings.TrimSuffix(path, "/") == "/1.0/instances",
+		c.Method() != http.MethodGet && strings.Contains(path, "/snapshots"),
+		c.Method() == http.MethodPut && strings.Count(strings.TrimPrefix(path, "/1.0/instances/"), "/") == 0:
+		// A create (its image, its first start), a snapshot or a restore.
+		return base + cluster.LongAllowance, false
+	}
+	return base, false
+}
+
+// proxy relays the request to member and streams its answer back. The
+// request carries its deadline (cluster.SetDeadline); a member that does
+// not answer within it (or, for a stream, does not send its headers
+// within the forward timeout) gets 503 "member b did not answer in N s".
 func (a *API) proxy(c *fiber.Ctx, member string) error {
 	client, base, err := a.cfg.Cluster.Reach(c.UserContext(), member)
 	if errors.Is(err, cluster.ErrOffline) {
@@ -270,14 +320,29 @@ func (a *API) proxy(c *fiber.Ctx, member string) error {
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(c.UserContext(), c.Method(), base+c.OriginalURL(), bytes.NewReader(c.Body()))
+	budget, stream := forwardBudget(c, a.cfg.Cluster.ForwardTimeout())
+	var (
+		ctx    context.Context
+		cancel context.CancelFunc
+	)
+	if stream {
+		// The answer has no end: only its headers are bounded.
+		ctx, cancel = context.WithCancel(c.UserContext())
+		t := time.AfterFunc(budget, cancel)
+		defer t.Stop()
+	} else {
+		ctx, cancel = context.WithTimeout(c.UserContext(), budget)
+	}
+	req, err := http.NewRequestWithContext(ctx, c.Method(), base+c.OriginalURL(), bytes.NewReader(c.Body()))
 	if err != nil {
+		cancel()
 		return fmt.Errorf("forwarding to member %s: %w", member, err)
 	}
 	c.Request().Header.VisitAll(func(k, v []byte) {
 		switch strings.ToLower(string(k)) {
 		case "authorization", "cookie", "host", "connection", "content-length", "transfer-encoding",
-			strings.ToLower(headerForwardedBy), strings.ToLower(headerRequestor):
+			strings.ToLower(headerForwardedBy), strings.ToLower(headerRequestor),
+			strings.ToLower(cluster.HeaderTimeout), strings.ToLower(cluster.HeaderDeadline):
 			return
 		}
 		req.Header.Add(string(k), string(v))
@@ -285,9 +350,15 @@ func (a *API) proxy(c *fiber.Ctx, member string) error {
 	by, _ := json.Marshal(requestor(c))
 	req.Header.Set(headerRequestor, base64.StdEncoding.EncodeToString(by))
 	req.Header.Set(headerForwardedBy, a.cfg.Cluster.Name())
+	if dl, ok := ctx.Deadline(); ok && !stream {
+		cluster.SetDeadline(req.Header, dl)
+	}
 	res, err := client.Do(req)
 	if err != nil {
-		return fiber.NewError(http.StatusServiceUnavailable, fmt.Sprintf("member %s did not answer: %v", member, err))
+		cancel()
+		nerr := cluster.NotAnswered(member, budget, err)
+		a.log.Warn("a forwarded request failed", "member", member, "method", c.Method(), "path", c.Path(), "err", err)
+		return fiber.NewError(http.StatusServiceUnavailable, strings.TrimSuffix(nerr.Error(), ": "+cluster.ErrOffline.Error()))
 	}
 	c.Status(res.StatusCode)
 	for k, vs := range res.Header {
@@ -300,6 +371,54 @@ func (a *API) proxy(c *fiber.Ctx, member string) error {
 		}
 	}
 	c.Response().Header.Set("X-Guestlink-Location", member)
-	c.Context().SetBodyStream(res.Body, int(res.ContentLength))
+	if !stream {
+		// Read the whole answer within the budget, then release it.
+		body, err := io.ReadAll(io.LimitReader(res.Body, maxForwardedAnswer))
+		res.Body.Close()
+		cancel()
+		if err != nil {
+			nerr := cluster.NotAnswered(member, budget, err)
+			return fiber.NewError(http.StatusServiceUnavailable, strings.TrimSuffix(nerr.Error(), ": "+cluster.ErrOffline.Error()))
+		}
+		return c.Send(body)
+	}
+	c.Context().SetBodyStream(&cancelOnClose{ReadCloser: res.Body, cancel: cancel}, -1)
 	return nil
+}
+
+// maxForwardedAnswer bounds a forwarded answer that is not a stream.
+const maxForwardedAnswer = 256 << 20
+
+// cancelOnClose releases a stream's context when fasthttp closes its body.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (r *cancelOnClose) Close() error {
+	err := r.ReadCloser.Close()
+	r.cancel()
+	return err
+}
+
+// ownerDeadline makes a request forwarded to this member honour the
+// deadline its forwarding member gave it: past it the request is dropped
+// (its caller was answered 503 already), else its context ends then.
+func (a *API) ownerDeadline(c *fiber.Ctx) error {
+	dl, ok, err := cluster.ForwardedDeadline(func(k string) string { return c.Get(k) }, time.Now())
+	if err != nil {
+		return badRequest("%v", err)
+	}
+	if !ok {
+		return c.Next()
+	}
+	if late := time.Since(dl); late >= 0 {
+		a.log.Warn("dropped a forwarded request: it arrived after its deadline", "from", c.Get(headerForwardedBy),
+			"method", c.Method(), "path", c.Path(), "late", late.Round(time.Millisecond))
+		return fiber.NewError(http.StatusServiceUnavailable, fmt.Sprintf("%v (%s ago): it was not carried out", cluster.ErrDeadlinePassed, late.Round(time.Millisecond)))
+	}
+	ctx, cancel := context.WithDeadline(c.UserContext(), dl)
+	defer cancel()
+	c.SetUserContext(ctx)
+	return c.Next()
 }

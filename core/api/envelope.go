@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
 	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/api/utf8check"
+	"github.com/guestlink/guestlink/core/redact"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -31,11 +34,16 @@ func badRequest(format string, args ...any) error {
 }
 
 // writeError answers err in the error envelope: fiber errors keep their
-// code, service errors are mapped through their errdefs kind.
-func writeError(c *fiber.Ctx, err error, bodyLimit int) error {
+// code, service errors are mapped through their errdefs kind. A 5xx
+// answer never carries a host path (core/redact): an unexpected error
+// (500 of no known kind), or one whose message had a path removed, is
+// logged in full to log under a request id, and the client gets the
+// message without paths and that id.
+func writeError(c *fiber.Ctx, err error, bodyLimit int, log *slog.Logger) error {
 	code, msg := errdefs.HTTPStatus(err), err.Error()
 	var fe *fiber.Error
-	if errors.As(err, &fe) {
+	isFiber := errors.As(err, &fe)
+	if isFiber {
 		code, msg = fe.Code, fe.Message
 		switch code {
 		case http.StatusNotFound:
@@ -48,6 +56,16 @@ func writeError(c *fiber.Ctx, err error, bodyLimit int) error {
 			msg = fmt.Sprintf("request body too large: the limit is %d bytes", bodyLimit)
 		}
 	}
+	if code >= http.StatusInternalServerError {
+		if red := redact.Paths(msg); red != msg || (code == http.StatusInternalServerError && !isFiber) {
+			id := redact.NewRequestID()
+			if log == nil {
+				log = slog.Default()
+			}
+			log.Error("admin API request failed", "request_id", id, "method", c.Method(), "path", c.Path(), "status", code, "err", err)
+			msg = redact.Message(msg, id)
+		}
+	}
 	// A handler may have set headers or a body before failing: start over.
 	c.Response().ResetBody()
 	return c.Status(code).JSON(wire.Error(code, msg))
@@ -57,7 +75,7 @@ func writeError(c *fiber.Ctx, err error, bodyLimit int) error {
 // route handled (oversized bodies, malformed requests, unknown paths).
 func errorHandler(bodyLimit int) fiber.ErrorHandler {
 	return func(c *fiber.Ctx, err error) error {
-		return writeError(c, err, bodyLimit)
+		return writeError(c, err, bodyLimit, nil)
 	}
 }
 
@@ -68,17 +86,11 @@ func (a *API) envelopeErrors(c *fiber.Ctx) error {
 	if err == nil {
 		return nil
 	}
-	if errdefs.HTTPStatus(err) == http.StatusInternalServerError {
-		var fe *fiber.Error
-		if !errors.As(err, &fe) {
-			a.log.Error("admin API request failed", "method", c.Method(), "path", c.Path(), "err", err)
-		}
-	}
-	return writeError(c, err, a.cfg.BodyLimit)
+	return writeError(c, err, a.cfg.BodyLimit, a.log)
 }
 
 // decodeBody decodes the request's JSON body into v, refusing unknown
-// fields, trailing data and an empty body. Only application/json bodies are
+// fields, trailing data, an empty body and a body that is not valid UTF-8. Only application/json bodies are
 // accepted: a browser sends anything else (form and text/plain types, or no
 // Content-Type at all for a Blob without type) cross-site without a CORS
 // preflight, so a web page cannot drive the localhost TCP API.
@@ -91,6 +103,12 @@ func decodeBody(c *fiber.Ctx, v any) error {
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("invalid request body: empty, a JSON object is required")
+	}
+	// encoding/json would turn bytes that are not UTF-8 (and lone
+	// surrogate escapes) into U+FFFD: refuse them instead of storing
+	// something else than was sent.
+	if err := utf8check.Body(body); err != nil {
+		return badRequest("%v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -60,6 +61,9 @@ const (
 const (
 	StatusOnline  = "online"
 	StatusOffline = "offline"
+	// StatusFenced is a member (shown by itself) whose lease is gone: it
+	// was removed or its name joined again.
+	StatusFenced = "fenced"
 )
 
 // Store is what the cluster needs of the database.
@@ -86,7 +90,9 @@ type Config struct {
 	Backends func() []string
 	// HeartbeatInterval and OfflineAfter: see the defaults.
 	HeartbeatInterval, OfflineAfter time.Duration
-	Logger                          *slog.Logger
+	// ForwardTimeout bounds a forwarded request (DefaultForwardTimeout).
+	ForwardTimeout time.Duration
+	Logger         *slog.Logger
 }
 
 // Member is a member as the API shows it.
@@ -100,6 +106,11 @@ type Cluster struct {
 	keys *keys
 	pool *x509.CertPool
 	caFP string
+
+	// epoch is this member's lease epoch (db.Lease); fenced holds the
+	// reason once the lease is gone (see Fenced).
+	epoch  int64
+	fenced atomic.Pointer[error]
 
 	mu      sync.Mutex
 	clients map[string]*http.Client // by member address
@@ -127,6 +138,9 @@ func Open(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.OfflineAfter <= 0 {
 		cfg.OfflineAfter = DefaultOfflineAfter
+	}
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = DefaultForwardTimeout
 	}
 	if cfg.OfflineAfter <= cfg.HeartbeatInterval {
 		return nil, fmt.Errorf("cluster offline timeout %v must be longer than the heartbeat interval %v: %w", cfg.OfflineAfter, cfg.HeartbeatInterval, errdefs.ErrInvalid)
@@ -177,11 +191,55 @@ func Open(ctx context.Context, cfg Config) (*Cluster, error) {
 	c.pool = x509.NewCertPool()
 	c.pool.AddCert(c.keys.caCert)
 	c.caFP = fingerprint(c.keys.caCert.Raw)
+	if err := c.takeLease(ctx); err != nil {
+		return nil, err
+	}
 	if err := c.Beat(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
+
+// takeLease reads this member's epoch and makes every instance write of
+// the store conditional on it (db.Lease): a write after this member was
+// removed, or after its name joined again, is refused.
+func (c *Cluster) takeLease(ctx context.Context) error {
+	m, err := c.cfg.Store.Member(ctx, c.cfg.Name)
+	if err != nil {
+		return fmt.Errorf("cluster: reading this member's lease: %w", err)
+	}
+	if m.Fingerprint != fingerprint(c.keys.leaf.Raw) {
+		return fmt.Errorf("cluster: member %q of the database is another daemon (its certificate is not this one's): refusing to start", c.cfg.Name)
+	}
+	c.epoch = m.Epoch
+	c.cfg.Store.SetLease(db.Lease{Member: c.cfg.Name, Epoch: m.Epoch}, c.leaseLost)
+	c.log.Info("holding this member's instances", "member", c.cfg.Name, "epoch", m.Epoch)
+	return nil
+}
+
+// leaseLost fences this member: its lease is gone (reason), so it acts for
+// no instance any more. It is called once (by the store or a heartbeat).
+func (c *Cluster) leaseLost(reason error) {
+	if !c.fenced.CompareAndSwap(nil, &reason) {
+		return
+	}
+	c.cfg.Store.LeaseLost(reason)
+	c.log.Error("this member's lease is gone: it no longer acts for its instances (their guests keep running) and has left the cluster role; "+
+		"to serve them again, replace this daemon: see docs/cluster.md, \"Replacing a member\"",
+		"member", c.cfg.Name, "epoch", c.epoch, "reason", reason)
+}
+
+// Fenced returns why this member no longer holds its lease ("" while it
+// does): it refuses every change to instances (503 naming the reason).
+func (c *Cluster) Fenced() string {
+	if r := c.fenced.Load(); r != nil {
+		return fmt.Sprintf("member %s no longer holds its instances: %v; it refuses changes (its guests keep running)", c.cfg.Name, *r)
+	}
+	return ""
+}
+
+// Epoch is this member's lease epoch.
+func (c *Cluster) Epoch() int64 { return c.epoch }
 
 // notAMember explains why a daemon that is no member may not start.
 func (c *Cluster) notAMember(ctx context.Context, info *db.ClusterInfo) error {
@@ -195,7 +253,7 @@ func (c *Cluster) notAMember(ctx context.Context, info *db.ClusterInfo) error {
 	}
 	return fmt.Errorf("the database is used by guestlink cluster %s (members: %s) and this daemon is not a member: "+
 		"starting would take over their instances. To add this host, run `guestlink cluster add %s` on a member and start this daemon with "+
-		"--name %s --join TOKEN --cluster-address HOST:PORT; or give it a database of its own",
+		"--name %s --join-file FILE (the token in a 0600 file; or GUESTLINK_JOIN=TOKEN) --cluster-address HOST:PORT; or give it a database of its own",
 		info.UUID, strings.Join(names, ", "), c.cfg.Name, c.cfg.Name)
 }
 
@@ -476,16 +534,23 @@ func (c *Cluster) Address() string { return c.cfg.Address }
 // Beat records a heartbeat now (Run does it periodically; the daemon
 // also calls it once its plugins are up, so placement sees its backends).
 func (c *Cluster) Beat(ctx context.Context) error {
+	if r := c.fenced.Load(); r != nil {
+		return fmt.Errorf("cluster: %w (%v): %w", db.ErrLeaseLost, *r, errdefs.ErrUnavailable)
+	}
 	backends := c.cfg.Backends()
 	slices.Sort(backends)
-	err := c.cfg.Store.Heartbeat(ctx, c.cfg.Name, c.cfg.Address, c.cfg.Version, strings.Join(backends, ","), time.Now())
+	err := c.cfg.Store.Heartbeat(ctx, c.cfg.Name, c.epoch, c.cfg.Address, c.cfg.Version, strings.Join(backends, ","), time.Now())
+	if lost, ok := errors.AsType[*db.LeaseLostError](err); ok {
+		c.leaseLost(lost.Reason)
+	}
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	return nil
 }
 
-// Run heartbeats until ctx ends.
+// Run heartbeats until ctx ends, or until this member's lease is gone
+// (removed, or its name joined again): then it leaves the cluster role.
 func (c *Cluster) Run(ctx context.Context) {
 	t := time.NewTicker(c.cfg.HeartbeatInterval)
 	defer t.Stop()
@@ -494,8 +559,11 @@ func (c *Cluster) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			if c.fenced.Load() != nil {
+				return
+			}
 			bctx, cancel := context.WithTimeout(ctx, c.cfg.OfflineAfter)
-			if err := c.Beat(bctx); err != nil && ctx.Err() == nil {
+			if err := c.Beat(bctx); err != nil && ctx.Err() == nil && !errors.Is(err, db.ErrLeaseLost) {
 				c.log.Error("cluster heartbeat", "err", err)
 			}
 			cancel()
@@ -521,7 +589,19 @@ func (c *Cluster) Members(ctx context.Context) ([]Member, error) {
 	now := time.Now()
 	out := make([]Member, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, c.member(m, now, counts[m.Name]))
+		mb := c.member(m, now, counts[m.Name])
+		if mb.Self && m.Epoch != c.epoch {
+			// The name is another daemon's now: this one is not listed.
+			mb.Self = false
+		}
+		out = append(out, mb)
+	}
+	if reason := c.Fenced(); reason != "" {
+		// This daemon, as it is: fenced, whatever the database says of
+		// its name.
+		out = append(out, Member{Name: c.cfg.Name, Address: c.cfg.Address, Version: c.cfg.Version, Status: StatusFenced,
+			StatusReason: reason, Self: true, Epoch: c.epoch})
+		slices.SortStableFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 	}
 	return out, nil
 }
@@ -536,7 +616,7 @@ func (c *Cluster) member(m *db.ClusterMember, now time.Time, n int) Member {
 		backends = strings.Split(m.Backends, ",")
 	}
 	return Member{Name: m.Name, Address: m.Address, Version: m.Version, Backends: backends, Heartbeat: m.Heartbeat,
-		HeartbeatAge: now.Sub(m.Heartbeat).Seconds(), Status: st, Instances: n, Self: m.Name == c.cfg.Name}
+		HeartbeatAge: now.Sub(m.Heartbeat).Seconds(), Status: st, Instances: n, Self: m.Name == c.cfg.Name, Epoch: m.Epoch}
 }
 
 // Member returns one member.
@@ -582,12 +662,21 @@ func (c *Cluster) AddMember(ctx context.Context, name, by string) (string, time.
 }
 
 // RemoveMember removes a member (not this one); unless force, refused
-// while it owns instances.
-func (c *Cluster) RemoveMember(ctx context.Context, name string, force bool) error {
+// while it owns instances. It returns the instances still recorded at it
+// (a forced removal leaves them: they show Unknown until deleted, or
+// until a daemon joins under that name and takes them over). The removal
+// fences the member: its next instance write or heartbeat finds its lease
+// gone.
+func (c *Cluster) RemoveMember(ctx context.Context, name string, force bool) ([]string, error) {
 	if name == c.cfg.Name {
-		return fmt.Errorf("member %q is this daemon: remove it from another member: %w", name, errdefs.ErrConflict)
+		return nil, fmt.Errorf("member %q is this daemon: remove it from another member: %w", name, errdefs.ErrConflict)
 	}
-	return c.cfg.Store.RemoveMember(ctx, name, force)
+	left, err := c.cfg.Store.RemoveMember(ctx, name, force)
+	if err != nil {
+		return nil, err
+	}
+	c.log.Warn("a member was removed", "member", name, "force", force, "instances_left", len(left))
+	return left, nil
 }
 
 // Locate returns the member an instance is located on ("" outside a
@@ -632,16 +721,12 @@ func (c *Cluster) client(name, addr string) *http.Client {
 	if cl, ok := c.clients[key]; ok {
 		return cl
 	}
-	cl := &http.Client{Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS13,
-			Certificates: []tls.Certificate{c.keys.member},
-			RootCAs:      c.pool,
-			ServerName:   name, // the member certificate's DNS name
-		},
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-	}}
+	cl := &http.Client{Transport: transport(&tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{c.keys.member},
+		RootCAs:      c.pool,
+		ServerName:   name, // the member certificate's DNS name
+	})}
 	c.clients[key] = cl
 	return cl
 }

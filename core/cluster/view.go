@@ -120,7 +120,7 @@ func (v *Instances) all(ctx context.Context, f instance.ListFilter) ([]*instance
 				if err == nil {
 					part = got
 				} else {
-					reason = fmt.Sprintf("member %s did not answer: %v", m.Name, err)
+					reason = err.Error()
 				}
 			}
 			if reason != "" {
@@ -134,9 +134,46 @@ func (v *Instances) all(ctx context.Context, f instance.ListFilter) ([]*instance
 			mu.Unlock()
 		})
 	}
+	// Instances recorded at a member that is gone (removed with --force)
+	// show Unknown too, never vanish.
+	wg.Go(func() {
+		part, err := v.orphans(ctx, members, f)
+		if err != nil {
+			v.c.log.Error("listing the instances of removed members", "err", err)
+		}
+		mu.Lock()
+		out = append(out, part...)
+		mu.Unlock()
+	})
 	wg.Wait()
 	slices.SortFunc(out, func(a, b *instance.Instance) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// orphans returns the instances recorded at members that are not in the
+// cluster (removed), status Unknown.
+func (v *Instances) orphans(ctx context.Context, members []*db.ClusterMember, f instance.ListFilter) ([]*instance.Instance, error) {
+	counts, err := v.c.cfg.Store.InstanceCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*instance.Instance
+	for loc := range counts {
+		if loc == "" || loc == v.c.cfg.Name || slices.ContainsFunc(members, func(m *db.ClusterMember) bool { return m.Name == loc }) {
+			continue
+		}
+		part, err := v.stored(ctx, loc, removedReason(loc), f)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, part...)
+	}
+	return out, nil
+}
+
+// removedReason is the status reason of an instance whose member is gone.
+func removedReason(member string) string {
+	return fmt.Sprintf("member %s was removed from the cluster (its instances stay recorded at it until deleted or until a daemon joins as %s)", member, member)
 }
 
 // fetch asks member m for its instances matching f.
@@ -156,15 +193,17 @@ func (v *Instances) fetch(ctx context.Context, m *db.ClusterMember, f instance.L
 
 // get GETs path on a member and decodes its JSON answer.
 func (v *Instances) get(ctx context.Context, name, addr, path string, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	budget := v.c.cfg.ForwardTimeout
+	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+path, nil)
 	if err != nil {
 		return err
 	}
+	SetDeadline(req.Header, time.Now().Add(budget))
 	res, err := v.c.client(name, addr).Do(req)
 	if err != nil {
-		return err
+		return trimOffline(NotAnswered(name, budget, err))
 	}
 	defer res.Body.Close()
 	if res.StatusCode == http.StatusNotFound {
@@ -225,7 +264,7 @@ func (v *Instances) Get(ctx context.Context, name string) (*instance.Instance, e
 	}
 	m, merr := v.c.cfg.Store.Member(ctx, rec.Location)
 	if merr != nil {
-		return unknownView(rec, fmt.Sprintf("member %s is not in the cluster", rec.Location)), nil
+		return unknownView(rec, removedReason(rec.Location)), nil
 	}
 	if !v.c.online(m, time.Now()) {
 		return unknownView(rec, fmt.Sprintf("member %s is offline (last heartbeat %s)", m.Name, m.Heartbeat.UTC().Format(time.RFC3339))), nil
@@ -235,7 +274,7 @@ func (v *Instances) Get(ctx context.Context, name string) (*instance.Instance, e
 		if errors.Is(gerr, errdefs.ErrNotFound) {
 			return nil, err
 		}
-		return unknownView(rec, fmt.Sprintf("member %s did not answer: %v", m.Name, gerr)), nil
+		return unknownView(rec, gerr.Error()), nil
 	}
 	return &out, nil
 }
@@ -304,6 +343,12 @@ func (v *Instances) setState(ctx context.Context, member, name string, body map[
 	if err != nil {
 		return fmt.Errorf("%s: %w", strings.TrimSuffix(err.Error(), ": "+ErrOffline.Error()), errdefs.ErrUnavailable)
 	}
+	budget := v.c.cfg.ForwardTimeout + StateAllowance
+	if t, ok := body["timeout"].(int); ok {
+		budget = v.c.cfg.ForwardTimeout + time.Duration(t)*time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
 	raw, _ := json.Marshal(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, base+"/1.0/instances/"+url.PathEscape(name)+"/state", bytes.NewReader(raw))
 	if err != nil {
@@ -313,9 +358,10 @@ func (v *Instances) setState(ctx context.Context, member, name string, body map[
 	who, _ := json.Marshal(by)
 	req.Header.Set(HeaderRequestor, base64.StdEncoding.EncodeToString(who))
 	req.Header.Set(HeaderForwardedBy, v.c.cfg.Name)
+	SetDeadline(req.Header, time.Now().Add(budget))
 	res, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("member %s did not answer: %v: %w", member, err, errdefs.ErrUnavailable)
+		return fmt.Errorf("%w: %w", trimOffline(NotAnswered(member, budget, err)), errdefs.ErrUnavailable)
 	}
 	defer res.Body.Close()
 	if res.StatusCode/100 == 2 {
@@ -326,6 +372,11 @@ func (v *Instances) setState(ctx context.Context, member, name string, body map[
 	}
 	_ = json.NewDecoder(io.LimitReader(res.Body, 1<<16)).Decode(&env)
 	return fmt.Errorf("member %s: %s: %w", member, env.Error, errdefs.FromHTTPStatus(res.StatusCode))
+}
+
+// trimOffline drops ErrOffline's text from err (its message is for people).
+func trimOffline(err error) error {
+	return errors.New(strings.TrimSuffix(err.Error(), ": "+ErrOffline.Error()))
 }
 
 func containsFold(s, sub string) bool {

@@ -8,6 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/guestlink/guestlink/api/utf8check"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/link/devlxdapi"
@@ -23,8 +24,12 @@ type Declarer interface {
 // DecodeDeclaration decodes a PATCH /1.0 body as LXD does (the first JSON
 // value; unknown fields ignored) with guestlink's extensions: state
 // Degraded, and the optional reason and message. Its errors are the exact
-// messages answered with 400; a body LXD accepts gets LXD's.
+// messages answered with 400; a body LXD accepts gets LXD's. A body that
+// is not valid UTF-8 is refused (LXD would store U+FFFD instead).
 func DecodeDeclaration(body []byte) (instance.Declaration, error) {
+	if err := utf8check.Body(body); err != nil {
+		return instance.Declaration{}, err
+	}
 	var req devlxdapi.StatePut
 	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&req); err != nil {
 		return instance.Declaration{}, fmt.Errorf("Invalid request body: %w", err) //nolint:staticcheck // LXD's wire message.

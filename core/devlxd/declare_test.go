@@ -29,6 +29,9 @@ func TestDecodeDeclaration(t *testing.T) {
 		{"reason too long", `{"state":"Started","reason":"` + strings.Repeat("A", 65) + `"}`, instance.Declaration{}, "Invalid reason: longer than 64 bytes"},
 		{"message too long", `{"state":"Started","message":"` + long + `"}`, instance.Declaration{}, "Invalid message: longer than 1024 bytes"},
 		{"message control", `{"state":"Started","message":"a\u0007b"}`, instance.Declaration{}, "Invalid message: control character U+0007"},
+		{"message not UTF-8", "{\"state\":\"Started\",\"message\":\"caf\xe9\"}", instance.Declaration{}, "request body is not valid UTF-8 (byte offset 33)"},
+		{"message with a lone surrogate escape", `{"state":"Started","message":"x\udc00"}`, instance.Declaration{}, "request body is not valid UTF-8 (byte offset 31)"},
+		{"message multi-byte", `{"state":"Started","reason":"ProbeFailed","message":"café 日本"}`, instance.Declaration{State: "Started", Reason: "ProbeFailed", Message: "café 日本"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

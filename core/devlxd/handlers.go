@@ -12,6 +12,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/guestlink/guestlink/api/utf8check"
 	"github.com/guestlink/guestlink/core/devlxd/cloudinit"
 	"github.com/guestlink/guestlink/core/devlxd/guestview"
 	"github.com/guestlink/guestlink/core/events"
@@ -113,6 +114,9 @@ func (s *Server) untrustedInfo(info devlxdapi.Info) []byte {
 // unknown fields ignored) and checks the state. Its errors are the exact
 // messages answered with 400.
 func DecodeState(body []byte) (ready bool, err error) {
+	if err := utf8check.Body(body); err != nil {
+		return false, err
+	}
 	var req devlxdapi.StatePut
 	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&req); err != nil {
 		return false, fmt.Errorf("Invalid request body: %w", err) //nolint:staticcheck // LXD's wire message.

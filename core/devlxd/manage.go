@@ -11,6 +11,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/guestlink/guestlink/api/utf8check"
 	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
@@ -123,8 +124,13 @@ func (s *Server) fail(c *fiber.Ctx, err error) error {
 	return sendError(c, code, err.Error())
 }
 
-// decodeJSON decodes the body into v; false when it answered 400.
+// decodeJSON decodes the body into v; false when it answered 400 (a body
+// that is not JSON, or not valid UTF-8).
 func decodeJSON(c *fiber.Ctx, v any) bool {
+	if err := utf8check.Body(c.Body()); err != nil {
+		_ = sendError(c, http.StatusBadRequest, err.Error())
+		return false
+	}
 	dec := json.NewDecoder(bytes.NewReader(c.Body()))
 	if err := dec.Decode(v); err != nil {
 		_ = sendError(c, http.StatusBadRequest, "Failed decoding request body: "+err.Error())

@@ -65,10 +65,19 @@ const (
 // result (with its timeline entries in the same transaction), makes it the
 // current state, then publishes the queued events. A failed fn or save
 // changes nothing. It returns the new view.
+//
+// A caller with a deadline (an API request forwarded by another cluster
+// member carries its caller's) that passed while it waited for e's lock
+// changes nothing either: its caller has been answered already.
 func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error) (*Instance, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m.mu.RLock()
+	if _, ok := ctx.Deadline(); ok && ctx.Err() != nil {
+		name := e.rec.Name
+		m.mu.RUnlock()
+		return nil, fmt.Errorf("instance %q: the request's deadline passed before its change could be made: %w: %w", name, ctx.Err(), errdefs.ErrUnavailable)
+	}
 	if e.rt.deleted {
 		name := e.rec.Name
 		m.mu.RUnlock()

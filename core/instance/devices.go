@@ -16,6 +16,7 @@ import (
 	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/hostfwd"
 )
 
 // CapHotplug is the capability of a backend that adds and removes devices
@@ -73,7 +74,8 @@ func GeneratedHwaddr(uuid, dev string) string {
 }
 
 // Device keys by type: LXD's, plus the QEMU backends' size of the root
-// disk and hostfwd of a user-mode nic (whose rules the backend checks).
+// disk and hostfwd of a user-mode nic (checked with plugins/sdk/hostfwd,
+// the parser the backends use).
 var (
 	diskKeys = []string{"type", "source", "pool", "path", "readonly", "boot.priority", "size"}
 	nicKeys  = []string{"type", "nictype", "network", "parent", "hwaddr", "name", "mtu", "host_name", "hostfwd"}
@@ -127,6 +129,16 @@ func ValidateDevice(ctx context.Context, name string, dev map[string]string, vc 
 		if v := dev["mtu"]; v != "" {
 			if n, err := strconv.Atoi(v); err != nil || n < 576 || n > 65535 {
 				return bad("mtu %q is not a number from 576 to 65535", v)
+			}
+		}
+		if v, ok := dev["hostfwd"]; ok {
+			if dev["nictype"] != "user" {
+				return bad("hostfwd is a key of a user nic (nictype=user) only, not of nictype %q", dev["nictype"])
+			}
+			// The same parser the QEMU backends build their forwards with
+			// at create and start: a value refused there is refused here.
+			if _, err := hostfwd.Parse(v); err != nil {
+				return bad("%v", err)
 			}
 		}
 		return nil

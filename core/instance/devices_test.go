@@ -9,6 +9,7 @@ import (
 
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/hostfwd/hostfwdtest"
 )
 
 // volumes is a VolumeChecker over a fixed set of pool/volume names.
@@ -79,6 +80,30 @@ func TestValidateDevice(t *testing.T) {
 	}
 	if err := ValidateDevice(context.Background(), "bad/name", map[string]string{"type": "nic"}, vc, false); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("device name with /: %v", err)
+	}
+}
+
+// TestValidateDeviceHostfwd runs the shared table of refused hostfwd values
+// (hostfwdtest; the QEMU backends' start-time check runs it too) through
+// the add-time check: each is refused naming the device and the reason;
+// hostfwd on a nic that is not nictype=user is refused too.
+func TestValidateDeviceHostfwd(t *testing.T) {
+	for _, tc := range hostfwdtest.Refused {
+		t.Run(tc.Name, func(t *testing.T) {
+			err := ValidateDevice(context.Background(), "eth0", map[string]string{"type": "nic", "nictype": "user", "hostfwd": tc.Value}, nil, false)
+			if want := `invalid device "eth0": ` + tc.Reason; !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), want) {
+				t.Errorf("hostfwd %q: %v, want ErrInvalid saying %q", tc.Value, err, want)
+			}
+		})
+	}
+	for _, v := range hostfwdtest.Accepted {
+		if err := ValidateDevice(context.Background(), "eth0", map[string]string{"type": "nic", "nictype": "user", "hostfwd": v}, nil, false); err != nil {
+			t.Errorf("hostfwd %q: %v", v, err)
+		}
+	}
+	err := ValidateDevice(context.Background(), "eth0", map[string]string{"type": "nic", "nictype": "bridged", "parent": "br0", "hostfwd": "tcp::2222-:22"}, nil, false)
+	if want := `invalid device "eth0": hostfwd is a key of a user nic (nictype=user) only, not of nictype "bridged": invalid argument`; err == nil || err.Error() != want {
+		t.Errorf("hostfwd on a bridged nic: %v, want %q", err, want)
 	}
 }
 

@@ -34,7 +34,8 @@ var defaultWriteRetry = writeRetry{initial: 50 * time.Millisecond, max: time.Sec
 // permanent reports whether a store error will not go away by retrying.
 func permanent(err error) bool {
 	return errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrAlreadyExists) ||
-		errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, db.ErrClosed) || errors.Is(err, context.Canceled)
+		errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, db.ErrClosed) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, db.ErrLeaseLost)
 }
 
 // retryWrite runs write until it succeeds, fails for good (permanent) or

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/guestlink/guestlink/db"
@@ -88,6 +89,13 @@ func New(stateDir string, store db.StorageStore, usedBy UsedBy, log *slog.Logger
 		}
 		if err := os.Chmod(d, 0o700); err != nil {
 			return nil, fmt.Errorf("storage: %w", err)
+		}
+	}
+	// Volume files a crash left half created were never stored.
+	left, _ := filepath.Glob(filepath.Join(s.volDir(DefaultPool), tmpPrefix+"*"))
+	for _, f := range left {
+		if err := os.Remove(f); err == nil {
+			log.Info("storage: removed a volume file left half created", "file", f)
 		}
 	}
 	return s, nil
@@ -242,6 +250,13 @@ func (s *Service) CreateVolume(ctx context.Context, pool, name, contentType, des
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The file first, under a temporary name: a size the pool's
+	// filesystem cannot hold is refused before anything is stored.
+	tmp, err := s.sparseTemp(pool, name, config["size"], size)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp) // a no-op once renamed
 	rec := &db.StorageVolume{Pool: pool, Name: name, ContentType: contentType, Description: description, Config: config, CreatedAt: time.Now().UTC()}
 	if err := s.store.CreateStorageVolume(ctx, rec); err != nil {
 		if errors.Is(err, errdefs.ErrAlreadyExists) {
@@ -249,7 +264,7 @@ func (s *Service) CreateVolume(ctx context.Context, pool, name, contentType, des
 		}
 		return nil, err
 	}
-	if err := makeSparse(s.Path(pool, name), size); err != nil {
+	if err := os.Rename(tmp, s.Path(pool, name)); err != nil {
 		_ = s.store.DeleteStorageVolume(context.WithoutCancel(ctx), pool, name)
 		return nil, fmt.Errorf("creating storage volume %s/%s: %w", pool, name, err)
 	}
@@ -257,17 +272,31 @@ func (s *Service) CreateVolume(ctx context.Context, pool, name, contentType, des
 	return volumeOf(rec), nil
 }
 
-func makeSparse(path string, size int64) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+// tmpPrefix starts the name of a volume file being created; such files
+// left by a crash are removed by New.
+const tmpPrefix = ".creating-"
+
+// sparseTemp creates the sparse file of a new volume of size bytes (v as
+// given) under a temporary name in the pool and returns its path. A size
+// larger than a file of the pool's filesystem may be (EFBIG: ext4 stops
+// just short of 16TiB) is errdefs.ErrInvalid, saying so without the path.
+func (s *Service) sparseTemp(pool, name, v string, size int64) (string, error) {
+	f, err := os.CreateTemp(s.volDir(pool), tmpPrefix+name+"-*")
 	if err != nil {
-		return err
+		return "", fmt.Errorf("creating storage volume %s/%s: %w", pool, name, err)
 	}
-	if err := f.Truncate(size); err != nil {
-		f.Close()
-		os.Remove(path)
-		return err
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return f.Close()
+	if err != nil {
+		os.Remove(f.Name())
+		if errors.Is(err, syscall.EFBIG) {
+			return "", fmt.Errorf("storage volume %s/%s: size %s is more than a file on pool %s's filesystem can hold: %w", pool, name, v, pool, errdefs.ErrInvalid)
+		}
+		return "", fmt.Errorf("creating storage volume %s/%s: %w", pool, name, err)
+	}
+	return f.Name(), nil
 }
 
 // Volume returns a volume (or a snapshot, "VOLUME/SNAPSHOT").
@@ -349,6 +378,9 @@ func (s *Service) UpdateVolume(ctx context.Context, pool, name, description stri
 	}
 	if size > old {
 		if err := os.Truncate(s.Path(pool, name), size); err != nil {
+			if errors.Is(err, syscall.EFBIG) {
+				return nil, fmt.Errorf("storage volume %s/%s: size %s is more than a file on pool %s's filesystem can hold: %w", pool, name, cfg["size"], pool, errdefs.ErrInvalid)
+			}
 			return nil, fmt.Errorf("growing storage volume %s/%s: %w", pool, name, err)
 		}
 	}

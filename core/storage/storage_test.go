@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/guestlink/guestlink/core/storage"
@@ -116,5 +118,64 @@ func TestVolumes(t *testing.T) {
 	}
 	if err := s.DeleteVolume(ctx, "default", "vol1"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("second delete: %v", err)
+	}
+}
+
+// TestVolumeLargerThanFilesystemAllows creates and grows volumes past the
+// largest file the filesystem allows, made 1TiB here with RLIMIT_FSIZE
+// (the kernel then answers EFBIG, as ext4 does just short of 16TiB): each
+// is refused as invalid with a message that names no host path, and
+// nothing is stored, no file left. A file a crash left half created is
+// removed when the service starts.
+func TestVolumeLargerThanFilesystemAllows(t *testing.T) {
+	ctx := context.Background()
+	s := newService(t, nil)
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	small := lim
+	small.Cur = 1 << 40
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &small); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim) })
+	volDir := filepath.Dir(s.Path("default", "x"))
+	stateDir := filepath.Dir(filepath.Dir(filepath.Dir(volDir)))
+
+	_, err := s.CreateVolume(ctx, "default", "big", "", "", map[string]string{"size": "2TiB"})
+	if want := "storage volume default/big: size 2TiB is more than a file on pool default's filesystem can hold: invalid argument"; !errors.Is(err, errdefs.ErrInvalid) || err.Error() != want {
+		t.Fatalf("2TiB volume: %v, want %q", err, want)
+	}
+	if vols, err := s.Volumes(ctx, "default"); err != nil || len(vols) != 0 {
+		t.Fatalf("after the refusal: volumes %v, %v", vols, err)
+	}
+	if left, _ := os.ReadDir(volDir); len(left) != 0 {
+		t.Fatalf("after the refusal the pool holds %v", left)
+	}
+
+	if _, err := s.CreateVolume(ctx, "default", "grow", "", "", map[string]string{"size": "4MiB"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.UpdateVolume(ctx, "default", "grow", "", map[string]string{"size": "2TiB"})
+	if want := "storage volume default/grow: size 2TiB is more than a file on pool default's filesystem can hold: invalid argument"; !errors.Is(err, errdefs.ErrInvalid) || err.Error() != want {
+		t.Fatalf("growing to 2TiB: %v, want %q", err, want)
+	}
+	if v, err := s.Volume(ctx, "default", "grow"); err != nil || v.Config["size"] != "4MiB" {
+		t.Fatalf("after the refused growth: %+v, %v", v, err)
+	}
+
+	half := filepath.Join(volDir, ".creating-crashed-123")
+	if err := os.WriteFile(half, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := storage.New(stateDir, dbtest.SQLite(t).(db.StorageStore), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(half); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a half-created volume file after New: %v", err)
+	}
+	if _, err := os.Stat(s.Path("default", "grow")); err != nil {
+		t.Fatalf("New removed a real volume: %v", err)
 	}
 }

@@ -32,16 +32,21 @@ type Options struct {
 	Repeatable map[string]bool
 	// Skip names flags the file may not set (the one naming the file).
 	Skip map[string]bool
+	// Secret, if set, reports whether a key's value is a secret (a
+	// database URL with a password, a join token): a file setting one
+	// must not be readable by others.
+	Secret func(key, value string) bool
 }
 
 // Apply reads the YAML mapping at path and sets each flag of fs it names
 // that the command line did not set (fs must be parsed) and whose
 // environment variable is unset. The file must not be writable by anyone
 // but its owner, who must be root or the current user: it chooses the
-// database, the plugins and the listeners. Errors name the file and the
-// key.
+// database, the plugins and the listeners. A file setting a value that
+// opts.Secret reports as a secret, even one the command line overrides,
+// must not be readable by others. Errors name the file and the key.
 func Apply(fs *flag.FlagSet, path string, opts Options) error {
-	data, err := readTrusted(path)
+	data, perm, err := readTrusted(path)
 	if err != nil {
 		return err
 	}
@@ -59,6 +64,9 @@ func Apply(fs *flag.FlagSet, path string, opts Options) error {
 		if err != nil {
 			return fmt.Errorf("config file %s: %s: %w", path, key, err)
 		}
+		if opts.Secret != nil && perm&0o004 != 0 && slices.ContainsFunc(values, func(v string) bool { return opts.Secret(key, v) }) {
+			return fmt.Errorf("config file %s: %s holds a secret and the file is readable by others (mode %04o): chmod o-r %s", path, key, perm, path)
+		}
 		if explicit[key] || (opts.Env[key] != "" && os.Getenv(opts.Env[key]) != "") {
 			continue
 		}
@@ -71,34 +79,36 @@ func Apply(fs *flag.FlagSet, path string, opts Options) error {
 	return nil
 }
 
-// readTrusted reads path after checking who may have written it.
-func readTrusted(path string) ([]byte, error) {
-	f, err := os.Open(path)
+// readTrusted reads path after checking who may have written it, and
+// returns its permission bits.
+func readTrusted(path string) ([]byte, os.FileMode, error) {
+	// O_NONBLOCK: opening a FIFO must not wait for a writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fmt.Errorf("config file: %w", err)
+		return nil, 0, fmt.Errorf("config file: %w", err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("config file: %w", err)
+		return nil, 0, fmt.Errorf("config file: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("config file %s: not a regular file", path)
+		return nil, 0, fmt.Errorf("config file %s: not a regular file", path)
 	}
 	if fi.Mode().Perm()&0o022 != 0 {
-		return nil, fmt.Errorf("config file %s: writable by group or others (mode %04o): chmod go-w %s", path, fi.Mode().Perm(), path)
+		return nil, 0, fmt.Errorf("config file %s: writable by group or others (mode %04o): chmod go-w %s", path, fi.Mode().Perm(), path)
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != os.Geteuid() {
-		return nil, fmt.Errorf("config file %s: owned by uid %d, neither root nor this user (uid %d)", path, st.Uid, os.Geteuid())
+		return nil, 0, fmt.Errorf("config file %s: owned by uid %d, neither root nor this user (uid %d)", path, st.Uid, os.Geteuid())
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
+		return nil, 0, fmt.Errorf("config file %s: %w", path, err)
 	}
 	if len(data) > MaxSize {
-		return nil, fmt.Errorf("config file %s: larger than %d bytes", path, MaxSize)
+		return nil, 0, fmt.Errorf("config file %s: larger than %d bytes", path, MaxSize)
 	}
-	return data, nil
+	return data, fi.Mode().Perm(), nil
 }
 
 // scalars turns a key's YAML value into the flag's text values.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -39,6 +40,8 @@ var opts = Options{
 	Env:        map[string]string{"state-dir": "FLAGFILE_TEST_STATE_DIR"},
 	Repeatable: map[string]bool{"http-host": true},
 	Skip:       map[string]bool{"config": true},
+	// In these tests a value is a secret when it says so.
+	Secret: func(key, v string) bool { return strings.Contains(v, "SECRET") },
 }
 
 func writeFile(t *testing.T, body string, mode os.FileMode) string {
@@ -119,6 +122,8 @@ func TestApplyRefuses(t *testing.T) {
 		{"duplicate key", "http: a\nhttp: b\n", 0o600, `"http" already defined`},
 		{"group-writable", "http: a\n", 0o620, "writable by group or others (mode 0620): chmod go-w"},
 		{"world-writable", "http: a\n", 0o606, "writable by group or others"},
+		{"a secret readable by others", "http-host: [a.example, SECRET.example]\n", 0o604, "http-host holds a secret and the file is readable by others (mode 0604): chmod o-r"},
+		{"a secret in a 0644 file", "http: SECRET\n", 0o644, "http holds a secret"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFlags("")
@@ -141,6 +146,30 @@ func TestApplyRefuses(t *testing.T) {
 		f := newFlags("")
 		if err := Apply(f.fs, t.TempDir(), opts); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("a fifo", func(t *testing.T) { // refused, not waited on for a writer
+		f := newFlags("")
+		p := filepath.Join(t.TempDir(), "fifo.yaml")
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := Apply(f.fs, p, opts); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("a secret readable by the group, a plain value by others", func(t *testing.T) {
+		for _, tc := range []struct {
+			body string
+			mode os.FileMode
+		}{{"http: SECRET\n", 0o640}, {"http: 127.0.0.1:8080\n", 0o644}} {
+			f := newFlags("")
+			if err := f.fs.Parse(nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := Apply(f.fs, writeFile(t, tc.body, tc.mode), opts); err != nil {
+				t.Errorf("%q mode %04o: %v; want it accepted", tc.body, tc.mode, err)
+			}
 		}
 	})
 	t.Run("too large", func(t *testing.T) {

@@ -155,7 +155,7 @@ async function measure() {
   const agentBin = join(binDir, "guestlink-agent");
   for (const name of agents) {
     await new Promise((res, rej) => {
-      const p = spawn(agentBin, ["ready"], { env: { ...process.env, GUESTLINK_DEVLXD_SOCKET: sockets[name] }, stdio: "ignore" });
+      const p = spawn(agentBin, ["ready"], { env: { ...process.env, GUESTLINK_AGENT_DEVLXD_SOCKET: sockets[name] }, stdio: "ignore" });
       p.on("exit", (code) => (code === 0 ? res() : rej(new Error(`guestlink-agent ready in ${name} exited ${code}`))));
     });
     await new Promise((r) => setTimeout(r, SPACING_MS));

@@ -210,7 +210,7 @@ export class Daemon {
     if (!info.devlxd_socket) throw new Error(`guestlink info ${name} has no devlxd_socket (is it a sim guest?)`);
     try {
       const { stdout } = await run(bin("guestlink-agent"), args, {
-        env: { ...process.env, GUESTLINK_DEVLXD_SOCKET: info.devlxd_socket },
+        env: { ...process.env, GUESTLINK_AGENT_DEVLXD_SOCKET: info.devlxd_socket },
         timeout: 60000,
       });
       return stdout;

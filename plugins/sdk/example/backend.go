@@ -162,6 +162,9 @@ func (b *Backend) Start(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.
 		return nil, nil, fmt.Errorf("starting guest %q: already running: %w", hd.Name, sdk.ErrConflict)
 	}
 	cmd := exec.Command("/bin/sh", "-c", hd.Command)
+	// A guest gets an environment built from nothing, never the plugin's
+	// (the daemon's, go-plugin's handshake): docs/environment.md.
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "GUESTLINK_INSTANCE=" + hd.Name}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlive the plugin
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("starting guest %q: %w", hd.Name, err)

@@ -54,6 +54,17 @@ const (
 	EnvInitrd = "GUESTLINK_QEMU_INITRD" // default qemu.initrd
 )
 
+// SystemPath is the PATH QEMU runs with.
+const SystemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// VMMEnv is QEMU's whole environment: PATH alone. QEMU outlives the plugin
+// and needs none of the plugin's or the daemon's variables (go-plugin's
+// handshake, a CLI's GUESTLINK_CONFIG_DIR, credentials); the guest, a
+// machine of its own, never sees a host environment.
+func VMMEnv() []string {
+	return []string{"PATH=" + SystemPath}
+}
+
 // EnvDataDir is the plugin data directory the daemon hands every plugin.
 const EnvDataDir = sdk.DataDirEnv
 

@@ -6,24 +6,21 @@ import (
 	"net"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/hostfwd"
 )
 
 // nic is one user-mode network device of a guest.
 type nic struct {
-	name    string   // device name
-	mac     string   // virtio-net MAC
-	hostfwd []string // QEMU hostfwd rules, host address always explicit
+	name string   // device name
+	mac  string   // virtio-net MAC
+	fwd  []string // QEMU hostfwd rules, host address always explicit
 }
 
 // devNameRE is what a device name may be to become a QEMU id.
 var devNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$`)
-
-// hostfwdRE is one forward: proto:[hostaddr]:hostport-[guestaddr]:guestport.
-var hostfwdRE = regexp.MustCompile(`^(tcp|udp):([0-9.]*):([0-9]{1,5})-([0-9.]*):([0-9]{1,5})$`)
 
 // nicMAC returns the MAC of device dev: volatile.<dev>.hwaddr from the
 // instance config, else the device's hwaddr key, else one derived from the
@@ -47,38 +44,12 @@ func nicMAC(cfg map[string]string, uuid, dev string, d sdk.Device) (string, erro
 	return hw.String(), nil
 }
 
-// parseHostfwd parses the device key hostfwd: forwards separated by
-// spaces or commas, each tcp|udp:[hostaddr]:hostport-[guestaddr]:guestport.
-// An empty host address is 127.0.0.1 (QEMU's own default, every address,
-// is never used); another host address must be an explicit IPv4 address.
+// parseHostfwd parses the device key hostfwd with hostfwd.Parse, the
+// check the daemon makes when the device is added.
 func parseHostfwd(dev, v string) ([]string, error) {
-	var out []string
-	seen := map[string]bool{}
-	for _, rule := range strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' }) {
-		m := hostfwdRE.FindStringSubmatch(rule)
-		if m == nil {
-			return nil, fmt.Errorf("%w: device %q: hostfwd %q: want tcp|udp:[hostaddr]:hostport-[guestaddr]:guestport, e.g. tcp::2222-:22", sdk.ErrInvalid, dev, rule)
-		}
-		proto, haddr, hport, gaddr, gport := m[1], m[2], m[3], m[4], m[5]
-		for _, p := range []string{hport, gport} {
-			if n, _ := strconv.Atoi(p); n < 1 || n > 65535 {
-				return nil, fmt.Errorf("%w: device %q: hostfwd %q: port %s is outside 1..65535", sdk.ErrInvalid, dev, rule, p)
-			}
-		}
-		if haddr == "" {
-			haddr = "127.0.0.1"
-		}
-		for _, a := range []string{haddr, gaddr} {
-			if a != "" && net.ParseIP(a).To4() == nil {
-				return nil, fmt.Errorf("%w: device %q: hostfwd %q: %q is not an IPv4 address", sdk.ErrInvalid, dev, rule, a)
-			}
-		}
-		key := proto + ":" + haddr + ":" + hport
-		if seen[key] {
-			return nil, fmt.Errorf("%w: device %q: hostfwd forwards %s twice", sdk.ErrInvalid, dev, key)
-		}
-		seen[key] = true
-		out = append(out, fmt.Sprintf("%s:%s:%s-%s:%s", proto, haddr, hport, gaddr, gport))
+	out, err := hostfwd.Parse(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: device %q: %v", sdk.ErrInvalid, dev, err)
 	}
 	return out, nil
 }
@@ -120,7 +91,7 @@ func parseNICs(cfg map[string]string, uuid string, devices map[string]sdk.Device
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, nic{name: name, mac: mac, hostfwd: fwd})
+		out = append(out, nic{name: name, mac: mac, fwd: fwd})
 	}
 	if len(out) > 8 {
 		return nil, fmt.Errorf("%w: %d nic devices, at most 8", sdk.ErrInvalid, len(out))
@@ -134,7 +105,7 @@ func nicArgs(nics []nic) []string {
 	var a []string
 	for i, n := range nics {
 		netdev := "user,id=net-" + n.name
-		for _, f := range n.hostfwd {
+		for _, f := range n.fwd {
 			netdev += ",hostfwd=" + f
 		}
 		a = append(a, "-netdev", netdev,

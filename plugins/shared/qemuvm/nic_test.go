@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/hostfwd/hostfwdtest"
 )
 
 func TestParseNICs(t *testing.T) {
@@ -63,7 +64,8 @@ func TestParseNICs(t *testing.T) {
 		{"port zero", user("hostfwd", "tcp::0-:22"), "port 0 is outside"},
 		{"port too big", user("hostfwd", "tcp::70000-:22"), "port 70000 is outside"},
 		{"bad address", user("hostfwd", "tcp:1.2.3:22-:22"), `"1.2.3" is not an IPv4 address`},
-		{"option injection", user("hostfwd", "tcp::22-:22,smb=/"), "want tcp|udp"},
+		{"option injection", user("hostfwd", "tcp::22-:22,smb=/"), `"smb" is a QEMU option, not a forward`},
+		{"guestfwd", user("hostfwd", "tcp::22-:22,guestfwd=tcp:10.0.2.1:1-cmd:sh"), `"guestfwd" is a QEMU option, not a forward`},
 		{"twice", user("hostfwd", "tcp::22-:22 tcp:127.0.0.1:22-:23"), "forwards tcp:127.0.0.1:22 twice"},
 	}
 	for _, tc := range bad {
@@ -74,5 +76,26 @@ func TestParseNICs(t *testing.T) {
 	}
 	if _, err := parseNICs(nil, uuid, map[string]sdk.Device{"eth,0": user()}); !errors.Is(err, sdk.ErrInvalid) {
 		t.Errorf("a nic name with a comma: %v", err)
+	}
+}
+
+// TestStartRefusesHostfwdTable runs the shared table of refused hostfwd
+// values (hostfwdtest, also run by the daemon's device add and launch
+// tests) through parseNICs, the check of Create and Start: each is
+// refused with the same reason the daemon gives when the device is added.
+func TestStartRefusesHostfwdTable(t *testing.T) {
+	const uuid = "4b9a8c2e-1f3d-4e5a-9b7c-0d1e2f3a4b5c"
+	for _, tc := range hostfwdtest.Refused {
+		t.Run(tc.Name, func(t *testing.T) {
+			_, err := parseNICs(nil, uuid, map[string]sdk.Device{"eth0": {"type": "nic", "nictype": "user", "hostfwd": tc.Value}})
+			if want := `device "eth0": ` + tc.Reason; !errors.Is(err, sdk.ErrInvalid) || !strings.Contains(err.Error(), want) {
+				t.Errorf("hostfwd %q: %v, want ErrInvalid saying %q", tc.Value, err, want)
+			}
+		})
+	}
+	for _, v := range hostfwdtest.Accepted {
+		if _, err := parseNICs(nil, uuid, map[string]sdk.Device{"eth0": {"type": "nic", "nictype": "user", "hostfwd": v}}); err != nil {
+			t.Errorf("hostfwd %q: %v", v, err)
+		}
 	}
 }

@@ -117,6 +117,7 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 	}
 	cmd := exec.Command(b.opts.Binary, l.args()...)
 	cmd.Dir = h.Dir
+	cmd.Env = VMMEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

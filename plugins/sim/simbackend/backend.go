@@ -111,7 +111,7 @@ type Backend struct {
 	opts   Options
 	guests string // DataDir/guests
 	log    hclog.Logger
-	env    []string // the VMMs' environment
+	env    []string // the VMMs' environment: simvm.VMMEnv, nothing of the plugin's
 
 	mu       sync.Mutex
 	watchers map[string]*watcher      // by guest directory
@@ -160,25 +160,11 @@ func New(opts Options) (*Backend, error) {
 		opts:     opts,
 		guests:   guests,
 		log:      log,
-		env:      vmmEnv(os.Environ()),
+		env:      simvm.VMMEnv(),
 		watchers: map[string]*watcher{},
 		events:   eventer.New(log),
 		locks:    map[string]chan struct{}{},
 	}, nil
-}
-
-// vmmEnv drops go-plugin's variables (the magic cookie among them) so
-// neither a VMM nor a guest believes it is a plugin.
-func vmmEnv(env []string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if k == sdk.Handshake.MagicCookieKey || strings.HasPrefix(k, "PLUGIN_") {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
 }
 
 // Info describes the backend.

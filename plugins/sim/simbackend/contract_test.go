@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,6 +65,10 @@ func TestRecoverInNewBackend(t *testing.T) {
 }
 
 func TestConfigDriveAndEnvironment(t *testing.T) {
+	// The backend runs in this process: a canary and a CLI's config dir in
+	// its environment must reach neither the VMM nor the guest.
+	t.Setenv("GUESTLINK_TEST_CANARY", "from-the-host")
+	t.Setenv("GUESTLINK_CONFIG_DIR", "/nonexistent/cli-config")
 	opts := testOptions(t)
 	agent := filepath.Join(opts.DataDir, "bin", "guestlink-agent")
 	os.MkdirAll(filepath.Dir(agent), 0o755)
@@ -96,14 +101,27 @@ func TestConfigDriveAndEnvironment(t *testing.T) {
 	})
 	for _, want := range []string{
 		"GUESTLINK_ROOT=" + hd.paths().Root() + "\n",
-		"GUESTLINK_LINK=hybrid:" + hd.paths().Link() + "\n",
+		"GUESTLINK_AGENT_ROOT=" + hd.paths().Root() + "\n",
+		"GUESTLINK_AGENT_LINK=hybrid:" + hd.paths().Link() + "\n",
 		"GUESTLINK_AGENT=" + agent + "\n",
-		"GUESTLINK_DEVLXD_SOCKET=" + hd.paths().DevlxdSocket() + "\n",
-		"PATH=" + filepath.Dir(agent) + ":",
+		"GUESTLINK_AGENT_DEVLXD_SOCKET=" + hd.paths().DevlxdSocket() + "\n",
+		"PATH=" + filepath.Dir(agent) + ":" + simvm.SystemPath + "\n",
 	} {
 		if !bytes.Contains(env, []byte(want)) {
 			t.Errorf("agent env lacks %q", want)
 		}
+	}
+	for _, leak := range []string{"GUESTLINK_TEST_CANARY", "GUESTLINK_CONFIG_DIR", sdk.DataDirEnv, sdk.Handshake.MagicCookieKey} {
+		if bytes.Contains(env, []byte(leak+"=")) {
+			t.Errorf("the host's %s reached the guest:\n%s", leak, env)
+		}
+	}
+	vmmEnv, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", hd.VMMPID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Split(strings.TrimRight(string(vmmEnv), "\x00"), "\x00"); !slices.Equal(got, append(simvm.VMMEnv(), simvm.ReadyEnv+"=3")) {
+		t.Errorf("VMM environment = %q, want %q and the readiness pipe's fd", got, simvm.VMMEnv())
 	}
 	if fi, err := os.Stat(filepath.Join(hd.Dir, "control.sock")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("control socket %v %v", fi, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,6 +205,10 @@ func cont(t *testing.T, c *Client) Status {
 }
 
 func TestVMMRootRingAndExit(t *testing.T) {
+	// A canary in the VMM's environment (the test's, which Launch is given)
+	// must not reach the guest: its environment is built from nothing.
+	t.Setenv("GUESTLINK_TEST_CANARY", "from-the-host")
+	t.Setenv("GUESTLINK_CONFIG_DIR", "/nonexistent/cli-config")
 	p := vmmDir(t)
 	port := `"$GUESTLINK_ROOT/dev/virtio-ports/com.canonical.lxd"`
 	cfg := Config{
@@ -274,13 +279,23 @@ func TestVMMRootRingAndExit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
-		EnvRoot + "=" + p.Root(), EnvLink + "=hybrid:" + p.Link(), EnvAgent + "=/opt/agent/guestlink-agent",
-		EnvDevlxdSocket + "=" + p.DevlxdSocket(), EnvInstance + "=g1", "PATH=/opt/agent:",
-	} {
-		if !strings.Contains(string(env), "\n"+want) && !strings.HasPrefix(string(env), want) {
-			t.Errorf("guest env lacks %q:\n%s", want, env)
+	// The guest's whole environment: the sim's variables, PATH, and what
+	// the shell itself sets (PWD, SHLVL, _).
+	want := map[string]string{
+		"PATH": "/opt/agent:" + SystemPath, EnvRoot: p.Root(), EnvAgent: "/opt/agent/guestlink-agent", EnvInstance: "g1",
+		EnvAgentRoot: p.Root(), EnvAgentLink: "hybrid:" + p.Link(), EnvAgentDevlxdSocket: p.DevlxdSocket(),
+	}
+	got := map[string]string{}
+	for _, kv := range strings.Split(strings.TrimSpace(string(env)), "\n") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "PWD", "OLDPWD", "SHLVL", "_":
+			continue
 		}
+		got[k] = v
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("guest environment = %v, want exactly %v", got, want)
 	}
 	if strings.Contains(string(env), ReadyEnv) {
 		t.Errorf("guest env leaks %s", ReadyEnv)

@@ -32,13 +32,23 @@ const (
 	maxLine = 64 << 10
 )
 
-// Environment variables the guest command receives.
+// Environment variables the guest command receives; they, PATH and nothing
+// else are its whole environment (guestEnv, docs/sim.md).
 const (
-	EnvRoot         = "GUESTLINK_ROOT"
-	EnvLink         = "GUESTLINK_LINK"
-	EnvAgent        = "GUESTLINK_AGENT"
-	EnvDevlxdSocket = "GUESTLINK_DEVLXD_SOCKET"
-	EnvInstance     = "GUESTLINK_INSTANCE"
+	// EnvRoot, EnvAgent and EnvInstance are for the guest command itself:
+	// the stand-in root, the agent binary, the instance's name.
+	EnvRoot     = "GUESTLINK_ROOT"
+	EnvAgent    = "GUESTLINK_AGENT"
+	EnvInstance = "GUESTLINK_INSTANCE"
+	// EnvAgentRoot, EnvAgentLink and EnvAgentDevlxdSocket are the agent's
+	// own variables (cmd/guestlink-agent): its root, its link to the
+	// daemon and the socket its client commands talk to.
+	EnvAgentRoot         = "GUESTLINK_AGENT_ROOT"
+	EnvAgentLink         = "GUESTLINK_AGENT_LINK"
+	EnvAgentDevlxdSocket = "GUESTLINK_AGENT_DEVLXD_SOCKET"
+	// SystemPath is a VMM's PATH, and a guest's after the agent's
+	// directory.
+	SystemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	// ReadyEnv tells a VMM which fd is its readiness pipe.
 	ReadyEnv         = "GUESTLINK_SIM_READY_FD"
 	readyFD          = 3 // Launch passes the readiness pipe as fd 3
@@ -364,38 +374,30 @@ func (v *vmm) startGuest(console *os.File) (*exec.Cmd, Status, error) {
 	return cmd, st, nil
 }
 
+// guestEnv is the guest command's whole environment, built from nothing:
+// the VMM's own (and through it the plugin's and the daemon's) is never
+// passed on, so no variable of the host's (GUESTLINK_CONFIG_DIR of a CLI,
+// credentials, proxies) reaches the guest or is read by its agent.
 func (v *vmm) guestEnv() []string {
-	env := []string{
-		EnvRoot + "=" + v.paths.Root(),
-		EnvLink + "=" + v.linkSpec(),
-		EnvAgent + "=" + v.cfg.Agent,
-		EnvDevlxdSocket + "=" + v.paths.DevlxdSocket(),
-		EnvInstance + "=" + v.cfg.Name,
-	}
-	path := "/usr/local/bin:/usr/bin:/bin"
-	for _, kv := range os.Environ() {
-		k, val, _ := cutEnv(kv)
-		switch k {
-		case EnvRoot, EnvLink, EnvAgent, EnvDevlxdSocket, EnvInstance:
-		case "PATH":
-			path = val
-		default:
-			env = append(env, kv)
-		}
-	}
+	path := SystemPath
 	if v.cfg.Agent != "" {
 		path = filepath.Dir(v.cfg.Agent) + string(os.PathListSeparator) + path
 	}
-	return append(env, "PATH="+path)
+	return []string{
+		"PATH=" + path,
+		EnvRoot + "=" + v.paths.Root(),
+		EnvAgent + "=" + v.cfg.Agent,
+		EnvInstance + "=" + v.cfg.Name,
+		EnvAgentRoot + "=" + v.paths.Root(),
+		EnvAgentLink + "=" + v.linkSpec(),
+		EnvAgentDevlxdSocket + "=" + v.paths.DevlxdSocket(),
+	}
 }
 
-func cutEnv(kv string) (string, string, bool) {
-	for i := 0; i < len(kv); i++ {
-		if kv[i] == '=' {
-			return kv[:i], kv[i+1:], true
-		}
-	}
-	return kv, "", false
+// VMMEnv is the environment a VMM is started with: PATH alone. A VMM reads
+// no variable (Launch adds ReadyEnv) and passes none to its guest.
+func VMMEnv() []string {
+	return []string{"PATH=" + SystemPath}
 }
 
 func (v *vmm) bootCount() int {
