@@ -14,7 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -28,6 +28,7 @@ import (
 	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
+	"github.com/guestlink/guestlink/core/listener"
 	"github.com/guestlink/guestlink/core/metrics"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/pluginhost"
@@ -86,6 +87,13 @@ type Config struct {
 	// Cluster configures membership of a cluster (PostgreSQL only; see
 	// docs/cluster.md).
 	Cluster ClusterConfig
+	// TCPLimits bound the TCP listeners' connections (zero fields:
+	// derived from the open-file limit).
+	TCPLimits TCPLimits
+	// WriteTimeout is how long one write to a client of the admin socket,
+	// the TCP listeners or the cluster listener may block before the
+	// connection is dropped (default DefaultWriteTimeout).
+	WriteTimeout time.Duration
 }
 
 // Daemon is a running guestlinkd.
@@ -118,6 +126,9 @@ type Daemon struct {
 	tcpLn     net.Listener
 	tcp       tcpState
 	serving   chan error
+	// tcpBudget counts the connections of every TCP listener (tcpConns).
+	tcpMu     sync.Mutex
+	tcpBudget *listener.Limited
 }
 
 // SocketPath returns the admin socket of a state directory.
@@ -144,6 +155,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	if cfg.PluginDir == "" {
 		cfg.PluginDir = pluginhost.DefaultDir
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
 	}
 	abs, err := filepath.Abs(cfg.StateDir)
 	if err != nil {
@@ -290,7 +304,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
-	go d.serve("devlxd", func() error { return d.devlxd.Serve(d.links) })
+	links := d.retrying(d.links, "guest links")
+	go d.serve("devlxd", func() error { return d.devlxd.Serve(links) })
 
 	if err := d.plugins.Start(ctx); err != nil {
 		return nil, fmt.Errorf("starting daemon: plugins: %w", err)
@@ -314,7 +329,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
-	go d.serve("admin socket", func() error { return d.api.Serve(d.unixLn) })
+	unixLn := d.localConns(d.unixLn, "admin socket")
+	go d.serve("admin socket", func() error { return d.api.Serve(unixLn) })
 
 	if err := d.listenTCP(ctx); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
@@ -334,8 +350,11 @@ func (d *Daemon) serve(what string, fn func() error) {
 	}
 }
 
-// Wait returns when ctx ends or a listener fails, then shuts the daemon down.
-// Guests keep running; the next daemon recovers them.
+// Wait returns when ctx ends or a server stops with an error, then shuts
+// the daemon down. Accept errors never stop a server: every listener is
+// served through core/listener, which backs off and accepts again (out of
+// descriptors, EMFILE, or any other error) and ends only when the listener
+// is closed. Guests keep running; the next daemon recovers them.
 func (d *Daemon) Wait(ctx context.Context) error {
 	var err error
 	select {
@@ -494,10 +513,9 @@ func levelOf(l slog.Level) hclog.Level {
 // thousands of guests the links hold a listener each, and their
 // connections come and go by the thousand when every guest talks at once.
 func linkDescriptors() int {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur > 1<<24 {
+	limit := openFileLimit()
+	if limit == 0 {
 		return 0 // unknown or practically unlimited: no bound
 	}
-	limit := int(lim.Cur)
 	return max(64, limit-max(512, limit/10))
 }

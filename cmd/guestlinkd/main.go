@@ -56,6 +56,10 @@ func main() {
 	flag.DurationVar(&cfg.Cluster.Heartbeat, "cluster-heartbeat", 0, "how often this member records its heartbeat (default 3s)")
 	flag.DurationVar(&cfg.Cluster.OfflineAfter, "cluster-offline-after", 0, "heartbeat age after which a member is offline (default 12s)")
 	flag.DurationVar(&cfg.Cluster.ForwardTimeout, "cluster-forward-timeout", 0, "how long a request forwarded to another member may take before it is answered 503 (default 30s; plus the request's own timeout)")
+	flag.IntVar(&cfg.TCPLimits.MaxConns, "http-max-conns", 0, "TCP connections (--http, --https, --cluster-address) open at once; more are closed at accept (default: half the open-file limit the guests' links leave, at most 4096)")
+	flag.IntVar(&cfg.TCPLimits.MaxPerPeer, "http-max-conns-per-peer", 0, "TCP connections open at once from one IP address (default a quarter of --http-max-conns, at least 64)")
+	flag.DurationVar(&cfg.TCPLimits.FirstRequest, "http-first-request-timeout", 0, "time a new TCP connection has to finish its TLS handshake and send its first request header (default 10s)")
+	flag.DurationVar(&cfg.WriteTimeout, "write-timeout", 0, "how long one write to a client of the admin API, the dashboard or the cluster listener may block before the client is dropped (default 30s)")
 	configFile := flag.String("config", "", "YAML file setting flags by name (e.g. /etc/guestlink/guestlinkd.yaml: \"http: 127.0.0.1:8080\"); the command line and the environment win over it")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -97,6 +101,9 @@ func main() {
 	}
 	if cfg.StateDir == "" {
 		fail(fmt.Errorf("--state-dir is required"))
+	}
+	if cfg.TCPLimits.MaxConns < 0 || cfg.TCPLimits.MaxPerPeer < 0 || cfg.TCPLimits.FirstRequest < 0 || cfg.WriteTimeout < 0 {
+		fail(fmt.Errorf("--http-max-conns, --http-max-conns-per-peer, --http-first-request-timeout and --write-timeout must be positive (0: the default)"))
 	}
 	if cfg.APILimits.MaxInFlight < 0 || cfg.APILimits.MaxLists < 0 {
 		fail(fmt.Errorf("--api-max-requests and --api-max-lists must be positive (0: the default)"))
