@@ -11,4 +11,3 @@ func ExecForBench(s Store, sql string, args ...any) error {
 
 // PruneEventsSQL is the global event prune (retention.go).
 const PruneEventsSQL = pruneEventsSQL
-
