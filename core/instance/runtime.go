@@ -62,6 +62,9 @@ func (m *Manager) Declare(ctx context.Context, uuid string, d Declaration, by ev
 		c.rt.declared = d
 		old := c.rec.Config[KeyReady] // "" right after a daemon start
 		if ready {
+			// Ready, late or not: readiness.timeout no longer says what
+			// the guest is, and a later probe failure must read as one.
+			c.rt.readyTimedOut = false
 			if old != "true" {
 				c.rec.Config[KeyReady] = "true"
 				c.persist = true
@@ -76,6 +79,14 @@ func (m *Manager) Declare(ctx context.Context, uuid string, d Declaration, by ev
 			c.note(kindReady, old, "true", causeOf(by), d.Reason)
 			c.emit(events.InstanceReady, declContext(d), by)
 			return nil
+		}
+		if old == "" && c.rt.readyAt == nil {
+			// The first declaration to a restarted daemon says not Ready
+			// (a probe that fails): a boot that was Ready before the
+			// restart must not be marked not Ready in time.
+			if t := m.readySince(ctx, c.rec, time.Time{}); !t.IsZero() {
+				c.rt.readyAt = &t
+			}
 		}
 		if old != "false" {
 			c.rec.Config[KeyReady] = "false"
@@ -236,8 +247,9 @@ func (m *Manager) heartbeatOnly(e *entry, st AgentState, heartbeat time.Time) bo
 }
 
 // HandleBackendEvent handles an event of a backend's guest; wire it as
-// core/pluginhost's OnEvent. EventExited marks the guest stopped (Error
-// when the backend gave a failure detail, kept as the message), clears
+// core/pluginhost's OnEvent. EventExited marks the guest Stopped, or
+// Error when the backend says it crashed (sdk.ExitCrash; see guestExited),
+// clears
 // Ready and the agent, publishes instance-stopped and calls
 // Hooks.GuestStopped; EventReset clears Ready and calls Hooks.GuestReset;
 // other events of running guests go to Hooks.BackendEvent. Events for
@@ -278,7 +290,20 @@ func (m *Manager) HandleBackendEvent(backend string, ev sdk.Event) {
 	}
 }
 
-// guestExited handles the end of e's guest process. During an operation
+// exitName is the "exit" of an instance-stopped event's context: how the
+// guest ended, "poweroff" (an unclassified exit included) or "crash".
+func exitName(k sdk.ExitKind) string {
+	if k == sdk.ExitCrash {
+		return sdk.ExitCrash.String()
+	}
+	return sdk.ExitPoweroff.String()
+}
+
+// guestExited handles the end of e's guest process: Stopped when the
+// guest powered itself off (sdk.ExitPoweroff, or an exit the backend did
+// not classify), Error when it crashed (sdk.ExitCrash), whatever the
+// exit's detail, which is kept (the timeline entry; for a crash, the
+// instance's error). During an operation
 // the exit is kept for the operation to look at when it ends.
 func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
 	handled := false
@@ -293,14 +318,17 @@ func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
 		if c.rec.StartedAt != nil && ev.Time.Before(*c.rec.StartedAt) {
 			return nil // an exit of an earlier boot
 		}
-		power := status.PowerStopped
-		if ev.Detail != "" {
-			power = status.PowerError
-		}
-		m.stopped(c, power, ev.Detail, "backend", "guest exited")
-		ctxMap := map[string]any{}
-		if ev.Detail != "" {
-			ctxMap["error"] = ev.Detail
+		crashed := ev.Exit == sdk.ExitCrash
+		ctxMap := map[string]any{"exit": exitName(ev.Exit)}
+		if crashed {
+			msg := orDefault(ev.Detail, "the guest crashed")
+			m.stopped(c, status.PowerError, msg, "backend", "guest crashed")
+			ctxMap["error"] = msg
+		} else {
+			m.stopped(c, status.PowerStopped, "", "backend", strings.TrimSuffix("guest powered off: "+ev.Detail, ": "))
+			if ev.Detail != "" {
+				ctxMap["detail"] = ev.Detail
+			}
 		}
 		c.emit(events.InstanceStopped, ctxMap, byBackend)
 		handled = true
