@@ -343,7 +343,10 @@ func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
 	}
 }
 
-// guestReset handles a reboot of e's guest that kept its process.
+// guestReset handles a reboot of e's guest that kept its process: Ready
+// is cleared and Hooks.GuestReset called for every one; its timeline entry
+// draws from the guest's state budget (budgetReset), so a guest rebooting
+// in a loop cannot flood the store.
 func (m *Manager) guestReset(ctx context.Context, e *entry, ev sdk.Event) {
 	handled := false
 	_, err := m.mutate(ctx, e, func(c *change) error {
@@ -353,8 +356,16 @@ func (m *Manager) guestReset(ctx context.Context, e *entry, ev sdk.Event) {
 		if c.setReadyFalse("backend", "guest rebooted") {
 			c.emit(events.InstanceUnready, map[string]any{"reason": "reset"}, byBackend)
 		}
-		c.note(kindState, status.PowerRunning, status.PowerRunning, "backend", "guest rebooted")
 		handled = true
+		if !m.budgetReset(c) {
+			return nil
+		}
+		detail := "guest rebooted"
+		if n := c.rt.resetsDropped; n > 0 {
+			detail = fmt.Sprintf("guest rebooted (and %d more times over budget, not recorded)", n)
+			c.rt.resetsDropped = 0
+		}
+		c.note(kindState, status.PowerRunning, status.PowerRunning, "backend", detail)
 		return nil
 	})
 	if err != nil {
