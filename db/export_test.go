@@ -9,5 +9,10 @@ func ExecForBench(s Store, sql string, args ...any) error {
 	return s.(*sqlStore).wdb.Exec(sql, args...).Error
 }
 
-// PruneEventsSQL is the global event prune (retention.go).
-const PruneEventsSQL = pruneEventsSQL
+// PruneEventsSQL returns the global event prune of an engine (retention.go).
+func PruneEventsSQL(engine string) string {
+	if engine == EnginePostgres {
+		return pruneEventsPostgres
+	}
+	return pruneEventsSQL
+}

@@ -83,10 +83,24 @@ func (w *writer) account(op *writeOp) {
 //
 // MATERIALIZED makes both engines compute cut and floors once; CROSS JOIN
 // keeps SQLite's planner from walking the primary key below the cut (every
-// row the floors keep) instead. The cost is about (instances x keep.floor)
-// index entries, never the rows kept: BenchmarkPruneEventsFloor10k
-// (docs/store.md).
-const pruneEventsSQL = `WITH RECURSIVE "names"("name") AS (` +
+// row the floors keep) instead (PostgreSQL: pruneEventsPostgres). The cost
+// is about (instances x keep.floor) index entries, never the rows kept:
+// BenchmarkPruneEventsFloor10k (docs/store.md).
+const pruneEventsSQL = pruneEventsFloors +
+	`DELETE FROM "events" WHERE "id" IN (SELECT "e"."id" FROM "floors" CROSS JOIN "events" AS "e" ` +
+	`WHERE "e"."instance" = "floors"."name" AND "e"."id" < "floors"."id" AND "e"."id" < (SELECT "id" FROM "cut"))`
+
+// pruneEventsPostgres is pruneEventsSQL for PostgreSQL, whose planner
+// flattens the CROSS JOIN into a hash join over every event below the cut:
+// a LATERAL subquery fenced by OFFSET 0 keeps the range scan per name.
+const pruneEventsPostgres = pruneEventsFloors +
+	`DELETE FROM "events" WHERE "id" IN (SELECT "d"."id" FROM "floors" CROSS JOIN LATERAL ` +
+	`(SELECT "e"."id" FROM "events" AS "e" WHERE "e"."instance" = "floors"."name" ` +
+	`AND "e"."id" < "floors"."id" AND "e"."id" < (SELECT "id" FROM "cut") OFFSET 0) AS "d")`
+
+// pruneEventsFloors is the WITH clause of both prune statements: names,
+// cut and floors.
+const pruneEventsFloors = `WITH RECURSIVE "names"("name") AS (` +
 	`SELECT (SELECT "instance" FROM "events" ORDER BY "instance" LIMIT 1) ` +
 	`UNION ALL SELECT (SELECT "instance" FROM "events" WHERE "instance" > "names"."name" ORDER BY "instance" LIMIT 1) ` +
 	`FROM "names" WHERE "names"."name" IS NOT NULL), ` +
@@ -96,9 +110,7 @@ const pruneEventsSQL = `WITH RECURSIVE "names"("name") AS (` +
 	`THEN COALESCE((SELECT "e"."id" FROM "events" AS "e" WHERE "e"."instance" = "names"."name" ORDER BY "e"."id" DESC LIMIT 1 OFFSET ?), 0) ` +
 	`ELSE (SELECT "id" FROM "cut") END ` +
 	`FROM "names" WHERE "names"."name" IS NOT NULL AND EXISTS (SELECT 1 FROM "events" AS "b" ` +
-	`WHERE "b"."instance" = "names"."name" AND "b"."id" < (SELECT "id" FROM "cut"))) ` +
-	`DELETE FROM "events" WHERE "id" IN (SELECT "e"."id" FROM "floors" CROSS JOIN "events" AS "e" ` +
-	`WHERE "e"."instance" = "floors"."name" AND "e"."id" < "floors"."id" AND "e"."id" < (SELECT "id" FROM "cut"))`
+	`WHERE "b"."instance" = "names"."name" AND "b"."id" < (SELECT "id" FROM "cut"))) `
 
 // eventFloor is the floor of each instance's events, at most its own limit.
 func (k retention) eventFloor() int { return max(min(k.floor, k.instanceEvents), 1) }
@@ -134,7 +146,11 @@ func (w *writer) prune() {
 	defer cancel()
 	err := w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if events {
-			err := tx.Exec(pruneEventsSQL, w.keep.events-1, w.keep.eventFloor()-1).Error
+			stmt := pruneEventsSQL
+			if w.engine == EnginePostgres {
+				stmt = pruneEventsPostgres
+			}
+			err := tx.Exec(stmt, w.keep.events-1, w.keep.eventFloor()-1).Error
 			if err != nil {
 				return fmt.Errorf("pruning events: %w", err)
 			}

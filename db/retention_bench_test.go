@@ -43,7 +43,7 @@ func BenchmarkPruneEventsFloor10k(b *testing.B) {
 			insert(instances*perInstance, "")
 			prune := func() {
 				b.Helper()
-				if err := db.ExecForBench(s, db.PruneEventsSQL, db.DefaultEventRetention-1, db.DefaultInstanceEventFloor-1); err != nil {
+				if err := db.ExecForBench(s, db.PruneEventsSQL(e.Name), db.DefaultEventRetention-1, db.DefaultInstanceEventFloor-1); err != nil {
 					b.Fatal(err)
 				}
 			}
