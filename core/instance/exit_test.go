@@ -31,7 +31,7 @@ func TestGuestExit(t *testing.T) {
 			"Stopped", "", "poweroff", "guest powered off: exit status 0 (guest)", "exit status 0 (guest)"},
 		{"unclassified with a detail", sdk.Event{Detail: "process ended"},
 			"Stopped", "", "poweroff", "guest powered off: process ended", "process ended"},
-		{"crash", sdk.Event{Exit: sdk.ExitCrash}, "Error", "the guest crashed", "crash", "guest crashed: the guest crashed", "the guest crashed"},
+		{"crash", sdk.Event{Exit: sdk.ExitCrash}, "Error", "the guest crashed", "crash", "the guest crashed", "the guest crashed"},
 		{"crash with a detail", sdk.Event{Exit: sdk.ExitCrash, Detail: "signal: killed (guest)"},
 			"Error", "signal: killed (guest)", "crash", "guest crashed: signal: killed (guest)", "signal: killed (guest)"},
 	}

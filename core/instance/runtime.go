@@ -249,8 +249,7 @@ func (m *Manager) heartbeatOnly(e *entry, st AgentState, heartbeat time.Time) bo
 // HandleBackendEvent handles an event of a backend's guest; wire it as
 // core/pluginhost's OnEvent. EventExited marks the guest Stopped, or
 // Error when the backend says it crashed (sdk.ExitCrash; see guestExited),
-// clears
-// Ready and the agent, publishes instance-stopped and calls
+// clears Ready and the agent, publishes instance-stopped and calls
 // Hooks.GuestStopped; EventReset clears Ready and calls Hooks.GuestReset;
 // other events of running guests go to Hooks.BackendEvent. Events for
 // unknown guests are dropped.
@@ -303,8 +302,8 @@ func exitName(k sdk.ExitKind) string {
 // guest powered itself off (sdk.ExitPoweroff, or an exit the backend did
 // not classify), Error when it crashed (sdk.ExitCrash), whatever the
 // exit's detail, which is kept (the timeline entry; for a crash, the
-// instance's error). During an operation
-// the exit is kept for the operation to look at when it ends.
+// instance's error). During an operation the exit is kept for the
+// operation to look at when it ends.
 func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
 	handled := false
 	_, err := m.mutate(ctx, e, func(c *change) error {
@@ -321,8 +320,11 @@ func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
 		crashed := ev.Exit == sdk.ExitCrash
 		ctxMap := map[string]any{"exit": exitName(ev.Exit)}
 		if crashed {
-			msg := orDefault(ev.Detail, "the guest crashed")
-			m.stopped(c, status.PowerError, msg, "backend", "guest crashed")
+			msg, detail := "the guest crashed", ""
+			if ev.Detail != "" {
+				msg, detail = ev.Detail, "guest crashed"
+			}
+			m.stopped(c, status.PowerError, msg, "backend", detail)
 			ctxMap["error"] = msg
 		} else {
 			m.stopped(c, status.PowerStopped, "", "backend", strings.TrimSuffix("guest powered off: "+ev.Detail, ": "))
