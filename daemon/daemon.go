@@ -79,8 +79,9 @@ type Config struct {
 	GuestRingBytes float64
 	GuestRingLines float64
 	// GuestStateChanges is each guest's budget of agent and Ready state
-	// changes per second, across devlxd and ring words (bursts of twice
-	// that; zero takes statebudget's defaults, 10 and 20).
+	// changes per second, across devlxd, ring words and the guest's own
+	// reboots (bursts of twice that; zero takes statebudget's defaults, 10
+	// and 20).
 	GuestStateChanges float64
 	// APILimits bound the admin API's concurrent requests (zero: defaults).
 	APILimits api.Limits
@@ -241,7 +242,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			}
 		},
 	})
-	// One state-change budget per guest across devlxd and ring words.
+	// One state-change budget per guest across devlxd, ring words and reboots.
 	stateBudget := statebudget.New(cfg.GuestStateChanges, int(2*cfg.GuestStateChanges))
 	d.monitor, err = agentmon.New(agentmon.Config{
 		Instances:   late,
@@ -274,6 +275,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		AllowDiskPaths: cfg.AllowDiskPaths,
 		Images:         d.images,
 		Location:       d.clusterName(),
+		StateBudget:    stateBudget,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)

@@ -46,7 +46,7 @@ func main() {
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	flag.Float64Var(&cfg.GuestRingBytes, "guest-ring-bytes", agentmon.DefaultRingBytesPerSecond, "ring-buffer bytes read per second from each guest; a guest writing more is throttled")
 	flag.Float64Var(&cfg.GuestRingLines, "guest-ring-lines", agentmon.DefaultRingLinesPerSecond, "ring-buffer lines read per second from each guest; a guest writing more is throttled")
-	flag.Float64Var(&cfg.GuestStateChanges, "guest-state-changes", statebudget.DefaultRate, "agent and Ready state changes per second from each guest (devlxd and ring words together; bursts of twice that); more are held back, the last one applied")
+	flag.Float64Var(&cfg.GuestStateChanges, "guest-state-changes", statebudget.DefaultRate, "agent and Ready state changes per second from each guest (devlxd, ring words and its reboots together; bursts of twice that); more are held back, the last one applied (reboots over it are counted, not recorded)")
 	flag.IntVar(&cfg.APILimits.MaxInFlight, "api-max-requests", 0, "admin API requests served at once, more wait briefly then get 503 (default 8 x GOMAXPROCS)")
 	flag.IntVar(&cfg.APILimits.MaxLists, "api-max-lists", 0, "instance lists served at once, apart from the other requests (default 2 x GOMAXPROCS)")
 	flag.StringVar(&cfg.Cluster.Name, "name", os.Getenv("GUESTLINK_NAME"), "this daemon's name as a cluster member (default: the host name; env GUESTLINK_NAME)")
