@@ -48,6 +48,11 @@ func TestDevlxdTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	inst1, err := d.client.Instance(ctx, "trusted1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metaData := "instance-id: " + inst1.UUID + "\nlocal-hostname: trusted1\n"
 	// A sim guest is a process: its backend declares instance_type "container".
 	untrusted := `{"api_version":"1.0","state":"Started","instance_type":"container","location":"` + host + `","auth":"untrusted","supported_storage_drivers":[]}` + "\n"
 	trusted := `{"api_version":"1.0","state":"Started","instance_type":"container","location":"` + host + `","auth":"trusted","supported_storage_drivers":[],"environment":{"server_clustered":false}}` + "\n"
@@ -64,7 +69,13 @@ func TestDevlxdTrusted(t *testing.T) {
 		{"token: own instance", g1.socket, "GET", "/1.0/instances/trusted1", []string{bearer}, 200, js, `{"name":"trusted1","devices":{}}` + "\n"},
 		{"token: instance outside scope", g1.socket, "GET", "/1.0/instances/trusted2", []string{bearer}, 404, text, "Not Found\n"},
 		{"token from another guest", g2.socket, "GET", "/1.0", []string{bearer}, 403, text, `Failed verifying bearer token: identity devlxd/csi may not act for instance "trusted2"` + "\n"},
-		{"admin API token on devlxd", g1.socket, "GET", "/1.0", []string{"Authorization: Bearer " + admin.Token}, 403, text, "Failed verifying bearer token: invalid devlxd token\n"},
+		// Not a devlxd token: served as untrusted, as LXD (not locked out).
+		{"admin API token: untrusted", g1.socket, "GET", "/1.0", []string{"Authorization: Bearer " + admin.Token}, 200, js, untrusted},
+		{"admin API token: meta-data", g1.socket, "GET", "/1.0/meta-data", []string{"Authorization: Bearer " + admin.Token}, 200, "application/octet-stream", metaData},
+		{"admin API token: config", g1.socket, "GET", "/1.0/config", []string{"Authorization: Bearer " + admin.Token}, 200, js, "[]\n"},
+		{"admin API token: management refused", g1.socket, "GET", "/1.0/instances/trusted1", []string{"Authorization: Bearer " + admin.Token}, 403, text, "You must be authenticated\n"},
+		{"random bearer: meta-data", g1.socket, "GET", "/1.0/meta-data", []string{"Authorization: Bearer 3q2+7w=="}, 200, "application/octet-stream", metaData},
+		{"random bearer: config", g1.socket, "GET", "/1.0/config", []string{"Authorization: Bearer 3q2+7w=="}, 200, js, "[]\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := curlDevlxd(ctx, t, tc.socket, tc.method, tc.path, "", tc.headers...)
@@ -130,7 +141,7 @@ func TestDevlxdTrusted(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = curlDevlxd(ctx, t, g1.socket, "GET", "/1.0", "", bearer)
-	if got.status != 403 || string(got.body) != "Failed verifying bearer token: invalid devlxd token (unknown or revoked)\n" {
+	if got.status != 403 || string(got.body) != "Failed verifying bearer token: Unrecognized token subject: No secret found for bearer token identity\n" {
 		t.Fatalf("revoked token: %d %q", got.status, got.body)
 	}
 }

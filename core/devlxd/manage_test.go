@@ -110,7 +110,7 @@ func TestManagementOwnership(t *testing.T) {
 	}}
 	var devs *fakeDevices
 	e := newEnv(t, func(c *Config) {
-		c.Tokens = fakeTokens{"tok": {Name: "csi", Instances: []string{"a"}}}
+		c.Tokens = fakeTokens{tokA: {Name: "csi", Instances: []string{"a"}}}
 		c.Storage = st
 	})
 	devs = &fakeDevices{insts: e.insts, uuid: uuidA}
@@ -123,7 +123,7 @@ func TestManagementOwnership(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.Header.Set("Authorization", "Bearer tok")
+		r.Header.Set("Authorization", "Bearer "+tokA)
 		resp, err := a.Do(r)
 		if err != nil {
 			t.Fatal(err)
