@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/internal/devlxdconf"
 )
 
 // TestDevlxdTrusted checks the trusted devlxd API end to end: a devlxd
@@ -54,8 +55,10 @@ func TestDevlxdTrusted(t *testing.T) {
 	}
 	metaData := "instance-id: " + inst1.UUID + "\nlocal-hostname: trusted1\n"
 	// A sim guest is a process: its backend declares instance_type "container".
-	untrusted := `{"api_version":"1.0","state":"Started","instance_type":"container","location":"` + host + `","auth":"untrusted","supported_storage_drivers":[]}` + "\n"
-	trusted := `{"api_version":"1.0","state":"Started","instance_type":"container","location":"` + host + `","auth":"trusted","supported_storage_drivers":[],"environment":{"server_clustered":false}}` + "\n"
+	// GET /1.0 from the record of LXD's field order (devlxdconf).
+	sim := devlxdconf.Guest{Location: host, InstanceType: "container"}
+	untrusted := devlxdconf.Info(sim, "Started") + "\n"
+	trusted := devlxdconf.TrustedInfo(sim, "Started") + "\n"
 	for _, tc := range []struct {
 		name, socket, method, path string
 		headers                    []string

@@ -118,7 +118,7 @@ func TestInstanceType(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, func(c *Config) { c.InstanceTypes = tt.types })
-			want := sync200(`{"api_version":"1.0","state":"Started","instance_type":"` + tt.want + `","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)
+			want := sync200(`{"state":"Started","api_version":"1.0","instance_type":"` + tt.want + `","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)
 			if got := do(t, e.client(uuidA, e.agents["a"]), "GET", "/1.0", ""); got != want {
 				t.Fatalf("GET /1.0 = %+v, want %+v", got, want)
 			}
@@ -143,7 +143,7 @@ func TestInfoFollowsReadyAndType(t *testing.T) {
 	a := e.client(uuidA, e.agents["a"])
 	b := e.client(uuidB, e.agents["b"])
 	info := func(state, typ string) answer {
-		return sync200(`{"api_version":"1.0","state":"` + state + `","instance_type":"` + typ + `","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)
+		return sync200(`{"state":"` + state + `","api_version":"1.0","instance_type":"` + typ + `","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)
 	}
 	check := func(c *http.Client, want answer) {
 		t.Helper()

@@ -36,8 +36,8 @@ func TestEndpoints(t *testing.T) {
 		want   answer
 	}{
 		{"root", a, "GET", "/", "", sync200(`["/1.0"]`)},
-		{"info started", a, "GET", "/1.0", "", sync200(`{"api_version":"1.0","state":"Started","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
-		{"info ready", b, "GET", "/1.0", "", sync200(`{"api_version":"1.0","state":"Ready","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
+		{"info started", a, "GET", "/1.0", "", sync200(`{"state":"Started","api_version":"1.0","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
+		{"info ready", b, "GET", "/1.0", "", sync200(`{"state":"Ready","api_version":"1.0","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
 		{"config list", a, "GET", "/1.0/config", "", sync200(`["/1.0/config/cloud-init.user-data","/1.0/config/user.foo","/1.0/config/user.meta-data","/1.0/config/cloud-init.vendor-data","/1.0/config/user.vendor-data"]`)},
 		{"config list without ssh keys", b, "GET", "/1.0/config", "", sync200(`["/1.0/config/cloud-init.user-data","/1.0/config/user.foo"]`)},
 		{"config key", a, "GET", "/1.0/config/user.foo", "", sync200(`"bar"`)},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/internal/devlxdconf"
 )
 
 // devlxdToken is a value of devlxd token form (auth.IsDevlxdToken) made
@@ -76,8 +77,10 @@ func TestTrustedAuth(t *testing.T) {
 	e.insts.setConfig(uuidA, "volatile.root.devlxd.owner", "devlxd/csi")
 	a := e.client(uuidA, e.agents["a"])
 	b := e.client(uuidB, e.agents["b"])
-	const untrusted = `{"api_version":"1.0","state":"Started","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`
-	const trusted = `{"api_version":"1.0","state":"Started","instance_type":"virtual-machine","location":"host1","auth":"trusted","supported_storage_drivers":[],"environment":{"server_clustered":false}}`
+	// GET /1.0 from the record of LXD's field order (devlxdconf).
+	vm := devlxdconf.Guest{Location: "host1", InstanceType: "virtual-machine"}
+	untrusted := devlxdconf.Info(vm, "Started")
+	trusted := devlxdconf.TrustedInfo(vm, "Started")
 	for _, tt := range []struct {
 		name, method, path, token string
 		c                         *http.Client
