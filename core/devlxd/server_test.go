@@ -67,7 +67,7 @@ func TestEndpoints(t *testing.T) {
 		{"options", a, "OPTIONS", "/1.0", "", fail(404, `Method "OPTIONS" not found`)},
 		{"post events", a, "POST", "/1.0/events", "", fail(501, "Not Implemented")},
 		{"ubuntu-pro", a, "GET", "/1.0/ubuntu-pro", "", sync200(`{"guest_attach":"off"}`)},
-		{"ubuntu-pro token", a, "POST", "/1.0/ubuntu-pro/token", "", fail(403, "Guest attachment not allowed")},
+		{"ubuntu-pro token", a, "POST", "/1.0/ubuntu-pro/token", "", fail(403, "Failed getting an Ubuntu Pro guest token: Guest attachment not allowed")},
 		{"ubuntu-pro token get", a, "GET", "/1.0/ubuntu-pro/token", "", fail(501, "Not Implemented")},
 		{"put config", a, "PUT", "/1.0/config/user.foo", "x", fail(501, "Not Implemented")},
 		{"delete root", a, "DELETE", "/", "", fail(501, "Not Implemented")},

@@ -205,7 +205,7 @@ func requests(g Guest) []request {
 		{"image export POST", "POST", "/1.0/images/" + fingerprint + "/export", "", notImpl},
 		{"ubuntu-pro", "GET", "/1.0/ubuntu-pro", "", okJSON(LXDObject("DevLXDUbuntuProSettings", map[string]string{"guest_attach": `"off"`}))},
 		{"ubuntu-pro PUT", "PUT", "/1.0/ubuntu-pro", `{"guest_attach":"on"}`, notImpl},
-		{"ubuntu-pro token", "POST", "/1.0/ubuntu-pro/token", "", fail(403, "Guest attachment not allowed")},
+		{"ubuntu-pro token", "POST", "/1.0/ubuntu-pro/token", "", fail(403, "Failed getting an Ubuntu Pro guest token: Guest attachment not allowed")},
 		{"ubuntu-pro token GET", "GET", "/1.0/ubuntu-pro/token", "", notImpl},
 		// guestlink's deliberate difference: LXD answers 200 ["/1.0"] here.
 		{"unknown path", "GET", "/1.0/nope", "", fail(404, "Not Found")},
