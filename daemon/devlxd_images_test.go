@@ -14,8 +14,10 @@ import (
 
 // TestDevlxdImageExport checks devlxd's GET /1.0/images/{fingerprint}/export
 // against the daemon's real image store, through the guest's agent: 403
-// while security.devlxd.images is off, the image's exact bytes once it is
-// on, 404 for an image the store does not have.
+// while security.devlxd.images is off; once it is on, 404 for a private
+// image (as LXD: only public or cached images are served), the image's
+// exact bytes once it is made public, 404 for an image the store does not
+// have.
 func TestDevlxdImageExport(t *testing.T) {
 	t.Parallel()
 	d := newDaemon(t)
@@ -47,6 +49,16 @@ func TestDevlxdImageExport(t *testing.T) {
 	}
 	if _, err := d.client.UpdateConfig(ctx, "imgx", map[string]string{"security.devlxd.images": "true"}, nil); err != nil {
 		t.Fatal(err)
+	}
+	// Imported without --public: private, and LXD answers Not Found for
+	// a private image (in the main API's envelope).
+	notFound := `{"type":"error","status":"","status_code":0,"operation":"","error_code":404,"error":"Not Found","metadata":null}` + "\n"
+	if a := curlDevlxd(ctx, t, g.socket, "GET", path, ""); a.status != 404 || a.contentType != "application/json" || string(a.body) != notFound {
+		t.Fatalf("export of a private image: %d %q %q, want 404 %q", a.status, a.contentType, a.body, notFound)
+	}
+	public := true
+	if im, err := d.client.UpdateImage(ctx, "tiny", api.ImagePatch{Public: &public}); err != nil || !im.Public {
+		t.Fatalf("making the image public: %+v, %v", im, err)
 	}
 	a := curlDevlxd(ctx, t, g.socket, "GET", path, "")
 	if a.status != 200 {

@@ -18,7 +18,8 @@ import (
 // ImageStore gives devlxd read access to the host's image store.
 type ImageStore interface {
 	// ImageFile returns the path of the image file whose sha256 fingerprint is fingerprint (full, lowercase hex)
-	// and the file name to offer the client; an error wrapping errdefs.ErrNotFound if there is none.
+	// and the file name to offer the client; an error wrapping errdefs.ErrNotFound if there is none or
+	// guests may not download it (LXD's rule: only public or cached images; a private one is Not Found).
 	ImageFile(ctx context.Context, fingerprint string) (path, name string, err error)
 }
 
