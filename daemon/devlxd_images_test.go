@@ -5,6 +5,9 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -56,6 +59,10 @@ func TestDevlxdImageExport(t *testing.T) {
 	if a := curlDevlxd(ctx, t, g.socket, "GET", path, ""); a.status != 404 || a.contentType != "application/json" || string(a.body) != notFound {
 		t.Fatalf("export of a private image: %d %q %q, want 404 %q", a.status, a.contentType, a.body, notFound)
 	}
+	// LXD's API error carries nosniff; the agent relays it to the guest.
+	if h := devlxdHeaders(ctx, t, g.socket, path); h.Get("X-Content-Type-Options") != "nosniff" {
+		t.Fatalf("export error headers %v: want X-Content-Type-Options: nosniff", h)
+	}
 	public := true
 	if im, err := d.client.UpdateImage(ctx, "tiny", api.ImagePatch{Public: &public}); err != nil || !im.Public {
 		t.Fatalf("making the image public: %+v, %v", im, err)
@@ -71,4 +78,28 @@ func TestDevlxdImageExport(t *testing.T) {
 	if a := curlDevlxd(ctx, t, g.socket, "GET", "/1.0/images/"+hex.EncodeToString(other[:])+"/export", ""); a.status != 404 {
 		t.Fatalf("export of an unknown image: %d %q, want 404", a.status, a.body)
 	}
+}
+
+// devlxdHeaders sends GET path to the guest's /dev/lxd/sock and returns the
+// answer's headers.
+func devlxdHeaders(ctx context.Context, t *testing.T, socket, path string) http.Header {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}}
+	defer c.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://lxd"+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s on %s: %v", path, socket, err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header
 }

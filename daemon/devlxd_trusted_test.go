@@ -5,9 +5,11 @@ import (
 	"os"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/internal/devlxdconf"
+	"github.com/guestlink/guestlink/internal/testwait"
 )
 
 // TestDevlxdTrusted checks the trusted devlxd API end to end: a devlxd
@@ -138,6 +140,28 @@ func TestDevlxdTrusted(t *testing.T) {
 	if got.status != 403 || string(got.body) != "Not authorized to use storage volume \"admin-vol\"\n" {
 		t.Fatalf("attach of a volume not owned: %d %q", got.status, got.body)
 	}
+
+	// A devlxd token may expire after seconds, as LXD's: issued for 2 s it
+	// is trusted, then refused with LXD's expiry text once it has expired.
+	short, err := d.client.IssueDevlxdToken(ctx, "csi", "2s")
+	if err != nil {
+		t.Fatalf("issuing a 2s devlxd token: %v", err)
+	}
+	if short.ExpiresAt == nil || time.Until(*short.ExpiresAt) > 2*time.Second {
+		t.Fatalf("2s token expires at %v", short.ExpiresAt)
+	}
+	shortBearer := "Authorization: Bearer " + short.Token
+	if got := curlDevlxd(ctx, t, g1.socket, "GET", "/1.0", "", shortBearer); got.status != 200 || string(got.body) != trusted {
+		t.Fatalf("fresh 2s token: %d %q", got.status, got.body)
+	}
+	const expired = "Failed verifying bearer token: Failed authenticating bearer token: Token is not valid: token has invalid claims: token is expired\n"
+	testwait.For(t, "the 2s token to expire", 30*time.Second, func() bool {
+		return string(curlDevlxd(ctx, t, g1.socket, "GET", "/1.0/meta-data", "", shortBearer).body) == expired
+	})
+	if time.Now().Before(*short.ExpiresAt) {
+		t.Fatalf("refused as expired before its expiry %v", short.ExpiresAt)
+	}
+	bearer = shortBearer
 
 	// Revoked: the guest's token no longer verifies.
 	if err := d.client.RevokeDevlxdToken(ctx, "csi"); err != nil {

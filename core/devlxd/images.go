@@ -35,35 +35,35 @@ var fingerprintRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 func (s *Server) getImageExport(c *fiber.Ctx) error {
 	inst := callerOf(c)
 	if !guestview.ImagesEnabled(inst.Config) {
-		return sendError(c, http.StatusForbidden, "")
+		return imageError(c, http.StatusForbidden)
 	}
 	if p := c.Query("project"); p != "" && p != "default" {
-		return sendError(c, http.StatusNotFound, "")
+		return imageError(c, http.StatusNotFound)
 	}
 	fp, err := url.PathUnescape(c.Params("fingerprint"))
 	if err != nil || !fingerprintRE.MatchString(fp) || s.cfg.Images == nil {
-		return sendError(c, http.StatusNotFound, "")
+		return imageError(c, http.StatusNotFound)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	path, name, err := s.cfg.Images.ImageFile(ctx, fp)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return sendError(c, http.StatusNotFound, "")
+		return imageError(c, http.StatusNotFound)
 	}
 	if err != nil {
 		s.cfg.Logger.Error("devlxd: looking up image", "instance", inst.Name, "fingerprint", fp, "err", err)
-		return sendError(c, http.StatusInternalServerError, "")
+		return imageError(c, http.StatusInternalServerError)
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		s.cfg.Logger.Error("devlxd: opening image", "instance", inst.Name, "fingerprint", fp, "err", err)
-		return sendError(c, http.StatusInternalServerError, "")
+		return imageError(c, http.StatusInternalServerError)
 	}
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
 		f.Close()
 		s.cfg.Logger.Error("devlxd: image is not a readable file", "instance", inst.Name, "path", path, "err", err)
-		return sendError(c, http.StatusInternalServerError, "")
+		return imageError(c, http.StatusInternalServerError)
 	}
 	if name == "" {
 		name = fp
@@ -76,4 +76,12 @@ func (s *Server) getImageExport(c *fiber.Ctx) error {
 	// fasthttp closes f once the body is sent.
 	c.Response().SetBodyStream(f, int(st.Size()))
 	return nil
+}
+
+// imageError answers an image export with LXD's main-API error: the
+// envelope with the status text, and X-Content-Type-Options: nosniff, as
+// LXD's API errors carry (the agent relays both to the guest).
+func imageError(c *fiber.Ctx, code int) error {
+	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	return sendError(c, code, "")
 }

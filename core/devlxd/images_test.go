@@ -85,6 +85,10 @@ func TestImageExport(t *testing.T) {
 			if got != tt.want {
 				t.Fatalf("GET %s:\n got %+v\nwant %+v", tt.path, got, tt.want)
 			}
+			// LXD's API errors carry nosniff (the agent relays it).
+			if n := resp.Header.Get("X-Content-Type-Options"); tt.want.status != 200 && n != "nosniff" {
+				t.Errorf("X-Content-Type-Options %q on a %d, want nosniff", n, tt.want.status)
+			}
 			if d := resp.Header.Get("Content-Disposition"); d != tt.disp {
 				t.Errorf("Content-Disposition %q, want %q", d, tt.disp)
 			}
