@@ -14,8 +14,12 @@ type Image struct {
 	Properties  map[string]string `json:"properties"`
 	// Kernel and Initrd say whether the store holds a kernel (and initrd)
 	// for direct boot taken from the image.
-	Kernel     bool      `json:"kernel"`
-	Initrd     bool      `json:"initrd"`
+	Kernel bool `json:"kernel"`
+	Initrd bool `json:"initrd"`
+	// Public is true when guests may download the image through devlxd
+	// (GET /1.0/images/{fp}/export with security.devlxd.images=true), as
+	// LXD's public flag; images are private unless marked public.
+	Public     bool      `json:"public"`
 	CreatedAt  time.Time `json:"created_at"`
 	UploadedAt time.Time `json:"uploaded_at"`
 }
@@ -39,6 +43,15 @@ type ImagesPost struct {
 	Properties map[string]string `json:"properties,omitempty"`
 	Kernel     string            `json:"kernel,omitempty"`
 	Initrd     string            `json:"initrd,omitempty"`
+	// Public marks the new image public (guests may download it through
+	// devlxd); false keeps it private.
+	Public bool `json:"public,omitempty"`
+}
+
+// ImagePatch is the body of PATCH /1.0/images/{fp}: the fields to change
+// (nil keeps one). Only the public flag can change.
+type ImagePatch struct {
+	Public *bool `json:"public,omitempty"`
 }
 
 // ImageAliasesPost is the body of POST /1.0/images/aliases.

@@ -49,6 +49,19 @@ func (c *Client) DeleteImage(ctx context.Context, ref string) error {
 	return c.do(ctx, http.MethodDelete, "/1.0/images/"+url.PathEscape(ref), nil, nil, nil)
 }
 
+// UpdateImage changes the image ref (alias, fingerprint or unique prefix)
+// as req says (PATCH /1.0/images/{fp}) and returns it.
+func (c *Client) UpdateImage(ctx context.Context, ref string, req wire.ImagePatch) (*wire.Image, error) {
+	if a, err := c.ImageAlias(ctx, ref); err == nil {
+		ref = a.Target
+	}
+	var out wire.Image
+	if err := c.do(ctx, http.MethodPatch, "/1.0/images/"+url.PathEscape(ref), nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // ImageAliases lists the aliases with their targets.
 func (c *Client) ImageAliases(ctx context.Context) ([]wire.ImageAlias, error) {
 	var out []wire.ImageAlias

@@ -5,8 +5,11 @@ import (
 	"os"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/internal/devlxdconf"
+	"github.com/guestlink/guestlink/internal/testwait"
 )
 
 // TestDevlxdTrusted checks the trusted devlxd API end to end: a devlxd
@@ -48,9 +51,16 @@ func TestDevlxdTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	inst1, err := d.client.Instance(ctx, "trusted1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metaData := "instance-id: " + inst1.UUID + "\nlocal-hostname: trusted1\n"
 	// A sim guest is a process: its backend declares instance_type "container".
-	untrusted := `{"api_version":"1.0","state":"Started","instance_type":"container","location":"` + host + `","auth":"untrusted","supported_storage_drivers":[]}` + "\n"
-	trusted := `{"api_version":"1.0","state":"Started","instance_type":"container","location":"` + host + `","auth":"trusted","supported_storage_drivers":[],"environment":{"server_clustered":false}}` + "\n"
+	// GET /1.0 from the record of LXD's field order (devlxdconf).
+	sim := devlxdconf.Guest{Location: host, InstanceType: "container"}
+	untrusted := devlxdconf.Info(sim, "Started") + "\n"
+	trusted := devlxdconf.TrustedInfo(sim, "Started") + "\n"
 	for _, tc := range []struct {
 		name, socket, method, path string
 		headers                    []string
@@ -64,7 +74,13 @@ func TestDevlxdTrusted(t *testing.T) {
 		{"token: own instance", g1.socket, "GET", "/1.0/instances/trusted1", []string{bearer}, 200, js, `{"name":"trusted1","devices":{}}` + "\n"},
 		{"token: instance outside scope", g1.socket, "GET", "/1.0/instances/trusted2", []string{bearer}, 404, text, "Not Found\n"},
 		{"token from another guest", g2.socket, "GET", "/1.0", []string{bearer}, 403, text, `Failed verifying bearer token: identity devlxd/csi may not act for instance "trusted2"` + "\n"},
-		{"admin API token on devlxd", g1.socket, "GET", "/1.0", []string{"Authorization: Bearer " + admin.Token}, 403, text, "Failed verifying bearer token: invalid devlxd token\n"},
+		// Not a devlxd token: served as untrusted, as LXD (not locked out).
+		{"admin API token: untrusted", g1.socket, "GET", "/1.0", []string{"Authorization: Bearer " + admin.Token}, 200, js, untrusted},
+		{"admin API token: meta-data", g1.socket, "GET", "/1.0/meta-data", []string{"Authorization: Bearer " + admin.Token}, 200, "application/octet-stream", metaData},
+		{"admin API token: config", g1.socket, "GET", "/1.0/config", []string{"Authorization: Bearer " + admin.Token}, 200, js, "[]\n"},
+		{"admin API token: management refused", g1.socket, "GET", "/1.0/instances/trusted1", []string{"Authorization: Bearer " + admin.Token}, 403, text, "You must be authenticated\n"},
+		{"random bearer: meta-data", g1.socket, "GET", "/1.0/meta-data", []string{"Authorization: Bearer 3q2+7w=="}, 200, "application/octet-stream", metaData},
+		{"random bearer: config", g1.socket, "GET", "/1.0/config", []string{"Authorization: Bearer 3q2+7w=="}, 200, js, "[]\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := curlDevlxd(ctx, t, tc.socket, tc.method, tc.path, "", tc.headers...)
@@ -125,12 +141,34 @@ func TestDevlxdTrusted(t *testing.T) {
 		t.Fatalf("attach of a volume not owned: %d %q", got.status, got.body)
 	}
 
+	// A devlxd token may expire after seconds, as LXD's: issued for 2 s it
+	// is trusted, then refused with LXD's expiry text once it has expired.
+	short, err := d.client.IssueDevlxdToken(ctx, "csi", "2s")
+	if err != nil {
+		t.Fatalf("issuing a 2s devlxd token: %v", err)
+	}
+	if short.ExpiresAt == nil || time.Until(*short.ExpiresAt) > 2*time.Second {
+		t.Fatalf("2s token expires at %v", short.ExpiresAt)
+	}
+	shortBearer := "Authorization: Bearer " + short.Token
+	if got := curlDevlxd(ctx, t, g1.socket, "GET", "/1.0", "", shortBearer); got.status != 200 || string(got.body) != trusted {
+		t.Fatalf("fresh 2s token: %d %q", got.status, got.body)
+	}
+	const expired = "Failed verifying bearer token: Failed authenticating bearer token: Token is not valid: token has invalid claims: token is expired\n"
+	testwait.For(t, "the 2s token to expire", 30*time.Second, func() bool {
+		return string(curlDevlxd(ctx, t, g1.socket, "GET", "/1.0/meta-data", "", shortBearer).body) == expired
+	})
+	if time.Now().Before(*short.ExpiresAt) {
+		t.Fatalf("refused as expired before its expiry %v", short.ExpiresAt)
+	}
+	bearer = shortBearer
+
 	// Revoked: the guest's token no longer verifies.
 	if err := d.client.RevokeDevlxdToken(ctx, "csi"); err != nil {
 		t.Fatal(err)
 	}
 	got = curlDevlxd(ctx, t, g1.socket, "GET", "/1.0", "", bearer)
-	if got.status != 403 || string(got.body) != "Failed verifying bearer token: invalid devlxd token (unknown or revoked)\n" {
+	if got.status != 403 || string(got.body) != "Failed verifying bearer token: Unrecognized token subject: No secret found for bearer token identity\n" {
 		t.Fatalf("revoked token: %d %q", got.status, got.body)
 	}
 }

@@ -16,7 +16,10 @@ type Image struct {
 	Kernel     bool              `gorm:"not null;default:false"`
 	Initrd     bool              `gorm:"not null;default:false"`
 	Properties map[string]string `gorm:"serializer:json;not null"` // os, release, build inputs, ...
-	CreatedAt  time.Time         `gorm:"not null"`
+	// Public is true when guests may download the image through devlxd
+	// (LXD's public flag); false, the default, keeps it private.
+	Public    bool      `gorm:"not null;default:false"`
+	CreatedAt time.Time `gorm:"not null"`
 }
 
 // ImageAlias is a name for an image.

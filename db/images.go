@@ -19,6 +19,9 @@ type ImageStore interface {
 	Image(ctx context.Context, fingerprint string) (*Image, error)
 	// Images lists the images, oldest first.
 	Images(ctx context.Context) ([]*Image, error)
+	// SetImagePublic sets the public flag of the image with this
+	// fingerprint; ErrNotFound if there is none.
+	SetImagePublic(ctx context.Context, fingerprint string, public bool) error
 	// DeleteImage removes the image with this fingerprint and its aliases.
 	DeleteImage(ctx context.Context, fingerprint string) error
 	// CreateImageAlias names the image with fingerprint; ErrNotFound if
@@ -197,6 +200,17 @@ func (s *sqlStore) DeleteImageAlias(ctx context.Context, name string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("deleting image alias %q: %w", name, translate(err))
+	}
+	return nil
+}
+
+// SetImagePublic sets an image's public flag.
+func (s *sqlStore) SetImagePublic(ctx context.Context, fingerprint string, public bool) error {
+	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
+		return affectedOne(tx.Model(&Image{}).Where("fingerprint = ?", fingerprint).Update("public", public))
+	})
+	if err != nil {
+		return fmt.Errorf("setting image %s public=%t: %w", fingerprint, public, translate(err))
 	}
 	return nil
 }

@@ -66,6 +66,21 @@ func TestImageStore(t *testing.T) {
 			if err := s.DeleteImageAlias(ctx, "stable"); !errors.Is(err, db.ErrNotFound) {
 				t.Fatalf("second alias delete: %v", err)
 			}
+			// The public flag: private by default, set both ways, kept.
+			if got.Public {
+				t.Fatalf("a new image is public: %+v", got)
+			}
+			for _, public := range []bool{true, false, true} {
+				if err := s.SetImagePublic(ctx, hash(1), public); err != nil {
+					t.Fatalf("SetImagePublic(%t): %v", public, err)
+				}
+				if got, err := s.Image(ctx, hash(1)); err != nil || got.Public != public {
+					t.Fatalf("after SetImagePublic(%t): %+v, %v", public, got, err)
+				}
+			}
+			if err := s.SetImagePublic(ctx, hash(9), true); !errors.Is(err, db.ErrNotFound) {
+				t.Fatalf("SetImagePublic of a missing image: %v", err)
+			}
 			if list, err := s.Images(ctx); err != nil || len(list) != 1 {
 				t.Fatalf("Images = %d, %v", len(list), err)
 			}

@@ -90,6 +90,7 @@ func migrations() []*gormigrate.Migration {
 		clusterMigration(),
 		rolesMigration(),
 		leaseMigration(),
+		imagesPublicMigration(),
 	}
 }
 

@@ -46,3 +46,24 @@ func imagesMigration() *gormigrate.Migration {
 		},
 	}
 }
+
+// imagesPublicMigration adds images.public: whether guests may download the
+// image through devlxd (LXD's public flag). Existing images stay private.
+func imagesPublicMigration() *gormigrate.Migration {
+	return &gormigrate.Migration{
+		ID: "202611270102_images_public",
+		Migrate: func(tx *gorm.DB) error {
+			// Frozen copy of the column as of this migration.
+			type withPublic struct {
+				Public bool `gorm:"not null;default:false"`
+			}
+			if err := tx.Table("images").Migrator().AddColumn(&withPublic{}, "Public"); err != nil {
+				return fmt.Errorf("adding images.public: %w", err)
+			}
+			return nil
+		},
+		Rollback: func(tx *gorm.DB) error {
+			return tx.Table("images").Migrator().DropColumn(&struct{ Public bool }{}, "Public")
+		},
+	}
+}

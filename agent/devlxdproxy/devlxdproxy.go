@@ -225,9 +225,9 @@ func (h *Handler) roundTrip(r *http.Request, path string, body []byte) (*http.Re
 }
 
 // relay copies the daemon's answer to the guest unchanged: status, the
-// headers of a file answer, body.
+// headers of a file answer and of an API error (nosniff), body.
 func (h *Handler) relay(w http.ResponseWriter, resp *http.Response) {
-	for _, k := range []string{"Content-Type", "Content-Length", "Content-Disposition", "Last-Modified"} {
+	for _, k := range []string{"Content-Type", "Content-Length", "Content-Disposition", "Last-Modified", "X-Content-Type-Options"} {
 		if v := resp.Header.Get(k); v != "" {
 			w.Header().Set(k, v)
 		}
@@ -259,7 +259,10 @@ func (h *Handler) passThrough(w http.ResponseWriter, resp *http.Response) {
 
 // unavailable answers a request the daemon could not answer as LXD's agent
 // does: 500 "Failed connecting to devLXD over vsock: <why>" (cloud-init's
-// LXD datasource retries on 500 only).
+// LXD datasource retries on 500 only). <why> is the kind of failure only,
+// "no daemon advertised yet" or "daemon unreachable": the error itself
+// (logged) can name host paths (a hybrid link's socket) and addresses the
+// guest has no business seeing.
 func (h *Handler) unavailable(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		return // the guest went away; nothing to answer
@@ -270,7 +273,11 @@ func (h *Handler) unavailable(w http.ResponseWriter, r *http.Request, err error)
 			h.OnUnreachable(err)
 		}
 	}
-	http.Error(w, unreachablePrefix+err.Error(), http.StatusInternalServerError)
+	why := upstream.ErrUnreachable.Error()
+	if errors.Is(err, upstream.ErrNoAdvertisement) {
+		why = upstream.ErrNoAdvertisement.Error()
+	}
+	http.Error(w, unreachablePrefix+why, http.StatusInternalServerError)
 }
 
 // parseTypes returns the event types of ?type= (config and device when

@@ -96,8 +96,10 @@ func TestForward(t *testing.T) {
 		{"plain error passed", &fakeUpstream{status: 401, ctype: "text/plain", body: "Unauthorized\n"}, "GET", "/1.0", "", 401, "text/plain; charset=utf-8", "Unauthorized\n", ""},
 		{"binary passed", &fakeUpstream{status: 200, ctype: "application/octet-stream", body: "\x00\x01image"}, "GET", "/1.0/images/abc/export", "", 200, "application/octet-stream", "\x00\x01image", ""},
 		{"no advertisement", &fakeUpstream{err: upstream.ErrNoAdvertisement}, "GET", "/1.0", "", 500, "text/plain; charset=utf-8", "Failed connecting to devLXD over vsock: no daemon advertised yet\n", ""},
-		{"unreachable", &fakeUpstream{err: fmt.Errorf("%w: refused", upstream.ErrUnreachable)}, "GET", "/1.0", "", 500, "text/plain; charset=utf-8", "Failed connecting to devLXD over vsock: daemon unreachable: refused\n", ""},
-		{"timeout", &fakeUpstream{err: fmt.Errorf("%w: %w", upstream.ErrUnreachable, context.DeadlineExceeded)}, "GET", "/1.0", "", 500, "text/plain; charset=utf-8", "Failed connecting to devLXD over vsock: daemon unreachable: context deadline exceeded\n", ""},
+		// The guest is told the kind of failure, never the error: a hybrid
+		// link's dial error names a host path.
+		{"unreachable", &fakeUpstream{err: fmt.Errorf("%w: GET /1.0: dial unix /var/lib/guestlink/guests/web1/link.sock: connect: connection refused", upstream.ErrUnreachable)}, "GET", "/1.0", "", 500, "text/plain; charset=utf-8", "Failed connecting to devLXD over vsock: daemon unreachable\n", ""},
+		{"timeout", &fakeUpstream{err: fmt.Errorf("%w: %w", upstream.ErrUnreachable, context.DeadlineExceeded)}, "GET", "/1.0", "", 500, "text/plain; charset=utf-8", "Failed connecting to devLXD over vsock: daemon unreachable\n", ""},
 		{"options answered locally", &fakeUpstream{status: 200, ctype: "application/json", body: sync200(nil)}, "OPTIONS", "/1.0", "", 404, "text/plain; charset=utf-8", "Method \"OPTIONS\" not found\n", ""},
 		{"custom method answered locally", &fakeUpstream{status: 200, ctype: "application/json", body: sync200(nil)}, "PROPFIND", "/nope", "", 404, "text/plain; charset=utf-8", "Method \"PROPFIND\" not found\n", ""},
 		{"head error", &fakeUpstream{status: 501, ctype: "application/json"}, "HEAD", "/1.0", "", 501, "text/plain; charset=utf-8", "", ""},

@@ -28,15 +28,16 @@ fingerprint or fingerprint prefix) on a backend that announces disk.v1.`,
 	alias := &cobra.Command{Use: "alias", Short: "Manage image aliases", Args: argsExactly(0),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
 	alias.AddCommand(s.imageAliasCreateCommand(), s.imageAliasListCommand(), s.imageAliasDeleteCommand())
-	cmd.AddCommand(s.imageImportCommand(), s.imageListCommand(), s.imageInfoCommand(), s.imageDeleteCommand(), alias, s.imageBuildCommand())
+	cmd.AddCommand(s.imageImportCommand(), s.imageListCommand(), s.imageInfoCommand(), s.imageSetCommand(), s.imageDeleteCommand(), alias, s.imageBuildCommand())
 	return cmd
 }
 
 func (s *session) imageImportCommand() *cobra.Command {
 	var alias, kernel, initrd string
 	var props []string
+	var public bool
 	cmd := &cobra.Command{
-		Use:   "import FILE [--alias NAME] [--property key=value ...]",
+		Use:   "import FILE [--alias NAME] [--property key=value ...] [--public]",
 		Short: "Copy a disk image file into the image store",
 		Long: `Copy the disk image FILE (raw or qcow2; a file on the daemon's machine,
 read by the daemon, which streams it through sha256) into the image store.
@@ -48,14 +49,17 @@ image (checked by magic before anything is copied), no larger than the
 daemon's --image-max-size (default 64GiB, apparent size). The copy is
 sparse and must fit in the free space of the daemon's image directory
 (else 507, saying how much is needed and available); interrupting the
-command stops the copy. See docs/guests.md.`,
+command stops the copy. See docs/guests.md.
+
+An image is private unless --public: only a public image can be downloaded
+by guests through devlxd (security.devlxd.images=true), as in LXD.`,
 		Args: argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := parseKeyValues(props, "property")
 			if err != nil {
 				return err
 			}
-			req := wire.ImagesPost{Alias: alias, Properties: p}
+			req := wire.ImagesPost{Alias: alias, Properties: p, Public: public}
 			for _, f := range []struct {
 				in  string
 				out *string
@@ -81,6 +85,7 @@ command stops the copy. See docs/guests.md.`,
 	cmd.Flags().StringArrayVarP(&props, "property", "p", nil, "property key=value to record (repeatable)")
 	cmd.Flags().StringVar(&kernel, "kernel", "", "kernel for direct boot (instead of the image's /boot)")
 	cmd.Flags().StringVar(&initrd, "initrd", "", "initrd for direct boot (with --kernel)")
+	cmd.Flags().BoolVar(&public, "public", false, "let guests download the image through devlxd")
 	return cmd
 }
 
@@ -141,7 +146,7 @@ func (s *session) imageInfoCommand() *cobra.Command {
 			}
 			return s.render(im, func(w io.Writer) error {
 				fmt.Fprintf(w, "Fingerprint: %s\nFilename: %s\nSize: %s (%d bytes)\nFormat: %s\n", im.Fingerprint, im.Filename, sizeCell(im.Size), im.Size, im.Format)
-				fmt.Fprintf(w, "Kernel: %t\nInitrd: %t\nCreated: %s\n", im.Kernel, im.Initrd, timeCell(&im.CreatedAt))
+				fmt.Fprintf(w, "Kernel: %t\nInitrd: %t\nPublic: %t\nCreated: %s\n", im.Kernel, im.Initrd, im.Public, timeCell(&im.CreatedAt))
 				fmt.Fprintln(w, "Aliases:")
 				for _, a := range im.Aliases {
 					fmt.Fprintf(w, "  - %s\n", a.Name)
@@ -151,6 +156,44 @@ func (s *session) imageInfoCommand() *cobra.Command {
 					fmt.Fprintf(w, "  %s: %s\n", k, im.Properties[k])
 				}
 				return nil
+			})
+		},
+	}
+}
+
+func (s *session) imageSetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "set IMAGE public=true|false",
+		Short: "Change an image: public=true lets guests download it through devlxd",
+		Long: `Change the image IMAGE (alias, fingerprint or fingerprint prefix). The only
+key is public: public=true lets guests whose instance has
+security.devlxd.images=true download the image through devlxd
+(GET /1.0/images/{fingerprint}/export); public=false makes it private again,
+and devlxd answers 404 Not Found for it, as LXD does for a private image.`,
+		Args: argsExactly(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kv, err := parseKeyValues(args[1:], "image setting")
+			if err != nil {
+				return err
+			}
+			var req wire.ImagePatch
+			for k, v := range kv {
+				if k != "public" {
+					return fmt.Errorf("invalid image setting %q: the only key is public", k)
+				}
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return fmt.Errorf("invalid image setting public=%q: true or false", v)
+				}
+				req.Public = &b
+			}
+			im, err := s.client.UpdateImage(cmd.Context(), args[0], req)
+			if err != nil {
+				return err
+			}
+			return s.render(im, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "Image %s: public=%t\n", im.Fingerprint, im.Public)
+				return err
 			})
 		},
 	}

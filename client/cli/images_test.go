@@ -48,6 +48,30 @@ func TestImageCommands(t *testing.T) {
 			t.Fatalf("info %s = %+v, %v", ref, im, err)
 		}
 	}
+	// public: private after import, set both ways, refused otherwise.
+	publicOf := func() bool {
+		t.Helper()
+		var im wire.Image
+		if err := json.Unmarshal([]byte(ok(t, srv, "image", "info", "zeros", "--format", "json")), &im); err != nil {
+			t.Fatal(err)
+		}
+		return im.Public
+	}
+	if publicOf() {
+		t.Fatal("an image imported without --public is public")
+	}
+	if out := ok(t, srv, "image", "set", "zeros", "public=true"); out != "Image "+fp+": public=true\n" || !publicOf() {
+		t.Fatalf("set public=true said %q", out)
+	}
+	if out := ok(t, srv, "image", "info", "zeros"); !strings.Contains(out, "Public: true\n") {
+		t.Fatalf("info:\n%s", out)
+	}
+	if ok(t, srv, "image", "set", fp[:10], "public=false"); publicOf() {
+		t.Fatal("set public=false left it public")
+	}
+	fails(t, srv, `invalid image setting "os": the only key is public`, "image", "set", "zeros", "os=x")
+	fails(t, srv, `invalid image setting public="maybe": true or false`, "image", "set", "zeros", "public=maybe")
+	fails(t, srv, `image "nope": no image has this alias or fingerprint: not found`, "image", "set", "nope", "public=true")
 	ok(t, srv, "image", "alias", "create", "stable", "zeros")
 	if out := ok(t, srv, "image", "alias", "list"); !strings.Contains(out, "stable") {
 		t.Fatalf("alias list:\n%s", out)
@@ -67,6 +91,15 @@ func TestImageCommands(t *testing.T) {
 
 	ok(t, srv, "image", "delete", "zeros")
 	fails(t, srv, `image "zeros": no image has this alias or fingerprint: not found`, "image", "info", "zeros")
+
+	// import --public.
+	if out := ok(t, srv, "image", "import", disk, "--alias", "pub", "--public"); out != "Image imported with fingerprint: "+fp+"\n" {
+		t.Fatalf("import --public said %q", out)
+	}
+	var pub wire.Image
+	if err := json.Unmarshal([]byte(ok(t, srv, "image", "info", "pub", "--format", "json")), &pub); err != nil || !pub.Public {
+		t.Fatalf("imported with --public: %+v, %v", pub, err)
+	}
 }
 
 // TestLaunchImportsLocalImage: launch debian-12 NAME with the image built

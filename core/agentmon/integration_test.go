@@ -208,7 +208,7 @@ func TestRealAgentOverHybridLink(t *testing.T) {
 	g, insts, inst, agent := r.g, r.insts, r.inst, r.proc
 
 	if code, ctype, body := guestCall(t, g.Socket(), "GET", "/1.0", ""); code != 200 || ctype != "application/json" ||
-		body != `{"api_version":"1.0","state":"Started","instance_type":"virtual-machine","location":"testhost","auth":"untrusted","supported_storage_drivers":[]}`+"\n" {
+		body != `{"state":"Started","api_version":"1.0","instance_type":"virtual-machine","location":"testhost","auth":"untrusted","supported_storage_drivers":[]}`+"\n" {
 		t.Fatalf("GET /1.0: %d %q %q", code, ctype, body)
 	}
 	if code, ctype, body := guestCall(t, g.Socket(), "GET", "/1.0/config/user.foo", ""); code != 200 || ctype != "application/octet-stream" || body != "bar\n%s" {

@@ -96,7 +96,7 @@ func (a *API) issueDevlxdToken(c *fiber.Ctx) error {
 	if err := decodeOptionalBody(c, &req); err != nil {
 		return err
 	}
-	expiry, err := auth.ParseExpiry(req.Expiry)
+	expiry, err := auth.ParseDevlxdExpiry(req.Expiry)
 	if err != nil {
 		return err
 	}

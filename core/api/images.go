@@ -23,6 +23,7 @@ type ImageService interface {
 	AddAlias(ctx context.Context, name, fp, description string) error
 	DeleteAlias(ctx context.Context, name string) error
 	Aliases(ctx context.Context) ([]*db.ImageAlias, []string, error)
+	SetPublic(ctx context.Context, ref string, public bool) (*images.Image, error)
 }
 
 var _ ImageService = (*images.Store)(nil)
@@ -36,6 +37,7 @@ func (a *API) registerImages(v1 fiber.Router) {
 	v1.Get("/images/aliases/:alias", a.getImageAlias)
 	v1.Delete("/images/aliases/:alias", a.deleteImageAlias)
 	v1.Get("/images/:fp", a.getImage)
+	v1.Patch("/images/:fp", a.patchImage)
 	v1.Delete("/images/:fp", a.deleteImage)
 }
 
@@ -52,7 +54,7 @@ func imageOut(im *images.Image, descriptions map[string]string) wire.Image {
 	out := wire.Image{
 		Fingerprint: im.Fingerprint, Filename: im.Filename, Size: im.Size, Format: im.Format, Type: "virtual-machine",
 		Aliases: []wire.ImageAlias{}, Properties: im.Properties, Kernel: im.Kernel, Initrd: im.Initrd,
-		CreatedAt: im.CreatedAt, UploadedAt: im.CreatedAt,
+		Public: im.Public, CreatedAt: im.CreatedAt, UploadedAt: im.CreatedAt,
 	}
 	if out.Properties == nil {
 		out.Properties = map[string]string{}
@@ -125,6 +127,7 @@ func (a *API) importImage(c *fiber.Ctx) error {
 	defer stop()
 	im, err := s.Import(ctx, req.Path, images.ImportOptions{
 		Alias: req.Alias, Filename: req.Filename, Properties: req.Properties, Kernel: req.Kernel, Initrd: req.Initrd,
+		Public: req.Public,
 	})
 	if err != nil {
 		return err
@@ -143,6 +146,35 @@ func (a *API) getImage(c *fiber.Ctx) error {
 		return err
 	}
 	im, err := s.Resolve(c.UserContext(), ref)
+	if err != nil {
+		return err
+	}
+	desc, err := descriptions(c.UserContext(), s)
+	if err != nil {
+		return err
+	}
+	return sync200(c, imageOut(im, desc))
+}
+
+// patchImage answers PATCH /1.0/images/{fp} {"public":true|false}: whether
+// guests may download the image through devlxd; the image object.
+func (a *API) patchImage(c *fiber.Ctx) error {
+	var req wire.ImagePatch
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	if req.Public == nil {
+		return badRequest(`invalid image update: nothing to change (only "public" can change)`)
+	}
+	s, err := a.imageService()
+	if err != nil {
+		return err
+	}
+	ref, err := pathParam(c, "fp", "fingerprint")
+	if err != nil {
+		return err
+	}
+	im, err := s.SetPublic(c.UserContext(), ref, *req.Public)
 	if err != nil {
 		return err
 	}

@@ -412,3 +412,37 @@ func TestRunPurges(t *testing.T) {
 		<-done
 	})
 }
+
+// TestParseDevlxdExpiry: a devlxd token may expire after as little as one
+// second, as LXD's (whose expiry expressions count whole seconds); the
+// admin API's tokens keep their one-minute floor (TestParseExpiry).
+func TestParseDevlxdExpiry(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want time.Duration
+		err  string
+	}{
+		{"", 0, ""},
+		{"1s", time.Second, ""},
+		{"30s", 30 * time.Second, ""},
+		{"90m", 90 * time.Minute, ""},
+		{"7d", 7 * 24 * time.Hour, ""},
+		{"0s", 0, `invalid expiry "0s": at least 1s`},
+		{"500ms", 0, `invalid expiry "500ms": at least 1s`},
+		{"-1s", 0, `invalid expiry "-1s": at least 1s`},
+		{"99999d", 0, `invalid expiry "99999d": at most`},
+	} {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := auth.ParseDevlxdExpiry(tt.in)
+			switch {
+			case tt.err == "" && (err != nil || got != tt.want):
+				t.Fatalf("ParseDevlxdExpiry(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			case tt.err != "" && (err == nil || !errors.Is(err, errdefs.ErrInvalid) || !strings.HasPrefix(err.Error(), tt.err)):
+				t.Fatalf("ParseDevlxdExpiry(%q) = %v, %v; want an invalid-argument error starting %q", tt.in, got, err, tt.err)
+			}
+		})
+	}
+	if _, err := auth.ParseExpiry("30s"); err == nil || !strings.Contains(err.Error(), "at least 1m:") {
+		t.Fatalf("ParseExpiry(30s) = %v, want the admin tokens' 1m floor", err)
+	}
+}

@@ -22,6 +22,25 @@ const TypeDevlxd = "devlxd"
 // PrefixDevlxd is the prefix of devlxd tokens.
 const PrefixDevlxd = "gld_"
 
+// Reasons a token of devlxd form is refused; AuthenticateDevlxd wraps one
+// of them together with errdefs.ErrUnauthorized, so devlxd can answer each
+// with LXD's words.
+var (
+	// ErrDevlxdTokenUnknown: no identity holds the token (never issued,
+	// replaced by a newer one, revoked, or its identity deleted).
+	ErrDevlxdTokenUnknown = errors.New("invalid devlxd token (unknown or revoked)")
+	// ErrDevlxdTokenExpired: the token's expiry has passed.
+	ErrDevlxdTokenExpired = errors.New("devlxd token expired")
+)
+
+// IsDevlxdToken reports whether token has the form of a devlxd token
+// (PrefixDevlxd and the length of the tokens IssueDevlxdToken makes),
+// without looking it up. devlxd checks only such values and serves any
+// other bearer value (an admin API token, another service's token) as an
+// untrusted caller, as LXD does with a bearer value that is not one of its
+// devlxd tokens.
+func IsDevlxdToken(token string) bool { return wellFormed(token, PrefixDevlxd) }
+
 // DevlxdCaller is a devlxd identity that authenticated.
 type DevlxdCaller struct {
 	// Name is the identity's name (without "devlxd/").
@@ -178,7 +197,7 @@ func (s *Service) RevokeDevlxdToken(ctx context.Context, name string) error {
 // (a valid token of an identity not scoped to caller).
 func (s *Service) AuthenticateDevlxd(ctx context.Context, token, caller string) (*DevlxdCaller, error) {
 	if !wellFormed(token, PrefixDevlxd) {
-		return nil, unauthorized("invalid devlxd token")
+		return nil, fmt.Errorf("not a devlxd token: %w: %w", ErrDevlxdTokenUnknown, errdefs.ErrUnauthorized)
 	}
 	st, err := s.devlxdStore()
 	if err != nil {
@@ -187,16 +206,16 @@ func (s *Service) AuthenticateDevlxd(ctx context.Context, token, caller string) 
 	h := Hash(token)
 	id, err := st.DevlxdIdentityByTokenHash(ctx, h)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil, unauthorized("invalid devlxd token (unknown or revoked)")
+		return nil, fmt.Errorf("%w: %w", ErrDevlxdTokenUnknown, errdefs.ErrUnauthorized)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("checking devlxd token: %w", err)
 	}
 	if !sameHash(id.TokenHash, h) {
-		return nil, unauthorized("invalid devlxd token (unknown or revoked)")
+		return nil, fmt.Errorf("%w: %w", ErrDevlxdTokenUnknown, errdefs.ErrUnauthorized)
 	}
 	if id.TokenExpiresAt != nil && !s.cfg.Now().Before(*id.TokenExpiresAt) {
-		return nil, unauthorized("devlxd token of devlxd/%s expired at %s", id.Name, id.TokenExpiresAt.Format(time.RFC3339))
+		return nil, fmt.Errorf("token of devlxd/%s expired at %s: %w: %w", id.Name, id.TokenExpiresAt.Format(time.RFC3339), ErrDevlxdTokenExpired, errdefs.ErrUnauthorized)
 	}
 	scope := splitInstances(id.Instances)
 	if !slices.Contains(scope, caller) {

@@ -96,13 +96,31 @@ func TestDevlxdTokens(t *testing.T) {
 			}
 		})
 	}
+	// Only the form of a devlxd token counts as one (devlxd serves any
+	// other bearer value as an untrusted caller).
+	for _, tt := range []struct {
+		name, token string
+		want        bool
+	}{
+		{"issued devlxd token", tok, true},
+		{"unknown devlxd-form token", auth.PrefixDevlxd + strings.Repeat("A", 43), true},
+		{"admin API token", admin, false},
+		{"empty", "", false},
+		{"prefix alone", auth.PrefixDevlxd, false},
+		{"one character short", tok[:len(tok)-1], false},
+		{"a JWT", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln", false},
+	} {
+		if got := auth.IsDevlxdToken(tt.token); got != tt.want {
+			t.Errorf("IsDevlxdToken(%s) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
 	// A devlxd token is no admin API token.
 	if _, err := svc.AuthenticateToken(ctx, tok); !errors.Is(err, errdefs.ErrUnauthorized) {
 		t.Fatalf("devlxd token on the admin API: %v, want unauthorized", err)
 	}
 	// Expiry.
 	clk.add(time.Hour)
-	if _, err := svc.AuthenticateDevlxd(ctx, tok, "web1"); !errors.Is(err, errdefs.ErrUnauthorized) || !strings.Contains(err.Error(), "expired") {
+	if _, err := svc.AuthenticateDevlxd(ctx, tok, "web1"); !errors.Is(err, errdefs.ErrUnauthorized) || !errors.Is(err, auth.ErrDevlxdTokenExpired) {
 		t.Fatalf("expired token: %v", err)
 	}
 	// Revoke, then delete.
@@ -113,7 +131,7 @@ func TestDevlxdTokens(t *testing.T) {
 	if err := svc.RevokeDevlxdToken(ctx, "csi"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.AuthenticateDevlxd(ctx, tok2, "web1"); !errors.Is(err, errdefs.ErrUnauthorized) {
+	if _, err := svc.AuthenticateDevlxd(ctx, tok2, "web1"); !errors.Is(err, errdefs.ErrUnauthorized) || !errors.Is(err, auth.ErrDevlxdTokenUnknown) {
 		t.Fatalf("revoked token: %v", err)
 	}
 	if err := svc.DeleteDevlxdIdentity(ctx, "csi"); err != nil {

@@ -70,7 +70,18 @@ type Identity struct {
 // ParseExpiry parses a token expiry: a Go duration ("90m", "24h") or a
 // number of days ("7d"), from one minute to MaxExpiry. "" means no expiry
 // (0).
-func ParseExpiry(s string) (time.Duration, error) {
+func ParseExpiry(s string) (time.Duration, error) { return parseExpiry(s, time.Minute) }
+
+// MinDevlxdExpiry is the shortest devlxd token expiry: one second, LXD's
+// (its expiry expressions count whole seconds, "30S"), so a test or a
+// one-off job can have a token that is gone in seconds.
+const MinDevlxdExpiry = time.Second
+
+// ParseDevlxdExpiry is ParseExpiry for devlxd tokens: from
+// MinDevlxdExpiry to MaxExpiry.
+func ParseDevlxdExpiry(s string) (time.Duration, error) { return parseExpiry(s, MinDevlxdExpiry) }
+
+func parseExpiry(s string, minimum time.Duration) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
@@ -91,8 +102,8 @@ func ParseExpiry(s string) (time.Duration, error) {
 		}
 	}
 	switch {
-	case d < time.Minute:
-		return 0, fmt.Errorf("invalid expiry %q: at least 1m: %w", s, errdefs.ErrInvalid)
+	case d < minimum:
+		return 0, fmt.Errorf("invalid expiry %q: at least %s: %w", s, strings.TrimSuffix(minimum.String(), "0s"), errdefs.ErrInvalid)
 	case d > MaxExpiry:
 		return 0, fmt.Errorf("invalid expiry %q: at most %dd: %w", s, int(MaxExpiry/(24*time.Hour)), errdefs.ErrInvalid)
 	}

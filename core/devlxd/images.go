@@ -18,7 +18,8 @@ import (
 // ImageStore gives devlxd read access to the host's image store.
 type ImageStore interface {
 	// ImageFile returns the path of the image file whose sha256 fingerprint is fingerprint (full, lowercase hex)
-	// and the file name to offer the client; an error wrapping errdefs.ErrNotFound if there is none.
+	// and the file name to offer the client; an error wrapping errdefs.ErrNotFound if there is none or
+	// guests may not download it (LXD's rule: only public or cached images; a private one is Not Found).
 	ImageFile(ctx context.Context, fingerprint string) (path, name string, err error)
 }
 
@@ -34,35 +35,35 @@ var fingerprintRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 func (s *Server) getImageExport(c *fiber.Ctx) error {
 	inst := callerOf(c)
 	if !guestview.ImagesEnabled(inst.Config) {
-		return sendError(c, http.StatusForbidden, "")
+		return imageError(c, http.StatusForbidden)
 	}
 	if p := c.Query("project"); p != "" && p != "default" {
-		return sendError(c, http.StatusNotFound, "")
+		return imageError(c, http.StatusNotFound)
 	}
 	fp, err := url.PathUnescape(c.Params("fingerprint"))
 	if err != nil || !fingerprintRE.MatchString(fp) || s.cfg.Images == nil {
-		return sendError(c, http.StatusNotFound, "")
+		return imageError(c, http.StatusNotFound)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	path, name, err := s.cfg.Images.ImageFile(ctx, fp)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return sendError(c, http.StatusNotFound, "")
+		return imageError(c, http.StatusNotFound)
 	}
 	if err != nil {
 		s.cfg.Logger.Error("devlxd: looking up image", "instance", inst.Name, "fingerprint", fp, "err", err)
-		return sendError(c, http.StatusInternalServerError, "")
+		return imageError(c, http.StatusInternalServerError)
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		s.cfg.Logger.Error("devlxd: opening image", "instance", inst.Name, "fingerprint", fp, "err", err)
-		return sendError(c, http.StatusInternalServerError, "")
+		return imageError(c, http.StatusInternalServerError)
 	}
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
 		f.Close()
 		s.cfg.Logger.Error("devlxd: image is not a readable file", "instance", inst.Name, "path", path, "err", err)
-		return sendError(c, http.StatusInternalServerError, "")
+		return imageError(c, http.StatusInternalServerError)
 	}
 	if name == "" {
 		name = fp
@@ -75,4 +76,12 @@ func (s *Server) getImageExport(c *fiber.Ctx) error {
 	// fasthttp closes f once the body is sent.
 	c.Response().SetBodyStream(f, int(st.Size()))
 	return nil
+}
+
+// imageError answers an image export with LXD's main-API error: the
+// envelope with the status text, and X-Content-Type-Options: nosniff, as
+// LXD's API errors carry (the agent relays both to the guest).
+func imageError(c *fiber.Ctx, code int) error {
+	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	return sendError(c, code, "")
 }

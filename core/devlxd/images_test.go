@@ -85,6 +85,10 @@ func TestImageExport(t *testing.T) {
 			if got != tt.want {
 				t.Fatalf("GET %s:\n got %+v\nwant %+v", tt.path, got, tt.want)
 			}
+			// LXD's API errors carry nosniff (the agent relays it).
+			if n := resp.Header.Get("X-Content-Type-Options"); tt.want.status != 200 && n != "nosniff" {
+				t.Errorf("X-Content-Type-Options %q on a %d, want nosniff", n, tt.want.status)
+			}
 			if d := resp.Header.Get("Content-Disposition"); d != tt.disp {
 				t.Errorf("Content-Disposition %q, want %q", d, tt.disp)
 			}
@@ -118,7 +122,7 @@ func TestInstanceType(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, func(c *Config) { c.InstanceTypes = tt.types })
-			want := sync200(`{"api_version":"1.0","state":"Started","instance_type":"` + tt.want + `","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)
+			want := sync200(`{"state":"Started","api_version":"1.0","instance_type":"` + tt.want + `","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)
 			if got := do(t, e.client(uuidA, e.agents["a"]), "GET", "/1.0", ""); got != want {
 				t.Fatalf("GET /1.0 = %+v, want %+v", got, want)
 			}
@@ -143,7 +147,7 @@ func TestInfoFollowsReadyAndType(t *testing.T) {
 	a := e.client(uuidA, e.agents["a"])
 	b := e.client(uuidB, e.agents["b"])
 	info := func(state, typ string) answer {
-		return sync200(`{"api_version":"1.0","state":"` + state + `","instance_type":"` + typ + `","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)
+		return sync200(`{"state":"` + state + `","api_version":"1.0","instance_type":"` + typ + `","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)
 	}
 	check := func(c *http.Client, want answer) {
 		t.Helper()

@@ -119,9 +119,34 @@ func (s *Server) fail(c *fiber.Ctx, err error) error {
 		return sendError(c, code, "")
 	}
 	if code == http.StatusNotFound {
-		return sendError(c, code, "")
+		return sendError(c, code, s.notFoundText(c))
 	}
 	return sendError(c, code, err.Error())
+}
+
+// LXD's texts of the storage routes' errors (its database's not-found
+// errors and its volume creation's conflict).
+const (
+	msgPoolNotFound   = "Storage pool not found"
+	msgVolumeNotFound = "Storage volume not found"
+	msgVolumeExists   = "Volume by that name already exists"
+)
+
+// notFoundText is LXD's text of a 404 on the route of c: LXD loads the
+// route's pool first ("Storage pool not found"), then the volume or
+// snapshot ("Storage volume not found"); other routes say "Not Found".
+func (s *Server) notFoundText(c *fiber.Ctx) string {
+	pool := c.Params("pool")
+	if pool == "" || s.cfg.Storage == nil {
+		return ""
+	}
+	if _, err := s.cfg.Storage.GetPool(pool); errors.Is(err, errdefs.ErrNotFound) {
+		return msgPoolNotFound
+	}
+	if c.Params("volume") != "" {
+		return msgVolumeNotFound
+	}
+	return ""
 }
 
 // decodeJSON decodes the body into v; false when it answered 400 (a body
@@ -227,7 +252,11 @@ func (s *Server) createVolume(c *fiber.Ctx) error {
 	ctx, cancel := reqCtx()
 	defer cancel()
 	_, err := st.CreateVolume(ctx, c.Params("pool"), req.Name, req.ContentType, req.Description, cfg)
-	if err != nil && errdefs.HTTPStatus(err) >= 500 {
+	switch {
+	case errors.Is(err, errdefs.ErrAlreadyExists):
+		// LXD refuses before it starts an operation.
+		return sendError(c, http.StatusConflict, msgVolumeExists)
+	case err != nil && (errdefs.HTTPStatus(err) >= 500 || errors.Is(err, errdefs.ErrNotFound)):
 		return s.fail(c, err)
 	}
 	return sendSync(c, s.ops.finish(callerOf(c).UUID, err))

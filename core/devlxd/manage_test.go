@@ -110,7 +110,7 @@ func TestManagementOwnership(t *testing.T) {
 	}}
 	var devs *fakeDevices
 	e := newEnv(t, func(c *Config) {
-		c.Tokens = fakeTokens{"tok": {Name: "csi", Instances: []string{"a"}}}
+		c.Tokens = fakeTokens{tokA: {Name: "csi", Instances: []string{"a"}}}
 		c.Storage = st
 	})
 	devs = &fakeDevices{insts: e.insts, uuid: uuidA}
@@ -123,7 +123,7 @@ func TestManagementOwnership(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.Header.Set("Authorization", "Bearer tok")
+		r.Header.Set("Authorization", "Bearer "+tokA)
 		resp, err := a.Do(r)
 		if err != nil {
 			t.Fatal(err)
@@ -146,13 +146,13 @@ func TestManagementOwnership(t *testing.T) {
 		contains                 string
 	}{
 		{"create", "POST", "/1.0/storage-pools/default/volumes/custom", `{"name":"mine","type":"custom"}`, 200, `"status":"Success"`},
-		{"create twice fails in the operation", "POST", "/1.0/storage-pools/default/volumes/custom", `{"name":"mine","type":"custom"}`, 200, `"status":"Failure","status_code":400,"err":"storage volume \"mine\" already exists in pool default: already exists"`},
+		{"create twice refused before an operation", "POST", "/1.0/storage-pools/default/volumes/custom", `{"name":"mine","type":"custom"}`, 409, "Volume by that name already exists"},
 		{"url type mismatch", "POST", "/1.0/storage-pools/default/volumes/custom", `{"name":"x","type":"image"}`, 400, "Only custom storage volumes can be created"},
 		{"list shows only own", "GET", "/1.0/storage-pools/default/volumes?recursion=1", "", 200, `[{"name":"mine"`},
 		{"another identity's volume", "GET", "/1.0/storage-pools/default/volumes/custom/theirs", "", 404, "Not Found"},
 		{"delete another identity's volume", "DELETE", "/1.0/storage-pools/default/volumes/custom/theirs", "", 404, "Not Found"},
 		{"type not custom", "GET", "/1.0/storage-pools/default/volumes/container/mine", "", 400, "Only custom storage volume requests are allowed"},
-		{"unknown pool", "GET", "/1.0/storage-pools/fast", "", 404, "Not Found"},
+		{"unknown pool", "GET", "/1.0/storage-pools/fast", "", 404, "Storage pool not found"},
 		{"attach another identity's volume", "PATCH", "/1.0/instances/a", `{"devices":{"d":{"type":"disk","pool":"default","source":"theirs"}}}`, 403, `Not authorized to use storage volume \"theirs\"`},
 		{"manage a device not owned", "PATCH", "/1.0/instances/a", `{"devices":{"eth0":{"type":"disk","pool":"default","source":"mine"}}}`, 403, `Not authorized to manage device \"eth0\"`},
 		{"delete a device not owned", "PATCH", "/1.0/instances/a", `{"devices":{"root":null}}`, 403, `Not authorized to delete device \"root\"`},

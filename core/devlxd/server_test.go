@@ -36,8 +36,8 @@ func TestEndpoints(t *testing.T) {
 		want   answer
 	}{
 		{"root", a, "GET", "/", "", sync200(`["/1.0"]`)},
-		{"info started", a, "GET", "/1.0", "", sync200(`{"api_version":"1.0","state":"Started","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
-		{"info ready", b, "GET", "/1.0", "", sync200(`{"api_version":"1.0","state":"Ready","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
+		{"info started", a, "GET", "/1.0", "", sync200(`{"state":"Started","api_version":"1.0","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
+		{"info ready", b, "GET", "/1.0", "", sync200(`{"state":"Ready","api_version":"1.0","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
 		{"config list", a, "GET", "/1.0/config", "", sync200(`["/1.0/config/cloud-init.user-data","/1.0/config/user.foo","/1.0/config/user.meta-data","/1.0/config/cloud-init.vendor-data","/1.0/config/user.vendor-data"]`)},
 		{"config list without ssh keys", b, "GET", "/1.0/config", "", sync200(`["/1.0/config/cloud-init.user-data","/1.0/config/user.foo"]`)},
 		{"config key", a, "GET", "/1.0/config/user.foo", "", sync200(`"bar"`)},
@@ -67,7 +67,7 @@ func TestEndpoints(t *testing.T) {
 		{"options", a, "OPTIONS", "/1.0", "", fail(404, `Method "OPTIONS" not found`)},
 		{"post events", a, "POST", "/1.0/events", "", fail(501, "Not Implemented")},
 		{"ubuntu-pro", a, "GET", "/1.0/ubuntu-pro", "", sync200(`{"guest_attach":"off"}`)},
-		{"ubuntu-pro token", a, "POST", "/1.0/ubuntu-pro/token", "", fail(403, "Guest attachment not allowed")},
+		{"ubuntu-pro token", a, "POST", "/1.0/ubuntu-pro/token", "", fail(403, "Failed getting an Ubuntu Pro guest token: Guest attachment not allowed")},
 		{"ubuntu-pro token get", a, "GET", "/1.0/ubuntu-pro/token", "", fail(501, "Not Implemented")},
 		{"put config", a, "PUT", "/1.0/config/user.foo", "x", fail(501, "Not Implemented")},
 		{"delete root", a, "DELETE", "/", "", fail(501, "Not Implemented")},

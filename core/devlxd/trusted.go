@@ -32,10 +32,14 @@ const KeyManagementVolumes = instance.KeySecurityDevlxdManagementVolumes
 
 const localsTrusted = "devlxd.trusted"
 
-// Messages of the trusted API, LXD's.
+// Messages of the trusted API, LXD's (LXD 6.x, lxd/auth/bearer and the
+// JWT library it uses: an expired token fails the claims check, a token
+// whose identity has no signing secret any more is an unknown subject).
 const (
 	msgMustAuthenticate = "You must be authenticated"
 	msgBadToken         = "Failed verifying bearer token: "
+	msgTokenUnknown     = "Unrecognized token subject: No secret found for bearer token identity"
+	msgTokenExpired     = "Failed authenticating bearer token: Token is not valid: token has invalid claims: token is expired"
 )
 
 // trustedRoute is one route of the trusted management API and the methods
@@ -88,21 +92,28 @@ func (s *Server) registerTrusted() {
 }
 
 // bearer authenticates the Authorization: Bearer token a guest sent, if
-// any, for the calling instance inst. It returns false when it answered
-// (a token that does not verify: 403, as LXD, which refuses devlxd
-// altogether then); with no bearer token the caller stays untrusted.
+// any, for the calling instance inst, by LXD's rule: only a value of devlxd
+// token form (auth.IsDevlxdToken) is checked; any other value (an admin API
+// token, another service's token, random bytes) is ignored and the caller
+// stays untrusted, as without the header. A devlxd token that does not
+// verify (unknown, revoked, expired) or is not scoped to inst is answered
+// 403 "Failed verifying bearer token: <reason>" on every route, as LXD
+// refuses devlxd altogether for a token of its own it cannot verify; bearer
+// then returns false.
 func (s *Server) bearer(c *fiber.Ctx, inst *instance.Instance) bool {
 	token, ok := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
-	if !ok {
+	if !ok || !auth.IsDevlxdToken(token) {
 		return true
 	}
 	if s.cfg.Tokens == nil {
-		_ = sendError(c, http.StatusForbidden, msgBadToken+"devlxd identities are not configured on this host")
+		// No identity can hold it: LXD's answer for a subject it has no
+		// secret for.
+		_ = sendError(c, http.StatusForbidden, msgBadToken+msgTokenUnknown)
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
-	who, err := s.cfg.Tokens.AuthenticateDevlxd(ctx, strings.TrimSpace(token), inst.Name)
+	who, err := s.cfg.Tokens.AuthenticateDevlxd(ctx, token, inst.Name)
 	switch {
 	case errors.Is(err, errdefs.ErrUnauthorized), errors.Is(err, errdefs.ErrForbidden):
 		s.cfg.Logger.Warn("devlxd: bearer token refused", "instance", inst.Name, "err", err)
@@ -117,14 +128,18 @@ func (s *Server) bearer(c *fiber.Ctx, inst *instance.Instance) bool {
 	return true
 }
 
-// tokenReason is the guest-facing reason of a refused token: the error
-// without its errdefs kind.
+// tokenReason is the guest-facing reason of a refused devlxd token: LXD's
+// words for an expired token and for one no identity holds; for a token
+// not scoped to the calling instance (a guestlink rule LXD does not have)
+// the error without its errdefs kind.
 func tokenReason(err error) string {
-	msg := err.Error()
-	for _, kind := range []error{errdefs.ErrUnauthorized, errdefs.ErrForbidden} {
-		msg = strings.TrimSuffix(msg, ": "+kind.Error())
+	switch {
+	case errors.Is(err, auth.ErrDevlxdTokenExpired):
+		return msgTokenExpired
+	case errors.Is(err, errdefs.ErrUnauthorized):
+		return msgTokenUnknown
 	}
-	return msg
+	return strings.TrimSuffix(err.Error(), ": "+errdefs.ErrForbidden.Error())
 }
 
 // trustedOf returns the devlxd identity of an authenticated request, or

@@ -22,10 +22,15 @@ func (s *Server) getUbuntuPro(c *fiber.Ctx) error {
 	return sendSync(c, UbuntuProSettings{GuestAttach: guestAttachOff})
 }
 
+// msgGuestAttachOff is LXD's answer to POST /1.0/ubuntu-pro/token when
+// guest attachment is off: its Pro client's refusal behind the devlxd
+// handler's context.
+const msgGuestAttachOff = "Failed getting an Ubuntu Pro guest token: Guest attachment not allowed"
+
 // postUbuntuProToken serves POST /1.0/ubuntu-pro/token as LXD does when
-// guest attachment is off: 403 "Guest attachment not allowed".
+// guest attachment is off: 403 msgGuestAttachOff.
 func (s *Server) postUbuntuProToken(c *fiber.Ctx) error {
-	return sendError(c, http.StatusForbidden, "Guest attachment not allowed")
+	return sendError(c, http.StatusForbidden, msgGuestAttachOff)
 }
 
 // getEvents answers GET /1.0/events on the daemon: the guest's agent serves

@@ -34,7 +34,8 @@ import (
 // /1.0/images/{fingerprint}/export; Store implements it.
 type ImageStore interface {
 	// ImageFile returns the path of the image file whose sha256 fingerprint is fingerprint (full, lowercase hex)
-	// and the file name to offer the client; an error wrapping errdefs.ErrNotFound if there is none.
+	// and the file name to offer the client; an error wrapping errdefs.ErrNotFound if there is none or
+	// guests may not download it (a private image).
 	ImageFile(ctx context.Context, fingerprint string) (path, name string, err error)
 }
 
@@ -174,6 +175,9 @@ type ImportOptions struct {
 	Alias      string            // a first alias, or ""
 	Filename   string            // the name to record (default: the source's base name)
 	Properties map[string]string // metadata to record (os, release, build inputs)
+	// Public lets guests download the image through devlxd (with
+	// security.devlxd.images=true); an image is private by default.
+	Public bool
 	// Kernel and Initrd are files to use for direct boot instead of those
 	// found in the image.
 	Kernel, Initrd string
@@ -294,7 +298,7 @@ func (s *Store) Import(ctx context.Context, path string, opts ImportOptions) (*I
 	if _, err := s.db.Image(ctx, fp); err == nil {
 		return nil, wrap(fmt.Errorf("an image with fingerprint %s exists: %w", fp, errdefs.ErrAlreadyExists))
 	}
-	im := &db.Image{Fingerprint: fp, Filename: opts.Filename, Size: src.size, Format: format, Properties: map[string]string{}, CreatedAt: s.now().UTC()}
+	im := &db.Image{Fingerprint: fp, Filename: opts.Filename, Size: src.size, Format: format, Properties: map[string]string{}, Public: opts.Public, CreatedAt: s.now().UTC()}
 	if im.Filename == "" {
 		im.Filename = filepath.Base(path)
 	}
@@ -600,7 +604,10 @@ func (s *Store) Aliases(ctx context.Context) ([]*db.ImageAlias, []string, error)
 }
 
 // ImageFile returns the disk file of the image fingerprint (full, lowercase
-// hex) and the name it was imported under.
+// hex) and the name it was imported under, when guests may download it:
+// only a public image (LXD lets guests download public and cached images;
+// the store has no cached ones, every image is imported by an
+// administrator). A private image is errdefs.ErrNotFound, as if absent.
 func (s *Store) ImageFile(ctx context.Context, fingerprint string) (string, string, error) {
 	if len(fingerprint) != sha256.Size*2 || !isHex(fingerprint) {
 		return "", "", fmt.Errorf("image %q: a fingerprint is 64 lowercase hex digits: %w", fingerprint, errdefs.ErrNotFound)
@@ -609,7 +616,25 @@ func (s *Store) ImageFile(ctx context.Context, fingerprint string) (string, stri
 	if err != nil {
 		return "", "", err
 	}
+	if !im.Public {
+		return "", "", fmt.Errorf("image %s is private (guestlink image set IMAGE public=true): %w", fingerprint, errdefs.ErrNotFound)
+	}
 	return s.diskPath(fingerprint), im.Filename, nil
+}
+
+// SetPublic sets whether guests may download the image ref (alias,
+// fingerprint or unique prefix) through devlxd, and returns it.
+func (s *Store) SetPublic(ctx context.Context, ref string, public bool) (*Image, error) {
+	im, err := s.Resolve(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.db.SetImagePublic(ctx, im.Fingerprint, public); err != nil {
+		return nil, err
+	}
+	s.log.Info("image public flag set", "fingerprint", im.Fingerprint, "public", public)
+	im.Public = public
+	return im, nil
 }
 
 // Spec returns what a backend is told about the image fp.

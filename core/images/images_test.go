@@ -170,8 +170,21 @@ func TestImportResolveDelete(t *testing.T) {
 			t.Errorf("Resolve(%q) = %v, %v", tc.ref, got, err)
 		}
 	}
+	// Guests download public images only: an import is private until set.
+	if _, _, err := s.ImageFile(ctx, im.Fingerprint); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("ImageFile of a private image = %v, want not found", err)
+	}
+	if pub, err := s.SetPublic(ctx, "debian-12", true); err != nil || !pub.Public {
+		t.Fatalf("SetPublic = %+v, %v", pub, err)
+	}
 	if path, name, err := s.ImageFile(ctx, im.Fingerprint); err != nil || path != spec.Path || name != "disk with space.img" {
 		t.Fatalf("ImageFile = %s %s %v", path, name, err)
+	}
+	if got, err := s.Get(ctx, im.Fingerprint); err != nil || !got.Public {
+		t.Fatalf("Get after SetPublic = %+v, %v", got, err)
+	}
+	if _, err := s.SetPublic(ctx, "nope", true); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("SetPublic of an unknown image = %v", err)
 	}
 	for _, fp := range []string{im.Fingerprint[:12], "x", strings.ToUpper(im.Fingerprint), bare.Fingerprint[:63] + "g"} {
 		if _, _, err := s.ImageFile(ctx, fp); !errors.Is(err, errdefs.ErrNotFound) {
@@ -223,7 +236,7 @@ func TestConcurrentImportsOfOneFile(t *testing.T) {
 	}
 	errs := make(chan error, 2)
 	for range 2 {
-		go func() { _, err := s.Import(ctx, src, images.ImportOptions{}); errs <- err }()
+		go func() { _, err := s.Import(ctx, src, images.ImportOptions{Public: true}); errs <- err }()
 	}
 	var ok, exists int
 	for range 2 {

@@ -9,8 +9,10 @@
 //
 // The caller creates one instance with Config and Devices (and one with
 // DisabledConfig for RunDisabled), connects a Target to it and calls Run.
-// The expected answers are literals of LXD's wire format, never computed
-// by the code under test. docs/devlxd.md lists the routes and the
+// The expected answers are LXD's wire format, never computed by the code
+// under test: literals, and the JSON objects of LXD's types built from the
+// record of their field order and omitempty in testdata/lxd_types.txt
+// (LXDObject). docs/devlxd.md lists the routes and the
 // deliberate differences from LXD.
 package devlxdconf
 
@@ -157,10 +159,8 @@ type request struct {
 // requests returns the table for g, in order (the PATCH rows change the
 // ready state and put it back).
 func requests(g Guest) []request {
-	info := func(state string) string {
-		return `{"api_version":"1.0","state":"` + state + `","instance_type":"` + g.InstanceType + `","location":"` + g.Location +
-			`","auth":"untrusted","supported_storage_drivers":[]}`
-	}
+	// GET /1.0 from the record of LXD's field order (lxd_types.txt).
+	info := func(state string) string { return Info(g, state) }
 	notImpl := fail(501, "Not Implemented")
 	return []request{
 		{"root", "GET", "/", "", okJSON(`["/1.0"]`)},
@@ -203,9 +203,9 @@ func requests(g Guest) []request {
 		{"events OPTIONS", "OPTIONS", "/1.0/events", "", fail(404, `Method "OPTIONS" not found`)},
 		{"image export without security.devlxd.images", "GET", "/1.0/images/" + fingerprint + "/export", "", answer{403, kindRelay, "Forbidden"}},
 		{"image export POST", "POST", "/1.0/images/" + fingerprint + "/export", "", notImpl},
-		{"ubuntu-pro", "GET", "/1.0/ubuntu-pro", "", okJSON(`{"guest_attach":"off"}`)},
+		{"ubuntu-pro", "GET", "/1.0/ubuntu-pro", "", okJSON(LXDObject("DevLXDUbuntuProSettings", map[string]string{"guest_attach": `"off"`}))},
 		{"ubuntu-pro PUT", "PUT", "/1.0/ubuntu-pro", `{"guest_attach":"on"}`, notImpl},
-		{"ubuntu-pro token", "POST", "/1.0/ubuntu-pro/token", "", fail(403, "Guest attachment not allowed")},
+		{"ubuntu-pro token", "POST", "/1.0/ubuntu-pro/token", "", fail(403, "Failed getting an Ubuntu Pro guest token: Guest attachment not allowed")},
 		{"ubuntu-pro token GET", "GET", "/1.0/ubuntu-pro/token", "", notImpl},
 		// guestlink's deliberate difference: LXD answers 200 ["/1.0"] here.
 		{"unknown path", "GET", "/1.0/nope", "", fail(404, "Not Found")},

@@ -2,6 +2,7 @@ package devlxdconf
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -23,6 +24,10 @@ func TestCompareCatchesDifferences(t *testing.T) {
 		"/1.0/meta-data":        {200, "text/plain", "instance-id: i\nlocal-hostname: n\nvendor: acme\nregion: \"eu %s\"\n"}, // wrong type only
 		"/1.0/nope":             {200, "application/json", `["/1.0"]` + "\n"},                                                // LXD's quirk
 		"/1.0/config/user.nope": {404, "text/plain; charset=utf-8", "Not Found"},                                             // no newline
+		// api_version before state: guestlink's old order, not LXD's.
+		"/1.0": {200, "application/json", `{"api_version":"1.0","state":"Started","instance_type":"virtual-machine","location":"h","auth":"untrusted","supported_storage_drivers":[]}` + "\n"},
+		// The right fields in LXD's order.
+		"/1.0/ubuntu-pro": {200, "application/json", `{"guest_attach":"off"}` + "\n"},
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -57,6 +62,8 @@ func TestCompareCatchesDifferences(t *testing.T) {
 		{"meta-data", false},
 		{"unknown path", false},
 		{"config unset", false},
+		{"info", false},
+		{"ubuntu-pro", true},
 	} {
 		t.Run(tt.row, func(t *testing.T) {
 			r, ok := rows[tt.row]
@@ -71,5 +78,54 @@ func TestCompareCatchesDifferences(t *testing.T) {
 				t.Fatalf("the difference does not name the request: %v", err)
 			}
 		})
+	}
+}
+
+// TestLXDObject checks the bodies built from the record of LXD's types:
+// GET /1.0 with the embedded state first (LXD's DevLXDGetUntrusted), the
+// trusted form with the environment last, and the refusals that keep the
+// suite's values and the record in step.
+func TestLXDObject(t *testing.T) {
+	g := Guest{Location: "h", InstanceType: "container"}
+	if got, want := Info(g, "Ready"), `{"state":"Ready","api_version":"1.0","instance_type":"container","location":"h","auth":"untrusted","supported_storage_drivers":[]}`; got != want {
+		t.Errorf("Info = %s\nwant %s", got, want)
+	}
+	if got, want := TrustedInfo(g, "Started"), `{"state":"Started","api_version":"1.0","instance_type":"container","location":"h","auth":"trusted","supported_storage_drivers":[],"environment":{"server_clustered":false}}`; got != want {
+		t.Errorf("TrustedInfo = %s\nwant %s", got, want)
+	}
+	for _, tt := range []struct {
+		name   string
+		typ    string
+		values map[string]string
+	}{
+		{"missing field", "DevLXDInstance", map[string]string{"name": `"a"`}},
+		{"unknown field", "DevLXDUbuntuProSettings", map[string]string{"guest_attach": `"off"`, "extra": "1"}},
+		{"unknown type", "DevLXDNope", map[string]string{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Fatalf("LXDObject(%s, %v) did not refuse", tt.typ, tt.values)
+				}
+			}()
+			LXDObject(tt.typ, tt.values)
+		})
+	}
+}
+
+// TestParseTypes checks the reading of lxd_types.txt: embedding, omitempty
+// and the mistakes it refuses.
+func TestParseTypes(t *testing.T) {
+	types, err := parseTypes("# c\nA x y?\nB ...A z\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(types["B"]); got != "[{x false} {y true} {z false}]" {
+		t.Fatalf("B = %s", got)
+	}
+	for _, bad := range []string{"A x x", "B ...A", "A x\nA y", "A ?"} {
+		if _, err := parseTypes(bad); err == nil {
+			t.Errorf("parseTypes(%q) accepted it", bad)
+		}
 	}
 }

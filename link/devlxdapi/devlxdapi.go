@@ -137,12 +137,16 @@ func ParseResponse(data []byte) (*Response, error) {
 }
 
 // Info is the body of GET /1.0.
+//
+// The fields are in LXD's order: LXD embeds its state struct first, so
+// "state" comes before "api_version" (internal/devlxdconf's
+// testdata/lxd_types.txt records LXD's order and the suite checks it).
 type Info struct {
-	// APIVersion is always "1.0".
-	APIVersion string `json:"api_version"`
 	// State is StateReady when the instance's ready flag is set, else
 	// StateStarted.
 	State string `json:"state"`
+	// APIVersion is always "1.0".
+	APIVersion string `json:"api_version"`
 	// InstanceType is InstanceTypeVM or InstanceTypeContainer, as the
 	// instance's backend declares.
 	InstanceType string `json:"instance_type"`
