@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/core/images"
+	"github.com/guestlink/guestlink/core/images/imagetest"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
@@ -19,13 +20,12 @@ import (
 func TestImageExportPublicOnly(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil)
+	st, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil, images.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	src := filepath.Join(dir, "disk.img")
-	content := make([]byte, 1<<20) // the smallest raw image the store takes
-	copy(content, "raw image bytes, not ext4\n")
+	content := imagetest.Ext(1 << 20) // a raw ext4 image, as the store takes
 	if err := os.WriteFile(src, content, 0o600); err != nil {
 		t.Fatal(err)
 	}
