@@ -62,7 +62,7 @@ guest-image-debian: packages ## build the Debian 12 guest disk image into bin/im
 	scripts/guest-image-debian.sh $(BIN)/packages $(BIN)/images
 
 .PHONY: deps
-deps: ## install system and npm packages the tests need (Debian)
+deps: ## install the Debian packages the VM path needs (QEMU and its firmware, qemu-utils, genisoimage, mmdebstrap) and those the tests need, and npm packages
 	scripts/install-deps.sh
 
 .PHONY: generate

@@ -188,7 +188,13 @@ type InfoResponse struct {
 	// What a guest of this backend is, as devlxd reports it in GET /1.0
 	// "instance_type": "container" (the guest shares the host kernel, e.g. a
 	// process) or "virtual-machine". Empty means "virtual-machine".
-	InstanceType  string `protobuf:"bytes,110,opt,name=instance_type,json=instanceType,proto3" json:"instance_type,omitempty"`
+	InstanceType string `protobuf:"bytes,110,opt,name=instance_type,json=instanceType,proto3" json:"instance_type,omitempty"`
+	// What the backend needs from the host and cannot find there (programs,
+	// firmware files), looked up at every Info. A backend that lists anything
+	// cannot run guests: the daemon shows it "unhealthy" naming what is
+	// missing and refuses to create or start guests on it. Empty means usable;
+	// plugins built before this field never set it.
+	Missing       []*Missing `protobuf:"bytes,120,rep,name=missing,proto3" json:"missing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -258,6 +264,78 @@ func (x *InfoResponse) GetInstanceType() string {
 	return ""
 }
 
+func (x *InfoResponse) GetMissing() []*Missing {
+	if x != nil {
+		return x.Missing
+	}
+	return nil
+}
+
+// Missing is one thing a backend needs from the host and does not find.
+type Missing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What is missing, as a person looks for it: a program ("qemu-img") or a
+	// file ("firmware bios-256k.bin").
+	What string `protobuf:"bytes,1,opt,name=what,proto3" json:"what,omitempty"`
+	// How it was looked for: "not found in PATH".
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The Debian package that provides it; empty if none does.
+	Package       string `protobuf:"bytes,3,opt,name=package,proto3" json:"package,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Missing) Reset() {
+	*x = Missing{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Missing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Missing) ProtoMessage() {}
+
+func (x *Missing) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Missing.ProtoReflect.Descriptor instead.
+func (*Missing) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Missing) GetWhat() string {
+	if x != nil {
+		return x.What
+	}
+	return ""
+}
+
+func (x *Missing) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Missing) GetPackage() string {
+	if x != nil {
+		return x.Package
+	}
+	return ""
+}
+
 // File is one file of the guest's config drive.
 type File struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -270,7 +348,7 @@ type File struct {
 
 func (x *File) Reset() {
 	*x = File{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +360,7 @@ func (x *File) String() string {
 func (*File) ProtoMessage() {}
 
 func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +373,7 @@ func (x *File) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use File.ProtoReflect.Descriptor instead.
 func (*File) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *File) GetPath() string {
@@ -339,7 +417,7 @@ type GuestSpec struct {
 
 func (x *GuestSpec) Reset() {
 	*x = GuestSpec{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -351,7 +429,7 @@ func (x *GuestSpec) String() string {
 func (*GuestSpec) ProtoMessage() {}
 
 func (x *GuestSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -364,7 +442,7 @@ func (x *GuestSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestSpec.ProtoReflect.Descriptor instead.
 func (*GuestSpec) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{3}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GuestSpec) GetName() string {
@@ -430,7 +508,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +520,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +533,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Image) GetFingerprint() string {
@@ -502,7 +580,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +592,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +605,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{5}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Device) GetConfig() map[string]string {
@@ -546,7 +624,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +636,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +649,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateRequest) GetSpec() *GuestSpec {
@@ -590,7 +668,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +680,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +693,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{7}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateResponse) GetHandle() []byte {
@@ -635,7 +713,7 @@ type StartRequest struct {
 
 func (x *StartRequest) Reset() {
 	*x = StartRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +725,7 @@ func (x *StartRequest) String() string {
 func (*StartRequest) ProtoMessage() {}
 
 func (x *StartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +738,7 @@ func (x *StartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
 func (*StartRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{8}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StartRequest) GetHandle() []byte {
@@ -687,7 +765,7 @@ type StartResponse struct {
 
 func (x *StartResponse) Reset() {
 	*x = StartResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +777,7 @@ func (x *StartResponse) String() string {
 func (*StartResponse) ProtoMessage() {}
 
 func (x *StartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +790,7 @@ func (x *StartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
 func (*StartResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{9}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StartResponse) GetHandle() []byte {
@@ -741,7 +819,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +831,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +844,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{10}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StopRequest) GetHandle() []byte {
@@ -806,7 +884,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +896,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +909,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{11}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StopResponse) GetState() *GuestState {
@@ -850,7 +928,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +940,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +953,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteRequest) GetHandle() []byte {
@@ -893,7 +971,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +983,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +996,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 type StateRequest struct {
@@ -930,7 +1008,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1020,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1033,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StateRequest) GetHandle() []byte {
@@ -974,7 +1052,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1064,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1077,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StateResponse) GetState() *GuestState {
@@ -1023,7 +1101,7 @@ type GuestState struct {
 
 func (x *GuestState) Reset() {
 	*x = GuestState{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1113,7 @@ func (x *GuestState) String() string {
 func (*GuestState) ProtoMessage() {}
 
 func (x *GuestState) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1126,7 @@ func (x *GuestState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestState.ProtoReflect.Descriptor instead.
 func (*GuestState) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GuestState) GetStatus() Status {
@@ -1094,7 +1172,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1184,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1197,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 type Event struct {
@@ -1135,7 +1213,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1225,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1238,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Event) GetUuid() string {
@@ -1209,7 +1287,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1299,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1312,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EventBatch) GetEvents() []*Event {
@@ -1254,7 +1332,7 @@ type ReadRingRequest struct {
 
 func (x *ReadRingRequest) Reset() {
 	*x = ReadRingRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1344,7 @@ func (x *ReadRingRequest) String() string {
 func (*ReadRingRequest) ProtoMessage() {}
 
 func (x *ReadRingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1357,7 @@ func (x *ReadRingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingRequest.ProtoReflect.Descriptor instead.
 func (*ReadRingRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadRingRequest) GetHandle() []byte {
@@ -1305,7 +1383,7 @@ type ReadRingResponse struct {
 
 func (x *ReadRingResponse) Reset() {
 	*x = ReadRingResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1395,7 @@ func (x *ReadRingResponse) String() string {
 func (*ReadRingResponse) ProtoMessage() {}
 
 func (x *ReadRingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1408,7 @@ func (x *ReadRingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingResponse.ProtoReflect.Descriptor instead.
 func (*ReadRingResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReadRingResponse) GetData() []byte {
@@ -1349,7 +1427,7 @@ type ReadRingsRequest struct {
 
 func (x *ReadRingsRequest) Reset() {
 	*x = ReadRingsRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1439,7 @@ func (x *ReadRingsRequest) String() string {
 func (*ReadRingsRequest) ProtoMessage() {}
 
 func (x *ReadRingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1452,7 @@ func (x *ReadRingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingsRequest.ProtoReflect.Descriptor instead.
 func (*ReadRingsRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReadRingsRequest) GetReads() []*ReadRingRequest {
@@ -1397,7 +1475,7 @@ type RingResult struct {
 
 func (x *RingResult) Reset() {
 	*x = RingResult{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1487,7 @@ func (x *RingResult) String() string {
 func (*RingResult) ProtoMessage() {}
 
 func (x *RingResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1500,7 @@ func (x *RingResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RingResult.ProtoReflect.Descriptor instead.
 func (*RingResult) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RingResult) GetData() []byte {
@@ -1456,7 +1534,7 @@ type ReadRingsResponse struct {
 
 func (x *ReadRingsResponse) Reset() {
 	*x = ReadRingsResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1546,7 @@ func (x *ReadRingsResponse) String() string {
 func (*ReadRingsResponse) ProtoMessage() {}
 
 func (x *ReadRingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1559,7 @@ func (x *ReadRingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingsResponse.ProtoReflect.Descriptor instead.
 func (*ReadRingsResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReadRingsResponse) GetResults() []*RingResult {
@@ -1500,7 +1578,7 @@ type LinkEndpointRequest struct {
 
 func (x *LinkEndpointRequest) Reset() {
 	*x = LinkEndpointRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1590,7 @@ func (x *LinkEndpointRequest) String() string {
 func (*LinkEndpointRequest) ProtoMessage() {}
 
 func (x *LinkEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1603,7 @@ func (x *LinkEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkEndpointRequest.ProtoReflect.Descriptor instead.
 func (*LinkEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LinkEndpointRequest) GetHandle() []byte {
@@ -1549,7 +1627,7 @@ type LinkEndpointResponse struct {
 
 func (x *LinkEndpointResponse) Reset() {
 	*x = LinkEndpointResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1639,7 @@ func (x *LinkEndpointResponse) String() string {
 func (*LinkEndpointResponse) ProtoMessage() {}
 
 func (x *LinkEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1652,7 @@ func (x *LinkEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkEndpointResponse.ProtoReflect.Descriptor instead.
 func (*LinkEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LinkEndpointResponse) GetKind() string {
@@ -1608,7 +1686,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1698,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +1711,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecoverRequest) GetHandle() []byte {
@@ -1660,7 +1738,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1750,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1763,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RecoverResponse) GetHandle() []byte {
@@ -1713,7 +1791,7 @@ type SnapshotCreateRequest struct {
 
 func (x *SnapshotCreateRequest) Reset() {
 	*x = SnapshotCreateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1803,7 @@ func (x *SnapshotCreateRequest) String() string {
 func (*SnapshotCreateRequest) ProtoMessage() {}
 
 func (x *SnapshotCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1816,7 @@ func (x *SnapshotCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotCreateRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotCreateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotCreateRequest) GetHandle() []byte {
@@ -1775,7 +1853,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1865,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1878,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotInfo) GetDiskBytes() int64 {
@@ -1833,7 +1911,7 @@ type SnapshotCreateResponse struct {
 
 func (x *SnapshotCreateResponse) Reset() {
 	*x = SnapshotCreateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1923,7 @@ func (x *SnapshotCreateResponse) String() string {
 func (*SnapshotCreateResponse) ProtoMessage() {}
 
 func (x *SnapshotCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1936,7 @@ func (x *SnapshotCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotCreateResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotCreateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotCreateResponse) GetInfo() *SnapshotInfo {
@@ -1880,7 +1958,7 @@ type SnapshotRestoreRequest struct {
 
 func (x *SnapshotRestoreRequest) Reset() {
 	*x = SnapshotRestoreRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +1970,7 @@ func (x *SnapshotRestoreRequest) String() string {
 func (*SnapshotRestoreRequest) ProtoMessage() {}
 
 func (x *SnapshotRestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +1983,7 @@ func (x *SnapshotRestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotRestoreRequest) GetHandle() []byte {
@@ -1944,7 +2022,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2034,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2047,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 type SnapshotDeleteRequest struct {
@@ -1982,7 +2060,7 @@ type SnapshotDeleteRequest struct {
 
 func (x *SnapshotDeleteRequest) Reset() {
 	*x = SnapshotDeleteRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2072,7 @@ func (x *SnapshotDeleteRequest) String() string {
 func (*SnapshotDeleteRequest) ProtoMessage() {}
 
 func (x *SnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2085,7 @@ func (x *SnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDeleteRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SnapshotDeleteRequest) GetHandle() []byte {
@@ -2032,7 +2110,7 @@ type SnapshotDeleteResponse struct {
 
 func (x *SnapshotDeleteResponse) Reset() {
 	*x = SnapshotDeleteResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2122,7 @@ func (x *SnapshotDeleteResponse) String() string {
 func (*SnapshotDeleteResponse) ProtoMessage() {}
 
 func (x *SnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2135,7 @@ func (x *SnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDeleteResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 type SnapshotRenameRequest struct {
@@ -2071,7 +2149,7 @@ type SnapshotRenameRequest struct {
 
 func (x *SnapshotRenameRequest) Reset() {
 	*x = SnapshotRenameRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2161,7 @@ func (x *SnapshotRenameRequest) String() string {
 func (*SnapshotRenameRequest) ProtoMessage() {}
 
 func (x *SnapshotRenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2174,7 @@ func (x *SnapshotRenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRenameRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRenameRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SnapshotRenameRequest) GetHandle() []byte {
@@ -2128,7 +2206,7 @@ type SnapshotRenameResponse struct {
 
 func (x *SnapshotRenameResponse) Reset() {
 	*x = SnapshotRenameResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2218,7 @@ func (x *SnapshotRenameResponse) String() string {
 func (*SnapshotRenameResponse) ProtoMessage() {}
 
 func (x *SnapshotRenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2231,7 @@ func (x *SnapshotRenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRenameResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRenameResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 type AdoptRequest struct {
@@ -2167,7 +2245,7 @@ type AdoptRequest struct {
 
 func (x *AdoptRequest) Reset() {
 	*x = AdoptRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2257,7 @@ func (x *AdoptRequest) String() string {
 func (*AdoptRequest) ProtoMessage() {}
 
 func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2270,7 @@ func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRequest.ProtoReflect.Descriptor instead.
 func (*AdoptRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AdoptRequest) GetHandle() []byte {
@@ -2225,7 +2303,7 @@ type AdoptResponse struct {
 
 func (x *AdoptResponse) Reset() {
 	*x = AdoptResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2315,7 @@ func (x *AdoptResponse) String() string {
 func (*AdoptResponse) ProtoMessage() {}
 
 func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2328,7 @@ func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptResponse.ProtoReflect.Descriptor instead.
 func (*AdoptResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AdoptResponse) GetHandle() []byte {
@@ -2273,7 +2351,7 @@ type UpdateDevicesRequest struct {
 
 func (x *UpdateDevicesRequest) Reset() {
 	*x = UpdateDevicesRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2363,7 @@ func (x *UpdateDevicesRequest) String() string {
 func (*UpdateDevicesRequest) ProtoMessage() {}
 
 func (x *UpdateDevicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2376,7 @@ func (x *UpdateDevicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDevicesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateDevicesRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UpdateDevicesRequest) GetHandle() []byte {
@@ -2330,7 +2408,7 @@ type UpdateDevicesResponse struct {
 
 func (x *UpdateDevicesResponse) Reset() {
 	*x = UpdateDevicesResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2420,7 @@ func (x *UpdateDevicesResponse) String() string {
 func (*UpdateDevicesResponse) ProtoMessage() {}
 
 func (x *UpdateDevicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2433,7 @@ func (x *UpdateDevicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDevicesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateDevicesResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 var File_plugins_sdk_proto_backend_v1_backend_proto protoreflect.FileDescriptor
@@ -2363,13 +2441,18 @@ var File_plugins_sdk_proto_backend_v1_backend_proto protoreflect.FileDescriptor
 const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\n" +
 	"*plugins/sdk/proto/backend/v1/backend.proto\x12\x14guestlink.backend.v1\"\r\n" +
-	"\vInfoRequest\"\xae\x01\n" +
+	"\vInfoRequest\"\xe7\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12'\n" +
 	"\x0fconfig_prefixes\x18\x04 \x03(\tR\x0econfigPrefixes\x12#\n" +
-	"\rinstance_type\x18n \x01(\tR\finstanceType\"B\n" +
+	"\rinstance_type\x18n \x01(\tR\finstanceType\x127\n" +
+	"\amissing\x18x \x03(\v2\x1d.guestlink.backend.v1.MissingR\amissing\"O\n" +
+	"\aMissing\x12\x12\n" +
+	"\x04what\x18\x01 \x01(\tR\x04what\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\apackage\x18\x03 \x01(\tR\apackage\"B\n" +
 	"\x04File\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x12\n" +
@@ -2561,125 +2644,127 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
 	(Status)(0),                     // 0: guestlink.backend.v1.Status
 	(EventKind)(0),                  // 1: guestlink.backend.v1.EventKind
 	(*InfoRequest)(nil),             // 2: guestlink.backend.v1.InfoRequest
 	(*InfoResponse)(nil),            // 3: guestlink.backend.v1.InfoResponse
-	(*File)(nil),                    // 4: guestlink.backend.v1.File
-	(*GuestSpec)(nil),               // 5: guestlink.backend.v1.GuestSpec
-	(*Image)(nil),                   // 6: guestlink.backend.v1.Image
-	(*Device)(nil),                  // 7: guestlink.backend.v1.Device
-	(*CreateRequest)(nil),           // 8: guestlink.backend.v1.CreateRequest
-	(*CreateResponse)(nil),          // 9: guestlink.backend.v1.CreateResponse
-	(*StartRequest)(nil),            // 10: guestlink.backend.v1.StartRequest
-	(*StartResponse)(nil),           // 11: guestlink.backend.v1.StartResponse
-	(*StopRequest)(nil),             // 12: guestlink.backend.v1.StopRequest
-	(*StopResponse)(nil),            // 13: guestlink.backend.v1.StopResponse
-	(*DeleteRequest)(nil),           // 14: guestlink.backend.v1.DeleteRequest
-	(*DeleteResponse)(nil),          // 15: guestlink.backend.v1.DeleteResponse
-	(*StateRequest)(nil),            // 16: guestlink.backend.v1.StateRequest
-	(*StateResponse)(nil),           // 17: guestlink.backend.v1.StateResponse
-	(*GuestState)(nil),              // 18: guestlink.backend.v1.GuestState
-	(*EventsRequest)(nil),           // 19: guestlink.backend.v1.EventsRequest
-	(*Event)(nil),                   // 20: guestlink.backend.v1.Event
-	(*EventBatch)(nil),              // 21: guestlink.backend.v1.EventBatch
-	(*ReadRingRequest)(nil),         // 22: guestlink.backend.v1.ReadRingRequest
-	(*ReadRingResponse)(nil),        // 23: guestlink.backend.v1.ReadRingResponse
-	(*ReadRingsRequest)(nil),        // 24: guestlink.backend.v1.ReadRingsRequest
-	(*RingResult)(nil),              // 25: guestlink.backend.v1.RingResult
-	(*ReadRingsResponse)(nil),       // 26: guestlink.backend.v1.ReadRingsResponse
-	(*LinkEndpointRequest)(nil),     // 27: guestlink.backend.v1.LinkEndpointRequest
-	(*LinkEndpointResponse)(nil),    // 28: guestlink.backend.v1.LinkEndpointResponse
-	(*RecoverRequest)(nil),          // 29: guestlink.backend.v1.RecoverRequest
-	(*RecoverResponse)(nil),         // 30: guestlink.backend.v1.RecoverResponse
-	(*SnapshotCreateRequest)(nil),   // 31: guestlink.backend.v1.SnapshotCreateRequest
-	(*SnapshotInfo)(nil),            // 32: guestlink.backend.v1.SnapshotInfo
-	(*SnapshotCreateResponse)(nil),  // 33: guestlink.backend.v1.SnapshotCreateResponse
-	(*SnapshotRestoreRequest)(nil),  // 34: guestlink.backend.v1.SnapshotRestoreRequest
-	(*SnapshotRestoreResponse)(nil), // 35: guestlink.backend.v1.SnapshotRestoreResponse
-	(*SnapshotDeleteRequest)(nil),   // 36: guestlink.backend.v1.SnapshotDeleteRequest
-	(*SnapshotDeleteResponse)(nil),  // 37: guestlink.backend.v1.SnapshotDeleteResponse
-	(*SnapshotRenameRequest)(nil),   // 38: guestlink.backend.v1.SnapshotRenameRequest
-	(*SnapshotRenameResponse)(nil),  // 39: guestlink.backend.v1.SnapshotRenameResponse
-	(*AdoptRequest)(nil),            // 40: guestlink.backend.v1.AdoptRequest
-	(*AdoptResponse)(nil),           // 41: guestlink.backend.v1.AdoptResponse
-	(*UpdateDevicesRequest)(nil),    // 42: guestlink.backend.v1.UpdateDevicesRequest
-	(*UpdateDevicesResponse)(nil),   // 43: guestlink.backend.v1.UpdateDevicesResponse
-	nil,                             // 44: guestlink.backend.v1.GuestSpec.ConfigEntry
-	nil,                             // 45: guestlink.backend.v1.GuestSpec.DevicesEntry
-	nil,                             // 46: guestlink.backend.v1.Device.ConfigEntry
-	nil,                             // 47: guestlink.backend.v1.GuestState.DetailsEntry
-	nil,                             // 48: guestlink.backend.v1.SnapshotInfo.DetailsEntry
-	nil,                             // 49: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	(*Missing)(nil),                 // 4: guestlink.backend.v1.Missing
+	(*File)(nil),                    // 5: guestlink.backend.v1.File
+	(*GuestSpec)(nil),               // 6: guestlink.backend.v1.GuestSpec
+	(*Image)(nil),                   // 7: guestlink.backend.v1.Image
+	(*Device)(nil),                  // 8: guestlink.backend.v1.Device
+	(*CreateRequest)(nil),           // 9: guestlink.backend.v1.CreateRequest
+	(*CreateResponse)(nil),          // 10: guestlink.backend.v1.CreateResponse
+	(*StartRequest)(nil),            // 11: guestlink.backend.v1.StartRequest
+	(*StartResponse)(nil),           // 12: guestlink.backend.v1.StartResponse
+	(*StopRequest)(nil),             // 13: guestlink.backend.v1.StopRequest
+	(*StopResponse)(nil),            // 14: guestlink.backend.v1.StopResponse
+	(*DeleteRequest)(nil),           // 15: guestlink.backend.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 16: guestlink.backend.v1.DeleteResponse
+	(*StateRequest)(nil),            // 17: guestlink.backend.v1.StateRequest
+	(*StateResponse)(nil),           // 18: guestlink.backend.v1.StateResponse
+	(*GuestState)(nil),              // 19: guestlink.backend.v1.GuestState
+	(*EventsRequest)(nil),           // 20: guestlink.backend.v1.EventsRequest
+	(*Event)(nil),                   // 21: guestlink.backend.v1.Event
+	(*EventBatch)(nil),              // 22: guestlink.backend.v1.EventBatch
+	(*ReadRingRequest)(nil),         // 23: guestlink.backend.v1.ReadRingRequest
+	(*ReadRingResponse)(nil),        // 24: guestlink.backend.v1.ReadRingResponse
+	(*ReadRingsRequest)(nil),        // 25: guestlink.backend.v1.ReadRingsRequest
+	(*RingResult)(nil),              // 26: guestlink.backend.v1.RingResult
+	(*ReadRingsResponse)(nil),       // 27: guestlink.backend.v1.ReadRingsResponse
+	(*LinkEndpointRequest)(nil),     // 28: guestlink.backend.v1.LinkEndpointRequest
+	(*LinkEndpointResponse)(nil),    // 29: guestlink.backend.v1.LinkEndpointResponse
+	(*RecoverRequest)(nil),          // 30: guestlink.backend.v1.RecoverRequest
+	(*RecoverResponse)(nil),         // 31: guestlink.backend.v1.RecoverResponse
+	(*SnapshotCreateRequest)(nil),   // 32: guestlink.backend.v1.SnapshotCreateRequest
+	(*SnapshotInfo)(nil),            // 33: guestlink.backend.v1.SnapshotInfo
+	(*SnapshotCreateResponse)(nil),  // 34: guestlink.backend.v1.SnapshotCreateResponse
+	(*SnapshotRestoreRequest)(nil),  // 35: guestlink.backend.v1.SnapshotRestoreRequest
+	(*SnapshotRestoreResponse)(nil), // 36: guestlink.backend.v1.SnapshotRestoreResponse
+	(*SnapshotDeleteRequest)(nil),   // 37: guestlink.backend.v1.SnapshotDeleteRequest
+	(*SnapshotDeleteResponse)(nil),  // 38: guestlink.backend.v1.SnapshotDeleteResponse
+	(*SnapshotRenameRequest)(nil),   // 39: guestlink.backend.v1.SnapshotRenameRequest
+	(*SnapshotRenameResponse)(nil),  // 40: guestlink.backend.v1.SnapshotRenameResponse
+	(*AdoptRequest)(nil),            // 41: guestlink.backend.v1.AdoptRequest
+	(*AdoptResponse)(nil),           // 42: guestlink.backend.v1.AdoptResponse
+	(*UpdateDevicesRequest)(nil),    // 43: guestlink.backend.v1.UpdateDevicesRequest
+	(*UpdateDevicesResponse)(nil),   // 44: guestlink.backend.v1.UpdateDevicesResponse
+	nil,                             // 45: guestlink.backend.v1.GuestSpec.ConfigEntry
+	nil,                             // 46: guestlink.backend.v1.GuestSpec.DevicesEntry
+	nil,                             // 47: guestlink.backend.v1.Device.ConfigEntry
+	nil,                             // 48: guestlink.backend.v1.GuestState.DetailsEntry
+	nil,                             // 49: guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	nil,                             // 50: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
 }
 var file_plugins_sdk_proto_backend_v1_backend_proto_depIdxs = []int32{
-	44, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
-	45, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
-	4,  // 2: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
-	6,  // 3: guestlink.backend.v1.GuestSpec.image:type_name -> guestlink.backend.v1.Image
-	46, // 4: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
-	5,  // 5: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	5,  // 6: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	18, // 7: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
-	18, // 8: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
-	18, // 9: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
-	0,  // 10: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
-	47, // 11: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
-	1,  // 12: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
-	20, // 13: guestlink.backend.v1.EventBatch.events:type_name -> guestlink.backend.v1.Event
-	22, // 14: guestlink.backend.v1.ReadRingsRequest.reads:type_name -> guestlink.backend.v1.ReadRingRequest
-	25, // 15: guestlink.backend.v1.ReadRingsResponse.results:type_name -> guestlink.backend.v1.RingResult
-	5,  // 16: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	18, // 17: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
-	48, // 18: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
-	32, // 19: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
-	5,  // 20: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	49, // 21: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
-	7,  // 22: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
-	7,  // 23: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
-	2,  // 24: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
-	8,  // 25: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
-	10, // 26: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
-	12, // 27: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
-	14, // 28: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
-	16, // 29: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
-	19, // 30: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
-	19, // 31: guestlink.backend.v1.Backend.EventBatches:input_type -> guestlink.backend.v1.EventsRequest
-	22, // 32: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
-	24, // 33: guestlink.backend.v1.Backend.ReadRings:input_type -> guestlink.backend.v1.ReadRingsRequest
-	27, // 34: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
-	29, // 35: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
-	31, // 36: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
-	34, // 37: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
-	36, // 38: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
-	38, // 39: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
-	40, // 40: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
-	42, // 41: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
-	3,  // 42: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
-	9,  // 43: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
-	11, // 44: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
-	13, // 45: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
-	15, // 46: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
-	17, // 47: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
-	20, // 48: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
-	21, // 49: guestlink.backend.v1.Backend.EventBatches:output_type -> guestlink.backend.v1.EventBatch
-	23, // 50: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
-	26, // 51: guestlink.backend.v1.Backend.ReadRings:output_type -> guestlink.backend.v1.ReadRingsResponse
-	28, // 52: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
-	30, // 53: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
-	33, // 54: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
-	35, // 55: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
-	37, // 56: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
-	39, // 57: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
-	41, // 58: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
-	43, // 59: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
-	42, // [42:60] is the sub-list for method output_type
-	24, // [24:42] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	4,  // 0: guestlink.backend.v1.InfoResponse.missing:type_name -> guestlink.backend.v1.Missing
+	45, // 1: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
+	46, // 2: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
+	5,  // 3: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
+	7,  // 4: guestlink.backend.v1.GuestSpec.image:type_name -> guestlink.backend.v1.Image
+	47, // 5: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
+	6,  // 6: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	6,  // 7: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	19, // 8: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
+	19, // 9: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
+	19, // 10: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
+	0,  // 11: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
+	48, // 12: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
+	1,  // 13: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
+	21, // 14: guestlink.backend.v1.EventBatch.events:type_name -> guestlink.backend.v1.Event
+	23, // 15: guestlink.backend.v1.ReadRingsRequest.reads:type_name -> guestlink.backend.v1.ReadRingRequest
+	26, // 16: guestlink.backend.v1.ReadRingsResponse.results:type_name -> guestlink.backend.v1.RingResult
+	6,  // 17: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	19, // 18: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
+	49, // 19: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	33, // 20: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
+	6,  // 21: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	50, // 22: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	8,  // 23: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
+	8,  // 24: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
+	2,  // 25: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
+	9,  // 26: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
+	11, // 27: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
+	13, // 28: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
+	15, // 29: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
+	17, // 30: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
+	20, // 31: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
+	20, // 32: guestlink.backend.v1.Backend.EventBatches:input_type -> guestlink.backend.v1.EventsRequest
+	23, // 33: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
+	25, // 34: guestlink.backend.v1.Backend.ReadRings:input_type -> guestlink.backend.v1.ReadRingsRequest
+	28, // 35: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
+	30, // 36: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
+	32, // 37: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
+	35, // 38: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
+	37, // 39: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
+	39, // 40: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
+	41, // 41: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
+	43, // 42: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
+	3,  // 43: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
+	10, // 44: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
+	12, // 45: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
+	14, // 46: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
+	16, // 47: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
+	18, // 48: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
+	21, // 49: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
+	22, // 50: guestlink.backend.v1.Backend.EventBatches:output_type -> guestlink.backend.v1.EventBatch
+	24, // 51: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
+	27, // 52: guestlink.backend.v1.Backend.ReadRings:output_type -> guestlink.backend.v1.ReadRingsResponse
+	29, // 53: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
+	31, // 54: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
+	34, // 55: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
+	36, // 56: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
+	38, // 57: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
+	40, // 58: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
+	42, // 59: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
+	44, // 60: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
+	43, // [43:61] is the sub-list for method output_type
+	25, // [25:43] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_plugins_sdk_proto_backend_v1_backend_proto_init() }
@@ -2693,7 +2778,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc), len(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   48,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
