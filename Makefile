@@ -37,8 +37,8 @@ build: ## build guestlinkd, guestlink, guestlink-agent and the plugins into bin/
 	@chmod -R go-w $(BIN) # the daemon refuses plugins that others could replace (any umask)
 
 .PHONY: run
-run: build ## build, start the daemon (SQLite, sim backend, dashboard on $(HTTP)) and launch a demo guest
-	@STATE_DIR="$(STATE_DIR)" HTTP="$(HTTP)" scripts/run.sh
+run: build ## build, start the daemon (SQLite, sim backend, dashboard on $(HTTP), or the next free port; HTTP=ADDR to choose) and launch a demo guest
+	@STATE_DIR="$(STATE_DIR)" HTTP="$(HTTP)" PICK_PORT=$(if $(filter file,$(origin HTTP)),1,) scripts/run.sh
 
 .PHONY: stop
 stop: build ## stop every guest of make run's state directory (starts the daemon for it if needed)
