@@ -115,6 +115,12 @@ func TestQEMUPreflight(t *testing.T) {
 		}
 	}
 
+	// A restart does not help, and says why.
+	if out := d.cli(ctx, "backends", "restart", "qemu-legacy"); !strings.HasPrefix(out, "Backend qemu-legacy restarted: unhealthy, pid ") ||
+		!strings.Contains(out, ": it cannot run guests: "+problem) {
+		t.Fatalf("guestlink backends restart qemu-legacy = %q, want it unhealthy naming qemu-utils", out)
+	}
+
 	img, err := exec.LookPath("qemu-img")
 	if err != nil {
 		testenv.Requires(t, "qemu-img", "not installed, so it cannot be put in the daemon's PATH (scripts/install-deps.sh installs qemu-utils)")
