@@ -60,6 +60,8 @@ func (e *StatusError) Is(target error) bool {
 		return target == errdefs.ErrNotSupported
 	case http.StatusServiceUnavailable:
 		return target == errdefs.ErrUnavailable
+	case http.StatusInsufficientStorage:
+		return target == errdefs.ErrNoSpace
 	}
 	return false
 }

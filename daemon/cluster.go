@@ -131,7 +131,7 @@ func (d *Daemon) listenCluster() error {
 	if err != nil {
 		return fmt.Errorf("cluster listener on %s: %w", d.cluster.Address(), err)
 	}
-	d.clusterLn = tls.NewListener(ln, d.cluster.ServerTLS())
+	d.clusterLn = d.tcpConns(ln, func(ln net.Listener) net.Listener { return tls.NewListener(ln, d.cluster.ServerTLS()) }, "cluster listener")
 	go d.serve("cluster listener", func() error { return d.api.Serve(d.clusterLn) })
 	d.log.Info("cluster member", "name", d.cluster.Name(), "address", d.cluster.Address())
 	return nil

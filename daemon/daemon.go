@@ -14,7 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"syscall"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -28,6 +28,7 @@ import (
 	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
+	"github.com/guestlink/guestlink/core/listener"
 	"github.com/guestlink/guestlink/core/metrics"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/pluginhost"
@@ -64,6 +65,10 @@ type Config struct {
 	// AllowDiskPaths lets disk devices take a host path as source (off:
 	// only storage pool volumes; guestlinkd --allow-disk-paths).
 	AllowDiskPaths bool
+	// ImageMaxSize is the largest image file an import takes (apparent
+	// size; zero: images.DefaultMaxSize, 64 GiB; guestlinkd
+	// --image-max-size).
+	ImageMaxSize int64
 	// Logger receives the daemon's log (default: text on stderr).
 	Logger *slog.Logger
 	// LogLevel sets the level of plugin logs carried into the daemon's log.
@@ -74,14 +79,22 @@ type Config struct {
 	GuestRingBytes float64
 	GuestRingLines float64
 	// GuestStateChanges is each guest's budget of agent and Ready state
-	// changes per second, across devlxd and ring words (bursts of twice
-	// that; zero takes statebudget's defaults, 10 and 20).
+	// changes per second, across devlxd, ring words and the guest's own
+	// reboots (bursts of twice that; zero takes statebudget's defaults, 10
+	// and 20).
 	GuestStateChanges float64
 	// APILimits bound the admin API's concurrent requests (zero: defaults).
 	APILimits api.Limits
 	// Cluster configures membership of a cluster (PostgreSQL only; see
 	// docs/cluster.md).
 	Cluster ClusterConfig
+	// TCPLimits bound the TCP listeners' connections (zero fields:
+	// derived from the open-file limit).
+	TCPLimits TCPLimits
+	// WriteTimeout is how long one write to a client of the admin socket,
+	// the TCP listeners or the cluster listener may block before the
+	// connection is dropped (default DefaultWriteTimeout).
+	WriteTimeout time.Duration
 }
 
 // Daemon is a running guestlinkd.
@@ -114,6 +127,9 @@ type Daemon struct {
 	tcpLn     net.Listener
 	tcp       tcpState
 	serving   chan error
+	// tcpBudget counts the connections of every TCP listener (tcpConns).
+	tcpMu     sync.Mutex
+	tcpBudget *listener.Limited
 }
 
 // SocketPath returns the admin socket of a state directory.
@@ -140,6 +156,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	if cfg.PluginDir == "" {
 		cfg.PluginDir = pluginhost.DefaultDir
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
 	}
 	abs, err := filepath.Abs(cfg.StateDir)
 	if err != nil {
@@ -223,7 +242,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			}
 		},
 	})
-	// One state-change budget per guest across devlxd and ring words.
+	// One state-change budget per guest across devlxd, ring words and reboots.
 	stateBudget := statebudget.New(cfg.GuestStateChanges, int(2*cfg.GuestStateChanges))
 	d.monitor, err = agentmon.New(agentmon.Config{
 		Instances:   late,
@@ -256,6 +275,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		AllowDiskPaths: cfg.AllowDiskPaths,
 		Images:         d.images,
 		Location:       d.clusterName(),
+		StateBudget:    stateBudget,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
@@ -286,7 +306,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
-	go d.serve("devlxd", func() error { return d.devlxd.Serve(d.links) })
+	links := d.retrying(d.links, "guest links")
+	go d.serve("devlxd", func() error { return d.devlxd.Serve(links) })
 
 	if err := d.plugins.Start(ctx); err != nil {
 		return nil, fmt.Errorf("starting daemon: plugins: %w", err)
@@ -310,7 +331,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
-	go d.serve("admin socket", func() error { return d.api.Serve(d.unixLn) })
+	unixLn := d.localConns(d.unixLn, "admin socket")
+	go d.serve("admin socket", func() error { return d.api.Serve(unixLn) })
 
 	if err := d.listenTCP(ctx); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
@@ -330,8 +352,11 @@ func (d *Daemon) serve(what string, fn func() error) {
 	}
 }
 
-// Wait returns when ctx ends or a listener fails, then shuts the daemon down.
-// Guests keep running; the next daemon recovers them.
+// Wait returns when ctx ends or a server stops with an error, then shuts
+// the daemon down. Accept errors never stop a server: every listener is
+// served through core/listener, which backs off and accepts again (out of
+// descriptors, EMFILE, or any other error) and ends only when the listener
+// is closed. Guests keep running; the next daemon recovers them.
 func (d *Daemon) Wait(ctx context.Context) error {
 	var err error
 	select {
@@ -490,10 +515,9 @@ func levelOf(l slog.Level) hclog.Level {
 // thousands of guests the links hold a listener each, and their
 // connections come and go by the thousand when every guest talks at once.
 func linkDescriptors() int {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur > 1<<24 {
+	limit := openFileLimit()
+	if limit == 0 {
 		return 0 // unknown or practically unlimited: no bound
 	}
-	limit := int(lim.Cur)
 	return max(64, limit-max(512, limit/10))
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/core/images/imagetest"
 )
 
 // TestDevlxdImageExport checks devlxd's GET /1.0/images/{fingerprint}/export
@@ -22,10 +23,11 @@ func TestDevlxdImageExport(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 
-	img := make([]byte, 1<<20) // a raw image of the smallest size the store takes
-	if _, err := rand.Read(img); err != nil {
+	payload := make([]byte, 1<<20) // random bytes behind a qcow2 header: the export must give them exactly
+	if _, err := rand.Read(payload); err != nil {
 		t.Fatal(err)
 	}
+	img := imagetest.QCOW2(payload)
 	file := filepath.Join(t.TempDir(), "tiny.img")
 	if err := os.WriteFile(file, img, 0o600); err != nil {
 		t.Fatal(err)

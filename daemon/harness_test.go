@@ -32,6 +32,7 @@ type daemonProc struct {
 	stateDir string
 	extra    []string
 	env      []string // added to cleanEnv for the daemon (newDaemonEnv)
+	nofile   int      // the daemon's open-file limit (prlimit), 0: inherited
 	logPath  string
 	client   *client.Client
 
@@ -46,12 +47,26 @@ type daemonProc struct {
 // and prints the daemon's log tail if the test failed.
 func newDaemon(t *testing.T, extra ...string) *daemonProc {
 	t.Helper()
-	return newDaemonEnv(t, nil, extra...)
+	return newDaemonWith(t, nil, 0, extra...)
 }
 
 // newDaemonEnv is newDaemon with env ("KEY=value") added to the daemon's
 // environment.
 func newDaemonEnv(t *testing.T, env []string, extra ...string) *daemonProc {
+	t.Helper()
+	return newDaemonWith(t, env, 0, extra...)
+}
+
+// newDaemonNofile is newDaemon with the daemon's open-file limit, soft and
+// hard, set to nofile (0: inherited), as `ulimit -n` would.
+func newDaemonNofile(t *testing.T, nofile int, extra ...string) *daemonProc {
+	t.Helper()
+	return newDaemonWith(t, nil, nofile, extra...)
+}
+
+// newDaemonWith is newDaemon with env added to the daemon's environment
+// and its open-file limit set to nofile (0: inherited).
+func newDaemonWith(t *testing.T, env []string, nofile int, extra ...string) *daemonProc {
 	t.Helper()
 	binaries(t)
 	// Unix socket paths are limited to 107 bytes: keep the state dir short.
@@ -59,7 +74,7 @@ func newDaemonEnv(t *testing.T, env []string, extra ...string) *daemonProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemonProc{t: t, stateDir: dir, extra: extra, env: env, logPath: filepath.Join(dir, "daemon.log")}
+	d := &daemonProc{t: t, stateDir: dir, extra: extra, env: env, nofile: nofile, logPath: filepath.Join(dir, "daemon.log")}
 	c, err := client.New(filepath.Join(dir, "guestlink.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +104,18 @@ func (d *daemonProc) start() {
 	}
 	fmt.Fprintf(logf, "=== test: starting guestlinkd at %s\n", time.Now().Format(time.RFC3339Nano))
 	args := append([]string{"--state-dir", d.stateDir, "--plugin-dir", filepath.Join(binDir, "plugins")}, d.extra...)
-	cmd := exec.Command(filepath.Join(binDir, "guestlinkd"), args...)
+	bin := filepath.Join(binDir, "guestlinkd")
+	if d.nofile > 0 {
+		// prlimit sets the limit and execs the daemon: the same process.
+		prlimit, err := exec.LookPath("prlimit")
+		if err != nil {
+			logf.Close()
+			t.Fatalf("a daemon with an open-file limit needs prlimit (util-linux): %v", err)
+		}
+		args = append([]string{fmt.Sprintf("--nofile=%d:%d", d.nofile, d.nofile), "--", bin}, args...)
+		bin = prlimit
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(cleanEnv(), d.env...)
 	// The daemon dies with the test binary (a -timeout panic runs no

@@ -144,8 +144,11 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 	if d.cfg.HTTPAddr == "" && d.cfg.HTTPSAddr == "" {
 		return nil
 	}
+	// Every write has its own deadline (tcpConns): the dashboard's live
+	// stream lives as long as its client reads, a client that stops
+	// reading is dropped after the write timeout.
 	fc := api.FiberConfig(0)
-	fc.WriteTimeout = 0 // the dashboard's live stream is long-lived
+	fc.WriteTimeout = d.cfg.WriteTimeout
 	app := fiber.New(fc)
 	// Security headers first, so Host refusals and unknown paths carry them.
 	app.Use(web.SecurityHeaders)
@@ -171,7 +174,8 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		}
 		d.tcpLn = ln
 		httpURL = "http://" + urlHost(ln.Addr(), nil)
-		go d.serve("http", func() error { return app.Listener(ln) })
+		served := d.tcpConns(ln, nil, "http")
+		go d.serve("http", func() error { return app.Listener(served) })
 	}
 	if d.cfg.HTTPSAddr != "" {
 		cert, err := d.httpsCertificate()
@@ -183,13 +187,14 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", d.cfg.HTTPSAddr, err)
 		}
-		tln := tls.NewListener(ln, &tls.Config{
+		tlsConfig := &tls.Config{
 			MinVersion:   tls.VersionTLS12,
 			Certificates: []tls.Certificate{cert},
 			// Client certificates are asked for and checked against the
 			// trust store per request; bearer clients send none.
 			ClientAuth: tls.RequestClientCert,
-		})
+		}
+		tln := d.tcpConns(ln, func(ln net.Listener) net.Listener { return tls.NewListener(ln, tlsConfig) }, "https")
 		d.tcp.httpsLn = tln
 		httpsURL = "https://" + urlHost(ln.Addr(), d.cfg.HTTPHosts)
 		go d.serve("https", func() error { return app.Listener(tln) })

@@ -9,8 +9,9 @@ import (
 	"github.com/guestlink/guestlink/db"
 )
 
-// openImages opens the image store in the state directory. An image is in
-// use while an instance's volatile.base_image names it.
+// openImages opens the image store in the state directory (removing the
+// temporary files of imports a previous daemon left). An image is in use
+// while an instance's volatile.base_image names it.
 func (d *Daemon) openImages() error {
 	st, ok := d.store.(db.ImageStore)
 	if !ok {
@@ -30,6 +31,6 @@ func (d *Daemon) openImages() error {
 		return out, nil
 	}
 	var err error
-	d.images, err = images.Open(d.cfg.StateDir, st, inUse, d.log.With("component", "images"))
+	d.images, err = images.Open(d.cfg.StateDir, st, inUse, d.log.With("component", "images"), images.Limits{MaxSize: d.cfg.ImageMaxSize})
 	return err
 }

@@ -170,3 +170,40 @@ func TestReadinessTimeout(t *testing.T) {
 		t.Fatalf("bad timeout accepted: %v", err)
 	}
 }
+
+// TestProbeFailureAfterLateReady is the probe half of "conditions say what
+// happened" (issue 23), as it was seen: a sim guest whose HTTP probe fails
+// past its readiness.timeout (1s) reads Timeout; once its health endpoint
+// answers it becomes Ready; when the endpoint goes away again, the
+// withdrawn Ready reads ProbeFailed with the probe's message, not
+// "Timeout: not Ready 1s after start".
+func TestProbeFailureAfterLateReady(t *testing.T) {
+	d := newDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	port := freePort(t)
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", port)
+	evs, _ := d.client.Events(ctx, client.EventFilter{Instances: []string{"web1"}})
+	d.launch(ctx, "web1", map[string]string{
+		"readiness.timeout":      "1s",
+		"readiness.probe.http":   url,
+		"readiness.probe.period": "200ms",
+	}, nil)
+	nextReady(t, evs, "Ready=False Timeout", func(c api.Condition) bool { return c.Reason == "Timeout" })
+	stop := serveHealth(t, port)
+	nextReady(t, evs, "Ready=True", func(c api.Condition) bool { return c.Status == api.ConditionTrue })
+	stop()
+	c := nextReady(t, evs, "Ready withdrawn", func(c api.Condition) bool { return c.Status == api.ConditionFalse })
+	if c.Reason != "ProbeFailed" || !strings.Contains(c.Message, url) {
+		t.Fatalf("Ready withdrawn by a failing probe after a late Ready: %+v, want reason ProbeFailed naming %s", c, url)
+	}
+	inst, err := d.client.Instance(ctx, "web1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range inst.Conditions {
+		if c.Type == api.ConditionReady && c.Reason != "ProbeFailed" {
+			t.Fatalf("instance's Ready condition %+v, want ProbeFailed", c)
+		}
+	}
+}

@@ -2,7 +2,8 @@
 // migrations and the Store the daemon uses. SQLite (pure Go, WAL) is the
 // default; a postgres:// URL selects PostgreSQL for several hosts.
 //
-// The options WithRetention, WithInstanceEventRetention and WithMaxBatch are
+// The options WithRetention, WithInstanceEventRetention,
+// WithInstanceEventFloor and WithMaxBatch are
 // used only by tests and benchmarks (the daemon takes the defaults): they
 // stay so that retention and group commit can be tested at small sizes.
 package db

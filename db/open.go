@@ -110,7 +110,8 @@ func DefaultURL(stateDir string) string {
 // a crash of the process or of the machine.
 func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
 	o := options{maxBatch: 256, busyTimeout: 10 * time.Second,
-		keep: retention{timeline: DefaultTimelineRetention, events: DefaultEventRetention, instanceEvents: DefaultInstanceEventRetention}}
+		keep: retention{timeline: DefaultTimelineRetention, events: DefaultEventRetention, instanceEvents: DefaultInstanceEventRetention,
+			floor: DefaultInstanceEventFloor}}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -71,3 +71,94 @@ func TestRetentionIsolation(t *testing.T) {
 		})
 	}
 }
+
+// TestRetentionFloor is the attack of one busy guest pushing every other
+// instance's history out of the global event log: with a global limit far
+// below what the busy instance writes, on both engines, every other
+// existing instance still has its newest floor events after the prunes
+// (exactly those: the older ones went), while the events of a deleted
+// instance and the daemon's own events, which have no floor, are pruned by
+// the global limit like the busy instance's.
+func TestRetentionFloor(t *testing.T) {
+	const (
+		floor  = 5
+		global = 30 // slack 3
+		busyN  = 600
+		quietN = 12 // more than the floor: the older ones may go
+		quiets = 4
+	)
+	for _, e := range dbtest.Engines() {
+		t.Run(e.Name, func(t *testing.T) {
+			ctx := testContext(t)
+			s := dbtest.Open(t, e.URL(t), db.WithRetention(0, global), db.WithInstanceEventFloor(floor))
+			names := []string{"busy", "gone"}
+			for i := range quiets {
+				names = append(names, fmt.Sprintf("quiet%d", i))
+			}
+			insts := map[string]*db.Instance{}
+			for _, n := range names {
+				insts[n] = newInstance(n)
+				if err := s.CreateInstance(ctx, insts[n]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			appended := map[string][]int64{}
+			add := func(name string) {
+				t.Helper()
+				ev := &db.Event{Type: "lifecycle", Instance: name, Body: []byte("{}")}
+				if err := s.AppendEvent(ctx, ev); err != nil {
+					t.Fatal(err)
+				}
+				appended[name] = append(appended[name], ev.ID)
+			}
+			// The quiet instances, the one deleted later and the daemon write
+			// a few events among the busy one's flood, most of them early.
+			for i := range busyN {
+				if i%40 == 0 && i/40 < quietN {
+					for _, n := range names[1:] {
+						add(n)
+					}
+					add("")
+				}
+				add("busy")
+			}
+			if err := s.DeleteInstance(ctx, insts["gone"].ID); err != nil {
+				t.Fatal(err)
+			}
+			// Enough appends after the delete for another global prune.
+			for range global {
+				add("busy")
+			}
+			// The writer prunes after a batch commits, before the next one.
+			if err := s.UpdateInstance(ctx, insts["busy"]); err != nil {
+				t.Fatal(err)
+			}
+			all, err := s.EventsAfter(ctx, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept := map[string][]int64{}
+			for _, ev := range all {
+				kept[ev.Instance] = append(kept[ev.Instance], ev.ID)
+			}
+			for _, n := range names[2:] {
+				want := appended[n][len(appended[n])-floor:]
+				if fmt.Sprint(kept[n]) != fmt.Sprint(want) {
+					t.Errorf("instance %s keeps events %v, want its newest %d: %v", n, kept[n], floor, want)
+				}
+			}
+			// The deleted instance's and the daemon's events were all written
+			// before the last global cut: none survive it.
+			if len(kept["gone"]) != 0 || len(kept[""]) != 0 {
+				t.Errorf("deleted instance keeps %v, the daemon %v; want none (no floor)", kept["gone"], kept[""])
+			}
+			busy := appended["busy"]
+			if got := kept["busy"]; len(got) < global-quiets*floor || got[len(got)-1] != busy[len(busy)-1] {
+				t.Errorf("busy instance keeps %d events (newest %v), want at least %d and its newest %d", len(got), got[len(got)-1:], global-quiets*floor, busy[len(busy)-1])
+			}
+			if most := global + global/10 + quiets*floor; len(all) > most {
+				t.Errorf("%d events kept in all, want at most %d (the global limit, its slack and the floors)", len(all), most)
+			}
+		})
+	}
+}

@@ -18,6 +18,8 @@ var (
 	ErrUnauthorized  = errors.New("unauthorized")
 	ErrNotSupported  = errors.New("not supported")
 	ErrUnavailable   = errors.New("unavailable") // a plugin or guest is gone
+	// ErrNoSpace: the host's disk would fill (HTTP 507 Insufficient Storage).
+	ErrNoSpace = errors.New("insufficient storage")
 )
 
 // HTTPStatus maps an error to the HTTP status the API answers with.
@@ -41,6 +43,8 @@ func HTTPStatus(err error) int {
 		return http.StatusNotImplemented
 	case errors.Is(err, ErrUnavailable):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, ErrNoSpace):
+		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError
 }
@@ -63,6 +67,8 @@ func FromHTTPStatus(code int) error {
 		return ErrNotSupported
 	case http.StatusServiceUnavailable:
 		return ErrUnavailable
+	case http.StatusInsufficientStorage:
+		return ErrNoSpace
 	}
 	return errors.New(http.StatusText(code))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/core/console"
+	"github.com/guestlink/guestlink/core/listener"
 	"github.com/guestlink/guestlink/web/ansi"
 	"github.com/guestlink/guestlink/web/components"
 )
@@ -130,9 +131,12 @@ func (d *Dashboard) consoleStream(c *fiber.Ctx) error {
 	c.Set("Cache-Control", "no-store")
 	c.Set("X-Accel-Buffering", "no")
 	sid, _ := c.Locals(localSession).(string)
+	conn, writeTimeout := c.Context().Conn(), c.App().Config().WriteTimeout
 	d.streams.Add(1)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer d.streams.Add(-1)
+		// Each flush extends the write deadline (see stream).
+		w = listener.StreamWriter(w, conn, writeTimeout)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {

@@ -142,8 +142,9 @@ func New(cfg Config) *Dashboard {
 
 // Register mounts the dashboard's routes on r: "/login", "/logout" (with
 // Sessions), "/", "/instances", "/instances/:name", their POST actions,
-// "/events" and "/assets/*". The app serving them must have a zero
-// WriteTimeout (the live stream is long-lived) and Immutable set. Every
+// "/events" and "/assets/*". The app serving them must have Immutable set;
+// its WriteTimeout bounds each write of the live streams, which extend
+// their deadline at every flush (listener.StreamWriter). Every
 // route answers with the security headers; all but the assets and the login
 // page need a session (with Sessions), and the POST routes a CSRF token.
 // The middleware is attached per route, so r may be shared with other

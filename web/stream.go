@@ -18,6 +18,7 @@ import (
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/listener"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/web/components"
 )
@@ -54,10 +55,14 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 	c.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	heartbeat := d.cfg.Heartbeat
 	sid, _ := c.Locals(localSession).(string)
+	conn, writeTimeout := c.Context().Conn(), c.App().Config().WriteTimeout
 	d.streams.Add(1)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer d.streams.Add(-1)
 		defer d.hub.leave(f)
+		// Each flush extends the write deadline: the stream lasts as long
+		// as the page reads it.
+		w = listener.StreamWriter(w, conn, writeTimeout)
 		var lastID int64 // the newest event this stream sent
 		send := func(ev events.Event) {
 			writeMessage(w, "update", ev.ID, d.frags.get(ev))

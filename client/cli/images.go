@@ -41,7 +41,14 @@ func (s *session) imageImportCommand() *cobra.Command {
 		Long: `Copy the disk image FILE (raw or qcow2; a file on the daemon's machine,
 read by the daemon, which streams it through sha256) into the image store.
 From a raw ext4 image the daemon takes the newest /boot/vmlinuz-* and its
-initrd for direct boot; --kernel and --initrd give them instead.`,
+initrd for direct boot; --kernel and --initrd give them instead.
+
+FILE must be a regular file holding a raw ext2/3/4 filesystem or a qcow2
+image (checked by magic before anything is copied), no larger than the
+daemon's --image-max-size (default 64GiB, apparent size). The copy is
+sparse and must fit in the free space of the daemon's image directory
+(else 507, saying how much is needed and available); interrupting the
+command stops the copy. See docs/guests.md.`,
 		Args: argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, err := parseKeyValues(props, "property")

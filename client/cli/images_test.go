@@ -1,6 +1,8 @@
 package cli_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/api/apitest"
 	"github.com/guestlink/guestlink/core/images"
+	"github.com/guestlink/guestlink/core/images/imagetest"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
@@ -18,16 +21,18 @@ import (
 // delete against a real store, and launch's two argument forms.
 func TestImageCommands(t *testing.T) {
 	dir := t.TempDir()
-	st, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil)
+	st, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil, images.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := apitest.NewServer(t, apitest.Options{Images: st})
 	disk := filepath.Join(dir, "zeros.img")
-	if err := os.WriteFile(disk, make([]byte, 1<<20), 0o644); err != nil {
+	data := imagetest.Ext(1 << 20) // a raw ext image of 1 MiB
+	if err := os.WriteFile(disk, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	const fp = "30e14955ebf1352266dc2ff8067e68104607e750abb9d3b36582b8af909fcb58"
+	sum := sha256.Sum256(data)
+	fp := hex.EncodeToString(sum[:])
 
 	if out := ok(t, srv, "image", "import", disk, "--alias", "zeros", "-p", "os=none"); out != "Image imported with fingerprint: "+fp+"\n" {
 		t.Fatalf("import said %q", out)
@@ -78,15 +83,15 @@ func TestLaunchImportsLocalImage(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	img := filepath.Join(dir, "debian-12.img")
-	data := make([]byte, 1<<20)
-	data[0] = 1
+	data := imagetest.Ext(1 << 20)
+	data[4096] = 1
 	if err := os.WriteFile(img, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "debian-12.json"), []byte(`{"os":"debian","build_seconds":"182"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	st, err := images.Open(t.TempDir(), dbtest.SQLite(t).(db.ImageStore), nil, nil)
+	st, err := images.Open(t.TempDir(), dbtest.SQLite(t).(db.ImageStore), nil, nil, images.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/agentmon"
 	"github.com/guestlink/guestlink/core/statebudget"
+	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/daemon"
 	"github.com/guestlink/guestlink/internal/flagfile"
 	"github.com/guestlink/guestlink/internal/sdnotify"
@@ -38,10 +39,14 @@ func main() {
 	flag.StringVar(&cfg.PluginDir, "plugin-dir", defaultPluginDir(), "directory of backend plugins and their SHA256SUMS")
 	flag.StringVar(&cfg.DefaultBackend, "default-backend", "sim", "backend of instances launched without one")
 	flag.BoolVar(&cfg.AllowDiskPaths, "allow-disk-paths", false, "let disk devices take a host path as source (default: storage pool volumes only)")
+	flag.Func("image-max-size", "largest image file an import takes, e.g. 64GiB, 512MiB (apparent size: holes count; default 64GiB)", func(v string) (err error) {
+		cfg.ImageMaxSize, err = storage.ParseSize(v)
+		return err
+	})
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	flag.Float64Var(&cfg.GuestRingBytes, "guest-ring-bytes", agentmon.DefaultRingBytesPerSecond, "ring-buffer bytes read per second from each guest; a guest writing more is throttled")
 	flag.Float64Var(&cfg.GuestRingLines, "guest-ring-lines", agentmon.DefaultRingLinesPerSecond, "ring-buffer lines read per second from each guest; a guest writing more is throttled")
-	flag.Float64Var(&cfg.GuestStateChanges, "guest-state-changes", statebudget.DefaultRate, "agent and Ready state changes per second from each guest (devlxd and ring words together; bursts of twice that); more are held back, the last one applied")
+	flag.Float64Var(&cfg.GuestStateChanges, "guest-state-changes", statebudget.DefaultRate, "agent and Ready state changes per second from each guest (devlxd, ring words and its reboots together; bursts of twice that); more are held back, the last one applied (reboots over it are counted, not recorded)")
 	flag.IntVar(&cfg.APILimits.MaxInFlight, "api-max-requests", 0, "admin API requests served at once, more wait briefly then get 503 (default 8 x GOMAXPROCS)")
 	flag.IntVar(&cfg.APILimits.MaxLists, "api-max-lists", 0, "instance lists served at once, apart from the other requests (default 2 x GOMAXPROCS)")
 	flag.StringVar(&cfg.Cluster.Name, "name", os.Getenv("GUESTLINK_NAME"), "this daemon's name as a cluster member (default: the host name; env GUESTLINK_NAME)")
@@ -51,6 +56,10 @@ func main() {
 	flag.DurationVar(&cfg.Cluster.Heartbeat, "cluster-heartbeat", 0, "how often this member records its heartbeat (default 3s)")
 	flag.DurationVar(&cfg.Cluster.OfflineAfter, "cluster-offline-after", 0, "heartbeat age after which a member is offline (default 12s)")
 	flag.DurationVar(&cfg.Cluster.ForwardTimeout, "cluster-forward-timeout", 0, "how long a request forwarded to another member may take before it is answered 503 (default 30s; plus the request's own timeout)")
+	flag.IntVar(&cfg.TCPLimits.MaxConns, "http-max-conns", 0, "TCP connections (--http, --https, --cluster-address) open at once; more are closed at accept (default: half the open-file limit the guests' links leave, at most 4096)")
+	flag.IntVar(&cfg.TCPLimits.MaxPerPeer, "http-max-conns-per-peer", 0, "TCP connections open at once from one IP address (default a quarter of --http-max-conns, at least 64)")
+	flag.DurationVar(&cfg.TCPLimits.FirstRequest, "http-first-request-timeout", 0, "time a new TCP connection has to finish its TLS handshake and send its first request header (default 10s)")
+	flag.DurationVar(&cfg.WriteTimeout, "write-timeout", 0, "how long one write to a client of the admin API, the dashboard or the cluster listener may block before the client is dropped (default 30s)")
 	configFile := flag.String("config", "", "YAML file setting flags by name (e.g. /etc/guestlink/guestlinkd.yaml: \"http: 127.0.0.1:8080\"); the command line and the environment win over it")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -92,6 +101,9 @@ func main() {
 	}
 	if cfg.StateDir == "" {
 		fail(fmt.Errorf("--state-dir is required"))
+	}
+	if cfg.TCPLimits.MaxConns < 0 || cfg.TCPLimits.MaxPerPeer < 0 || cfg.TCPLimits.FirstRequest < 0 || cfg.WriteTimeout < 0 {
+		fail(fmt.Errorf("--http-max-conns, --http-max-conns-per-peer, --http-first-request-timeout and --write-timeout must be positive (0: the default)"))
 	}
 	if cfg.APILimits.MaxInFlight < 0 || cfg.APILimits.MaxLists < 0 {
 		fail(fmt.Errorf("--api-max-requests and --api-max-lists must be positive (0: the default)"))

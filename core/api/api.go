@@ -149,6 +149,9 @@ func New(cfg Config) *API {
 	return a
 }
 
+// DefaultWriteTimeout is the admin API's fiber WriteTimeout (FiberConfig).
+const DefaultWriteTimeout = 30 * time.Second
+
 // FiberConfig returns the fiber settings the admin API needs, for a daemon
 // that builds its own app and calls Register on it: Immutable request
 // strings, no prefork, the body limit (bytes), and an error handler that
@@ -173,7 +176,11 @@ func FiberConfig(bodyLimit int) fiber.Config {
 		TrustedProxies:          []string{},
 		ReadTimeout:             time.Minute,
 		IdleTimeout:             2 * time.Minute,
-		ErrorHandler:            errorHandler(bodyLimit),
+		// Bounds writing a response; the daemon's listeners also give
+		// every write its own deadline (core/listener), so streams last
+		// as long as their clients read.
+		WriteTimeout: DefaultWriteTimeout,
+		ErrorHandler: errorHandler(bodyLimit),
 	}
 }
 

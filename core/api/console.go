@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/core/console"
+	"github.com/guestlink/guestlink/core/listener"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -114,9 +115,13 @@ func (a *API) getConsole(c *fiber.Ctx) error {
 	}
 	c.Set("X-Accel-Buffering", "no")
 	recheck, _ := c.Locals(recheckKey).(recheckFunc)
+	conn, writeTimeout := c.Context().Conn(), c.App().Config().WriteTimeout
 	a.streams.Add(1)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer a.streams.Add(-1)
+		// Each flush extends the write deadline: the stream lasts as long
+		// as the client reads it, one that stops reading is dropped.
+		w = listener.StreamWriter(w, conn, writeTimeout)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {

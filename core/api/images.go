@@ -10,6 +10,7 @@ import (
 	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/internal/hangup"
 )
 
 // ImageService is the image store behind /1.0/images (core/images.Store).
@@ -97,7 +98,10 @@ func (a *API) listImages(c *fiber.Ctx) error {
 }
 
 // importImage answers POST /1.0/images: the file at path (on the daemon's
-// machine) is copied into the store; 201 with the image object.
+// machine) is copied into the store; 201 with the image object. The copy
+// runs under a context that ends when the client closes the connection
+// (fasthttp's own does not), so a client that goes away stops it; 507
+// when the image does not fit in the store's free space.
 func (a *API) importImage(c *fiber.Ctx) error {
 	var req wire.ImagesPost
 	if err := decodeBody(c, &req); err != nil {
@@ -117,7 +121,9 @@ func (a *API) importImage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	im, err := s.Import(c.UserContext(), req.Path, images.ImportOptions{
+	ctx, stop := hangup.Context(c.UserContext(), c.Context().Conn())
+	defer stop()
+	im, err := s.Import(ctx, req.Path, images.ImportOptions{
 		Alias: req.Alias, Filename: req.Filename, Properties: req.Properties, Kernel: req.Kernel, Initrd: req.Initrd,
 	})
 	if err != nil {

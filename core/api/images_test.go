@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +13,7 @@ import (
 	wire "github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/api/apitest"
 	"github.com/guestlink/guestlink/core/images"
+	"github.com/guestlink/guestlink/core/images/imagetest"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
@@ -20,16 +23,18 @@ import (
 // precise errors of bad requests.
 func TestImagesRoutes(t *testing.T) {
 	dir := t.TempDir()
-	st, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil)
+	st, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil, images.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := apitest.NewServer(t, apitest.Options{Images: st})
 	disk := filepath.Join(dir, "disk.img")
-	if err := os.WriteFile(disk, make([]byte, 1<<20), 0o644); err != nil {
+	data := imagetest.Ext(1 << 20) // a raw ext image of 1 MiB
+	if err := os.WriteFile(disk, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	const fp = "30e14955ebf1352266dc2ff8067e68104607e750abb9d3b36582b8af909fcb58" // sha256 of 1 MiB of zeros
+	sum := sha256.Sum256(data)
+	fp := hex.EncodeToString(sum[:])
 
 	steps := []struct {
 		name, method, path, body string

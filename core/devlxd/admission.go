@@ -21,9 +21,14 @@ type lifoTokens struct {
 	free      int
 	waiters   []*tokenWaiter // newest last
 	abandoned int            // waiters that gave up and are still in the slice
+	// onGrant, when set (by tests, before the first acquire), is called
+	// with the who of each acquireFor as its token is granted, in the
+	// order the pool grants them (under mu).
+	onGrant func(who string)
 }
 
 type tokenWaiter struct {
+	who       string        // names the waiter to onGrant
 	granted   chan struct{} // receives the token
 	abandoned bool          // gave up (under lifoTokens.mu)
 }
@@ -40,13 +45,20 @@ func (p *lifoTokens) inUse() int {
 // acquire takes a token, waiting at most timeout, or until stop is closed;
 // it reports whether it got one (then release must be called).
 func (p *lifoTokens) acquire(timeout time.Duration, stop <-chan struct{}) bool {
+	return p.acquireFor("", timeout, stop)
+}
+
+// acquireFor is acquire on behalf of who (an instance), which onGrant is
+// told.
+func (p *lifoTokens) acquireFor(who string, timeout time.Duration, stop <-chan struct{}) bool {
 	p.mu.Lock()
 	if p.free > 0 {
 		p.free--
+		p.granted(who)
 		p.mu.Unlock()
 		return true
 	}
-	w := &tokenWaiter{granted: make(chan struct{}, 1)}
+	w := &tokenWaiter{who: who, granted: make(chan struct{}, 1)}
 	p.waiters = append(p.waiters, w)
 	p.mu.Unlock()
 	t := time.NewTimer(timeout)
@@ -98,10 +110,18 @@ func (p *lifoTokens) release() {
 			p.abandoned--
 			continue
 		}
+		p.granted(w.who)
 		w.granted <- struct{}{}
 		return
 	}
 	p.free++
+}
+
+// granted tells onGrant of a grant to who; p.mu is held.
+func (p *lifoTokens) granted(who string) {
+	if p.onGrant != nil {
+		p.onGrant(who)
+	}
 }
 
 // waiting returns how many acquire calls wait for a token.

@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -115,26 +117,35 @@ func TestHandshakeAdmission(t *testing.T) {
 	})
 	t.Run("the newest waiting connection goes first", func(t *testing.T) {
 		e := newEnv(t, func(c *Config) { c.MaxHandshakes = 1 })
+		// The server records the order it grants the token in: the order
+		// the clients report their handshakes done is the scheduler's.
+		var mu sync.Mutex
+		var grants []string
+		names := map[string]string{uuidA: "a", uuidB: "b", uuidOff: "off"}
+		e.srv.handshakes.onGrant = func(who string) {
+			mu.Lock()
+			defer mu.Unlock()
+			grants = append(grants, names[who])
+		}
+		granted := func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(grants)
+		}
 		stalled := e.stall(t, uuidA, 1)
 		waitUntil(t, "a holds the only token", func() bool { return e.srv.handshakes.inUse() == 1 })
-		order := make(chan string, 2)
-		wait := func(name string, done <-chan error) {
-			if err := <-done; err != nil {
-				t.Errorf("%s's handshake: %v", name, err)
-			}
-			order <- name
-		}
 		older := e.handshake(t, uuidB, "b")
 		waitUntil(t, "b waits", func() bool { return e.srv.handshakes.waiting() == 1 })
 		newer := e.handshake(t, uuidOff, "off")
 		waitUntil(t, "b and off wait", func() bool { return e.srv.handshakes.waiting() == 2 })
-		go wait("b", older)
-		go wait("off", newer)
 		closeAll(stalled)
-		// off's server handshake ends before b's starts, and off's client
-		// is done before its server is.
-		if first, second := <-order, <-order; first != "off" || second != "b" {
-			t.Fatalf("handshakes ended in the order %s, %s; want off (the newest), then b", first, second)
+		for name, done := range map[string]<-chan error{"b": older, "off": newer} {
+			if err := <-done; err != nil {
+				t.Errorf("%s's handshake: %v", name, err)
+			}
+		}
+		if got, want := granted(), []string{"a", "off", "b"}; !slices.Equal(got, want) {
+			t.Fatalf("the server granted the handshake token in the order %v; want %v (a, then off, the newest waiter, then b)", got, want)
 		}
 	})
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
+	"github.com/guestlink/guestlink/core/listener"
 	"github.com/guestlink/guestlink/core/statebudget"
 )
 
@@ -130,7 +131,9 @@ type Config struct {
 	// IdleTimeout bounds the wait for the next request on a kept-alive
 	// connection (default 30 s).
 	IdleTimeout time.Duration
-	// WriteTimeout bounds the writing of each response (default 30 s).
+	// WriteTimeout bounds each write of a response (default 30 s): a
+	// guest that stops reading is dropped, a long download (an image
+	// export) lasts as long as the guest reads.
 	WriteTimeout time.Duration
 	// BodyLimit is the largest request body accepted, in bytes (default
 	// 64 KiB); larger bodies are answered 413.
@@ -266,7 +269,11 @@ func New(cfg Config) (*Server, error) {
 	s.routes()
 	go func() {
 		defer close(s.done)
-		if err := s.app.Listener(s.queue); err != nil {
+		// Every write gets its own deadline: an image export lasts as
+		// long as the guest reads it, a guest that stops reading is
+		// dropped after WriteTimeout.
+		conns := listener.Limit(s.queue, listener.Limits{Name: "devlxd", Logger: cfg.Logger, WriteTimeout: cfg.WriteTimeout})
+		if err := s.app.Listener(conns); err != nil {
 			cfg.Logger.Error("devlxd: HTTP server stopped", "err", err)
 		}
 	}()
@@ -312,7 +319,7 @@ func (s *Server) admit(c net.Conn) error {
 		defer s.releaseInstanceHandshakes(id.InstanceUUID, own)
 		s.hsWaiting.Add(1)
 		ok := s.acquireOwn(own.tokens, deadline)
-		if ok && !s.handshakes.acquire(time.Until(deadline), s.queue.closed) {
+		if ok && !s.handshakes.acquireFor(id.InstanceUUID, time.Until(deadline), s.queue.closed) {
 			<-own.tokens
 			ok = false
 		}

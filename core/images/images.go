@@ -7,7 +7,6 @@
 package images
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,7 +19,10 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
@@ -60,14 +62,24 @@ type Store struct {
 	// files in place, row stored), so two imports of the same content never
 	// remove each other's files.
 	commitMu sync.Mutex
+
+	lim    Limits
+	claims claims // the space imports in progress still need
+	// checkEvery is the bytes a copy processes between two free-space
+	// checks; afterCheck, set by tests, runs after each check.
+	checkEvery int64
+	afterCheck func()
 }
 
 // Dir returns the store's directory inside a state directory.
 func Dir(stateDir string) string { return filepath.Join(stateDir, "images") }
 
 // Open returns the store kept in Dir(stateDir) (created 0700) with its
-// metadata in st. inUse may be nil (nothing is in use).
-func Open(stateDir string, st db.ImageStore, inUse InUse, log *slog.Logger) (*Store, error) {
+// metadata in st, importing within lim (zero fields: the defaults). inUse
+// may be nil (nothing is in use). It removes the temporary files of
+// imports a previous daemon left (stopped or killed mid-copy); call it
+// once at daemon start, before any import.
+func Open(stateDir string, st db.ImageStore, inUse InUse, log *slog.Logger, lim Limits) (*Store, error) {
 	if st == nil {
 		return nil, errors.New("opening the image store: a database is required")
 	}
@@ -78,7 +90,78 @@ func Open(stateDir string, st db.ImageStore, inUse InUse, log *slog.Logger) (*St
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("opening the image store: %w", err)
 	}
-	return &Store{dir: dir, db: st, inUse: inUse, log: log, now: time.Now}, nil
+	if lim.MaxSize <= 0 {
+		lim.MaxSize = DefaultMaxSize
+	}
+	s := &Store{dir: dir, db: st, inUse: inUse, log: log, now: time.Now, lim: lim, checkEvery: defaultCheckEvery}
+	if err := s.removeTemporary(); err != nil {
+		return nil, fmt.Errorf("opening the image store: %w", err)
+	}
+	return s, nil
+}
+
+// lockTemporary takes an exclusive flock on the temporary file of an
+// import in progress, held until the returned file is closed: removeTemporary
+// leaves a locked file alone (another process's import still running). The
+// kernel drops the lock of a killed daemon.
+func lockTemporary(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("locking the temporary file of an import: %w", err)
+	}
+	return f, nil
+}
+
+// temporaryInUse reports whether the temporary file path (an image's, or the base
+// of a .kernel or .initrd) is locked by an import in progress.
+func temporaryInUse(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return errors.Is(unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB), unix.EWOULDBLOCK)
+}
+
+// removeTemporary removes the temporary files of interrupted imports (those
+// no running import holds locked).
+func (s *Store) removeTemporary() error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return err
+	}
+	var n int
+	var freed int64
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), tmpPrefix) {
+			continue
+		}
+		p := filepath.Join(s.dir, e.Name())
+		base := strings.TrimSuffix(strings.TrimSuffix(p, ".kernel"), ".initrd")
+		if temporaryInUse(base) {
+			s.log.Warn("a temporary file of an import in progress in another process stays", "file", e.Name())
+			continue
+		}
+		var blocks int64
+		if fi, err := os.Lstat(p); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				blocks = st.Blocks * 512
+			}
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing the temporary file of an interrupted import: %w", err)
+		}
+		n++
+		freed += blocks
+	}
+	if n > 0 {
+		s.log.Info("removed the temporary files of interrupted imports", "files", n, "freed", sizeString(freed))
+	}
+	return nil
 }
 
 // The file names of an image's parts in the store directory.
@@ -114,9 +197,21 @@ func ValidateAlias(name string) error {
 // Import copies the image file at path into the store, streaming it
 // through SHA-256, and records it with opts. The answer is the stored
 // image; errdefs.ErrAlreadyExists if an image with the same content is
-// stored already, errdefs.ErrInvalid for a file that is no disk image.
+// stored already.
+//
+// Nothing of the host is at risk: only a regular file is opened (a FIFO,
+// a device or a directory is refused before it is read, errdefs.ErrInvalid
+// naming its type); the format is checked before anything is written (a
+// raw ext filesystem or qcow2, else errdefs.ErrInvalid saying what was
+// found); a file larger than Limits.MaxSize (apparent size) is refused
+// with errdefs.ErrInvalid; the copy is sparse (holes and blocks of zeros
+// stay holes) and its data must fit in the image directory's free space
+// with Limits' reserve kept, checked before and during the copy
+// (errdefs.ErrNoSpace, whose message names no host path). The copy stops
+// as soon as ctx ends, and its temporary files are removed before Import
+// returns.
 func (s *Store) Import(ctx context.Context, path string, opts ImportOptions) (*Image, error) {
-	wrap := func(err error) error { return fmt.Errorf("importing image %s: %w", path, err) }
+	wrap := func(err error) error { return s.importErr(path, opts, err) }
 	if opts.Alias != "" {
 		if err := ValidateAlias(opts.Alias); err != nil {
 			return nil, wrap(err)
@@ -125,120 +220,244 @@ func (s *Store) Import(ctx context.Context, path string, opts ImportOptions) (*I
 	if opts.Initrd != "" && opts.Kernel == "" {
 		return nil, wrap(fmt.Errorf("an initrd needs a kernel: %w", errdefs.ErrInvalid))
 	}
-	if !filepath.IsAbs(path) {
-		return nil, wrap(fmt.Errorf("the path must be absolute: %w", errdefs.ErrInvalid))
-	}
-	src, err := os.Open(path)
+	src, err := s.openSource(path, "")
 	if err != nil {
-		return nil, wrap(fileErr(err))
-	}
-	defer src.Close()
-	if fi, err := src.Stat(); err != nil {
 		return nil, wrap(err)
-	} else if !fi.Mode().IsRegular() {
-		return nil, wrap(fmt.Errorf("not a regular file: %w", errdefs.ErrInvalid))
 	}
-	tmp, err := os.CreateTemp(s.dir, ".import-*")
+	defer src.f.Close()
+	head := make([]byte, headSize)
+	hn, err := src.f.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, wrap(fmt.Errorf("reading the file: %w", err))
+	}
+	format, err := detectFormat(head[:hn], src.size)
+	if err != nil {
+		return nil, wrap(fmt.Errorf("not a disk image: %w: %w", err, errdefs.ErrInvalid))
+	}
+	// The kernel and initrd given are opened and checked before anything
+	// is written too.
+	parts := []*source{src}
+	for _, p := range []struct{ path, what string }{{opts.Kernel, "kernel"}, {opts.Initrd, "initrd"}} {
+		if p.path == "" {
+			continue
+		}
+		f, err := s.openSource(p.path, p.what)
+		if err != nil {
+			return nil, wrap(err)
+		}
+		defer f.f.Close()
+		parts = append(parts, f)
+	}
+	var need int64
+	for _, p := range parts {
+		need += p.data
+	}
+	claim, err := s.claim(need)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	defer claim.release()
+
+	tmp, err := os.CreateTemp(s.dir, tmpPrefix+"*")
 	if err != nil {
 		return nil, wrap(err)
 	}
 	tmpName := tmp.Name()
+	kernelTmp, initrdTmp := tmpName+".kernel", tmpName+".initrd"
+	lock, err := lockTemporary(tmpName)
+	if err != nil {
+		_ = tmp.Close()
+		_ = os.Remove(tmpName)
+		return nil, wrap(err)
+	}
 	keep := false
 	defer func() {
+		_ = tmp.Close()
 		if !keep {
-			_ = tmp.Close()
-			_ = os.Remove(tmpName)
+			for _, p := range []string{tmpName, kernelTmp, initrdTmp} {
+				_ = os.Remove(p)
+			}
 		}
+		_ = lock.Close()
 	}()
 	h := sha256.New()
-	head := &headBuf{max: 4096}
-	n, err := io.Copy(io.MultiWriter(tmp, h, head), &ctxReader{ctx: ctx, r: src})
-	if err != nil {
+	if err := sparseCopy(ctx, src.f, tmp, src.size, h, claim); err != nil {
 		return nil, wrap(fmt.Errorf("copying: %w", err))
 	}
 	if err := tmp.Sync(); err != nil {
-		return nil, wrap(err)
+		return nil, wrap(noSpace(err))
 	}
 	if err := tmp.Close(); err != nil {
-		return nil, wrap(err)
+		return nil, wrap(noSpace(err))
 	}
 	fp := hex.EncodeToString(h.Sum(nil))
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	format := "raw"
-	switch {
-	case bytes.HasPrefix(head.b, []byte("QFI\xfb")):
-		format = "qcow2"
-	case n < 1<<20:
-		return nil, wrap(fmt.Errorf("%d bytes is too small for a disk image (a raw image of at least 1 MiB or a qcow2 file): %w", n, errdefs.ErrInvalid))
-	}
 	if _, err := s.db.Image(ctx, fp); err == nil {
 		return nil, wrap(fmt.Errorf("an image with fingerprint %s exists: %w", fp, errdefs.ErrAlreadyExists))
 	}
-	im := &db.Image{Fingerprint: fp, Filename: opts.Filename, Size: n, Format: format, Properties: map[string]string{}, CreatedAt: s.now().UTC()}
+	im := &db.Image{Fingerprint: fp, Filename: opts.Filename, Size: src.size, Format: format, Properties: map[string]string{}, CreatedAt: s.now().UTC()}
 	if im.Filename == "" {
 		im.Filename = filepath.Base(path)
 	}
 	for k, v := range opts.Properties {
 		im.Properties[k] = v
 	}
-	// The kernel and initrd: given, or found in a raw ext4 image.
-	var parts []string
-	cleanup := func() {
-		for _, p := range parts {
-			_ = os.Remove(p)
-		}
-	}
-	if opts.Kernel != "" {
-		if err := copyFile(ctx, opts.Kernel, s.kernelPath(fp)); err != nil {
-			cleanup()
-			return nil, wrap(fmt.Errorf("kernel: %w", err))
-		}
-		parts = append(parts, s.kernelPath(fp))
-		im.Kernel = true
-		if opts.Initrd != "" {
-			if err := copyFile(ctx, opts.Initrd, s.initrdPath(fp)); err != nil {
-				cleanup()
-				return nil, wrap(fmt.Errorf("initrd: %w", err))
+	// The kernel and initrd: given, or found in a raw ext4 image; kept
+	// under temporary names until the image is committed.
+	if len(parts) > 1 {
+		for i, dst := range []string{kernelTmp, initrdTmp}[:len(parts)-1] {
+			if err := copyPart(ctx, parts[i+1].f, dst, parts[i+1].size, claim); err != nil {
+				return nil, wrap(fmt.Errorf("%s: %w", []string{"kernel", "initrd"}[i], err))
 			}
-			parts = append(parts, s.initrdPath(fp))
-			im.Initrd = true
 		}
-	} else if format == "raw" && isExt(head.b) {
-		k, i, err := extractBoot(ctx, tmpName, s.kernelPath(fp), s.initrdPath(fp))
+		im.Kernel, im.Initrd = true, len(parts) > 2
+	} else if format == FormatRaw {
+		k, i, err := extractBoot(ctx, tmpName, kernelTmp, initrdTmp)
+		if ctx.Err() != nil {
+			return nil, wrap(fmt.Errorf("taking the kernel from the image: %w", ctx.Err()))
+		}
 		if err != nil {
 			s.log.Warn("no kernel taken from the image", "image", fp, "err", err)
 		}
 		if k != "" {
-			parts = append(parts, s.kernelPath(fp))
 			im.Kernel, im.Properties["boot.kernel"] = true, k
 		}
 		if i != "" {
-			parts = append(parts, s.initrdPath(fp))
 			im.Initrd, im.Properties["boot.initrd"] = true, i
 		}
 	}
 	if err := os.Chmod(tmpName, 0o400); err != nil {
-		cleanup()
 		return nil, wrap(err)
 	}
-	if err := os.Rename(tmpName, s.diskPath(fp)); err != nil {
-		cleanup()
-		return nil, wrap(err)
+
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if _, err := s.db.Image(ctx, fp); err == nil {
+		return nil, wrap(fmt.Errorf("an image with fingerprint %s exists: %w", fp, errdefs.ErrAlreadyExists))
+	}
+	var placed []string
+	undo := func() {
+		for _, p := range placed {
+			_ = os.Remove(p)
+		}
+	}
+	for _, mv := range []struct {
+		from, to string
+		has      bool
+	}{{kernelTmp, s.kernelPath(fp), im.Kernel}, {initrdTmp, s.initrdPath(fp), im.Initrd}, {tmpName, s.diskPath(fp), true}} {
+		if !mv.has {
+			continue
+		}
+		if err := os.Rename(mv.from, mv.to); err != nil {
+			undo()
+			return nil, wrap(err)
+		}
+		placed = append(placed, mv.to)
 	}
 	keep = true
 	if err := s.db.CreateImage(ctx, im, opts.Alias); err != nil {
-		cleanup()
-		_ = os.Remove(s.diskPath(fp))
+		undo()
 		return nil, wrap(err)
 	}
-	s.log.Info("image imported", "fingerprint", fp, "size", n, "format", format, "alias", opts.Alias)
+	s.log.Info("image imported", "fingerprint", fp, "size", src.size, "data", src.data, "format", format, "alias", opts.Alias)
 	out := &Image{Image: *im}
 	if opts.Alias != "" {
 		out.Aliases = []string{opts.Alias}
 	}
 	return out, nil
 }
+
+// tmpPrefix starts the name of every temporary file of an import in the
+// store directory; Open removes those an interrupted import left.
+const tmpPrefix = ".import-"
+
+// source is a file an import reads: open, regular, within the size limit.
+type source struct {
+	f    *os.File
+	size int64 // apparent size
+	data int64 // bytes in data extents (what a sparse copy writes at most)
+}
+
+// openSource opens the file at path for an import (what: "" for the image,
+// "kernel" or "initrd"): a regular file no larger than Limits.MaxSize.
+func (s *Store) openSource(path, what string) (*source, error) {
+	name := "the file"
+	if what != "" {
+		name = "the " + what
+	}
+	f, fi, err := openRegular(path)
+	if err != nil {
+		if what != "" {
+			err = fmt.Errorf("%s %s: %w", what, path, err)
+		}
+		return nil, err
+	}
+	if fi.Size() > s.lim.MaxSize {
+		_ = f.Close()
+		return nil, fmt.Errorf("%s is %s (its apparent size, holes included), more than the limit of %s (guestlinkd --image-max-size): %w",
+			name, sizeString(fi.Size()), sizeString(s.lim.MaxSize), errdefs.ErrInvalid)
+	}
+	data, err := dataSize(f, fi.Size())
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return &source{f: f, size: fi.Size(), data: data}, nil
+}
+
+// copyPart copies a kernel or initrd into dst (0400) with sparseCopy.
+func copyPart(ctx context.Context, src *os.File, dst string, size int64, c *claim) error {
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o400)
+	if err != nil {
+		return err
+	}
+	if err := sparseCopy(ctx, src, out, size, sha256.New(), c); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return noSpace(out.Close())
+}
+
+// importErr wraps an error of the import of path with its context. A
+// client error (4xx) names the path the client gave; any other error is
+// logged in full and answered without host paths (the store's directory,
+// the files' directories).
+func (s *Store) importErr(path string, opts ImportOptions, err error) error {
+	if errdefs.HTTPStatus(err) < 500 {
+		return fmt.Errorf("importing image %s: %w", path, err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		s.log.Info("image import stopped: the request ended (client gone)", "path", path, "err", err)
+	} else {
+		s.log.Error("image import failed", "path", path, "err", err)
+	}
+	msg := err.Error()
+	for _, p := range []string{s.dir, path, opts.Kernel, opts.Initrd} {
+		if p == "" {
+			continue
+		}
+		repl := filepath.Base(p)
+		if p == s.dir {
+			repl = "(image store)"
+		}
+		msg = strings.ReplaceAll(msg, p, repl)
+	}
+	for _, p := range []string{filepath.Dir(path), filepath.Dir(opts.Kernel), filepath.Dir(opts.Initrd)} {
+		if p != "/" && p != "." {
+			msg = strings.ReplaceAll(msg, p+"/", "")
+		}
+	}
+	return &pathFree{msg: fmt.Sprintf("importing image %s: %s", filepath.Base(path), msg), err: err}
+}
+
+// pathFree is an error whose message has had host paths taken out; it
+// still wraps the original (for errors.Is).
+type pathFree struct {
+	msg string
+	err error
+}
+
+func (e *pathFree) Error() string { return e.msg }
+func (e *pathFree) Unwrap() error { return e.err }
 
 // minPrefix is the shortest fingerprint prefix Resolve accepts.
 const minPrefix = 8
@@ -417,58 +636,6 @@ func fileErr(err error) error {
 		return fmt.Errorf("%w: %w", err, errdefs.ErrForbidden)
 	}
 	return err
-}
-
-// copyFile copies src to dst (0400), streaming.
-func copyFile(ctx context.Context, src, dst string) error {
-	if !filepath.IsAbs(src) {
-		return fmt.Errorf("%s: the path must be absolute: %w", src, errdefs.ErrInvalid)
-	}
-	in, err := os.Open(src)
-	if err != nil {
-		return fileErr(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o400)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, &ctxReader{ctx: ctx, r: in}); err != nil {
-		_ = out.Close()
-		_ = os.Remove(dst)
-		return err
-	}
-	if err := out.Close(); err != nil {
-		_ = os.Remove(dst)
-		return err
-	}
-	return nil
-}
-
-// headBuf keeps the first max bytes written to it.
-type headBuf struct {
-	b   []byte
-	max int
-}
-
-func (h *headBuf) Write(p []byte) (int, error) {
-	if room := h.max - len(h.b); room > 0 {
-		h.b = append(h.b, p[:min(room, len(p))]...)
-	}
-	return len(p), nil
-}
-
-// ctxReader ends a copy when ctx ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // Fingerprint resolves ref (alias, fingerprint or unique prefix) to the

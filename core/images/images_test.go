@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/images"
+	"github.com/guestlink/guestlink/core/images/imagetest"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/errdefs"
@@ -68,7 +69,7 @@ func TestImportResolveDelete(t *testing.T) {
 	state := filepath.Join(dir, "state dir")
 	st := dbtest.SQLite(t).(db.ImageStore)
 	inUse := map[string][]string{}
-	s, err := images.Open(state, st, func(_ context.Context, fp string) ([]string, error) { return inUse[fp], nil }, nil)
+	s, err := images.Open(state, st, func(_ context.Context, fp string) ([]string, error) { return inUse[fp], nil }, nil, images.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +79,11 @@ func TestImportResolveDelete(t *testing.T) {
 	})
 	noBoot := ext4Image(t, filepath.Join(dir, "b"), nil)
 	qcow := filepath.Join(dir, "c.qcow2")
-	if err := os.WriteFile(qcow, append([]byte("QFI\xfb"), make([]byte, 100)...), 0o644); err != nil {
+	if err := os.WriteFile(qcow, imagetest.QCOW2(make([]byte, 100)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	qcow2 := filepath.Join(dir, "d.qcow2")
-	if err := os.WriteFile(qcow2, append([]byte("QFI\xfb"), make([]byte, 101)...), 0o644); err != nil {
+	if err := os.WriteFile(qcow2, imagetest.QCOW2(make([]byte, 101)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	small := filepath.Join(dir, "small")
@@ -130,7 +131,7 @@ func TestImportResolveDelete(t *testing.T) {
 	}{
 		{"same content", withBoot, images.ImportOptions{}, errdefs.ErrAlreadyExists},
 		{"alias taken", qcow2, images.ImportOptions{Alias: "debian-12", Kernel: small}, errdefs.ErrAlreadyExists},
-		{"too small", small, images.ImportOptions{}, errdefs.ErrInvalid},
+		{"no image", small, images.ImportOptions{}, errdefs.ErrInvalid},
 		{"relative", "x.img", images.ImportOptions{}, errdefs.ErrInvalid},
 		{"missing", filepath.Join(dir, "none"), images.ImportOptions{}, errdefs.ErrNotFound},
 		{"directory", dir, images.ImportOptions{}, errdefs.ErrInvalid},
@@ -212,12 +213,12 @@ func TestImportResolveDelete(t *testing.T) {
 func TestConcurrentImportsOfOneFile(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil)
+	s, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil, images.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	src := filepath.Join(dir, "x.img")
-	if err := os.WriteFile(src, make([]byte, 4<<20), 0o644); err != nil {
+	if err := os.WriteFile(src, imagetest.Ext(4<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	errs := make(chan error, 2)

@@ -265,3 +265,60 @@ func TestConditionsAfterDaemonRestart(t *testing.T) {
 		t.Fatalf("re-declared: %+v", c)
 	}
 }
+
+// TestProbeFailureAfterReady checks that a guest that was Ready this boot
+// and then declares a failing probe (Started, reason ProbeFailed, as the
+// agent's probe runner does) reads as a probe failure, never as
+// readiness.timeout's "not Ready after start": when it became Ready in
+// time, when it became Ready only after the timeout had fired, and when
+// the daemon restarted between its Ready and the failure (the first thing
+// the restarted daemon hears is the failure, long past the deadline).
+func TestProbeFailureAfterReady(t *testing.T) {
+	failed := Declaration{State: DeclaredStarted, Reason: "ProbeFailed", Message: "http://127.0.0.1:8081/healthz: connection refused"}
+	tests := []struct {
+		name          string
+		readyAfter    time.Duration // from the start
+		restartDaemon bool
+	}{
+		{"ready in time", 10 * time.Second, false},
+		{"ready after the timeout", 40 * time.Second, false},
+		{"daemon restarted after ready", 10 * time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newEnv(t)
+				inst := e.create("web1", map[string]string{KeyReadinessTimeout: "30s"})
+				if err := e.m.Start(bg, "web1", api); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(tt.readyAfter)
+				synctest.Wait()
+				if err := e.m.SetReady(bg, inst.UUID, true, events.Requestor{}); err != nil {
+					t.Fatal(err)
+				}
+				if c := cond(t, e.get("web1"), CondReady); c.Status != CondTrue {
+					t.Fatalf("after Ready: %+v", c)
+				}
+				if tt.restartDaemon {
+					e.m = e.manager()
+					if err := e.m.Init(bg); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := e.m.Declare(bg, inst.UUID, failed, events.Requestor{}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Minute) // past any deadline
+				synctest.Wait()
+				c := cond(t, e.get("web1"), CondReady)
+				if c.Status != CondFalse || c.Reason != failed.Reason || c.Message != failed.Message {
+					t.Fatalf("after the probe failed: %+v, want False %s %q", c, failed.Reason, failed.Message)
+				}
+				if err := e.m.Stop(bg, "web1", StopOptions{}, api); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/errdefs"
@@ -294,6 +295,9 @@ type env struct {
 	// images is the manager's image source (nil: none); set it before
 	// calling manager().
 	images ImageSource
+	// budget is the manager's state budget (nil: its own default); set it
+	// before calling manager().
+	budget *statebudget.Budget
 	m      *Manager
 }
 
@@ -311,7 +315,7 @@ func newEnv(t testing.TB) *env {
 func (e *env) manager() *Manager {
 	e.t.Helper()
 	m, err := NewManager(Config{Store: e.store, Backends: fakeBackends{"fake": e.be}, Bus: e.bus,
-		Hooks: e.hooks, Files: e.files, DefaultBackend: "fake", Images: e.images})
+		Hooks: e.hooks, Files: e.files, DefaultBackend: "fake", Images: e.images, StateBudget: e.budget})
 	if err != nil {
 		e.t.Fatal(err)
 	}

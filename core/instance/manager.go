@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -46,6 +47,12 @@ type Config struct {
 	// the instances located on it, and new ones are located on it. ""
 	// (no cluster) means every instance in the store.
 	Location string
+	// StateBudget is the per-guest budget of state changes shared with
+	// devlxd PATCH /1.0 and the agent monitor's ring words
+	// (core/statebudget): every reboot of a guest (sdk.EventReset) draws
+	// from it too before it is recorded. Nil makes a Budget with the
+	// defaults for this manager alone.
+	StateBudget *statebudget.Budget
 }
 
 // ImageSource finds the store images instances boot from (core/images.Store).
@@ -72,6 +79,7 @@ const (
 // running operation, backend details) in memory, written through to the
 // store, so reads never query the database.
 type Manager struct {
+	budget   *statebudget.Budget // per-guest state changes: reboots (Config.StateBudget)
 	store    db.Store
 	backends BackendSource
 	bus      *events.Bus
@@ -155,6 +163,12 @@ type runtime struct {
 	pendingExit *sdk.Event // an exit that arrived during an operation
 	deleted     bool
 
+	// resetThrottled is when the last reboot over the state budget came
+	// (zero: none this episode); resetsDropped counts the reboots not
+	// recorded since the last one recorded.
+	resetThrottled time.Time
+	resetsDropped  int
+
 	declared      Declaration // the guest's last PATCH /1.0 this boot
 	readyTimedOut bool        // readiness.timeout passed this boot without Ready
 	conds         []Condition // derived by every change (conditions.go); nil until the first
@@ -175,7 +189,12 @@ func NewManager(cfg Config) (*Manager, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	budget := cfg.StateBudget
+	if budget == nil {
+		budget = statebudget.New(0, 0)
+	}
 	return &Manager{
+		budget:   budget,
 		store:    cfg.Store,
 		backends: cfg.Backends,
 		bus:      cfg.Bus,

@@ -62,6 +62,9 @@ func (m *Manager) Declare(ctx context.Context, uuid string, d Declaration, by ev
 		c.rt.declared = d
 		old := c.rec.Config[KeyReady] // "" right after a daemon start
 		if ready {
+			// Ready, late or not: readiness.timeout no longer says what
+			// the guest is, and a later probe failure must read as one.
+			c.rt.readyTimedOut = false
 			if old != "true" {
 				c.rec.Config[KeyReady] = "true"
 				c.persist = true
@@ -76,6 +79,14 @@ func (m *Manager) Declare(ctx context.Context, uuid string, d Declaration, by ev
 			c.note(kindReady, old, "true", causeOf(by), d.Reason)
 			c.emit(events.InstanceReady, declContext(d), by)
 			return nil
+		}
+		if old == "" && c.rt.readyAt == nil {
+			// The first declaration to a restarted daemon says not Ready
+			// (a probe that fails): a boot that was Ready before the
+			// restart must not be marked not Ready in time.
+			if t := m.readySince(ctx, c.rec, time.Time{}); !t.IsZero() {
+				c.rt.readyAt = &t
+			}
 		}
 		if old != "false" {
 			c.rec.Config[KeyReady] = "false"
@@ -236,9 +247,9 @@ func (m *Manager) heartbeatOnly(e *entry, st AgentState, heartbeat time.Time) bo
 }
 
 // HandleBackendEvent handles an event of a backend's guest; wire it as
-// core/pluginhost's OnEvent. EventExited marks the guest stopped (Error
-// when the backend gave a failure detail, kept as the message), clears
-// Ready and the agent, publishes instance-stopped and calls
+// core/pluginhost's OnEvent. EventExited marks the guest Stopped, or
+// Error when the backend says it crashed (sdk.ExitCrash; see guestExited),
+// clears Ready and the agent, publishes instance-stopped and calls
 // Hooks.GuestStopped; EventReset clears Ready and calls Hooks.GuestReset;
 // other events of running guests go to Hooks.BackendEvent. Events for
 // unknown guests are dropped.
@@ -278,8 +289,21 @@ func (m *Manager) HandleBackendEvent(backend string, ev sdk.Event) {
 	}
 }
 
-// guestExited handles the end of e's guest process. During an operation
-// the exit is kept for the operation to look at when it ends.
+// exitName is the "exit" of an instance-stopped event's context: how the
+// guest ended, "poweroff" (an unclassified exit included) or "crash".
+func exitName(k sdk.ExitKind) string {
+	if k == sdk.ExitCrash {
+		return sdk.ExitCrash.String()
+	}
+	return sdk.ExitPoweroff.String()
+}
+
+// guestExited handles the end of e's guest process: Stopped when the
+// guest powered itself off (sdk.ExitPoweroff, or an exit the backend did
+// not classify), Error when it crashed (sdk.ExitCrash), whatever the
+// exit's detail, which is kept (the timeline entry; for a crash, the
+// instance's error). During an operation the exit is kept for the
+// operation to look at when it ends.
 func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
 	handled := false
 	_, err := m.mutate(ctx, e, func(c *change) error {
@@ -293,14 +317,20 @@ func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
 		if c.rec.StartedAt != nil && ev.Time.Before(*c.rec.StartedAt) {
 			return nil // an exit of an earlier boot
 		}
-		power := status.PowerStopped
-		if ev.Detail != "" {
-			power = status.PowerError
-		}
-		m.stopped(c, power, ev.Detail, "backend", "guest exited")
-		ctxMap := map[string]any{}
-		if ev.Detail != "" {
-			ctxMap["error"] = ev.Detail
+		crashed := ev.Exit == sdk.ExitCrash
+		ctxMap := map[string]any{"exit": exitName(ev.Exit)}
+		if crashed {
+			msg, detail := "the guest crashed", ""
+			if ev.Detail != "" {
+				msg, detail = ev.Detail, "guest crashed"
+			}
+			m.stopped(c, status.PowerError, msg, "backend", detail)
+			ctxMap["error"] = msg
+		} else {
+			m.stopped(c, status.PowerStopped, "", "backend", strings.TrimSuffix("guest powered off: "+ev.Detail, ": "))
+			if ev.Detail != "" {
+				ctxMap["detail"] = ev.Detail
+			}
 		}
 		c.emit(events.InstanceStopped, ctxMap, byBackend)
 		handled = true
@@ -315,7 +345,10 @@ func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
 	}
 }
 
-// guestReset handles a reboot of e's guest that kept its process.
+// guestReset handles a reboot of e's guest that kept its process: Ready
+// is cleared and Hooks.GuestReset called for every one; its timeline entry
+// draws from the guest's state budget (budgetReset), so a guest rebooting
+// in a loop cannot flood the store.
 func (m *Manager) guestReset(ctx context.Context, e *entry, ev sdk.Event) {
 	handled := false
 	_, err := m.mutate(ctx, e, func(c *change) error {
@@ -325,8 +358,16 @@ func (m *Manager) guestReset(ctx context.Context, e *entry, ev sdk.Event) {
 		if c.setReadyFalse("backend", "guest rebooted") {
 			c.emit(events.InstanceUnready, map[string]any{"reason": "reset"}, byBackend)
 		}
-		c.note(kindState, status.PowerRunning, status.PowerRunning, "backend", "guest rebooted")
 		handled = true
+		if !m.budgetReset(c) {
+			return nil
+		}
+		detail := "guest rebooted"
+		if n := c.rt.resetsDropped; n > 0 {
+			detail = fmt.Sprintf("guest rebooted (and %d more times over budget, not recorded)", n)
+			c.rt.resetsDropped = 0
+		}
+		c.note(kindState, status.PowerRunning, status.PowerRunning, "backend", detail)
 		return nil
 	})
 	if err != nil {

@@ -189,7 +189,7 @@ func TestBackendEvents(t *testing.T) {
 	if err := e.m.SetAgentState(bg, inst.UUID, AgentStarted, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	e.m.HandleBackendEvent("fake", sdk.Event{UUID: inst.UUID, Kind: sdk.EventExited, Detail: "qemu: killed by signal 9"})
+	e.m.HandleBackendEvent("fake", sdk.Event{UUID: inst.UUID, Kind: sdk.EventExited, Detail: "qemu: killed by signal 9", Exit: sdk.ExitCrash})
 	got := e.get("web1")
 	if got.Status != "Error" || got.Details["error"] != "qemu: killed by signal 9" || got.Agent.State != AgentNone || got.Link != "" {
 		t.Errorf("after a failed exit: %s %v agent %q link %q", got.Status, got.Details, got.Agent.State, got.Link)

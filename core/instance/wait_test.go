@@ -32,7 +32,7 @@ func TestWait(t *testing.T) {
 		{"stopped while waiting", true, WaitReady, time.Minute, func(e *env, uuid string) error { return e.m.Stop(bg, "web1", StopOptions{}, api) }, OutcomeStopped},
 		{"stopped", true, WaitStopped, time.Minute, func(e *env, uuid string) error { return e.m.Stop(bg, "web1", StopOptions{}, api) }, OutcomeMet},
 		{"failed while waiting", true, WaitReady, time.Minute, func(e *env, uuid string) error {
-			e.m.HandleBackendEvent("fake", sdk.Event{Kind: sdk.EventExited, UUID: uuid, Detail: "guest crashed"})
+			e.m.HandleBackendEvent("fake", sdk.Event{Kind: sdk.EventExited, UUID: uuid, Detail: "guest crashed", Exit: sdk.ExitCrash})
 			return nil
 		}, OutcomeFailed},
 		{"deleted while waiting", true, WaitReady, time.Minute, func(e *env, uuid string) error { return e.m.Delete(bg, "web1", true, api) }, OutcomeDeleted},

@@ -1,18 +1,19 @@
 package linkhost
 
 import (
-	"errors"
 	"net"
-	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+
+	"github.com/guestlink/guestlink/core/listener"
 )
 
-// Backoff of an accept loop after a temporary error (such as EMFILE).
+// Backoff of an accept loop after a temporary error (such as EMFILE): the
+// daemon's one policy for every listener (core/listener).
 const (
-	minAcceptBackoff = 5 * time.Millisecond
-	maxAcceptBackoff = time.Second
+	minAcceptBackoff = listener.MinBackoff
+	maxAcceptBackoff = listener.MaxBackoff
 )
 
 // acceptFrom hands every connection accept returns on, tied to id, until
@@ -71,25 +72,12 @@ func (h *Host) admit(a *attachment, c net.Conn, id Identity) {
 
 // temporary reports whether an accept error may go away by itself (out of
 // file descriptors or memory, an aborted or interrupted accept, a timeout).
-func temporary(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return true
-	}
-	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR, syscall.EAGAIN, syscall.EPROTO} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
+func temporary(err error) bool { return listener.Temporary(err) }
 
 // acceptBackoff returns the waits between accepts after temporary errors:
 // minAcceptBackoff doubling up to maxAcceptBackoff (5 ms, 10 ms, ... 1 s),
 // without jitter; Reset after a successful accept starts over.
-func acceptBackoff() *backoff.ExponentialBackOff {
-	return &backoff.ExponentialBackOff{InitialInterval: minAcceptBackoff, Multiplier: 2, MaxInterval: maxAcceptBackoff}
-}
+func acceptBackoff() *backoff.ExponentialBackOff { return listener.NewBackoff() }
 
 // sleep waits d, and reports false when the Host closed or stop was closed
 // first.

@@ -121,7 +121,8 @@ func (l *lifecycle) handle(ev events.Event) {
 		l.m.instanceErrors.WithLabelValues(l.backendOf(name, b)).Inc()
 		delete(l.boots, name)
 	case events.InstanceStopped:
-		// A guest that died (an exit with an error) is in Error too.
+		// A guest that crashed (exit "crash": its context has an error)
+		// is in Error too; one that powered itself off has none.
 		if msg, _ := lc.Context["error"].(string); msg != "" {
 			l.m.instanceErrors.WithLabelValues(l.backendOf(name, b)).Inc()
 		}

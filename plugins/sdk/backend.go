@@ -254,13 +254,51 @@ func (k EventKind) String() string {
 	return [...]string{"unknown", "exited", "reset", "port-opened", "port-closed", "ring-data", "error"}[k]
 }
 
+// ExitKind says how a guest's process ended (Event.Exit of an
+// EventExited). The daemon shows the instance Stopped after ExitPoweroff
+// and Error after ExitCrash, whatever Detail says (docs/plugins.md).
+type ExitKind int
+
+// Exit kinds.
+const (
+	// ExitUnspecified is an exit the backend did not classify (a plugin
+	// built before ExitKind, or a process it only polls, whose status it
+	// cannot know): the daemon reads it as ExitPoweroff, as it always
+	// documented for EventExited.
+	ExitUnspecified ExitKind = iota
+	// ExitPoweroff is a guest that ended itself cleanly: it powered off
+	// or halted (QEMU: a SHUTDOWN event with reason guest-shutdown, or
+	// guest-reset under -no-reboot; sim: the guest command exited with
+	// status 0).
+	ExitPoweroff
+	// ExitCrash is a guest whose process died: a guest panic (QEMU:
+	// SHUTDOWN reason guest-panic), the VMM killed by a signal or ended
+	// without a clean shutdown (no SHUTDOWN event, a host-side quit or
+	// signal), a non-zero exit status, or a VMM that could not run it.
+	ExitCrash
+)
+
+// String returns the exit kind's name.
+func (k ExitKind) String() string {
+	switch k {
+	case ExitPoweroff:
+		return "poweroff"
+	case ExitCrash:
+		return "crash"
+	}
+	return "unspecified"
+}
+
 // Event is something that happened to a guest.
 type Event struct {
 	UUID   string // the guest's GuestSpec.UUID
 	Kind   EventKind
 	Port   string
-	Detail string
-	Time   time.Time
+	Detail string // free text: the exit status, the error
+	// Exit is how the guest ended, for EventExited: set it on every exit
+	// (ExitPoweroff or ExitCrash); Detail says more but is never parsed.
+	Exit ExitKind
+	Time time.Time
 }
 
 // LinkKind names a guest-link transport (see docs/guest-link.md).

@@ -163,8 +163,22 @@ var eventKinds = [...]struct {
 	{EventError, backendv1.EventKind_EVENT_KIND_ERROR},
 }
 
+// exitKinds maps exit kinds to the wire; an unknown one is unspecified.
+var exitKinds = []struct {
+	sdk   ExitKind
+	proto backendv1.ExitKind
+}{
+	{ExitPoweroff, backendv1.ExitKind_EXIT_KIND_POWEROFF},
+	{ExitCrash, backendv1.ExitKind_EXIT_KIND_CRASH},
+}
+
 func eventToProto(e Event) *backendv1.Event {
 	p := &backendv1.Event{Uuid: e.UUID, Port: e.Port, Detail: e.Detail}
+	for _, k := range exitKinds {
+		if k.sdk == e.Exit {
+			p.Exit = k.proto
+		}
+	}
 	for _, k := range eventKinds {
 		if k.sdk == e.Kind {
 			p.Kind = k.proto
@@ -178,6 +192,11 @@ func eventToProto(e Event) *backendv1.Event {
 
 func eventFromProto(p *backendv1.Event) Event {
 	e := Event{UUID: p.GetUuid(), Port: p.GetPort(), Detail: p.GetDetail()}
+	for _, k := range exitKinds {
+		if k.proto == p.GetExit() {
+			e.Exit = k.sdk
+		}
+	}
 	for _, k := range eventKinds {
 		if k.proto == p.GetKind() {
 			e.Kind = k.sdk

@@ -193,7 +193,11 @@ func (g *guest) start(b *Backend, spec *sdk.GuestSpec, beh Behaviour) error {
 		g.run = nil
 		g.exitStatus = reason
 		g.mu.Unlock()
-		b.events.Emit(sdk.Event{UUID: g.h.UUID, Kind: sdk.EventExited, Detail: reason, Time: time.Now()})
+		kind := sdk.ExitCrash
+		if reason == ExitClean {
+			kind = sdk.ExitPoweroff
+		}
+		b.events.Emit(sdk.Event{UUID: g.h.UUID, Kind: sdk.EventExited, Detail: reason, Exit: kind, Time: time.Now()})
 		close(bt.done)
 	}()
 	return nil

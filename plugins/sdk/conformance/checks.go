@@ -244,12 +244,16 @@ func (s *suite) testEvents(t *testing.T) {
 	}
 	g := s.create(t, s.b, s.cfg.ExitingSpec)
 	s.start(t, s.b, g)
-	waitEvent(t, events, g.spec.UUID, sdk.EventExited)
+	// The daemon shows Stopped or Error by the exit's kind alone
+	// (docs/plugins.md): a started guest's exit must say which.
+	if ev := waitEvent(t, events, g.spec.UUID, sdk.EventExited); ev.Exit == sdk.ExitUnspecified {
+		t.Errorf("EventExited of a started guest does not say how it ended (Event.Exit unspecified; detail %q)", ev.Detail)
+	}
 	s.wantStatus(t, s.b, g, sdk.StatusStopped)
 }
 
-// waitEvent waits for an event of kind about uuid.
-func waitEvent(t *testing.T, events <-chan sdk.Event, uuid string, kind sdk.EventKind) {
+// waitEvent waits for an event of kind about uuid and returns it.
+func waitEvent(t *testing.T, events <-chan sdk.Event, uuid string, kind sdk.EventKind) sdk.Event {
 	t.Helper()
 	for {
 		ev, ok := <-events
@@ -257,7 +261,7 @@ func waitEvent(t *testing.T, events <-chan sdk.Event, uuid string, kind sdk.Even
 			t.Fatalf("event stream ended before %v for %s", kind, uuid)
 		}
 		if ev.UUID == uuid && ev.Kind == kind {
-			return
+			return ev
 		}
 	}
 }

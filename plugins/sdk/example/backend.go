@@ -180,7 +180,13 @@ func (b *Backend) Start(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.
 		delete(b.children, cmd.Process.Pid)
 		b.mu.Unlock()
 		close(done)
-		b.events.Emit(sdk.Event{UUID: uuid, Kind: sdk.EventExited, Detail: fmt.Sprint(err), Time: time.Now()})
+		// Status 0 is a guest that powered itself off; a signal or
+		// another status, a crash (docs/plugins.md).
+		ev := sdk.Event{UUID: uuid, Kind: sdk.EventExited, Detail: "exit status 0", Exit: sdk.ExitPoweroff, Time: time.Now()}
+		if err != nil {
+			ev.Detail, ev.Exit = err.Error(), sdk.ExitCrash
+		}
+		b.events.Emit(ev)
 	}(hd.UUID)
 	return hd.encode(), &sdk.GuestState{Status: sdk.StatusRunning, PID: int64(hd.PID)}, nil
 }
@@ -318,6 +324,7 @@ func (b *Backend) adopt(hd *handle) {
 		b.mu.Lock()
 		delete(b.watched, hd.PID)
 		b.mu.Unlock()
+		// Not our child: its exit status is unknown (ExitUnspecified).
 		b.events.Emit(sdk.Event{UUID: hd.UUID, Kind: sdk.EventExited, Detail: "process ended", Time: time.Now()})
 	}()
 }

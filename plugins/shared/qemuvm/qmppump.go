@@ -75,11 +75,25 @@ func (b *Backend) pump(h *handle, v *vm, c *qmp.Client) {
 		v.client = nil
 	}
 	v.mu.Unlock()
+	kind := exitKind(reason)
 	if reason == "" {
 		reason = "qemu exited"
 	}
-	b.log.Info("guest exited", "name", h.Name, "pid", h.PID, "reason", reason)
-	b.events.Emit(sdk.Event{UUID: h.UUID, Kind: sdk.EventExited, Detail: reason, Time: exitedAt})
+	b.log.Info("guest exited", "name", h.Name, "pid", h.PID, "reason", reason, "exit", kind)
+	b.events.Emit(sdk.Event{UUID: h.UUID, Kind: sdk.EventExited, Detail: reason, Exit: kind, Time: exitedAt})
+}
+
+// exitKind classifies QEMU's end by its SHUTDOWN event's reason
+// (docs/plugins.md): the guest powering itself off (guest-shutdown) or
+// rebooting under -no-reboot (guest-reset) is a power-off; a guest panic,
+// a host-side quit or signal, or no SHUTDOWN event at all (QEMU died) is
+// a crash.
+func exitKind(shutdownReason string) sdk.ExitKind {
+	switch shutdownReason {
+	case "guest-shutdown", "guest-reset":
+		return sdk.ExitPoweroff
+	}
+	return sdk.ExitCrash
 }
 
 // ensureQMP returns the guest's QMP connection, connecting if needed.

@@ -95,7 +95,7 @@ func (b *Backend) forward(w *watcher) {
 		case simvm.EventExited:
 			var rec simvm.ExitRecord
 			_ = json.Unmarshal(ev.Data, &rec)
-			out.Kind, out.Detail = sdk.EventExited, exitDetail(&rec)
+			out.Kind, out.Detail, out.Exit = sdk.EventExited, exitDetail(&rec), exitKind(&rec)
 			exited = true
 		default:
 			continue
@@ -105,12 +105,24 @@ func (b *Backend) forward(w *watcher) {
 	if exited || w.closed.Load() {
 		return
 	}
-	detail := "vmm ended unexpectedly"
+	detail, kind := "vmm ended unexpectedly", sdk.ExitCrash
 	if rec, err := simvm.ReadExitRecord(w.h.paths()); err == nil {
-		detail = exitDetail(rec)
+		detail, kind = exitDetail(rec), exitKind(rec)
 	}
 	b.log.Warn("vmm connection lost without an exit event", "dir", w.h.Dir, "detail", detail)
-	b.events.Emit(sdk.Event{UUID: w.h.UUID, Kind: sdk.EventExited, Detail: detail, Time: time.Now()})
+	b.events.Emit(sdk.Event{UUID: w.h.UUID, Kind: sdk.EventExited, Detail: detail, Exit: kind, Time: time.Now()})
+}
+
+// exitKind classifies an exit (docs/plugins.md): the guest command that
+// ended by itself with status 0, or after a powerdown request, powered
+// off; a non-zero status, a signal, a quit (the VMM killed) or a VMM that
+// could not run it is a crash.
+func exitKind(rec *simvm.ExitRecord) sdk.ExitKind {
+	switch {
+	case rec.Reason == simvm.ReasonGuest && rec.Code == 0, rec.Reason == simvm.ReasonPowerdown:
+		return sdk.ExitPoweroff
+	}
+	return sdk.ExitCrash
 }
 
 func exitDetail(rec *simvm.ExitRecord) string {

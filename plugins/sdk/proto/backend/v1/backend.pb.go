@@ -139,6 +139,56 @@ func (EventKind) EnumDescriptor() ([]byte, []int) {
 	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{1}
 }
 
+// ExitKind says how a guest's process ended (sdk.ExitKind).
+type ExitKind int32
+
+const (
+	ExitKind_EXIT_KIND_UNSPECIFIED ExitKind = 0 // not classified (an older plugin): read as a power-off
+	ExitKind_EXIT_KIND_POWEROFF    ExitKind = 1 // the guest powered itself off cleanly
+	ExitKind_EXIT_KIND_CRASH       ExitKind = 2 // the guest's process died (signal, non-zero status, panic)
+)
+
+// Enum value maps for ExitKind.
+var (
+	ExitKind_name = map[int32]string{
+		0: "EXIT_KIND_UNSPECIFIED",
+		1: "EXIT_KIND_POWEROFF",
+		2: "EXIT_KIND_CRASH",
+	}
+	ExitKind_value = map[string]int32{
+		"EXIT_KIND_UNSPECIFIED": 0,
+		"EXIT_KIND_POWEROFF":    1,
+		"EXIT_KIND_CRASH":       2,
+	}
+)
+
+func (x ExitKind) Enum() *ExitKind {
+	p := new(ExitKind)
+	*p = x
+	return p
+}
+
+func (x ExitKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExitKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes[2].Descriptor()
+}
+
+func (ExitKind) Type() protoreflect.EnumType {
+	return &file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes[2]
+}
+
+func (x ExitKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExitKind.Descriptor instead.
+func (ExitKind) EnumDescriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1207,6 +1257,7 @@ type Event struct {
 	Port          string                 `protobuf:"bytes,3,opt,name=port,proto3" json:"port,omitempty"`     // serial port name, for PORT_* events
 	Detail        string                 `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"` // free text (exit status, error)
 	TimeUnixNano  int64                  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	Exit          ExitKind               `protobuf:"varint,6,opt,name=exit,proto3,enum=guestlink.backend.v1.ExitKind" json:"exit,omitempty"` // for EXITED: how the guest ended
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1274,6 +1325,13 @@ func (x *Event) GetTimeUnixNano() int64 {
 		return x.TimeUnixNano
 	}
 	return 0
+}
+
+func (x *Event) GetExit() ExitKind {
+	if x != nil {
+		return x.Exit
+	}
+	return ExitKind_EXIT_KIND_UNSPECIFIED
 }
 
 // EventBatch is one message of EventBatches: events in the order the
@@ -2517,13 +2575,14 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0f\n" +
-	"\rEventsRequest\"\xa2\x01\n" +
+	"\rEventsRequest\"\xd6\x01\n" +
 	"\x05Event\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x123\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1f.guestlink.backend.v1.EventKindR\x04kind\x12\x12\n" +
 	"\x04port\x18\x03 \x01(\tR\x04port\x12\x16\n" +
 	"\x06detail\x18\x04 \x01(\tR\x06detail\x12$\n" +
-	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\"A\n" +
+	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\x122\n" +
+	"\x04exit\x18\x06 \x01(\x0e2\x1e.guestlink.backend.v1.ExitKindR\x04exit\"A\n" +
 	"\n" +
 	"EventBatch\x123\n" +
 	"\x06events\x18\x01 \x03(\v2\x1b.guestlink.backend.v1.EventR\x06events\";\n" +
@@ -2610,7 +2669,11 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x16EVENT_KIND_PORT_OPENED\x10\x03\x12\x1a\n" +
 	"\x16EVENT_KIND_PORT_CLOSED\x10\x04\x12\x18\n" +
 	"\x14EVENT_KIND_RING_DATA\x10\x05\x12\x14\n" +
-	"\x10EVENT_KIND_ERROR\x10\x062\x87\r\n" +
+	"\x10EVENT_KIND_ERROR\x10\x06*R\n" +
+	"\bExitKind\x12\x19\n" +
+	"\x15EXIT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12EXIT_KIND_POWEROFF\x10\x01\x12\x13\n" +
+	"\x0fEXIT_KIND_CRASH\x10\x022\x87\r\n" +
 	"\aBackend\x12M\n" +
 	"\x04Info\x12!.guestlink.backend.v1.InfoRequest\x1a\".guestlink.backend.v1.InfoResponse\x12S\n" +
 	"\x06Create\x12#.guestlink.backend.v1.CreateRequest\x1a$.guestlink.backend.v1.CreateResponse\x12P\n" +
@@ -2643,128 +2706,130 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP() []byte {
 	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescData
 }
 
-var file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
 	(Status)(0),                     // 0: guestlink.backend.v1.Status
 	(EventKind)(0),                  // 1: guestlink.backend.v1.EventKind
-	(*InfoRequest)(nil),             // 2: guestlink.backend.v1.InfoRequest
-	(*InfoResponse)(nil),            // 3: guestlink.backend.v1.InfoResponse
-	(*Missing)(nil),                 // 4: guestlink.backend.v1.Missing
-	(*File)(nil),                    // 5: guestlink.backend.v1.File
-	(*GuestSpec)(nil),               // 6: guestlink.backend.v1.GuestSpec
-	(*Image)(nil),                   // 7: guestlink.backend.v1.Image
-	(*Device)(nil),                  // 8: guestlink.backend.v1.Device
-	(*CreateRequest)(nil),           // 9: guestlink.backend.v1.CreateRequest
-	(*CreateResponse)(nil),          // 10: guestlink.backend.v1.CreateResponse
-	(*StartRequest)(nil),            // 11: guestlink.backend.v1.StartRequest
-	(*StartResponse)(nil),           // 12: guestlink.backend.v1.StartResponse
-	(*StopRequest)(nil),             // 13: guestlink.backend.v1.StopRequest
-	(*StopResponse)(nil),            // 14: guestlink.backend.v1.StopResponse
-	(*DeleteRequest)(nil),           // 15: guestlink.backend.v1.DeleteRequest
-	(*DeleteResponse)(nil),          // 16: guestlink.backend.v1.DeleteResponse
-	(*StateRequest)(nil),            // 17: guestlink.backend.v1.StateRequest
-	(*StateResponse)(nil),           // 18: guestlink.backend.v1.StateResponse
-	(*GuestState)(nil),              // 19: guestlink.backend.v1.GuestState
-	(*EventsRequest)(nil),           // 20: guestlink.backend.v1.EventsRequest
-	(*Event)(nil),                   // 21: guestlink.backend.v1.Event
-	(*EventBatch)(nil),              // 22: guestlink.backend.v1.EventBatch
-	(*ReadRingRequest)(nil),         // 23: guestlink.backend.v1.ReadRingRequest
-	(*ReadRingResponse)(nil),        // 24: guestlink.backend.v1.ReadRingResponse
-	(*ReadRingsRequest)(nil),        // 25: guestlink.backend.v1.ReadRingsRequest
-	(*RingResult)(nil),              // 26: guestlink.backend.v1.RingResult
-	(*ReadRingsResponse)(nil),       // 27: guestlink.backend.v1.ReadRingsResponse
-	(*LinkEndpointRequest)(nil),     // 28: guestlink.backend.v1.LinkEndpointRequest
-	(*LinkEndpointResponse)(nil),    // 29: guestlink.backend.v1.LinkEndpointResponse
-	(*RecoverRequest)(nil),          // 30: guestlink.backend.v1.RecoverRequest
-	(*RecoverResponse)(nil),         // 31: guestlink.backend.v1.RecoverResponse
-	(*SnapshotCreateRequest)(nil),   // 32: guestlink.backend.v1.SnapshotCreateRequest
-	(*SnapshotInfo)(nil),            // 33: guestlink.backend.v1.SnapshotInfo
-	(*SnapshotCreateResponse)(nil),  // 34: guestlink.backend.v1.SnapshotCreateResponse
-	(*SnapshotRestoreRequest)(nil),  // 35: guestlink.backend.v1.SnapshotRestoreRequest
-	(*SnapshotRestoreResponse)(nil), // 36: guestlink.backend.v1.SnapshotRestoreResponse
-	(*SnapshotDeleteRequest)(nil),   // 37: guestlink.backend.v1.SnapshotDeleteRequest
-	(*SnapshotDeleteResponse)(nil),  // 38: guestlink.backend.v1.SnapshotDeleteResponse
-	(*SnapshotRenameRequest)(nil),   // 39: guestlink.backend.v1.SnapshotRenameRequest
-	(*SnapshotRenameResponse)(nil),  // 40: guestlink.backend.v1.SnapshotRenameResponse
-	(*AdoptRequest)(nil),            // 41: guestlink.backend.v1.AdoptRequest
-	(*AdoptResponse)(nil),           // 42: guestlink.backend.v1.AdoptResponse
-	(*UpdateDevicesRequest)(nil),    // 43: guestlink.backend.v1.UpdateDevicesRequest
-	(*UpdateDevicesResponse)(nil),   // 44: guestlink.backend.v1.UpdateDevicesResponse
-	nil,                             // 45: guestlink.backend.v1.GuestSpec.ConfigEntry
-	nil,                             // 46: guestlink.backend.v1.GuestSpec.DevicesEntry
-	nil,                             // 47: guestlink.backend.v1.Device.ConfigEntry
-	nil,                             // 48: guestlink.backend.v1.GuestState.DetailsEntry
-	nil,                             // 49: guestlink.backend.v1.SnapshotInfo.DetailsEntry
-	nil,                             // 50: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	(ExitKind)(0),                   // 2: guestlink.backend.v1.ExitKind
+	(*InfoRequest)(nil),             // 3: guestlink.backend.v1.InfoRequest
+	(*InfoResponse)(nil),            // 4: guestlink.backend.v1.InfoResponse
+	(*Missing)(nil),                 // 5: guestlink.backend.v1.Missing
+	(*File)(nil),                    // 6: guestlink.backend.v1.File
+	(*GuestSpec)(nil),               // 7: guestlink.backend.v1.GuestSpec
+	(*Image)(nil),                   // 8: guestlink.backend.v1.Image
+	(*Device)(nil),                  // 9: guestlink.backend.v1.Device
+	(*CreateRequest)(nil),           // 10: guestlink.backend.v1.CreateRequest
+	(*CreateResponse)(nil),          // 11: guestlink.backend.v1.CreateResponse
+	(*StartRequest)(nil),            // 12: guestlink.backend.v1.StartRequest
+	(*StartResponse)(nil),           // 13: guestlink.backend.v1.StartResponse
+	(*StopRequest)(nil),             // 14: guestlink.backend.v1.StopRequest
+	(*StopResponse)(nil),            // 15: guestlink.backend.v1.StopResponse
+	(*DeleteRequest)(nil),           // 16: guestlink.backend.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 17: guestlink.backend.v1.DeleteResponse
+	(*StateRequest)(nil),            // 18: guestlink.backend.v1.StateRequest
+	(*StateResponse)(nil),           // 19: guestlink.backend.v1.StateResponse
+	(*GuestState)(nil),              // 20: guestlink.backend.v1.GuestState
+	(*EventsRequest)(nil),           // 21: guestlink.backend.v1.EventsRequest
+	(*Event)(nil),                   // 22: guestlink.backend.v1.Event
+	(*EventBatch)(nil),              // 23: guestlink.backend.v1.EventBatch
+	(*ReadRingRequest)(nil),         // 24: guestlink.backend.v1.ReadRingRequest
+	(*ReadRingResponse)(nil),        // 25: guestlink.backend.v1.ReadRingResponse
+	(*ReadRingsRequest)(nil),        // 26: guestlink.backend.v1.ReadRingsRequest
+	(*RingResult)(nil),              // 27: guestlink.backend.v1.RingResult
+	(*ReadRingsResponse)(nil),       // 28: guestlink.backend.v1.ReadRingsResponse
+	(*LinkEndpointRequest)(nil),     // 29: guestlink.backend.v1.LinkEndpointRequest
+	(*LinkEndpointResponse)(nil),    // 30: guestlink.backend.v1.LinkEndpointResponse
+	(*RecoverRequest)(nil),          // 31: guestlink.backend.v1.RecoverRequest
+	(*RecoverResponse)(nil),         // 32: guestlink.backend.v1.RecoverResponse
+	(*SnapshotCreateRequest)(nil),   // 33: guestlink.backend.v1.SnapshotCreateRequest
+	(*SnapshotInfo)(nil),            // 34: guestlink.backend.v1.SnapshotInfo
+	(*SnapshotCreateResponse)(nil),  // 35: guestlink.backend.v1.SnapshotCreateResponse
+	(*SnapshotRestoreRequest)(nil),  // 36: guestlink.backend.v1.SnapshotRestoreRequest
+	(*SnapshotRestoreResponse)(nil), // 37: guestlink.backend.v1.SnapshotRestoreResponse
+	(*SnapshotDeleteRequest)(nil),   // 38: guestlink.backend.v1.SnapshotDeleteRequest
+	(*SnapshotDeleteResponse)(nil),  // 39: guestlink.backend.v1.SnapshotDeleteResponse
+	(*SnapshotRenameRequest)(nil),   // 40: guestlink.backend.v1.SnapshotRenameRequest
+	(*SnapshotRenameResponse)(nil),  // 41: guestlink.backend.v1.SnapshotRenameResponse
+	(*AdoptRequest)(nil),            // 42: guestlink.backend.v1.AdoptRequest
+	(*AdoptResponse)(nil),           // 43: guestlink.backend.v1.AdoptResponse
+	(*UpdateDevicesRequest)(nil),    // 44: guestlink.backend.v1.UpdateDevicesRequest
+	(*UpdateDevicesResponse)(nil),   // 45: guestlink.backend.v1.UpdateDevicesResponse
+	nil,                             // 46: guestlink.backend.v1.GuestSpec.ConfigEntry
+	nil,                             // 47: guestlink.backend.v1.GuestSpec.DevicesEntry
+	nil,                             // 48: guestlink.backend.v1.Device.ConfigEntry
+	nil,                             // 49: guestlink.backend.v1.GuestState.DetailsEntry
+	nil,                             // 50: guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	nil,                             // 51: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
 }
 var file_plugins_sdk_proto_backend_v1_backend_proto_depIdxs = []int32{
-	4,  // 0: guestlink.backend.v1.InfoResponse.missing:type_name -> guestlink.backend.v1.Missing
-	45, // 1: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
-	46, // 2: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
-	5,  // 3: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
-	7,  // 4: guestlink.backend.v1.GuestSpec.image:type_name -> guestlink.backend.v1.Image
-	47, // 5: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
-	6,  // 6: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	6,  // 7: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	19, // 8: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
-	19, // 9: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
-	19, // 10: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
+	5,  // 0: guestlink.backend.v1.InfoResponse.missing:type_name -> guestlink.backend.v1.Missing
+	46, // 1: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
+	47, // 2: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
+	6,  // 3: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
+	8,  // 4: guestlink.backend.v1.GuestSpec.image:type_name -> guestlink.backend.v1.Image
+	48, // 5: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
+	7,  // 6: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	7,  // 7: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	20, // 8: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
+	20, // 9: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
+	20, // 10: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
 	0,  // 11: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
-	48, // 12: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
+	49, // 12: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
 	1,  // 13: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
-	21, // 14: guestlink.backend.v1.EventBatch.events:type_name -> guestlink.backend.v1.Event
-	23, // 15: guestlink.backend.v1.ReadRingsRequest.reads:type_name -> guestlink.backend.v1.ReadRingRequest
-	26, // 16: guestlink.backend.v1.ReadRingsResponse.results:type_name -> guestlink.backend.v1.RingResult
-	6,  // 17: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	19, // 18: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
-	49, // 19: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
-	33, // 20: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
-	6,  // 21: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	50, // 22: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
-	8,  // 23: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
-	8,  // 24: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
-	2,  // 25: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
-	9,  // 26: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
-	11, // 27: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
-	13, // 28: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
-	15, // 29: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
-	17, // 30: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
-	20, // 31: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
-	20, // 32: guestlink.backend.v1.Backend.EventBatches:input_type -> guestlink.backend.v1.EventsRequest
-	23, // 33: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
-	25, // 34: guestlink.backend.v1.Backend.ReadRings:input_type -> guestlink.backend.v1.ReadRingsRequest
-	28, // 35: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
-	30, // 36: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
-	32, // 37: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
-	35, // 38: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
-	37, // 39: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
-	39, // 40: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
-	41, // 41: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
-	43, // 42: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
-	3,  // 43: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
-	10, // 44: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
-	12, // 45: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
-	14, // 46: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
-	16, // 47: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
-	18, // 48: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
-	21, // 49: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
-	22, // 50: guestlink.backend.v1.Backend.EventBatches:output_type -> guestlink.backend.v1.EventBatch
-	24, // 51: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
-	27, // 52: guestlink.backend.v1.Backend.ReadRings:output_type -> guestlink.backend.v1.ReadRingsResponse
-	29, // 53: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
-	31, // 54: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
-	34, // 55: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
-	36, // 56: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
-	38, // 57: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
-	40, // 58: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
-	42, // 59: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
-	44, // 60: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
-	43, // [43:61] is the sub-list for method output_type
-	25, // [25:43] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	2,  // 14: guestlink.backend.v1.Event.exit:type_name -> guestlink.backend.v1.ExitKind
+	22, // 15: guestlink.backend.v1.EventBatch.events:type_name -> guestlink.backend.v1.Event
+	24, // 16: guestlink.backend.v1.ReadRingsRequest.reads:type_name -> guestlink.backend.v1.ReadRingRequest
+	27, // 17: guestlink.backend.v1.ReadRingsResponse.results:type_name -> guestlink.backend.v1.RingResult
+	7,  // 18: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	20, // 19: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
+	50, // 20: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	34, // 21: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
+	7,  // 22: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	51, // 23: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	9,  // 24: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
+	9,  // 25: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
+	3,  // 26: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
+	10, // 27: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
+	12, // 28: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
+	14, // 29: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
+	16, // 30: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
+	18, // 31: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
+	21, // 32: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
+	21, // 33: guestlink.backend.v1.Backend.EventBatches:input_type -> guestlink.backend.v1.EventsRequest
+	24, // 34: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
+	26, // 35: guestlink.backend.v1.Backend.ReadRings:input_type -> guestlink.backend.v1.ReadRingsRequest
+	29, // 36: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
+	31, // 37: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
+	33, // 38: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
+	36, // 39: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
+	38, // 40: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
+	40, // 41: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
+	42, // 42: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
+	44, // 43: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
+	4,  // 44: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
+	11, // 45: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
+	13, // 46: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
+	15, // 47: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
+	17, // 48: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
+	19, // 49: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
+	22, // 50: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
+	23, // 51: guestlink.backend.v1.Backend.EventBatches:output_type -> guestlink.backend.v1.EventBatch
+	25, // 52: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
+	28, // 53: guestlink.backend.v1.Backend.ReadRings:output_type -> guestlink.backend.v1.ReadRingsResponse
+	30, // 54: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
+	32, // 55: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
+	35, // 56: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
+	37, // 57: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
+	39, // 58: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
+	41, // 59: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
+	43, // 60: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
+	45, // 61: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
+	44, // [44:62] is the sub-list for method output_type
+	26, // [26:44] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_plugins_sdk_proto_backend_v1_backend_proto_init() }
@@ -2777,7 +2842,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc), len(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
