@@ -37,8 +37,8 @@ build: ## build guestlinkd, guestlink, guestlink-agent and the plugins into bin/
 	@chmod -R go-w $(BIN) # the daemon refuses plugins that others could replace (any umask)
 
 .PHONY: run
-run: build ## build, start the daemon (SQLite, sim backend, dashboard on $(HTTP)) and launch a demo guest
-	@STATE_DIR="$(STATE_DIR)" HTTP="$(HTTP)" scripts/run.sh
+run: build ## build, start the daemon (SQLite, sim backend, dashboard on $(HTTP), or the next free port; HTTP=ADDR to choose) and launch a demo guest
+	@STATE_DIR="$(STATE_DIR)" HTTP="$(HTTP)" PICK_PORT=$(if $(filter file,$(origin HTTP)),1,) scripts/run.sh
 
 .PHONY: stop
 stop: build ## stop every guest of make run's state directory (starts the daemon for it if needed)
@@ -62,7 +62,7 @@ guest-image-debian: packages ## build the Debian 12 guest disk image into bin/im
 	scripts/guest-image-debian.sh $(BIN)/packages $(BIN)/images
 
 .PHONY: deps
-deps: ## install system and npm packages the tests need (Debian)
+deps: ## install the Debian packages the VM path needs (QEMU and its firmware, qemu-utils, genisoimage, mmdebstrap) and those the tests need, and npm packages
 	scripts/install-deps.sh
 
 .PHONY: generate

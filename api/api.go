@@ -161,6 +161,21 @@ type Backend struct {
 	// InstanceType is what the backend's guests are, as devlxd reports them
 	// ("container" or "virtual-machine"); empty until the plugin started.
 	InstanceType string `json:"instance_type,omitempty"`
+	// Missing is what the running plugin reports the host lacks (health
+	// "unhealthy": guests are neither created nor started on it), and
+	// Problem says it in one sentence that names the fix: "qemu-img not
+	// found in PATH (Debian package qemu-utils); install: apt-get install
+	// qemu-utils". Both are empty for a usable backend.
+	Missing []BackendMissing `json:"missing,omitempty"`
+	Problem string           `json:"problem,omitempty"`
+}
+
+// BackendMissing is one thing a backend needs from the host and does not
+// find there.
+type BackendMissing struct {
+	What    string `json:"what"`              // "qemu-img", "firmware bios-256k.bin"
+	Reason  string `json:"reason,omitempty"`  // "not found in PATH"
+	Package string `json:"package,omitempty"` // the Debian package that provides it
 }
 
 // ClusterMembersPost is the body of POST /1.0/cluster/members: the name of

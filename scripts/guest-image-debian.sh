@@ -11,7 +11,32 @@
 # The image is cached outside the tree under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/guestlink/images/<key>, key = sha256 of
 # this script and the agent package; a hit only copies it.
+#
+# guest-image-debian.sh --check: exit 1 naming each program a build needs
+# and lacks, with its Debian package (guestlink image build asks first).
 set -euo pipefail
+
+# check_tools names every missing build program with its Debian package,
+# and the command that installs them; it fails if one is missing.
+check_tools() {
+	local missing=() pkgs=() tool pkg
+	for tool in mmdebstrap:mmdebstrap mkfs.ext4:e2fsprogs; do
+		pkg=${tool#*:} tool=${tool%%:*}
+		if ! command -v "$tool" >/dev/null 2>&1; then
+			missing+=("$tool not found in PATH (Debian package $pkg)")
+			pkgs+=("$pkg")
+		fi
+	done
+	[ "${#missing[@]}" -eq 0 ] && return 0
+	echo "guest-image-debian: cannot build the image: $(printf '%s; ' "${missing[@]}")install: sudo apt-get install ${pkgs[*]}, or make deps (installs everything the VM path needs)" >&2
+	return 1
+}
+# mkfs.ext4 is in /sbin, which a user's PATH may lack.
+export PATH=$PATH:/usr/sbin:/sbin
+if [ "${1:-}" = --check ]; then
+	check_tools
+	exit
+fi
 pkgdir=${1:?usage: guest-image-debian.sh PKGDIR OUTDIR}
 out=${2:?usage: guest-image-debian.sh PKGDIR OUTDIR}
 deb=$(ls "$pkgdir"/guestlink-agent_*_amd64.deb | tail -n1)
@@ -31,6 +56,7 @@ if [ -f "$cache/debian-12.img" ] && [ -f "$cache/debian-12.json" ]; then
 	exit 0
 fi
 
+check_tools
 work=$(mktemp -d "${TMPDIR:-/tmp}/guestlink-debian.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 root=$work/root

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_pkgs=(postgresql qemu-system-x86 qemu-utils busybox-static chromium cpio cloud-init curl e2fsprogs mmdebstrap genisoimage)
+apt_pkgs=(postgresql qemu-system-x86 qemu-utils busybox-static chromium cpio cloud-init curl e2fsprogs mmdebstrap genisoimage bash-completion)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,11 +3,49 @@
 # backend, dashboard on $HTTP), launches one demo guest and says where to look.
 # The daemon runs until Ctrl-C (or SIGTERM); then the script says which guests
 # keep running and how to stop them, stops the daemon and exits 0.
+#
+# HTTP is the dashboard's address. With PICK_PORT=1 (make run without HTTP=)
+# it is only the first one tried: when something listens there, the next
+# free port of the following 19 is taken; an HTTP given by the user is used
+# as given, and refused if taken.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STATE_DIR=${STATE_DIR:-$PWD/.run}
 HTTP=${HTTP:-127.0.0.1:8080}
+PICK_PORT=${PICK_PORT:-}
 export GUESTLINK_STATE_DIR="$STATE_DIR"
+
+# listening HOST PORT reports whether something accepts connections there
+# (a wildcard address is tried on loopback, where the daemon would collide).
+listening() {
+  local host=${1#[} port=$2
+  host=${host%]}
+  case $host in "" | 0.0.0.0) host=127.0.0.1 ;; "::") host=::1 ;; esac
+  timeout 2 bash -c ': <"/dev/tcp/$0/$1"' "$host" "$port" 2>/dev/null
+}
+http_host=${HTTP%:*} http_port=${HTTP##*:}
+if ! [[ $http_port =~ ^[0-9]+$ ]] || [ "$http_host" = "$HTTP" ]; then
+  echo "make run: HTTP=$HTTP is not HOST:PORT (e.g. make run HTTP=127.0.0.1:8090)" >&2
+  exit 2
+fi
+if listening "$http_host" "$http_port"; then
+  if [ -z "$PICK_PORT" ]; then
+    echo "make run: $HTTP is taken (something listens there); give a free address: make run HTTP=$http_host:PORT" >&2
+    exit 1
+  fi
+  first=$HTTP
+  for port in $(seq $((http_port + 1)) $((http_port + 19))); do
+    if ! listening "$http_host" "$port"; then
+      HTTP=$http_host:$port
+      break
+    fi
+  done
+  if [ "$HTTP" = "$first" ]; then
+    echo "make run: $first and the 19 ports after it are taken; give a free address: make run HTTP=$http_host:PORT" >&2
+    exit 1
+  fi
+  echo "make run: $first is taken; the dashboard is on http://$HTTP/ instead"
+fi
 mkdir -p "$STATE_DIR" && chmod go-w "$STATE_DIR" # guestlinkd refuses a state dir others can write
 
 # On a terminal, job control puts the daemon in its own process group and

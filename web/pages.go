@@ -18,6 +18,7 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/redact"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/web/components"
 )
 
@@ -83,7 +84,11 @@ func (d *Dashboard) backends() []components.BackendView {
 	}
 	var out []components.BackendView
 	for _, s := range d.cfg.Backends.List() {
-		out = append(out, components.BackendView{Name: s.Name, Version: s.Version, Health: string(s.Health), Restarts: s.Restarts, LastError: s.LastError})
+		last := s.LastError
+		if len(s.Missing) > 0 { // what an unhealthy plugin lacks, with the fix
+			last = "cannot run guests: " + sdk.MissingText(s.Missing)
+		}
+		out = append(out, components.BackendView{Name: s.Name, Version: s.Version, Health: string(s.Health), Restarts: s.Restarts, LastError: last})
 	}
 	return out
 }

@@ -21,7 +21,13 @@ A plugin that crashes, hangs or cannot start is started again after a
 backoff that doubles up to one minute, forever: RESTARTS counts the
 restarts, FAILURES the failures in a row, NEXT RETRY says when the next
 attempt is and LAST ERROR why the last one failed. "guestlink backends
-restart NAME" restarts a plugin now.`,
+restart NAME" restarts a plugin now.
+
+A plugin that runs but lacks something on the host (the QEMU backends:
+qemu-system-x86_64, qemu-img, genisoimage, QEMU's firmware) is
+"unhealthy": the table is followed by what is missing and the Debian
+package to install, and the daemon refuses to create or start guests on
+it. It turns healthy once the package is installed, without a restart.`,
 		Args: argsExactly(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			list, err := s.client.Backends(cmd.Context())
@@ -35,6 +41,15 @@ restart NAME" restarts a plugin now.`,
 				row(w, "NAME", "HEALTH", "VERSION", "PID", "RESTARTS", "FAILURES", "NEXT RETRY", "CAPABILITIES", "LAST ERROR")
 				for _, b := range list {
 					backendRow(w, b)
+				}
+				return nil
+			}, func(w io.Writer) error {
+				for _, b := range list {
+					if b.Problem != "" {
+						if _, err := fmt.Fprintf(w, "%s cannot run guests: %s\n", b.Name, b.Problem); err != nil {
+							return err
+						}
+					}
 				}
 				return nil
 			})
@@ -60,8 +75,12 @@ guests, as after any plugin restart.`,
 				return err
 			}
 			return s.render(b, func(w io.Writer) error {
-				if b.Health == "healthy" {
+				switch b.Health {
+				case "healthy":
 					_, err := fmt.Fprintf(w, "Backend %s restarted: healthy, pid %d\n", b.Name, b.PID)
+					return err
+				case "unhealthy":
+					_, err := fmt.Fprintf(w, "Backend %s restarted: unhealthy, pid %d: it cannot run guests: %s\n", b.Name, b.PID, b.Problem)
 					return err
 				}
 				next := "soon"

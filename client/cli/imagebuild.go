@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -65,8 +67,10 @@ func (s *session) imageBuildCommand() *cobra.Command {
 the alias NAME. debian-12 is built by "make guest-image-debian" in the
 source tree the CLI was built in (mmdebstrap, as root; the image is cached
 outside the tree, see docs/guests.md), then imported with its recorded
-inputs as properties. An image already built for NAME is imported as is
-when the build is not possible here.`,
+inputs as properties. The programs the build runs are checked first: one
+that is missing is named with its Debian package ("make deps" installs
+them all). An image already built for NAME is imported as is when the
+build is not possible here.`,
 		Args: argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target, ok := buildableImages[args[0]]
@@ -78,7 +82,17 @@ when the build is not possible here.`,
 				return err
 			}
 			src := filepath.Dir(filepath.Dir(exe)) // <tree>/bin/guestlink
-			if _, err := os.Stat(filepath.Join(src, "Makefile")); err == nil {
+			build := true
+			if _, err := os.Stat(filepath.Join(src, "Makefile")); err != nil {
+				build = false
+			} else if err := checkBuildTools(cmd, src, target); err != nil {
+				if _, _, ok := localImage(args[0]); !ok {
+					return fmt.Errorf("building %s: %w", args[0], err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "Not building %s (%v); importing the image built before\n", args[0], err)
+				build = false
+			}
+			if build {
 				mk := exec.CommandContext(cmd.Context(), "make", "-C", src, target)
 				mk.Stdout, mk.Stderr = cmd.ErrOrStderr(), cmd.ErrOrStderr()
 				if err := mk.Run(); err != nil {
@@ -107,6 +121,22 @@ when the build is not possible here.`,
 			})
 		},
 	}
+}
+
+// checkBuildTools asks the image's build script of the source tree src
+// whether this host has the programs it runs (scripts/<target>.sh --check);
+// the error names each missing one, its Debian package and make deps.
+func checkBuildTools(cmd *cobra.Command, src, target string) error {
+	var stderr bytes.Buffer
+	check := exec.CommandContext(cmd.Context(), filepath.Join(src, "scripts", target+".sh"), "--check")
+	check.Stderr = &stderr
+	if err := check.Run(); err != nil {
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			return errors.New(msg)
+		}
+		return fmt.Errorf("checking the build's programs (scripts/%s.sh --check): %w", target, err)
+	}
+	return nil
 }
 
 // imageFingerprint returns the sha256 of the locally built image for alias.

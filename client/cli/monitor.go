@@ -22,9 +22,11 @@ func (s *session) monitorCommand() *cobra.Command {
 		Use:   "monitor [--type T] [--instance I] [--since ID]",
 		Short: "Follow the daemon's events until interrupted",
 		Long: "monitor prints the daemon's events as they happen: one JSON object per line with --format json,\n" +
-			"YAML documents with --format yaml, a readable line otherwise. --since ID first prints every\n" +
-			"stored event after that id: --since 0 replays the stored log from its first event, then follows.\n" +
-			"Without --since, only new events are printed.",
+			"YAML documents with --format yaml (both for machines: every field, as the API sends it), a\n" +
+			"readable line otherwise: time, id, type, action, instance, who, then the event's context as\n" +
+			"key=value, conditions as Type=Status (Reason: message), lists in [], objects in {}.\n" +
+			"--since ID first prints every stored event after that id: --since 0 replays the stored log\n" +
+			"from its first event, then follows. Without --since, only new events are printed.",
 		Args: argsExactly(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if since < 0 {
@@ -103,11 +105,80 @@ func eventLine(ev api.Event) string {
 				}
 			}
 			for _, k := range slices.Sorted(maps.Keys(lc.Context)) {
-				fmt.Fprintf(&b, " %s=%v", k, lc.Context[k])
+				b.WriteString(" " + k + "=" + contextText(lc.Context[k]))
 			}
 			return b.String()
 		}
 	}
 	b.WriteString(" " + strings.TrimSpace(string(ev.Metadata)))
 	return b.String()
+}
+
+// contextText formats a value of an event's context (decoded JSON) for
+// people, on one line: a condition as "Ready=False (NotDeclared: message)",
+// a list as "[a, b]", an object as "{k=v, ...}" with sorted keys, a number
+// as written, a string bare unless it needs quotes (empty, spaces, quotes,
+// brackets, commas, control characters).
+func contextText(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		if v == "" || strings.ContainsAny(v, " \"'=,[]{}()") || strings.ContainsFunc(v, func(r rune) bool { return !strconv.IsPrint(r) }) {
+			return strconv.Quote(v)
+		}
+		return v
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	case bool:
+		return strconv.FormatBool(v)
+	case []any:
+		parts := make([]string, len(v))
+		for i, x := range v {
+			parts[i] = contextText(x)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case map[string]any:
+		if c, ok := conditionText(v); ok {
+			return c
+		}
+		parts := make([]string, 0, len(v))
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			parts = append(parts, k+"="+contextText(v[k]))
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
+	}
+	return fmt.Sprint(v)
+}
+
+// conditionText formats an object with the fields of api.Condition (type
+// and status strings, reason and message optional) as "Type=Status",
+// followed by " (Reason: message)", " (Reason)" or " (message)"; the
+// transition time is left out (the event has its own). It reports false
+// for any other object.
+func conditionText(m map[string]any) (string, bool) {
+	typ, ok1 := m["type"].(string)
+	st, ok2 := m["status"].(string)
+	if !ok1 || !ok2 || typ == "" {
+		return "", false
+	}
+	for k := range m {
+		switch k {
+		case "type", "status", "reason", "message", "last_transition_time":
+		default:
+			return "", false
+		}
+	}
+	reason, _ := m["reason"].(string)
+	msg, _ := m["message"].(string)
+	out := typ + "=" + st
+	switch {
+	case reason != "" && msg != "":
+		out += " (" + reason + ": " + msg + ")"
+	case reason != "":
+		out += " (" + reason + ")"
+	case msg != "":
+		out += " (" + msg + ")"
+	}
+	return out, true
 }

@@ -13,8 +13,9 @@ import (
 )
 
 // render prints v in the session's format: JSON (indented), YAML (with the
-// JSON field names), or the table that table writes.
-func (s *session) render(v any, table func(w io.Writer) error) error {
+// JSON field names), or the table that table writes followed by the lines
+// each of after writes (notes outside the table's columns).
+func (s *session) render(v any, table func(w io.Writer) error, after ...func(w io.Writer) error) error {
 	switch s.format {
 	case FormatJSON:
 		enc := json.NewEncoder(s.out)
@@ -32,6 +33,11 @@ func (s *session) render(v any, table func(w io.Writer) error) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing table: %w", err)
+	}
+	for _, f := range after {
+		if err := f(s.out); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -104,6 +104,7 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(s.snapshotCommands()...)
 	root.AddCommand(s.storageCommand())
 	root.AddCommand(s.clusterCommand())
+	s.addCompletion(root) // completion.go
 	return root
 }
 
@@ -116,6 +117,9 @@ func (s *session) setup(cmd *cobra.Command) error {
 	}
 	s.out = cmd.OutOrStdout()
 	s.stateDirSet = cmd.Flags().Changed("state-dir")
+	if isCompletionRequest(cmd) {
+		return nil
+	}
 	for c := cmd; c != nil; c = c.Parent() {
 		if c.Annotations[noClient] != "" {
 			return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
 // Limits of query values.
@@ -343,7 +344,17 @@ func backendOut(s pluginhost.Status) wire.Backend {
 		Health: string(s.Health), Restarts: s.Restarts, LastError: s.LastError, PID: s.PID,
 		Failures: s.Failures, NextRetryAt: s.NextRetryAt, SkippedChecks: s.SkippedChecks,
 		InstanceType: s.InstanceType,
+		Missing:      missingOut(s.Missing), Problem: sdk.MissingText(s.Missing),
 	}
+}
+
+// missingOut converts what a plugin lacks to the wire's form.
+func missingOut(ms []sdk.Missing) []wire.BackendMissing {
+	var out []wire.BackendMissing
+	for _, m := range ms {
+		out = append(out, wire.BackendMissing{What: m.What, Reason: m.Reason, Package: m.Package})
+	}
+	return out
 }
 
 // serverInfo builds the answer of GET /1.0.

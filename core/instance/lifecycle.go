@@ -38,7 +38,9 @@ type StopOptions = sdk.StopOptions
 // publishes instance-created; with req.Start it then starts it. The name
 // is stored lowercase and a name taken in any case is taken. A bad name
 // or config is errdefs.ErrInvalid, a taken name errdefs.ErrAlreadyExists,
-// an unknown backend errdefs.ErrNotFound; a failed Create changes nothing.
+// an unknown backend errdefs.ErrNotFound, a backend that reports the host
+// lacks something it needs errdefs.ErrUnavailable naming it (checked before
+// anything is made); a failed Create changes nothing.
 func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Requestor) (*Instance, error) {
 	if err := ValidateName(req.Name); err != nil {
 		return nil, fmt.Errorf("creating instance: %w", err)
@@ -62,6 +64,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	}
 	b, info, err := m.backendInfo(ctx, backend)
 	if err != nil {
+		return nil, wrap(err)
+	}
+	if err := checkUsable(ctx, b); err != nil { // before anything is made
 		return nil, wrap(err)
 	}
 	if err := checkChangeSize(len(req.Config)); err != nil {

@@ -376,6 +376,23 @@ func (m *Manager) backendInfo(ctx context.Context, name string) (sdk.Backend, *s
 	return b, info, nil
 }
 
+// usableBackend is the optional method of a backend that knows whether
+// the host has what it needs (core/pluginhost's backends): Usable returns
+// an errdefs.ErrUnavailable error naming what is missing and the package
+// that provides it, nil when the backend can run guests.
+type usableBackend interface {
+	Usable(ctx context.Context) error
+}
+
+// checkUsable refuses to make or start guests on a backend that reports
+// the host lacks something it needs; a backend without Usable passes.
+func checkUsable(ctx context.Context, b sdk.Backend) error {
+	if u, ok := b.(usableBackend); ok {
+		return u.Usable(ctx)
+	}
+	return nil
+}
+
 // specWithImage is specOf with the instance's base image, if it has one.
 func (m *Manager) specWithImage(ctx context.Context, rec *db.Instance, files []sdk.File) (*sdk.GuestSpec, error) {
 	spec := specOf(rec, files)

@@ -160,6 +160,9 @@ func (m *Manager) startBackend(r *startRun) error {
 	if err != nil {
 		return m.failStart(r, err, false)
 	}
+	if err := checkUsable(r.ctx, b); err != nil {
+		return m.failStart(r, err, false)
+	}
 	r.b, r.info = b, info
 	return nil
 }

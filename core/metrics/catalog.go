@@ -62,7 +62,7 @@ var (
 	DashboardStreamsDropped = Info{"guestlink_dashboard_streams_dropped_total", Counter, nil,
 		"Dashboard live streams dropped because their page fell behind; the page reconnects and resumes."}
 	PluginUp = Info{"guestlink_plugin_up", Gauge, []string{"plugin"},
-		"1 when the backend plugin runs and answers its health checks, 0 when it is down, restarting or rejected."}
+		"1 when the backend plugin runs and answers its health checks, 0 when it is down, restarting, rejected or unhealthy (the host lacks something it needs)."}
 	PluginRestarts = Info{"guestlink_plugin_restarts_total", Counter, []string{"plugin"},
 		"Launches of the backend plugin after its first one (crashes, hangs, restarts asked for)."}
 	BuildInfo = Info{"guestlink_build_info", Gauge, []string{"version"},

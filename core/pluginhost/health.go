@@ -37,26 +37,27 @@ const (
 // runnable before running.
 const schedLatencies = "/sched/latencies:seconds"
 
-// ping asks the plugin for its Info within timeout and judges a failure.
-func ping(ctx context.Context, c *sdk.Client, timeout time.Duration) (pingResult, error) {
+// ping asks the plugin for its Info within timeout and judges a failure;
+// the Info is returned with pingOK.
+func ping(ctx context.Context, c *sdk.Client, timeout time.Duration) (*sdk.Info, pingResult, error) {
 	before := readSchedLatencies()
 	start := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, timeout)
-	_, err := c.Backend().Info(pctx)
+	info, err := c.Backend().Info(pctx)
 	cancel()
 	if err == nil {
-		return pingOK, nil
+		return info, pingOK, nil
 	}
 	tolerance := max(minLateness, timeout/latenessFrac)
 	if overrun := time.Since(start) - timeout; overrun > tolerance {
 		// The call returned well after its deadline: this goroutine did
 		// not run for that long.
-		return pingSaturated, err
+		return nil, pingSaturated, err
 	}
 	if lateShare(before, readSchedLatencies(), tolerance) >= lateQuantile || yieldLate(tolerance) {
-		return pingSaturated, err
+		return nil, pingSaturated, err
 	}
-	return pingFailed, err
+	return nil, pingFailed, err
 }
 
 // readSchedLatencies returns the runtime's scheduling latency histogram.

@@ -34,6 +34,14 @@ type Health string
 const (
 	// HealthHealthy: the plugin process runs and answers.
 	HealthHealthy Health = "healthy"
+	// HealthUnhealthy: the plugin process runs and answers, but reports
+	// that the host lacks something it needs (Status.Missing: a program, a
+	// firmware file, with the Debian package that provides it). Calls
+	// that create or start guests are refused (the Backend's Usable);
+	// the others go through, so existing guests can be stopped and
+	// deleted. The plugin turns healthy at the first health ping after the
+	// host was fixed, without a restart.
+	HealthUnhealthy Health = "unhealthy"
 	// HealthRestarting: the plugin is down (not yet started, crashed, hung)
 	// and the supervisor is starting it again.
 	HealthRestarting Health = "restarting"
@@ -58,9 +66,12 @@ type Status struct {
 	// "container" or "virtual-machine" (sdk.Info.GuestInstanceType).
 	InstanceType string `json:"instance_type,omitempty"`
 	Health       Health `json:"health"`
-	Restarts     int    `json:"restarts"`   // launches after the first one
-	LastError    string `json:"last_error"` // why it last failed, "" if never
-	PID          int    `json:"pid"`        // the plugin process, 0 when down
+	// Missing is what the running plugin reports the host lacks (health
+	// "unhealthy"); empty otherwise.
+	Missing   []sdk.Missing `json:"missing,omitempty"`
+	Restarts  int           `json:"restarts"`   // launches after the first one
+	LastError string        `json:"last_error"` // why it last failed, "" if never
+	PID       int           `json:"pid"`        // the plugin process, 0 when down
 	// Failures counts the failed starts and early exits in a row; the wait
 	// before the next attempt grows with each (MinBackoff to MaxBackoff).
 	Failures int `json:"failures"`

@@ -105,12 +105,40 @@ func (p *proxy) call(ctx context.Context, op string, b budget, floor time.Durati
 	return e
 }
 
+// Info asks the current plugin process for its Info, which also updates
+// the plugin's health (what it reports missing).
 func (p *proxy) Info(ctx context.Context) (info *sdk.Info, err error) {
+	c := p.m.current()
 	err = p.call(ctx, "reading info", short, 0, func(ctx context.Context, b sdk.Backend) error {
 		info, err = b.Info(ctx)
 		return err
 	})
+	if err == nil {
+		p.m.setInfo(c, info)
+	}
 	return info, err
+}
+
+// Usable returns nil unless the plugin runs and reports that the host
+// lacks something it needs; then it is an errdefs.ErrUnavailable error
+// naming what is missing and the Debian package that provides it. The
+// daemon calls it before it creates or starts a guest, so that nothing is
+// made on a backend that cannot run it. A healthy plugin costs no call; an
+// unhealthy one is asked again (the host may have been fixed since the last
+// health ping). A plugin that is down is left to the call that follows,
+// which fails with its own error.
+func (p *proxy) Usable(ctx context.Context) error {
+	if p.m.status().Health != HealthUnhealthy {
+		return nil
+	}
+	info, err := p.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if len(info.Missing) == 0 {
+		return nil
+	}
+	return unavailable(fmt.Errorf("backend %q cannot run guests: %s", p.m.name, sdk.MissingText(info.Missing)))
 }
 
 func (p *proxy) Create(ctx context.Context, spec *sdk.GuestSpec) (h sdk.Handle, err error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -109,6 +110,9 @@ func (m *managed) status() Status {
 		st.Version = m.info.Version
 		st.Capabilities = append([]sdk.Capability(nil), m.info.Capabilities...)
 		st.InstanceType = m.info.GuestInstanceType()
+		if m.client != nil {
+			st.Missing = slices.Clone(m.info.Missing)
+		}
 	}
 	if m.client != nil {
 		st.PID = m.client.PID()
@@ -121,6 +125,35 @@ func (m *managed) current() *sdk.Client {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.client
+}
+
+// setInfo records the Info the plugin process c just answered, unless c
+// is no longer the current process.
+func (m *managed) setInfo(c *sdk.Client, info *sdk.Info) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.client != c || c == nil {
+		return
+	}
+	was := m.health
+	m.setInfoLocked(info)
+	switch {
+	case was == HealthHealthy && m.health == HealthUnhealthy:
+		m.log.Warn("plugin cannot run guests", "missing", sdk.MissingText(info.Missing))
+	case was == HealthUnhealthy && m.health == HealthHealthy:
+		m.log.Info("plugin can run guests again")
+	}
+}
+
+// setInfoLocked records the running process's Info and the health it
+// implies: unhealthy while the plugin reports something missing; m.mu
+// must be held.
+func (m *managed) setInfoLocked(info *sdk.Info) {
+	m.info = info
+	m.health = HealthHealthy
+	if len(info.Missing) > 0 {
+		m.health = HealthUnhealthy
+	}
 }
 
 // poke wakes the watcher so it checks the plugin at once.
@@ -317,12 +350,16 @@ func (m *managed) run(ctx context.Context, c *sdk.Client, info *sdk.Info) error 
 		m.forward(events)
 	}()
 	m.mu.Lock()
-	m.client, m.info, m.health = c, info, HealthHealthy
+	m.client = c
+	m.setInfoLocked(info)
 	m.concludedLocked()
 	restarted := m.launches > 1 || m.lateStart
 	m.lateStart = false
 	m.mu.Unlock()
 	m.log.Info("plugin running", "pid", c.PID(), "version", info.Version)
+	if len(info.Missing) > 0 {
+		m.log.Warn("plugin cannot run guests", "missing", sdk.MissingText(info.Missing))
+	}
 	m.firstOnce.Do(func() { close(m.firstDone) })
 	if restarted && m.h.cfg.OnRestart != nil {
 		m.h.cfg.OnRestart(m.name)
@@ -350,7 +387,7 @@ func (m *managed) watch(ctx context.Context, c *sdk.Client) error {
 		case <-m.kick:
 		case <-tick.C:
 		}
-		res, err := ping(ctx, c, cfg.HealthTimeout)
+		info, res, err := ping(ctx, c, cfg.HealthTimeout)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -358,6 +395,7 @@ func (m *managed) watch(ctx context.Context, c *sdk.Client) error {
 			return exitErr(c)
 		case res == pingOK:
 			misses = 0
+			m.setInfo(c, info)
 		case res == pingSaturated:
 			m.mu.Lock()
 			m.skipped++

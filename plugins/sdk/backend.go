@@ -19,6 +19,8 @@ package sdk
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -71,6 +73,61 @@ type Info struct {
 	// InstanceType is what a guest of this backend is, as devlxd reports it:
 	// InstanceTypeContainer or InstanceTypeVM; empty means InstanceTypeVM.
 	InstanceType string
+	// Missing lists what the backend needs from the host and cannot find
+	// there (programs, firmware files). Look it up at every Info, cheaply
+	// (a PATH lookup, a stat), so that a package installed meanwhile is
+	// seen at the next health ping. A backend that lists anything cannot
+	// run guests: the daemon shows it "unhealthy" naming what is missing
+	// and refuses to create or start guests on it, before anything is
+	// made. Empty means usable; plugins built before the field never set
+	// it.
+	Missing []Missing
+}
+
+// Missing is one thing a backend needs from the host and does not find.
+type Missing struct {
+	// What is missing, as a person looks for it: a program ("qemu-img") or
+	// a file ("firmware bios-256k.bin").
+	What string
+	// Reason says how it was looked for: "not found in PATH".
+	Reason string
+	// Package is the Debian package that provides it, "" if none does.
+	Package string
+}
+
+// String returns what is missing, why and its package:
+// "qemu-img not found in PATH (Debian package qemu-utils)".
+func (m Missing) String() string {
+	s := m.What
+	if m.Reason != "" {
+		s += " " + m.Reason
+	}
+	if m.Package != "" {
+		s += " (Debian package " + m.Package + ")"
+	}
+	return s
+}
+
+// MissingText describes everything a backend lacks in one sentence that
+// names the fix: "qemu-img not found in PATH (Debian package qemu-utils);
+// install: apt-get install qemu-utils". It returns "" for an empty list.
+func MissingText(ms []Missing) string {
+	if len(ms) == 0 {
+		return ""
+	}
+	parts := make([]string, len(ms))
+	var pkgs []string
+	for i, m := range ms {
+		parts[i] = m.String()
+		if m.Package != "" && !slices.Contains(pkgs, m.Package) {
+			pkgs = append(pkgs, m.Package)
+		}
+	}
+	s := strings.Join(parts, "; ")
+	if len(pkgs) > 0 {
+		s += "; install: apt-get install " + strings.Join(pkgs, " ")
+	}
+	return s
 }
 
 // Instance types a backend declares in Info.InstanceType (LXD's names).

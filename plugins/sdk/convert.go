@@ -18,12 +18,17 @@ func infoToProto(i *Info) *backendv1.InfoResponse {
 	for n, c := range i.Capabilities {
 		caps[n] = string(c)
 	}
+	var missing []*backendv1.Missing
+	for _, m := range i.Missing {
+		missing = append(missing, &backendv1.Missing{What: m.What, Reason: m.Reason, Package: m.Package})
+	}
 	return &backendv1.InfoResponse{
 		Name:           i.Name,
 		Version:        i.Version,
 		Capabilities:   caps,
 		ConfigPrefixes: append([]string(nil), i.ConfigPrefixes...),
 		InstanceType:   i.InstanceType,
+		Missing:        missing,
 	}
 }
 
@@ -36,6 +41,9 @@ func infoFromProto(p *backendv1.InfoResponse) *Info {
 	}
 	for _, c := range p.GetCapabilities() {
 		i.Capabilities = append(i.Capabilities, Capability(c))
+	}
+	for _, m := range p.GetMissing() {
+		i.Missing = append(i.Missing, Missing{What: m.GetWhat(), Reason: m.GetReason(), Package: m.GetPackage()})
 	}
 	return i
 }

@@ -41,6 +41,12 @@ func (s *suite) testInfo(t *testing.T) {
 	default:
 		t.Errorf("Info.InstanceType = %q, want %q, %q or empty", s.info.InstanceType, sdk.InstanceTypeContainer, sdk.InstanceTypeVM)
 	}
+	// What a backend lacks is shown to people: each entry says what.
+	for _, m := range s.info.Missing {
+		if m.What == "" {
+			t.Errorf("Info.Missing has an entry that names nothing: %+v", m)
+		}
+	}
 }
 
 func (s *suite) testLifecycle(t *testing.T) {

@@ -13,8 +13,9 @@
 // connection, restore), qmppump.go (QMP events to backend events), stop.go
 // (graceful, forced and timed-out stops), savestate.go (stateful stop and
 // its metadata), ring.go (ringbuf-read), cid.go (vsock guest CID
-// reservation), process.go (pid checks, logs), handle.go, config.go,
-// cmdline.go, layout.go, accel.go.
+// reservation), process.go (pid checks, logs), preflight.go (what the
+// host must have: programs, firmware), handle.go, config.go, cmdline.go,
+// layout.go, accel.go.
 package qemuvm
 
 import (
@@ -98,6 +99,9 @@ type Backend struct {
 	vms map[string]*vm // by uuid
 
 	events *eventer.Eventer // open Events streams
+
+	fwMu sync.Mutex
+	fw   *firmwareDirs // QEMU's firmware search path, once asked (preflight.go)
 }
 
 var _ sdk.Backend = (*Backend)(nil)
@@ -145,14 +149,15 @@ func New(opts Options) (*Backend, error) {
 	return b, nil
 }
 
-// Info describes the backend.
+// Info describes the backend and what the host lacks for it (preflight.go).
 func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 	caps := []sdk.Capability{sdk.CapStateful, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
 		sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove, sdk.CapHotplug, sdk.CapDisk, sdk.CapNICUser}
 	if b.caps.VhostVsock {
 		caps = append(caps, sdk.CapLinkVsock)
 	}
-	return &sdk.Info{Name: b.opts.Name, Version: b.opts.Version, Capabilities: caps, ConfigPrefixes: []string{ConfigPrefix}, InstanceType: sdk.InstanceTypeVM}, nil
+	return &sdk.Info{Name: b.opts.Name, Version: b.opts.Version, Capabilities: caps, ConfigPrefixes: []string{ConfigPrefix},
+		InstanceType: sdk.InstanceTypeVM, Missing: b.missing()}, nil
 }
 
 func (b *Backend) vm(uuid string) *vm {

@@ -40,6 +40,7 @@ func (b *backend) Info(ctx context.Context) (*sdk.Info, error) {
 	if b.instanceType != "" {
 		info.InstanceType = b.instanceType
 	}
+	info.Missing = readBehaviour().Missing
 	return info, nil
 }
 

@@ -33,6 +33,9 @@ type behaviour struct {
 	Version       string `json:"version"`        // reported by Info
 	LinkKind      string `json:"link_kind"`      // LinkEndpoint answers this kind (announced or not)
 	InstanceType  string `json:"instance_type"`  // reported by Info
+	// Missing is reported by Info (read at every call, so a test can
+	// "install" what was missing without a restart).
+	Missing []sdk.Missing `json:"missing"`
 }
 
 // readBehaviour loads the behaviour file of this binary; no file means

@@ -238,7 +238,13 @@ type InfoResponse struct {
 	// What a guest of this backend is, as devlxd reports it in GET /1.0
 	// "instance_type": "container" (the guest shares the host kernel, e.g. a
 	// process) or "virtual-machine". Empty means "virtual-machine".
-	InstanceType  string `protobuf:"bytes,110,opt,name=instance_type,json=instanceType,proto3" json:"instance_type,omitempty"`
+	InstanceType string `protobuf:"bytes,110,opt,name=instance_type,json=instanceType,proto3" json:"instance_type,omitempty"`
+	// What the backend needs from the host and cannot find there (programs,
+	// firmware files), looked up at every Info. A backend that lists anything
+	// cannot run guests: the daemon shows it "unhealthy" naming what is
+	// missing and refuses to create or start guests on it. Empty means usable;
+	// plugins built before this field never set it.
+	Missing       []*Missing `protobuf:"bytes,120,rep,name=missing,proto3" json:"missing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -308,6 +314,78 @@ func (x *InfoResponse) GetInstanceType() string {
 	return ""
 }
 
+func (x *InfoResponse) GetMissing() []*Missing {
+	if x != nil {
+		return x.Missing
+	}
+	return nil
+}
+
+// Missing is one thing a backend needs from the host and does not find.
+type Missing struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What is missing, as a person looks for it: a program ("qemu-img") or a
+	// file ("firmware bios-256k.bin").
+	What string `protobuf:"bytes,1,opt,name=what,proto3" json:"what,omitempty"`
+	// How it was looked for: "not found in PATH".
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The Debian package that provides it; empty if none does.
+	Package       string `protobuf:"bytes,3,opt,name=package,proto3" json:"package,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Missing) Reset() {
+	*x = Missing{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Missing) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Missing) ProtoMessage() {}
+
+func (x *Missing) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Missing.ProtoReflect.Descriptor instead.
+func (*Missing) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Missing) GetWhat() string {
+	if x != nil {
+		return x.What
+	}
+	return ""
+}
+
+func (x *Missing) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Missing) GetPackage() string {
+	if x != nil {
+		return x.Package
+	}
+	return ""
+}
+
 // File is one file of the guest's config drive.
 type File struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -320,7 +398,7 @@ type File struct {
 
 func (x *File) Reset() {
 	*x = File{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +410,7 @@ func (x *File) String() string {
 func (*File) ProtoMessage() {}
 
 func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +423,7 @@ func (x *File) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use File.ProtoReflect.Descriptor instead.
 func (*File) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *File) GetPath() string {
@@ -389,7 +467,7 @@ type GuestSpec struct {
 
 func (x *GuestSpec) Reset() {
 	*x = GuestSpec{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +479,7 @@ func (x *GuestSpec) String() string {
 func (*GuestSpec) ProtoMessage() {}
 
 func (x *GuestSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +492,7 @@ func (x *GuestSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestSpec.ProtoReflect.Descriptor instead.
 func (*GuestSpec) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{3}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GuestSpec) GetName() string {
@@ -480,7 +558,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +570,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +583,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Image) GetFingerprint() string {
@@ -552,7 +630,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +642,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +655,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{5}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Device) GetConfig() map[string]string {
@@ -596,7 +674,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +686,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +699,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateRequest) GetSpec() *GuestSpec {
@@ -640,7 +718,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +730,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +743,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{7}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateResponse) GetHandle() []byte {
@@ -685,7 +763,7 @@ type StartRequest struct {
 
 func (x *StartRequest) Reset() {
 	*x = StartRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +775,7 @@ func (x *StartRequest) String() string {
 func (*StartRequest) ProtoMessage() {}
 
 func (x *StartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +788,7 @@ func (x *StartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
 func (*StartRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{8}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StartRequest) GetHandle() []byte {
@@ -737,7 +815,7 @@ type StartResponse struct {
 
 func (x *StartResponse) Reset() {
 	*x = StartResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +827,7 @@ func (x *StartResponse) String() string {
 func (*StartResponse) ProtoMessage() {}
 
 func (x *StartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +840,7 @@ func (x *StartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
 func (*StartResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{9}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StartResponse) GetHandle() []byte {
@@ -791,7 +869,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +881,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +894,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{10}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StopRequest) GetHandle() []byte {
@@ -856,7 +934,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +946,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +959,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{11}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StopResponse) GetState() *GuestState {
@@ -900,7 +978,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +990,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1003,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteRequest) GetHandle() []byte {
@@ -943,7 +1021,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1033,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1046,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 type StateRequest struct {
@@ -980,7 +1058,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1070,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1083,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StateRequest) GetHandle() []byte {
@@ -1024,7 +1102,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1114,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1127,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StateResponse) GetState() *GuestState {
@@ -1073,7 +1151,7 @@ type GuestState struct {
 
 func (x *GuestState) Reset() {
 	*x = GuestState{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1163,7 @@ func (x *GuestState) String() string {
 func (*GuestState) ProtoMessage() {}
 
 func (x *GuestState) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1176,7 @@ func (x *GuestState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestState.ProtoReflect.Descriptor instead.
 func (*GuestState) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GuestState) GetStatus() Status {
@@ -1144,7 +1222,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1234,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1247,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 type Event struct {
@@ -1186,7 +1264,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1276,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1289,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Event) GetUuid() string {
@@ -1267,7 +1345,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1279,7 +1357,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1292,7 +1370,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EventBatch) GetEvents() []*Event {
@@ -1312,7 +1390,7 @@ type ReadRingRequest struct {
 
 func (x *ReadRingRequest) Reset() {
 	*x = ReadRingRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1402,7 @@ func (x *ReadRingRequest) String() string {
 func (*ReadRingRequest) ProtoMessage() {}
 
 func (x *ReadRingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1415,7 @@ func (x *ReadRingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingRequest.ProtoReflect.Descriptor instead.
 func (*ReadRingRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadRingRequest) GetHandle() []byte {
@@ -1363,7 +1441,7 @@ type ReadRingResponse struct {
 
 func (x *ReadRingResponse) Reset() {
 	*x = ReadRingResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1453,7 @@ func (x *ReadRingResponse) String() string {
 func (*ReadRingResponse) ProtoMessage() {}
 
 func (x *ReadRingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1466,7 @@ func (x *ReadRingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingResponse.ProtoReflect.Descriptor instead.
 func (*ReadRingResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReadRingResponse) GetData() []byte {
@@ -1407,7 +1485,7 @@ type ReadRingsRequest struct {
 
 func (x *ReadRingsRequest) Reset() {
 	*x = ReadRingsRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1497,7 @@ func (x *ReadRingsRequest) String() string {
 func (*ReadRingsRequest) ProtoMessage() {}
 
 func (x *ReadRingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1510,7 @@ func (x *ReadRingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingsRequest.ProtoReflect.Descriptor instead.
 func (*ReadRingsRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReadRingsRequest) GetReads() []*ReadRingRequest {
@@ -1455,7 +1533,7 @@ type RingResult struct {
 
 func (x *RingResult) Reset() {
 	*x = RingResult{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1545,7 @@ func (x *RingResult) String() string {
 func (*RingResult) ProtoMessage() {}
 
 func (x *RingResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1558,7 @@ func (x *RingResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RingResult.ProtoReflect.Descriptor instead.
 func (*RingResult) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RingResult) GetData() []byte {
@@ -1514,7 +1592,7 @@ type ReadRingsResponse struct {
 
 func (x *ReadRingsResponse) Reset() {
 	*x = ReadRingsResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1604,7 @@ func (x *ReadRingsResponse) String() string {
 func (*ReadRingsResponse) ProtoMessage() {}
 
 func (x *ReadRingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1617,7 @@ func (x *ReadRingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingsResponse.ProtoReflect.Descriptor instead.
 func (*ReadRingsResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReadRingsResponse) GetResults() []*RingResult {
@@ -1558,7 +1636,7 @@ type LinkEndpointRequest struct {
 
 func (x *LinkEndpointRequest) Reset() {
 	*x = LinkEndpointRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1648,7 @@ func (x *LinkEndpointRequest) String() string {
 func (*LinkEndpointRequest) ProtoMessage() {}
 
 func (x *LinkEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1661,7 @@ func (x *LinkEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkEndpointRequest.ProtoReflect.Descriptor instead.
 func (*LinkEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LinkEndpointRequest) GetHandle() []byte {
@@ -1607,7 +1685,7 @@ type LinkEndpointResponse struct {
 
 func (x *LinkEndpointResponse) Reset() {
 	*x = LinkEndpointResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1697,7 @@ func (x *LinkEndpointResponse) String() string {
 func (*LinkEndpointResponse) ProtoMessage() {}
 
 func (x *LinkEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1710,7 @@ func (x *LinkEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkEndpointResponse.ProtoReflect.Descriptor instead.
 func (*LinkEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LinkEndpointResponse) GetKind() string {
@@ -1666,7 +1744,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1756,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1769,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecoverRequest) GetHandle() []byte {
@@ -1718,7 +1796,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1808,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1821,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RecoverResponse) GetHandle() []byte {
@@ -1771,7 +1849,7 @@ type SnapshotCreateRequest struct {
 
 func (x *SnapshotCreateRequest) Reset() {
 	*x = SnapshotCreateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1861,7 @@ func (x *SnapshotCreateRequest) String() string {
 func (*SnapshotCreateRequest) ProtoMessage() {}
 
 func (x *SnapshotCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1874,7 @@ func (x *SnapshotCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotCreateRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotCreateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SnapshotCreateRequest) GetHandle() []byte {
@@ -1833,7 +1911,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1923,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1936,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotInfo) GetDiskBytes() int64 {
@@ -1891,7 +1969,7 @@ type SnapshotCreateResponse struct {
 
 func (x *SnapshotCreateResponse) Reset() {
 	*x = SnapshotCreateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +1981,7 @@ func (x *SnapshotCreateResponse) String() string {
 func (*SnapshotCreateResponse) ProtoMessage() {}
 
 func (x *SnapshotCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +1994,7 @@ func (x *SnapshotCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotCreateResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotCreateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotCreateResponse) GetInfo() *SnapshotInfo {
@@ -1938,7 +2016,7 @@ type SnapshotRestoreRequest struct {
 
 func (x *SnapshotRestoreRequest) Reset() {
 	*x = SnapshotRestoreRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2028,7 @@ func (x *SnapshotRestoreRequest) String() string {
 func (*SnapshotRestoreRequest) ProtoMessage() {}
 
 func (x *SnapshotRestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2041,7 @@ func (x *SnapshotRestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotRestoreRequest) GetHandle() []byte {
@@ -2002,7 +2080,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2092,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2105,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 type SnapshotDeleteRequest struct {
@@ -2040,7 +2118,7 @@ type SnapshotDeleteRequest struct {
 
 func (x *SnapshotDeleteRequest) Reset() {
 	*x = SnapshotDeleteRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2130,7 @@ func (x *SnapshotDeleteRequest) String() string {
 func (*SnapshotDeleteRequest) ProtoMessage() {}
 
 func (x *SnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2143,7 @@ func (x *SnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDeleteRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SnapshotDeleteRequest) GetHandle() []byte {
@@ -2090,7 +2168,7 @@ type SnapshotDeleteResponse struct {
 
 func (x *SnapshotDeleteResponse) Reset() {
 	*x = SnapshotDeleteResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2180,7 @@ func (x *SnapshotDeleteResponse) String() string {
 func (*SnapshotDeleteResponse) ProtoMessage() {}
 
 func (x *SnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2193,7 @@ func (x *SnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDeleteResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 type SnapshotRenameRequest struct {
@@ -2129,7 +2207,7 @@ type SnapshotRenameRequest struct {
 
 func (x *SnapshotRenameRequest) Reset() {
 	*x = SnapshotRenameRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2219,7 @@ func (x *SnapshotRenameRequest) String() string {
 func (*SnapshotRenameRequest) ProtoMessage() {}
 
 func (x *SnapshotRenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2232,7 @@ func (x *SnapshotRenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRenameRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRenameRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SnapshotRenameRequest) GetHandle() []byte {
@@ -2186,7 +2264,7 @@ type SnapshotRenameResponse struct {
 
 func (x *SnapshotRenameResponse) Reset() {
 	*x = SnapshotRenameResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2276,7 @@ func (x *SnapshotRenameResponse) String() string {
 func (*SnapshotRenameResponse) ProtoMessage() {}
 
 func (x *SnapshotRenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2289,7 @@ func (x *SnapshotRenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRenameResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRenameResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 type AdoptRequest struct {
@@ -2225,7 +2303,7 @@ type AdoptRequest struct {
 
 func (x *AdoptRequest) Reset() {
 	*x = AdoptRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2315,7 @@ func (x *AdoptRequest) String() string {
 func (*AdoptRequest) ProtoMessage() {}
 
 func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2328,7 @@ func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRequest.ProtoReflect.Descriptor instead.
 func (*AdoptRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AdoptRequest) GetHandle() []byte {
@@ -2283,7 +2361,7 @@ type AdoptResponse struct {
 
 func (x *AdoptResponse) Reset() {
 	*x = AdoptResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2373,7 @@ func (x *AdoptResponse) String() string {
 func (*AdoptResponse) ProtoMessage() {}
 
 func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2386,7 @@ func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptResponse.ProtoReflect.Descriptor instead.
 func (*AdoptResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AdoptResponse) GetHandle() []byte {
@@ -2331,7 +2409,7 @@ type UpdateDevicesRequest struct {
 
 func (x *UpdateDevicesRequest) Reset() {
 	*x = UpdateDevicesRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2421,7 @@ func (x *UpdateDevicesRequest) String() string {
 func (*UpdateDevicesRequest) ProtoMessage() {}
 
 func (x *UpdateDevicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2434,7 @@ func (x *UpdateDevicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDevicesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateDevicesRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UpdateDevicesRequest) GetHandle() []byte {
@@ -2388,7 +2466,7 @@ type UpdateDevicesResponse struct {
 
 func (x *UpdateDevicesResponse) Reset() {
 	*x = UpdateDevicesResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2400,7 +2478,7 @@ func (x *UpdateDevicesResponse) String() string {
 func (*UpdateDevicesResponse) ProtoMessage() {}
 
 func (x *UpdateDevicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2413,7 +2491,7 @@ func (x *UpdateDevicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDevicesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateDevicesResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 var File_plugins_sdk_proto_backend_v1_backend_proto protoreflect.FileDescriptor
@@ -2421,13 +2499,18 @@ var File_plugins_sdk_proto_backend_v1_backend_proto protoreflect.FileDescriptor
 const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\n" +
 	"*plugins/sdk/proto/backend/v1/backend.proto\x12\x14guestlink.backend.v1\"\r\n" +
-	"\vInfoRequest\"\xae\x01\n" +
+	"\vInfoRequest\"\xe7\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12'\n" +
 	"\x0fconfig_prefixes\x18\x04 \x03(\tR\x0econfigPrefixes\x12#\n" +
-	"\rinstance_type\x18n \x01(\tR\finstanceType\"B\n" +
+	"\rinstance_type\x18n \x01(\tR\finstanceType\x127\n" +
+	"\amissing\x18x \x03(\v2\x1d.guestlink.backend.v1.MissingR\amissing\"O\n" +
+	"\aMissing\x12\x12\n" +
+	"\x04what\x18\x01 \x01(\tR\x04what\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
+	"\apackage\x18\x03 \x01(\tR\apackage\"B\n" +
 	"\x04File\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x12\n" +
@@ -2624,127 +2707,129 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
 	(Status)(0),                     // 0: guestlink.backend.v1.Status
 	(EventKind)(0),                  // 1: guestlink.backend.v1.EventKind
 	(ExitKind)(0),                   // 2: guestlink.backend.v1.ExitKind
 	(*InfoRequest)(nil),             // 3: guestlink.backend.v1.InfoRequest
 	(*InfoResponse)(nil),            // 4: guestlink.backend.v1.InfoResponse
-	(*File)(nil),                    // 5: guestlink.backend.v1.File
-	(*GuestSpec)(nil),               // 6: guestlink.backend.v1.GuestSpec
-	(*Image)(nil),                   // 7: guestlink.backend.v1.Image
-	(*Device)(nil),                  // 8: guestlink.backend.v1.Device
-	(*CreateRequest)(nil),           // 9: guestlink.backend.v1.CreateRequest
-	(*CreateResponse)(nil),          // 10: guestlink.backend.v1.CreateResponse
-	(*StartRequest)(nil),            // 11: guestlink.backend.v1.StartRequest
-	(*StartResponse)(nil),           // 12: guestlink.backend.v1.StartResponse
-	(*StopRequest)(nil),             // 13: guestlink.backend.v1.StopRequest
-	(*StopResponse)(nil),            // 14: guestlink.backend.v1.StopResponse
-	(*DeleteRequest)(nil),           // 15: guestlink.backend.v1.DeleteRequest
-	(*DeleteResponse)(nil),          // 16: guestlink.backend.v1.DeleteResponse
-	(*StateRequest)(nil),            // 17: guestlink.backend.v1.StateRequest
-	(*StateResponse)(nil),           // 18: guestlink.backend.v1.StateResponse
-	(*GuestState)(nil),              // 19: guestlink.backend.v1.GuestState
-	(*EventsRequest)(nil),           // 20: guestlink.backend.v1.EventsRequest
-	(*Event)(nil),                   // 21: guestlink.backend.v1.Event
-	(*EventBatch)(nil),              // 22: guestlink.backend.v1.EventBatch
-	(*ReadRingRequest)(nil),         // 23: guestlink.backend.v1.ReadRingRequest
-	(*ReadRingResponse)(nil),        // 24: guestlink.backend.v1.ReadRingResponse
-	(*ReadRingsRequest)(nil),        // 25: guestlink.backend.v1.ReadRingsRequest
-	(*RingResult)(nil),              // 26: guestlink.backend.v1.RingResult
-	(*ReadRingsResponse)(nil),       // 27: guestlink.backend.v1.ReadRingsResponse
-	(*LinkEndpointRequest)(nil),     // 28: guestlink.backend.v1.LinkEndpointRequest
-	(*LinkEndpointResponse)(nil),    // 29: guestlink.backend.v1.LinkEndpointResponse
-	(*RecoverRequest)(nil),          // 30: guestlink.backend.v1.RecoverRequest
-	(*RecoverResponse)(nil),         // 31: guestlink.backend.v1.RecoverResponse
-	(*SnapshotCreateRequest)(nil),   // 32: guestlink.backend.v1.SnapshotCreateRequest
-	(*SnapshotInfo)(nil),            // 33: guestlink.backend.v1.SnapshotInfo
-	(*SnapshotCreateResponse)(nil),  // 34: guestlink.backend.v1.SnapshotCreateResponse
-	(*SnapshotRestoreRequest)(nil),  // 35: guestlink.backend.v1.SnapshotRestoreRequest
-	(*SnapshotRestoreResponse)(nil), // 36: guestlink.backend.v1.SnapshotRestoreResponse
-	(*SnapshotDeleteRequest)(nil),   // 37: guestlink.backend.v1.SnapshotDeleteRequest
-	(*SnapshotDeleteResponse)(nil),  // 38: guestlink.backend.v1.SnapshotDeleteResponse
-	(*SnapshotRenameRequest)(nil),   // 39: guestlink.backend.v1.SnapshotRenameRequest
-	(*SnapshotRenameResponse)(nil),  // 40: guestlink.backend.v1.SnapshotRenameResponse
-	(*AdoptRequest)(nil),            // 41: guestlink.backend.v1.AdoptRequest
-	(*AdoptResponse)(nil),           // 42: guestlink.backend.v1.AdoptResponse
-	(*UpdateDevicesRequest)(nil),    // 43: guestlink.backend.v1.UpdateDevicesRequest
-	(*UpdateDevicesResponse)(nil),   // 44: guestlink.backend.v1.UpdateDevicesResponse
-	nil,                             // 45: guestlink.backend.v1.GuestSpec.ConfigEntry
-	nil,                             // 46: guestlink.backend.v1.GuestSpec.DevicesEntry
-	nil,                             // 47: guestlink.backend.v1.Device.ConfigEntry
-	nil,                             // 48: guestlink.backend.v1.GuestState.DetailsEntry
-	nil,                             // 49: guestlink.backend.v1.SnapshotInfo.DetailsEntry
-	nil,                             // 50: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	(*Missing)(nil),                 // 5: guestlink.backend.v1.Missing
+	(*File)(nil),                    // 6: guestlink.backend.v1.File
+	(*GuestSpec)(nil),               // 7: guestlink.backend.v1.GuestSpec
+	(*Image)(nil),                   // 8: guestlink.backend.v1.Image
+	(*Device)(nil),                  // 9: guestlink.backend.v1.Device
+	(*CreateRequest)(nil),           // 10: guestlink.backend.v1.CreateRequest
+	(*CreateResponse)(nil),          // 11: guestlink.backend.v1.CreateResponse
+	(*StartRequest)(nil),            // 12: guestlink.backend.v1.StartRequest
+	(*StartResponse)(nil),           // 13: guestlink.backend.v1.StartResponse
+	(*StopRequest)(nil),             // 14: guestlink.backend.v1.StopRequest
+	(*StopResponse)(nil),            // 15: guestlink.backend.v1.StopResponse
+	(*DeleteRequest)(nil),           // 16: guestlink.backend.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 17: guestlink.backend.v1.DeleteResponse
+	(*StateRequest)(nil),            // 18: guestlink.backend.v1.StateRequest
+	(*StateResponse)(nil),           // 19: guestlink.backend.v1.StateResponse
+	(*GuestState)(nil),              // 20: guestlink.backend.v1.GuestState
+	(*EventsRequest)(nil),           // 21: guestlink.backend.v1.EventsRequest
+	(*Event)(nil),                   // 22: guestlink.backend.v1.Event
+	(*EventBatch)(nil),              // 23: guestlink.backend.v1.EventBatch
+	(*ReadRingRequest)(nil),         // 24: guestlink.backend.v1.ReadRingRequest
+	(*ReadRingResponse)(nil),        // 25: guestlink.backend.v1.ReadRingResponse
+	(*ReadRingsRequest)(nil),        // 26: guestlink.backend.v1.ReadRingsRequest
+	(*RingResult)(nil),              // 27: guestlink.backend.v1.RingResult
+	(*ReadRingsResponse)(nil),       // 28: guestlink.backend.v1.ReadRingsResponse
+	(*LinkEndpointRequest)(nil),     // 29: guestlink.backend.v1.LinkEndpointRequest
+	(*LinkEndpointResponse)(nil),    // 30: guestlink.backend.v1.LinkEndpointResponse
+	(*RecoverRequest)(nil),          // 31: guestlink.backend.v1.RecoverRequest
+	(*RecoverResponse)(nil),         // 32: guestlink.backend.v1.RecoverResponse
+	(*SnapshotCreateRequest)(nil),   // 33: guestlink.backend.v1.SnapshotCreateRequest
+	(*SnapshotInfo)(nil),            // 34: guestlink.backend.v1.SnapshotInfo
+	(*SnapshotCreateResponse)(nil),  // 35: guestlink.backend.v1.SnapshotCreateResponse
+	(*SnapshotRestoreRequest)(nil),  // 36: guestlink.backend.v1.SnapshotRestoreRequest
+	(*SnapshotRestoreResponse)(nil), // 37: guestlink.backend.v1.SnapshotRestoreResponse
+	(*SnapshotDeleteRequest)(nil),   // 38: guestlink.backend.v1.SnapshotDeleteRequest
+	(*SnapshotDeleteResponse)(nil),  // 39: guestlink.backend.v1.SnapshotDeleteResponse
+	(*SnapshotRenameRequest)(nil),   // 40: guestlink.backend.v1.SnapshotRenameRequest
+	(*SnapshotRenameResponse)(nil),  // 41: guestlink.backend.v1.SnapshotRenameResponse
+	(*AdoptRequest)(nil),            // 42: guestlink.backend.v1.AdoptRequest
+	(*AdoptResponse)(nil),           // 43: guestlink.backend.v1.AdoptResponse
+	(*UpdateDevicesRequest)(nil),    // 44: guestlink.backend.v1.UpdateDevicesRequest
+	(*UpdateDevicesResponse)(nil),   // 45: guestlink.backend.v1.UpdateDevicesResponse
+	nil,                             // 46: guestlink.backend.v1.GuestSpec.ConfigEntry
+	nil,                             // 47: guestlink.backend.v1.GuestSpec.DevicesEntry
+	nil,                             // 48: guestlink.backend.v1.Device.ConfigEntry
+	nil,                             // 49: guestlink.backend.v1.GuestState.DetailsEntry
+	nil,                             // 50: guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	nil,                             // 51: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
 }
 var file_plugins_sdk_proto_backend_v1_backend_proto_depIdxs = []int32{
-	45, // 0: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
-	46, // 1: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
-	5,  // 2: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
-	7,  // 3: guestlink.backend.v1.GuestSpec.image:type_name -> guestlink.backend.v1.Image
-	47, // 4: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
-	6,  // 5: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	6,  // 6: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	19, // 7: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
-	19, // 8: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
-	19, // 9: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
-	0,  // 10: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
-	48, // 11: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
-	1,  // 12: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
-	2,  // 13: guestlink.backend.v1.Event.exit:type_name -> guestlink.backend.v1.ExitKind
-	21, // 14: guestlink.backend.v1.EventBatch.events:type_name -> guestlink.backend.v1.Event
-	23, // 15: guestlink.backend.v1.ReadRingsRequest.reads:type_name -> guestlink.backend.v1.ReadRingRequest
-	26, // 16: guestlink.backend.v1.ReadRingsResponse.results:type_name -> guestlink.backend.v1.RingResult
-	6,  // 17: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	19, // 18: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
-	49, // 19: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
-	33, // 20: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
-	6,  // 21: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	50, // 22: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
-	8,  // 23: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
-	8,  // 24: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
-	3,  // 25: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
-	9,  // 26: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
-	11, // 27: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
-	13, // 28: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
-	15, // 29: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
-	17, // 30: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
-	20, // 31: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
-	20, // 32: guestlink.backend.v1.Backend.EventBatches:input_type -> guestlink.backend.v1.EventsRequest
-	23, // 33: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
-	25, // 34: guestlink.backend.v1.Backend.ReadRings:input_type -> guestlink.backend.v1.ReadRingsRequest
-	28, // 35: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
-	30, // 36: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
-	32, // 37: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
-	35, // 38: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
-	37, // 39: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
-	39, // 40: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
-	41, // 41: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
-	43, // 42: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
-	4,  // 43: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
-	10, // 44: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
-	12, // 45: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
-	14, // 46: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
-	16, // 47: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
-	18, // 48: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
-	21, // 49: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
-	22, // 50: guestlink.backend.v1.Backend.EventBatches:output_type -> guestlink.backend.v1.EventBatch
-	24, // 51: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
-	27, // 52: guestlink.backend.v1.Backend.ReadRings:output_type -> guestlink.backend.v1.ReadRingsResponse
-	29, // 53: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
-	31, // 54: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
-	34, // 55: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
-	36, // 56: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
-	38, // 57: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
-	40, // 58: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
-	42, // 59: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
-	44, // 60: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
-	43, // [43:61] is the sub-list for method output_type
-	25, // [25:43] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	5,  // 0: guestlink.backend.v1.InfoResponse.missing:type_name -> guestlink.backend.v1.Missing
+	46, // 1: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
+	47, // 2: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
+	6,  // 3: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
+	8,  // 4: guestlink.backend.v1.GuestSpec.image:type_name -> guestlink.backend.v1.Image
+	48, // 5: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
+	7,  // 6: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	7,  // 7: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	20, // 8: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
+	20, // 9: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
+	20, // 10: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
+	0,  // 11: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
+	49, // 12: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
+	1,  // 13: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
+	2,  // 14: guestlink.backend.v1.Event.exit:type_name -> guestlink.backend.v1.ExitKind
+	22, // 15: guestlink.backend.v1.EventBatch.events:type_name -> guestlink.backend.v1.Event
+	24, // 16: guestlink.backend.v1.ReadRingsRequest.reads:type_name -> guestlink.backend.v1.ReadRingRequest
+	27, // 17: guestlink.backend.v1.ReadRingsResponse.results:type_name -> guestlink.backend.v1.RingResult
+	7,  // 18: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	20, // 19: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
+	50, // 20: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	34, // 21: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
+	7,  // 22: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	51, // 23: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	9,  // 24: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
+	9,  // 25: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
+	3,  // 26: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
+	10, // 27: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
+	12, // 28: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
+	14, // 29: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
+	16, // 30: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
+	18, // 31: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
+	21, // 32: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
+	21, // 33: guestlink.backend.v1.Backend.EventBatches:input_type -> guestlink.backend.v1.EventsRequest
+	24, // 34: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
+	26, // 35: guestlink.backend.v1.Backend.ReadRings:input_type -> guestlink.backend.v1.ReadRingsRequest
+	29, // 36: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
+	31, // 37: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
+	33, // 38: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
+	36, // 39: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
+	38, // 40: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
+	40, // 41: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
+	42, // 42: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
+	44, // 43: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
+	4,  // 44: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
+	11, // 45: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
+	13, // 46: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
+	15, // 47: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
+	17, // 48: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
+	19, // 49: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
+	22, // 50: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
+	23, // 51: guestlink.backend.v1.Backend.EventBatches:output_type -> guestlink.backend.v1.EventBatch
+	25, // 52: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
+	28, // 53: guestlink.backend.v1.Backend.ReadRings:output_type -> guestlink.backend.v1.ReadRingsResponse
+	30, // 54: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
+	32, // 55: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
+	35, // 56: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
+	37, // 57: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
+	39, // 58: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
+	41, // 59: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
+	43, // 60: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
+	45, // 61: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
+	44, // [44:62] is the sub-list for method output_type
+	26, // [26:44] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_plugins_sdk_proto_backend_v1_backend_proto_init() }
@@ -2758,7 +2843,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc), len(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   48,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
