@@ -122,11 +122,15 @@ func TestHandshakeAdmission(t *testing.T) {
 		var mu sync.Mutex
 		var grants []string
 		names := map[string]string{uuidA: "a", uuidB: "b", uuidOff: "off"}
+		// Set under the pool's lock: the harness's connections may
+		// already be in admit, which reads onGrant under it.
+		e.srv.handshakes.mu.Lock()
 		e.srv.handshakes.onGrant = func(who string) {
 			mu.Lock()
 			defer mu.Unlock()
 			grants = append(grants, names[who])
 		}
+		e.srv.handshakes.mu.Unlock()
 		granted := func() []string {
 			mu.Lock()
 			defer mu.Unlock()
