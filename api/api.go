@@ -1,6 +1,6 @@
 // Package api holds the JSON documents of guestlink's APIs: the LXD response
 // envelope (admin API and devlxd alike) and the admin API's request and
-// answer bodies. The server (core/api), the Go client (client) and devlxd
+// answer bodies. The server (transport/adminapi), the Go client (client) and devlxd
 // (daemon and agent) share them; the package imports only the standard
 // library, so a client links none of the server.
 package api

@@ -30,7 +30,7 @@ import (
 )
 
 // ImageStore gives devlxd read access to the host's image store. It is a
-// copy of the interface core/devlxd declares for GET
+// copy of the interface transport/devlxd declares for GET
 // /1.0/images/{fingerprint}/export; Store implements it.
 type ImageStore interface {
 	// ImageFile returns the path of the image file whose sha256 fingerprint is fingerprint (full, lowercase hex)

@@ -57,7 +57,7 @@ func TestCreateFromImage(t *testing.T) {
 	for _, b := range bad {
 		e.be.disk = b.disk
 		e.m = e.manager() // the manager caches the backend's info
-		_, err := e.m.Create(bg, b.req, api)
+		_, err := e.m.Create(bg, b.req, adminCaller)
 		if !errors.Is(err, b.kind) || !strings.Contains(err.Error(), b.msg) {
 			t.Errorf("%s: Create = %v, want %v saying %q", b.name, err, b.kind, b.msg)
 		}
@@ -65,7 +65,7 @@ func TestCreateFromImage(t *testing.T) {
 
 	e.be.disk = true
 	e.m = e.manager()
-	inst, err := e.m.Create(bg, CreateRequest{Name: "vm1", Image: "debian-12", Start: true}, api)
+	inst, err := e.m.Create(bg, CreateRequest{Name: "vm1", Image: "debian-12", Start: true}, adminCaller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestCreateFromImage(t *testing.T) {
 
 	e.images = nil
 	e.m = e.manager()
-	if _, err := e.m.Create(bg, CreateRequest{Name: "b", Image: "debian-12"}, api); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "no image store") {
+	if _, err := e.m.Create(bg, CreateRequest{Name: "b", Image: "debian-12"}, adminCaller); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "no image store") {
 		t.Fatalf("Create without a store = %v", err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/guestlink/guestlink/core/devlxd/cloudinit"
+	"github.com/guestlink/guestlink/core/cloudinit"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db"

@@ -12,8 +12,8 @@ const mod = "github.com/guestlink/guestlink"
 
 // Groups of forbidden dependencies, by what they stand for.
 var (
-	// server is the daemon's own code: services, store, dashboard.
-	server = []string{mod + "/core", mod + "/db", mod + "/web"}
+	// server is the daemon's own code: services, transports, store, dashboard.
+	server = []string{mod + "/core", mod + "/transport", mod + "/db", mod + "/web"}
 	// webStack is the HTTP server and HTML libraries of the API and dashboard.
 	webStack = []string{"github.com/gofiber/", "github.com/valyala/fasthttp", "github.com/a-h/templ"}
 	// storeStack is the ORM and the database drivers.
@@ -64,8 +64,17 @@ var rules = []rule{
 			[]string{mod + "/client", mod + "/cmd", "github.com/spf13/cobra"}),
 	},
 	{
-		name: "core: no web, no backend, no client, no composition root",
+		// Services are reached through transports (transport/..., web/), never
+		// the other way round, so a service never links an HTTP server.
+		name: "core (services): no transport, no HTTP server, no backend, no client, no composition root",
 		pkgs: []string{mod + "/core/..."},
+		forbid: concat([]string{mod + "/transport", mod + "/web", mod + "/plugins", mod + "/client", mod + "/daemon",
+			mod + "/cmd", mod + "/agent"}, webStack),
+		except: []string{mod + "/plugins/sdk"},
+	},
+	{
+		name: "transports: over the services, never the dashboard, a backend, the client or the composition root",
+		pkgs: []string{mod + "/transport/..."},
 		forbid: []string{mod + "/web", mod + "/plugins", mod + "/client", mod + "/daemon", mod + "/cmd",
 			mod + "/agent", "github.com/a-h/templ"},
 		except: []string{mod + "/plugins/sdk"},
@@ -102,7 +111,7 @@ var rules = []rule{
 	},
 	{
 		name: "metrics: only core/metrics (and the composition root) import the Prometheus client",
-		pkgs: []string{mod + "/core/api", mod + "/core/devlxd", mod + "/core/agentmon", mod + "/core/events",
+		pkgs: []string{mod + "/transport/adminapi", mod + "/transport/devlxd", mod + "/core/agentmon", mod + "/core/events",
 			mod + "/core/instance", mod + "/core/pluginhost", mod + "/core/linkhost", mod + "/web",
 			mod + "/agent/...", mod + "/link/...", mod + "/plugins/...", mod + "/client/...", mod + "/db/..."},
 		forbid: []string{"github.com/prometheus/"},
@@ -194,6 +203,10 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"backends", []string{mod + "/plugins/sdk", mod + "/link/transport", mod + "/db"}, []string{mod + "/db"}},
 		{"core", []string{mod + "/plugins/sdk/proto/backend/v1", mod + "/web", mod + "/plugins/sim/simvm", mod + "/daemon"},
 			[]string{mod + "/web", mod + "/plugins/sim/simvm", mod + "/daemon"}},
+		{"core", []string{mod + "/transport/adminapi", "github.com/gofiber/fiber/v2", "github.com/valyala/fasthttp", mod + "/db"},
+			[]string{mod + "/transport/adminapi", "github.com/gofiber/fiber/v2", "github.com/valyala/fasthttp"}},
+		{"transports", []string{"github.com/gofiber/fiber/v2", mod + "/core/instance", mod + "/web", mod + "/plugins/qemu"},
+			[]string{mod + "/web", mod + "/plugins/qemu"}},
 		{"store", []string{mod + "/errdefs", mod + "/core/errdefs"}, []string{mod + "/core/errdefs"}},
 		{"dashboard components", []string{"github.com/a-h/templ", mod + "/api", mod + "/core/instance", mod + "/db", mod + "/plugins/sdk"},
 			[]string{mod + "/core/instance", mod + "/db", mod + "/plugins/sdk"}},
