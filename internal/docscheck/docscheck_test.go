@@ -1,0 +1,127 @@
+package docscheck
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// root is the repository, from this package's folder.
+const root = "../.."
+
+// TestRepoCitesNothingOutside fails when any file of the repository (code,
+// docs, scripts) cites the spec, seeds or notes of the directory around the
+// clone instead of the in-repository docs/spec/ pages.
+func TestRepoCitesNothingOutside(t *testing.T) {
+	found, err := OutsideCitations(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Error(f)
+	}
+}
+
+// TestRepoDocLinksResolve fails when a relative link in README.md or in a
+// page under docs/ names a file that does not exist, leaves the repository,
+// or names a heading its page does not have.
+func TestRepoDocLinksResolve(t *testing.T) {
+	files, err := MarkdownFiles(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"README.md", "docs/architecture.md", "docs/spec/devlxd.md", "docs/spec/guest-link.md", "docs/spec/status.md"} {
+		if !slices.Contains(files, want) {
+			t.Errorf("MarkdownFiles left out %s (got %d files)", want, len(files))
+		}
+	}
+	found, err := BrokenLinks(root, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Error(f)
+	}
+}
+
+// TestCheckersCatchBreaks feeds both checks a tree with one deliberate break
+// of each kind, and one line of each kind that must pass, and checks that
+// exactly the breaks are reported.
+func TestCheckersCatchBreaks(t *testing.T) {
+	dir := t.TempDir()
+	spec := "shared/" + "spec" // spelled apart so this file does not cite it
+	write := func(name, text string) {
+		t.Helper()
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("README.md", "# Top\n\nSee [the spec](docs/spec/a.md) and [gone](docs/gone.md) and [web](https://example.com/x.md).\n")
+	write("docs/spec/a.md", "# A page\n\n## Ring words (`STARTED`)\n\n## Ring words (`STARTED`)\n\n[ok](#ring-words-started-1) [bad anchor](#no-such) [up](../../../outside.md) [folder](../spec/)\n\n```\n[in code](nowhere.md)\n```\n\nNot a link: `[x](nowhere.md)`.\n\n[ref]: ../gone-too.md\n")
+	write("core/x.go", "package x\n\n// Code is a status code (../"+spec+"/status.md).\n")
+	write("core/y.go", "package y\n\n// The ring buffer lives in plugins/"+spec+"ringbuffer; see docs/spec/status.md.\n")
+	write("docs/b.md", "The contract is the "+spec+"/devlxd.md of the work"+"space.\n")
+	write("bin/skip.md", "[gone](nowhere.md) "+spec+"/x\n")
+	write("core/blob.bin", "\x00"+spec+"/x\n")
+
+	cites, err := OutsideCitations(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range cites {
+		got = append(got, f.File)
+	}
+	if want := []string{"core/x.go", "docs/b.md"}; !slices.Equal(got, want) {
+		t.Errorf("OutsideCitations reported %v, want %v (plugins/shared/... and skipped or binary files are not citations)", cites, want)
+	}
+
+	files, err := MarkdownFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"README.md", "docs/b.md", "docs/spec/a.md"}; !slices.Equal(files, want) {
+		t.Fatalf("MarkdownFiles = %v, want %v", files, want)
+	}
+	broken, err := BrokenLinks(dir, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var what []string
+	for _, f := range broken {
+		what = append(what, f.String())
+	}
+	wantSubs := []string{
+		`README.md:3: link "docs/gone.md": docs/gone.md does not exist`,
+		`docs/spec/a.md:7: link "#no-such": docs/spec/a.md has no heading #no-such`,
+		`docs/spec/a.md:7: link "../../../outside.md" leaves the repository`,
+		`docs/spec/a.md:15: link "../gone-too.md": docs/gone-too.md does not exist`,
+	}
+	if !slices.Equal(what, wantSubs) {
+		t.Errorf("BrokenLinks reported\n%s\nwant\n%s", strings.Join(what, "\n"), strings.Join(wantSubs, "\n"))
+	}
+}
+
+// TestSlug checks the anchors against headings of this repository's pages
+// whose GitHub anchors other pages link to.
+func TestSlug(t *testing.T) {
+	tests := []struct{ heading, want string }{
+		{"Daemon at 10,000 instances", "daemon-at-10000-instances"},
+		{"devlxd against the floor (issue 14, latency half)", "devlxd-against-the-floor-issue-14-latency-half"},
+		{"`GET /1.0/instances` at 10,000 running guests", "get-10instances-at-10000-running-guests"},
+		{"Instance model (db.Instance)", "instance-model-dbinstance"},
+		{"Ready → badge, p99 ≤ 200 ms", "ready--badge-p99--200-ms"},
+		{"snake_case and UPPER", "snake_case-and-upper"},
+	}
+	for _, tt := range tests {
+		if got := Slug(tt.heading); got != tt.want {
+			t.Errorf("Slug(%q) = %q, want %q", tt.heading, got, tt.want)
+		}
+	}
+}
