@@ -1,8 +1,11 @@
 package docscheck
 
 import (
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -122,6 +125,56 @@ func TestSlug(t *testing.T) {
 	for _, tt := range tests {
 		if got := Slug(tt.heading); got != tt.want {
 			t.Errorf("Slug(%q) = %q, want %q", tt.heading, got, tt.want)
+		}
+	}
+}
+
+// fleetTarget matches a target of the fleet benchmark, whose name the
+// benchmark prints as "TARGET <name> ..." for scripts to compare runs by:
+// target("daemon-idle-cpu", idle, "%core", idle <= 5).
+var fleetTarget = regexp.MustCompile(`\btarget\("([a-z0-9-]+)",`)
+
+// TestPerformanceNamesEveryTarget fails when a TARGET name that a benchmark
+// in the repository prints is missing from docs/performance.md, so the page
+// of current results keeps the names scripts rely on. It finds the names in
+// every _test.go file, wherever the fleet benchmark lives.
+func TestPerformanceNamesEveryTarget(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join(root, "docs", "performance.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{} // name -> file
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && slices.Contains(skipDirs, d.Name()) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(d.Name(), "_test.go") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range fleetTarget.FindAllSubmatch(data, -1) {
+			names[string(m[1])] = relSlash(root, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) < 10 {
+		t.Fatalf("found %d TARGET names in the benchmarks (%v); the fleet benchmark has at least 10: has target() been renamed?", len(names), names)
+	}
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		if !strings.Contains(string(page), "`"+name+"`") {
+			t.Errorf("docs/performance.md does not name the TARGET %q that %s prints: add its current figure to the fleet table", name, names[name])
 		}
 	}
 }
