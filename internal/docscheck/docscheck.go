@@ -268,3 +268,77 @@ func relSlash(root, path string) string {
 	}
 	return filepath.ToSlash(rel)
 }
+
+// UndocumentedPackages returns the folders under root holding a Go package
+// (a non-test .go file; testdata, skipDirs and the docs' own tree left out)
+// that the markdown page (a path relative to root) does not name. A folder
+// is named by a code span holding its path: `core/auth`, or one of the
+// paths a span's braces expand to (`internal/{testenv,testproc}`), or a
+// child given after its parent's span as (+ `name`).
+func UndocumentedPackages(root, page string) ([]string, error) {
+	data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(page)))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", page, err)
+	}
+	named := namedPaths(string(data))
+	var missing []string
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (slices.Contains(skipDirs, d.Name()) || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(d.Name(), ".go") || strings.HasSuffix(d.Name(), "_test.go") {
+			return nil
+		}
+		dir := relSlash(root, filepath.Dir(path))
+		if dir != "." && !named[dir] && !slices.Contains(missing, dir) {
+			missing = append(missing, dir)
+		}
+		return nil
+	})
+	return missing, err
+}
+
+// childSpan matches a parent's code span followed, in the same table cell,
+// by "+ `child`": `core/api` (+ `apitest`).
+var childSpan = regexp.MustCompile("`([^`|]+)`[^|`]*\\(\\+ `([^`|]+)`")
+
+// namedPaths returns every path the page's code spans name, braces
+// expanded, trailing slashes dropped.
+func namedPaths(text string) map[string]bool {
+	named := map[string]bool{}
+	add := func(p string) {
+		for _, e := range expandBraces(strings.TrimSpace(p)) {
+			named[strings.TrimSuffix(e, "/")] = true
+		}
+	}
+	for _, span := range codeSpan.FindAllString(text, -1) {
+		add(strings.Trim(span, "`"))
+	}
+	for _, m := range childSpan.FindAllStringSubmatch(text, -1) {
+		for _, parent := range expandBraces(m[1]) {
+			add(strings.TrimSuffix(parent, "/") + "/" + m[2])
+		}
+	}
+	return named
+}
+
+// expandBraces expands the first {a,b,...} group of p, recursively:
+// "x/{a,b}" is "x/a" and "x/b".
+func expandBraces(p string) []string {
+	open := strings.IndexByte(p, '{')
+	end := strings.IndexByte(p, '}')
+	if open < 0 || end < open {
+		return []string{p}
+	}
+	var out []string
+	for alt := range strings.SplitSeq(p[open+1:end], ",") {
+		out = append(out, expandBraces(p[:open]+strings.TrimSpace(alt)+p[end+1:])...)
+	}
+	return out
+}

@@ -178,3 +178,47 @@ func TestPerformanceNamesEveryTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestArchitectureNamesEveryPackage fails when a folder holding a Go
+// package is missing from docs/architecture.md, the map a newcomer reads
+// first.
+func TestArchitectureNamesEveryPackage(t *testing.T) {
+	missing, err := UndocumentedPackages(root, "docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range missing {
+		t.Errorf("docs/architecture.md does not name the package folder %s: add it to \"Where each concept lives\"", dir)
+	}
+}
+
+// TestUndocumentedPackages checks the ways a page may name a folder, and
+// that a folder named nowhere (or only inside another word) is reported.
+func TestUndocumentedPackages(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{
+		"core/auth/auth.go", "core/api/api.go", "core/api/apitest/kit.go", "internal/testenv/env.go",
+		"internal/testproc/proc.go", "link/ringproto/ring.go", "core/forgotten/f.go", "core/forgotten/testdata/x.go",
+		"core/onlytests/x_test.go", "bin/tool/main.go", "main.go",
+	} {
+		p := filepath.Join(dir, filepath.FromSlash(f))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("package x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page := "| auth | `core/auth` | auth |\n| API | `core/api` (+ `apitest`) | api |\n" +
+		"| helpers | `internal/{testenv,testproc}` | |\n| ring | `link/ringproto/` | |\n| not a name | `core/forgottenx`, core/forgotten | |\n"
+	if err := os.WriteFile(filepath.Join(dir, "arch.md"), []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing, err := UndocumentedPackages(dir, "arch.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"core/forgotten"}; !slices.Equal(missing, want) {
+		t.Errorf("UndocumentedPackages = %v, want %v (braces, (+ `child`) and a trailing slash name a folder; test-only, testdata, bin/ and the root are not packages to name)", missing, want)
+	}
+}
