@@ -22,9 +22,9 @@ const (
 	// KeyLimitsMemory is the instance's LXD key; the guest's memory when
 	// qemu.memory is not set (the daemon sets it to an image's minimum).
 	KeyLimitsMemory = "limits.memory"
-	KeyCPUs   = "qemu.cpus"   // number of vCPUs
-	KeyAccel  = "qemu.accel"  // auto, kvm or tcg
-	KeyLink   = "qemu.link"   // auto, serial or vsock
+	KeyCPUs         = "qemu.cpus"  // number of vCPUs
+	KeyAccel        = "qemu.accel" // auto, kvm or tcg
+	KeyLink         = "qemu.link"  // auto, serial or vsock
 )
 
 // Keys lists every config key the QEMU backends accept.
