@@ -161,7 +161,10 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		Backends:  d.plugins,
 		Consoles:  d.mgr,
 		Editor:    d.mgr,
+		Images:    d.images,
 		Logger:    d.log.With("component", "web"),
+
+		DefaultBackend: d.cfg.DefaultBackend,
 	})
 	d.dash.Register(app)
 	d.web = app
