@@ -12,10 +12,12 @@ BENCHTIME ?= 1x
 # what goes into the package changes (scripts/guest-image-debian.sh).
 GOBUILD := $(GO) build -trimpath -buildvcs=false
 SOURCE_DATE_EPOCH ?= 1735689600
-# Go modules of this repository: the daemon's (root) and the plugin SDK's,
-# which plugin authors import without the daemon's modules. `./...` in the
-# root does not reach into plugins/sdk, so lint and test-go visit each.
-MODULES := . plugins/sdk
+# Go modules of this repository: the daemon's (root), the wire types' (api,
+# which the CLI and any client import without a line of the server: it
+# requires nothing but the standard library) and the plugin SDK's, which
+# plugin authors import without the daemon's modules. `./...` in the root
+# does not reach into api or plugins/sdk, so lint and test-go visit each.
+MODULES := . api plugins/sdk
 
 .DEFAULT_GOAL := help
 
@@ -90,10 +92,12 @@ test-go: ## the Go tests of every module (no install, no checks)
 
 # The race detector needs cgo. The end-to-end packages (daemon) run
 # their daemons as separate processes, which -race does not instrument.
-RACE_PKGS := ./core/... ./daemon/... ./api/... ./errdefs/... ./client/... ./agent/... ./link/... ./db/...
+# api is a module of its own (MODULES), so its packages run from api/.
+RACE_PKGS := ./core/... ./daemon/... ./errdefs/... ./client/... ./agent/... ./link/... ./db/...
 .PHONY: test-race
 test-race: ## the daemon, agent, link and db packages under the race detector
 	CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
+	cd api && CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 ./...
 
 .PHONY: test-js
 test-js: ## the browser tests (Chromium)
