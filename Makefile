@@ -82,6 +82,10 @@ lint: ## gofmt, go vet and go mod tidy of every module (the import rules are int
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); [ -z "$$out" ] || { echo "gofmt needed: $$out"; exit 1; }
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(GO) mod tidy -diff); done
 
+.PHONY: depaware
+depaware: ## rewrite what the CLI, the agent, the SDK and api link (internal/deptest/testdata/depaware/) and the docs' generated lists from the code
+	$(GO) test -count=1 -run 'TestDepaware$$|TestAgentModulesDocumented|TestArchitectureRuleTable' ./internal/deptest -update
+
 .PHONY: test
 test: deps build guest-image packages guest-image-debian lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
 	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
