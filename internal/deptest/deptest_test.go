@@ -112,6 +112,8 @@ type rule struct {
 	skip   []string
 	direct bool
 	reason string // said by every failure and in docs/architecture.md
+	// exceptLabel, if set, names except in docs/architecture.md.
+	exceptLabel string
 }
 
 // rules is every import rule of the module.
@@ -241,18 +243,20 @@ var rules = []rule{
 		reason: "the daemon's side of the guest link needs only how to listen; the agent monitor builds on it, not the other way round",
 	},
 	{
-		name:   "core/instance",
-		pkgs:   paths(true, coreInstance...),
-		forbid: own("core"),
-		except: paths(false, coreLeaves...),
-		reason: "the instance service is what auth, the guest view, the agent monitor, the cluster and metrics build on, so it uses only the leaves (core/events is one: events never know instances)",
+		name:        "core/instance",
+		pkgs:        paths(true, coreInstance...),
+		forbid:      own("core"),
+		except:      paths(false, coreLeaves...),
+		exceptLabel: "the core leaves",
+		reason:      "the instance service is what auth, the guest view, the agent monitor, the cluster and metrics build on, so it uses only the leaves (core/events is one: events never know instances)",
 	},
 	{
-		name:   "core over instance",
-		pkgs:   paths(true, coreOverInstance...),
-		forbid: own("core"),
-		except: paths(false, slices.Concat(coreLeaves, coreInstance)...),
-		reason: "auth and the guest view answer questions about instances; the cluster and the agent monitor use them, not the other way round",
+		name:        "core over instance",
+		pkgs:        paths(true, coreOverInstance...),
+		forbid:      own("core"),
+		except:      paths(false, slices.Concat(coreLeaves, coreInstance)...),
+		exceptLabel: "the core leaves, `core/instance`",
+		reason:      "auth and the guest view answer questions about instances; the cluster and the agent monitor use them, not the other way round",
 	},
 	{
 		name:   "core tops",
