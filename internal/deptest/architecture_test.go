@@ -36,9 +36,9 @@ func ruleTable(rules []rule) string {
 		if len(r.skip) > 0 {
 			var skip []string
 			for _, s := range r.skip {
-				skip = append(skip, rel(s))
+				skip = append(skip, s.label)
 			}
-			what += " but " + strings.Join(skip, ", ") + " (its own rule)"
+			what += " but " + strings.Join(skip, ", ")
 		}
 		var forbid []string
 		for _, f := range r.forbid {

@@ -64,6 +64,11 @@ var (
 		func(p string) bool {
 			return (p == mod || strings.HasPrefix(p, mod+"/")) && strings.HasSuffix(p[strings.LastIndex(p, "/")+1:], "test")
 		}}
+	// testHelpers are the test helpers under internal/: gates, process
+	// groups, waits, leak checks, certificates, binaries built for tests.
+	testHelpers = deps{"the test helpers (`internal/testenv`, `testproc`, `testwait`, `testbin`, `testcert`, `leakcheck`)",
+		[]string{mod + "/internal/testenv", mod + "/internal/testproc", mod + "/internal/testwait", mod + "/internal/testbin",
+			mod + "/internal/testcert", mod + "/internal/leakcheck"}, nil}
 	// nonStandard is anything outside Go's standard library.
 	nonStandard = deps{"anything outside the standard library", nil, func(p string) bool { return !standard(p) }}
 )
@@ -102,14 +107,14 @@ func paths(tree bool, rel ...string) []string {
 // and why. Each of pkgs' packages is checked with its own dependencies
 // (all of them, or only its direct imports when direct is set), so a
 // package is never its own violation. except lists paths (prefixes, as in
-// deps) that forbid would match but that are allowed. skip lists packages
+// deps) that forbid would match but that are allowed. skip names packages
 // (prefixes) that pkgs matches but another rule covers.
 type rule struct {
 	name   string // short and unique: TestRulesCatchViolations breaks each by name
 	pkgs   []string
 	forbid []deps
 	except []string
-	skip   []string
+	skip   []deps
 	direct bool
 	reason string // said by every failure and in docs/architecture.md
 	// exceptLabel, if set, names except in docs/architecture.md.
@@ -134,7 +139,7 @@ var rules = []rule{
 		name:   "backends",
 		pkgs:   []string{mod + "/plugins/..."},
 		forbid: slices.Concat(server, own("agent", "client", "api", "cmd", "daemon"), []deps{webStack, storeStack, cobra}),
-		skip:   []string{mod + "/plugins/fleet"},
+		skip:   []deps{{"`plugins/fleet` (its own rule)", []string{mod + "/plugins/fleet"}, nil}},
 		reason: "a backend is its own process that talks to the daemon only through the plugin contract: only the SDK, shared plugin libraries and link/",
 	},
 	{
@@ -175,7 +180,8 @@ var rules = []rule{
 		name: "test kits",
 		pkgs: []string{mod + "/core/...", mod + "/transport/...", mod + "/daemon/...", mod + "/web/...", mod + "/db/...",
 			mod + "/cmd/...", mod + "/client/...", mod + "/agent/...", mod + "/link/..."},
-		forbid: []deps{testKits},
+		forbid: []deps{testKits, testHelpers},
+		skip:   []deps{{"test kits themselves", nil, testKits.has}},
 		reason: "mocks, the conformance kit, the example backend and test helpers exist for tests; in non-test code they would ship a fake backend or testing code in a binary",
 	},
 	{
@@ -313,7 +319,7 @@ func depsOf(t *testing.T, r rule) map[string][]string {
 	got := map[string][]string{}
 	for _, line := range goList(t, append([]string{"-f", "{{.ImportPath}} {{join " + field + " \" \"}}"}, r.pkgs...)...) {
 		fields := strings.Fields(line)
-		if len(fields) == 0 || slices.ContainsFunc(r.skip, func(s string) bool { return matches(fields[0], s) }) {
+		if len(fields) == 0 || slices.ContainsFunc(r.skip, func(s deps) bool { return s.has(fields[0]) }) {
 			continue
 		}
 		got[fields[0]] = fields[1:]
@@ -423,8 +429,9 @@ var breaks = []struct {
 	{"test kits", []string{mod + "/plugins/sdk", mod + "/plugins/sdk/hostfwd", mod + "/plugins/sdk/sdktest", mod + "/plugins/sdk/conformance",
 		mod + "/plugins/sdk/example", mod + "/plugins/sdk/internal/misbehaving"},
 		[]string{mod + "/plugins/sdk/sdktest", mod + "/plugins/sdk/conformance", mod + "/plugins/sdk/example", mod + "/plugins/sdk/internal/misbehaving"}},
-	{"test kits", []string{mod + "/db", mod + "/db/dbtest", mod + "/transport/adminapi/apitest", mod + "/internal/testenv", "net/http/httptest"},
-		[]string{mod + "/db/dbtest", mod + "/transport/adminapi/apitest"}},
+	{"test kits", []string{mod + "/db", mod + "/db/dbtest", mod + "/transport/adminapi/apitest", mod + "/internal/testenv", "net/http/httptest",
+		mod + "/internal/testwait", mod + "/internal/statelock"},
+		[]string{mod + "/db/dbtest", mod + "/transport/adminapi/apitest", mod + "/internal/testenv", mod + "/internal/testwait"}},
 	{"devlxd conformance", []string{mod + "/link/devlxdapi", mod + "/api", "github.com/gorilla/websocket"},
 		[]string{mod + "/link/devlxdapi", mod + "/api"}},
 	{"store", []string{mod + "/errdefs", mod + "/core/errdefs", "google.golang.org/grpc"}, []string{mod + "/core/errdefs", "google.golang.org/grpc"}},
