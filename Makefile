@@ -42,6 +42,10 @@ build: ## build guestlinkd, guestlink, guestlink-agent and the plugins into bin/
 run: build ## build, start the daemon (SQLite, sim backend, dashboard on $(HTTP), or the next free port; HTTP=ADDR to choose) and launch a demo guest
 	@STATE_DIR="$(STATE_DIR)" HTTP="$(HTTP)" PICK_PORT=$(if $(filter file,$(origin HTTP)),1,) scripts/run.sh
 
+.PHONY: cluster-demo
+cluster-demo: build ## run the three-member cluster of docs/cluster.md on this machine (a private PostgreSQL; Ctrl-C removes it all)
+	@scripts/cluster-demo.sh
+
 .PHONY: stop
 stop: build ## stop every guest of make run's state directory (starts the daemon for it if needed)
 	@STATE_DIR="$(STATE_DIR)" scripts/stop.sh

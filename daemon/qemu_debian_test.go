@@ -57,7 +57,16 @@ func TestQEMUDebian(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Minute)
 	defer cancel()
-	if _, err := d.client.ImportImage(ctx, api.ImagesPost{Path: disk, Alias: "debian-12"}); err != nil {
+	// With its recorded inputs as properties, as guestlink launch imports
+	// it: requirements.memory among them.
+	props := map[string]string{}
+	if b, err := os.ReadFile(strings.TrimSuffix(disk, ".img") + ".json"); err != nil || json.Unmarshal(b, &props) != nil {
+		t.Fatalf("the image's debian-12.json: %v", err)
+	}
+	if props["requirements.memory"] != "1GiB" {
+		t.Fatalf("debian-12.json records requirements.memory %q, want 1GiB", props["requirements.memory"])
+	}
+	if _, err := d.client.ImportImage(ctx, api.ImagesPost{Path: disk, Alias: "debian-12", Properties: props}); err != nil {
 		t.Fatal(err)
 	}
 	key := filepath.Join(t.TempDir(), "id")
@@ -68,9 +77,14 @@ func TestQEMUDebian(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The image declares Ready on its own once up; this user-data switches
+	// that off, so that Ready here proves the runcmd read user.token.
 	userData := fmt.Sprintf(`#cloud-config
 ssh_authorized_keys:
   - %s
+write_files:
+  - path: /etc/guestlink/ready.disabled
+    content: ""
 runcmd:
   - [sh, -c, 'v=$(curl -sf --unix-socket /dev/lxd/sock http://lxd/1.0/config/user.token); if [ "$v" = "s3cret" ]; then /usr/bin/guestlink-agent ready; else echo "guestlink-test: user.token is [$v]" > /dev/console; fi']
 `, strings.TrimSpace(string(pub)))
@@ -95,13 +109,16 @@ ethernets:
 		plugin string
 		full   bool // ssh, cloud-init and stop checks (one VM does them)
 	}{{"qemu", true}, {"qemu-legacy", false}} {
+		// The qemu-legacy guest is launched as the README's VM path does:
+		// no user-data, no memory key. The daemon raises its memory to the
+		// image's minimum, and the image declares Ready by itself.
 		t.Run(tc.plugin, func(t *testing.T) {
 			name := "deb-" + tc.plugin
 			port := freePort(t)
 			start := time.Now()
-			config := map[string]string{
-				"qemu.accel": "auto", "qemu.memory": "1GiB", "qemu.cpus": "2",
-				"user.token": "s3cret", "cloud-init.user-data": userData,
+			config := map[string]string{"qemu.accel": "auto", "qemu.cpus": "2"}
+			if tc.full {
+				config["qemu.memory"], config["user.token"], config["cloud-init.user-data"] = "1GiB", "s3cret", userData
 			}
 			nic := map[string]string{"type": "nic", "nictype": "user", "hostfwd": fmt.Sprintf("tcp::%d-:22", port)}
 			if tc.full {
@@ -134,6 +151,9 @@ ethernets:
 				t.Logf("%s: overlay %d bytes once Ready", name, fi.Size())
 			}
 			if !tc.full {
+				if got := inst.Config["limits.memory"]; got != "1GiB" {
+					t.Errorf("limits.memory %q, want the image's requirements.memory 1GiB", got)
+				}
 				if err := d.client.Delete(ctx, name, true); err != nil {
 					t.Fatal(err)
 				}
@@ -152,6 +172,14 @@ ethernets:
 			// network config; the address is the only one.
 			if got := ssh("ip -4 -o addr show scope global"); !strings.Contains(got, " "+staticIP+"/24 ") || strings.Count(got, "\n") != 0 {
 				t.Errorf("guest addresses %q, want only %s/24 from cloud-init.network-config", got, staticIP)
+			}
+			// Boot finished clean: nothing failed, wait-online included.
+			if got := ssh("systemctl is-system-running --wait || true"); got != "running" {
+				t.Errorf("systemctl is-system-running: %q (failed: %s)", got, ssh("systemctl --failed --no-legend --plain || true"))
+			}
+			// The user-data's switch held: the image's own Ready unit did not run.
+			if got := ssh("systemctl show -P ConditionResult guestlink-ready.service"); got != "no" {
+				t.Errorf("guestlink-ready.service's condition result %q, want no (switched off by /etc/guestlink/ready.disabled)", got)
 			}
 			if got := ssh("systemctl is-active guestlink-agent"); got != "active" {
 				t.Errorf("guestlink-agent is %q", got)

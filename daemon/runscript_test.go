@@ -27,22 +27,30 @@ import (
 // the script's path.
 func runTree(t *testing.T) string {
 	t.Helper()
+	return scriptTree(t, "run.sh")
+}
+
+// scriptTree makes a source tree of its own for scripts/NAME: the real
+// script and bin/ (the test binaries, in make build's layout). It returns
+// the script's path.
+func scriptTree(t *testing.T, name string) string {
+	t.Helper()
 	binaries(t)
 	tree := t.TempDir()
-	script, err := os.ReadFile(filepath.Join("..", "scripts", "run.sh"))
+	script, err := os.ReadFile(filepath.Join("..", "scripts", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(tree, "scripts"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(tree, "scripts", "run.sh"), script, 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(tree, "scripts", name), script, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Symlink(binDir, filepath.Join(tree, "bin")); err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(tree, "scripts", "run.sh")
+	return filepath.Join(tree, "scripts", name)
 }
 
 // holdPorts listens on a free loopback port and tries the n-1 after it
