@@ -12,10 +12,12 @@ BENCHTIME ?= 1x
 # what goes into the package changes (scripts/guest-image-debian.sh).
 GOBUILD := $(GO) build -trimpath -buildvcs=false
 SOURCE_DATE_EPOCH ?= 1735689600
-# Go modules of this repository: the daemon's (root) and the plugin SDK's,
-# which plugin authors import without the daemon's modules. `./...` in the
-# root does not reach into plugins/sdk, so lint and test-go visit each.
-MODULES := . plugins/sdk
+# Go modules of this repository: the daemon's (root), the wire types' (api,
+# which the CLI and any client import without a line of the server: it
+# requires nothing but the standard library) and the plugin SDK's, which
+# plugin authors import without the daemon's modules. `./...` in the root
+# does not reach into api or plugins/sdk, so lint and test-go visit each.
+MODULES := . api plugins/sdk
 
 .DEFAULT_GOAL := help
 
@@ -84,6 +86,10 @@ lint: ## gofmt, go vet and go mod tidy of every module (the import rules are int
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); [ -z "$$out" ] || { echo "gofmt needed: $$out"; exit 1; }
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(GO) mod tidy -diff); done
 
+.PHONY: depaware
+depaware: ## rewrite what the CLI, the agent, the SDK and api link (internal/deptest/testdata/depaware/) and the docs' generated lists from the code
+	$(GO) test -count=1 -run 'TestDepaware$$|TestAgentModulesDocumented|TestArchitectureRuleTable' ./internal/deptest -update
+
 .PHONY: test
 test: deps build guest-image packages guest-image-debian lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
 	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
@@ -94,10 +100,12 @@ test-go: ## the Go tests of every module (no install, no checks)
 
 # The race detector needs cgo. The end-to-end packages (daemon) run
 # their daemons as separate processes, which -race does not instrument.
-RACE_PKGS := ./core/... ./daemon/... ./api/... ./errdefs/... ./client/... ./agent/... ./link/... ./db/...
+# api is a module of its own (MODULES), so its packages run from api/.
+RACE_PKGS := ./core/... ./daemon/... ./errdefs/... ./client/... ./agent/... ./link/... ./db/...
 .PHONY: test-race
 test-race: ## the daemon, agent, link and db packages under the race detector
 	CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
+	cd api && CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 ./...
 
 .PHONY: test-js
 test-js: ## the browser tests (Chromium)
