@@ -98,10 +98,10 @@ test: deps build guest-image packages guest-image-debian lint check-generated ##
 test-go: ## the Go tests of every module (no install, no checks)
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -p 1 -count=1 -timeout 45m ./...); done # one package at a time: the VM and daemon tests are timing-sensitive on 2 cores
 
-# The race detector needs cgo. The end-to-end packages (daemon) run
+# The race detector needs cgo. The end-to-end package (e2e) runs
 # their daemons as separate processes, which -race does not instrument.
 # api is a module of its own (MODULES), so its packages run from api/.
-RACE_PKGS := ./core/... ./daemon/... ./errdefs/... ./client/... ./agent/... ./link/... ./db/...
+RACE_PKGS := ./core/... ./daemon/... ./e2e/... ./errdefs/... ./client/... ./agent/... ./link/... ./db/...
 .PHONY: test-race
 test-race: ## the daemon, agent, link and db packages under the race detector
 	CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
@@ -121,13 +121,13 @@ bench: build ## run the benchmarks named in the issues; figures go to docs/perfo
 	echo "== store: durable state-change writes (SQLite)"; \
 	$(GO) test -count=1 -vet=off -run '^$$' -bench 'StateChangeWrites/sqlite' -benchtime 3s ./db; \
 	echo "== daemon at 10,000 instances: list, RSS, state changes, cold start"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Daemon10k' -benchtime 10x ./daemon; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Daemon10k' -benchtime 10x ./e2e; \
 	echo "== guest link: GET /1.0 via the agent, agent state -> event"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'GuestLinkGet|AgentStateEvent' -benchtime 500x ./daemon; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'GuestLinkGet|AgentStateEvent' -benchtime 500x ./e2e; \
 	echo "== 1,000 running guests: idle CPU, Ready -> instance-ready"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./daemon; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./e2e; \
 	echo "== cluster of three members on PostgreSQL: forwarding, events across members, offline detection, list of 10,000"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Cluster' -benchtime 300x ./daemon
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Cluster' -benchtime 300x ./e2e
 
 .PHONY: screenshots
 screenshots: build ## regenerate the committed docs/dashboard-*.png with the browser tests (npm test writes them outside the tree)
