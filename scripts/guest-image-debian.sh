@@ -48,7 +48,10 @@ size=${GUESTLINK_DEBIAN_SIZE:-2G}
 key=$( { sha256sum "$0" "$deb" | cut -d' ' -f1; echo "$packages $suite $mirror $size"; } | sha256sum | cut -c1-16)
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/guestlink/images/debian-12-$key
 mkdir -p "$out"
+# "guestlink-stage: NAME" lines mark the stages: guestlink image build shows
+# them as progress on a terminal.
 if [ -f "$cache/debian-12.img" ] && [ -f "$cache/debian-12.json" ]; then
+	echo "guestlink-stage: copy the cached image"
 	echo "guest-image-debian: cached $cache"
 	cp --sparse=always "$cache/debian-12.img" "$out/debian-12.img.tmp"
 	cp "$cache/debian-12.json" "$out/debian-12.json"
@@ -92,6 +95,7 @@ UNIT
 # The agent package is installed by dpkg inside the tree after apt's run;
 # cloud-init looks for LXD first (the agent serves /dev/lxd/sock before
 # cloud-init-local starts) and the network is systemd-networkd's.
+echo "guestlink-stage: bootstrap and packages (mmdebstrap)"
 mmdebstrap --variant=minbase --include="$packages" \
 	--customize-hook='copy-in '"$work"'/guestlink-agent.deb /tmp' \
 	--customize-hook='chroot "$1" dpkg -i /tmp/guestlink-agent.deb' \
@@ -107,6 +111,7 @@ mmdebstrap --variant=minbase --include="$packages" \
 	--customize-hook='chroot "$1" dpkg-query -W -f="\${Package}=\${Version}\n" > "$1"/usr/share/guestlink-packages.txt' \
 	"$suite" "$root" $mirror
 cp "$root/usr/share/guestlink-packages.txt" "$work/packages.txt"
+echo "guestlink-stage: filesystem (mkfs.ext4)"
 truncate -s "$size" "$work/debian-12.img"
 mkfs.ext4 -q -F -L rootfs -d "$root" "$work/debian-12.img"
 end=$(date +%s)
