@@ -10,6 +10,7 @@ import (
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/transport/httpwrap"
 )
 
 // DevlxdIdentities manages the devlxd identities (core/auth.Service): the
@@ -27,10 +28,14 @@ var _ DevlxdIdentities = (*auth.Service)(nil)
 
 // registerDevlxdIdentities adds the devlxd identity routes to v1.
 func (a *API) registerDevlxdIdentities(v1 fiber.Router) {
-	v1.Post("/auth/identities/devlxd", a.adminOnly, a.createDevlxdIdentity)
-	v1.Delete("/auth/identities/devlxd/:name", a.adminOnly, a.deleteDevlxdIdentity)
-	v1.Post("/auth/identities/devlxd/:name/token", a.adminOnly, a.issueDevlxdToken)
-	v1.Delete("/auth/identities/devlxd/:name/token", a.adminOnly, a.revokeDevlxdToken)
+	with := func(h func(*request, DevlxdIdentities) (any, error)) handler {
+		return httpwrap.With(a.devlxdIdentities, h)
+	}
+	id := identityNameParam
+	v1.Post("/auth/identities/devlxd", a.adminOnly, a.created(with(a.createDevlxdIdentity)))
+	v1.Delete("/auth/identities/devlxd/:name", a.adminOnly, a.ok(with(a.deleteDevlxdIdentity), id))
+	v1.Post("/auth/identities/devlxd/:name/token", a.adminOnly, a.created(with(a.issueDevlxdToken), id))
+	v1.Delete("/auth/identities/devlxd/:name/token", a.adminOnly, a.ok(with(a.revokeDevlxdToken), id))
 }
 
 // devlxdIdentities returns the service or a 501.
@@ -47,81 +52,33 @@ func (a *API) devlxdIdentities() (DevlxdIdentities, error) {
 }
 
 // createDevlxdIdentity answers POST /1.0/auth/identities/devlxd with 201.
-func (a *API) createDevlxdIdentity(c *fiber.Ctx) error {
-	svc, err := a.devlxdIdentities()
-	if err != nil {
-		return err
-	}
+func (a *API) createDevlxdIdentity(r *request, svc DevlxdIdentities) (any, error) {
 	var req api.IdentitiesDevlxdPost
-	if err := decodeBody(c, &req); err != nil {
-		return err
+	if err := decodeBody(r.Ctx, &req); err != nil {
+		return nil, err
 	}
-	id, err := svc.CreateDevlxdIdentity(c.UserContext(), req.Name, req.Instances, requestor(c).Describe())
+	id, err := svc.CreateDevlxdIdentity(r.UserContext(), req.Name, req.Instances, requestor(r.Ctx).Describe())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	a.log.Info("devlxd identity created", "identity", id.ID, "instances", id.Instances, "by", requestor(c).Describe())
-	return syncCreated(c, wireIdentity(*id))
+	a.log.Info("devlxd identity created", "identity", id.ID, "instances", id.Instances, "by", requestor(r.Ctx).Describe())
+	return wireIdentity(*id), nil
 }
 
 // deleteDevlxdIdentity answers DELETE /1.0/auth/identities/devlxd/{name}.
-func (a *API) deleteDevlxdIdentity(c *fiber.Ctx) error {
-	svc, err := a.devlxdIdentities()
-	if err != nil {
-		return err
-	}
-	name, err := identityName(c)
-	if err != nil {
-		return err
-	}
-	if err := svc.DeleteDevlxdIdentity(c.UserContext(), name); err != nil {
-		return err
-	}
-	a.log.Info("devlxd identity deleted", "identity", "devlxd/"+name, "by", requestor(c).Describe())
-	return sync200(c, nil)
+func (a *API) deleteDevlxdIdentity(r *request, svc DevlxdIdentities) (any, error) {
+	name := r.Param("name")
+	return a.logged(r, svc.DeleteDevlxdIdentity(r.UserContext(), name), "devlxd identity deleted", "identity", "devlxd/"+name)
 }
 
 // issueDevlxdToken answers POST /1.0/auth/identities/devlxd/{name}/token
 // with 201 and the new token.
-func (a *API) issueDevlxdToken(c *fiber.Ctx) error {
-	svc, err := a.devlxdIdentities()
-	if err != nil {
-		return err
-	}
-	name, err := identityName(c)
-	if err != nil {
-		return err
-	}
-	var req api.TokenPost
-	if err := decodeOptionalBody(c, &req); err != nil {
-		return err
-	}
-	expiry, err := auth.ParseDevlxdExpiry(req.Expiry)
-	if err != nil {
-		return err
-	}
-	token, expires, err := svc.IssueDevlxdToken(c.UserContext(), name, expiry)
-	if err != nil {
-		return err
-	}
-	a.log.Info("devlxd token issued", "identity", "devlxd/"+name, "expires", expires, "by", requestor(c).Describe())
-	c.Set(fiber.HeaderCacheControl, "no-store")
-	return syncCreated(c, api.Token{Identity: "devlxd/" + name, Token: token, ExpiresAt: expires})
+func (a *API) issueDevlxdToken(r *request, svc DevlxdIdentities) (any, error) {
+	return a.newToken(r, "devlxd", auth.ParseDevlxdExpiry, svc.IssueDevlxdToken)
 }
 
 // revokeDevlxdToken answers DELETE /1.0/auth/identities/devlxd/{name}/token.
-func (a *API) revokeDevlxdToken(c *fiber.Ctx) error {
-	svc, err := a.devlxdIdentities()
-	if err != nil {
-		return err
-	}
-	name, err := identityName(c)
-	if err != nil {
-		return err
-	}
-	if err := svc.RevokeDevlxdToken(c.UserContext(), name); err != nil {
-		return err
-	}
-	a.log.Info("devlxd token revoked", "identity", "devlxd/"+name, "by", requestor(c).Describe())
-	return sync200(c, nil)
+func (a *API) revokeDevlxdToken(r *request, svc DevlxdIdentities) (any, error) {
+	name := r.Param("name")
+	return a.logged(r, svc.RevokeDevlxdToken(r.UserContext(), name), "devlxd token revoked", "identity", "devlxd/"+name)
 }
