@@ -21,16 +21,14 @@ import (
 // an admin's only.
 func (a *API) registerAuth(v1 fiber.Router) {
 	withAuth := func(h func(*request, Authenticator) (any, error)) handler { return httpwrap.With(a.authService, h) }
-	fp, id := certificateParam, identityNameParam
+	fp := certificateParam
 	v1.Get("/certificates", a.adminOnly, a.ok(withAuth(a.listCertificates)))
 	v1.Post("/certificates", a.adminOnly, a.created(withAuth(a.addCertificate)))
 	v1.Get("/certificates/:fingerprint", a.adminOnly, a.ok(withAuth(a.getCertificate), fp))
 	v1.Delete("/certificates/:fingerprint", a.adminOnly, a.ok(withAuth(a.deleteCertificate), fp))
 	v1.Get("/auth/identities", a.adminOnly, a.ok(withAuth(a.listIdentities)))
 	v1.Post("/auth/identities/bearer", a.adminOnly, a.created(withAuth(a.createIdentity)))
-	v1.Delete("/auth/identities/bearer/:name", a.adminOnly, a.ok(withAuth(a.deleteIdentity), id))
-	v1.Post("/auth/identities/bearer/:name/token", a.adminOnly, a.created(withAuth(a.issueToken), id))
-	v1.Delete("/auth/identities/bearer/:name/token", a.adminOnly, a.ok(withAuth(a.revokeToken), id))
+	a.registerIdentity(v1, auth.TypeBearer, a.bearerIdentities)
 	a.registerDevlxdIdentities(v1)
 	v1.Post("/auth/dashboard-logins", a.adminOnly, a.created(withAuth(a.dashboardLogin)))
 	v1.Get("/auth/sessions", a.adminOnly, a.ok(withAuth(a.listSessions)))
@@ -61,15 +59,7 @@ func wireCertificate(c auth.Certificate) api.Certificate {
 
 // listCertificates answers GET /1.0/certificates.
 func (a *API) listCertificates(r *request, svc Authenticator) (any, error) {
-	list, err := svc.Certificates(r.UserContext())
-	if err != nil {
-		return nil, err
-	}
-	out := make([]api.Certificate, 0, len(list))
-	for _, x := range list {
-		out = append(out, wireCertificate(x))
-	}
-	return out, nil
+	return wiredEach(wireCertificate)(svc.Certificates(r.UserContext()))
 }
 
 // certificatePEM returns a POSTed certificate as PEM: PEM stays, base64 of
@@ -142,15 +132,7 @@ func wireIdentity(x auth.Identity) api.Identity {
 
 // listIdentities answers GET /1.0/auth/identities.
 func (a *API) listIdentities(r *request, svc Authenticator) (any, error) {
-	list, err := svc.Identities(r.UserContext())
-	if err != nil {
-		return nil, err
-	}
-	out := make([]api.Identity, 0, len(list))
-	for _, x := range list {
-		out = append(out, wireIdentity(x))
-	}
-	return out, nil
+	return wiredEach(wireIdentity)(svc.Identities(r.UserContext()))
 }
 
 // createIdentity answers POST /1.0/auth/identities/bearer with 201.
@@ -160,52 +142,84 @@ func (a *API) createIdentity(r *request, svc Authenticator) (any, error) {
 		return nil, err
 	}
 	id, err := svc.CreateIdentity(r.UserContext(), req.Name, requestor(r.Ctx).Describe(), req.Role)
+	return a.identityCreated(r, id, err)
+}
+
+// identityCreated answers a new identity (logged with who asked), or the
+// error of making it.
+func (a *API) identityCreated(r *request, id *auth.Identity, err error) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.log.Info("bearer identity created", "identity", id.ID, "by", requestor(r.Ctx).Describe())
+	a.log.Info(id.Type+" identity created", "identity", id.ID, "instances", id.Instances, "by", requestor(r.Ctx).Describe())
 	return wireIdentity(*id), nil
 }
 
-// deleteIdentity answers DELETE /1.0/auth/identities/bearer/{name}.
-func (a *API) deleteIdentity(r *request, svc Authenticator) (any, error) {
+// identityService is what the routes of one type of identity (bearer,
+// devlxd) do with an identity called name: Type is the type's name in the
+// routes and IDs; ParseExpiry reads a token request's expiry.
+type identityService struct {
+	Type        string
+	ParseExpiry func(string) (time.Duration, error)
+	Delete      func(ctx context.Context, name string) error
+	Issue       func(ctx context.Context, name string, expiry time.Duration) (string, *time.Time, error)
+	Revoke      func(ctx context.Context, name string) error
+}
+
+// bearerIdentities returns the bearer identities' service, or a 501.
+func (a *API) bearerIdentities() (identityService, error) {
+	svc, err := a.authService()
+	if err != nil {
+		return identityService{}, err
+	}
+	return identityService{Type: auth.TypeBearer, ParseExpiry: auth.ParseExpiry,
+		Delete: svc.DeleteIdentity, Issue: svc.IssueToken, Revoke: svc.RevokeToken}, nil
+}
+
+// registerIdentity adds the routes of an identity of type typ to v1:
+// DELETE /1.0/auth/identities/TYPE/{name}, and POST (201, a new token) and
+// DELETE on its /token. get returns the type's service, or the error
+// (501) its routes answer.
+func (a *API) registerIdentity(v1 fiber.Router, typ string, get func() (identityService, error)) {
+	path, id := "/auth/identities/"+typ+"/:name", identityNameParam
+	v1.Delete(path, a.adminOnly, a.ok(httpwrap.With(get, a.deleteIdentity), id))
+	v1.Post(path+"/token", a.adminOnly, a.created(httpwrap.With(get, a.issueToken), id))
+	v1.Delete(path+"/token", a.adminOnly, a.ok(httpwrap.With(get, a.revokeToken), id))
+}
+
+// deleteIdentity answers DELETE /1.0/auth/identities/TYPE/{name}.
+func (a *API) deleteIdentity(r *request, svc identityService) (any, error) {
 	name := r.Param("name")
-	return a.logged(r, svc.DeleteIdentity(r.UserContext(), name), "bearer identity deleted", "identity", "bearer/"+name)
+	return a.logged(r, svc.Delete(r.UserContext(), name), svc.Type+" identity deleted", "identity", svc.Type+"/"+name)
 }
 
-// issueToken answers POST /1.0/auth/identities/bearer/{name}/token with 201
-// and the new token (the body and its expiry are optional).
-func (a *API) issueToken(r *request, svc Authenticator) (any, error) {
-	return a.newToken(r, "bearer", auth.ParseExpiry, svc.IssueToken)
-}
-
-// newToken issues a token of the route's identity of type kind ("bearer",
-// "devlxd") through issue, for the expiry of the optional body (parsed by
-// parse); the token is answered once, never cached.
-func (a *API) newToken(r *request, kind string, parse func(string) (time.Duration, error),
-	issue func(ctx context.Context, name string, expiry time.Duration) (string, *time.Time, error)) (any, error) {
+// issueToken answers POST /1.0/auth/identities/TYPE/{name}/token with 201
+// and the new token (the body and its expiry are optional); the token is
+// answered once, never cached.
+func (a *API) issueToken(r *request, svc identityService) (any, error) {
 	name := r.Param("name")
 	var req api.TokenPost
 	if err := decodeOptionalBody(r.Ctx, &req); err != nil {
 		return nil, err
 	}
-	expiry, err := parse(req.Expiry)
+	expiry, err := svc.ParseExpiry(req.Expiry)
 	if err != nil {
 		return nil, err
 	}
-	token, expires, err := issue(r.UserContext(), name, expiry)
+	token, expires, err := svc.Issue(r.UserContext(), name, expiry)
 	if err != nil {
 		return nil, err
 	}
-	a.log.Info(kind+" token issued", "identity", kind+"/"+name, "expires", expires, "by", requestor(r.Ctx).Describe())
+	id := svc.Type + "/" + name
+	a.log.Info(svc.Type+" token issued", "identity", id, "expires", expires, "by", requestor(r.Ctx).Describe())
 	r.Set(fiber.HeaderCacheControl, "no-store")
-	return api.Token{Identity: kind + "/" + name, Token: token, ExpiresAt: expires}, nil
+	return api.Token{Identity: id, Token: token, ExpiresAt: expires}, nil
 }
 
-// revokeToken answers DELETE /1.0/auth/identities/bearer/{name}/token.
-func (a *API) revokeToken(r *request, svc Authenticator) (any, error) {
+// revokeToken answers DELETE /1.0/auth/identities/TYPE/{name}/token.
+func (a *API) revokeToken(r *request, svc identityService) (any, error) {
 	name := r.Param("name")
-	return a.logged(r, svc.RevokeToken(r.UserContext(), name), "bearer token revoked", "identity", "bearer/"+name)
+	return a.logged(r, svc.Revoke(r.UserContext(), name), svc.Type+" token revoked", "identity", svc.Type+"/"+name)
 }
 
 // dashboardLogin answers POST /1.0/auth/dashboard-logins with 201 and a
@@ -237,15 +251,9 @@ func LoginURL(base, token string) string {
 
 // listSessions answers GET /1.0/auth/sessions.
 func (a *API) listSessions(r *request, svc Authenticator) (any, error) {
-	list, err := svc.Sessions(r.UserContext())
-	if err != nil {
-		return nil, err
-	}
-	out := make([]api.Session, 0, len(list))
-	for _, x := range list {
-		out = append(out, api.Session{ID: x.ID, Name: x.Name, CreatedAt: x.CreatedAt, ExpiresAt: x.ExpiresAt, CreatedBy: x.CreatedBy})
-	}
-	return out, nil
+	return wiredEach(func(x auth.Session) api.Session {
+		return api.Session{ID: x.ID, Name: x.Name, CreatedAt: x.CreatedAt, ExpiresAt: x.ExpiresAt, CreatedBy: x.CreatedBy}
+	})(svc.Sessions(r.UserContext()))
 }
 
 // deleteSession answers DELETE /1.0/auth/sessions/{id}.

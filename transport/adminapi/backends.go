@@ -41,12 +41,7 @@ func (a *API) restartBackend(r *request) (any, error) {
 }
 
 // backendOf answers a backend's status, or the error of getting it.
-func backendOf(st pluginhost.Status, err error) (any, error) {
-	if err != nil {
-		return nil, err
-	}
-	return backendOut(st), nil
-}
+var backendOf = wired(backendOut)
 
 // noBody accepts no body or the empty JSON object of a route that takes no
 // input.

@@ -2,14 +2,12 @@ package adminapi
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/transport/httpwrap"
 )
 
@@ -28,11 +26,7 @@ func (a *API) registerDevices(v1 fiber.Router) {
 }
 
 func (a *API) deviceUpdater() (DeviceUpdater, error) {
-	d, ok := a.cfg.Instances.(DeviceUpdater)
-	if !ok {
-		return nil, fmt.Errorf("this daemon's instance service cannot change devices: %w", errdefs.ErrNotSupported)
-	}
-	return d, nil
+	return optional[DeviceUpdater](a.cfg.Instances, "this daemon's instance service cannot change devices")
 }
 
 // addDevice answers POST /1.0/instances/{name}/devices with the instance.

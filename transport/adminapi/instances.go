@@ -97,10 +97,8 @@ func (a *API) createInstance(r *request) (any, error) {
 			return nil, err
 		}
 	}
-	for k := range req.Config {
-		if strings.TrimSpace(k) == "" {
-			return nil, badRequest("invalid config: empty key")
-		}
+	if err := checkConfigKeys(req.Config); err != nil {
+		return nil, err
 	}
 	for dev, props := range req.Devices {
 		if strings.TrimSpace(dev) == "" {
@@ -122,11 +120,16 @@ func (a *API) createInstance(r *request) (any, error) {
 
 // wireInstanceOf answers an instance without its timeline, or the error of
 // getting it.
-func wireInstanceOf(inst *instance.Instance, err error) (any, error) {
-	if err != nil {
-		return nil, err
+var wireInstanceOf = wired(func(inst *instance.Instance) api.Instance { return instance.WireInstance(inst, nil) })
+
+// checkConfigKeys refuses an empty key among the config keys to set.
+func checkConfigKeys(config map[string]string) error {
+	for k := range config {
+		if strings.TrimSpace(k) == "" {
+			return badRequest("invalid config: empty key")
+		}
 	}
-	return instance.WireInstance(inst, nil), nil
+	return nil
 }
 
 // checkBackend returns a 400 error unless a backend plugin of that name is
@@ -171,10 +174,8 @@ func (a *API) patchInstance(r *request) (any, error) {
 	if len(req.Config) == 0 && len(req.Unset) == 0 {
 		return nil, badRequest("nothing to change: give config keys to set or unset keys")
 	}
-	for k := range req.Config {
-		if strings.TrimSpace(k) == "" {
-			return nil, badRequest("invalid config: empty key")
-		}
+	if err := checkConfigKeys(req.Config); err != nil {
+		return nil, err
 	}
 	for _, k := range req.Unset {
 		if strings.TrimSpace(k) == "" {

@@ -41,29 +41,16 @@ func (a *API) registerSnapshots(v1 fiber.Router) {
 
 // snapshotter returns the service's Snapshotter, or a 501 error.
 func (a *API) snapshotter() (Snapshotter, error) {
-	s, ok := a.cfg.Instances.(Snapshotter)
-	if !ok {
-		return nil, fmt.Errorf("this daemon keeps no snapshots: %w", errdefs.ErrNotSupported)
-	}
-	return s, nil
+	return optional[Snapshotter](a.cfg.Instances, "this daemon keeps no snapshots")
 }
 
 // wireSnapshotOf answers a snapshot, or the error of getting it.
-func wireSnapshotOf(sn *instance.Snapshot, err error) (any, error) {
-	if err != nil {
-		return nil, err
-	}
-	return instance.WireSnapshot(sn), nil
-}
+var wireSnapshotOf = wired(instance.WireSnapshot)
 
 // listSnapshots answers GET /1.0/instances/{name}/snapshots with the
 // snapshot objects, oldest first.
 func (a *API) listSnapshots(r *request, s Snapshotter) (any, error) {
-	list, err := s.Snapshots(r.UserContext(), r.Param("name"))
-	if err != nil {
-		return nil, err
-	}
-	return instance.WireSnapshots(list), nil
+	return wired(instance.WireSnapshots)(s.Snapshots(r.UserContext(), r.Param("name")))
 }
 
 // createSnapshot answers POST /1.0/instances/{name}/snapshots with 201 and

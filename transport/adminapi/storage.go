@@ -62,33 +62,15 @@ func WireVolume(v *storage.Volume) api.StorageVolume {
 		Config: v.Config, CreatedAt: v.CreatedAt, Location: v.Location}
 }
 
-// wireVolumeOf answers a volume, or the error of getting it.
-func wireVolumeOf(v *storage.Volume, err error) (any, error) {
-	if err != nil {
-		return nil, err
-	}
-	return WireVolume(v), nil
-}
-
-// wireVolumesOf answers a list of volumes, or the error of listing them.
-func wireVolumesOf(vs []*storage.Volume, err error) (any, error) {
-	if err != nil {
-		return nil, err
-	}
-	out := make([]api.StorageVolume, 0, len(vs))
-	for _, v := range vs {
-		out = append(out, WireVolume(v))
-	}
-	return out, nil
-}
+// wireVolumeOf answers a volume, wireVolumesOf a list of them.
+var (
+	wireVolumeOf  = wired(WireVolume)
+	wireVolumesOf = wiredEach(WireVolume)
+)
 
 // listPools answers GET /1.0/storage-pools.
 func (a *API) listPools(_ *request, st Storage) (any, error) {
-	out := []api.StoragePool{}
-	for _, p := range st.Pools() {
-		out = append(out, wirePool(p))
-	}
-	return out, nil
+	return wiredEach(wirePool)(st.Pools(), nil)
 }
 
 // getPool answers GET /1.0/storage-pools/{pool}.

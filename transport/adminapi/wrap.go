@@ -1,7 +1,7 @@
 package adminapi
 
 import (
-	"net/http"
+	"fmt"
 	"net/url"
 	"strings"
 
@@ -12,6 +12,7 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/storage"
+	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/transport/httpwrap"
 )
 
@@ -123,15 +124,47 @@ func storageName(what string) func(string) error {
 	return func(v string) error { return storage.ValidateName(what, v) }
 }
 
+// wired returns the result of a handler that ends with a service call
+// returning (v, err): wire(v) answered, or err. Use it as
+// wired(WireVolume)(st.Volume(ctx, pool, name)).
+func wired[T, W any](wire func(T) W) func(T, error) (any, error) {
+	return func(v T, err error) (any, error) {
+		if err != nil {
+			return nil, err
+		}
+		return wire(v), nil
+	}
+}
+
+// wiredEach is wired for a service call returning a list: each element
+// converted by wire, an empty list answered [] (never null).
+func wiredEach[T, W any](wire func(T) W) func([]T, error) (any, error) {
+	return func(list []T, err error) (any, error) {
+		if err != nil {
+			return nil, err
+		}
+		out := make([]W, 0, len(list))
+		for _, v := range list {
+			out = append(out, wire(v))
+		}
+		return out, nil
+	}
+}
+
+// optional returns svc as the optional service S it may implement, or an
+// error of kind errdefs.ErrNotSupported (501) saying what the daemon
+// cannot do.
+func optional[S any](svc any, cannot string) (S, error) {
+	s, ok := svc.(S)
+	if !ok {
+		return s, fmt.Errorf("%s: %w", cannot, errdefs.ErrNotSupported)
+	}
+	return s, nil
+}
+
 // nameParam returns the :name path parameter of an instance route,
 // unescaped and validated, for the routes that answer without the wrapper
 // (streams).
 func nameParam(c *fiber.Ctx) (string, error) {
 	return instanceNameParam.Parse(c.Params("name"))
-}
-
-// notImplemented returns a 501 error with msg, for a daemon without an
-// optional service.
-func notImplemented(msg string) error {
-	return fiber.NewError(http.StatusNotImplemented, msg)
 }
