@@ -23,11 +23,11 @@ func (a *API) registerAuth(v1 fiber.Router) {
 	withAuth := func(h func(*request, Authenticator) (any, error)) handler { return httpwrap.With(a.authService, h) }
 	fp := certificateParam
 	v1.Get("/certificates", a.adminOnly, a.ok(withAuth(a.listCertificates)))
-	v1.Post("/certificates", a.adminOnly, a.created(withAuth(a.addCertificate)))
+	v1.Post("/certificates", a.adminOnly, a.created(withAuth(withBody(a.addCertificate))))
 	v1.Get("/certificates/:fingerprint", a.adminOnly, a.ok(withAuth(a.getCertificate), fp))
 	v1.Delete("/certificates/:fingerprint", a.adminOnly, a.ok(withAuth(a.deleteCertificate), fp))
 	v1.Get("/auth/identities", a.adminOnly, a.ok(withAuth(a.listIdentities)))
-	v1.Post("/auth/identities/bearer", a.adminOnly, a.created(withAuth(a.createIdentity)))
+	v1.Post("/auth/identities/bearer", a.adminOnly, a.created(withAuth(withBody(a.createIdentity))))
 	a.registerIdentity(v1, auth.TypeBearer, a.bearerIdentities)
 	a.registerDevlxdIdentities(v1)
 	v1.Post("/auth/dashboard-logins", a.adminOnly, a.created(withAuth(a.dashboardLogin)))
@@ -80,11 +80,7 @@ func certificatePEM(s string) ([]byte, error) {
 }
 
 // addCertificate answers POST /1.0/certificates with 201 and the certificate.
-func (a *API) addCertificate(r *request, svc Authenticator) (any, error) {
-	var req api.CertificatesPost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) addCertificate(r *request, svc Authenticator, req *api.CertificatesPost) (any, error) {
 	if req.Type != "" && req.Type != "client" {
 		return nil, badRequest("invalid certificate type %q: only client certificates are trusted", req.Type)
 	}
@@ -136,11 +132,7 @@ func (a *API) listIdentities(r *request, svc Authenticator) (any, error) {
 }
 
 // createIdentity answers POST /1.0/auth/identities/bearer with 201.
-func (a *API) createIdentity(r *request, svc Authenticator) (any, error) {
-	var req api.IdentitiesBearerPost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) createIdentity(r *request, svc Authenticator, req *api.IdentitiesBearerPost) (any, error) {
 	id, err := svc.CreateIdentity(r.UserContext(), req.Name, requestor(r.Ctx).Describe(), req.Role)
 	return a.identityCreated(r, id, err)
 }

@@ -60,7 +60,7 @@ func (a *API) registerCluster(r fiber.Router, v1 fiber.Router) {
 		return httpwrap.With(a.clusterService, h)
 	}
 	v1.Get("/cluster/members", a.ok(withCluster(a.listMembers)))
-	v1.Post("/cluster/members", a.created(withCluster(a.addMember)))
+	v1.Post("/cluster/members", a.created(withCluster(withBody(a.addMember))))
 	v1.Get("/cluster/members/:name", a.ok(withCluster(a.getMember), memberParam))
 	v1.Delete("/cluster/members/:name", a.ok(withCluster(a.removeMember), memberParam))
 	r.Post(cluster.JoinPath, a.join)
@@ -99,11 +99,7 @@ func (a *API) getMember(r *request, cl ClusterService) (any, error) {
 }
 
 // addMember answers POST /1.0/cluster/members with 201 and the join token.
-func (a *API) addMember(r *request, cl ClusterService) (any, error) {
-	var req api.ClusterMembersPost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) addMember(r *request, cl ClusterService, req *api.ClusterMembersPost) (any, error) {
 	tok, exp, err := cl.AddMember(r.UserContext(), req.Name, requestor(r.Ctx).Describe())
 	if err != nil {
 		return nil, err

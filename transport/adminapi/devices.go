@@ -20,8 +20,8 @@ type DeviceUpdater interface {
 // registerDevices adds the device routes to v1.
 func (a *API) registerDevices(v1 fiber.Router) {
 	name, dev := instanceNameParam, deviceNameParam
-	v1.Post("/instances/:name/devices", a.created(httpwrap.With(a.deviceUpdater, a.addDevice), name))
-	v1.Patch("/instances/:name/devices/:device", a.ok(httpwrap.With(a.deviceUpdater, a.patchDevice), name, dev))
+	v1.Post("/instances/:name/devices", a.created(httpwrap.With(a.deviceUpdater, withBody(a.addDevice)), name))
+	v1.Patch("/instances/:name/devices/:device", a.ok(httpwrap.With(a.deviceUpdater, withBody(a.patchDevice)), name, dev))
 	v1.Delete("/instances/:name/devices/:device", a.ok(httpwrap.With(a.deviceUpdater, a.deleteDevice), name, dev))
 }
 
@@ -30,11 +30,7 @@ func (a *API) deviceUpdater() (DeviceUpdater, error) {
 }
 
 // addDevice answers POST /1.0/instances/{name}/devices with the instance.
-func (a *API) addDevice(r *request, svc DeviceUpdater) (any, error) {
-	var req api.DevicesPost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) addDevice(r *request, svc DeviceUpdater, req *api.DevicesPost) (any, error) {
 	if req.Name == "" {
 		return nil, badRequest("invalid device: no name")
 	}
@@ -47,11 +43,7 @@ func (a *API) updateDevices(r *request, svc DeviceUpdater, u instance.DeviceUpda
 }
 
 // patchDevice answers PATCH /1.0/instances/{name}/devices/{device}.
-func (a *API) patchDevice(r *request, svc DeviceUpdater) (any, error) {
-	var req api.DevicePatch
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) patchDevice(r *request, svc DeviceUpdater, req *api.DevicePatch) (any, error) {
 	if len(req.Config) == 0 && len(req.Unset) == 0 {
 		return nil, badRequest("nothing to change: give device keys to set or unset")
 	}

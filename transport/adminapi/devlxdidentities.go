@@ -26,7 +26,7 @@ var _ DevlxdIdentities = (*auth.Service)(nil)
 
 // registerDevlxdIdentities adds the devlxd identity routes to v1.
 func (a *API) registerDevlxdIdentities(v1 fiber.Router) {
-	v1.Post("/auth/identities/devlxd", a.adminOnly, a.created(httpwrap.With(a.devlxdIdentities, a.createDevlxdIdentity)))
+	v1.Post("/auth/identities/devlxd", a.adminOnly, a.created(httpwrap.With(a.devlxdIdentities, withBody(a.createDevlxdIdentity))))
 	a.registerIdentity(v1, auth.TypeDevlxd, func() (identityService, error) {
 		svc, err := a.devlxdIdentities()
 		if err != nil {
@@ -47,11 +47,7 @@ func (a *API) devlxdIdentities() (DevlxdIdentities, error) {
 }
 
 // createDevlxdIdentity answers POST /1.0/auth/identities/devlxd with 201.
-func (a *API) createDevlxdIdentity(r *request, svc DevlxdIdentities) (any, error) {
-	var req api.IdentitiesDevlxdPost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) createDevlxdIdentity(r *request, svc DevlxdIdentities, req *api.IdentitiesDevlxdPost) (any, error) {
 	id, err := svc.CreateDevlxdIdentity(r.UserContext(), req.Name, req.Instances, requestor(r.Ctx).Describe())
 	return a.identityCreated(r, id, err)
 }

@@ -34,13 +34,13 @@ var _ ImageService = (*images.Store)(nil)
 func (a *API) registerImages(v1 fiber.Router) {
 	fp, alias := imageRefParam, aliasParam
 	v1.Get("/images", a.ok(httpwrap.With(a.imageService, a.listImages)))
-	v1.Post("/images", a.created(a.importImage))
+	v1.Post("/images", a.created(decoded(a.importImage)))
 	v1.Get("/images/aliases", a.ok(httpwrap.With(a.imageService, a.listImageAliases)))
-	v1.Post("/images/aliases", a.created(a.createImageAlias))
+	v1.Post("/images/aliases", a.created(decoded(a.createImageAlias)))
 	v1.Get("/images/aliases/:alias", a.ok(httpwrap.With(a.imageService, a.getImageAlias), alias))
 	v1.Delete("/images/aliases/:alias", a.ok(httpwrap.With(a.imageService, a.deleteImageAlias), alias))
 	v1.Get("/images/:fp", a.ok(httpwrap.With(a.imageService, a.getImage), fp))
-	v1.Patch("/images/:fp", a.ok(a.patchImage, fp))
+	v1.Patch("/images/:fp", a.ok(decoded(a.patchImage), fp))
 	v1.Delete("/images/:fp", a.ok(httpwrap.With(a.imageService, a.deleteImage), fp))
 }
 
@@ -116,11 +116,7 @@ func (a *API) listImages(r *request, s ImageService) (any, error) {
 // runs under a context that ends when the client closes the connection
 // (fasthttp's own does not), so a client that goes away stops it; 507
 // when the image does not fit in the store's free space.
-func (a *API) importImage(r *request) (any, error) {
-	var req api.ImagesPost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) importImage(r *request, req *api.ImagesPost) (any, error) {
 	for what, p := range map[string]string{"path": req.Path, "kernel": req.Kernel, "initrd": req.Initrd} {
 		if (p != "" || what == "path") && !filepath.IsAbs(p) {
 			return nil, badRequest("invalid %s %q: an absolute path of a file on the daemon's machine is required", what, p)
@@ -155,11 +151,7 @@ func (a *API) getImage(r *request, s ImageService) (any, error) {
 
 // patchImage answers PATCH /1.0/images/{fp} {"public":true|false}: whether
 // guests may download the image through devlxd; the image object.
-func (a *API) patchImage(r *request) (any, error) {
-	var req api.ImagePatch
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) patchImage(r *request, req *api.ImagePatch) (any, error) {
 	if req.Public == nil {
 		return nil, badRequest(`invalid image update: nothing to change (only "public" can change)`)
 	}
@@ -197,11 +189,7 @@ func (a *API) listImageAliases(r *request, s ImageService) (any, error) {
 }
 
 // createImageAlias answers POST /1.0/images/aliases.
-func (a *API) createImageAlias(r *request) (any, error) {
-	var req api.ImageAliasesPost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) createImageAlias(r *request, req *api.ImageAliasesPost) (any, error) {
 	if err := images.ValidateAlias(req.Name); err != nil {
 		return nil, err
 	}

@@ -35,11 +35,7 @@ func (a *API) installer() (backendInstaller, error) {
 // installBackend answers POST /1.0/backends: the binary at path (on the
 // daemon's machine) is installed as name and started; the answer is its
 // backend object.
-func (a *API) installBackend(r *request) (any, error) {
-	var req api.BackendInstall
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) installBackend(r *request, req *api.BackendInstall) (any, error) {
 	if req.Path == "" || !filepath.IsAbs(req.Path) {
 		return nil, badRequest("invalid path %q: an absolute path of a file on the daemon's machine is required", req.Path)
 	}

@@ -83,11 +83,7 @@ func (a *API) listInstances(c *fiber.Ctx) error {
 }
 
 // createInstance answers POST /1.0/instances with 201 and the new instance.
-func (a *API) createInstance(r *request) (any, error) {
-	var req api.InstancesPost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) createInstance(r *request, req *api.InstancesPost) (any, error) {
 	if err := instance.ValidateName(req.Name); err != nil {
 		return nil, err
 	}
@@ -166,11 +162,7 @@ func (a *API) getInstance(r *request) (any, error) {
 }
 
 // patchInstance answers PATCH /1.0/instances/{name}.
-func (a *API) patchInstance(r *request) (any, error) {
-	var req api.InstancePatch
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) patchInstance(r *request, req *api.InstancePatch) (any, error) {
 	if len(req.Config) == 0 && len(req.Unset) == 0 {
 		return nil, badRequest("nothing to change: give config keys to set or unset keys")
 	}
@@ -213,12 +205,8 @@ func (a *API) stateOf(ctx context.Context, name string) (any, error) {
 
 // putState answers PUT /1.0/instances/{name}/state: it starts, stops or
 // restarts the instance and answers its state afterwards.
-func (a *API) putState(r *request) (any, error) {
+func (a *API) putState(r *request, req *api.InstanceStatePut) (any, error) {
 	name := r.Param("name")
-	var req api.InstanceStatePut
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
 	if req.Timeout < 0 || req.Timeout > maxStopTimeout {
 		return nil, badRequest("invalid timeout %d: must be between 0 and %d seconds", req.Timeout, maxStopTimeout)
 	}

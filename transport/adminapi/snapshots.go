@@ -30,12 +30,12 @@ var _ Snapshotter = (*instance.Manager)(nil)
 // registerSnapshots adds the snapshot, restore and move routes (issue 16).
 func (a *API) registerSnapshots(v1 fiber.Router) {
 	name, snap := instanceNameParam, snapshotNameParam
-	v1.Put("/instances/:name", a.ok(httpwrap.With(a.snapshotter, a.putInstance), name))
-	v1.Post("/instances/:name", a.ok(httpwrap.With(a.snapshotter, a.postInstance), name))
+	v1.Put("/instances/:name", a.ok(httpwrap.With(a.snapshotter, withBody(a.putInstance)), name))
+	v1.Post("/instances/:name", a.ok(httpwrap.With(a.snapshotter, withBody(a.postInstance)), name))
 	v1.Get("/instances/:name/snapshots", a.ok(httpwrap.With(a.snapshotter, a.listSnapshots), name))
-	v1.Post("/instances/:name/snapshots", a.created(httpwrap.With(a.snapshotter, a.createSnapshot), name))
+	v1.Post("/instances/:name/snapshots", a.created(httpwrap.With(a.snapshotter, withBody(a.createSnapshot)), name))
 	v1.Get("/instances/:name/snapshots/:snap", a.ok(httpwrap.With(a.snapshotter, a.getSnapshot), name, snap))
-	v1.Post("/instances/:name/snapshots/:snap", a.ok(httpwrap.With(a.snapshotter, a.renameSnapshot), name, snap))
+	v1.Post("/instances/:name/snapshots/:snap", a.ok(httpwrap.With(a.snapshotter, withBody(a.renameSnapshot)), name, snap))
 	v1.Delete("/instances/:name/snapshots/:snap", a.ok(httpwrap.With(a.snapshotter, a.deleteSnapshot), name, snap))
 }
 
@@ -55,11 +55,7 @@ func (a *API) listSnapshots(r *request, s Snapshotter) (any, error) {
 
 // createSnapshot answers POST /1.0/instances/{name}/snapshots with 201 and
 // the snapshot.
-func (a *API) createSnapshot(r *request, s Snapshotter) (any, error) {
-	var req api.InstanceSnapshotsPost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) createSnapshot(r *request, s Snapshotter, req *api.InstanceSnapshotsPost) (any, error) {
 	if req.Name == "" {
 		return nil, badRequest("name is required: the snapshot's name")
 	}
@@ -73,12 +69,8 @@ func (a *API) getSnapshot(r *request, s Snapshotter) (any, error) {
 
 // renameSnapshot answers POST /1.0/instances/{name}/snapshots/{snap}
 // {"name": "new"} (LXD's rename) with the renamed snapshot.
-func (a *API) renameSnapshot(r *request, s Snapshotter) (any, error) {
+func (a *API) renameSnapshot(r *request, s Snapshotter, req *api.InstanceSnapshotPost) (any, error) {
 	name, snap := r.Param("name"), r.Param("snap")
-	var req api.InstanceSnapshotPost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
 	if req.Name == "" {
 		return nil, badRequest("name is required: the snapshot's new name")
 	}
@@ -100,12 +92,8 @@ func (a *API) deleteSnapshot(r *request, s Snapshotter) (any, error) {
 // putInstance answers PUT /1.0/instances/{name} {"restore": "snap"[,
 // "stateful": true]}, LXD's restore, with the instance's state afterwards.
 // PUT replaces nothing else here: config changes go through PATCH.
-func (a *API) putInstance(r *request, s Snapshotter) (any, error) {
+func (a *API) putInstance(r *request, s Snapshotter, req *api.InstancePut) (any, error) {
 	name := r.Param("name")
-	var req api.InstancePut
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
 	if req.Restore == "" {
 		return nil, badRequest(`restore is required: PUT on an instance restores a snapshot ({"restore": "NAME"}); change config with PATCH`)
 	}
@@ -121,12 +109,8 @@ func (a *API) putInstance(r *request, s Snapshotter) (any, error) {
 
 // postInstance answers POST /1.0/instances/{name} {"backend": "qemu"}: it
 // moves the stopped instance to that backend and answers the instance.
-func (a *API) postInstance(r *request, s Snapshotter) (any, error) {
+func (a *API) postInstance(r *request, s Snapshotter, req *api.InstancePost) (any, error) {
 	name := r.Param("name")
-	var req api.InstancePost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
 	if req.Name != "" && req.Name != name {
 		return nil, fmt.Errorf("renaming instance %q to %q: renaming is not supported: %w", name, req.Name, errdefs.ErrNotSupported)
 	}

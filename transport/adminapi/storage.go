@@ -35,12 +35,12 @@ func (a *API) registerStorage(v1 fiber.Router) {
 	v1.Get("/storage-pools", a.ok(httpwrap.With(a.storage, a.listPools)))
 	v1.Get("/storage-pools/:pool", a.ok(httpwrap.With(a.storage, a.getPool), pool))
 	v1.Get("/storage-pools/:pool/volumes/custom", a.ok(httpwrap.With(a.storage, a.listVolumes), pool))
-	v1.Post("/storage-pools/:pool/volumes/custom", a.created(httpwrap.With(a.storage, a.createVolume), pool))
+	v1.Post("/storage-pools/:pool/volumes/custom", a.created(httpwrap.With(a.storage, withBody(a.createVolume)), pool))
 	v1.Get(vol, a.ok(httpwrap.With(a.storage, a.getVolume), pool, volume))
-	v1.Patch(vol, a.ok(httpwrap.With(a.storage, a.patchVolume), pool, volume))
+	v1.Patch(vol, a.ok(httpwrap.With(a.storage, withBody(a.patchVolume)), pool, volume))
 	v1.Delete(vol, a.ok(httpwrap.With(a.storage, a.deleteVolume), pool, volume))
 	v1.Get(vol+"/snapshots", a.ok(httpwrap.With(a.storage, a.listVolumeSnapshots), pool, volume))
-	v1.Post(vol+"/snapshots", a.created(httpwrap.With(a.storage, a.createVolumeSnapshot), pool, volume))
+	v1.Post(vol+"/snapshots", a.created(httpwrap.With(a.storage, withBody(a.createVolumeSnapshot)), pool, volume))
 	v1.Get(vol+"/snapshots/:snapshot", a.ok(httpwrap.With(a.storage, a.getVolumeSnapshot), pool, volume, snap))
 	v1.Delete(vol+"/snapshots/:snapshot", a.ok(httpwrap.With(a.storage, a.deleteVolumeSnapshot), pool, volume, snap))
 }
@@ -89,11 +89,7 @@ func (a *API) listVolumes(r *request, st Storage) (any, error) {
 
 // createVolume answers POST /1.0/storage-pools/{pool}/volumes/custom with
 // 201 and the volume.
-func (a *API) createVolume(r *request, st Storage) (any, error) {
-	var req api.StorageVolumesPost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) createVolume(r *request, st Storage, req *api.StorageVolumesPost) (any, error) {
 	pool := r.Param("pool")
 	v, err := st.CreateVolume(r.UserContext(), pool, req.Name, req.ContentType, req.Description, req.Config)
 	if err != nil {
@@ -109,11 +105,7 @@ func (a *API) getVolume(r *request, st Storage) (any, error) {
 }
 
 // patchVolume answers PATCH /1.0/storage-pools/{pool}/volumes/custom/{volume}.
-func (a *API) patchVolume(r *request, st Storage) (any, error) {
-	var req api.StorageVolumePut
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) patchVolume(r *request, st Storage, req *api.StorageVolumePut) (any, error) {
 	return wireVolumeOf(st.UpdateVolume(r.UserContext(), r.Param("pool"), r.Param("volume"), req.Description, req.Config))
 }
 
@@ -134,11 +126,7 @@ func (a *API) listVolumeSnapshots(r *request, st Storage) (any, error) {
 
 // createVolumeSnapshot answers POST .../volumes/custom/{volume}/snapshots
 // with 201 and the snapshot.
-func (a *API) createVolumeSnapshot(r *request, st Storage) (any, error) {
-	var req api.StorageVolumeSnapshotsPost
-	if err := decodeBody(r.Ctx, &req); err != nil {
-		return nil, err
-	}
+func (a *API) createVolumeSnapshot(r *request, st Storage, req *api.StorageVolumeSnapshotsPost) (any, error) {
 	return wireVolumeOf(st.CreateSnapshot(r.UserContext(), r.Param("pool"), r.Param("volume"), req.Name, req.Description))
 }
 

@@ -162,6 +162,30 @@ func optional[S any](svc any, cannot string) (S, error) {
 	return s, nil
 }
 
+// withBody returns the handler of a route that takes a JSON body: the
+// body is decoded into a new T (decodeBody: JSON only, no unknown field,
+// valid UTF-8) and handed to h with the service s.
+func withBody[S, T any](h func(r *request, s S, body *T) (any, error)) func(*request, S) (any, error) {
+	return func(r *request, s S) (any, error) {
+		body := new(T)
+		if err := decodeBody(r.Ctx, body); err != nil {
+			return nil, err
+		}
+		return h(r, s, body)
+	}
+}
+
+// decoded is withBody for a route that needs no optional service.
+func decoded[T any](h func(r *request, body *T) (any, error)) handler {
+	return func(r *request) (any, error) {
+		body := new(T)
+		if err := decodeBody(r.Ctx, body); err != nil {
+			return nil, err
+		}
+		return h(r, body)
+	}
+}
+
 // nameParam returns the :name path parameter of an instance route,
 // unescaped and validated, for the routes that answer without the wrapper
 // (streams).
