@@ -68,6 +68,9 @@ type ExecPost struct {
 	Group uint32 `json:"group"`
 	// Cwd is the absolute working directory inside the guest ("" the guest's root).
 	Cwd string `json:"cwd"`
+	// RecordOutput is LXD's output recording: not supported, accepted
+	// only false (lxc sends it).
+	RecordOutput bool `json:"record-output"`
 }
 
 // Validate checks an exec request and names the first thing wrong with it.
@@ -96,6 +99,9 @@ func (p *ExecPost) Validate() error {
 	}
 	if p.Width < 0 || p.Height < 0 || p.Width > MaxTermSize || p.Height > MaxTermSize {
 		return fmt.Errorf("terminal size %dx%d out of range (0..%d)", p.Width, p.Height, MaxTermSize)
+	}
+	if p.RecordOutput {
+		return errors.New("record-output is not supported: read the output from the websockets")
 	}
 	if p.Cwd != "" {
 		if !path.IsAbs(p.Cwd) || strings.IndexByte(p.Cwd, 0) >= 0 {
