@@ -194,3 +194,13 @@ func recvStream(conn *websocket.Conn, w io.Writer) {
 		}
 	}
 }
+
+// Operation returns the operation id (GET /1.0/operations/{id}); only the
+// identity that started it finds it (others get 404).
+func (c *Client) Operation(ctx context.Context, id string) (*api.Operation, error) {
+	var op api.Operation
+	if err := c.do(ctx, http.MethodGet, "/1.0/operations/"+url.PathEscape(id), nil, nil, &op); err != nil {
+		return nil, err
+	}
+	return &op, nil
+}

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -148,12 +149,20 @@ func TestExecSim(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if _, err := d.client.CreateBearerIdentityWith(ctx, api.IdentitiesBearerPost{Name: "execviewer", Role: api.RoleViewer}); err != nil {
+			t.Fatal(err)
+		}
+		viewerTok, err := d.client.IssueToken(ctx, "execviewer", "")
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, tc := range []struct {
 			name, token string
 			code        int // 0: the exec runs
 		}{
 			{"devlxd token", devlxdTok.Token, http.StatusUnauthorized},
 			{"no credentials", "", http.StatusUnauthorized},
+			{"viewer bearer token", viewerTok.Token, http.StatusForbidden},
 			{"admin bearer token", adminTok.Token, 0},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -175,6 +184,56 @@ func TestExecSim(t *testing.T) {
 					t.Fatalf("exec with %s: %v, want %d", tc.name, err, tc.code)
 				}
 			})
+		}
+	})
+
+	t.Run("operations are their owner's", func(t *testing.T) {
+		// An exec started by execadmin (without websockets: it runs at
+		// once) is found by execadmin, and is 404 for the admin socket's
+		// identity, which did not start it.
+		adminTok, err := d.client.IssueToken(ctx, "execadmin", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := func(method, path, body string) (int, api.Response[api.Operation]) {
+			req, err := http.NewRequestWithContext(ctx, method, d.httpURL+path, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+adminTok.Token)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var env api.Response[api.Operation]
+			if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+				t.Fatal(err)
+			}
+			return resp.StatusCode, env
+		}
+		code, env := call(http.MethodPost, "/1.0/instances/exec1/exec", `{"command":["sh","-c","exit 3"],"wait-for-websocket":false}`)
+		if code != http.StatusAccepted || env.Type != api.TypeAsync || env.Operation != "/1.0/operations/"+env.Metadata.ID {
+			t.Fatalf("POST exec: %d %+v, want 202 async", code, env)
+		}
+		code, done := call(http.MethodGet, env.Operation+"/wait?timeout=30", "")
+		if code != http.StatusOK || done.Metadata.Metadata.Return == nil || *done.Metadata.Metadata.Return != 3 {
+			t.Fatalf("wait: %d %+v, want return 3", code, done)
+		}
+		var se *client.StatusError
+		op, err := d.client.Operation(ctx, env.Metadata.ID)
+		if !errors.As(err, &se) || se.Code != http.StatusNotFound {
+			t.Fatalf("another identity's GET %s: %+v %v, want 404", env.Operation, op, err)
+		}
+	})
+
+	t.Run("serial_link", func(t *testing.T) {
+		d.launch(ctx, "execserial", map[string]string{"sim.link": "serial"}, nil)
+		out, errOut, err := d.runCLI(ctx, "exec", "execserial", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 7 || out != "out\n" || errOut != "err\n" {
+			t.Fatalf("exec over the serial link: %v, stdout %q, stderr %q; want 7, out, err\nguest console:\n%s", err, out, errOut, d.cli(ctx, "console", "execserial"))
 		}
 	})
 

@@ -40,6 +40,7 @@ type operation struct {
 	ret     *int
 
 	done chan struct{} // closed when the operation has ended
+	log  *slog.Logger
 }
 
 func newOperation(req *api.ExecPost, cmd *osexec.Cmd) *operation {
@@ -138,6 +139,7 @@ func (op *operation) finish(ret int, err error) {
 
 // run waits for the websockets, runs the command and records its end.
 func (op *operation) run(timeout time.Duration, log *slog.Logger) {
+	op.log = log
 	t := time.NewTimer(timeout)
 	select {
 	case <-op.all:
@@ -168,7 +170,11 @@ func (op *operation) run(timeout time.Duration, log *slog.Logger) {
 	for _, c := range op.conns {
 		_ = c.Close()
 	}
-	log.Info("exec", "operation", op.id, "command", op.req.Command, "return", ret, "err", err)
+	state := ""
+	if op.cmd.ProcessState != nil {
+		state = op.cmd.ProcessState.String()
+	}
+	log.Info("exec", "operation", op.id, "command", op.req.Command, "return", ret, "state", state, "err", err)
 	op.finish(ret, err)
 }
 
@@ -309,6 +315,7 @@ func (op *operation) serveControl(signal func(syscall.Signal), tty ...*os.File) 
 			if err != nil {
 				mu.Lock()
 				if !stopped {
+					op.log.Warn("exec: the control websocket closed before the command ended: killing it", "operation", op.id, "err", err)
 					signal(syscall.SIGKILL)
 				}
 				mu.Unlock()

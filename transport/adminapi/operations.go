@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -151,6 +152,15 @@ func (op *operation) claim(secret string) (string, error) {
 	}
 	op.claimed[fd] = true
 	return fd, nil
+}
+
+// isOperationStream reports whether a request waits on an operation or
+// opens one of its websockets: long-lived, so not counted by the load
+// limits (as the events stream and the instance wait).
+func isOperationStream(c *fiber.Ctx) bool {
+	p := c.Path()
+	return c.Method() == fiber.MethodGet && strings.HasPrefix(p, "/1.0/operations/") &&
+		(strings.HasSuffix(p, "/wait") || strings.HasSuffix(p, "/websocket"))
 }
 
 // registerOperations adds the /1.0/operations routes.
