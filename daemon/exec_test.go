@@ -30,16 +30,7 @@ func TestExecSim(t *testing.T) {
 	defer cancel()
 	g := d.launch(ctx, "exec1", nil, nil)
 
-	t.Run("streams and exit code", func(t *testing.T) {
-		out, errOut, err := d.runCLI(ctx, "exec", "exec1", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 7 {
-			t.Fatalf("guestlink exec: %v (stderr %q), want exit status 7", err, errOut)
-		}
-		if out != "out\n" || errOut != "err\n" {
-			t.Fatalf("stdout %q, stderr %q: want %q and %q", out, errOut, "out\n", "err\n")
-		}
-	})
+	t.Run("streams and exit code", func(t *testing.T) { checkExecStreams(ctx, t, d.daemonProc, "exec1") })
 
 	t.Run("clean environment, cwd and env", func(t *testing.T) {
 		out := d.cli(ctx, "exec", "exec1", "--env", "FOO=bar baz", "--", "sh", "-c", `pwd; env`)
@@ -60,37 +51,7 @@ func TestExecSim(t *testing.T) {
 		}
 	})
 
-	t.Run("interactive through a pseudo-terminal", func(t *testing.T) {
-		ptmx, tty, err := pty.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ptmx.Close()
-		if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 33, Cols: 111}); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "guestlink"), "exec", "exec1", "--", "sh", "-c", "stty size; tty; exit 5")
-		cmd.Env = append(cleanEnv(), "GUESTLINK_STATE_DIR="+d.stateDir)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		tty.Close()
-		// The pseudo-terminal ends (EIO) once guestlink has exited.
-		var got bytes.Buffer
-		_, _ = io.Copy(&got, ptmx)
-		err = cmd.Wait()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 5 {
-			t.Fatalf("guestlink exec on a terminal: %v, want exit status 5; output %q", err, got.String())
-		}
-		if !strings.Contains(got.String(), "33 111") {
-			t.Errorf("stty size in the guest: %q, want 33 111 (the terminal's size)", got.String())
-		}
-		if !strings.Contains(got.String(), "/dev/pts/") {
-			t.Errorf("the command did not run on a pseudo-terminal: %q", got.String())
-		}
-	})
+	t.Run("interactive through a pseudo-terminal", func(t *testing.T) { checkExecPTY(ctx, t, d.daemonProc, "exec1") })
 
 	t.Run("refused input", func(t *testing.T) {
 		for _, tc := range []struct {
@@ -230,11 +191,8 @@ func TestExecSim(t *testing.T) {
 
 	t.Run("serial_link", func(t *testing.T) {
 		d.launch(ctx, "execserial", map[string]string{"sim.link": "serial"}, nil)
-		out, errOut, err := d.runCLI(ctx, "exec", "execserial", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 7 || out != "out\n" || errOut != "err\n" {
-			t.Fatalf("exec over the serial link: %v, stdout %q, stderr %q; want 7, out, err\nguest console:\n%s", err, out, errOut, d.cli(ctx, "console", "execserial"))
-		}
+		checkExecStreams(ctx, t, d.daemonProc, "execserial")
+		checkExecPTY(ctx, t, d.daemonProc, "execserial")
 	})
 
 	t.Run("audit", func(t *testing.T) {
@@ -245,4 +203,54 @@ func TestExecSim(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkExecStreams runs `guestlink exec NAME -- sh -c 'echo out; echo err
+// >&2; exit 7'`: each stream on its own fd, and the exit code 7.
+func checkExecStreams(ctx context.Context, t *testing.T, d *daemonProc, name string) {
+	t.Helper()
+	out, errOut, err := d.runCLI(ctx, "exec", name, "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("guestlink exec %s: %v (stderr %q), want exit status 7", name, err, errOut)
+	}
+	if out != "out\n" || errOut != "err\n" {
+		t.Fatalf("guestlink exec %s: stdout %q, stderr %q: want %q and %q", name, out, errOut, "out\n", "err\n")
+	}
+}
+
+// checkExecPTY runs guestlink exec on a pseudo-terminal of 33 rows and
+// 111 columns that the test holds: the command runs on a terminal in the
+// guest and `stty size` there sees that size; the exit code comes back.
+func checkExecPTY(ctx context.Context, t *testing.T, d *daemonProc, name string) {
+	t.Helper()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 33, Cols: 111}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "guestlink"), "exec", name, "--", "sh", "-c", "stty size; tty; exit 5")
+	cmd.Env = append(cleanEnv(), "GUESTLINK_STATE_DIR="+d.stateDir)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	// The pseudo-terminal ends (EIO) once guestlink has exited.
+	var got bytes.Buffer
+	_, _ = io.Copy(&got, ptmx)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 5 {
+		t.Fatalf("guestlink exec %s on a terminal: %v, want exit status 5; output %q", name, err, got.String())
+	}
+	if !strings.Contains(got.String(), "33 111") {
+		t.Errorf("stty size in %s: %q, want 33 111 (the terminal's size)", name, got.String())
+	}
+	if !strings.Contains(got.String(), "/dev/pts/") {
+		t.Errorf("the command in %s did not run on a pseudo-terminal: %q", name, got.String())
+	}
 }
