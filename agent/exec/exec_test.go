@@ -246,3 +246,40 @@ func TestExecRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestExecControl: a signal message reaches the command (SIGTERM to a
+// shell waiting on sleep: return 143), and a control socket that closes
+// before the command ends kills it (the client is gone: return 137).
+func TestExecControl(t *testing.T) {
+	_, ts := server(t, t.TempDir())
+	start := func() (api.Operation, *websocket.Conn, *websocket.Conn) {
+		_, env := post(t, ts, api.ExecPost{Command: []string{"sh", "-c", "echo up; exec sleep 600"}, WaitForWS: true})
+		op := env.Metadata
+		ctl := dial(t, ts, op, api.ExecFDControl)
+		dial(t, ts, op, api.ExecFDStdin)
+		out := dial(t, ts, op, api.ExecFDStdout)
+		dial(t, ts, op, api.ExecFDStderr)
+		// The command runs once its output comes.
+		if _, data, err := out.ReadMessage(); err != nil || string(data) != "up\n" {
+			t.Fatalf("first output: %q %v", data, err)
+		}
+		return op, ctl, out
+	}
+	t.Run("signal", func(t *testing.T) {
+		op, ctl, _ := start()
+		msg, _ := json.Marshal(api.ExecControl{Command: api.ExecControlSignal, Signal: 15})
+		if err := ctl.WriteMessage(websocket.TextMessage, msg); err != nil {
+			t.Fatal(err)
+		}
+		if done := wait(t, ts, op.ID); done.Metadata.Return == nil || *done.Metadata.Return != 128+15 {
+			t.Fatalf("after SIGTERM: %+v, want return 143", done)
+		}
+	})
+	t.Run("control closed", func(t *testing.T) {
+		op, ctl, _ := start()
+		ctl.Close()
+		if done := wait(t, ts, op.ID); done.Metadata.Return == nil || *done.Metadata.Return != 128+9 {
+			t.Fatalf("after the control socket closed: %+v, want return 137", done)
+		}
+	})
+}
