@@ -30,6 +30,7 @@ import (
 	"github.com/guestlink/guestlink/agent/control"
 	"github.com/guestlink/guestlink/agent/devlxdproxy"
 	"github.com/guestlink/guestlink/agent/eventhub"
+	agentexec "github.com/guestlink/guestlink/agent/exec"
 	"github.com/guestlink/guestlink/agent/ringwriter"
 	"github.com/guestlink/guestlink/agent/upstream"
 	"github.com/guestlink/guestlink/link/advert"
@@ -255,7 +256,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("listening on %s link port %d: %w", a.cfg.Link.Kind(), control.Port, err)
 	}
 	srv := &http.Server{
-		Handler:           &control.Handler{Agent: a},
+		Handler:           &control.Handler{Agent: a, Exec: &agentexec.Server{Root: a.cfg.Root, Log: a.log.With("component", "exec")}},
 		TLSConfig:         control.TLSConfig(a.cert, serverDER),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,

@@ -200,6 +200,9 @@ ethernets:
 				// image's locales package).
 				t.Errorf("cloud-init's datasource %q (want LXD), errors %q", result.V1.Datasource, result.V1.Errors)
 			}
+			// exec through the agent (issue 26), on the booted guest.
+			checkExecStreams(ctx, t, d, name)
+			checkExecPTY(ctx, t, d, name)
 			stopStart := time.Now()
 			if _, err := d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStop, Timeout: int(debianStopTimeout / time.Second)}); err != nil {
 				t.Fatalf("stopping: %v", err)

@@ -46,6 +46,8 @@ type Agent interface {
 type Handler struct {
 	// Agent is driven by the requests.
 	Agent Agent
+	// Exec, if set, serves POST /1.0/exec and /1.0/operations/ (exec.go).
+	Exec http.Handler
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -103,6 +105,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.event(w, r)
 	default:
+		if h.serveExec(w, r) {
+			return
+		}
 		writeError(w, http.StatusNotFound, "")
 	}
 }

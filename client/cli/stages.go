@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mattn/go-isatty"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -29,12 +28,6 @@ type stages struct {
 	start time.Time // of the current stage
 	bar   *progressbar.ProgressBar
 	log   *os.File // the job's output on a terminal; nil when passed through
-}
-
-// isTerminal reports whether w is a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
 }
 
 // newStages shows stages on w; tty says whether to draw (isTerminal).

@@ -111,6 +111,8 @@ type Config struct {
 	// DefaultBackend is the backend of a create that names none (for
 	// placing it on a cluster member).
 	DefaultBackend string
+	// Exec reaches the agents for POST /1.0/instances/{name}/exec (exec.go); nil answers 501.
+	Exec Execer
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -126,6 +128,7 @@ type API struct {
 	listeners []net.Listener
 	streams   sync.WaitGroup // running event websockets
 	lim       limits         // enforce cfg.Limits
+	ops       operations     // exec operations (operations.go)
 }
 
 // New returns an API serving cfg's services. It panics if a service is
@@ -215,6 +218,7 @@ func (a *API) Register(r fiber.Router) {
 	a.registerStorage(v1)
 	a.registerImages(v1)
 	a.registerCluster(r, v1)
+	a.registerExec(v1)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several
