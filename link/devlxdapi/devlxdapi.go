@@ -154,8 +154,19 @@ type Info struct {
 	Location string `json:"location"`
 	// Auth is always "untrusted".
 	Auth string `json:"auth"`
-	// SupportedStorageDrivers is always empty, never null.
-	SupportedStorageDrivers []string `json:"supported_storage_drivers"`
+	// SupportedStorageDrivers are the host's storage drivers when the
+	// instance may manage volumes (security.devlxd.management.volumes),
+	// else empty; never null.
+	SupportedStorageDrivers []StorageDriver `json:"supported_storage_drivers"`
+}
+
+// StorageDriver is one entry of Info.SupportedStorageDrivers (LXD's
+// object).
+type StorageDriver struct {
+	// Name is the driver's name ("dir").
+	Name string `json:"name"`
+	// Remote reports whether the driver's volumes live off the host.
+	Remote bool `json:"remote"`
 }
 
 // MarshalJSON encodes the info with SupportedStorageDrivers as [] when nil.
@@ -163,7 +174,7 @@ func (i Info) MarshalJSON() ([]byte, error) {
 	type plain Info
 	p := plain(i)
 	if p.SupportedStorageDrivers == nil {
-		p.SupportedStorageDrivers = []string{}
+		p.SupportedStorageDrivers = []StorageDriver{}
 	}
 	b, err := encode(p)
 	return bytes.TrimRight(b, "\n"), err
@@ -193,7 +204,7 @@ func NewInfo(ready bool, location, instanceType string) Info {
 		InstanceType:            instanceType,
 		Location:                location,
 		Auth:                    "untrusted",
-		SupportedStorageDrivers: []string{},
+		SupportedStorageDrivers: []StorageDriver{},
 	}
 }
 

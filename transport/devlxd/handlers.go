@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -78,25 +79,50 @@ func (s *Server) getRoot(c *fiber.Ctx) error {
 func (s *Server) getInfo(c *fiber.Ctx) error {
 	inst := callerOf(c)
 	info := devlxdapi.NewInfo(inst.Ready(), s.cfg.Location, s.cfg.InstanceTypes.InstanceType(inst.Backend))
+	manages := isTrue(inst.Config[KeyManagementVolumes])
+	if manages {
+		info.SupportedStorageDrivers = s.storageDrivers()
+	}
 	if trustedOf(c) == nil {
-		// The untrusted answer is one of four envelopes (ready or not, VM
-		// or container; the location is the server's), encoded once each.
-		if b := s.untrustedInfo(info); b != nil {
+		// The untrusted answer is one of eight envelopes (ready or not, VM
+		// or container, managing volumes or not; the location and the
+		// drivers are the server's), encoded once each.
+		if b := s.untrustedInfo(info, manages); b != nil {
 			return sendEnvelope(c, b)
 		}
 	}
 	return sendSync(c, s.info(c, info))
 }
 
+// storageDrivers are the drivers of the host's storage pools, as LXD lists
+// them in GET /1.0 to a guest that may manage volumes (empty without
+// storage).
+func (s *Server) storageDrivers() []devlxdapi.StorageDriver {
+	out := []devlxdapi.StorageDriver{}
+	if s.cfg.Storage == nil {
+		return out
+	}
+	for _, p := range s.cfg.Storage.Pools() {
+		d := devlxdapi.StorageDriver{Name: p.Driver, Remote: false} // dir: the host's own disk
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // untrustedInfo returns the success envelope of info, an untrusted GET /1.0
 // answer, encoding it the first time it is asked for; nil if encoding fails.
-func (s *Server) untrustedInfo(info devlxdapi.Info) []byte {
+func (s *Server) untrustedInfo(info devlxdapi.Info, manages bool) []byte {
 	i := 0
 	if info.State == devlxdapi.StateReady {
 		i |= 1
 	}
 	if info.InstanceType == devlxdapi.InstanceTypeContainer {
 		i |= 2
+	}
+	if manages {
+		i |= 4
 	}
 	slot := &s.infoBodies[i]
 	if b := slot.Load(); b != nil {

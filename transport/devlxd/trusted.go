@@ -3,6 +3,7 @@ package devlxd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -87,7 +88,7 @@ func (s *Server) registerTrusted() {
 			return c.Next()
 		})
 	}
-	s.app.Get("/1.0/instances/:name", s.managed(s.getInstance))
+	s.app.Get("/1.0/instances/:name", s.managed(s.reply(s.getInstance)))
 	s.registerManagement()
 }
 
@@ -198,36 +199,32 @@ func ownedDevices(inst *instance.Instance, who *auth.DevlxdCaller) map[string]ma
 }
 
 // target returns the instance a management route names, when the caller's
-// identity is scoped to it; otherwise it answered 404 (an instance outside
+// identity is scoped to it; otherwise a 404 refusal (an instance outside
 // the scope is not shown to exist).
-func (s *Server) target(c *fiber.Ctx) (*instance.Instance, bool) {
+func (s *Server) target(c *fiber.Ctx) (*instance.Instance, error) {
 	who := trustedOf(c)
 	name := c.Params("name")
 	if !slices.Contains(who.Instances, name) {
-		_ = sendError(c, http.StatusNotFound, "")
-		return nil, false
+		return nil, refuse(http.StatusNotFound, "")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	inst, err := s.cfg.Instances.Get(ctx, name)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		_ = sendError(c, http.StatusNotFound, "")
-		return nil, false
+		return nil, refuse(http.StatusNotFound, "")
 	}
 	if err != nil {
-		s.cfg.Logger.Error("devlxd: looking up instance", "instance", name, "err", err)
-		_ = sendError(c, http.StatusInternalServerError, "")
-		return nil, false
+		return nil, fmt.Errorf("looking up instance %q: %w", name, err)
 	}
-	return inst, true
+	return inst, nil
 }
 
 // getInstance answers GET /1.0/instances/{name}: the name and the devices
 // the caller's identity owns.
-func (s *Server) getInstance(c *fiber.Ctx) error {
-	inst, ok := s.target(c)
-	if !ok {
-		return nil
+func (s *Server) getInstance(c *fiber.Ctx) (reply, error) {
+	inst, err := s.target(c)
+	if err != nil {
+		return reply{}, err
 	}
-	return sendSync(c, devlxdapi.Instance{Name: inst.Name, Devices: ownedDevices(inst, trustedOf(c))})
+	return reply{value: devlxdapi.Instance{Name: inst.Name, Devices: ownedDevices(inst, trustedOf(c))}}, nil
 }
