@@ -384,7 +384,8 @@ func (s *Server) copySource(ctx context.Context, c *fiber.Ctx, st Storage, typ, 
 		return "", refuse(http.StatusBadRequest, "Source volume name must be provided when source is configured")
 	}
 	if _, err := s.ownedVolume(c, st, pool, volName); err != nil {
-		if errdefs.HTTPStatus(err) >= 500 {
+		var ref *refusal
+		if !errors.As(err, &ref) && !errors.Is(err, errdefs.ErrNotFound) {
 			return "", err
 		}
 		return "", refuse(http.StatusNotFound, msgSourceNotFound)
