@@ -113,6 +113,22 @@ func ErrorResponse(code int, msg string) []byte {
 	return b
 }
 
+// ErrorResponseText is ErrorResponse with msg as it is: an empty msg
+// stays empty (the guest then reads an empty error text).
+func ErrorResponseText(code int, msg string) []byte {
+	b, err := encode(&Response{Type: TypeError, ErrorCode: code, Error: msg})
+	if err != nil {
+		panic(fmt.Sprintf("encoding devlxd error response: %v", err))
+	}
+	return b
+}
+
+// HeaderInstanceType is the header of the daemon's devlxd answers naming
+// the calling guest's instance type (InstanceTypeVM or
+// InstanceTypeContainer): the agent answers as LXD's VM agent does only
+// for a VM (GET / locally). It is not passed on to the guest.
+const HeaderInstanceType = "X-Guestlink-Instance-Type"
+
 // ParseResponse decodes an envelope and checks its type. The HTTP status of
 // the transport is not consulted: the envelope carries its own.
 func ParseResponse(data []byte) (*Response, error) {
@@ -289,11 +305,9 @@ func WriteGuest(w http.ResponseWriter, path string, env *Response) {
 		if code < 400 || code > 599 {
 			code = http.StatusInternalServerError
 		}
-		msg := env.Error
-		if msg == "" {
-			msg = http.StatusText(code)
-		}
-		http.Error(w, msg, code)
+		// The text as the daemon wrote it: an empty one (LXD's VM agent's
+		// 501) stays empty.
+		http.Error(w, env.Error, code)
 		return
 	}
 	meta := bytes.TrimSpace(env.Metadata)

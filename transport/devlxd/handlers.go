@@ -62,10 +62,28 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 	}
 	c.Locals(localsInstance, inst)
 	c.Locals(localsIdentity, id)
+	c.Set(devlxdapi.HeaderInstanceType, s.cfg.InstanceTypes.InstanceType(inst.Backend))
 	if !s.bearer(c, inst) {
 		return nil
 	}
 	return c.Next()
+}
+
+// isVM reports whether the calling guest is a virtual machine: it gets the
+// answers of LXD's VM agent (lxd-agent) where they differ from the
+// container server's (docs/devlxd.md).
+func (s *Server) isVM(c *fiber.Ctx) bool {
+	return s.cfg.InstanceTypes.InstanceType(callerOf(c).Backend) != devlxdapi.InstanceTypeContainer
+}
+
+// notImplemented answers a method the route does not serve: 501 with the
+// status text (LXD's server), or with an empty text to a VM (LXD's agent
+// writes none: the guest reads a bare newline).
+func (s *Server) notImplemented(c *fiber.Ctx) error {
+	if s.isVM(c) {
+		return sendErrorText(c, http.StatusNotImplemented, "")
+	}
+	return sendError(c, http.StatusNotImplemented, "")
 }
 
 func callerOf(c *fiber.Ctx) *instance.Instance {
@@ -162,6 +180,12 @@ func (s *Server) patchState(c *fiber.Ctx) error {
 		return sendError(c, http.StatusTooManyRequests, "")
 	}
 	d, err := DecodeDeclaration(c.Body())
+	var be *BodyError
+	if errors.As(err, &be) && s.isVM(c) {
+		// LXD's VM agent decodes the body itself and answers its
+		// decoder's error as a 500.
+		return sendError(c, http.StatusInternalServerError, be.Err.Error())
+	}
 	if err != nil {
 		return sendError(c, http.StatusBadRequest, err.Error())
 	}
@@ -241,6 +265,14 @@ func sendError(c *fiber.Ctx, code int, msg string) error {
 	c.Status(code)
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return c.Send(devlxdapi.ErrorResponse(code, msg))
+}
+
+// sendErrorText answers code with the error envelope carrying msg as it
+// is, "" included.
+func sendErrorText(c *fiber.Ctx, code int, msg string) error {
+	c.Status(code)
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Send(devlxdapi.ErrorResponseText(code, msg))
 }
 
 // errorHandler answers the errors the HTTP layer raises itself (body too

@@ -194,14 +194,16 @@ func (s *Server) manage(h storageFunc) fiber.Handler {
 
 // onVolume wraps a handler of one volume's route: the route's type must
 // be custom (else 400 typeMsg), a recursive route wants ?recursion=1
-// (else 501, checked before the volume as LXD), and the volume must be
-// the caller's (else 404, another identity's volume not revealed).
+// (else 501, checked before the volume as LXD; not for a VM, whose agent
+// always asks recursively), and the volume must be the caller's (else
+// 404, another identity's volume not revealed).
 func (s *Server) onVolume(typeMsg string, recursive bool, h volumeFunc) fiber.Handler {
 	return s.manage(func(c *fiber.Ctx, st Storage) (reply, error) {
 		if t := c.Params("type"); t != "custom" {
 			return reply{}, refuse(http.StatusBadRequest, typeMsg)
 		}
-		if recursive && !isRecursive(c) {
+		if recursive && !isRecursive(c) && !s.isVM(c) {
+			// LXD's VM agent always asks the host recursively.
 			return reply{}, refuse(http.StatusNotImplemented, msgOnlyRecursive)
 		}
 		v, err := s.ownedVolume(c, st, c.Params("pool"), c.Params("volume"))
@@ -297,11 +299,16 @@ func toWire(v *storage.Volume) wireVolume {
 	return wireVolume{Name: v.Name, Description: v.Description, Pool: v.Pool, Type: v.Type, ContentType: v.ContentType, Config: maps.Clone(v.Config), Location: v.Location}
 }
 
+// listVolumes answers GET .../volumes[/{type}]?recursion=1: the custom
+// volumes the caller's identity owns. LXD's VM agent asks the host for
+// them recursively and without the type whatever the guest asked, so a
+// VM is refused neither a plain list nor a type.
 func (s *Server) listVolumes(c *fiber.Ctx, st Storage) (reply, error) {
-	if !isRecursive(c) {
+	vm := s.isVM(c)
+	if !vm && !isRecursive(c) {
 		return reply{}, refuse(http.StatusNotImplemented, msgOnlyRecursive)
 	}
-	if t := c.Params("type"); t != "" && t != "custom" {
+	if t := c.Params("type"); !vm && t != "" && t != "custom" {
 		return reply{}, refuse(http.StatusBadRequest, msgOnlyCustom)
 	}
 	ctx, cancel := reqCtx()

@@ -49,19 +49,22 @@ const (
 type trustedRoute struct {
 	path    string
 	methods []string
+	// vmMissing is a method of methods LXD's VM agent does not route
+	// (501 to a VM guest).
+	vmMissing string
 }
 
 // trustedRoutes are LXD's devlxd management routes.
 var trustedRoutes = []trustedRoute{
-	{"/1.0/instances/:name", []string{fiber.MethodGet, fiber.MethodPatch}},
-	{"/1.0/operations/:id", []string{fiber.MethodDelete}},
-	{"/1.0/operations/:id/wait", []string{fiber.MethodGet}},
-	{"/1.0/storage-pools/:pool", []string{fiber.MethodGet}},
-	{"/1.0/storage-pools/:pool/volumes", []string{fiber.MethodGet, fiber.MethodPost}},
-	{"/1.0/storage-pools/:pool/volumes/:type", []string{fiber.MethodGet, fiber.MethodPost}},
-	{"/1.0/storage-pools/:pool/volumes/:type/:volume", []string{fiber.MethodGet, fiber.MethodPut, fiber.MethodPatch, fiber.MethodDelete}},
-	{"/1.0/storage-pools/:pool/volumes/:type/:volume/snapshots", []string{fiber.MethodGet, fiber.MethodPost}},
-	{"/1.0/storage-pools/:pool/volumes/:type/:volume/snapshots/:snapshot", []string{fiber.MethodGet, fiber.MethodDelete}},
+	{"/1.0/instances/:name", []string{fiber.MethodGet, fiber.MethodPatch}, ""},
+	{"/1.0/operations/:id", []string{fiber.MethodDelete}, ""},
+	{"/1.0/operations/:id/wait", []string{fiber.MethodGet}, ""},
+	{"/1.0/storage-pools/:pool", []string{fiber.MethodGet}, ""},
+	{"/1.0/storage-pools/:pool/volumes", []string{fiber.MethodGet, fiber.MethodPost}, ""},
+	{"/1.0/storage-pools/:pool/volumes/:type", []string{fiber.MethodGet, fiber.MethodPost}, ""},
+	{"/1.0/storage-pools/:pool/volumes/:type/:volume", []string{fiber.MethodGet, fiber.MethodPut, fiber.MethodPatch, fiber.MethodDelete}, fiber.MethodPut},
+	{"/1.0/storage-pools/:pool/volumes/:type/:volume/snapshots", []string{fiber.MethodGet, fiber.MethodPost}, ""},
+	{"/1.0/storage-pools/:pool/volumes/:type/:volume/snapshots/:snapshot", []string{fiber.MethodGet, fiber.MethodDelete}, ""},
 }
 
 // standardMethods are the methods LXD's devlxd router dispatches.
@@ -78,8 +81,8 @@ func (s *Server) registerTrusted() {
 			switch {
 			case !slices.Contains(standardMethods, c.Method()):
 				return sendError(c, http.StatusNotFound, "Method \""+c.Method()+"\" not found")
-			case !slices.Contains(r.methods, c.Method()):
-				return sendError(c, http.StatusNotImplemented, "")
+			case !slices.Contains(r.methods, c.Method()) || (r.vmMissing == c.Method() && s.isVM(c)):
+				return s.notImplemented(c)
 			case !guestview.DevlxdEnabled(callerOf(c).Config):
 				return sendError(c, http.StatusForbidden, "")
 			case trustedOf(c) == nil:

@@ -33,6 +33,7 @@ func volumeEnv(t *testing.T) (*env, *storage.Service, *http.Client) {
 			tokAB: {Name: "other", Instances: []string{"a"}},
 		}
 		c.Storage = st
+		c.InstanceTypes = fixedType("container")
 	})
 	e.insts.setConfig(uuidA, KeyManagementVolumes, "true")
 	return e, st, e.client(uuidA, e.agents["a"])
