@@ -61,6 +61,10 @@ type Guest struct {
 	Location string
 	// InstanceType is "container" or "virtual-machine".
 	InstanceType string
+	// StorageDrivers are the host's (local) storage drivers GET /1.0 lists
+	// to a guest that may manage volumes (security.devlxd.management.volumes);
+	// empty for one that may not.
+	StorageDrivers []string
 	// SetConfig changes one config key of the instance through the host
 	// (for the config event; "" unsets it); nil skips the event check.
 	SetConfig func(ctx context.Context, key, value string) error
