@@ -115,7 +115,7 @@ const (
 // registerManagement adds the handlers behind the trusted gate.
 func (s *Server) registerManagement() {
 	const vol = "/1.0/storage-pools/:pool/volumes/:type/:volume"
-	s.app.Patch("/1.0/instances/:name", s.managed(s.reply(s.patchInstance)))
+	s.app.Patch("/1.0/instances/:name", s.managed(s.answer(s.patchInstance)))
 	s.app.Get("/1.0/operations/:id/wait", s.waitOperation)
 	s.app.Delete("/1.0/operations/:id", s.cancelOperation)
 	s.app.Get("/1.0/storage-pools/:pool", s.manage(s.getPool))
@@ -161,10 +161,10 @@ type (
 	volumeFunc func(c *fiber.Ctx, st Storage, v *storage.Volume) (reply, error)
 )
 
-// reply turns h into a fiber handler: a refusal is answered as it is, a
+// answer turns h into a fiber handler: a refusal is answered as it is, a
 // service error by its kind (fail), a reply in the success envelope with
 // its ETag header.
-func (s *Server) reply(h replyFunc) fiber.Handler {
+func (s *Server) answer(h replyFunc) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		r, err := h(c)
 		var ref *refusal
@@ -184,7 +184,7 @@ func (s *Server) reply(h replyFunc) fiber.Handler {
 // manage wraps a storage handler: management enabled (else 403), storage
 // configured on the host (else 501), then reply.
 func (s *Server) manage(h storageFunc) fiber.Handler {
-	return s.managed(s.reply(func(c *fiber.Ctx) (reply, error) {
+	return s.managed(s.answer(func(c *fiber.Ctx) (reply, error) {
 		if s.cfg.Storage == nil {
 			return reply{}, refuse(http.StatusNotImplemented, msgStorageNotHere)
 		}

@@ -91,7 +91,7 @@ func (s *Server) registerTrusted() {
 			return c.Next()
 		})
 	}
-	s.app.Get("/1.0/instances/:name", s.managed(s.reply(s.getInstance)))
+	s.app.Get("/1.0/instances/:name", s.managed(s.answer(s.getInstance)))
 	s.registerManagement()
 }
 
