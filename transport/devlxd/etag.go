@@ -11,6 +11,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/storage"
 )
 
@@ -24,10 +25,14 @@ import (
 //   - a custom volume: name, type ("custom"), config (volatile.devlxd.owner
 //     included);
 //   - a volume snapshot: description, expiry (guestlink's snapshots do not
-//     expire: the zero time, as LXD's without an expiry).
+//     expire: the zero time, as LXD's without an expiry);
+//   - an instance: LXD hashes architecture, local config, local devices,
+//     ephemeral and profiles; guestlink's instances have the config and
+//     the devices only (volatile keys included, as LXD's local config).
 //
 // A client sends the ETag it read back in If-Match; a PUT or PATCH of a
-// volume whose ETag is no longer that is refused 412 and changes nothing.
+// volume, or a PATCH of an instance, whose ETag is no longer that is
+// refused 412 and changes nothing.
 
 // etagOf returns LXD's ETag of fields, quoted.
 func etagOf(fields ...any) string {
@@ -49,6 +54,17 @@ func volumeETag(v *storage.Volume) string {
 		cfg = map[string]string{}
 	}
 	return etagOf(v.Name, v.Type, cfg)
+}
+
+func instanceETag(inst *instance.Instance) string {
+	cfg, devs := inst.Config, inst.Devices
+	if cfg == nil {
+		cfg = map[string]string{}
+	}
+	if devs == nil {
+		devs = map[string]map[string]string{}
+	}
+	return etagOf(cfg, devs)
 }
 
 func snapshotETag(v *storage.Volume) string {

@@ -526,7 +526,8 @@ func isVolumeDisk(dev map[string]string) bool {
 // of a volume the identity does not own is 404 (not revealed). Devices
 // added are owned by the identity (volatile.<dev>.devlxd.owner). On a
 // running instance the backend hot-plugs them (or the change is refused
-// precisely).
+// precisely). An If-Match that is not the instance's ETag is 412 and
+// nothing changes.
 func (s *Server) patchInstance(c *fiber.Ctx) (reply, error) {
 	if s.cfg.Devices == nil {
 		return reply{}, refuse(http.StatusNotImplemented, msgDevicesNotHere)
@@ -564,6 +565,11 @@ func (s *Server) patchInstance(c *fiber.Ctx) (reply, error) {
 			u.Put[name] = maps.Clone(dev)
 			u.Config[ownerKey(name)] = owner
 		}
+	}
+	// LXD checks the tag in the instance update it then makes, nothing
+	// to change included.
+	if err := checkIfMatch(c, instanceETag(inst)); err != nil {
+		return reply{}, err
 	}
 	if len(u.Put) == 0 && len(u.Remove) == 0 {
 		return reply{}, nil

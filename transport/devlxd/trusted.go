@@ -223,11 +223,11 @@ func (s *Server) target(c *fiber.Ctx) (*instance.Instance, error) {
 }
 
 // getInstance answers GET /1.0/instances/{name}: the name and the devices
-// the caller's identity owns.
+// the caller's identity owns, with the instance's ETag.
 func (s *Server) getInstance(c *fiber.Ctx) (reply, error) {
 	inst, err := s.target(c)
 	if err != nil {
 		return reply{}, err
 	}
-	return reply{value: devlxdapi.Instance{Name: inst.Name, Devices: ownedDevices(inst, trustedOf(c))}}, nil
+	return reply{value: devlxdapi.Instance{Name: inst.Name, Devices: ownedDevices(inst, trustedOf(c))}, etag: instanceETag(inst)}, nil
 }

@@ -295,3 +295,56 @@ func TestSupportedStorageDrivers(t *testing.T) {
 		})
 	}
 }
+
+func TestInstanceETagIfMatch(t *testing.T) {
+	e, _, a := volumeEnv(t)
+	devs := &fakeDevices{insts: e.insts, uuid: uuidA}
+	e.srv.cfg.Devices = devs
+	// The instance's tag: the SHA-256 of the JSON of [config, devices] as
+	// the test reads them from the instance, newline-ended, quoted.
+	tagNow := func() string {
+		t.Helper()
+		inst, err := e.insts.Get(context.Background(), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.insts.mu.Lock()
+		b, err := json.Marshal([]any{inst.Config, inst.Devices})
+		e.insts.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lxdETag(string(b))
+	}
+	got := call(t, a, tokA, "GET", "/1.0/instances/a", "")
+	if want := tagNow(); got.status != 200 || got.etag != want {
+		t.Fatalf("GET instance: %+v ETag %s, want %s", got.answer, got.etag, want)
+	}
+	stale := got.etag
+	succeeded(t, "a volume", call(t, a, tokA, "POST", "/1.0/storage-pools/default/volumes", `{"name":"d1","config":{"size":"1MiB"}}`))
+	const attach = `{"devices":{"d1":{"type":"disk","pool":"default","source":"d1"}}}`
+	// The instance changes (a user key), so the tag read before is stale:
+	// 412 and no device change, even one that would change nothing.
+	e.insts.setConfig(uuidA, "user.changed", "yes")
+	for _, body := range []string{attach, `{"devices":{}}`} {
+		got = call(t, a, tokA, "PATCH", "/1.0/instances/a", body, "If-Match", stale)
+		if got.status != 412 || !strings.Contains(got.body, "ETag does not match: "+strings.Trim(tagNow(), `"`)+" vs "+strings.Trim(stale, `"`)) {
+			t.Fatalf("PATCH %s with a stale If-Match: %+v", body, got.answer)
+		}
+	}
+	devs.mu.Lock()
+	n := len(devs.got)
+	devs.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("a refused PATCH changed devices: %+v", devs.got)
+	}
+	// The current tag lets it through.
+	if got = call(t, a, tokA, "PATCH", "/1.0/instances/a", attach, "If-Match", tagNow()); got.answer != sync200("null") {
+		t.Fatalf("PATCH with the current If-Match: %+v", got.answer)
+	}
+	devs.mu.Lock()
+	defer devs.mu.Unlock()
+	if len(devs.got) != 1 || devs.got[0].Put["d1"]["source"] != "d1" {
+		t.Fatalf("device updates %+v, want d1 attached", devs.got)
+	}
+}
