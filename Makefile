@@ -63,6 +63,10 @@ packages: build ## build the .deb packages into bin/packages/ (guestlink-agent, 
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) GUESTLINK_VERSION=$(PKG_VERSION) $(GO) tool -modfile=tools/go.mod nfpm package --config packaging/agent/nfpm.yaml --packager deb --target $(BIN)/packages/
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) GUESTLINK_VERSION=$(PKG_VERSION) $(GO) tool -modfile=tools/go.mod nfpm package --config packaging/host/nfpm.yaml --packager deb --target $(BIN)/packages/
 
+.PHONY: cloud-init-trixie
+cloud-init-trixie: ## build the Debian 13 tree with cloud-init that TestDevlxdCloudInitTrixie runs its LXD datasource in (cached outside the tree)
+	scripts/cloud-init-trixie.sh >/dev/null
+
 .PHONY: guest-image-debian
 guest-image-debian: packages ## build the Debian 12 guest disk image into bin/images/debian-12.img (cached outside the tree)
 	scripts/guest-image-debian.sh $(BIN)/packages $(BIN)/images
@@ -91,7 +95,7 @@ depaware: ## rewrite what the CLI, the agent, the SDK and api link (internal/dep
 	$(GO) test -count=1 -run 'TestDepaware$$|TestAgentModulesDocumented|TestArchitectureRuleTable' ./internal/deptest -update
 
 .PHONY: test
-test: deps build guest-image packages guest-image-debian lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
+test: deps build guest-image packages guest-image-debian cloud-init-trixie lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
 	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
 
 .PHONY: test-go

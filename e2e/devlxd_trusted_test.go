@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,7 +59,8 @@ func TestDevlxdTrusted(t *testing.T) {
 	metaData := "instance-id: " + inst1.UUID + "\nlocal-hostname: trusted1\n"
 	// A sim guest is a process: its backend declares instance_type "container".
 	// GET /1.0 from the record of LXD's field order (devlxdconf).
-	sim := devlxdconf.Guest{Location: host, InstanceType: "container"}
+	// It manages volumes: GET /1.0 lists the host's dir driver.
+	sim := devlxdconf.Guest{Location: host, InstanceType: "container", StorageDrivers: []string{"dir"}}
 	untrusted := devlxdconf.Info(sim, "Started") + "\n"
 	trusted := devlxdconf.TrustedInfo(sim, "Started") + "\n"
 	for _, tc := range []struct {
@@ -116,8 +118,10 @@ func TestDevlxdTrusted(t *testing.T) {
 		{"list not recursive", "GET", "/1.0/storage-pools/default/volumes", "", 501, "Only recursive requests are currently supported\n"},
 		{"get", "GET", "/1.0/storage-pools/default/volumes/custom/csi-vol", "", 200, `{"name":"csi-vol","description":"","pool":"default","type":"custom","content_type":"block","config":{"size":"8MiB","volatile.devlxd.owner":"devlxd/csi"},"location":"none"}` + "\n"},
 		{"pool", "GET", "/1.0/storage-pools/default", "", 200, `{"name":"default","driver":"dir","status":"Created"}` + "\n"},
-		{"not custom", "POST", "/1.0/storage-pools/default/volumes", `{"name":"x","type":"container"}`, 400, "Only custom storage volumes can be created\n"},
-		{"owner", "POST", "/1.0/storage-pools/default/volumes/custom", `{"name":"x","type":"custom","config":{"volatile.devlxd.owner":"devlxd/other"}}`, 400, "Volume owner cannot be changed\n"},
+		{"not custom", "POST", "/1.0/storage-pools/default/volumes", `{"name":"x","type":"container"}`, 400, "URL volume type does not match the volume type in body\n"},
+		{"not custom in the URL", "POST", "/1.0/storage-pools/default/volumes/container", `{"name":"x"}`, 400, "Only custom storage volumes can be created\n"},
+		// As LXD, the owner a body names is replaced by the caller's.
+		{"owner", "POST", "/1.0/storage-pools/default/volumes/custom", `{"name":"owned","type":"custom","config":{"size":"1MiB","volatile.devlxd.owner":"devlxd/other"}}`, 200, ""},
 		{"bad body", "POST", "/1.0/storage-pools/default/volumes/custom", `{`, 400, "Failed decoding request body: unexpected EOF\n"},
 		{"snapshot", "POST", "/1.0/storage-pools/default/volumes/custom/csi-vol/snapshots", `{"name":"s0"}`, 200, ""},
 		{"snapshots", "GET", "/1.0/storage-pools/default/volumes/custom/csi-vol/snapshots?recursion=1", "", 200, `[{"name":"s0","description":"","content_type":"block","config":{"size":"8MiB","volatile.devlxd.owner":"devlxd/csi"}}]` + "\n"},
@@ -131,13 +135,31 @@ func TestDevlxdTrusted(t *testing.T) {
 			}
 		})
 	}
+	// Through the agent process: a stale If-Match is LXD's 412 and changes
+	// nothing; a snapshot without a name is snap0.
+	got = curlDevlxd(ctx, t, g1.socket, "PATCH", "/1.0/storage-pools/default/volumes/custom/csi-vol", `{"description":"changed"}`, bearer, `If-Match: "0"`)
+	if got.status != 412 || !strings.HasPrefix(string(got.body), "ETag does not match: ") || !strings.HasSuffix(string(got.body), " vs 0. The configuration has been modified since this change began. Please retrieve the updated configuration before proceeding.\n") {
+		t.Fatalf("stale If-Match: %d %q", got.status, got.body)
+	}
+	if v, err := d.client.StorageVolume(ctx, "default", "csi-vol"); err != nil || v.Description != "" {
+		t.Fatalf("after a stale If-Match: %+v %v, want the volume unchanged", v, err)
+	}
+	if got = curlDevlxd(ctx, t, g1.socket, "POST", "/1.0/storage-pools/default/volumes/custom/csi-vol/snapshots", `{}`, bearer); got.status != 200 || !opRE.Match(got.body) {
+		t.Fatalf("snapshot {}: %d %q", got.status, got.body)
+	}
+	if got = curlDevlxd(ctx, t, g1.socket, "GET", "/1.0/storage-pools/default/volumes/custom/csi-vol/snapshots/snap0", "", bearer); got.status != 200 {
+		t.Fatalf("snapshot snap0: %d %q", got.status, got.body)
+	}
+	if v, err := d.client.StorageVolume(ctx, "default", "owned"); err != nil || v.Config["volatile.devlxd.owner"] != "devlxd/csi" {
+		t.Fatalf("volume created naming another owner: %+v %v, want owned by devlxd/csi", v, err)
+	}
 	// Attaching to a running sim guest: sim cannot hot-plug, said precisely.
 	got = curlDevlxd(ctx, t, g1.socket, "PATCH", "/1.0/instances/trusted1", `{"devices":{"csi-vol":{"type":"disk","pool":"default","source":"csi-vol"}}}`, bearer)
 	if want := `updating devices of instance "trusted1": backend sim cannot hot-plug devices; stop the instance first: conflict` + "\n"; got.status != 409 || string(got.body) != want {
 		t.Fatalf("attach on sim: %d %q, want 409 %q", got.status, got.body, want)
 	}
 	got = curlDevlxd(ctx, t, g1.socket, "PATCH", "/1.0/instances/trusted1", `{"devices":{"d":{"type":"disk","pool":"default","source":"admin-vol"}}}`, bearer)
-	if got.status != 403 || string(got.body) != "Not authorized to use storage volume \"admin-vol\"\n" {
+	if got.status != 404 || string(got.body) != "Not Found\n" { // LXD: not revealed
 		t.Fatalf("attach of a volume not owned: %d %q", got.status, got.body)
 	}
 

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -58,9 +59,10 @@ type Upstream interface {
 	// Raw sends a request to the daemon and returns its HTTP response.
 	// Errors wrap upstream.ErrNoAdvertisement or upstream.ErrUnreachable.
 	Raw(ctx context.Context, method, path string, body []byte) (*http.Response, error)
-	// RawAuth is Raw forwarding the guest's Authorization header (a devlxd
-	// bearer token; "" for none), so the daemon can authenticate it.
-	RawAuth(ctx context.Context, method, path string, body []byte, authorization string) (*http.Response, error)
+	// RawHeader is Raw forwarding the guest's Authorization (a devlxd
+	// bearer token, so the daemon can authenticate it) and If-Match (an
+	// ETag of the trusted API) headers; an empty one is not sent.
+	RawHeader(ctx context.Context, method, path string, body []byte, h upstream.Header) (*http.Response, error)
 }
 
 var _ Upstream = (*upstream.Client)(nil)
@@ -87,6 +89,12 @@ type Handler struct {
 	// RetryWait overrides MetaDataRetryWait (for tests); zero means the
 	// package default.
 	RetryWait time.Duration
+
+	// vm records that the daemon said this guest is a virtual machine
+	// (devlxdapi.HeaderInstanceType on its answers): GET / is then
+	// answered here, as LXD's VM agent does, even while the daemon is
+	// down. Until the daemon has answered once, the agent does not know.
+	vm atomic.Bool
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -113,6 +121,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.URL.Path == "/1.0/events" && r.Method == http.MethodGet {
 		h.serveEvents(w, r)
+		return
+	}
+	if r.URL.Path == "/" && r.Method == http.MethodGet && h.vm.Load() {
+		// LXD's VM agent lists the API versions itself.
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `["/`+devlxdapi.APIVersion+`"]`+"\n")
 		return
 	}
 	h.forward(w, r)
@@ -145,6 +159,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 	defer resp.Body.Close()
 	if h.OnReached != nil {
 		h.OnReached()
+	}
+	if t := resp.Header.Get(devlxdapi.HeaderInstanceType); t != "" {
+		h.vm.Store(t == devlxdapi.InstanceTypeVM)
 	}
 	if r.Method == http.MethodHead {
 		// A HEAD answer has no body (no envelope): its status is the answer.
@@ -182,6 +199,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request) {
 			h.OnDeclared(put)
 		}
 	}
+	if etag := resp.Header.Get("Etag"); etag != "" && env.Type == devlxdapi.TypeSync {
+		// The trusted routes' ETag, for the guest's If-Match.
+		w.Header().Set("Etag", etag)
+	}
 	devlxdapi.WriteGuest(w, r.URL.Path, env)
 }
 
@@ -209,7 +230,7 @@ func (h *Handler) roundTrip(r *http.Request, path string, body []byte) (*http.Re
 		wait = h.RetryWait
 	}
 	for i := 1; ; i++ {
-		resp, err := h.Upstream.RawAuth(r.Context(), r.Method, path, body, r.Header.Get("Authorization"))
+		resp, err := h.Upstream.RawHeader(r.Context(), r.Method, path, body, upstream.Header{Authorization: r.Header.Get("Authorization"), IfMatch: r.Header.Get("If-Match")})
 		if err == nil || i >= attempts || errors.Is(err, context.DeadlineExceeded) ||
 			!(errors.Is(err, upstream.ErrNoAdvertisement) || errors.Is(err, upstream.ErrUnreachable)) {
 			return resp, err

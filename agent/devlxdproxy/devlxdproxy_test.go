@@ -29,14 +29,18 @@ type fakeUpstream struct {
 	body   string
 	err    error
 
-	mu    sync.Mutex
-	seen  []string
-	auths []string
+	header http.Header // extra answer headers
+
+	mu      sync.Mutex
+	seen    []string
+	auths   []string
+	ifMatch []string
 }
 
-func (f *fakeUpstream) RawAuth(ctx context.Context, method, path string, body []byte, authorization string) (*http.Response, error) {
+func (f *fakeUpstream) RawHeader(ctx context.Context, method, path string, body []byte, h upstream.Header) (*http.Response, error) {
 	f.mu.Lock()
-	f.auths = append(f.auths, authorization)
+	f.auths = append(f.auths, h.Authorization)
+	f.ifMatch = append(f.ifMatch, h.IfMatch)
 	f.mu.Unlock()
 	return f.Raw(ctx, method, path, body)
 }
@@ -48,9 +52,13 @@ func (f *fakeUpstream) Raw(ctx context.Context, method, path string, body []byte
 	if f.err != nil {
 		return nil, f.err
 	}
+	hdr := http.Header{"Content-Type": {f.ctype}}
+	for k, v := range f.header {
+		hdr[k] = v
+	}
 	return &http.Response{
 		StatusCode: f.status,
-		Header:     http.Header{"Content-Type": {f.ctype}},
+		Header:     hdr,
 		Body:       io.NopCloser(strings.NewReader(f.body)),
 	}, nil
 }
@@ -211,8 +219,8 @@ func (f *flakyUpstream) Raw(ctx context.Context, method, path string, body []byt
 	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader(string(b)))}, nil
 }
 
-// RawAuth is Raw: the retry does not depend on the Authorization header.
-func (f *flakyUpstream) RawAuth(ctx context.Context, method, path string, body []byte, _ string) (*http.Response, error) {
+// RawHeader is Raw: the retry does not depend on the headers.
+func (f *flakyUpstream) RawHeader(ctx context.Context, method, path string, body []byte, _ upstream.Header) (*http.Response, error) {
 	return f.Raw(ctx, method, path, body)
 }
 

@@ -157,7 +157,7 @@ func (d *daemonConns) close() {
 // daemon closed it) before any answer arrived is replaced by a new one once,
 // for requests that cannot have been acted on twice: the write failed, or
 // the method is GET or HEAD.
-func (d *daemonConns) roundTrip(ctx context.Context, method, path string, body []byte, authorization string) (*http.Response, error) {
+func (d *daemonConns) roundTrip(ctx context.Context, method, path string, body []byte, h Header) (*http.Response, error) {
 	deadline := time.Now().Add(RequestTimeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
@@ -167,7 +167,7 @@ func (d *daemonConns) roundTrip(ctx context.Context, method, path string, body [
 		if err != nil {
 			return nil, err
 		}
-		resp, wrote, err := d.send(ctx, pc, deadline, method, path, body, authorization)
+		resp, wrote, err := d.send(ctx, pc, deadline, method, path, body, h)
 		if err == nil {
 			return resp, nil
 		}
@@ -180,7 +180,7 @@ func (d *daemonConns) roundTrip(ctx context.Context, method, path string, body [
 
 // send writes the request on pc and reads the answer's head. wrote reports
 // whether the request was written out.
-func (d *daemonConns) send(ctx context.Context, pc *daemonConn, deadline time.Time, method, path string, body []byte, authorization string) (resp *http.Response, wrote bool, err error) {
+func (d *daemonConns) send(ctx context.Context, pc *daemonConn, deadline time.Time, method, path string, body []byte, h Header) (resp *http.Response, wrote bool, err error) {
 	if err := pc.tc.SetDeadline(deadline); err != nil {
 		return nil, false, fmt.Errorf("setting deadline: %w", err)
 	}
@@ -197,7 +197,7 @@ func (d *daemonConns) send(ctx context.Context, pc *daemonConn, deadline time.Ti
 		}
 		return nil, wrote, err
 	}
-	writeHead(pc.bw, method, path, body, authorization, d.perRequest)
+	writeHead(pc.bw, method, path, body, h, d.perRequest)
 	_, _ = pc.bw.Write(body)
 	if err := pc.bw.Flush(); err != nil {
 		// The daemon may have answered before reading the whole request
@@ -225,8 +225,9 @@ func (d *daemonConns) send(ctx context.Context, pc *daemonConn, deadline time.Ti
 }
 
 // writeHead writes the request line and headers as net/http's client wrote
-// them (Host, User-Agent, Content-Length, Authorization, Content-Type).
-func writeHead(w *bufio.Writer, method, path string, body []byte, authorization string, closeConn bool) {
+// them (Host, User-Agent, Content-Length, Authorization, Content-Type,
+// If-Match).
+func writeHead(w *bufio.Writer, method, path string, body []byte, h Header, closeConn bool) {
 	w.WriteString(method)
 	w.WriteByte(' ')
 	w.WriteString(path)
@@ -239,13 +240,18 @@ func writeHead(w *bufio.Writer, method, path string, body []byte, authorization 
 		w.WriteString(strconv.Itoa(len(body)))
 		w.WriteString("\r\n")
 	}
-	if authorization != "" {
+	if h.Authorization != "" {
 		w.WriteString("Authorization: ")
-		w.WriteString(authorization)
+		w.WriteString(h.Authorization)
 		w.WriteString("\r\n")
 	}
 	if body != nil {
 		w.WriteString("Content-Type: application/json\r\n")
+	}
+	if h.IfMatch != "" {
+		w.WriteString("If-Match: ")
+		w.WriteString(h.IfMatch)
+		w.WriteString("\r\n")
 	}
 	w.WriteString("\r\n")
 }
@@ -253,7 +259,7 @@ func writeHead(w *bufio.Writer, method, path string, body []byte, authorization 
 // checkRequest refuses what cannot be sent as an HTTP/1.1 request line or
 // header: an empty method or path, and any control character, space or
 // non-ASCII byte where it could end or split a line.
-func checkRequest(method, path, authorization string) error {
+func checkRequest(method, path string, h Header) error {
 	if method == "" || path == "" || path[0] != '/' {
 		return fmt.Errorf("malformed request %q %q", method, path)
 	}
@@ -267,9 +273,11 @@ func checkRequest(method, path, authorization string) error {
 			return fmt.Errorf("invalid character in path %q", path)
 		}
 	}
-	for i := 0; i < len(authorization); i++ {
-		if c := authorization[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return errors.New("invalid character in the Authorization header")
+	for _, f := range []struct{ name, v string }{{"Authorization", h.Authorization}, {"If-Match", h.IfMatch}} {
+		for i := 0; i < len(f.v); i++ {
+			if c := f.v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+				return fmt.Errorf("invalid character in the %s header", f.name)
+			}
 		}
 	}
 	return nil

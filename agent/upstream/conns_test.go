@@ -314,6 +314,11 @@ func TestMalformedRequestRefused(t *testing.T) {
 			t.Errorf("RawAuth(%q, %q, auth %q) = %v, want a refusal before sending", tt.method, tt.path, tt.auth, err)
 		}
 	}
+	// A guest's If-Match is forwarded too (an ETag of the trusted API):
+	// one that would split the header is refused the same way.
+	if _, err := c.RawHeader(context.Background(), "PATCH", "/1.0", nil, upstream.Header{IfMatch: "\"x\"\r\nX-Evil: 1"}); err == nil || errors.Is(err, upstream.ErrUnreachable) {
+		t.Errorf("RawHeader with a split If-Match = %v, want a refusal before sending", err)
+	}
 	d.Lock()
 	defer d.Unlock()
 	if d.Requests != 0 {

@@ -182,16 +182,32 @@ func (c *Client) Raw(ctx context.Context, method, path string, body []byte) (*ht
 // RawAuth is Raw with the guest's Authorization header (a devlxd bearer
 // token) forwarded to the daemon; "" sends none.
 func (c *Client) RawAuth(ctx context.Context, method, path string, body []byte, authorization string) (*http.Response, error) {
+	return c.RawHeader(ctx, method, path, body, Header{Authorization: authorization})
+}
+
+// Header is what the agent forwards of a guest's request headers; an
+// empty field is not sent.
+type Header struct {
+	// Authorization is the guest's Authorization header (a devlxd bearer
+	// token).
+	Authorization string
+	// IfMatch is the guest's If-Match header (an ETag of the trusted
+	// devlxd API).
+	IfMatch string
+}
+
+// RawHeader is Raw with the guest's headers h forwarded to the daemon.
+func (c *Client) RawHeader(ctx context.Context, method, path string, body []byte, h Header) (*http.Response, error) {
 	c.mu.RLock()
 	dc := c.dc
 	c.mu.RUnlock()
 	if dc == nil {
 		return nil, ErrNoAdvertisement
 	}
-	if err := checkRequest(method, path, authorization); err != nil {
+	if err := checkRequest(method, path, h); err != nil {
 		return nil, fmt.Errorf("building request %s %s: %w", method, path, err)
 	}
-	resp, err := dc.roundTrip(ctx, method, path, body, authorization)
+	resp, err := dc.roundTrip(ctx, method, path, body, h)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s %s: %w", ErrUnreachable, method, path, err)
 	}

@@ -478,6 +478,82 @@ func (s *Service) CreateSnapshot(ctx context.Context, pool, volume, snapshot, de
 	return volumeOf(rec), nil
 }
 
+// CopyVolume creates the custom volume name as a copy of source, a volume
+// or a snapshot ("VOLUME/SNAPSHOT") of the same pool: the same bytes (holes
+// kept), the same content type and size; config adds to (and overrides)
+// the source's config, whose KeyOwner is not carried over. A source that
+// does not exist is errdefs.ErrNotFound, a taken name
+// errdefs.ErrAlreadyExists.
+func (s *Service) CopyVolume(ctx context.Context, pool, name, source, description string, config map[string]string) (*Volume, error) {
+	if err := checkPool(pool); err != nil {
+		return nil, err
+	}
+	if err := ValidateName("volume", name); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	src, err := s.store.StorageVolume(ctx, pool, source)
+	if err != nil {
+		return nil, fmt.Errorf("source storage volume %q in pool %q: %w", source, pool, errdefs.ErrNotFound)
+	}
+	cfg := maps.Clone(src.Config)
+	if cfg == nil {
+		cfg = map[string]string{}
+	}
+	delete(cfg, KeyOwner)
+	maps.Copy(cfg, config)
+	if _, err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	if cfg["size"] != src.Config["size"] {
+		return nil, fmt.Errorf("copying storage volume %s/%s: a copy keeps the source's size %s: %w", pool, source, src.Config["size"], errdefs.ErrInvalid)
+	}
+	rec := &db.StorageVolume{Pool: pool, Name: name, ContentType: src.ContentType, Description: description, Config: cfg, CreatedAt: time.Now().UTC()}
+	if err := s.store.CreateStorageVolume(ctx, rec); err != nil {
+		if errors.Is(err, errdefs.ErrAlreadyExists) {
+			return nil, fmt.Errorf("storage volume %q already exists in pool %s: %w", name, pool, errdefs.ErrAlreadyExists)
+		}
+		return nil, err
+	}
+	tmp := filepath.Join(s.volDir(pool), tmpPrefix+name+"-copy")
+	_ = os.Remove(tmp)
+	err = copySparse(s.Path(pool, source), tmp)
+	if err == nil {
+		err = os.Rename(tmp, s.Path(pool, name))
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		_ = s.store.DeleteStorageVolume(context.WithoutCancel(ctx), pool, name)
+		return nil, fmt.Errorf("copying storage volume %s/%s to %s: %w", pool, source, name, err)
+	}
+	s.log.Info("storage volume copied", "pool", pool, "volume", name, "source", source)
+	return volumeOf(rec), nil
+}
+
+// SnapshotPattern names the snapshots made without a name, as LXD's
+// default snapshots.pattern: snap0, snap1, ...
+const SnapshotPattern = "snap%d"
+
+// NextSnapshotName returns the name LXD gives a snapshot of volume made
+// without one: "snap" and one more than the highest N of the volume's
+// snapshots named snapN (snap0 for the first).
+func (s *Service) NextSnapshotName(ctx context.Context, pool, volume string) (string, error) {
+	snaps, err := s.Snapshots(ctx, pool, volume)
+	if err != nil {
+		return "", err
+	}
+	next := 0
+	for _, sn := range snaps {
+		_, snap, _ := strings.Cut(sn.Name, "/")
+		var n int
+		if c, err := fmt.Sscanf(snap, SnapshotPattern, &n); err == nil && c == 1 && n >= next {
+			next = n + 1
+		}
+	}
+	return fmt.Sprintf(SnapshotPattern, next), nil
+}
+
 // Snapshots lists a volume's snapshots.
 func (s *Service) Snapshots(ctx context.Context, pool, volume string) ([]*Volume, error) {
 	if _, err := s.Volume(ctx, pool, volume); err != nil || strings.Contains(volume, "/") {

@@ -179,3 +179,105 @@ func TestVolumeLargerThanFilesystemAllows(t *testing.T) {
 		t.Fatalf("New removed a real volume: %v", err)
 	}
 }
+
+func TestCopyVolume(t *testing.T) {
+	s := newService(t, nil)
+	ctx := context.Background()
+	if _, err := s.CreateVolume(ctx, "default", "src", "", "", map[string]string{"size": "2MiB", storage.KeyOwner: "devlxd/csi"}); err != nil {
+		t.Fatal(err)
+	}
+	write := func(data string, at int64) {
+		t.Helper()
+		f, err := os.OpenFile(s.Path("default", "src"), os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt([]byte(data), at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("at the snapshot", 1<<20)
+	if _, err := s.CreateSnapshot(ctx, "default", "src", "s0", ""); err != nil {
+		t.Fatal(err)
+	}
+	write("after", 0)
+	for _, tt := range []struct{ name, source string }{{"fromvol", "src"}, {"fromsnap", "src/s0"}} {
+		v, err := s.CopyVolume(ctx, "default", tt.name, tt.source, "copy", map[string]string{storage.KeyOwner: "devlxd/new"})
+		if err != nil {
+			t.Fatalf("copy of %s: %v", tt.source, err)
+		}
+		// The source's size and content type; the owner the caller gives.
+		if v.Config["size"] != "2MiB" || v.Config[storage.KeyOwner] != "devlxd/new" || v.ContentType != "block" || v.Description != "copy" {
+			t.Errorf("copy of %s: %+v", tt.source, v)
+		}
+		want, _ := os.ReadFile(s.Path("default", tt.source))
+		got, err := os.ReadFile(s.Path("default", tt.name))
+		if err != nil || string(got) != string(want) {
+			t.Errorf("copy of %s: the bytes differ (%v)", tt.source, err)
+		}
+		if fi, err := os.Stat(s.Path("default", tt.name)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("copy of %s: %v %v, want mode 0600", tt.source, fi, err)
+		}
+	}
+	if got, _ := os.ReadFile(s.Path("default", "fromsnap")); strings.HasPrefix(string(got), "after") {
+		t.Error("the copy of the snapshot has the volume's later bytes")
+	}
+	for _, tt := range []struct {
+		name, dst, source string
+		config            map[string]string
+		want              error
+	}{
+		{"missing source", "x", "nope", nil, errdefs.ErrNotFound},
+		{"the source's owner not carried over", "x", "src", nil, nil},
+		{"missing snapshot", "x", "src/nope", nil, errdefs.ErrNotFound},
+		{"taken name", "fromvol", "src", nil, errdefs.ErrAlreadyExists},
+		{"another size", "x", "src", map[string]string{"size": "4MiB"}, errdefs.ErrInvalid},
+		{"bad name", "-x", "src", nil, errdefs.ErrInvalid},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v, err := s.CopyVolume(ctx, "default", tt.dst, tt.source, "", tt.config)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("copy %s to %s: %v, want %v", tt.source, tt.dst, err, tt.want)
+			}
+			if err == nil {
+				if v.Config[storage.KeyOwner] != "" {
+					t.Errorf("copy without an owner: %v", v.Config)
+				}
+				if err := s.DeleteVolume(ctx, "default", tt.dst); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+	if _, err := s.Volume(ctx, "default", "x"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a refused copy left volume x: %v", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(s.Path("default", "src")), ".creating-*"))
+	if len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+}
+
+func TestNextSnapshotName(t *testing.T) {
+	s := newService(t, nil)
+	ctx := context.Background()
+	if _, err := s.CreateVolume(ctx, "default", "v", "", "", map[string]string{"size": "1MiB"}); err != nil {
+		t.Fatal(err)
+	}
+	// Tried: none yet, then after snap0, after a gap (snap5), after names
+	// that are not snapN.
+	for _, tt := range []struct{ take, want string }{{"", "snap0"}, {"snap0", "snap1"}, {"snap5", "snap6"}, {"daily", "snap6"}, {"snapshot", "snap6"}} {
+		if tt.take != "" {
+			if _, err := s.CreateSnapshot(ctx, "default", "v", tt.take, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, err := s.NextSnapshotName(ctx, "default", "v"); err != nil || got != tt.want {
+			t.Fatalf("after %q: %q %v, want %q", tt.take, got, err, tt.want)
+		}
+	}
+	if _, err := s.NextSnapshotName(ctx, "default", "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("a volume that does not exist: %v", err)
+	}
+}

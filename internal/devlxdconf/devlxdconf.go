@@ -61,6 +61,10 @@ type Guest struct {
 	Location string
 	// InstanceType is "container" or "virtual-machine".
 	InstanceType string
+	// StorageDrivers are the host's (local) storage drivers GET /1.0 lists
+	// to a guest that may manage volumes (security.devlxd.management.volumes);
+	// empty for one that may not.
+	StorageDrivers []string
 	// SetConfig changes one config key of the instance through the host
 	// (for the config event; "" unsets it); nil skips the event check.
 	SetConfig func(ctx context.Context, key, value string) error
@@ -161,7 +165,14 @@ type request struct {
 func requests(g Guest) []request {
 	// GET /1.0 from the record of LXD's field order (lxd_types.txt).
 	info := func(state string) string { return Info(g, state) }
+	// Where LXD's VM agent (lxd-agent) answers otherwise than its
+	// container server (docs/devlxd.md, "Virtual machines").
 	notImpl := fail(501, "Not Implemented")
+	badBody := func(decoderErr string) answer { return fail(400, "Invalid request body: "+decoderErr) }
+	if g.InstanceType == InstanceTypeVM {
+		notImpl = fail(501, "") // no text: the guest reads "\n"
+		badBody = func(decoderErr string) answer { return fail(500, decoderErr) }
+	}
 	return []request{
 		{"root", "GET", "/", "", okJSON(`["/1.0"]`)},
 		{"root HEAD", "HEAD", "/", "", answer{501, kindHead, ""}},
@@ -174,7 +185,8 @@ func requests(g Guest) []request {
 		{"info OPTIONS", "OPTIONS", "/1.0", "", fail(404, `Method "OPTIONS" not found`)},
 		{"state lowercase", "PATCH", "/1.0", `{"state":"ready"}`, fail(400, `Invalid state "ready"`)},
 		{"state Running", "PATCH", "/1.0", `{"state":"Running"}`, fail(400, `Invalid state "Running"`)},
-		{"state bad JSON", "PATCH", "/1.0", `{"state":`, fail(400, "Invalid request body: unexpected EOF")},
+		{"state bad JSON", "PATCH", "/1.0", `{"state":`, badBody("unexpected EOF")},
+		{"state not a string", "PATCH", "/1.0", `{"state":1}`, badBody("json: cannot unmarshal number into Go struct field DevLXDPut.state of type string")},
 		{"state Ready", "PATCH", "/1.0", `{"state":"Ready"}`, answer{200, kindEmpty, ""}},
 		{"info Ready", "GET", "/1.0", "", okJSON(info("Ready"))},
 		{"state Started", "PATCH", "/1.0", `{"state":"Started"}`, answer{200, kindEmpty, ""}},
@@ -303,8 +315,13 @@ func Run(t *testing.T, target Target, g Guest) {
 	t.Run("events", func(t *testing.T) { events(t, target, g) })
 }
 
-// RunDisabled checks the answers to a guest whose security.devlxd is false
-// (FormLink: the agent removes the socket of such a guest).
+// InstanceTypeVM is Guest.InstanceType of a virtual machine, whose answers
+// are LXD's VM agent's.
+const InstanceTypeVM = "virtual-machine"
+
+// RunDisabled checks the answers to a container guest whose
+// security.devlxd is false (FormLink: the agent removes the socket of such
+// a guest).
 func RunDisabled(t *testing.T, target Target) {
 	t.Helper()
 	check(t, target, disabledRequests())

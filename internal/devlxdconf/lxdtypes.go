@@ -150,8 +150,18 @@ func infoFields(g Guest, state, auth string) map[string]string {
 		"instance_type":             jsonString(g.InstanceType),
 		"location":                  jsonString(g.Location),
 		"auth":                      jsonString(auth),
-		"supported_storage_drivers": "[]",
+		"supported_storage_drivers": storageDrivers(g.StorageDrivers),
 	}
+}
+
+// storageDrivers is LXD's list of driver objects for the local drivers
+// names.
+func storageDrivers(names []string) string {
+	objs := make([]string, len(names))
+	for i, n := range names {
+		objs[i] = LXDObject("DevLXDServerStorageDriverInfo", map[string]string{"name": jsonString(n), "remote": "false"})
+	}
+	return "[" + strings.Join(objs, ",") + "]"
 }
 
 // jsonString is s as a JSON string, without HTML escaping (as LXD writes).

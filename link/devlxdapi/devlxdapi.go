@@ -113,6 +113,22 @@ func ErrorResponse(code int, msg string) []byte {
 	return b
 }
 
+// ErrorResponseText is ErrorResponse with msg as it is: an empty msg
+// stays empty (the guest then reads an empty error text).
+func ErrorResponseText(code int, msg string) []byte {
+	b, err := encode(&Response{Type: TypeError, ErrorCode: code, Error: msg})
+	if err != nil {
+		panic(fmt.Sprintf("encoding devlxd error response: %v", err))
+	}
+	return b
+}
+
+// HeaderInstanceType is the header of the daemon's devlxd answers naming
+// the calling guest's instance type (InstanceTypeVM or
+// InstanceTypeContainer): the agent answers as LXD's VM agent does only
+// for a VM (GET / locally). It is not passed on to the guest.
+const HeaderInstanceType = "X-Guestlink-Instance-Type"
+
 // ParseResponse decodes an envelope and checks its type. The HTTP status of
 // the transport is not consulted: the envelope carries its own.
 func ParseResponse(data []byte) (*Response, error) {
@@ -154,8 +170,19 @@ type Info struct {
 	Location string `json:"location"`
 	// Auth is always "untrusted".
 	Auth string `json:"auth"`
-	// SupportedStorageDrivers is always empty, never null.
-	SupportedStorageDrivers []string `json:"supported_storage_drivers"`
+	// SupportedStorageDrivers are the host's storage drivers when the
+	// instance may manage volumes (security.devlxd.management.volumes),
+	// else empty; never null.
+	SupportedStorageDrivers []StorageDriver `json:"supported_storage_drivers"`
+}
+
+// StorageDriver is one entry of Info.SupportedStorageDrivers (LXD's
+// object).
+type StorageDriver struct {
+	// Name is the driver's name ("dir").
+	Name string `json:"name"`
+	// Remote reports whether the driver's volumes live off the host.
+	Remote bool `json:"remote"`
 }
 
 // MarshalJSON encodes the info with SupportedStorageDrivers as [] when nil.
@@ -163,7 +190,7 @@ func (i Info) MarshalJSON() ([]byte, error) {
 	type plain Info
 	p := plain(i)
 	if p.SupportedStorageDrivers == nil {
-		p.SupportedStorageDrivers = []string{}
+		p.SupportedStorageDrivers = []StorageDriver{}
 	}
 	b, err := encode(p)
 	return bytes.TrimRight(b, "\n"), err
@@ -193,7 +220,7 @@ func NewInfo(ready bool, location, instanceType string) Info {
 		InstanceType:            instanceType,
 		Location:                location,
 		Auth:                    "untrusted",
-		SupportedStorageDrivers: []string{},
+		SupportedStorageDrivers: []StorageDriver{},
 	}
 }
 
@@ -278,11 +305,9 @@ func WriteGuest(w http.ResponseWriter, path string, env *Response) {
 		if code < 400 || code > 599 {
 			code = http.StatusInternalServerError
 		}
-		msg := env.Error
-		if msg == "" {
-			msg = http.StatusText(code)
-		}
-		http.Error(w, msg, code)
+		// The text as the daemon wrote it: an empty one (LXD's VM agent's
+		// 501) stays empty.
+		http.Error(w, env.Error, code)
 		return
 	}
 	meta := bytes.TrimSpace(env.Metadata)

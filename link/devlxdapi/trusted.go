@@ -19,7 +19,7 @@ func (t TrustedInfo) MarshalJSON() ([]byte, error) {
 	type plain Info
 	p := plain(t.Info)
 	if p.SupportedStorageDrivers == nil {
-		p.SupportedStorageDrivers = []string{}
+		p.SupportedStorageDrivers = []StorageDriver{}
 	}
 	b, err := encode(struct {
 		plain

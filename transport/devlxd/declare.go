@@ -30,9 +30,12 @@ func DecodeDeclaration(body []byte) (instance.Declaration, error) {
 	if err := utf8check.Body(body); err != nil {
 		return instance.Declaration{}, err
 	}
-	var req devlxdapi.StatePut
+	// Decoded as LXD's type of the same name, so that a field of the wrong
+	// type is named as LXD's decoder names it.
+	type DevLXDPut devlxdapi.StatePut
+	var req DevLXDPut
 	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&req); err != nil {
-		return instance.Declaration{}, fmt.Errorf("Invalid request body: %w", err) //nolint:staticcheck // LXD's wire message.
+		return instance.Declaration{}, &BodyError{Err: err}
 	}
 	switch req.State {
 	case devlxdapi.StateReady, devlxdapi.StateStarted, devlxdapi.StateDegraded:
@@ -47,6 +50,18 @@ func DecodeDeclaration(body []byte) (instance.Declaration, error) {
 	}
 	return instance.Declaration{State: req.State, Reason: req.Reason, Message: req.Message}, nil
 }
+
+// BodyError is DecodeDeclaration's error for a body that is not JSON: LXD
+// answers it 400 "Invalid request body: <Err>", LXD's VM agent 500 with
+// Err's text alone.
+type BodyError struct {
+	// Err is the JSON decoder's error.
+	Err error
+}
+
+func (e *BodyError) Error() string { return "Invalid request body: " + e.Err.Error() }
+
+func (e *BodyError) Unwrap() error { return e.Err }
 
 // checkReason accepts "" or a CamelCase word: a letter, then letters and
 // digits, at most devlxdapi.MaxReasonLen bytes.

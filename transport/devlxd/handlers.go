@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -61,10 +62,28 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 	}
 	c.Locals(localsInstance, inst)
 	c.Locals(localsIdentity, id)
+	c.Set(devlxdapi.HeaderInstanceType, s.cfg.InstanceTypes.InstanceType(inst.Backend))
 	if !s.bearer(c, inst) {
 		return nil
 	}
 	return c.Next()
+}
+
+// isVM reports whether the calling guest is a virtual machine: it gets the
+// answers of LXD's VM agent (lxd-agent) where they differ from the
+// container server's (docs/devlxd.md).
+func (s *Server) isVM(c *fiber.Ctx) bool {
+	return s.cfg.InstanceTypes.InstanceType(callerOf(c).Backend) != devlxdapi.InstanceTypeContainer
+}
+
+// notImplemented answers a method the route does not serve: 501 with the
+// status text (LXD's server), or with an empty text to a VM (LXD's agent
+// writes none: the guest reads a bare newline).
+func (s *Server) notImplemented(c *fiber.Ctx) error {
+	if s.isVM(c) {
+		return sendErrorText(c, http.StatusNotImplemented, "")
+	}
+	return sendError(c, http.StatusNotImplemented, "")
 }
 
 func callerOf(c *fiber.Ctx) *instance.Instance {
@@ -78,25 +97,50 @@ func (s *Server) getRoot(c *fiber.Ctx) error {
 func (s *Server) getInfo(c *fiber.Ctx) error {
 	inst := callerOf(c)
 	info := devlxdapi.NewInfo(inst.Ready(), s.cfg.Location, s.cfg.InstanceTypes.InstanceType(inst.Backend))
+	manages := isTrue(inst.Config[KeyManagementVolumes])
+	if manages {
+		info.SupportedStorageDrivers = s.storageDrivers()
+	}
 	if trustedOf(c) == nil {
-		// The untrusted answer is one of four envelopes (ready or not, VM
-		// or container; the location is the server's), encoded once each.
-		if b := s.untrustedInfo(info); b != nil {
+		// The untrusted answer is one of eight envelopes (ready or not, VM
+		// or container, managing volumes or not; the location and the
+		// drivers are the server's), encoded once each.
+		if b := s.untrustedInfo(info, manages); b != nil {
 			return sendEnvelope(c, b)
 		}
 	}
 	return sendSync(c, s.info(c, info))
 }
 
+// storageDrivers are the drivers of the host's storage pools, as LXD lists
+// them in GET /1.0 to a guest that may manage volumes (empty without
+// storage).
+func (s *Server) storageDrivers() []devlxdapi.StorageDriver {
+	out := []devlxdapi.StorageDriver{}
+	if s.cfg.Storage == nil {
+		return out
+	}
+	for _, p := range s.cfg.Storage.Pools() {
+		d := devlxdapi.StorageDriver{Name: p.Driver, Remote: false} // dir: the host's own disk
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // untrustedInfo returns the success envelope of info, an untrusted GET /1.0
 // answer, encoding it the first time it is asked for; nil if encoding fails.
-func (s *Server) untrustedInfo(info devlxdapi.Info) []byte {
+func (s *Server) untrustedInfo(info devlxdapi.Info, manages bool) []byte {
 	i := 0
 	if info.State == devlxdapi.StateReady {
 		i |= 1
 	}
 	if info.InstanceType == devlxdapi.InstanceTypeContainer {
 		i |= 2
+	}
+	if manages {
+		i |= 4
 	}
 	slot := &s.infoBodies[i]
 	if b := slot.Load(); b != nil {
@@ -136,6 +180,12 @@ func (s *Server) patchState(c *fiber.Ctx) error {
 		return sendError(c, http.StatusTooManyRequests, "")
 	}
 	d, err := DecodeDeclaration(c.Body())
+	var be *BodyError
+	if errors.As(err, &be) && s.isVM(c) {
+		// LXD's VM agent decodes the body itself and answers its
+		// decoder's error as a 500.
+		return sendError(c, http.StatusInternalServerError, be.Err.Error())
+	}
 	if err != nil {
 		return sendError(c, http.StatusBadRequest, err.Error())
 	}
@@ -215,6 +265,14 @@ func sendError(c *fiber.Ctx, code int, msg string) error {
 	c.Status(code)
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return c.Send(devlxdapi.ErrorResponse(code, msg))
+}
+
+// sendErrorText answers code with the error envelope carrying msg as it
+// is, "" included.
+func sendErrorText(c *fiber.Ctx, code int, msg string) error {
+	c.Status(code)
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Send(devlxdapi.ErrorResponseText(code, msg))
 }
 
 // errorHandler answers the errors the HTTP layer raises itself (body too

@@ -102,6 +102,24 @@ func (f fakeCerts) AgentCertDER(name string) ([]byte, error) {
 	return c, nil
 }
 
+// fixedType is InstanceTypes giving every guest one type.
+type fixedType string
+
+func (f fixedType) InstanceType(string) string { return string(f) }
+
+// guestTypes are the two kinds of guest, whose devlxd answers differ where
+// LXD's VM agent differs from its container server.
+var guestTypes = []fixedType{"container", "virtual-machine"}
+
+// notImpl is the 501 a guest of type typ gets for a method its route does
+// not serve: the status text from LXD's server, no text from its VM agent.
+func notImpl(typ fixedType) answer {
+	if typ == "virtual-machine" {
+		return fail(501, "")
+	}
+	return fail(501, "Not Implemented")
+}
+
 type env struct {
 	t      testing.TB
 	srv    *Server

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -23,15 +25,26 @@ import (
 // Storage is the storage service behind the trusted volume routes
 // (*storage.Service).
 type Storage interface {
+	// Pools lists the host's pools (their drivers are GET /1.0's
+	// supported_storage_drivers).
+	Pools() []storage.Pool
 	GetPool(name string) (*storage.Pool, error)
 	Volumes(ctx context.Context, pool string) ([]*storage.Volume, error)
 	Volume(ctx context.Context, pool, name string) (*storage.Volume, error)
 	CreateVolume(ctx context.Context, pool, name, contentType, description string, config map[string]string) (*storage.Volume, error)
+	// CopyVolume creates name as a copy of source (a volume or a
+	// "VOLUME/SNAPSHOT"), the same bytes.
+	CopyVolume(ctx context.Context, pool, name, source, description string, config map[string]string) (*storage.Volume, error)
 	UpdateVolume(ctx context.Context, pool, name, description string, config map[string]string) (*storage.Volume, error)
 	DeleteVolume(ctx context.Context, pool, name string) error
 	CreateSnapshot(ctx context.Context, pool, volume, snapshot, description string) (*storage.Volume, error)
+	// NextSnapshotName is the name of a snapshot made without one (snap0,
+	// snap1, ... as LXD).
+	NextSnapshotName(ctx context.Context, pool, volume string) (string, error)
 	Snapshots(ctx context.Context, pool, volume string) ([]*storage.Volume, error)
 }
+
+var _ Storage = (*storage.Service)(nil)
 
 // Devices changes instance devices (*instance.Manager).
 type Devices interface {
@@ -70,8 +83,10 @@ type (
 		Type        string `json:"type"`
 		ContentType string `json:"content_type"`
 		Source      struct {
-			Name string `json:"name"`
-			Type string `json:"type"`
+			Name     string `json:"name"`
+			Type     string `json:"type"`
+			Pool     string `json:"pool"`
+			Location string `json:"location"`
 		} `json:"source"`
 	}
 	snapshotsPost struct {
@@ -83,25 +98,135 @@ type (
 	}
 )
 
+// LXD's words on the volume routes: for a volume route of another type
+// than custom, per route (its handlers say it each their own way).
+const (
+	msgOnlyCustom        = "Only custom storage volume requests are allowed"
+	msgSnapshotsRead     = "Only snapshots from custom storage volumes can be retrieved"
+	msgSnapshotsCreate   = "Only snapshots for custom storage volumes can be created"
+	msgSnapshotsDelete   = "Only snapshots from custom storage volumes can be deleted"
+	msgOnlyRecursive     = "Only recursive requests are currently supported"
+	msgSourceNotFound    = "Source volume not found"
+	msgStorageNotHere    = "Storage is not configured on this host"
+	msgDevicesNotHere    = "Device changes are not configured on this host"
+	msgOwnerCannotChange = "Volume owner cannot be changed"
+)
+
 // registerManagement adds the handlers behind the trusted gate.
 func (s *Server) registerManagement() {
 	const vol = "/1.0/storage-pools/:pool/volumes/:type/:volume"
-	s.app.Patch("/1.0/instances/:name", s.managed(s.patchInstance))
+	s.app.Patch("/1.0/instances/:name", s.managed(s.answer(s.patchInstance)))
 	s.app.Get("/1.0/operations/:id/wait", s.waitOperation)
 	s.app.Delete("/1.0/operations/:id", s.cancelOperation)
-	s.app.Get("/1.0/storage-pools/:pool", s.managed(s.getPool))
-	s.app.Get("/1.0/storage-pools/:pool/volumes", s.managed(s.listVolumes))
-	s.app.Get("/1.0/storage-pools/:pool/volumes/:type", s.managed(s.listVolumes))
-	s.app.Post("/1.0/storage-pools/:pool/volumes", s.managed(s.createVolume))
-	s.app.Post("/1.0/storage-pools/:pool/volumes/:type", s.managed(s.createVolume))
-	s.app.Get(vol, s.managed(s.getVolume))
-	s.app.Put(vol, s.managed(s.putVolume))
-	s.app.Patch(vol, s.managed(s.putVolume))
-	s.app.Delete(vol, s.managed(s.deleteVolume))
-	s.app.Get(vol+"/snapshots", s.managed(s.listSnapshots))
-	s.app.Post(vol+"/snapshots", s.managed(s.createSnapshot))
-	s.app.Get(vol+"/snapshots/:snapshot", s.managed(s.getSnapshot))
-	s.app.Delete(vol+"/snapshots/:snapshot", s.managed(s.deleteSnapshot))
+	s.app.Get("/1.0/storage-pools/:pool", s.manage(s.getPool))
+	s.app.Get("/1.0/storage-pools/:pool/volumes", s.manage(s.listVolumes))
+	s.app.Get("/1.0/storage-pools/:pool/volumes/:type", s.manage(s.listVolumes))
+	s.app.Post("/1.0/storage-pools/:pool/volumes", s.manage(s.createVolume))
+	s.app.Post("/1.0/storage-pools/:pool/volumes/:type", s.manage(s.createVolume))
+	s.app.Get(vol, s.onVolume(msgOnlyCustom, false, s.getVolume))
+	s.app.Put(vol, s.onVolume(msgOnlyCustom, false, s.putVolume))
+	s.app.Patch(vol, s.onVolume(msgOnlyCustom, false, s.putVolume))
+	s.app.Delete(vol, s.onVolume(msgOnlyCustom, false, s.deleteVolume))
+	s.app.Get(vol+"/snapshots", s.onVolume(msgSnapshotsRead, true, s.listSnapshots))
+	s.app.Post(vol+"/snapshots", s.onVolume(msgSnapshotsCreate, false, s.createSnapshot))
+	s.app.Get(vol+"/snapshots/:snapshot", s.onVolume(msgSnapshotsRead, false, s.getSnapshot))
+	s.app.Delete(vol+"/snapshots/:snapshot", s.onVolume(msgSnapshotsDelete, false, s.deleteSnapshot))
+}
+
+// reply is a management handler's answer: a value for the success
+// envelope, and the ETag LXD sends with it ("" for none).
+type reply struct {
+	value any
+	etag  string
+}
+
+// refusal is an answer given exactly: a status and LXD's message for it
+// ("" is the status text).
+type refusal struct {
+	code int
+	msg  string
+}
+
+func (r *refusal) Error() string { return fmt.Sprintf("%d %s", r.code, r.msg) }
+
+// refuse returns the refusal code msg as an error of a management handler.
+func refuse(code int, msg string) error { return &refusal{code: code, msg: msg} }
+
+type (
+	// replyFunc is a management handler.
+	replyFunc func(c *fiber.Ctx) (reply, error)
+	// storageFunc is a handler of a storage route.
+	storageFunc func(c *fiber.Ctx, st Storage) (reply, error)
+	// volumeFunc is a handler of a route of one volume the caller owns.
+	volumeFunc func(c *fiber.Ctx, st Storage, v *storage.Volume) (reply, error)
+)
+
+// answer turns h into a fiber handler: a refusal is answered as it is, a
+// service error by its kind (fail), a reply in the success envelope with
+// its ETag header.
+func (s *Server) answer(h replyFunc) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		r, err := h(c)
+		var ref *refusal
+		switch {
+		case errors.As(err, &ref):
+			return sendError(c, ref.code, ref.msg)
+		case err != nil:
+			return s.fail(c, err)
+		}
+		if r.etag != "" {
+			c.Set(fiber.HeaderETag, r.etag)
+		}
+		return sendSync(c, r.value)
+	}
+}
+
+// manage wraps a storage handler: management enabled (else 403), storage
+// configured on the host (else 501), then reply.
+func (s *Server) manage(h storageFunc) fiber.Handler {
+	return s.managed(s.answer(func(c *fiber.Ctx) (reply, error) {
+		if s.cfg.Storage == nil {
+			return reply{}, refuse(http.StatusNotImplemented, msgStorageNotHere)
+		}
+		return h(c, s.cfg.Storage)
+	}))
+}
+
+// onVolume wraps a handler of one volume's route: the route's type must
+// be custom (else 400 typeMsg), a recursive route wants ?recursion=1
+// (else 501, checked before the volume as LXD; not for a VM, whose agent
+// always asks recursively), and the volume must be the caller's (else
+// 404, another identity's volume not revealed).
+func (s *Server) onVolume(typeMsg string, recursive bool, h volumeFunc) fiber.Handler {
+	return s.manage(func(c *fiber.Ctx, st Storage) (reply, error) {
+		if t := c.Params("type"); t != "custom" {
+			return reply{}, refuse(http.StatusBadRequest, typeMsg)
+		}
+		if recursive && !isRecursive(c) && !s.isVM(c) {
+			// LXD's VM agent always asks the host recursively.
+			return reply{}, refuse(http.StatusNotImplemented, msgOnlyRecursive)
+		}
+		v, err := s.ownedVolume(c, st, c.Params("pool"), c.Params("volume"))
+		if err != nil {
+			return reply{}, err
+		}
+		return h(c, st, v)
+	})
+}
+
+func isRecursive(c *fiber.Ctx) bool {
+	r := c.Query("recursion")
+	return r != "" && r != "0"
+}
+
+// operation is LXD's answer to a change: a finished operation (Success,
+// or Failure with a client error of the service); a server error is the
+// error itself.
+func (s *Server) operation(c *fiber.Ctx, err error) (reply, error) {
+	if err != nil && errdefs.HTTPStatus(err) >= 500 {
+		return reply{}, err
+	}
+	return reply{value: s.ops.finish(callerOf(c).UUID, err)}, nil
 }
 
 func ownerOf(c *fiber.Ctx) string { return auth.TypeDevlxd + "/" + trustedOf(c).Name }
@@ -149,71 +274,48 @@ func (s *Server) notFoundText(c *fiber.Ctx) string {
 	return ""
 }
 
-// decodeJSON decodes the body into v; false when it answered 400 (a body
-// that is not JSON, or not valid UTF-8).
-func decodeJSON(c *fiber.Ctx, v any) bool {
+// decode decodes the body into v, or returns the 400 refusal of a body
+// that is not JSON or not valid UTF-8 (LXD answers 500; see
+// docs/devlxd.md).
+func decode(c *fiber.Ctx, v any) error {
 	if err := utf8check.Body(c.Body()); err != nil {
-		_ = sendError(c, http.StatusBadRequest, err.Error())
-		return false
+		return refuse(http.StatusBadRequest, err.Error())
 	}
-	dec := json.NewDecoder(bytes.NewReader(c.Body()))
-	if err := dec.Decode(v); err != nil {
-		_ = sendError(c, http.StatusBadRequest, "Failed decoding request body: "+err.Error())
-		return false
+	if err := json.NewDecoder(bytes.NewReader(c.Body())).Decode(v); err != nil {
+		return refuse(http.StatusBadRequest, "Failed decoding request body: "+err.Error())
 	}
-	return true
+	return nil
 }
 
-func (s *Server) storageOr501(c *fiber.Ctx) (Storage, bool) {
-	if s.cfg.Storage == nil {
-		_ = sendError(c, http.StatusNotImplemented, "Storage is not configured on this host")
-		return nil, false
-	}
-	return s.cfg.Storage, true
-}
-
-func (s *Server) getPool(c *fiber.Ctx) error {
-	st, ok := s.storageOr501(c)
-	if !ok {
-		return nil
-	}
+func (s *Server) getPool(c *fiber.Ctx, st Storage) (reply, error) {
 	p, err := st.GetPool(c.Params("pool"))
 	if err != nil {
-		return s.fail(c, err)
+		return reply{}, err
 	}
-	return sendSync(c, wirePool{Name: p.Name, Driver: p.Driver, Status: p.Status})
-}
-
-// customType checks the :type of a volume route: only "custom".
-func customType(c *fiber.Ctx) bool {
-	if t := c.Params("type"); t != "" && t != "custom" {
-		_ = sendError(c, http.StatusBadRequest, "Only custom storage volume requests are allowed")
-		return false
-	}
-	return true
+	return reply{value: wirePool{Name: p.Name, Driver: p.Driver, Status: p.Status}, etag: poolETag(p)}, nil
 }
 
 func toWire(v *storage.Volume) wireVolume {
-	cfg := maps.Clone(v.Config)
-	return wireVolume{Name: v.Name, Description: v.Description, Pool: v.Pool, Type: v.Type, ContentType: v.ContentType, Config: cfg, Location: v.Location}
+	return wireVolume{Name: v.Name, Description: v.Description, Pool: v.Pool, Type: v.Type, ContentType: v.ContentType, Config: maps.Clone(v.Config), Location: v.Location}
 }
 
-func (s *Server) listVolumes(c *fiber.Ctx) error {
-	st, ok := s.storageOr501(c)
-	if !ok {
-		return nil
+// listVolumes answers GET .../volumes[/{type}]?recursion=1: the custom
+// volumes the caller's identity owns. LXD's VM agent asks the host for
+// them recursively and without the type whatever the guest asked, so a
+// VM is refused neither a plain list nor a type.
+func (s *Server) listVolumes(c *fiber.Ctx, st Storage) (reply, error) {
+	vm := s.isVM(c)
+	if !vm && !isRecursive(c) {
+		return reply{}, refuse(http.StatusNotImplemented, msgOnlyRecursive)
 	}
-	if c.Query("recursion") == "" || c.Query("recursion") == "0" {
-		return sendError(c, http.StatusNotImplemented, "Only recursive requests are currently supported")
-	}
-	if !customType(c) {
-		return nil
+	if t := c.Params("type"); !vm && t != "" && t != "custom" {
+		return reply{}, refuse(http.StatusBadRequest, msgOnlyCustom)
 	}
 	ctx, cancel := reqCtx()
 	defer cancel()
 	vols, err := st.Volumes(ctx, c.Params("pool"))
 	if err != nil {
-		return s.fail(c, err)
+		return reply{}, err
 	}
 	out := []wireVolume{}
 	for _, v := range vols {
@@ -221,28 +323,27 @@ func (s *Server) listVolumes(c *fiber.Ctx) error {
 			out = append(out, toWire(v))
 		}
 	}
-	return sendSync(c, out)
+	return reply{value: out}, nil
 }
 
-func (s *Server) createVolume(c *fiber.Ctx) error {
-	st, ok := s.storageOr501(c)
-	if !ok {
-		return nil
-	}
+// createVolume answers POST .../volumes[/{type}]: a new custom volume owned
+// by the caller's identity (whatever volatile.devlxd.owner the body says,
+// as LXD), empty or a copy of a volume or snapshot the identity owns
+// (source.type "copy").
+func (s *Server) createVolume(c *fiber.Ctx, st Storage) (reply, error) {
 	var req volumesPost
-	if !decodeJSON(c, &req) {
-		return nil
+	if err := decode(c, &req); err != nil {
+		return reply{}, err
+	}
+	volType := c.Params("type")
+	if volType == "" {
+		volType = "custom"
 	}
 	switch {
-	case req.Type != "custom":
-		return sendError(c, http.StatusBadRequest, "Only custom storage volumes can be created")
-	case c.Params("type") != "" && c.Params("type") != req.Type:
-		return sendError(c, http.StatusBadRequest, "URL volume type does not match the volume type in body")
-	case req.Source.Type != "" || req.Source.Name != "":
-		return sendError(c, http.StatusBadRequest, "Volume sources (copies) are not supported by this host")
-	}
-	if _, set := req.Config[storage.KeyOwner]; set {
-		return sendError(c, http.StatusBadRequest, "Volume owner cannot be changed")
+	case volType != "custom":
+		return reply{}, refuse(http.StatusBadRequest, "Only custom storage volumes can be created")
+	case req.Type != "" && req.Type != volType:
+		return reply{}, refuse(http.StatusBadRequest, "URL volume type does not match the volume type in body")
 	}
 	cfg := maps.Clone(req.Config)
 	if cfg == nil {
@@ -251,242 +352,246 @@ func (s *Server) createVolume(c *fiber.Ctx) error {
 	cfg[storage.KeyOwner] = ownerOf(c)
 	ctx, cancel := reqCtx()
 	defer cancel()
-	_, err := st.CreateVolume(ctx, c.Params("pool"), req.Name, req.ContentType, req.Description, cfg)
+	var err error
+	if req.Source.Type != "" {
+		source, err := s.copySource(ctx, c, st, req.Source.Type, req.Source.Pool, req.Source.Name, c.Params("pool"))
+		if err != nil {
+			return reply{}, err
+		}
+		_, err = st.CopyVolume(ctx, c.Params("pool"), req.Name, source, req.Description, cfg)
+		return s.created(c, err)
+	}
+	_, err = st.CreateVolume(ctx, c.Params("pool"), req.Name, req.ContentType, req.Description, cfg)
+	return s.created(c, err)
+}
+
+// created is LXD's answer to a volume creation: a taken name is refused
+// before an operation starts, other client errors are a failed operation.
+func (s *Server) created(c *fiber.Ctx, err error) (reply, error) {
 	switch {
 	case errors.Is(err, errdefs.ErrAlreadyExists):
-		// LXD refuses before it starts an operation.
-		return sendError(c, http.StatusConflict, msgVolumeExists)
-	case err != nil && (errdefs.HTTPStatus(err) >= 500 || errors.Is(err, errdefs.ErrNotFound)):
-		return s.fail(c, err)
+		return reply{}, refuse(http.StatusConflict, msgVolumeExists)
+	case errors.Is(err, errdefs.ErrNotFound):
+		return reply{}, err
 	}
-	return sendSync(c, s.ops.finish(callerOf(c).UUID, err))
+	return s.operation(c, err)
 }
 
-// ownedVolume returns the volume of the route when the caller's identity
-// owns it; otherwise it answered (404 for one it does not own).
-func (s *Server) ownedVolume(c *fiber.Ctx, st Storage) (*storage.Volume, bool) {
-	if !customType(c) {
-		return nil, false
+// copySource checks the source of a copy as LXD: only type "copy", a
+// volume name, a volume (the part before "/" of a snapshot) the caller's
+// identity owns in the pool named (else 404 "Source volume not found",
+// whether it is missing or another identity's). The copy is made in the
+// route's pool: a source in another pool is refused (one pool per host).
+func (s *Server) copySource(ctx context.Context, c *fiber.Ctx, st Storage, typ, pool, name, into string) (string, error) {
+	if typ != "copy" {
+		return "", refuse(http.StatusBadRequest, fmt.Sprintf("Invalid source type %q: Only source type %q is supported", typ, "copy"))
 	}
+	volName, _, _ := strings.Cut(name, "/")
+	if volName == "" {
+		return "", refuse(http.StatusBadRequest, "Source volume name must be provided when source is configured")
+	}
+	if _, err := s.ownedVolume(c, st, pool, volName); err != nil {
+		var ref *refusal
+		if !errors.As(err, &ref) && !errors.Is(err, errdefs.ErrNotFound) {
+			return "", err
+		}
+		return "", refuse(http.StatusNotFound, msgSourceNotFound)
+	}
+	if name != volName {
+		if _, err := st.Volume(ctx, pool, name); err != nil {
+			return "", refuse(http.StatusNotFound, msgSourceNotFound)
+		}
+	}
+	if pool != into {
+		return "", refuse(http.StatusBadRequest, fmt.Sprintf("Copies between storage pools are not supported (source pool %q, target pool %q)", pool, into))
+	}
+	return name, nil
+}
+
+// ownedVolume returns volume name of pool when the caller's identity owns
+// it; a volume it does not own is a 404 refusal that does not reveal it.
+func (s *Server) ownedVolume(c *fiber.Ctx, st Storage, pool, name string) (*storage.Volume, error) {
 	ctx, cancel := reqCtx()
 	defer cancel()
-	v, err := st.Volume(ctx, c.Params("pool"), c.Params("volume"))
+	v, err := st.Volume(ctx, pool, name)
 	if err != nil {
-		_ = s.fail(c, err)
-		return nil, false
+		return nil, err
 	}
 	if v.Config[storage.KeyOwner] != ownerOf(c) {
-		_ = sendError(c, http.StatusNotFound, "")
-		return nil, false
+		return nil, refuse(http.StatusNotFound, "")
 	}
-	return v, true
+	return v, nil
 }
 
-func (s *Server) getVolume(c *fiber.Ctx) error {
-	st, ok := s.storageOr501(c)
-	if !ok {
-		return nil
-	}
-	v, ok := s.ownedVolume(c, st)
-	if !ok {
-		return nil
-	}
-	return sendSync(c, toWire(v))
+func (s *Server) getVolume(_ *fiber.Ctx, _ Storage, v *storage.Volume) (reply, error) {
+	return reply{value: toWire(v), etag: volumeETag(v)}, nil
 }
 
-func (s *Server) putVolume(c *fiber.Ctx) error {
-	st, ok := s.storageOr501(c)
-	if !ok {
-		return nil
-	}
-	v, ok := s.ownedVolume(c, st)
-	if !ok {
-		return nil
-	}
+// putVolume answers PUT and PATCH of a volume: the owner stays the
+// caller's identity; an If-Match that is not the volume's ETag is 412 and
+// nothing changes.
+func (s *Server) putVolume(c *fiber.Ctx, st Storage, v *storage.Volume) (reply, error) {
 	var req volumePut
-	if !decodeJSON(c, &req) {
-		return nil
+	if err := decode(c, &req); err != nil {
+		return reply{}, err
 	}
-	if o, set := req.Config[storage.KeyOwner]; set && o != v.Config[storage.KeyOwner] {
-		return sendError(c, http.StatusBadRequest, "Volume owner cannot be changed")
+	if o, set := req.Config[storage.KeyOwner]; set && o != ownerOf(c) {
+		return reply{}, refuse(http.StatusBadRequest, msgOwnerCannotChange)
+	}
+	if err := checkIfMatch(c, volumeETag(v)); err != nil {
+		return reply{}, err
 	}
 	ctx, cancel := reqCtx()
 	defer cancel()
 	_, err := st.UpdateVolume(ctx, v.Pool, v.Name, req.Description, req.Config)
-	if err != nil && errdefs.HTTPStatus(err) >= 500 {
-		return s.fail(c, err)
-	}
-	return sendSync(c, s.ops.finish(callerOf(c).UUID, err))
+	return s.operation(c, err)
 }
 
-func (s *Server) deleteVolume(c *fiber.Ctx) error {
-	st, ok := s.storageOr501(c)
-	if !ok {
-		return nil
-	}
-	v, ok := s.ownedVolume(c, st)
-	if !ok {
-		return nil
-	}
+func (s *Server) deleteVolume(c *fiber.Ctx, st Storage, v *storage.Volume) (reply, error) {
 	ctx, cancel := reqCtx()
 	defer cancel()
-	err := st.DeleteVolume(ctx, v.Pool, v.Name)
-	if err != nil && errdefs.HTTPStatus(err) >= 500 {
-		return s.fail(c, err)
-	}
-	return sendSync(c, s.ops.finish(callerOf(c).UUID, err))
+	return s.operation(c, st.DeleteVolume(ctx, v.Pool, v.Name))
 }
 
 func snapWire(v *storage.Volume, volume string) wireSnapshot {
 	return wireSnapshot{Name: v.Name[len(volume)+1:], Description: v.Description, ContentType: v.ContentType, Config: maps.Clone(v.Config)}
 }
 
-func (s *Server) listSnapshots(c *fiber.Ctx) error {
-	st, ok := s.storageOr501(c)
-	if !ok {
-		return nil
-	}
-	if c.Query("recursion") == "" || c.Query("recursion") == "0" {
-		return sendError(c, http.StatusNotImplemented, "Only recursive requests are currently supported")
-	}
-	v, ok := s.ownedVolume(c, st)
-	if !ok {
-		return nil
-	}
+func (s *Server) listSnapshots(_ *fiber.Ctx, st Storage, v *storage.Volume) (reply, error) {
 	ctx, cancel := reqCtx()
 	defer cancel()
 	snaps, err := st.Snapshots(ctx, v.Pool, v.Name)
 	if err != nil {
-		return s.fail(c, err)
+		return reply{}, err
 	}
 	out := []wireSnapshot{}
 	for _, sn := range snaps {
 		out = append(out, snapWire(sn, v.Name))
 	}
-	return sendSync(c, out)
+	return reply{value: out}, nil
 }
 
-func (s *Server) createSnapshot(c *fiber.Ctx) error {
-	st, ok := s.storageOr501(c)
-	if !ok {
-		return nil
-	}
-	v, ok := s.ownedVolume(c, st)
-	if !ok {
-		return nil
-	}
+// createSnapshot answers POST .../snapshots: a snapshot named as asked,
+// or as LXD names one without a name (snap0, snap1, ...).
+func (s *Server) createSnapshot(c *fiber.Ctx, st Storage, v *storage.Volume) (reply, error) {
 	var req snapshotsPost
-	if !decodeJSON(c, &req) {
-		return nil
+	if err := decode(c, &req); err != nil {
+		return reply{}, err
 	}
 	ctx, cancel := reqCtx()
 	defer cancel()
-	_, err := st.CreateSnapshot(ctx, v.Pool, v.Name, req.Name, req.Description)
-	if err != nil && errdefs.HTTPStatus(err) >= 500 {
-		return s.fail(c, err)
+	if req.Name == "" {
+		name, err := st.NextSnapshotName(ctx, v.Pool, v.Name)
+		if err != nil {
+			return reply{}, err
+		}
+		req.Name = name
 	}
-	return sendSync(c, s.ops.finish(callerOf(c).UUID, err))
+	_, err := st.CreateSnapshot(ctx, v.Pool, v.Name, req.Name, req.Description)
+	return s.operation(c, err)
 }
 
-func (s *Server) getSnapshot(c *fiber.Ctx) error {
-	st, ok := s.storageOr501(c)
-	if !ok {
-		return nil
-	}
-	v, ok := s.ownedVolume(c, st)
-	if !ok {
-		return nil
-	}
+func (s *Server) getSnapshot(c *fiber.Ctx, st Storage, v *storage.Volume) (reply, error) {
 	ctx, cancel := reqCtx()
 	defer cancel()
 	sn, err := st.Volume(ctx, v.Pool, v.Name+"/"+c.Params("snapshot"))
 	if err != nil {
-		return s.fail(c, err)
+		return reply{}, err
 	}
-	return sendSync(c, snapWire(sn, v.Name))
+	return reply{value: snapWire(sn, v.Name), etag: snapshotETag(sn)}, nil
 }
 
-func (s *Server) deleteSnapshot(c *fiber.Ctx) error {
-	st, ok := s.storageOr501(c)
-	if !ok {
-		return nil
-	}
-	v, ok := s.ownedVolume(c, st)
-	if !ok {
-		return nil
-	}
+func (s *Server) deleteSnapshot(c *fiber.Ctx, st Storage, v *storage.Volume) (reply, error) {
 	ctx, cancel := reqCtx()
 	defer cancel()
 	err := st.DeleteVolume(ctx, v.Pool, v.Name+"/"+c.Params("snapshot"))
 	if errors.Is(err, errdefs.ErrNotFound) {
-		return sendError(c, http.StatusNotFound, "")
+		return reply{}, refuse(http.StatusNotFound, "")
 	}
-	if err != nil && errdefs.HTTPStatus(err) >= 500 {
-		return s.fail(c, err)
-	}
-	return sendSync(c, s.ops.finish(callerOf(c).UUID, err))
+	return s.operation(c, err)
 }
 
-// patchInstance answers PATCH /1.0/instances/{name}: the caller's identity
-// adds, changes (value: the whole device) and removes (value: null) the
-// devices it owns; a device someone else owns is refused (403), a disk
-// must use a volume the identity owns. Devices added are owned by the
-// identity (volatile.<dev>.devlxd.owner). On a running instance the
-// backend hot-plugs them (or the change is refused precisely).
-func (s *Server) patchInstance(c *fiber.Ctx) error {
+// isVolumeDisk reports whether dev is a disk of a custom volume (LXD's
+// rule for the devices devlxd may manage): type disk with a pool and a
+// source.
+func isVolumeDisk(dev map[string]string) bool {
+	return dev["type"] == "disk" && dev["pool"] != "" && dev["source"] != ""
+}
+
+// patchInstance answers PATCH /1.0/instances/{name} as LXD: the caller's
+// identity adds, changes (value: the whole device) and removes (value:
+// null) the devices it owns. Removing a device it does not own (or one
+// that is not there) is a no-op; adding or changing one that is not a
+// disk of a volume, or that exists and is someone else's, is 403; a disk
+// of a volume the identity does not own is 404 (not revealed). Devices
+// added are owned by the identity (volatile.<dev>.devlxd.owner). On a
+// running instance the backend hot-plugs them (or the change is refused
+// precisely). An If-Match that is not the instance's ETag is 412 and
+// nothing changes.
+func (s *Server) patchInstance(c *fiber.Ctx) (reply, error) {
 	if s.cfg.Devices == nil {
-		return sendError(c, http.StatusNotImplemented, "Device changes are not configured on this host")
+		return reply{}, refuse(http.StatusNotImplemented, msgDevicesNotHere)
 	}
-	inst, ok := s.target(c)
-	if !ok {
-		return nil
+	inst, err := s.target(c)
+	if err != nil {
+		return reply{}, err
 	}
 	var req instancePut
-	if !decodeJSON(c, &req) {
-		return nil
+	if err := decode(c, &req); err != nil {
+		return reply{}, err
 	}
 	owner := ownerOf(c)
 	u := instance.DeviceUpdate{Put: map[string]map[string]string{}, Config: map[string]string{}}
 	for _, name := range slices.Sorted(maps.Keys(req.Devices)) {
 		dev := req.Devices[name]
 		_, exists := inst.Devices[name]
-		owned := inst.Config[ownerKey(name)] == owner
+		owned := exists && inst.Config[ownerKey(name)] == owner
 		switch {
-		case dev == nil && !exists:
-			continue // removing what is not there: nothing to do
 		case dev == nil && !owned:
-			return sendError(c, http.StatusForbidden, "Not authorized to delete device \""+name+"\"")
+			continue // not the identity's (or not there): nothing to do
 		case dev == nil:
 			u.Remove = append(u.Remove, name)
 			continue
-		case exists && !owned:
-			return sendError(c, http.StatusForbidden, "Not authorized to manage device \""+name+"\"")
-		}
-		if dev["type"] != "disk" || dev["pool"] == "" || dev["source"] == "" {
-			return sendError(c, http.StatusBadRequest, "Invalid device configuration: devices managed through devlxd are disks of a storage volume (type=disk pool=POOL source=VOLUME)")
+		case !isVolumeDisk(dev) || (exists && !owned):
+			return reply{}, refuse(http.StatusForbidden, fmt.Sprintf("Not authorized to manage device %q", name))
 		}
 		if s.cfg.Storage == nil {
-			return sendError(c, http.StatusNotImplemented, "Storage is not configured on this host")
+			return reply{}, refuse(http.StatusNotImplemented, msgStorageNotHere)
 		}
-		ctx, cancel := reqCtx()
-		v, err := s.cfg.Storage.Volume(ctx, dev["pool"], dev["source"])
-		cancel()
-		if err != nil || v.Config[storage.KeyOwner] != owner {
-			return sendError(c, http.StatusForbidden, "Not authorized to use storage volume \""+dev["source"]+"\"")
+		if _, err := s.ownedVolume(c, s.cfg.Storage, dev["pool"], dev["source"]); err != nil {
+			return reply{}, s.volumeNotFound(dev["pool"], err)
 		}
 		if !exists || !maps.Equal(inst.Devices[name], dev) {
 			u.Put[name] = maps.Clone(dev)
 			u.Config[ownerKey(name)] = owner
 		}
 	}
+	// LXD checks the tag in the instance update it then makes, nothing
+	// to change included.
+	if err := checkIfMatch(c, instanceETag(inst)); err != nil {
+		return reply{}, err
+	}
 	if len(u.Put) == 0 && len(u.Remove) == 0 {
-		return sendSync(c, nil)
+		return reply{}, nil
 	}
 	by := events.Requestor{Protocol: "devlxd", Username: owner, Address: string(c.Locals(localsIdentity).(linkhost.Identity).Link)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*requestTimeout)
 	defer cancel()
 	if _, err := s.cfg.Devices.UpdateDevices(ctx, inst.Name, u, by); err != nil {
-		return s.fail(c, err)
+		return reply{}, err
 	}
-	return sendSync(c, nil)
+	return reply{}, nil
+}
+
+// volumeNotFound is LXD's refusal of a device's volume that is missing
+// (its pool's or its own not-found text) or not the caller's (a bare 404);
+// other errors pass.
+func (s *Server) volumeNotFound(pool string, err error) error {
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
+	if _, perr := s.cfg.Storage.GetPool(pool); perr != nil {
+		return refuse(http.StatusNotFound, msgPoolNotFound)
+	}
+	return refuse(http.StatusNotFound, msgVolumeNotFound)
 }

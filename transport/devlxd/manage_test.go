@@ -21,6 +21,18 @@ type fakeStorage struct {
 	vols map[string]*storage.Volume
 }
 
+func (f *fakeStorage) Pools() []storage.Pool {
+	return []storage.Pool{{Name: "default", Driver: "dir", Status: "Created"}}
+}
+
+func (f *fakeStorage) CopyVolume(context.Context, string, string, string, string, map[string]string) (*storage.Volume, error) {
+	return nil, errdefs.ErrNotSupported
+}
+
+func (f *fakeStorage) NextSnapshotName(context.Context, string, string) (string, error) {
+	return "", errdefs.ErrNotSupported
+}
+
 func (f *fakeStorage) GetPool(name string) (*storage.Pool, error) {
 	if name != "default" {
 		return nil, fmt.Errorf("storage pool %q: %w", name, errdefs.ErrNotFound)
@@ -147,16 +159,18 @@ func TestManagementOwnership(t *testing.T) {
 	}{
 		{"create", "POST", "/1.0/storage-pools/default/volumes/custom", `{"name":"mine","type":"custom"}`, 200, `"status":"Success"`},
 		{"create twice refused before an operation", "POST", "/1.0/storage-pools/default/volumes/custom", `{"name":"mine","type":"custom"}`, 409, "Volume by that name already exists"},
-		{"url type mismatch", "POST", "/1.0/storage-pools/default/volumes/custom", `{"name":"x","type":"image"}`, 400, "Only custom storage volumes can be created"},
+		{"url type mismatch", "POST", "/1.0/storage-pools/default/volumes/custom", `{"name":"x","type":"image"}`, 400, "URL volume type does not match the volume type in body"},
+		{"url type not custom", "POST", "/1.0/storage-pools/default/volumes/image", `{"name":"x"}`, 400, "Only custom storage volumes can be created"},
 		{"list shows only own", "GET", "/1.0/storage-pools/default/volumes?recursion=1", "", 200, `[{"name":"mine"`},
 		{"another identity's volume", "GET", "/1.0/storage-pools/default/volumes/custom/theirs", "", 404, "Not Found"},
 		{"delete another identity's volume", "DELETE", "/1.0/storage-pools/default/volumes/custom/theirs", "", 404, "Not Found"},
 		{"type not custom", "GET", "/1.0/storage-pools/default/volumes/container/mine", "", 400, "Only custom storage volume requests are allowed"},
 		{"unknown pool", "GET", "/1.0/storage-pools/fast", "", 404, "Storage pool not found"},
-		{"attach another identity's volume", "PATCH", "/1.0/instances/a", `{"devices":{"d":{"type":"disk","pool":"default","source":"theirs"}}}`, 403, `Not authorized to use storage volume \"theirs\"`},
+		{"attach another identity's volume", "PATCH", "/1.0/instances/a", `{"devices":{"d":{"type":"disk","pool":"default","source":"theirs"}}}`, 404, `"error":"Not Found"`},
+		{"attach a missing volume", "PATCH", "/1.0/instances/a", `{"devices":{"d":{"type":"disk","pool":"default","source":"nope"}}}`, 404, "Storage volume not found"},
 		{"manage a device not owned", "PATCH", "/1.0/instances/a", `{"devices":{"eth0":{"type":"disk","pool":"default","source":"mine"}}}`, 403, `Not authorized to manage device \"eth0\"`},
-		{"delete a device not owned", "PATCH", "/1.0/instances/a", `{"devices":{"root":null}}`, 403, `Not authorized to delete device \"root\"`},
-		{"a nic through devlxd", "PATCH", "/1.0/instances/a", `{"devices":{"n":{"type":"nic"}}}`, 400, "Invalid device configuration"},
+		{"delete a device not owned is a no-op", "PATCH", "/1.0/instances/a", `{"devices":{"root":null}}`, 200, ""},
+		{"a nic through devlxd", "PATCH", "/1.0/instances/a", `{"devices":{"n":{"type":"nic"}}}`, 403, `Not authorized to manage device \"n\"`},
 		{"attach own volume", "PATCH", "/1.0/instances/a", `{"devices":{"d":{"type":"disk","pool":"default","source":"mine"}}}`, 200, ""},
 		{"now listed as owned", "GET", "/1.0/instances/a", "", 200, `"devices":{"d":{"pool":"default","source":"mine","type":"disk"}}`},
 		{"detach", "PATCH", "/1.0/instances/a", `{"devices":{"d":null}}`, 200, ""},

@@ -43,7 +43,7 @@ var _ RequestObserver = (*recordObserver)(nil)
 // the status sent, including refusals before routing and unknown paths.
 func TestObserverSeesRoutePatterns(t *testing.T) {
 	rec := &recordObserver{}
-	e := newEnv(t, func(c *Config) { c.Observer = rec })
+	e := newEnv(t, func(c *Config) { c.Observer, c.InstanceTypes = rec, fixedType("container") })
 	tests := []struct {
 		name         string
 		uuid         string

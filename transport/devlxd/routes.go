@@ -48,7 +48,7 @@ var lxdMethods = map[string]bool{
 func (s *Server) routes() {
 	s.app.Use(s.observe, s.authenticate)
 	for _, r := range s.routeTable() {
-		s.app.All(r.path, dispatch(r.methods))
+		s.app.All(r.path, s.dispatch(r.methods))
 	}
 	s.registerTrusted()
 	s.app.Use(func(c *fiber.Ctx) error {
@@ -62,9 +62,9 @@ func (s *Server) routes() {
 
 // dispatch answers a request on a route as LXD does: a method LXD does not
 // route is 404 `Method "X" not found`, one the route does not implement 501
-// Not Implemented (HEAD included), and an implemented one 403 Forbidden
-// while the instance has security.devlxd off.
-func dispatch(ms methods) fiber.Handler {
+// Not Implemented (HEAD included; notImplemented), and an implemented one
+// 403 Forbidden while the instance has security.devlxd off.
+func (s *Server) dispatch(ms methods) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		m := c.Method()
 		if !lxdMethods[m] {
@@ -72,7 +72,7 @@ func dispatch(ms methods) fiber.Handler {
 		}
 		h := ms[m]
 		if h == nil {
-			return sendError(c, http.StatusNotImplemented, "")
+			return s.notImplemented(c)
 		}
 		if !guestview.DevlxdEnabled(callerOf(c).Config) {
 			return sendError(c, http.StatusForbidden, "")

@@ -181,8 +181,9 @@ type Server struct {
 	hsInstances map[string]*instanceHandshakes
 	ops         *operations
 	// infoBodies are the untrusted GET /1.0 envelopes, indexed by ready
-	// (1) and container (2), encoded on first use (getInfo).
-	infoBodies [4]atomic.Pointer[[]byte]
+	// (1), container (2) and volume management (4), encoded on first use
+	// (getInfo).
+	infoBodies [8]atomic.Pointer[[]byte]
 	done       chan struct{} // closed when the HTTP server returned
 	once       sync.Once
 }

@@ -22,8 +22,16 @@ import (
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
+// TestEndpoints runs each request for both guest types (tried: every
+// route, its unserved methods, unknown paths, another instance's data).
 func TestEndpoints(t *testing.T) {
-	e := newEnv(t, nil)
+	for _, typ := range guestTypes {
+		t.Run(string(typ), func(t *testing.T) { testEndpoints(t, typ) })
+	}
+}
+
+func testEndpoints(t *testing.T, typ fixedType) {
+	e := newEnv(t, func(c *Config) { c.InstanceTypes = typ })
 	a := e.client(uuidA, e.agents["a"])
 	b := e.client(uuidB, e.agents["b"])
 	mac0 := guestview.GeneratedMAC(uuidA, "eth0")
@@ -36,8 +44,8 @@ func TestEndpoints(t *testing.T) {
 		want   answer
 	}{
 		{"root", a, "GET", "/", "", sync200(`["/1.0"]`)},
-		{"info started", a, "GET", "/1.0", "", sync200(`{"state":"Started","api_version":"1.0","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
-		{"info ready", b, "GET", "/1.0", "", sync200(`{"state":"Ready","api_version":"1.0","instance_type":"virtual-machine","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
+		{"info started", a, "GET", "/1.0", "", sync200(`{"state":"Started","api_version":"1.0","instance_type":"` + string(typ) + `","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
+		{"info ready", b, "GET", "/1.0", "", sync200(`{"state":"Ready","api_version":"1.0","instance_type":"` + string(typ) + `","location":"host1","auth":"untrusted","supported_storage_drivers":[]}`)},
 		{"config list", a, "GET", "/1.0/config", "", sync200(`["/1.0/config/cloud-init.user-data","/1.0/config/user.foo","/1.0/config/user.meta-data","/1.0/config/cloud-init.vendor-data","/1.0/config/user.vendor-data"]`)},
 		{"config list without ssh keys", b, "GET", "/1.0/config", "", sync200(`["/1.0/config/cloud-init.user-data","/1.0/config/user.foo"]`)},
 		{"config key", a, "GET", "/1.0/config/user.foo", "", sync200(`"bar"`)},
@@ -62,15 +70,15 @@ func TestEndpoints(t *testing.T) {
 		{"unknown path", a, "GET", "/1.0/nope", "", fail(404, "Not Found")},
 		{"trailing slash", a, "GET", "/1.0/", "", fail(404, "Not Found")},
 		{"other version", a, "GET", "/2.0", "", fail(404, "Not Found")},
-		{"method not implemented", a, "POST", "/1.0", "{}", fail(501, "Not Implemented")},
+		{"method not implemented", a, "POST", "/1.0", "{}", notImpl(typ)},
 		{"head", a, "HEAD", "/1.0", "", answer{501, "application/json", ""}},
 		{"options", a, "OPTIONS", "/1.0", "", fail(404, `Method "OPTIONS" not found`)},
-		{"post events", a, "POST", "/1.0/events", "", fail(501, "Not Implemented")},
+		{"post events", a, "POST", "/1.0/events", "", notImpl(typ)},
 		{"ubuntu-pro", a, "GET", "/1.0/ubuntu-pro", "", sync200(`{"guest_attach":"off"}`)},
 		{"ubuntu-pro token", a, "POST", "/1.0/ubuntu-pro/token", "", fail(403, "Failed getting an Ubuntu Pro guest token: Guest attachment not allowed")},
-		{"ubuntu-pro token get", a, "GET", "/1.0/ubuntu-pro/token", "", fail(501, "Not Implemented")},
-		{"put config", a, "PUT", "/1.0/config/user.foo", "x", fail(501, "Not Implemented")},
-		{"delete root", a, "DELETE", "/", "", fail(501, "Not Implemented")},
+		{"ubuntu-pro token get", a, "GET", "/1.0/ubuntu-pro/token", "", notImpl(typ)},
+		{"put config", a, "PUT", "/1.0/config/user.foo", "x", notImpl(typ)},
+		{"delete root", a, "DELETE", "/", "", notImpl(typ)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -134,9 +142,24 @@ func TestNotYetValidCertificate(t *testing.T) {
 	}
 }
 
+// TestPatchState runs each body for both guest types: a body that is not
+// JSON is LXD's server's 400 "Invalid request body: ...", its VM agent's
+// 500 with the decoder's error alone.
 func TestPatchState(t *testing.T) {
-	e := newEnv(t, nil)
+	for _, typ := range guestTypes {
+		t.Run(string(typ), func(t *testing.T) { testPatchState(t, typ) })
+	}
+}
+
+func testPatchState(t *testing.T, typ fixedType) {
+	e := newEnv(t, func(c *Config) { c.InstanceTypes = typ })
 	a := e.client(uuidA, e.agents["a"])
+	badBody := func(decoderErr string) answer {
+		if typ == "virtual-machine" {
+			return fail(500, decoderErr)
+		}
+		return fail(400, "Invalid request body: "+decoderErr)
+	}
 	tests := []struct {
 		name      string
 		body      string
@@ -151,10 +174,11 @@ func TestPatchState(t *testing.T) {
 		{"running", `{"state":"Running"}`, fail(400, `Invalid state "Running"`), nil},
 		{"garbage state", `{"state":"\u00ff\u0001"}`, fail(400, "Invalid state \"\u00ff\\x01\""), nil},
 		{"no state", `{}`, fail(400, `Invalid state ""`), nil},
-		{"empty body", ``, fail(400, `Invalid request body: EOF`), nil},
-		{"truncated", `{"state":`, fail(400, `Invalid request body: unexpected EOF`), nil},
-		{"not json", `state=Ready`, fail(400, `Invalid request body: invalid character 's' looking for beginning of value`), nil},
-		{"wrong type", `{"state":1}`, fail(400, `Invalid request body: json: cannot unmarshal number into Go struct field StatePut.state of type string`), nil},
+		{"empty body", ``, badBody(`EOF`), nil},
+		{"truncated", `{"state":`, badBody(`unexpected EOF`), nil},
+		{"not json", `state=Ready`, badBody(`invalid character 's' looking for beginning of value`), nil},
+		// LXD's type is DevLXDPut: its decoder names it.
+		{"wrong type", `{"state":1}`, badBody(`json: cannot unmarshal number into Go struct field DevLXDPut.state of type string`), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package devlxd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -48,19 +49,22 @@ const (
 type trustedRoute struct {
 	path    string
 	methods []string
+	// vmMissing is a method of methods LXD's VM agent does not route
+	// (501 to a VM guest).
+	vmMissing string
 }
 
 // trustedRoutes are LXD's devlxd management routes.
 var trustedRoutes = []trustedRoute{
-	{"/1.0/instances/:name", []string{fiber.MethodGet, fiber.MethodPatch}},
-	{"/1.0/operations/:id", []string{fiber.MethodDelete}},
-	{"/1.0/operations/:id/wait", []string{fiber.MethodGet}},
-	{"/1.0/storage-pools/:pool", []string{fiber.MethodGet}},
-	{"/1.0/storage-pools/:pool/volumes", []string{fiber.MethodGet, fiber.MethodPost}},
-	{"/1.0/storage-pools/:pool/volumes/:type", []string{fiber.MethodGet, fiber.MethodPost}},
-	{"/1.0/storage-pools/:pool/volumes/:type/:volume", []string{fiber.MethodGet, fiber.MethodPut, fiber.MethodPatch, fiber.MethodDelete}},
-	{"/1.0/storage-pools/:pool/volumes/:type/:volume/snapshots", []string{fiber.MethodGet, fiber.MethodPost}},
-	{"/1.0/storage-pools/:pool/volumes/:type/:volume/snapshots/:snapshot", []string{fiber.MethodGet, fiber.MethodDelete}},
+	{"/1.0/instances/:name", []string{fiber.MethodGet, fiber.MethodPatch}, ""},
+	{"/1.0/operations/:id", []string{fiber.MethodDelete}, ""},
+	{"/1.0/operations/:id/wait", []string{fiber.MethodGet}, ""},
+	{"/1.0/storage-pools/:pool", []string{fiber.MethodGet}, ""},
+	{"/1.0/storage-pools/:pool/volumes", []string{fiber.MethodGet, fiber.MethodPost}, ""},
+	{"/1.0/storage-pools/:pool/volumes/:type", []string{fiber.MethodGet, fiber.MethodPost}, ""},
+	{"/1.0/storage-pools/:pool/volumes/:type/:volume", []string{fiber.MethodGet, fiber.MethodPut, fiber.MethodPatch, fiber.MethodDelete}, fiber.MethodPut},
+	{"/1.0/storage-pools/:pool/volumes/:type/:volume/snapshots", []string{fiber.MethodGet, fiber.MethodPost}, ""},
+	{"/1.0/storage-pools/:pool/volumes/:type/:volume/snapshots/:snapshot", []string{fiber.MethodGet, fiber.MethodDelete}, ""},
 }
 
 // standardMethods are the methods LXD's devlxd router dispatches.
@@ -77,8 +81,8 @@ func (s *Server) registerTrusted() {
 			switch {
 			case !slices.Contains(standardMethods, c.Method()):
 				return sendError(c, http.StatusNotFound, "Method \""+c.Method()+"\" not found")
-			case !slices.Contains(r.methods, c.Method()):
-				return sendError(c, http.StatusNotImplemented, "")
+			case !slices.Contains(r.methods, c.Method()) || (r.vmMissing == c.Method() && s.isVM(c)):
+				return s.notImplemented(c)
 			case !guestview.DevlxdEnabled(callerOf(c).Config):
 				return sendError(c, http.StatusForbidden, "")
 			case trustedOf(c) == nil:
@@ -87,7 +91,7 @@ func (s *Server) registerTrusted() {
 			return c.Next()
 		})
 	}
-	s.app.Get("/1.0/instances/:name", s.managed(s.getInstance))
+	s.app.Get("/1.0/instances/:name", s.managed(s.answer(s.getInstance)))
 	s.registerManagement()
 }
 
@@ -198,36 +202,32 @@ func ownedDevices(inst *instance.Instance, who *auth.DevlxdCaller) map[string]ma
 }
 
 // target returns the instance a management route names, when the caller's
-// identity is scoped to it; otherwise it answered 404 (an instance outside
+// identity is scoped to it; otherwise a 404 refusal (an instance outside
 // the scope is not shown to exist).
-func (s *Server) target(c *fiber.Ctx) (*instance.Instance, bool) {
+func (s *Server) target(c *fiber.Ctx) (*instance.Instance, error) {
 	who := trustedOf(c)
 	name := c.Params("name")
 	if !slices.Contains(who.Instances, name) {
-		_ = sendError(c, http.StatusNotFound, "")
-		return nil, false
+		return nil, refuse(http.StatusNotFound, "")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	inst, err := s.cfg.Instances.Get(ctx, name)
 	if errors.Is(err, errdefs.ErrNotFound) {
-		_ = sendError(c, http.StatusNotFound, "")
-		return nil, false
+		return nil, refuse(http.StatusNotFound, "")
 	}
 	if err != nil {
-		s.cfg.Logger.Error("devlxd: looking up instance", "instance", name, "err", err)
-		_ = sendError(c, http.StatusInternalServerError, "")
-		return nil, false
+		return nil, fmt.Errorf("looking up instance %q: %w", name, err)
 	}
-	return inst, true
+	return inst, nil
 }
 
 // getInstance answers GET /1.0/instances/{name}: the name and the devices
-// the caller's identity owns.
-func (s *Server) getInstance(c *fiber.Ctx) error {
-	inst, ok := s.target(c)
-	if !ok {
-		return nil
+// the caller's identity owns, with the instance's ETag.
+func (s *Server) getInstance(c *fiber.Ctx) (reply, error) {
+	inst, err := s.target(c)
+	if err != nil {
+		return reply{}, err
 	}
-	return sendSync(c, devlxdapi.Instance{Name: inst.Name, Devices: ownedDevices(inst, trustedOf(c))})
+	return reply{value: devlxdapi.Instance{Name: inst.Name, Devices: ownedDevices(inst, trustedOf(c))}, etag: instanceETag(inst)}, nil
 }
