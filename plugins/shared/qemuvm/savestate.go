@@ -18,6 +18,7 @@ import (
 type stateMetaDoc struct {
 	Layout    Layout       `json:"layout"`
 	Link      sdk.LinkKind `json:"link"`
+	Vsock     string       `json:"vsock,omitempty"` // the vsock device ("" before qemu.vsock: kernel)
 	MemoryMiB int          `json:"memory_mib"`
 	CPUs      int          `json:"cpus"`
 	Accel     string       `json:"accel"`
@@ -86,7 +87,7 @@ func (b *Backend) saveStateTo(ctx context.Context, h *handle, c *qmp.Client, dir
 			if err := c.Execute(ctx, "query-cpus-fast", nil, &cpus); err == nil {
 				cfg.CPUs = len(cpus)
 			}
-			meta := stateMetaDoc{Layout: h.Layout, Link: h.Link, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Accel: h.Accel, Saved: time.Now().UTC()}
+			meta := stateMetaDoc{Layout: h.Layout, Link: h.Link, Vsock: h.Vsock, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Accel: h.Accel, Saved: time.Now().UTC()}
 			mb, _ := json.Marshal(meta)
 			if err := os.Rename(tmp, filepath.Join(dir, stateFile)); err != nil {
 				return err

@@ -1,0 +1,132 @@
+package qemuvm
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/internal/testenv"
+	"github.com/guestlink/guestlink/internal/testwait"
+	"github.com/guestlink/guestlink/link/hybrid"
+	"github.com/guestlink/guestlink/link/ringproto"
+	"github.com/guestlink/guestlink/plugins/sdk"
+)
+
+func TestResolveLink(t *testing.T) {
+	tests := []struct {
+		name       string
+		link       sdk.LinkKind
+		vsock      string
+		vhost      bool
+		wantLink   sdk.LinkKind
+		wantDevice string
+		wantErr    bool
+	}{
+		{"defaults without vhost-vsock", "", "", false, sdk.LinkSerial, "", false},
+		{"defaults with vhost-vsock", "", "", true, sdk.LinkVsock, VsockKernel, false},
+		{"vsock=user picks the vsock link", "", VsockUser, false, sdk.LinkVsock, VsockUser, false},
+		{"vsock=user beats vhost-vsock", "", VsockUser, true, sdk.LinkVsock, VsockUser, false},
+		{"link=vsock, auto device, no vhost-vsock", sdk.LinkVsock, "", false, sdk.LinkVsock, VsockUser, false},
+		{"link=vsock, auto device, vhost-vsock", sdk.LinkVsock, VsockAuto, true, sdk.LinkVsock, VsockKernel, false},
+		{"vsock=kernel without the device", sdk.LinkVsock, VsockKernel, false, "", "", true},
+		{"link=auto, vsock=kernel without the device", "", VsockKernel, false, "", "", true},
+		{"vsock=off", "", VsockOff, true, sdk.LinkSerial, "", false},
+		{"link=vsock, vsock=off", sdk.LinkVsock, VsockOff, true, "", "", true},
+		{"link=serial, vsock=user", sdk.LinkSerial, VsockUser, false, sdk.LinkSerial, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			link, dev, err := resolveLink(&Config{Link: tt.link, Vsock: tt.vsock}, tt.vhost)
+			if tt.wantErr {
+				if !errors.Is(err, sdk.ErrInvalid) {
+					t.Fatalf("resolveLink = %q, %q, %v; want ErrInvalid", link, dev, err)
+				}
+				return
+			}
+			if err != nil || link != tt.wantLink || dev != tt.wantDevice {
+				t.Fatalf("resolveLink = %q, %q, %v; want %q, %q", link, dev, err, tt.wantLink, tt.wantDevice)
+			}
+		})
+	}
+	if _, err := ParseConfig(map[string]string{KeyKernel: "/k", KeyVsock: "vhost"}, Defaults{}); !errors.Is(err, sdk.ErrInvalid) {
+		t.Errorf("qemu.vsock=vhost accepted: %v", err)
+	}
+}
+
+// TestUserVsockLinkToAgent boots the busybox guest with qemu.vsock=user on
+// both layouts: the agent listens on AF_VSOCK port 8443 inside, and the
+// host reaches it through the device's hybrid socket (the link endpoint)
+// with TLS, as the daemon does. The device runs as its own process and
+// ends with QEMU.
+func TestUserVsockLinkToAgent(t *testing.T) {
+	for _, l := range []Layout{LayoutCurrent, LayoutLegacy} {
+		t.Run(string(l), func(t *testing.T) {
+			e := newBootEnv(t, l, "")
+			if !e.img.HasAgent {
+				testenv.Requires(t, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
+			}
+			e.spec.Config[KeyVsock] = VsockUser
+			st := e.start(t, false)
+			if st.Details["link"] != string(sdk.LinkVsock) || st.Details["vsock"] != VsockUser {
+				t.Fatalf("state details %v, want link vsock through the user device", st.Details)
+			}
+			e.waitWord(t, ringproto.Started, 3*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			ep, err := e.b.LinkEndpoint(ctx, e.h)
+			if err != nil || ep.Kind != sdk.LinkVsock || ep.Path == "" || ep.CID < MinGuestCID {
+				t.Fatalf("LinkEndpoint = %+v, %v; want vsock with the device's socket", ep, err)
+			}
+			pair := agentPair(t, e)
+			var lastErr error
+			for attempt := range 3 { // see getAgentInfo: TCG may miss the agent's 10 s handshake bound
+				conn, err := hybrid.Dial(ctx, ep.Path, 8443)
+				if err != nil {
+					lastErr = err
+				} else if lastErr = agentInfoOver(ctx, conn, pair); lastErr == nil {
+					break
+				}
+				t.Logf("attempt %d: %v", attempt, lastErr)
+			}
+			if lastErr != nil {
+				t.Fatalf("GET /1.0 on the agent through the vsock device: %v", lastErr)
+			}
+			h, _ := decodeHandle(e.h)
+			if _, err := e.b.Stop(ctx, e.h, sdk.StopOptions{Force: true}); err != nil {
+				t.Fatal(err)
+			}
+			// The device process saw the agent's connection and ended with QEMU.
+			log := filepath.Join(h.Dir, vsockLog)
+			if !testwait.Until(time.Minute, func() bool {
+				b, _ := os.ReadFile(log)
+				return strings.Contains(string(b), "QEMU closed its socket")
+			}) {
+				b, _ := os.ReadFile(log)
+				t.Fatalf("the vsock device did not end with QEMU; its log:\n%s", b)
+			}
+			if b, _ := os.ReadFile(log); strings.Contains(string(b), "; 0 connections") {
+				t.Fatalf("the device carried no connection:\n%s", b)
+			}
+		})
+	}
+}
+
+// agentPair returns the key pair of the test's config drive (agent and
+// daemon client certificate at once).
+func agentPair(t *testing.T, e *bootEnv) tls.Certificate {
+	t.Helper()
+	files := map[string][]byte{}
+	for _, f := range e.spec.Files {
+		files[f.Path] = f.Data
+	}
+	pair, err := tls.X509KeyPair(files["agent.crt"], files["agent.key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair
+}
