@@ -102,7 +102,7 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 		if l.CID = h.CID; l.CID == 0 {
 			l.CID = randomCID() // private to this guest's device: nothing to reserve
 		}
-		if vsockd, err = startVsockd(h.Dir, l.CID); err != nil {
+		if vsockd, err = startVsockd(h.Dir, l.CID, l.Restore); err != nil {
 			return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
 		}
 	}

@@ -76,7 +76,11 @@ func resolveLink(cfg *Config, vhostVsock bool) (sdk.LinkKind, string, error) {
 // outlives the plugin as QEMU does. Its sockets are bound here and passed
 // down, so QEMU can connect as soon as this returns. The caller waits for
 // the process (it exits when QEMU closes the vhost-user socket).
-func startVsockd(dir string, cid uint32) (*exec.Cmd, error) {
+//
+// restored says that QEMU resumes a saved state: the guest's connections
+// in that memory are gone with the old device, so the new one starts with
+// a TRANSPORT_RESET event (the guest closes them, keeps its listeners).
+func startVsockd(dir string, cid uint32, restored bool) (*exec.Cmd, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("starting the vsock device: %w", err)
@@ -107,7 +111,11 @@ func startVsockd(dir string, cid uint32) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("starting the vsock device: %w", err)
 	}
 	defer logf.Close()
-	cmd := exec.Command(self, VsockdCommand, "--cid", fmt.Sprint(cid), "--uds", filepath.Join(dir, vsockSocket))
+	args := []string{VsockdCommand, "--cid", fmt.Sprint(cid), "--uds", filepath.Join(dir, vsockSocket)}
+	if restored {
+		args = append(args, "--transport-reset")
+	}
+	cmd := exec.Command(self, args...)
 	cmd.Dir = dir
 	cmd.Env = VMMEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -139,6 +147,7 @@ func runVsockd(args []string, vhostFile, hostFile *os.File, log io.Writer) error
 	fs := flag.NewFlagSet(VsockdCommand, flag.ContinueOnError)
 	cid := fs.Uint64("cid", 0, "guest CID")
 	uds := fs.String("uds", "", "hybrid socket path")
+	reset := fs.Bool("transport-reset", false, "send TRANSPORT_RESET once the event queue runs (a restored guest)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -157,6 +166,9 @@ func runVsockd(args []string, vhostFile, hostFile *os.File, log io.Writer) error
 	dev, err := vsockdev.New(vsockdev.Options{CID: *cid, UDS: *uds})
 	if err != nil {
 		return err
+	}
+	if *reset {
+		dev.TransportReset()
 	}
 	go dev.ServeHost(hln)
 	vln.(*net.UnixListener).SetDeadline(time.Now().Add(vsockdConnectTimeout))

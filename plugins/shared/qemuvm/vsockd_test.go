@@ -3,7 +3,9 @@ package qemuvm
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,9 @@ import (
 	"github.com/guestlink/guestlink/link/hybrid"
 	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/shared/vhostuser"
+	"github.com/guestlink/guestlink/plugins/shared/vhostuser/vhostusertest"
+	"github.com/guestlink/guestlink/plugins/shared/vsockdev"
 )
 
 func TestResolveLink(t *testing.T) {
@@ -129,4 +134,58 @@ func agentPair(t *testing.T, e *bootEnv) tls.Certificate {
 		t.Fatal(err)
 	}
 	return pair
+}
+
+// TestRunVsockdTransportReset runs the device process's code on sockets
+// passed as files, as startVsockd does, with a test front-end in place of
+// QEMU: a restored guest gets TRANSPORT_RESET on its event queue, and the
+// device returns (logging its counters) when the front-end hangs up.
+func TestRunVsockdTransportReset(t *testing.T) {
+	dir := shortTempDir(t)
+	var files []*os.File
+	for _, name := range []string{vsockVhostSocket, vsockSocket} {
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, name), Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.SetUnlinkOnClose(false)
+		f, err := ln.File()
+		ln.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	var log strings.Builder
+	done := make(chan error, 1)
+	go func() {
+		done <- runVsockd([]string{"--cid", "9", "--uds", filepath.Join(dir, vsockSocket), "--transport-reset"}, files[0], files[1], &log)
+	}()
+	c, err := net.Dial("unix", filepath.Join(dir, vsockVhostSocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := vhostusertest.New(t, c.(*net.UnixConn), 3)
+	cfg, err := f.Setup(vhostuser.FeatureVersion1, 8)
+	if err != nil {
+		t.Fatalf("vhost-user setup: %v", err)
+	}
+	if cid := binary.LittleEndian.Uint64(cfg); cid != 9 {
+		t.Fatalf("config CID %d, want 9", cid)
+	}
+	ev := f.Queues[2]
+	ev.OfferWritable(4)
+	if !ev.WaitCall(30 * time.Second) {
+		t.Fatal("no event within 30s")
+	}
+	if _, b, ok := ev.TakeUsed(); !ok || len(b) != 4 || binary.LittleEndian.Uint32(b) != vsockdev.EventTransportReset {
+		t.Fatalf("event %x (%v), want TRANSPORT_RESET", b, ok)
+	}
+	f.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("runVsockd: %v", err)
+	}
+	if !strings.Contains(log.String(), "QEMU closed its socket") {
+		t.Fatalf("log %q", log.String())
+	}
 }

@@ -120,7 +120,8 @@ func (d *Device) Reset() {
 		d.dropLocked(c, false)
 	}
 	d.rx = nil
-	d.events = 0
+	// A pending TRANSPORT_RESET stays: it is news for whichever driver
+	// runs the event queue next, and harmless to a fresh one.
 }
 
 // TransportReset drops every connection and tells the guest so with a
