@@ -52,6 +52,11 @@ func (b *Backend) saveState(ctx context.Context, h *handle, c *qmp.Client) error
 // saveStateTo pauses the guest and migrates its state to dir's state file
 // (with its description); the guest stays paused.
 func (b *Backend) saveStateTo(ctx context.Context, h *handle, c *qmp.Client, dir string) error {
+	if h.Vsock == VsockUser {
+		// QEMU marks vhost-user-vsock unmigratable ("State blocked by
+		// non-migratable device"): say so before pausing anything.
+		return fmt.Errorf("%w: QEMU cannot save the state of the vhost-user-vsock device (%s=user); stop or snapshot the guest without its state, or use %s=kernel", sdk.ErrNotSupported, KeyVsock, KeyVsock)
+	}
 	if err := c.Execute(ctx, "stop", nil, nil); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -83,24 +84,7 @@ func TestUserVsockLinkToAgent(t *testing.T) {
 			e.waitWord(t, ringproto.Started, 3*time.Minute)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			ep, err := e.b.LinkEndpoint(ctx, e.h)
-			if err != nil || ep.Kind != sdk.LinkVsock || ep.Path == "" || ep.CID < MinGuestCID {
-				t.Fatalf("LinkEndpoint = %+v, %v; want vsock with the device's socket", ep, err)
-			}
-			pair := agentPair(t, e)
-			var lastErr error
-			for attempt := range 3 { // see getAgentInfo: TCG may miss the agent's 10 s handshake bound
-				conn, err := hybrid.Dial(ctx, ep.Path, 8443)
-				if err != nil {
-					lastErr = err
-				} else if lastErr = agentInfoOver(ctx, conn, pair); lastErr == nil {
-					break
-				}
-				t.Logf("attempt %d: %v", attempt, lastErr)
-			}
-			if lastErr != nil {
-				t.Fatalf("GET /1.0 on the agent through the vsock device: %v", lastErr)
-			}
+			agentThroughDevice(ctx, t, e)
 			h, _ := decodeHandle(e.h)
 			if _, err := e.b.Stop(ctx, e.h, sdk.StopOptions{Force: true}); err != nil {
 				t.Fatal(err)
@@ -119,6 +103,49 @@ func TestUserVsockLinkToAgent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// agentThroughDevice does GET /1.0 on the agent's AF_VSOCK port 8443
+// through the vsock device's hybrid socket (the link endpoint).
+func agentThroughDevice(ctx context.Context, t *testing.T, e *bootEnv) {
+	t.Helper()
+	ep, err := e.b.LinkEndpoint(ctx, e.h)
+	if err != nil || ep.Kind != sdk.LinkVsock || ep.Path == "" || ep.CID < MinGuestCID {
+		t.Fatalf("LinkEndpoint = %+v, %v; want vsock with the device's socket", ep, err)
+	}
+	pair := agentPair(t, e)
+	var lastErr error
+	for attempt := range 3 { // see getAgentInfo: TCG may miss the agent's 10 s handshake bound
+		conn, err := hybrid.Dial(ctx, ep.Path, 8443)
+		if err != nil {
+			lastErr = err
+		} else if lastErr = agentInfoOver(ctx, conn, pair); lastErr == nil {
+			return
+		}
+		t.Logf("attempt %d: %v", attempt, lastErr)
+	}
+	t.Fatalf("GET /1.0 on the agent through the vsock device: %v", lastErr)
+}
+
+// TestUserVsockStatefulRefused: QEMU cannot migrate a vhost-user-vsock
+// device, so a stateful stop of a guest with qemu.vsock=user is refused
+// up front with ErrNotSupported, and the guest keeps running with its
+// link working.
+func TestUserVsockStatefulRefused(t *testing.T) {
+	e := newBootEnv(t, LayoutCurrent, "")
+	if !e.img.HasAgent {
+		testenv.Requires(t, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
+	}
+	e.spec.Config[KeyVsock] = VsockUser
+	e.start(t, false)
+	e.waitWord(t, ringproto.Started, 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	st, err := e.b.Stop(ctx, e.h, sdk.StopOptions{Stateful: true})
+	if !errors.Is(err, sdk.ErrNotSupported) || !strings.Contains(fmt.Sprint(err), KeyVsock+"=kernel") {
+		t.Fatalf("stateful Stop = %+v, %v; want ErrNotSupported naming %s=kernel", st, err, KeyVsock)
+	}
+	agentThroughDevice(ctx, t, e)
 }
 
 // agentPair returns the key pair of the test's config drive (agent and
