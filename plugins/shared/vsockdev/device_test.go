@@ -23,7 +23,7 @@ const guestCID = 42
 // guest plays QEMU and the guest's virtio-vsock driver against a Device
 // through a real vhost-user session.
 type guest struct {
-	t   *testing.T
+	t   testing.TB
 	dev *vsockdev.Device
 	f   *vhostusertest.Frontend
 	uds string
@@ -31,7 +31,7 @@ type guest struct {
 
 // shortDir returns a temporary directory with a short path (socket paths
 // are limited to 107 bytes).
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "vsd")
 	if err != nil {
@@ -41,7 +41,7 @@ func shortDir(t *testing.T) string {
 	return d
 }
 
-func newGuest(t *testing.T, bufAlloc uint32) *guest {
+func newGuest(t testing.TB, bufAlloc uint32) *guest {
 	t.Helper()
 	uds := filepath.Join(shortDir(t), "v.sock")
 	dev, err := vsockdev.New(vsockdev.Options{CID: guestCID, UDS: uds, BufAlloc: bufAlloc})

@@ -301,7 +301,9 @@ func (q *DriverQueue) publish(head uint16) {
 func (q *DriverQueue) slot() uint16 { return q.availIdx % QueueSize }
 
 // OfferReadable makes data available to the device as a chain of the given
-// pieces (each a descriptor), for a tx queue.
+// pieces (each a descriptor), for a tx queue. The pieces take the
+// descriptors of the next slots too: a driver that keeps several chains in
+// flight sends one piece each.
 func (q *DriverQueue) OfferReadable(pieces ...[]byte) {
 	head := q.slot()
 	base := q.buffer(head)
