@@ -148,6 +148,9 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 	}()
 	fail := func(what string, err error) (sdk.Handle, *sdk.GuestState, error) {
 		cmd.Process.Kill()
+		if vsockd != nil {
+			vsockd.Process.Kill() // it may be waiting for a QEMU that never connected
+		}
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
