@@ -27,6 +27,11 @@ const featureStream = 1 << 0
 // DefaultBufAlloc is the receive buffer the device advertises per connection.
 const DefaultBufAlloc = 256 << 10
 
+// MaxConns bounds the connections of one device (both directions): a
+// REQUEST beyond it is answered with RST, a host client beyond it is closed.
+// Each holds at most BufAlloc bytes of the guest's data.
+const MaxConns = 1024
+
 // firstHostPort is the first local port given to host-initiated
 // connections (as Firecracker does: far from the guest's usual ports).
 const firstHostPort = 1 << 30
@@ -238,7 +243,7 @@ func (d *Device) HandlePacket(b []byte) {
 	defer wake(d.rxWake)
 	c := d.conns[key]
 	if c == nil {
-		if h.Op == OpRequest {
+		if h.Op == OpRequest && len(d.conns) < MaxConns {
 			d.guestConnectLocked(h)
 		} else {
 			d.rstLocked(h)

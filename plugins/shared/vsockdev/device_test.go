@@ -485,3 +485,34 @@ func FuzzHandlePacket(f *testing.F) {
 		dev.Reset()
 	})
 }
+
+// TestConnectionLimit opens MaxConns connections from the guest: the next
+// REQUEST is refused with RST, and one more is accepted once one closed.
+func TestConnectionLimit(t *testing.T) {
+	g := newGuest(t, 0)
+	ln, err := net.Listen("unix", hybrid.HostPath(g.uds, 12))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var hosts []net.Conn
+	defer func() {
+		for _, c := range hosts {
+			c.Close()
+		}
+	}()
+	for i := range vsockdev.MaxConns {
+		g.send(vsockdev.Header{SrcPort: uint32(10000 + i), DstPort: 12, Op: vsockdev.OpRequest}, nil)
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts = append(hosts, c)
+		g.expect(vsockdev.OpResponse, 12, uint32(10000+i))
+	}
+	g.send(vsockdev.Header{SrcPort: 9999, DstPort: 12, Op: vsockdev.OpRequest}, nil)
+	g.expect(vsockdev.OpRST, 12, 9999)
+	g.send(vsockdev.Header{SrcPort: 10000, DstPort: 12, Op: vsockdev.OpRST}, nil)
+	g.send(vsockdev.Header{SrcPort: 9999, DstPort: 12, Op: vsockdev.OpRequest}, nil)
+	g.expect(vsockdev.OpResponse, 12, 9999)
+}

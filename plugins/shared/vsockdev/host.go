@@ -175,6 +175,11 @@ func (d *Device) hostConnect(hc net.Conn) {
 		return
 	}
 	d.mu.Lock()
+	if len(d.conns) >= MaxConns {
+		d.mu.Unlock()
+		hc.Close()
+		return
+	}
 	key := connKey{d.nextPort, port}
 	for d.conns[key] != nil {
 		d.nextPort++
