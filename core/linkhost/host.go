@@ -258,7 +258,11 @@ func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 	case sdk.LinkHybrid:
 		err = h.attachHybrid(a)
 	case sdk.LinkVsock:
-		err = h.attachVsock(a)
+		if ep.Path != "" { // vsock served by a user-space device: see viaHybrid
+			err = h.attachHybrid(a)
+		} else {
+			err = h.attachVsock(a)
+		}
 	case sdk.LinkSerial:
 		err = h.attachSerial(a)
 	default:
@@ -269,15 +273,23 @@ func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if cur := h.byCID[ep.CID]; ep.Kind == sdk.LinkVsock && cur != "" && cur != uuid {
+	if cur := h.byCID[ep.CID]; ep.Kind == sdk.LinkVsock && !viaHybrid(ep) && cur != "" && cur != uuid {
 		a.close(h)
 		return fmt.Errorf("attaching vsock link of instance %s: CID %d belongs to instance %s: %w", uuid, ep.CID, cur, errdefs.ErrConflict)
 	}
-	if ep.Kind == sdk.LinkVsock {
+	if ep.Kind == sdk.LinkVsock && !viaHybrid(ep) {
 		h.byCID[ep.CID] = uuid
 	}
 	h.attached[uuid] = a
 	return nil
+}
+
+// viaHybrid reports whether ep is a vsock link whose host side is a
+// user-space vsock device's hybrid socket (the QEMU backends'
+// qemu.vsock=user, docs/vsock.md): the guest uses AF_VSOCK, the host the
+// hybrid convention on ep.Path.
+func viaHybrid(ep *sdk.LinkEndpoint) bool {
+	return ep.Kind == sdk.LinkVsock && ep.Path != ""
 }
 
 // Detach stops serving the instance's link (its hybrid socket is closed and
@@ -342,8 +354,8 @@ func (h *Host) DialAgent(ctx context.Context, uuid string) (net.Conn, error) {
 		c   net.Conn
 		err error
 	)
-	switch a.ep.Kind {
-	case sdk.LinkHybrid:
+	switch kind := a.ep.Kind; {
+	case kind == sdk.LinkHybrid || viaHybrid(&a.ep):
 		// A dial takes a descriptor of the budget as an accepted
 		// connection does (a restarted daemon advertises to every guest
 		// at once).
@@ -358,9 +370,9 @@ func (h *Host) DialAgent(ctx context.Context, uuid string) (net.Conn, error) {
 		} else {
 			c = &budgetConn{Conn: c, release: h.fds.release}
 		}
-	case sdk.LinkVsock:
+	case kind == sdk.LinkVsock:
 		c, err = h.cfg.DialVsock(ctx, a.ep.CID, AgentPort)
-	case sdk.LinkSerial:
+	case kind == sdk.LinkSerial:
 		c, err = a.session.Dial(ctx, AgentPort)
 	}
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/hybrid"
 	"github.com/guestlink/guestlink/link/unixsock"
-	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
 // attachHybrid listens on the instance's hybrid socket,
@@ -31,7 +30,7 @@ func (h *Host) attachHybrid(a *attachment) error {
 	if h.fds.take() {
 		h.cfg.Logger.Warn("linkhost: hybrid links hold more descriptors than MaxDescriptors; serving this one anyway", "instance", a.uuid, "max", h.cfg.MaxDescriptors)
 	}
-	id := Identity{InstanceUUID: a.uuid, Link: sdk.LinkHybrid}
+	id := Identity{InstanceUUID: a.uuid, Link: a.ep.Kind} // hybrid, or vsock through a user-space device
 	if err := h.startGate(); err != nil {
 		a.close(h)
 		return fmt.Errorf("attaching hybrid link of instance %s: %w", a.uuid, err)

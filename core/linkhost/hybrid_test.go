@@ -146,3 +146,53 @@ func TestDialAgentHybrid(t *testing.T) {
 		t.Fatalf("DialAgent with no agent listening: %v, want hybrid.ErrNotListening", err)
 	}
 }
+
+// TestVsockThroughUserDevice attaches vsock endpoints that carry a socket
+// path (a user-space vsock device, docs/vsock.md): the host serves them
+// with the hybrid convention, the accepted connections say link vsock, the
+// agent is dialled through CONNECT, and two guests whose private devices
+// gave them the same CID do not conflict.
+func TestVsockThroughUserDevice(t *testing.T) {
+	h := newHost(t, Config{})
+	dir := t.TempDir()
+	var eps []*sdk.LinkEndpoint
+	for _, name := range []string{"a", "b"} {
+		ep := &sdk.LinkEndpoint{Kind: sdk.LinkVsock, CID: 7, Path: filepath.Join(dir, name+".sock")}
+		if err := h.Attach("uuid-"+name, ep); err != nil {
+			t.Fatalf("attaching %s with CID 7: %v", name, err)
+		}
+		eps = append(eps, ep)
+	}
+	// Guest to host: the device connects to <path>_<port>.
+	c, err := net.Dial("unix", hybrid.HostPath(eps[1].Path, h.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := acceptOne(t, h); got.Identity != (Identity{InstanceUUID: "uuid-b", Link: sdk.LinkVsock}) {
+		t.Fatalf("identity %+v, want uuid-b over vsock", got.Identity)
+	}
+	// Host to guest: CONNECT on the device's socket.
+	vmm, err := hybrid.Listen(eps[0].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vmm.Close()
+	agent := vmm.Port(AgentPort)
+	go func() {
+		if c, err := agent.Accept(); err == nil {
+			io.WriteString(c, "agent")
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ac, err := h.DialAgent(ctx, "uuid-a")
+	if err != nil {
+		t.Fatalf("DialAgent through the device socket: %v", err)
+	}
+	defer ac.Close()
+	if b, err := io.ReadAll(ac); err != nil || string(b) != "agent" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 var version = "dev"
 
 func main() {
+	qemuvm.MaybeRunVsockd() // a guest's vsock device: the plugin binary re-executed (docs/vsock.md)
 	opts := qemuvm.OptionsFromEnv("qemu", qemuvm.LayoutCurrent)
 	opts.Version = version
 	opts.Logger = sdk.Logger()

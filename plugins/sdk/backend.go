@@ -316,7 +316,9 @@ type LinkEndpoint struct {
 	Kind LinkKind
 	// Path: for LinkHybrid the VMM's socket (the daemon dials it with
 	// "CONNECT <port>\n" and listens on Path+"_"+port); for LinkSerial the
-	// chardev's Unix socket.
+	// chardev's Unix socket; for LinkVsock, when set, the hybrid socket of
+	// a user-space vsock device (the guest uses AF_VSOCK, the daemon this
+	// socket as for LinkHybrid; docs/vsock.md).
 	Path string
 	CID  uint32 // for LinkVsock, the guest CID
 }

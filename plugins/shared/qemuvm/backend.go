@@ -151,11 +151,9 @@ func New(opts Options) (*Backend, error) {
 
 // Info describes the backend and what the host lacks for it (preflight.go).
 func (b *Backend) Info(context.Context) (*sdk.Info, error) {
+	// vsock is always possible: through /dev/vhost-vsock or the user-space device.
 	caps := []sdk.Capability{sdk.CapStateful, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
-		sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove, sdk.CapHotplug, sdk.CapDisk, sdk.CapNICUser}
-	if b.caps.VhostVsock {
-		caps = append(caps, sdk.CapLinkVsock)
-	}
+		sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove, sdk.CapHotplug, sdk.CapDisk, sdk.CapNICUser, sdk.CapLinkVsock}
 	return &sdk.Info{Name: b.opts.Name, Version: b.opts.Version, Capabilities: caps, ConfigPrefixes: []string{ConfigPrefix},
 		InstanceType: sdk.InstanceTypeVM, Missing: b.missing()}, nil
 }
@@ -267,6 +265,9 @@ func (b *Backend) stateOf(h *handle) *sdk.GuestState {
 		st.PID = int64(h.PID)
 		st.Details["accel"] = h.Accel
 		st.Details["link"] = string(h.Link)
+		if h.Vsock != "" {
+			st.Details["vsock"] = h.Vsock
+		}
 		st.Details["qmp_socket"] = filepath.Join(h.Dir, qmpSocket)
 	}
 	return st
@@ -286,6 +287,11 @@ func (b *Backend) LinkEndpoint(_ context.Context, hb sdk.Handle) (*sdk.LinkEndpo
 	}
 	if !h.running() {
 		return nil, fmt.Errorf("link endpoint of %q: %w: not running", h.Name, sdk.ErrConflict)
+	}
+	if h.Link == sdk.LinkVsock && h.Vsock == VsockUser {
+		// The guest uses AF_VSOCK; the device's host side is the hybrid
+		// convention on this socket (docs/vsock.md).
+		return &sdk.LinkEndpoint{Kind: sdk.LinkVsock, CID: h.CID, Path: filepath.Join(h.Dir, vsockSocket)}, nil
 	}
 	if h.Link == sdk.LinkVsock {
 		return &sdk.LinkEndpoint{Kind: sdk.LinkVsock, CID: h.CID}, nil

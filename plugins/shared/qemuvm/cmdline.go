@@ -33,6 +33,7 @@ type launch struct {
 	Layout  Layout
 	Link    sdk.LinkKind // serial or vsock (resolved)
 	CID     uint32       // for LinkVsock
+	Vsock   string       // the vsock device: VsockKernel, VsockUser or ""
 	Initrd  string       // the initrd actually passed (with config drive), "" for none
 	Restore bool         // -incoming defer: the state is loaded through QMP
 	Disks   []coldDisk   // disks present at start, on the hot-plug ports (hotplug.go)
@@ -54,6 +55,13 @@ func (l *launch) args() []string {
 	}
 	a = append(a,
 		"-m", strconv.Itoa(l.Config.MemoryMiB),
+	)
+	if l.Vsock == VsockUser {
+		// A vhost-user device reads the guest's memory: it must be shared.
+		a = append(a, "-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", l.Config.MemoryMiB),
+			"-numa", "node,memdev=mem")
+	}
+	a = append(a,
 		"-smp", strconv.Itoa(l.Config.CPUs),
 		"-nodefaults", "-no-user-config", "-display", "none",
 		"-smbios", "type=2,product=LXD",
@@ -97,7 +105,11 @@ func (l *launch) args() []string {
 	a = append(a, disk...)
 	a = append(a, configDriveArgs(l.Dir)...)
 	a = append(a, nicArgs(l.NICs)...)
-	if l.Link == sdk.LinkVsock {
+	if l.Vsock == VsockUser {
+		a = append(a, "-chardev", "socket,id=vsockvu,path="+qemuOpt(p(vsockVhostSocket)),
+			"-device", "vhost-user-vsock-pci,id=vsock,bus=pcie.0,addr=0x4,chardev=vsockvu")
+	}
+	if l.Link == sdk.LinkVsock && l.Vsock != VsockUser { // the kernel's vhost-vsock
 		a = append(a, "-device", fmt.Sprintf("vhost-vsock-pci,id=vsock,bus=pcie.0,addr=0x4,guest-cid=%d,vhostfd=%d", l.CID, vhostFDArg))
 	}
 	a = append(a, hotplugPortArgs()...) // hotplug.go

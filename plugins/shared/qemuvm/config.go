@@ -25,10 +25,19 @@ const (
 	KeyCPUs         = "qemu.cpus"  // number of vCPUs
 	KeyAccel        = "qemu.accel" // auto, kvm or tcg
 	KeyLink         = "qemu.link"  // auto, serial or vsock
+	KeyVsock        = "qemu.vsock" // auto, kernel, user or off: the device carrying vsock (docs/vsock.md)
+)
+
+// Vsock devices (qemu.vsock).
+const (
+	VsockAuto   = "auto"   // kernel when /dev/vhost-vsock exists, else user
+	VsockKernel = "kernel" // vhost-vsock-pci with a reserved CID
+	VsockUser   = "user"   // vhost-user-vsock-pci served by plugins/shared/vsockdev in its own process
+	VsockOff    = "off"    // no vsock device
 )
 
 // Keys lists every config key the QEMU backends accept.
-var Keys = []string{KeyKernel, KeyInitrd, KeyAppend, KeyMemory, KeyCPUs, KeyAccel, KeyLink}
+var Keys = []string{KeyKernel, KeyInitrd, KeyAppend, KeyMemory, KeyCPUs, KeyAccel, KeyLink, KeyVsock}
 
 // Accelerations.
 const (
@@ -46,6 +55,7 @@ type Config struct {
 	CPUs      int
 	Accel     string       // auto, kvm or tcg as configured
 	Link      sdk.LinkKind // "" means auto
+	Vsock     string       // VsockAuto, VsockKernel, VsockUser or VsockOff ("" means auto)
 }
 
 // Defaults are plugin-wide defaults, e.g. from the plugin's environment.
@@ -126,6 +136,17 @@ func ParseConfig(cfg map[string]string, def Defaults) (*Config, error) {
 		default:
 			return nil, fmt.Errorf("%w: %s %q: want auto, serial or vsock", sdk.ErrInvalid, KeyLink, v)
 		}
+	}
+	if v, ok := cfg[KeyVsock]; ok {
+		switch v {
+		case "", VsockAuto, VsockKernel, VsockUser, VsockOff:
+			c.Vsock = v
+		default:
+			return nil, fmt.Errorf("%w: %s %q: want auto, kernel, user or off", sdk.ErrInvalid, KeyVsock, v)
+		}
+	}
+	if c.Link == sdk.LinkVsock && c.Vsock == VsockOff {
+		return nil, fmt.Errorf("%w: %s=vsock with %s=off: no device would carry the link", sdk.ErrInvalid, KeyLink, KeyVsock)
 	}
 	return c, nil
 }

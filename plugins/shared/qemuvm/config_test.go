@@ -94,6 +94,7 @@ func TestCommandLineGolden(t *testing.T) {
 		{"current-serial-tcg", launch{Layout: LayoutCurrent, Link: sdk.LinkSerial, Accel: AccelTCG}},
 		{"legacy-serial-tcg", launch{Layout: LayoutLegacy, Link: sdk.LinkSerial, Accel: AccelTCG}},
 		{"current-vsock-kvm", launch{Layout: LayoutCurrent, Link: sdk.LinkVsock, Accel: AccelKVM, CID: 42}},
+		{"current-vsock-user-tcg", launch{Layout: LayoutCurrent, Link: sdk.LinkVsock, Vsock: VsockUser, Accel: AccelTCG, CID: 42}},
 		{"current-serial-restore", launch{Layout: LayoutCurrent, Link: sdk.LinkSerial, Accel: AccelTCG, Restore: true}},
 	}
 	for _, tt := range tests {

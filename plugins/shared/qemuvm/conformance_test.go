@@ -53,7 +53,7 @@ func TestConformance(t *testing.T) {
 				Spec:         spec(""),
 				ExitingSpec:  spec("guestlink.poweroff=2"),
 				Timeout:      2 * time.Minute,
-				Capabilities: []sdk.Capability{sdk.CapStateful, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover, sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove, sdk.CapHotplug, sdk.CapDisk, sdk.CapNICUser},
+				Capabilities: []sdk.Capability{sdk.CapStateful, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover, sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove, sdk.CapHotplug, sdk.CapDisk, sdk.CapNICUser, sdk.CapLinkVsock},
 				Launch:       sdk.LaunchOptions{Env: []string{EnvDir + "=" + shortTempDir(t)}},
 			})
 		})

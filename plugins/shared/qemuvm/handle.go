@@ -26,6 +26,7 @@ type handle struct {
 	Accel     string       `json:"accel,omitempty"`
 	Link      sdk.LinkKind `json:"link,omitempty"`
 	CID       uint32       `json:"cid,omitempty"`
+	Vsock     string       `json:"vsock,omitempty"` // the device of a vsock link: VsockKernel or VsockUser
 }
 
 func (h *handle) encode() sdk.Handle {

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -78,6 +79,12 @@ func agentInfoOnce(ctx context.Context, host *serialmux.Host, pair tls.Certifica
 	if err != nil {
 		return fmt.Errorf("dial 8443 over the serial link: %w", err)
 	}
+	return agentInfoOver(ctx, conn, pair)
+}
+
+// agentInfoOver does GET /1.0 over TLS with the agent on conn, a stream to
+// its port 8443, and closes conn.
+func agentInfoOver(ctx context.Context, conn net.Conn, pair tls.Certificate) error {
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(time.Minute))
 	tc := tls.Client(conn, &tls.Config{
@@ -91,7 +98,7 @@ func agentInfoOnce(ctx context.Context, host *serialmux.Host, pair tls.Certifica
 		},
 	})
 	if err := tc.HandshakeContext(ctx); err != nil {
-		return fmt.Errorf("TLS handshake with the agent over the serial link: %w", err)
+		return fmt.Errorf("TLS handshake with the agent: %w", err)
 	}
 	fmt.Fprintf(tc, "GET /1.0 HTTP/1.1\r\nHost: agent\r\n\r\n")
 	resp, err := http.ReadResponse(bufio.NewReader(tc), nil)

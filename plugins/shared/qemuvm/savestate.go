@@ -18,6 +18,7 @@ import (
 type stateMetaDoc struct {
 	Layout    Layout       `json:"layout"`
 	Link      sdk.LinkKind `json:"link"`
+	Vsock     string       `json:"vsock,omitempty"` // the vsock device ("" before qemu.vsock: kernel)
 	MemoryMiB int          `json:"memory_mib"`
 	CPUs      int          `json:"cpus"`
 	Accel     string       `json:"accel"`
@@ -51,6 +52,11 @@ func (b *Backend) saveState(ctx context.Context, h *handle, c *qmp.Client) error
 // saveStateTo pauses the guest and migrates its state to dir's state file
 // (with its description); the guest stays paused.
 func (b *Backend) saveStateTo(ctx context.Context, h *handle, c *qmp.Client, dir string) error {
+	if h.Vsock == VsockUser {
+		// QEMU marks vhost-user-vsock unmigratable ("State blocked by
+		// non-migratable device"): say so before pausing anything.
+		return fmt.Errorf("%w: QEMU cannot save the state of the vhost-user-vsock device (%s=user); stop or snapshot the guest without its state, or use %s=kernel", sdk.ErrNotSupported, KeyVsock, KeyVsock)
+	}
 	if err := c.Execute(ctx, "stop", nil, nil); err != nil {
 		return err
 	}
@@ -86,7 +92,7 @@ func (b *Backend) saveStateTo(ctx context.Context, h *handle, c *qmp.Client, dir
 			if err := c.Execute(ctx, "query-cpus-fast", nil, &cpus); err == nil {
 				cfg.CPUs = len(cpus)
 			}
-			meta := stateMetaDoc{Layout: h.Layout, Link: h.Link, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Accel: h.Accel, Saved: time.Now().UTC()}
+			meta := stateMetaDoc{Layout: h.Layout, Link: h.Link, Vsock: h.Vsock, MemoryMiB: cfg.MemoryMiB, CPUs: cfg.CPUs, Accel: h.Accel, Saved: time.Now().UTC()}
 			mb, _ := json.Marshal(meta)
 			if err := os.Rename(tmp, filepath.Join(dir, stateFile)); err != nil {
 				return err

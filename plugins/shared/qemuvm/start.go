@@ -57,14 +57,9 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 	}
 	l := &launch{Name: name, UUID: h.UUID, Dir: h.Dir, Config: cfg, Layout: b.opts.Layout,
 		Accel: resolveAccel(cfg.Accel, b.caps), Link: cfg.Link, Disks: coldDisks(spec.Devices), NICs: nics}
-	if l.Link == "" {
-		l.Link = sdk.LinkSerial
-		if b.caps.VhostVsock {
-			l.Link = sdk.LinkVsock
-		}
-	}
-	if l.Link == sdk.LinkVsock && !b.caps.VhostVsock {
-		return nil, nil, fmt.Errorf("starting guest %q: %w: %s=vsock but /dev/vhost-vsock does not exist on this host (use serial)", name, sdk.ErrInvalid, KeyLink)
+	l.Link, l.Vsock, err = resolveLink(cfg, b.caps.VhostVsock)
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
 	}
 	if spec.RestoreState {
 		meta, err := readStateMeta(h.Dir)
@@ -75,7 +70,10 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 			return nil, nil, fmt.Errorf("starting guest %q from its saved state: %w: %w: the state was saved with the %s, this plugin uses the %s; QEMU cannot load it (Failed to load virtio-console). A stateless restore works: start without restoring the state",
 				name, sdk.ErrConflict, ErrLayoutMismatch, meta.Layout.Describe(), b.opts.Layout.Describe())
 		}
-		if meta.Link != l.Link {
+		if meta.Vsock == "" && meta.Link == sdk.LinkVsock {
+			meta.Vsock = VsockKernel
+		}
+		if meta.Link != l.Link || meta.Vsock != l.Vsock {
 			return nil, nil, fmt.Errorf("starting guest %q from its saved state: %w: the state was saved with the %s link, this start would use %s; a stateless restore works", name, sdk.ErrConflict, meta.Link, l.Link)
 		}
 		// The device set and memory size must match the saved machine.
@@ -99,7 +97,16 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 	l.Initrd = initrd
 
 	var extra []*os.File
-	if l.Link == sdk.LinkVsock {
+	var vsockd *exec.Cmd
+	if l.Vsock == VsockUser {
+		if l.CID = h.CID; l.CID == 0 {
+			l.CID = randomCID() // private to this guest's device: nothing to reserve
+		}
+		if vsockd, err = startVsockd(h.Dir, l.CID, l.Restore); err != nil {
+			return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
+		}
+	}
+	if l.Vsock == VsockKernel {
 		r, err := ReserveCID(VhostVsockDevice, h.CID)
 		if err != nil {
 			return nil, nil, fmt.Errorf("starting guest %q: %w", name, err)
@@ -124,7 +131,15 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 	err = cmd.Start()
 	logf.Close()
 	if err != nil {
+		if vsockd != nil {
+			vsockd.Process.Kill()
+			vsockd.Wait()
+		}
 		return nil, nil, fmt.Errorf("starting guest %q: running %s: %w", name, b.opts.Binary, err)
+	}
+	if vsockd != nil {
+		// Detached like QEMU: it ends when QEMU closes its socket.
+		go vsockd.Wait()
 	}
 	exited := make(chan struct{})
 	go func() {
@@ -133,6 +148,9 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 	}()
 	fail := func(what string, err error) (sdk.Handle, *sdk.GuestState, error) {
 		cmd.Process.Kill()
+		if vsockd != nil {
+			vsockd.Process.Kill() // it may be waiting for a QEMU that never connected
+		}
 		select {
 		case <-exited:
 		case <-time.After(10 * time.Second):
@@ -149,7 +167,7 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 	}
 	h.PID = cmd.Process.Pid
 	h.StartTime, _ = procStartTime(h.PID)
-	h.Accel, h.Link, h.CID = l.Accel, l.Link, l.CID
+	h.Accel, h.Link, h.CID, h.Vsock = l.Accel, l.Link, l.CID, l.Vsock
 	v.mu.Lock()
 	v.client, v.exited, v.reason = client, exited, ""
 	v.mu.Unlock()
