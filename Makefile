@@ -66,14 +66,15 @@ deps: ## install the Debian packages the VM path needs (QEMU and its firmware, q
 	scripts/install-deps.sh
 
 .PHONY: generate
-generate: ## regenerate templ, protobuf and CSS output
+generate: ## regenerate templ, protobuf, CSS and the docs' backend config key tables
 	$(GO) tool templ generate -path web/components
 	$(GO) tool -modfile=tools/go.mod buf generate
+	$(GO) run ./internal/genkeys
 	@if [ -f package.json ] && [ -d node_modules ]; then npm run --silent build:css; fi
 
 .PHONY: check-generated
 check-generated: generate ## fail if regenerating changes committed files
-	@git diff --exit-code --stat -- '*.go' 'web/assets' || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code --stat -- '*.go' 'web/assets' 'docs/*.md' || { echo "generated files are stale: run make generate and commit"; exit 1; }
 
 .PHONY: check-proto
 check-proto: ## buf lint and buf breaking of the plugin contract against the last release's descriptor set

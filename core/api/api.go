@@ -202,6 +202,7 @@ func (a *API) Register(r fiber.Router) {
 	v1.Post("/backends", a.installBackend)
 	v1.Post("/backends/:name/restart", a.restartBackend)
 	v1.Post("/backends/:name/reload", a.reloadBackend)
+	a.registerBackendInfo(v1)
 	v1.Get("/events", a.eventsUpgrade, a.eventsSocket())
 	a.registerAuth(v1)
 	a.registerMetrics(r)

@@ -51,6 +51,11 @@ var knownCapabilities = []sdk.Capability{
 	sdk.CapDisk, sdk.CapNICUser, sdk.CapHotplug,
 }
 
+// configTypes are the config key types the contract defines.
+var configTypes = []sdk.ConfigType{
+	sdk.ConfigString, sdk.ConfigInt, sdk.ConfigBool, sdk.ConfigDuration, sdk.ConfigSize, sdk.ConfigPath, sdk.ConfigEnum,
+}
+
 // suite is one run of the kit.
 type suite struct {
 	cfg    Config

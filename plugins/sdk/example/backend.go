@@ -31,9 +31,19 @@ import (
 // configPrefix is the config key prefix this backend owns.
 const configPrefix = "example."
 
-// knownKeys are the config keys under configPrefix the backend understands.
-var knownKeys = map[string]bool{
-	"example.command": true, // the guest's shell command
+// schema declares the config keys under configPrefix (Info.ConfigSchema):
+// the daemon refuses any other example.* key before calling Create.
+var schema = []sdk.ConfigKey{
+	{Name: "example.command", Type: sdk.ConfigString, Default: "`sleep 3600`", Doc: "the guest's shell command, run with `/bin/sh -c`"},
+}
+
+// knownKeys are the names of the keys in schema.
+var knownKeys = map[string]bool{}
+
+func init() {
+	for _, k := range schema {
+		knownKeys[k.Name] = true
+	}
 }
 
 // handle is what the daemon stores for a guest.
@@ -132,6 +142,7 @@ func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 			sdk.CapLinkHybrid, sdk.CapRingBuffer, sdk.CapRecover,
 		},
 		ConfigPrefixes: []string{configPrefix},
+		ConfigSchema:   schema,
 	}, nil
 }
 

@@ -156,7 +156,7 @@ func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 	if b.caps.VhostVsock {
 		caps = append(caps, sdk.CapLinkVsock)
 	}
-	return &sdk.Info{Name: b.opts.Name, Version: b.opts.Version, Capabilities: caps, ConfigPrefixes: []string{ConfigPrefix},
+	return &sdk.Info{Name: b.opts.Name, Version: b.opts.Version, Capabilities: caps, ConfigPrefixes: []string{ConfigPrefix}, ConfigSchema: Schema,
 		InstanceType: sdk.InstanceTypeVM, Missing: b.missing()}, nil
 }
 

@@ -174,6 +174,7 @@ func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 		Version:        Version,
 		Capabilities:   []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapLinkSerial, sdk.CapRecover, sdk.CapSnapshot},
 		ConfigPrefixes: []string{ConfigPrefix},
+		ConfigSchema:   Schema,
 		// A sim guest is a host process, not a machine with its own kernel.
 		InstanceType: sdk.InstanceTypeContainer,
 	}, nil
@@ -184,6 +185,10 @@ func (b *Backend) Create(ctx context.Context, spec *sdk.GuestSpec) (sdk.Handle, 
 	if spec == nil {
 		return nil, fmt.Errorf("creating guest: no spec: %w", sdk.ErrInvalid)
 	}
+	// Logged first, so a debug log shows every Create the plugin got, also
+	// one it refuses (the daemon's tests prove a refused launch never
+	// reached it).
+	b.log.Debug("create called", "name", spec.Name)
 	if err := validateSpec(spec); err != nil {
 		return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)
 	}
