@@ -77,8 +77,9 @@ type Options struct {
 }
 
 // DefaultOptions returns the options of the plugin binary: Executable is the
-// running binary, Agent is bin/guestlink-agent for a binary at
-// bin/plugins/sim, DataDir comes from DefaultDataDir.
+// running binary, Agent is sdk.AgentPath's ($GUESTLINK_PLUGIN_AGENT, else
+// bin/guestlink-agent for a binary at bin/plugins/sim), DataDir comes from
+// DefaultDataDir.
 func DefaultOptions() (Options, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -90,7 +91,7 @@ func DefaultOptions() (Options, error) {
 	return Options{
 		DataDir:    DefaultDataDir(),
 		Executable: exe,
-		Agent:      filepath.Join(filepath.Dir(filepath.Dir(exe)), "guestlink-agent"),
+		Agent:      sdk.AgentPath(exe),
 	}, nil
 }
 
