@@ -3,6 +3,7 @@ package instance
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -214,7 +215,7 @@ func validateKey(key, v string, unset bool, b backendKeys) error {
 		}
 		if _, ok := b.info.ConfigKey(key); !ok {
 			return invalid("unknown configuration key %q: backend %q has no such key (its keys: %s)",
-				key, b.name, strings.Join(b.info.ConfigKeyNames(), ", "))
+				key, b.name, strings.Join(slices.Sorted(slices.Values(b.info.ConfigKeyNames())), ", "))
 		}
 		return nil
 	}
