@@ -96,6 +96,10 @@ itself when a guest is created.`,
 // declares none.
 func configKeysTable(w io.Writer, b *api.Backend) error {
 	prefixes := strings.Join(b.ConfigPrefixes, ", ")
+	if len(b.ConfigPrefixes) == 0 {
+		_, err := fmt.Fprintf(w, "\n%s has told no config keys: it owns none, or has not started yet\n", b.Name)
+		return err
+	}
 	if len(b.ConfigKeys) == 0 {
 		_, err := fmt.Fprintf(w, "\n%s declares no config keys (prefixes: %s); it checks them when a guest is created\n", b.Name, prefixes)
 		return err
