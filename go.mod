@@ -16,6 +16,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/google/uuid v1.6.0
 	github.com/gorilla/websocket v1.5.3
+	github.com/guestlink/guestlink/api v0.0.0
 	github.com/guestlink/guestlink/plugins/sdk v0.0.0
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/yamux v0.1.2
@@ -96,3 +97,5 @@ require (
 tool github.com/a-h/templ/cmd/templ
 
 replace github.com/guestlink/guestlink/plugins/sdk => ./plugins/sdk
+
+replace github.com/guestlink/guestlink/api => ./api

@@ -1,8 +1,13 @@
 // Package api holds the JSON documents of guestlink's APIs: the LXD response
 // envelope (admin API and devlxd alike) and the admin API's request and
-// answer bodies. The server (core/api), the Go client (client) and devlxd
+// answer bodies. The server (transport/adminapi), the Go client (client) and devlxd
 // (daemon and agent) share them; the package imports only the standard
 // library, so a client links none of the server.
+//
+// api is a Go module of its own (github.com/guestlink/guestlink/api, api/go.mod)
+// that requires nothing: a line importing the daemon's module does not
+// compile here. The root module requires it at v0.0.0 with a replace to
+// ./api, so both always build from the same tree.
 package api
 
 import "time"

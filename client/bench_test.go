@@ -7,8 +7,8 @@ import (
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
-	"github.com/guestlink/guestlink/core/api/apitest"
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
 
 // BenchmarkInstance measures one GET /1.0/instances/{name} round trip over

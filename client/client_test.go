@@ -12,9 +12,9 @@ import (
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
-	"github.com/guestlink/guestlink/core/api/apitest"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
 
 func TestMain(m *testing.M) {

@@ -5,12 +5,12 @@ import (
 	"net/http"
 	"net/url"
 
-	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/api"
 )
 
 // Images lists the daemon's image store (GET /1.0/images).
-func (c *Client) Images(ctx context.Context) ([]wire.Image, error) {
-	var out []wire.Image
+func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
+	var out []api.Image
 	if err := c.do(ctx, http.MethodGet, "/1.0/images", nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -19,11 +19,11 @@ func (c *Client) Images(ctx context.Context) ([]wire.Image, error) {
 
 // Image returns one image by fingerprint or unique fingerprint prefix; an
 // alias is looked up first.
-func (c *Client) Image(ctx context.Context, ref string) (*wire.Image, error) {
+func (c *Client) Image(ctx context.Context, ref string) (*api.Image, error) {
 	if a, err := c.ImageAlias(ctx, ref); err == nil {
 		ref = a.Target
 	}
-	var out wire.Image
+	var out api.Image
 	if err := c.do(ctx, http.MethodGet, "/1.0/images/"+url.PathEscape(ref), nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -32,8 +32,8 @@ func (c *Client) Image(ctx context.Context, ref string) (*wire.Image, error) {
 
 // ImportImage makes the daemon copy the image file at req.Path (on the
 // daemon's machine) into its store (POST /1.0/images).
-func (c *Client) ImportImage(ctx context.Context, req wire.ImagesPost) (*wire.Image, error) {
-	var out wire.Image
+func (c *Client) ImportImage(ctx context.Context, req api.ImagesPost) (*api.Image, error) {
+	var out api.Image
 	if err := c.do(ctx, http.MethodPost, "/1.0/images", nil, req, &out); err != nil {
 		return nil, err
 	}
@@ -51,11 +51,11 @@ func (c *Client) DeleteImage(ctx context.Context, ref string) error {
 
 // UpdateImage changes the image ref (alias, fingerprint or unique prefix)
 // as req says (PATCH /1.0/images/{fp}) and returns it.
-func (c *Client) UpdateImage(ctx context.Context, ref string, req wire.ImagePatch) (*wire.Image, error) {
+func (c *Client) UpdateImage(ctx context.Context, ref string, req api.ImagePatch) (*api.Image, error) {
 	if a, err := c.ImageAlias(ctx, ref); err == nil {
 		ref = a.Target
 	}
-	var out wire.Image
+	var out api.Image
 	if err := c.do(ctx, http.MethodPatch, "/1.0/images/"+url.PathEscape(ref), nil, req, &out); err != nil {
 		return nil, err
 	}
@@ -63,8 +63,8 @@ func (c *Client) UpdateImage(ctx context.Context, ref string, req wire.ImagePatc
 }
 
 // ImageAliases lists the aliases with their targets.
-func (c *Client) ImageAliases(ctx context.Context) ([]wire.ImageAlias, error) {
-	var out []wire.ImageAlias
+func (c *Client) ImageAliases(ctx context.Context) ([]api.ImageAlias, error) {
+	var out []api.ImageAlias
 	if err := c.do(ctx, http.MethodGet, "/1.0/images/aliases", nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -72,8 +72,8 @@ func (c *Client) ImageAliases(ctx context.Context) ([]wire.ImageAlias, error) {
 }
 
 // ImageAlias returns one alias.
-func (c *Client) ImageAlias(ctx context.Context, name string) (*wire.ImageAlias, error) {
-	var out wire.ImageAlias
+func (c *Client) ImageAlias(ctx context.Context, name string) (*api.ImageAlias, error) {
+	var out api.ImageAlias
 	if err := c.do(ctx, http.MethodGet, "/1.0/images/aliases/"+url.PathEscape(name), nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -81,8 +81,8 @@ func (c *Client) ImageAlias(ctx context.Context, name string) (*wire.ImageAlias,
 }
 
 // CreateImageAlias names an image.
-func (c *Client) CreateImageAlias(ctx context.Context, req wire.ImageAliasesPost) (*wire.ImageAlias, error) {
-	var out wire.ImageAlias
+func (c *Client) CreateImageAlias(ctx context.Context, req api.ImageAliasesPost) (*api.ImageAlias, error) {
+	var out api.ImageAlias
 	if err := c.do(ctx, http.MethodPost, "/1.0/images/aliases", nil, req, &out); err != nil {
 		return nil, err
 	}

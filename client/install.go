@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"net/url"
 
-	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/api"
 )
 
 // InstallBackend installs the plugin binary at path, a file on the
@@ -14,9 +14,9 @@ import (
 // copies it into its plugin directory, writes its checksum into SHA256SUMS
 // and starts it, or restarts it on the new binary. It returns the backend
 // once the new process runs or failed to start.
-func (c *Client) InstallBackend(ctx context.Context, path, name string) (*wire.Backend, error) {
-	var b wire.Backend
-	if err := c.do(ctx, http.MethodPost, "/1.0/backends", nil, wire.BackendInstall{Path: path, Name: name}, &b); err != nil {
+func (c *Client) InstallBackend(ctx context.Context, path, name string) (*api.Backend, error) {
+	var b api.Backend
+	if err := c.do(ctx, http.MethodPost, "/1.0/backends", nil, api.BackendInstall{Path: path, Name: name}, &b); err != nil {
 		return nil, err
 	}
 	return &b, nil
@@ -27,8 +27,8 @@ func (c *Client) InstallBackend(ctx context.Context, path, name string) (*wire.B
 // /1.0/backends/{name}/reload). A binary that does not match its checksum
 // is refused (the error shows both hashes) and a running plugin keeps
 // running.
-func (c *Client) ReloadBackend(ctx context.Context, name string) (*wire.Backend, error) {
-	var b wire.Backend
+func (c *Client) ReloadBackend(ctx context.Context, name string) (*api.Backend, error) {
+	var b api.Backend
 	if err := c.do(ctx, http.MethodPost, "/1.0/backends/"+url.PathEscape(name)+"/reload", nil, nil, &b); err != nil {
 		return nil, err
 	}

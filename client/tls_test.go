@@ -13,7 +13,7 @@ import (
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
-	"github.com/guestlink/guestlink/core/api/apitest"
+	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
 
 // selfSigned returns a certificate good for a TLS client or server.

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/guestlink/guestlink/core/api"
 	"github.com/guestlink/guestlink/core/cluster"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/transport/adminapi"
 	"github.com/guestlink/guestlink/web"
 )
 
@@ -34,7 +34,7 @@ type ClusterConfig struct {
 // instanceService is what the API and the dashboard drive: the manager, or
 // in a cluster the manager wrapped in the cluster-wide view.
 type instanceService interface {
-	api.Instances
+	adminapi.Instances
 	web.Instances
 }
 
@@ -106,7 +106,7 @@ func (d *Daemon) clusterName() string {
 }
 
 // clusterService is the API's view of the membership (nil outside a cluster).
-func (d *Daemon) clusterService() api.ClusterService {
+func (d *Daemon) clusterService() adminapi.ClusterService {
 	if d.cluster == nil {
 		return nil
 	}

@@ -21,9 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/guestlink/guestlink/core/agentmon"
-	"github.com/guestlink/guestlink/core/api"
 	"github.com/guestlink/guestlink/core/cluster"
-	"github.com/guestlink/guestlink/core/devlxd"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/instance"
@@ -37,6 +35,8 @@ import (
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/internal/statelock"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/transport/adminapi"
+	"github.com/guestlink/guestlink/transport/devlxd"
 	"github.com/guestlink/guestlink/web"
 )
 
@@ -84,7 +84,7 @@ type Config struct {
 	// and 20).
 	GuestStateChanges float64
 	// APILimits bound the admin API's concurrent requests (zero: defaults).
-	APILimits api.Limits
+	APILimits adminapi.Limits
 	// Cluster configures membership of a cluster (PostgreSQL only; see
 	// docs/cluster.md).
 	Cluster ClusterConfig
@@ -111,7 +111,7 @@ type Daemon struct {
 	devlxd  *devlxd.Server
 	monitor *agentmon.Service
 	storage *storage.Service
-	api     *api.API
+	api     *adminapi.API
 	metrics *metrics.Metrics
 	cluster *cluster.Cluster // nil outside a cluster (SQLite)
 	service instanceService  // the manager, or its cluster-wide view
@@ -321,14 +321,14 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("starting daemon: recovering instances: %w", err)
 	}
 
-	d.api = api.New(api.Config{Instances: d.service, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
+	d.api = adminapi.New(adminapi.Config{Instances: d.service, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
 		Auth: d.tcp.auth, Hosts: cfg.HTTPHosts, DashboardURL: d.DashboardURL, Limits: cfg.APILimits,
 		Metrics:  d.metrics.Handler(),
 		Consoles: mgr,
 		Storage:  d.storage,
 		Images:   d.images,
 		Cluster:  d.clusterService(), DefaultBackend: cfg.DefaultBackend})
-	if d.unixLn, err = api.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
+	if d.unixLn, err = adminapi.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	unixLn := d.localConns(d.unixLn, "admin socket")

@@ -25,10 +25,10 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/guestlink/guestlink/core/api"
 	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/transport/adminapi"
 	"github.com/guestlink/guestlink/web"
 )
 
@@ -147,7 +147,7 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 	// Every write has its own deadline (tcpConns): the dashboard's live
 	// stream lives as long as its client reads, a client that stops
 	// reading is dropped after the write timeout.
-	fc := api.FiberConfig(0)
+	fc := adminapi.FiberConfig(0)
 	fc.WriteTimeout = d.cfg.WriteTimeout
 	app := fiber.New(fc)
 	// Security headers first, so Host refusals and unknown paths carry them.
@@ -161,7 +161,10 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		Backends:  d.plugins,
 		Consoles:  d.mgr,
 		Editor:    d.mgr,
+		Images:    d.images,
 		Logger:    d.log.With("component", "web"),
+
+		DefaultBackend: d.cfg.DefaultBackend,
 	})
 	d.dash.Register(app)
 	d.web = app
@@ -216,7 +219,7 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		d.log.Warn("no dashboard login URL at start; run guestlink dashboard for one", "err", err)
 		return nil
 	}
-	d.log.Info("dashboard login URL", "url", api.LoginURL(base, token), "expires", expires.Format(time.RFC3339))
+	d.log.Info("dashboard login URL", "url", adminapi.LoginURL(base, token), "expires", expires.Format(time.RFC3339))
 	return nil
 }
 

@@ -5,11 +5,11 @@ import (
 	"sync/atomic"
 
 	"github.com/guestlink/guestlink/core/agentmon"
-	"github.com/guestlink/guestlink/core/devlxd"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/metrics"
 	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/transport/devlxd"
 	"github.com/guestlink/guestlink/web"
 )
 

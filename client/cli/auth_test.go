@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/client/cli"
-	"github.com/guestlink/guestlink/core/api/apitest"
+	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
 
 func TestAuthCommands(t *testing.T) {

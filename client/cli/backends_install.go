@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/api"
 )
 
 func (s *session) backendsInstallCommand() *cobra.Command {
@@ -62,7 +62,7 @@ new process runs or failed to start, and prints the plugin's health.`,
 
 // backendOutcome writes one line about a backend after an install, reload
 // or restart ("did" names what happened).
-func backendOutcome(w io.Writer, b *wire.Backend, did string) error {
+func backendOutcome(w io.Writer, b *api.Backend, did string) error {
 	if b.Health == "healthy" {
 		_, err := fmt.Fprintf(w, "Backend %s %s: healthy, version %s, pid %d\n", b.Name, did, b.Version, b.PID)
 		return err

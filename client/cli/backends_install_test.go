@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/guestlink/guestlink/core/api/apitest"
+	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
 
 func TestBackendsInstallReload(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/api/apitest"
+	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
 
 func TestBackendsRestart(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/guestlink/guestlink/client/cli"
-	"github.com/guestlink/guestlink/core/api/apitest"
+	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
 
 func TestMain(m *testing.M) {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
 )
 
@@ -44,13 +44,13 @@ func localImage(alias string) (string, map[string]string, bool) {
 }
 
 // importLocal imports the locally built image for alias (see localImage).
-func (s *session) importLocal(cmd *cobra.Command, alias string) (*wire.Image, error) {
+func (s *session) importLocal(cmd *cobra.Command, alias string) (*api.Image, error) {
 	img, props, ok := localImage(alias)
 	if !ok {
 		return nil, fmt.Errorf("no image %q is built here (make %s)", alias, buildableImages[alias])
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "Importing %s as %s\n", img, alias)
-	return s.client.ImportImage(cmd.Context(), wire.ImagesPost{Path: img, Alias: alias, Properties: props})
+	return s.client.ImportImage(cmd.Context(), api.ImagesPost{Path: img, Alias: alias, Properties: props})
 }
 
 // isNotFound reports whether err is the daemon's 404.
@@ -107,7 +107,7 @@ build is not possible here.`,
 			im, err := s.importLocal(cmd, args[0])
 			var se *client.StatusError
 			if errors.As(err, &se) && se.Code == 409 { // same content stored already: name it
-				_, err = s.client.CreateImageAlias(cmd.Context(), wire.ImageAliasesPost{Name: args[0], Target: imageFingerprint(args[0])})
+				_, err = s.client.CreateImageAlias(cmd.Context(), api.ImageAliasesPost{Name: args[0], Target: imageFingerprint(args[0])})
 				if err == nil {
 					im, err = s.client.Image(cmd.Context(), args[0])
 				}

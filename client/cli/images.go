@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/api"
 )
 
 func (s *session) imageCommand() *cobra.Command {
@@ -59,7 +59,7 @@ by guests through devlxd (security.devlxd.images=true), as in LXD.`,
 			if err != nil {
 				return err
 			}
-			req := wire.ImagesPost{Alias: alias, Properties: p, Public: public}
+			req := api.ImagesPost{Alias: alias, Properties: p, Public: public}
 			for _, f := range []struct {
 				in  string
 				out *string
@@ -89,7 +89,7 @@ by guests through devlxd (security.devlxd.images=true), as in LXD.`,
 	return cmd
 }
 
-func aliasNames(im wire.Image) string {
+func aliasNames(im api.Image) string {
 	names := make([]string, len(im.Aliases))
 	for i, a := range im.Aliases {
 		names[i] = a.Name
@@ -108,7 +108,7 @@ func (s *session) imageListCommand() *cobra.Command {
 				return err
 			}
 			if list == nil {
-				list = []wire.Image{}
+				list = []api.Image{}
 			}
 			return s.render(list, func(w io.Writer) error {
 				row(w, "ALIASES", "FINGERPRINT", "FORMAT", "SIZE", "KERNEL", "FILENAME", "CREATED")
@@ -176,7 +176,7 @@ and devlxd answers 404 Not Found for it, as LXD does for a private image.`,
 			if err != nil {
 				return err
 			}
-			var req wire.ImagePatch
+			var req api.ImagePatch
 			for k, v := range kv {
 				if k != "public" {
 					return fmt.Errorf("invalid image setting %q: the only key is public", k)
@@ -217,7 +217,7 @@ func (s *session) imageAliasCreateCommand() *cobra.Command {
 		Short: "Name an image",
 		Args:  argsExactly(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := s.client.CreateImageAlias(cmd.Context(), wire.ImageAliasesPost{Name: args[0], Target: args[1], Description: desc})
+			a, err := s.client.CreateImageAlias(cmd.Context(), api.ImageAliasesPost{Name: args[0], Target: args[1], Description: desc})
 			if err != nil {
 				return err
 			}
@@ -242,7 +242,7 @@ func (s *session) imageAliasListCommand() *cobra.Command {
 				return err
 			}
 			if list == nil {
-				list = []wire.ImageAlias{}
+				list = []api.ImageAlias{}
 			}
 			return s.render(list, func(w io.Writer) error {
 				row(w, "ALIAS", "FINGERPRINT", "DESCRIPTION")

@@ -9,12 +9,12 @@ import (
 	"strings"
 	"testing"
 
-	wire "github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/api/apitest"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/images/imagetest"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
+	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
 
 // TestImageCommands runs guestlink image import, list, info, alias and
@@ -43,7 +43,7 @@ func TestImageCommands(t *testing.T) {
 		t.Fatalf("list:\n%s", out)
 	}
 	for _, ref := range []string{"zeros", fp, fp[:10]} {
-		var im wire.Image
+		var im api.Image
 		if err := json.Unmarshal([]byte(ok(t, srv, "image", "info", ref, "--format", "json")), &im); err != nil || im.Fingerprint != fp || im.Properties["os"] != "none" {
 			t.Fatalf("info %s = %+v, %v", ref, im, err)
 		}
@@ -51,7 +51,7 @@ func TestImageCommands(t *testing.T) {
 	// public: private after import, set both ways, refused otherwise.
 	publicOf := func() bool {
 		t.Helper()
-		var im wire.Image
+		var im api.Image
 		if err := json.Unmarshal([]byte(ok(t, srv, "image", "info", "zeros", "--format", "json")), &im); err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestImageCommands(t *testing.T) {
 	ok(t, srv, "launch", "zeros", "vm1")
 	fails(t, srv, "guestlink launch takes 1 or 2 arguments, got 3 (usage: guestlink launch [IMAGE] NAME [--backend BACKEND] [--target MEMBER] [-c key=value ...] [--wait ready [--timeout 2m]] [flags])", "launch", "a", "b", "c")
 	for name, want := range map[string]string{"plain": "", "vm1": fp} {
-		var inst wire.Instance
+		var inst api.Instance
 		if err := json.Unmarshal([]byte(ok(t, srv, "info", name, "--format", "json")), &inst); err != nil || inst.Config["volatile.base_image"] != want {
 			t.Fatalf("%s: base image %q, want %q (%v)", name, inst.Config["volatile.base_image"], want, err)
 		}
@@ -96,7 +96,7 @@ func TestImageCommands(t *testing.T) {
 	if out := ok(t, srv, "image", "import", disk, "--alias", "pub", "--public"); out != "Image imported with fingerprint: "+fp+"\n" {
 		t.Fatalf("import --public said %q", out)
 	}
-	var pub wire.Image
+	var pub api.Image
 	if err := json.Unmarshal([]byte(ok(t, srv, "image", "info", "pub", "--format", "json")), &pub); err != nil || !pub.Public {
 		t.Fatalf("imported with --public: %+v, %v", pub, err)
 	}
@@ -133,7 +133,7 @@ func TestLaunchImportsLocalImage(t *testing.T) {
 	if r.code != 0 || r.stderr != "Importing "+img+" as debian-12\n" {
 		t.Fatalf("launch: exit %d, stderr %q", r.code, r.stderr)
 	}
-	var im wire.Image
+	var im api.Image
 	if err := json.Unmarshal([]byte(ok(t, srv, "image", "info", "debian-12", "--format", "json")), &im); err != nil || im.Properties["build_seconds"] != "182" {
 		t.Fatalf("imported image %+v, %v", im, err)
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/client/cli"
-	"github.com/guestlink/guestlink/core/api/apitest"
+	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
 
 // syncBuffer is a buffer safe for a writer and a concurrent reader; a

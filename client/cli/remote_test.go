@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/client/cli"
-	"github.com/guestlink/guestlink/core/api/apitest"
+	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
 
 // userConfig gives the test a configuration directory of its own found

@@ -23,7 +23,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guestlink/guestlink/core/devlxd/guestview"
+	"github.com/guestlink/guestlink/core/guestview"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"

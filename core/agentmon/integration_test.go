@@ -16,13 +16,13 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/agent/agenttest"
-	"github.com/guestlink/guestlink/core/devlxd"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/transport/devlxd"
 )
 
 // readyInstances adds SetReady to fakeInstances for the devlxd handlers.

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/guestlink/guestlink/core/devlxd/guestview"
+	"github.com/guestlink/guestlink/core/guestview"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/errdefs"

@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/agent/agenttest"
-	"github.com/guestlink/guestlink/core/devlxd"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/transport/devlxd"
 )
 
 // TestDevlxdAndRingStormRealAgent storms both state-change paths of one

@@ -32,7 +32,7 @@ import (
 
 	"github.com/google/uuid"
 
-	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
@@ -96,7 +96,7 @@ type Config struct {
 }
 
 // Member is a member as the API shows it.
-type Member = wire.ClusterMember
+type Member = api.ClusterMember
 
 // Cluster is this daemon's membership.
 type Cluster struct {

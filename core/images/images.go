@@ -30,7 +30,7 @@ import (
 )
 
 // ImageStore gives devlxd read access to the host's image store. It is a
-// copy of the interface core/devlxd declares for GET
+// copy of the interface transport/devlxd declares for GET
 // /1.0/images/{fingerprint}/export; Store implements it.
 type ImageStore interface {
 	// ImageFile returns the path of the image file whose sha256 fingerprint is fingerprint (full, lowercase hex)
@@ -661,6 +661,16 @@ func fileErr(err error) error {
 		return fmt.Errorf("%w: %w", err, errdefs.ErrForbidden)
 	}
 	return err
+}
+
+// Properties returns the recorded properties of the image fp (such as
+// requirements.memory, which the instance service holds new guests to).
+func (s *Store) Properties(ctx context.Context, fp string) (map[string]string, error) {
+	im, err := s.db.Image(ctx, fp)
+	if err != nil {
+		return nil, err
+	}
+	return im.Properties, nil
 }
 
 // Fingerprint resolves ref (alias, fingerprint or unique prefix) to the

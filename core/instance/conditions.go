@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	wire "github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db"
@@ -52,7 +52,7 @@ const InstanceConditionChanged = "instance-condition-changed"
 // CondTrue, CondFalse or CondUnknown). It is the API's type itself, so a
 // view's conditions go to the API without a copy (GET /1.0/instances of
 // 10,000 running guests converted 30,000 of them).
-type Condition = wire.Condition
+type Condition = api.Condition
 
 // Guest states a guest may declare with PATCH /1.0 (devlxd).
 const (

@@ -36,7 +36,7 @@ func TestConditions(t *testing.T) {
 			t.Errorf("stopped instance: %+v", c)
 		}
 	}
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	type want struct{ status, reason, message string }
@@ -65,7 +65,7 @@ func TestConditions(t *testing.T) {
 		}, want{CondTrue, "ProbeSucceeded", "tcp 127.0.0.1:22"}, want{CondFalse, ReasonNotDegraded, ""}, want{CondTrue, ReasonAgentConnected, "the daemon holds a link to the agent"}, "Ready"},
 		{"agent lost", func() error { return e.m.SetAgentState(bg, inst.UUID, AgentLost, time.Time{}) },
 			want{CondTrue, "ProbeSucceeded", "tcp 127.0.0.1:22"}, want{CondFalse, ReasonNotDegraded, ""}, want{CondFalse, ReasonAgentLost, "the agent stopped answering"}, "Ready"},
-		{"stopped", func() error { return e.m.Stop(bg, "web1", StopOptions{}, api) },
+		{"stopped", func() error { return e.m.Stop(bg, "web1", StopOptions{}, adminCaller) },
 			want{CondFalse, ReasonInstanceNotRunning, "the instance does not run"}, want{CondFalse, ReasonNotDegraded, ""}, want{CondFalse, ReasonInstanceNotRunning, "the instance does not run"}, "Stopped"},
 	}
 	for _, tt := range tests {
@@ -94,7 +94,7 @@ func TestConditions(t *testing.T) {
 func TestDeclareInvalid(t *testing.T) {
 	e := newEnv(t)
 	inst := e.create("web1", nil)
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.m.Declare(bg, inst.UUID, Declaration{State: "Sleeping"}, events.Requestor{}); !errors.Is(err, errdefs.ErrInvalid) {
@@ -107,7 +107,7 @@ func TestDeclareInvalid(t *testing.T) {
 func TestConditionEvents(t *testing.T) {
 	e := newEnv(t)
 	inst := e.create("web1", nil)
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	sub, err := e.bus.Subscribe(events.Filter{Instances: []string{"web1"}})
@@ -149,10 +149,10 @@ func TestReadinessTimeout(t *testing.T) {
 		e := newEnv(t)
 		inst := e.create("web1", map[string]string{KeyReadinessTimeout: "30s"})
 		e.create("web2", map[string]string{KeyReadinessTimeout: "30s"})
-		if err := e.m.Start(bg, "web1", api); err != nil {
+		if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.m.Start(bg, "web2", api); err != nil {
+		if err := e.m.Start(bg, "web2", adminCaller); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(29 * time.Second)
@@ -176,16 +176,16 @@ func TestReadinessTimeout(t *testing.T) {
 			t.Fatalf("events of web2: %v", got)
 		}
 		// A stop clears it; the next boot starts a new timeout.
-		if err := e.m.Stop(bg, "web2", StopOptions{}, api); err != nil {
+		if err := e.m.Stop(bg, "web2", StopOptions{}, adminCaller); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.m.Start(bg, "web2", api); err != nil {
+		if err := e.m.Start(bg, "web2", adminCaller); err != nil {
 			t.Fatal(err)
 		}
 		if c := cond(t, e.get("web2"), CondReady); c.Reason != ReasonNotDeclared {
 			t.Fatalf("after a restart: %+v", c)
 		}
-		if err := e.m.Stop(bg, "web2", StopOptions{}, api); err != nil {
+		if err := e.m.Stop(bg, "web2", StopOptions{}, adminCaller); err != nil {
 			t.Fatal(err)
 		}
 		// A restarted daemon waits for the agent: no Timeout for a guest
@@ -199,7 +199,7 @@ func TestReadinessTimeout(t *testing.T) {
 		if c := cond(t, e.get("web1"), CondReady); c.Status != CondUnknown || c.Reason != ReasonDaemonRestarted {
 			t.Fatalf("after a daemon restart: %+v", c)
 		}
-		if err := e.m.Stop(bg, "web1", StopOptions{}, api); err != nil {
+		if err := e.m.Stop(bg, "web1", StopOptions{}, adminCaller); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -245,7 +245,7 @@ func TestReadinessKeys(t *testing.T) {
 func TestConditionsAfterDaemonRestart(t *testing.T) {
 	e := newEnv(t)
 	inst := e.create("web1", nil)
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.m.SetReady(bg, inst.UUID, true, events.Requestor{}); err != nil {
@@ -289,7 +289,7 @@ func TestProbeFailureAfterReady(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newEnv(t)
 				inst := e.create("web1", map[string]string{KeyReadinessTimeout: "30s"})
-				if err := e.m.Start(bg, "web1", api); err != nil {
+				if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 					t.Fatal(err)
 				}
 				time.Sleep(tt.readyAfter)
@@ -315,7 +315,7 @@ func TestProbeFailureAfterReady(t *testing.T) {
 				if c.Status != CondFalse || c.Reason != failed.Reason || c.Message != failed.Message {
 					t.Fatalf("after the probe failed: %+v, want False %s %q", c, failed.Reason, failed.Message)
 				}
-				if err := e.m.Stop(bg, "web1", StopOptions{}, api); err != nil {
+				if err := e.m.Stop(bg, "web1", StopOptions{}, adminCaller); err != nil {
 					t.Fatal(err)
 				}
 			})

@@ -42,13 +42,13 @@ func TestBadConfigKeysAndValues(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Run("create", func(t *testing.T) {
-				_, err := e.m.Create(bg, CreateRequest{Name: "bad", Config: map[string]string{tt.key: tt.value}}, api)
+				_, err := e.m.Create(bg, CreateRequest{Name: "bad", Config: map[string]string{tt.key: tt.value}}, adminCaller)
 				if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tt.message) {
 					t.Fatalf("Create: %v, want ErrInvalid saying %q", err, tt.message)
 				}
 			})
 			t.Run("update", func(t *testing.T) {
-				_, err := e.m.UpdateConfig(bg, "web1", map[string]string{tt.key: tt.value}, nil, api)
+				_, err := e.m.UpdateConfig(bg, "web1", map[string]string{tt.key: tt.value}, nil, adminCaller)
 				if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), tt.message) {
 					t.Fatalf("UpdateConfig: %v, want ErrInvalid saying %q", err, tt.message)
 				}
@@ -100,12 +100,12 @@ func TestConfigTooLargeOrTooMany(t *testing.T) {
 	}
 	t.Run("50k keys in one request", func(t *testing.T) {
 		before := len(e.actions("web1"))
-		_, err := e.m.UpdateConfig(bg, "web1", keys(50_000, "k", "v"), nil, api)
+		_, err := e.m.UpdateConfig(bg, "web1", keys(50_000, "k", "v"), nil, adminCaller)
 		want := fmt.Sprintf("too many configuration keys in one request (50000, at most %d)", MaxKeysPerChange)
 		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), want) {
 			t.Fatalf("UpdateConfig: %v, want ErrInvalid saying %q", err, want)
 		}
-		if _, err := e.m.Create(bg, CreateRequest{Name: "web2", Config: keys(MaxKeysPerChange+1, "k", "v")}, api); !errors.Is(err, errdefs.ErrInvalid) {
+		if _, err := e.m.Create(bg, CreateRequest{Name: "web2", Config: keys(MaxKeysPerChange+1, "k", "v")}, adminCaller); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Fatalf("Create: %v, want ErrInvalid", err)
 		}
 		if n := len(e.actions("web1")); n != before {
@@ -115,7 +115,7 @@ func TestConfigTooLargeOrTooMany(t *testing.T) {
 	t.Run("too many keys in all", func(t *testing.T) {
 		var err error
 		for i := 0; err == nil && i < 10; i++ {
-			_, err = e.m.UpdateConfig(bg, "web1", keys(MaxKeysPerChange, fmt.Sprintf("r%d-", i), "v"), nil, api)
+			_, err = e.m.UpdateConfig(bg, "web1", keys(MaxKeysPerChange, fmt.Sprintf("r%d-", i), "v"), nil, adminCaller)
 		}
 		want := fmt.Sprintf("at most %d per instance", MaxConfigKeys)
 		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), want) {
@@ -130,7 +130,7 @@ func TestConfigTooLargeOrTooMany(t *testing.T) {
 		big := strings.Repeat("x", MaxValueLength)
 		var err error
 		for i := 0; err == nil && i < 10; i++ {
-			_, err = e.m.UpdateConfig(bg, "web3", map[string]string{fmt.Sprintf("user.big%d", i): big}, nil, api)
+			_, err = e.m.UpdateConfig(bg, "web3", map[string]string{fmt.Sprintf("user.big%d", i): big}, nil, adminCaller)
 		}
 		if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "configuration too large") ||
 			!strings.Contains(err.Error(), fmt.Sprintf("at most %d per instance", MaxConfigSize)) {
@@ -152,7 +152,7 @@ func TestConfigTooLargeOrTooMany(t *testing.T) {
 func TestBigConfigChangeIsOneEvent(t *testing.T) {
 	e := newEnv(t)
 	e.create("web1", nil)
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	set := map[string]string{}
@@ -161,7 +161,7 @@ func TestBigConfigChangeIsOneEvent(t *testing.T) {
 	}
 	before := len(e.actions("web1"))
 	hooksBefore := len(e.hooks.chg)
-	if _, err := e.m.UpdateConfig(bg, "web1", set, nil, api); err != nil {
+	if _, err := e.m.UpdateConfig(bg, "web1", set, nil, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.actions("web1")[before:]; !cmp.Equal(got, []string{events.InstanceUpdated}) {

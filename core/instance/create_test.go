@@ -62,7 +62,7 @@ func TestCreateRejectsBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := e.m.Create(bg, tt.req, api)
+			_, err := e.m.Create(bg, tt.req, adminCaller)
 			if !errors.Is(err, tt.kind) {
 				t.Fatalf("Create: %v, want %v", err, tt.kind)
 			}
@@ -83,7 +83,7 @@ func TestCreateRejectsBadInput(t *testing.T) {
 	}
 	t.Run("duplicate uuid", func(t *testing.T) {
 		taken := e.get("taken")
-		_, err := e.m.Create(bg, CreateRequest{Name: "other", Config: map[string]string{KeyUUID: taken.UUID}}, api)
+		_, err := e.m.Create(bg, CreateRequest{Name: "other", Config: map[string]string{KeyUUID: taken.UUID}}, adminCaller)
 		if !errors.Is(err, errdefs.ErrAlreadyExists) {
 			t.Fatalf("Create: %v, want ErrAlreadyExists", err)
 		}
@@ -106,7 +106,7 @@ func TestCreateAcceptsKnownKeys(t *testing.T) {
 	}
 	for i, cfg := range good {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			inst, err := e.m.Create(bg, CreateRequest{Name: fmt.Sprintf("g%d", i), Config: cfg}, api)
+			inst, err := e.m.Create(bg, CreateRequest{Name: fmt.Sprintf("g%d", i), Config: cfg}, adminCaller)
 			if err != nil {
 				t.Fatalf("Create(%v): %v", cfg, err)
 			}
@@ -127,7 +127,7 @@ var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-
 func TestCreate(t *testing.T) {
 	e := newEnv(t)
 	inst, err := e.m.Create(bg, CreateRequest{Name: "web1", Config: map[string]string{"user.a": "b"},
-		Devices: map[string]map[string]string{"root": {"type": "disk", "path": "/", "size": "1GiB"}}}, api)
+		Devices: map[string]map[string]string{"root": {"type": "disk", "path": "/", "size": "1GiB"}}}, adminCaller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestCreate(t *testing.T) {
 
 func TestCreateAndStart(t *testing.T) {
 	e := newEnv(t)
-	inst, err := e.m.Create(bg, CreateRequest{Name: "web1", Start: true}, api)
+	inst, err := e.m.Create(bg, CreateRequest{Name: "web1", Start: true}, adminCaller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,16 +190,16 @@ func TestCreateAndStart(t *testing.T) {
 func TestDelete(t *testing.T) {
 	e := newEnv(t)
 	e.create("web1", nil)
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Delete(bg, "web1", false, api); !errors.Is(err, errdefs.ErrConflict) {
+	if err := e.m.Delete(bg, "web1", false, adminCaller); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("deleting a running instance: %v", err)
 	}
 	if got := e.get("web1"); got.Status != "Running" || e.be.count() != 1 {
 		t.Fatalf("a refused delete changed something: %s, %d guests", got.Status, e.be.count())
 	}
-	if err := e.m.Delete(bg, "web1", true, api); err != nil {
+	if err := e.m.Delete(bg, "web1", true, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.m.Get(bg, "web1"); !errors.Is(err, errdefs.ErrNotFound) {
@@ -219,7 +219,7 @@ func TestDelete(t *testing.T) {
 	}
 	// The name is free again; a stopped instance is deleted without force.
 	e.create("web1", nil)
-	if err := e.m.Delete(bg, "web1", false, api); err != nil {
+	if err := e.m.Delete(bg, "web1", false, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	// A stopped instance is only deleted: no GuestStopped before it.
@@ -246,7 +246,7 @@ func TestUpdateConfig(t *testing.T) {
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := e.m.UpdateConfig(bg, "web1", tt.set, tt.unset, api)
+			_, err := e.m.UpdateConfig(bg, "web1", tt.set, tt.unset, adminCaller)
 			if !errors.Is(err, errdefs.ErrInvalid) {
 				t.Fatalf("UpdateConfig: %v, want ErrInvalid", err)
 			}
@@ -255,13 +255,13 @@ func TestUpdateConfig(t *testing.T) {
 			}
 		})
 	}
-	if _, err := e.m.UpdateConfig(bg, "nope", map[string]string{"user.a": "1"}, nil, api); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := e.m.UpdateConfig(bg, "nope", map[string]string{"user.a": "1"}, nil, adminCaller); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("missing instance: %v", err)
 	}
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.m.UpdateConfig(bg, "web1", map[string]string{"user.a": "10", "user.c": "3", "fake.cmd": "x", "user.b": ""}, []string{"user.zz"}, api)
+	got, err := e.m.UpdateConfig(bg, "web1", map[string]string{"user.a": "10", "user.c": "3", "fake.cmd": "x", "user.b": ""}, []string{"user.zz"}, adminCaller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func TestUpdateConfig(t *testing.T) {
 	}
 	// No change: no event, no hook.
 	n := len(e.actions("web1"))
-	if _, err := e.m.UpdateConfig(bg, "web1", map[string]string{"user.a": "10"}, nil, api); err != nil {
+	if _, err := e.m.UpdateConfig(bg, "web1", map[string]string{"user.a": "10"}, nil, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if len(e.actions("web1")) != n || len(e.hooks.chg) != 1 {
@@ -320,7 +320,7 @@ func TestUpdateConfigRenewsCloudInitID(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := e.get("ci").Config[KeyCloudInitID]
-			got, err := e.m.UpdateConfig(bg, "ci", tt.set, tt.unset, api)
+			got, err := e.m.UpdateConfig(bg, "ci", tt.set, tt.unset, adminCaller)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -115,7 +115,7 @@ func TestUpdateDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	inst, err := m.Create(ctx, CreateRequest{Name: "d1", Devices: map[string]map[string]string{"eth0": {"type": "nic", "network": "br0"}}}, api)
+	inst, err := m.Create(ctx, CreateRequest{Name: "d1", Devices: map[string]map[string]string{"eth0": {"type": "nic", "network": "br0"}}}, adminCaller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestUpdateDevices(t *testing.T) {
 	got, err := m.UpdateDevices(ctx, "d1", DeviceUpdate{
 		Put:    map[string]map[string]string{"data": disk, "eth1": {"type": "nic", "nictype": "bridged", "parent": "br0"}},
 		Config: map[string]string{"volatile.data.devlxd.owner": "devlxd/csi"},
-	}, api)
+	}, adminCaller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestUpdateDevices(t *testing.T) {
 	}
 	// A MAC once stored does not change when the NIC is changed.
 	mac1 := got.Config[HwaddrKey("eth1")]
-	got, err = m.UpdateDevices(ctx, "d1", DeviceUpdate{Put: map[string]map[string]string{"eth1": {"type": "nic", "nictype": "bridged", "parent": "br1"}}}, api)
+	got, err = m.UpdateDevices(ctx, "d1", DeviceUpdate{Put: map[string]map[string]string{"eth1": {"type": "nic", "nictype": "bridged", "parent": "br1"}}}, adminCaller)
 	if err != nil || got.Config[HwaddrKey("eth1")] != mac1 {
 		t.Fatalf("after set: %v, hwaddr %q want %q", err, got.Config[HwaddrKey("eth1")], mac1)
 	}
@@ -159,31 +159,31 @@ func TestUpdateDevices(t *testing.T) {
 		{"non-volatile config", DeviceUpdate{Put: map[string]map[string]string{"x": disk}, Config: map[string]string{"user.x": "1"}}, errdefs.ErrInvalid, "volatile"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := m.UpdateDevices(ctx, "d1", tt.u, api); !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+			if _, err := m.UpdateDevices(ctx, "d1", tt.u, adminCaller); !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
 				t.Fatalf("err = %v, want %v containing %q", err, tt.want, tt.msg)
 			}
 		})
 	}
-	got, err = m.UpdateDevices(ctx, "d1", DeviceUpdate{Patch: map[string]map[string]string{"data": {"readonly": "true", "path": "/mnt"}}}, api)
+	got, err = m.UpdateDevices(ctx, "d1", DeviceUpdate{Patch: map[string]map[string]string{"data": {"readonly": "true", "path": "/mnt"}}}, adminCaller)
 	if err != nil || got.Devices["data"]["readonly"] != "true" || got.Devices["data"]["source"] != "vol1" {
 		t.Fatalf("patch: %v %v", err, got.Devices["data"])
 	}
 	// Running on a backend without hotplug.v1: refused, nothing changes.
-	if err := m.Start(ctx, "d1", api); err != nil {
+	if err := m.Start(ctx, "d1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.UpdateDevices(ctx, "d1", DeviceUpdate{Remove: []string{"data"}}, api)
+	_, err = m.UpdateDevices(ctx, "d1", DeviceUpdate{Remove: []string{"data"}}, adminCaller)
 	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "backend fake cannot hot-plug devices; stop the instance first") {
 		t.Fatalf("running without hotplug: %v", err)
 	}
 	if cur, _ := m.Get(ctx, "d1"); cur.Devices["data"] == nil {
 		t.Fatal("a refused change removed the device")
 	}
-	if err := m.Stop(ctx, "d1", StopOptions{}, api); err != nil {
+	if err := m.Stop(ctx, "d1", StopOptions{}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	// Removing drops the device's volatile keys.
-	got, err = m.UpdateDevices(ctx, "d1", DeviceUpdate{Remove: []string{"data", "eth1"}}, api)
+	got, err = m.UpdateDevices(ctx, "d1", DeviceUpdate{Remove: []string{"data", "eth1"}}, adminCaller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,25 +234,25 @@ func TestUpdateDevicesHotplug(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := m.Create(ctx, CreateRequest{Name: "h1"}, api); err != nil {
+	if _, err := m.Create(ctx, CreateRequest{Name: "h1"}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Start(ctx, "h1", api); err != nil {
+	if err := m.Start(ctx, "h1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	disk := map[string]string{"type": "disk", "pool": "default", "source": "vol1"}
 	hb.fail = fmt.Errorf("QMP says no: %w", errdefs.ErrUnavailable)
-	if _, err := m.UpdateDevices(ctx, "h1", DeviceUpdate{Put: map[string]map[string]string{"data": disk}}, api); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := m.UpdateDevices(ctx, "h1", DeviceUpdate{Put: map[string]map[string]string{"data": disk}}, adminCaller); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("failed hotplug: %v", err)
 	}
 	if cur, _ := m.Get(ctx, "h1"); len(cur.Devices) != 0 {
 		t.Fatalf("a failed hotplug stored devices %v", cur.Devices)
 	}
 	hb.fail = nil
-	if _, err := m.UpdateDevices(ctx, "h1", DeviceUpdate{Put: map[string]map[string]string{"data": disk}}, api); err != nil {
+	if _, err := m.UpdateDevices(ctx, "h1", DeviceUpdate{Put: map[string]map[string]string{"data": disk}}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.UpdateDevices(ctx, "h1", DeviceUpdate{Remove: []string{"data"}}, api); err != nil {
+	if _, err := m.UpdateDevices(ctx, "h1", DeviceUpdate{Remove: []string{"data"}}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(hb.calls, ",") != "add data /pools/default/vol1.raw,remove data" {
@@ -282,13 +282,13 @@ func TestHostPathDisks(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
-			if _, err := m.Create(ctx, CreateRequest{Name: "p1"}, api); err != nil {
+			if _, err := m.Create(ctx, CreateRequest{Name: "p1"}, adminCaller); err != nil {
 				t.Fatal(err)
 			}
-			if err := m.Start(ctx, "p1", api); err != nil {
+			if err := m.Start(ctx, "p1", adminCaller); err != nil {
 				t.Fatal(err)
 			}
-			_, err = m.UpdateDevices(ctx, "p1", DeviceUpdate{Add: map[string]map[string]string{"h": {"type": "disk", "source": "/srv/disk.raw"}}}, api)
+			_, err = m.UpdateDevices(ctx, "p1", DeviceUpdate{Add: map[string]map[string]string{"h": {"type": "disk", "source": "/srv/disk.raw"}}}, adminCaller)
 			if !allow {
 				if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "is a host path") {
 					t.Fatalf("host path not allowed: %v", err)

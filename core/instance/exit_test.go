@@ -39,7 +39,7 @@ func TestGuestExit(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t)
 			inst := e.create("web1", nil)
-			if err := e.m.Start(bg, "web1", api); err != nil {
+			if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 				t.Fatal(err)
 			}
 			e.be.kill(inst.UUID) // the process ended, then the backend says so
@@ -69,7 +69,7 @@ func TestGuestExit(t *testing.T) {
 				t.Errorf("event's %s %q, want %q", key, d, tt.ctxDetail)
 			}
 			// Either way the instance starts again.
-			if err := e.m.Start(bg, "web1", api); err != nil {
+			if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 				t.Fatalf("starting again: %v", err)
 			}
 		})

@@ -322,11 +322,11 @@ func (e *env) manager() *Manager {
 	return m
 }
 
-var api = events.Requestor{Protocol: "unix", Username: "root"}
+var adminCaller = events.Requestor{Protocol: "unix", Username: "root"}
 
 func (e *env) create(name string, cfg map[string]string) *Instance {
 	e.t.Helper()
-	inst, err := e.m.Create(context.Background(), CreateRequest{Name: name, Config: cfg}, api)
+	inst, err := e.m.Create(context.Background(), CreateRequest{Name: name, Config: cfg}, adminCaller)
 	if err != nil {
 		e.t.Fatalf("creating %s: %v", name, err)
 	}

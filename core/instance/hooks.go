@@ -15,7 +15,7 @@ type ConfigChange struct {
 
 // Hooks are the runtime services the manager tells about guests: the agent
 // monitor and the guest-link services (core/agentmon, core/linkhost,
-// core/devlxd) implement them. Calls are made from the manager's goroutines
+// transport/devlxd) implement them. Calls are made from the manager's goroutines
 // and must not block for long; implementations hand work to their own
 // goroutines.
 type Hooks interface {

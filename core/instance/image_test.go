@@ -33,6 +33,15 @@ func (f fakeImages) Spec(_ context.Context, fp string) (*sdk.Image, error) {
 	return nil, fmt.Errorf("image %s: %w", fp, errdefs.ErrNotFound)
 }
 
+func (f fakeImages) Properties(_ context.Context, fp string) (map[string]string, error) {
+	for _, im := range f {
+		if im.Fingerprint == fp {
+			return nil, nil
+		}
+	}
+	return nil, fmt.Errorf("image %s: %w", fp, errdefs.ErrNotFound)
+}
+
 // TestCreateFromImage: an instance created from a store image records its
 // fingerprint and the backend gets the image at create and at every start;
 // a backend without disk.v1, a daemon without a store, an unknown image
@@ -57,7 +66,7 @@ func TestCreateFromImage(t *testing.T) {
 	for _, b := range bad {
 		e.be.disk = b.disk
 		e.m = e.manager() // the manager caches the backend's info
-		_, err := e.m.Create(bg, b.req, api)
+		_, err := e.m.Create(bg, b.req, adminCaller)
 		if !errors.Is(err, b.kind) || !strings.Contains(err.Error(), b.msg) {
 			t.Errorf("%s: Create = %v, want %v saying %q", b.name, err, b.kind, b.msg)
 		}
@@ -65,7 +74,7 @@ func TestCreateFromImage(t *testing.T) {
 
 	e.be.disk = true
 	e.m = e.manager()
-	inst, err := e.m.Create(bg, CreateRequest{Name: "vm1", Image: "debian-12", Start: true}, api)
+	inst, err := e.m.Create(bg, CreateRequest{Name: "vm1", Image: "debian-12", Start: true}, adminCaller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +100,7 @@ func TestCreateFromImage(t *testing.T) {
 
 	e.images = nil
 	e.m = e.manager()
-	if _, err := e.m.Create(bg, CreateRequest{Name: "b", Image: "debian-12"}, api); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "no image store") {
+	if _, err := e.m.Create(bg, CreateRequest{Name: "b", Image: "debian-12"}, adminCaller); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "no image store") {
 		t.Fatalf("Create without a store = %v", err)
 	}
 }

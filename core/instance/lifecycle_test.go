@@ -15,11 +15,11 @@ import (
 func TestStartStop(t *testing.T) {
 	e := newEnv(t)
 	e.create("web1", map[string]string{"user.x": "y"})
-	if err := e.m.Stop(bg, "web1", StopOptions{}, api); !errors.Is(err, errdefs.ErrConflict) {
+	if err := e.m.Stop(bg, "web1", StopOptions{}, adminCaller); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("stopping a stopped instance: %v", err)
 	}
 	before := time.Now().UTC()
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	inst := e.get("web1")
@@ -47,26 +47,26 @@ func TestStartStop(t *testing.T) {
 	if spec == nil || len(spec.Files) != 1 || spec.Config["user.x"] != "y" || spec.UUID != inst.UUID {
 		t.Errorf("spec %+v", spec)
 	}
-	if err := e.m.Start(bg, "web1", api); !errors.Is(err, errdefs.ErrConflict) {
+	if err := e.m.Start(bg, "web1", adminCaller); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("starting a running instance: %v", err)
 	}
-	if err := e.m.Stop(bg, "web1", StopOptions{Stateful: true}, api); !errors.Is(err, errdefs.ErrNotSupported) {
+	if err := e.m.Stop(bg, "web1", StopOptions{Stateful: true}, adminCaller); !errors.Is(err, errdefs.ErrNotSupported) {
 		t.Fatalf("stateful stop on a backend without it: %v", err)
 	}
-	if err := e.m.Stop(bg, "web1", StopOptions{Timeout: time.Second}, api); err != nil {
+	if err := e.m.Stop(bg, "web1", StopOptions{Timeout: time.Second}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	inst = e.get("web1")
 	if inst.Status != "Stopped" || inst.Link != "" || inst.DevlxdSocket != "" || inst.Boot != 1 {
 		t.Errorf("after stop: %+v", inst)
 	}
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.get("web1").Boot; got != 2 {
 		t.Errorf("boot %d after the second start", got)
 	}
-	if err := e.m.Restart(bg, "web1", StopOptions{}, api); err != nil {
+	if err := e.m.Restart(bg, "web1", StopOptions{}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.get("web1"); got.Boot != 3 || got.Status != "Running" {
@@ -87,17 +87,17 @@ func TestStartStop(t *testing.T) {
 	if ep := e.hooks.eps[0]; ep == nil || ep.Kind != sdk.LinkHybrid {
 		t.Errorf("GuestRunning endpoint %+v", ep)
 	}
-	if err := e.m.Stop(bg, "web1", StopOptions{}, api); err != nil {
+	if err := e.m.Stop(bg, "web1", StopOptions{}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Restart(bg, "web1", StopOptions{}, api); !errors.Is(err, errdefs.ErrConflict) {
+	if err := e.m.Restart(bg, "web1", StopOptions{}, adminCaller); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("restarting a stopped instance: %v", err)
 	}
 	for _, op := range []func() error{
-		func() error { return e.m.Start(bg, "nope", api) },
-		func() error { return e.m.Stop(bg, "nope", StopOptions{}, api) },
-		func() error { return e.m.Restart(bg, "nope", StopOptions{}, api) },
-		func() error { return e.m.Delete(bg, "nope", true, api) },
+		func() error { return e.m.Start(bg, "nope", adminCaller) },
+		func() error { return e.m.Stop(bg, "nope", StopOptions{}, adminCaller) },
+		func() error { return e.m.Restart(bg, "nope", StopOptions{}, adminCaller) },
+		func() error { return e.m.Delete(bg, "nope", true, adminCaller) },
 	} {
 		if err := op(); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("operation on a missing instance: %v", err)
@@ -118,7 +118,7 @@ func TestStartFailure(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t)
 			e.create("web1", map[string]string{"fake.fail": tt.fail})
-			err := e.m.Start(bg, "web1", api)
+			err := e.m.Start(bg, "web1", adminCaller)
 			if err == nil {
 				t.Fatal("Start succeeded")
 			}
@@ -137,10 +137,10 @@ func TestStartFailure(t *testing.T) {
 				t.Errorf("hooks %v", e.hooks.list())
 			}
 			// Fixing the config lets it start.
-			if _, err := e.m.UpdateConfig(bg, "web1", nil, []string{"fake.fail"}, api); err != nil {
+			if _, err := e.m.UpdateConfig(bg, "web1", nil, []string{"fake.fail"}, adminCaller); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.m.Start(bg, "web1", api); err != nil {
+			if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 				t.Fatal(err)
 			}
 			if got := e.get("web1"); got.Status != "Running" || got.Details["error"] != "" {
@@ -159,7 +159,7 @@ func TestExitDuringOperations(t *testing.T) {
 			e.be.kill(spec.UUID)
 			e.m.HandleBackendEvent("fake", sdk.Event{UUID: spec.UUID, Kind: sdk.EventExited, Time: time.Now()})
 		}
-		if err := e.m.Start(bg, "web1", api); err != nil {
+		if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.get("web1"); got.Status != "Stopped" {
@@ -176,13 +176,13 @@ func TestExitDuringOperations(t *testing.T) {
 	t.Run("during stop", func(t *testing.T) {
 		e := newEnv(t)
 		e.create("web1", nil)
-		if err := e.m.Start(bg, "web1", api); err != nil {
+		if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 			t.Fatal(err)
 		}
 		e.be.onStop = func(uuid string) {
 			e.m.HandleBackendEvent("fake", sdk.Event{UUID: uuid, Kind: sdk.EventExited, Time: time.Now()})
 		}
-		if err := e.m.Stop(bg, "web1", StopOptions{}, api); err != nil {
+		if err := e.m.Stop(bg, "web1", StopOptions{}, adminCaller); err != nil {
 			t.Fatal(err)
 		}
 		if n := count(e.actions("web1"), events.InstanceStopped); n != 1 {
@@ -198,13 +198,13 @@ func TestStatefulStop(t *testing.T) {
 	e := newEnv(t)
 	e.be.stateful = true
 	e.create("web1", nil)
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Stop(bg, "web1", StopOptions{Stateful: true}, api); err != nil {
+	if err := e.m.Stop(bg, "web1", StopOptions{Stateful: true}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	e.be.mu.Lock()
@@ -238,7 +238,7 @@ func TestStatefulRestoreKeepsReady(t *testing.T) {
 			e := newEnv(t)
 			e.be.stateful = true
 			inst := e.create("web1", nil)
-			if err := e.m.Start(bg, "web1", api); err != nil {
+			if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 				t.Fatal(err)
 			}
 			if tt.ready {
@@ -246,14 +246,14 @@ func TestStatefulRestoreKeepsReady(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := e.m.Stop(bg, "web1", StopOptions{Stateful: tt.stateful}, api); err != nil {
+			if err := e.m.Stop(bg, "web1", StopOptions{Stateful: tt.stateful}, adminCaller); err != nil {
 				t.Fatal(err)
 			}
 			if got := e.get("web1"); got.Ready() || got.Status != "Stopped" {
 				t.Fatalf("stopped instance: %s, ready %v", got.Status, got.Ready())
 			}
 			readyEvents := count(e.actions("web1"), events.InstanceReady)
-			if err := e.m.Start(bg, "web1", api); err != nil {
+			if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 				t.Fatal(err)
 			}
 			got := e.get("web1")
@@ -267,10 +267,10 @@ func TestStatefulRestoreKeepsReady(t *testing.T) {
 				t.Errorf("%d instance-ready events at the start", n)
 			}
 			// A second, plain start is a fresh boot: never Ready by itself.
-			if err := e.m.Stop(bg, "web1", StopOptions{}, api); err != nil {
+			if err := e.m.Stop(bg, "web1", StopOptions{}, adminCaller); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.m.Start(bg, "web1", api); err != nil {
+			if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 				t.Fatal(err)
 			}
 			if e.get("web1").Ready() {
@@ -284,16 +284,16 @@ func TestStatelessStartIgnoresSavedState(t *testing.T) {
 	e := newEnv(t)
 	e.be.stateful = true
 	inst := e.create("web1", nil)
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.m.SetReady(bg, inst.UUID, true, events.Requestor{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Stop(bg, "web1", StopOptions{Stateful: true}, api); err != nil {
+	if err := e.m.Stop(bg, "web1", StopOptions{Stateful: true}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.StartWith(bg, "web1", StartOptions{Stateless: true}, api); err != nil {
+	if err := e.m.StartWith(bg, "web1", StartOptions{Stateless: true}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	e.be.mu.Lock()

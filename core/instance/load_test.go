@@ -41,7 +41,7 @@ func TestListDoesNotBlockWriters(t *testing.T) {
 	<-listing
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.m.UpdateConfig(context.Background(), "c1", map[string]string{"user.x": "1"}, nil, api)
+		_, err := e.m.UpdateConfig(context.Background(), "c1", map[string]string{"user.x": "1"}, nil, adminCaller)
 		done <- err
 	}()
 	select {
@@ -186,7 +186,7 @@ func TestTimelineWritesRetried(t *testing.T) {
 				}
 			})
 			if tt.wantStart {
-				if err := e.m.Start(context.Background(), "vm1", api); err != nil {
+				if err := e.m.Start(context.Background(), "vm1", adminCaller); err != nil {
 					t.Fatalf("Start: %v", err)
 				}
 				if n, _ := e.m.LostTimelineEntries(context.Background(), "vm1"); n != 0 {

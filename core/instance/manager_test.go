@@ -51,12 +51,12 @@ func TestListFilters(t *testing.T) {
 		if n == "cache" {
 			req.Backend = "other"
 		}
-		inst, err := m.Create(bg, req, api)
+		inst, err := m.Create(bg, req, adminCaller)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n != "db2" {
-			if err := m.Start(bg, n, api); err != nil {
+			if err := m.Start(bg, n, adminCaller); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -144,11 +144,11 @@ func TestConcurrentOperations(t *testing.T) {
 					var err error
 					switch (i + w) % 3 {
 					case 0:
-						err = e.m.Start(bg, name, api)
+						err = e.m.Start(bg, name, adminCaller)
 					case 1:
-						err = e.m.Stop(bg, name, StopOptions{}, api)
+						err = e.m.Stop(bg, name, StopOptions{}, adminCaller)
 					case 2:
-						err = e.m.Restart(bg, name, StopOptions{}, api)
+						err = e.m.Restart(bg, name, StopOptions{}, adminCaller)
 					}
 					if err != nil && !errors.Is(err, errdefs.ErrConflict) {
 						t.Errorf("%s: %v", name, err)
@@ -191,7 +191,7 @@ func TestConcurrentOperations(t *testing.T) {
 	for _, name := range names {
 		for range 2 {
 			wg.Go(func() {
-				err := e.m.Delete(bg, name, true, api)
+				err := e.m.Delete(bg, name, true, adminCaller)
 				if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 					t.Errorf("delete %s: %v", name, err)
 				}
@@ -276,7 +276,7 @@ func BenchmarkList10k(b *testing.B) {
 func BenchmarkAgentStateToEvent(b *testing.B) {
 	e := newEnv(b)
 	inst := e.create("web1", nil)
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		b.Fatal(err)
 	}
 	sub, err := e.bus.Subscribe(events.Filter{Instances: []string{"web1"}})
@@ -325,7 +325,7 @@ func TestStoreFailureChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst, err := m.Create(bg, CreateRequest{Name: "web1", Start: true}, api)
+	inst, err := m.Create(bg, CreateRequest{Name: "web1", Start: true}, adminCaller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,13 +339,13 @@ func TestStoreFailureChangesNothing(t *testing.T) {
 	if n := count(e.actions("web1"), events.InstanceReady); n != 0 {
 		t.Errorf("%d instance-ready events for a change that was not saved", n)
 	}
-	if err := m.Stop(bg, "web1", StopOptions{}, api); err == nil {
+	if err := m.Stop(bg, "web1", StopOptions{}, adminCaller); err == nil {
 		t.Fatal("Stop succeeded with a failing store")
 	}
 	if got, _ := m.Get(bg, "web1"); got.Status == "Stopping" {
 		t.Error("the failed stop left the instance Stopping")
 	}
-	if _, err := m.UpdateConfig(bg, "web1", map[string]string{"user.a": "b"}, nil, api); err == nil {
+	if _, err := m.UpdateConfig(bg, "web1", map[string]string{"user.a": "b"}, nil, adminCaller); err == nil {
 		t.Fatal("UpdateConfig succeeded with a failing store")
 	}
 	if got, _ := m.Get(bg, "web1"); got.Config["user.a"] != "" {

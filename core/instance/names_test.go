@@ -19,7 +19,7 @@ import (
 // ErrAlreadyExists (409 at the API).
 func TestNameCaseCollision(t *testing.T) {
 	e := newEnv(t)
-	inst, err := e.m.Create(bg, CreateRequest{Name: "Caps1"}, api)
+	inst, err := e.m.Create(bg, CreateRequest{Name: "Caps1"}, adminCaller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestNameCaseCollision(t *testing.T) {
 	}
 	for _, name := range []string{"caps1", "CAPS1", "Caps1"} {
 		t.Run("create "+name, func(t *testing.T) {
-			_, err := e.m.Create(bg, CreateRequest{Name: name}, api)
+			_, err := e.m.Create(bg, CreateRequest{Name: name}, adminCaller)
 			if !errors.Is(err, errdefs.ErrAlreadyExists) {
 				t.Fatalf("Create(%q): %v, want ErrAlreadyExists", name, err)
 			}
@@ -40,10 +40,10 @@ func TestNameCaseCollision(t *testing.T) {
 			}
 		})
 	}
-	if err := e.m.Start(bg, "CAPS1", api); err != nil {
+	if err := e.m.Start(bg, "CAPS1", adminCaller); err != nil {
 		t.Fatalf("Start by another case: %v", err)
 	}
-	if err := e.m.Delete(bg, "Caps1", true, api); err != nil {
+	if err := e.m.Delete(bg, "Caps1", true, adminCaller); err != nil {
 		t.Fatalf("Delete by another case: %v", err)
 	}
 	if _, err := e.m.Get(bg, "caps1"); !errors.Is(err, errdefs.ErrNotFound) {
@@ -106,7 +106,7 @@ func TestStoredUppercaseNames(t *testing.T) {
 			t.Errorf("Get(%q) = %v, %v; want %q", tt.lookup, got, err, tt.want)
 		}
 	}
-	if _, err := m.Create(bg, CreateRequest{Name: "solo"}, api); !errors.Is(err, errdefs.ErrAlreadyExists) {
+	if _, err := m.Create(bg, CreateRequest{Name: "solo"}, adminCaller); !errors.Is(err, errdefs.ErrAlreadyExists) {
 		t.Errorf("Create(solo) next to Solo: %v, want ErrAlreadyExists", err)
 	}
 	out := logs.String()
@@ -116,7 +116,7 @@ func TestStoredUppercaseNames(t *testing.T) {
 		}
 	}
 	// Deleting the lowercase one hands the other cases to the other.
-	if err := m.Delete(bg, "web1", true, api); err != nil {
+	if err := m.Delete(bg, "web1", true, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := m.Get(bg, "WEB1"); err != nil || got.Name != "Web1" {

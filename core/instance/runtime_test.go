@@ -24,7 +24,7 @@ func TestReady(t *testing.T) {
 	if err := e.m.SetReady(bg, "nope", true, devlxd); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Ready for an unknown uuid: %v", err)
 	}
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	ready := func() {
@@ -92,7 +92,7 @@ func TestReady(t *testing.T) {
 		hook   string
 	}{
 		{"stop", func() {
-			if err := e.m.Stop(bg, "web1", StopOptions{}, api); err != nil {
+			if err := e.m.Stop(bg, "web1", StopOptions{}, adminCaller); err != nil {
 				t.Fatal(err)
 			}
 		}, "Stopped", events.InstanceStopped, "stopped web1"},
@@ -107,7 +107,7 @@ func TestReady(t *testing.T) {
 	for _, tt := range clearedBy {
 		t.Run("cleared by "+tt.name, func(t *testing.T) {
 			if e.get("web1").Status == "Stopped" {
-				if err := e.m.Start(bg, "web1", api); err != nil {
+				if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -174,7 +174,7 @@ func TestBackendEvents(t *testing.T) {
 	e.m.HandleBackendEvent("fake", sdk.Event{UUID: inst.UUID, Kind: sdk.EventExited})
 	e.m.HandleBackendEvent("fake", sdk.Event{UUID: "nope", Kind: sdk.EventExited})
 	e.m.HandleBackendEvent("fake", sdk.Event{UUID: inst.UUID, Kind: sdk.EventRingData})
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	// An exit from before this boot is stale.
@@ -203,10 +203,10 @@ func TestBackendEvents(t *testing.T) {
 		t.Errorf("timeline %v", tl)
 	}
 	// An instance in Error can be stopped (cleaned up) and started again.
-	if err := e.m.Stop(bg, "web1", StopOptions{Force: true}, api); err != nil {
+	if err := e.m.Stop(bg, "web1", StopOptions{Force: true}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -217,7 +217,7 @@ func TestAgentState(t *testing.T) {
 	if err := e.m.SetAgentState(bg, inst.UUID, AgentStarted, time.Now()); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("agent state of a stopped instance: %v", err)
 	}
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -290,7 +290,7 @@ func TestRecover(t *testing.T) {
 		e.create(n, nil)
 	}
 	for _, n := range []string{"alive", "dead"} {
-		if err := e.m.Start(bg, n, api); err != nil {
+		if err := e.m.Start(bg, n, adminCaller); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -337,7 +337,7 @@ func TestRecover(t *testing.T) {
 func TestExitDuringRecover(t *testing.T) {
 	e := newEnv(t)
 	e.create("web1", nil)
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	e.be.onRecover = func(uuid string) {
@@ -364,7 +364,7 @@ func TestExitDuringRecover(t *testing.T) {
 func TestInitWithMissingBackend(t *testing.T) {
 	e := newEnv(t)
 	e.create("web1", nil)
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	// The daemon restarts without the plugin: it must start anyway.
@@ -402,7 +402,7 @@ func TestRecordHeartbeat(t *testing.T) {
 	if e.m.RecordHeartbeat(inst.UUID, AgentStarted, time.Unix(50, 0)) {
 		t.Error("a stopped instance's agent was recorded started")
 	}
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if e.m.RecordHeartbeat(inst.UUID, AgentStarted, time.Unix(100, 0)) {

@@ -156,7 +156,7 @@ func lastSpec(f *fakeBackend) *sdk.GuestSpec {
 func TestRestoreReadySemantics(t *testing.T) {
 	e, src := newSnapEnv(t)
 	inst := e.create("web1", map[string]string{"user.x": "1"})
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.m.SetReady(bg, inst.UUID, true, events.Requestor{}); err != nil {
@@ -166,18 +166,18 @@ func TestRestoreReadySemantics(t *testing.T) {
 		name     string
 		stateful bool
 	}{{"with-state", true}, {"plain", false}} {
-		sn, err := e.m.CreateSnapshot(bg, "web1", s.name, s.stateful, api)
+		sn, err := e.m.CreateSnapshot(bg, "web1", s.name, s.stateful, adminCaller)
 		if err != nil || !sn.Ready || !sn.Running || sn.Stateful != s.stateful || sn.Config[KeyReady] != "" || sn.Config["user.x"] != "1" {
 			t.Fatalf("CreateSnapshot(%s) = %+v, %v", s.name, sn, err)
 		}
 	}
-	if _, err := e.m.UpdateConfig(bg, "web1", map[string]string{"user.x": "2"}, nil, api); err != nil {
+	if _, err := e.m.UpdateConfig(bg, "web1", map[string]string{"user.x": "2"}, nil, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 
 	// Stateful: Ready as saved, config back, the state resumed.
 	boot := e.get("web1").Boot
-	if err := e.m.Restore(bg, "web1", "with-state", RestoreOptions{Stateful: true}, api); err != nil {
+	if err := e.m.Restore(bg, "web1", "with-state", RestoreOptions{Stateful: true}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	got := e.get("web1")
@@ -185,7 +185,7 @@ func TestRestoreReadySemantics(t *testing.T) {
 		t.Errorf("after restore --stateful: %s, ready %v, user.x %q, boot %d, restore asked %v", got.Status, got.Ready(), got.Config["user.x"], got.Boot, lastSpec(e.be).RestoreState)
 	}
 	// Stateless: a fresh boot, not Ready.
-	if err := e.m.Restore(bg, "web1", "plain", RestoreOptions{}, api); err != nil {
+	if err := e.m.Restore(bg, "web1", "plain", RestoreOptions{}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	got = e.get("web1")
@@ -193,13 +193,13 @@ func TestRestoreReadySemantics(t *testing.T) {
 		t.Errorf("after a stateless restore: %s, ready %v, restore asked %v; want Running, not Ready, booted afresh", got.Status, got.Ready(), lastSpec(e.be).RestoreState)
 	}
 	// A snapshot of a stopped guest restores to Stopped.
-	if err := e.m.Stop(bg, "web1", StopOptions{Force: true}, api); err != nil {
+	if err := e.m.Stop(bg, "web1", StopOptions{Force: true}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.CreateSnapshot(bg, "web1", "stopped", false, api); err != nil {
+	if _, err := e.m.CreateSnapshot(bg, "web1", "stopped", false, adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Restore(bg, "web1", "stopped", RestoreOptions{}, api); err != nil {
+	if err := e.m.Restore(bg, "web1", "stopped", RestoreOptions{}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.get("web1"); got.Status != "Stopped" {
@@ -219,7 +219,7 @@ func TestRestoreReadySemantics(t *testing.T) {
 		{"plain", RestoreOptions{Stateful: true}, errdefs.ErrConflict, []string{"no memory state", "`guestlink restore web1 plain` (without --stateful)"}},
 		{"nosuch", RestoreOptions{}, errdefs.ErrNotFound, []string{`snapshot "nosuch"`}},
 	} {
-		err := e.m.Restore(bg, "web1", tc.snap, tc.opts, api)
+		err := e.m.Restore(bg, "web1", tc.snap, tc.opts, adminCaller)
 		if !errors.Is(err, tc.kind) {
 			t.Errorf("Restore(%s, %+v) = %v, want %v", tc.snap, tc.opts, err, tc.kind)
 			continue
@@ -240,26 +240,26 @@ func TestRestoreReadySemantics(t *testing.T) {
 func TestStartRefusedStateStaysStopped(t *testing.T) {
 	e, src := newSnapEnv(t)
 	inst := e.create("web1", nil)
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.m.SetReady(bg, inst.UUID, true, events.Requestor{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Stop(bg, "web1", StopOptions{Stateful: true}, api); err != nil {
+	if err := e.m.Stop(bg, "web1", StopOptions{Stateful: true}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	src["fake"].mu.Lock()
 	src["fake"].refuseState = true
 	src["fake"].mu.Unlock()
-	err := e.m.Start(bg, "web1", api)
+	err := e.m.Start(bg, "web1", adminCaller)
 	if !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "`guestlink start --stateless web1`") || !strings.Contains(err.Error(), refusal) {
 		t.Errorf("Start = %v; want a conflict naming the refusal and guestlink start --stateless web1", err)
 	}
 	if got := e.get("web1"); got.Status != "Stopped" {
 		t.Errorf("after the refused start: %s, want Stopped", got.Status)
 	}
-	if err := e.m.StartWith(bg, "web1", StartOptions{Stateless: true}, api); err != nil {
+	if err := e.m.StartWith(bg, "web1", StartOptions{Stateless: true}, adminCaller); err != nil {
 		t.Errorf("start --stateless after the refusal: %v", err)
 	}
 }
@@ -271,14 +271,14 @@ func TestSnapshotsAndMoveRefusals(t *testing.T) {
 	e, src := newSnapEnv(t)
 	for _, n := range []string{"p1", "o1", "web1"} {
 		backend := map[string]string{"p1": "plain", "o1": "other", "web1": "fake"}[n]
-		if _, err := e.m.Create(bg, CreateRequest{Name: n, Backend: backend, Config: map[string]string{"fake.cmd": "x"}}, api); err != nil {
+		if _, err := e.m.Create(bg, CreateRequest{Name: n, Backend: backend, Config: map[string]string{"fake.cmd": "x"}}, adminCaller); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.CreateSnapshot(bg, "web1", "s0", false, api); err != nil {
+	if _, err := e.m.CreateSnapshot(bg, "web1", "s0", false, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -287,12 +287,12 @@ func TestSnapshotsAndMoveRefusals(t *testing.T) {
 		kind  error
 		parts []string
 	}{
-		{"snapshot on plain", func() error { _, err := e.m.CreateSnapshot(bg, "p1", "s", false, api); return err }, errdefs.ErrNotSupported, []string{"backend plain cannot take snapshots", "snapshot.v1"}},
-		{"duplicate", func() error { _, err := e.m.CreateSnapshot(bg, "web1", "s0", false, api); return err }, errdefs.ErrAlreadyExists, []string{`"s0"`}},
-		{"stateful without snapshot.stateful.v1", func() error { _, err := e.m.CreateSnapshot(bg, "o1", "s", true, api); return err }, errdefs.ErrNotSupported, []string{"backend other cannot take stateful snapshots", "snapshot.stateful.v1"}},
-		{"move running", func() error { return e.m.Move(bg, "web1", "other", api) }, errdefs.ErrConflict, []string{"only a stopped instance moves", "guestlink stop web1"}},
-		{"move onto its own backend", func() error { return e.m.Move(bg, "p1", "plain", api) }, errdefs.ErrInvalid, []string{"already on backend plain"}},
-		{"rename onto itself", func() error { return e.m.RenameSnapshot(bg, "web1", "s0", "s0", api) }, errdefs.ErrAlreadyExists, nil},
+		{"snapshot on plain", func() error { _, err := e.m.CreateSnapshot(bg, "p1", "s", false, adminCaller); return err }, errdefs.ErrNotSupported, []string{"backend plain cannot take snapshots", "snapshot.v1"}},
+		{"duplicate", func() error { _, err := e.m.CreateSnapshot(bg, "web1", "s0", false, adminCaller); return err }, errdefs.ErrAlreadyExists, []string{`"s0"`}},
+		{"stateful without snapshot.stateful.v1", func() error { _, err := e.m.CreateSnapshot(bg, "o1", "s", true, adminCaller); return err }, errdefs.ErrNotSupported, []string{"backend other cannot take stateful snapshots", "snapshot.stateful.v1"}},
+		{"move running", func() error { return e.m.Move(bg, "web1", "other", adminCaller) }, errdefs.ErrConflict, []string{"only a stopped instance moves", "guestlink stop web1"}},
+		{"move onto its own backend", func() error { return e.m.Move(bg, "p1", "plain", adminCaller) }, errdefs.ErrInvalid, []string{"already on backend plain"}},
+		{"rename onto itself", func() error { return e.m.RenameSnapshot(bg, "web1", "s0", "s0", adminCaller) }, errdefs.ErrAlreadyExists, nil},
 	} {
 		err := tc.run()
 		if !errors.Is(err, tc.kind) {
@@ -305,19 +305,19 @@ func TestSnapshotsAndMoveRefusals(t *testing.T) {
 			}
 		}
 	}
-	if err := e.m.Stop(bg, "web1", StopOptions{Force: true}, api); err != nil {
+	if err := e.m.Stop(bg, "web1", StopOptions{Force: true}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.CreateSnapshot(bg, "web1", "s", true, api); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "needs a running instance") {
+	if _, err := e.m.CreateSnapshot(bg, "web1", "s", true, adminCaller); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "needs a running instance") {
 		t.Errorf("stateful snapshot of a stopped instance: %v", err)
 	}
-	if err := e.m.Move(bg, "web1", "plain", api); !errors.Is(err, errdefs.ErrNotSupported) || !strings.Contains(err.Error(), "move.v1") {
+	if err := e.m.Move(bg, "web1", "plain", adminCaller); !errors.Is(err, errdefs.ErrNotSupported) || !strings.Contains(err.Error(), "move.v1") {
 		t.Errorf("move to a backend without move.v1: %v", err)
 	}
-	if err := e.m.Move(bg, "web1", "alien", api); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "config key fake.cmd belongs to backend fake") {
+	if err := e.m.Move(bg, "web1", "alien", adminCaller); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "config key fake.cmd belongs to backend fake") {
 		t.Errorf("move with a foreign config key: %v", err)
 	}
-	if err := e.m.Move(bg, "web1", "other", api); err != nil {
+	if err := e.m.Move(bg, "web1", "other", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	got := e.get("web1")

@@ -57,7 +57,7 @@ func TestGuestResetBudget(t *testing.T) {
 		e.m = e.manager()
 		noisy, quiet := e.create("noisy", nil), e.create("quiet", nil)
 		for _, n := range []string{"noisy", "quiet"} {
-			if err := e.m.Start(bg, n, api); err != nil {
+			if err := e.m.Start(bg, n, adminCaller); err != nil {
 				t.Fatal(err)
 			}
 		}

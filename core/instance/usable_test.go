@@ -70,7 +70,7 @@ func TestUnusableBackendRefused(t *testing.T) {
 	callsBefore := len(calls())
 
 	for _, start := range []bool{false, true} {
-		_, err = m.Create(bg, CreateRequest{Name: "new", Start: start}, api)
+		_, err = m.Create(bg, CreateRequest{Name: "new", Start: start}, adminCaller)
 		if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "qemu-utils") {
 			t.Fatalf("Create(start=%v) on an unusable backend = %v, want the backend's unavailable error", start, err)
 		}
@@ -85,7 +85,7 @@ func TestUnusableBackendRefused(t *testing.T) {
 		t.Fatalf("a refused create called the backend: %v", made)
 	}
 
-	err = m.Start(bg, "old", api)
+	err = m.Start(bg, "old", adminCaller)
 	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "qemu-utils") {
 		t.Fatalf("Start on an unusable backend = %v", err)
 	}
@@ -103,10 +103,10 @@ func TestUnusableBackendRefused(t *testing.T) {
 	}
 
 	lb.set(nil)
-	if _, err := m.Create(bg, CreateRequest{Name: "new", Start: true}, api); err != nil {
+	if _, err := m.Create(bg, CreateRequest{Name: "new", Start: true}, adminCaller); err != nil {
 		t.Fatalf("Create once usable: %v", err)
 	}
-	if err := m.Start(bg, "old", api); err != nil {
+	if err := m.Start(bg, "old", adminCaller); err != nil {
 		t.Fatalf("Start once usable: %v", err)
 	}
 }

@@ -21,7 +21,7 @@ func BenchmarkWait10k(b *testing.B) {
 	var bytesPerWaiter, wakeNS float64
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
-		if err := e.m.Start(bg, "web1", api); err != nil {
+		if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 			b.Fatal(err)
 		}
 		goruntime.GC()
@@ -56,7 +56,7 @@ func BenchmarkWait10k(b *testing.B) {
 		wg.Wait()
 		wakeNS += float64(time.Since(start).Nanoseconds()) / n
 		b.StopTimer()
-		if err := e.m.Stop(bg, "web1", StopOptions{}, api); err != nil {
+		if err := e.m.Stop(bg, "web1", StopOptions{}, adminCaller); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

@@ -29,13 +29,13 @@ func TestWait(t *testing.T) {
 		}, OutcomeMet},
 		{"running while stopped", false, WaitRunning, time.Minute, nil, OutcomeStopped},
 		{"running now", true, WaitRunning, time.Minute, nil, OutcomeMet},
-		{"stopped while waiting", true, WaitReady, time.Minute, func(e *env, uuid string) error { return e.m.Stop(bg, "web1", StopOptions{}, api) }, OutcomeStopped},
-		{"stopped", true, WaitStopped, time.Minute, func(e *env, uuid string) error { return e.m.Stop(bg, "web1", StopOptions{}, api) }, OutcomeMet},
+		{"stopped while waiting", true, WaitReady, time.Minute, func(e *env, uuid string) error { return e.m.Stop(bg, "web1", StopOptions{}, adminCaller) }, OutcomeStopped},
+		{"stopped", true, WaitStopped, time.Minute, func(e *env, uuid string) error { return e.m.Stop(bg, "web1", StopOptions{}, adminCaller) }, OutcomeMet},
 		{"failed while waiting", true, WaitReady, time.Minute, func(e *env, uuid string) error {
 			e.m.HandleBackendEvent("fake", sdk.Event{Kind: sdk.EventExited, UUID: uuid, Detail: "guest crashed", Exit: sdk.ExitCrash})
 			return nil
 		}, OutcomeFailed},
-		{"deleted while waiting", true, WaitReady, time.Minute, func(e *env, uuid string) error { return e.m.Delete(bg, "web1", true, api) }, OutcomeDeleted},
+		{"deleted while waiting", true, WaitReady, time.Minute, func(e *env, uuid string) error { return e.m.Delete(bg, "web1", true, adminCaller) }, OutcomeDeleted},
 		{"timeout", true, WaitReady, 50 * time.Millisecond, nil, OutcomeTimeout},
 		{"degraded is not ready", true, WaitReady, 50 * time.Millisecond, func(e *env, uuid string) error {
 			return e.m.Declare(bg, uuid, Declaration{State: DeclaredDegraded}, devlxd)
@@ -46,7 +46,7 @@ func TestWait(t *testing.T) {
 			e := newEnv(t)
 			inst := e.create("web1", nil)
 			if tt.start {
-				if err := e.m.Start(bg, "web1", api); err != nil {
+				if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -138,7 +138,7 @@ func TestWaitErrors(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.m.Wait(ctx, "web1", WaitReady, time.Minute); !errors.Is(err, context.Canceled) {
@@ -151,7 +151,7 @@ func TestWaitErrors(t *testing.T) {
 func TestWaitMany(t *testing.T) {
 	e := newEnv(t)
 	inst := e.create("web1", nil)
-	if err := e.m.Start(bg, "web1", api); err != nil {
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	const n = 500

@@ -1,17 +1,17 @@
 package instance
 
-import wire "github.com/guestlink/guestlink/api"
+import "github.com/guestlink/guestlink/api"
 
 // The admin API and the dashboard answer in the wire types of package api,
 // which import nothing of the server; these functions convert the service's
 // views into them, so both edges share one conversion. The JSON must stay
 // what encoding/json made of the service's types
-// (core/api's TestWireInstanceMatchesServiceJSON guards it).
+// (transport/adminapi's TestWireInstanceMatchesServiceJSON guards it).
 
 // WireInstance returns the API object of inst with the timeline summary tl
 // (nil: none). The maps are shared with inst, not copied.
-func WireInstance(inst *Instance, tl []TimelineEntry) wire.Instance {
-	return wire.Instance{
+func WireInstance(inst *Instance, tl []TimelineEntry) api.Instance {
+	return api.Instance{
 		Name:         inst.Name,
 		UUID:         inst.UUID,
 		Backend:      inst.Backend,
@@ -35,13 +35,13 @@ func WireInstance(inst *Instance, tl []TimelineEntry) wire.Instance {
 }
 
 // wireAgent returns the API form of an instance's agent part.
-func wireAgent(a AgentInfo) wire.AgentInfo {
-	return wire.AgentInfo{State: string(a.State), LastHeartbeat: a.LastHeartbeat, Since: a.Since}
+func wireAgent(a AgentInfo) api.AgentInfo {
+	return api.AgentInfo{State: string(a.State), LastHeartbeat: a.LastHeartbeat, Since: a.Since}
 }
 
 // WireState returns the API form of the state part of inst.
-func WireState(inst *Instance) wire.InstanceState {
-	return wire.InstanceState{
+func WireState(inst *Instance) api.InstanceState {
+	return api.InstanceState{
 		Status:     inst.Status,
 		StatusCode: inst.StatusCode,
 		Ready:      inst.Ready(),
@@ -55,17 +55,17 @@ func WireState(inst *Instance) wire.InstanceState {
 
 // WireConditions returns the API form of an instance's conditions: the same
 // slice, Condition being the API's type (nil stays nil).
-func WireConditions(cs []Condition) []wire.Condition { return cs }
+func WireConditions(cs []Condition) []api.Condition { return cs }
 
 // WireTimeline returns the API form of timeline entries; nil stays nil and
 // empty stays empty.
-func WireTimeline(tl []TimelineEntry) []wire.TimelineEntry {
+func WireTimeline(tl []TimelineEntry) []api.TimelineEntry {
 	if tl == nil {
 		return nil
 	}
-	out := make([]wire.TimelineEntry, len(tl))
+	out := make([]api.TimelineEntry, len(tl))
 	for i, e := range tl {
-		out[i] = wire.TimelineEntry{Time: e.Time, Boot: e.Boot, Kind: e.Kind, From: e.From, To: e.To, Cause: e.Cause, Detail: e.Detail}
+		out[i] = api.TimelineEntry{Time: e.Time, Boot: e.Boot, Kind: e.Kind, From: e.From, To: e.To, Cause: e.Cause, Detail: e.Detail}
 	}
 	return out
 }

@@ -215,7 +215,7 @@ func (m *Metrics) Close() {
 }
 
 // ObserveRequest counts one answered devlxd request (devlxd.RequestObserver;
-// the daemon checks that Metrics is one: core/devlxd's benchmarks import
+// the daemon checks that Metrics is one: transport/devlxd's benchmarks import
 // this package).
 func (m *Metrics) ObserveRequest(route, method string, code int, elapsed time.Duration) {
 	m.devlxdRequests.WithLabelValues(route, method, codeLabel(code)).Inc()

@@ -1,5 +1,5 @@
 // Package statebudget is the one budget of state changes each guest may
-// make, whatever path it takes: a devlxd PATCH /1.0 (core/devlxd) and an
+// make, whatever path it takes: a devlxd PATCH /1.0 (transport/devlxd) and an
 // agent word read from the ring buffer (core/agentmon) draw from the same
 // per-instance token bucket, so a guest cannot double its rate by mixing
 // the two. Every accepted change is recorded (an event, a timeline entry):

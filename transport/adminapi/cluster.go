@@ -1,0 +1,424 @@
+package adminapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/core/cluster"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/errdefs"
+)
+
+// ClusterService is this daemon's cluster membership (core/cluster).
+type ClusterService interface {
+	Name() string
+	Members(ctx context.Context) ([]cluster.Member, error)
+	AddMember(ctx context.Context, name, by string) (string, time.Time, error)
+	RemoveMember(ctx context.Context, name string, force bool) ([]string, error)
+	Locate(ctx context.Context, instance string) (string, error)
+	Reach(ctx context.Context, member string) (*http.Client, string, error)
+	PeerOf(ctx context.Context, cs *tls.ConnectionState) (string, bool)
+	HandleJoin(ctx context.Context, body []byte) ([]byte, error)
+	Place(ctx context.Context, backend string) (string, error)
+	ForwardTimeout() time.Duration
+	Fenced() string
+}
+
+var _ ClusterService = (*cluster.Cluster)(nil)
+
+// Headers between members (core/cluster).
+const (
+	headerForwardedBy = cluster.HeaderForwardedBy
+	headerRequestor   = cluster.HeaderRequestor
+)
+
+// ProtocolCluster is the requestor protocol of a cluster member calling
+// for itself (not forwarding someone's request).
+const ProtocolCluster = "cluster"
+
+// registerCluster adds the cluster routes: /1.0/cluster/members and, on
+// the cluster listener, the join route and the members-only internal
+// routes.
+func (a *API) registerCluster(r fiber.Router, v1 fiber.Router) {
+	v1.Get("/cluster/members", a.listMembers)
+	v1.Post("/cluster/members", a.addMember)
+	v1.Get("/cluster/members/:name", a.getMember)
+	v1.Delete("/cluster/members/:name", a.removeMember)
+	r.Post(cluster.JoinPath, a.join)
+	in := r.Group("/internal/cluster", a.envelopeErrors, a.peerOnly)
+	in.Get("/instances", a.internalInstances)
+	in.Get("/instances/:name", a.internalInstance)
+}
+
+func (a *API) needCluster() error {
+	if a.cfg.Cluster == nil {
+		return fiber.NewError(http.StatusNotFound, "this daemon is not in a cluster: clusters need a PostgreSQL database (guestlinkd --database postgres://... --cluster-address HOST:PORT, see docs/cluster.md)")
+	}
+	return nil
+}
+
+func (a *API) listMembers(c *fiber.Ctx) error {
+	if err := a.needCluster(); err != nil {
+		return err
+	}
+	ms, err := a.cfg.Cluster.Members(c.UserContext())
+	if err != nil {
+		return err
+	}
+	return sync200(c, ms)
+}
+
+func (a *API) getMember(c *fiber.Ctx) error {
+	if err := a.needCluster(); err != nil {
+		return err
+	}
+	ms, err := a.cfg.Cluster.Members(c.UserContext())
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Name == c.Params("name") {
+			return sync200(c, m)
+		}
+	}
+	return fmt.Errorf("cluster member %q: %w", c.Params("name"), errdefs.ErrNotFound)
+}
+
+func (a *API) addMember(c *fiber.Ctx) error {
+	if err := a.needCluster(); err != nil {
+		return err
+	}
+	var req api.ClusterMembersPost
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	by := requestor(c)
+	tok, exp, err := a.cfg.Cluster.AddMember(c.UserContext(), req.Name, by.Describe())
+	if err != nil {
+		return err
+	}
+	return syncCreated(c, api.ClusterJoinToken{Name: req.Name, Token: tok, ExpiresAt: exp})
+}
+
+func (a *API) removeMember(c *fiber.Ctx) error {
+	if err := a.needCluster(); err != nil {
+		return err
+	}
+	force := c.Query("force") == "1" || c.Query("force") == "true"
+	left, err := a.cfg.Cluster.RemoveMember(c.UserContext(), c.Params("name"), force)
+	if err != nil {
+		return err
+	}
+	if left == nil {
+		left = []string{}
+	}
+	return sync200(c, api.ClusterMemberRemoved{Name: c.Params("name"), InstancesLeft: left})
+}
+
+// join answers a joining daemon (no member certificate yet: the token's
+// secret is its credential).
+func (a *API) join(c *fiber.Ctx) error {
+	if a.cfg.Cluster == nil {
+		return c.Status(http.StatusNotFound).Send(cluster.JoinError(errors.New("this daemon is not in a cluster")))
+	}
+	out, err := a.cfg.Cluster.HandleJoin(c.UserContext(), c.Body())
+	if err != nil {
+		a.log.Warn("a join was refused", "from", c.Context().RemoteAddr().String(), "err", err)
+		return c.Status(errdefs.HTTPStatus(err)).Send(cluster.JoinError(err))
+	}
+	c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
+	return c.Send(out)
+}
+
+// peerOnly lets only cluster members (verified member certificates) in.
+func (a *API) peerOnly(c *fiber.Ctx) error {
+	if a.cfg.Cluster == nil {
+		return fiber.NewError(http.StatusNotFound, "this daemon is not in a cluster")
+	}
+	if _, ok := a.cfg.Cluster.PeerOf(c.UserContext(), c.Context().TLSConnectionState()); !ok {
+		return fiber.NewError(http.StatusForbidden, "cluster members only: present a member certificate")
+	}
+	return c.Next()
+}
+
+func (a *API) internalInstances(c *fiber.Ctx) error {
+	f := instance.ListFilter{Status: c.Query("status"), Backend: c.Query("backend"), Agent: c.Query("agent"), Query: c.Query("q")}
+	list, err := a.cfg.Instances.List(cluster.WithLocalOnly(c.UserContext()), f)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []*instance.Instance{}
+	}
+	return c.JSON(list)
+}
+
+func (a *API) internalInstance(c *fiber.Ctx) error {
+	inst, err := a.cfg.Instances.Get(cluster.WithLocalOnly(c.UserContext()), c.Params("name"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(inst)
+}
+
+// clusterPeer returns the member a request comes from (a verified member
+// certificate on the cluster listener).
+func (a *API) clusterPeer(c *fiber.Ctx) (string, bool) {
+	if a.cfg.Cluster == nil {
+		return "", false
+	}
+	return a.cfg.Cluster.PeerOf(c.UserContext(), c.Context().TLSConnectionState())
+}
+
+// peerRequestor is the requestor of a request from a member: the original
+// requestor when it forwards one, else the member itself.
+func peerRequestor(c *fiber.Ctx, member string) events.Requestor {
+	if h := c.Get(headerRequestor); h != "" {
+		if raw, err := base64.StdEncoding.DecodeString(h); err == nil {
+			var by events.Requestor
+			if json.Unmarshal(raw, &by) == nil {
+				return by
+			}
+		}
+	}
+	return events.Requestor{Username: "cluster/" + member, Protocol: ProtocolCluster}
+}
+
+// forward sends a request about another member's instance to that member
+// and answers with its answer; requests about this member's instances (and
+// everything else) go on. A create names its member with ?target= (or is
+// placed on the member with the fewest instances that has its backend).
+func (a *API) forward(c *fiber.Ctx) error {
+	if a.cfg.Cluster == nil {
+		return c.Next()
+	}
+	if reason := a.cfg.Cluster.Fenced(); reason != "" && c.Method() != http.MethodGet && strings.HasPrefix(c.Path(), "/1.0/instances") {
+		// This member's lease is gone: it changes no instance, its own
+		// (now another daemon's, or nobody's) or another member's.
+		return fiber.NewError(http.StatusServiceUnavailable, reason)
+	}
+	if c.Get(headerForwardedBy) != "" {
+		if _, ok := a.clusterPeer(c); ok {
+			return a.ownerDeadline(c) // forwarded to this member: it is the owner
+		}
+	}
+	rest, ok := strings.CutPrefix(c.Path(), "/1.0/instances")
+	if !ok || (rest != "" && rest[0] != '/') {
+		return c.Next()
+	}
+	ctx := c.UserContext()
+	self := a.cfg.Cluster.Name()
+	var target string
+	if rest == "" || rest == "/" {
+		if c.Method() != http.MethodPost {
+			return c.Next() // the list merges every member's part
+		}
+		target = c.Query("target")
+		if target == "" {
+			var req struct {
+				Backend string `json:"backend"`
+			}
+			_ = json.Unmarshal(c.Body(), &req)
+			backend := req.Backend
+			if backend == "" {
+				backend = a.cfg.DefaultBackend
+			}
+			if backend == "" {
+				return c.Next()
+			}
+			placed, err := a.cfg.Cluster.Place(ctx, backend)
+			if err != nil {
+				return err
+			}
+			target = placed
+		}
+	} else {
+		name, _, _ := strings.Cut(rest[1:], "/")
+		if n, err := url.PathUnescape(name); err == nil {
+			name = n
+		}
+		loc, err := a.cfg.Cluster.Locate(ctx, name)
+		if err != nil {
+			if errors.Is(err, errdefs.ErrNotFound) {
+				return c.Next() // the route answers 404 as usual
+			}
+			return err
+		}
+		target = loc
+	}
+	if target == "" || target == self {
+		return c.Next()
+	}
+	if c.Method() == http.MethodGet && !strings.Contains(strings.TrimPrefix(rest, "/"), "/") {
+		// Reading an instance: its member answers; when that member is
+		// offline the instance is shown as stored, status Unknown.
+		if _, _, err := a.cfg.Cluster.Reach(ctx, target); errors.Is(err, cluster.ErrOffline) {
+			return c.Next()
+		}
+	}
+	return a.proxy(c, target)
+}
+
+// forwardBudget returns how long a forwarded request may take: the
+// cluster's forward timeout plus the request's own timeout (a wait's
+// ?timeout, a state action's "timeout") or, for the requests that copy
+// disks, cluster.LongAllowance; stream reports a request whose
+// answer has no end (a followed console), bounded only until its headers.
+func forwardBudget(c *fiber.Ctx, base time.Duration) (budget time.Duration, stream bool) {
+	path := c.Path()
+	switch {
+	case c.Method() == http.MethodGet && strings.HasSuffix(path, "/console"):
+		follow, _ := boolQuery(c, "follow")
+		return base, follow
+	case c.Method() == http.MethodGet && strings.HasSuffix(path, "/wait"):
+		d := DefaultWaitTimeout
+		if v, err := time.ParseDuration(c.Query("timeout")); err == nil && v > 0 && v <= MaxWaitTimeout {
+			d = v
+		}
+		return base + d, false
+	case c.Method() == http.MethodPut && strings.HasSuffix(path, "/state"):
+		var req struct {
+			Timeout int `json:"timeout"`
+		}
+		_ = json.Unmarshal(c.Body(), &req)
+		if req.Timeout > 0 && req.Timeout <= maxStopTimeout {
+			return base + time.Duration(req.Timeout)*time.Second, false
+		}
+		return base + cluster.StateAllowance, false
+	case c.Method() == http.MethodPost && strings.TrimSuffix(path, "/") == "/1.0/instances",
+		c.Method() != http.MethodGet && strings.Contains(path, "/snapshots"),
+		c.Method() == http.MethodPut && strings.Count(strings.TrimPrefix(path, "/1.0/instances/"), "/") == 0:
+		// A create (its image, its first start), a snapshot or a restore.
+		return base + cluster.LongAllowance, false
+	}
+	return base, false
+}
+
+// proxy relays the request to member and streams its answer back. The
+// request carries its deadline (cluster.SetDeadline); a member that does
+// not answer within it (or, for a stream, does not send its headers
+// within the forward timeout) gets 503 "member b did not answer in N s".
+func (a *API) proxy(c *fiber.Ctx, member string) error {
+	client, base, err := a.cfg.Cluster.Reach(c.UserContext(), member)
+	if errors.Is(err, cluster.ErrOffline) {
+		return fiber.NewError(http.StatusServiceUnavailable, strings.TrimSuffix(err.Error(), ": "+cluster.ErrOffline.Error()))
+	}
+	if err != nil {
+		return err
+	}
+	budget, stream := forwardBudget(c, a.cfg.Cluster.ForwardTimeout())
+	var (
+		ctx    context.Context
+		cancel context.CancelFunc
+	)
+	if stream {
+		// The answer has no end: only its headers are bounded.
+		ctx, cancel = context.WithCancel(c.UserContext())
+		t := time.AfterFunc(budget, cancel)
+		defer t.Stop()
+	} else {
+		ctx, cancel = context.WithTimeout(c.UserContext(), budget)
+	}
+	req, err := http.NewRequestWithContext(ctx, c.Method(), base+c.OriginalURL(), bytes.NewReader(c.Body()))
+	if err != nil {
+		cancel()
+		return fmt.Errorf("forwarding to member %s: %w", member, err)
+	}
+	c.Request().Header.VisitAll(func(k, v []byte) {
+		switch strings.ToLower(string(k)) {
+		case "authorization", "cookie", "host", "connection", "content-length", "transfer-encoding",
+			strings.ToLower(headerForwardedBy), strings.ToLower(headerRequestor),
+			strings.ToLower(cluster.HeaderTimeout), strings.ToLower(cluster.HeaderDeadline):
+			return
+		}
+		req.Header.Add(string(k), string(v))
+	})
+	by, _ := json.Marshal(requestor(c))
+	req.Header.Set(headerRequestor, base64.StdEncoding.EncodeToString(by))
+	req.Header.Set(headerForwardedBy, a.cfg.Cluster.Name())
+	if dl, ok := ctx.Deadline(); ok && !stream {
+		cluster.SetDeadline(req.Header, dl)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		cancel()
+		nerr := cluster.NotAnswered(member, budget, err)
+		a.log.Warn("a forwarded request failed", "member", member, "method", c.Method(), "path", c.Path(), "err", err)
+		return fiber.NewError(http.StatusServiceUnavailable, strings.TrimSuffix(nerr.Error(), ": "+cluster.ErrOffline.Error()))
+	}
+	c.Status(res.StatusCode)
+	for k, vs := range res.Header {
+		switch strings.ToLower(k) {
+		case "content-length", "transfer-encoding", "connection", "date", "server":
+			continue
+		}
+		for _, v := range vs {
+			c.Response().Header.Add(k, v)
+		}
+	}
+	c.Response().Header.Set("X-Guestlink-Location", member)
+	if !stream {
+		// Read the whole answer within the budget, then release it.
+		body, err := io.ReadAll(io.LimitReader(res.Body, maxForwardedAnswer))
+		res.Body.Close()
+		cancel()
+		if err != nil {
+			nerr := cluster.NotAnswered(member, budget, err)
+			return fiber.NewError(http.StatusServiceUnavailable, strings.TrimSuffix(nerr.Error(), ": "+cluster.ErrOffline.Error()))
+		}
+		return c.Send(body)
+	}
+	c.Context().SetBodyStream(&cancelOnClose{ReadCloser: res.Body, cancel: cancel}, -1)
+	return nil
+}
+
+// maxForwardedAnswer bounds a forwarded answer that is not a stream.
+const maxForwardedAnswer = 256 << 20
+
+// cancelOnClose releases a stream's context when fasthttp closes its body.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (r *cancelOnClose) Close() error {
+	err := r.ReadCloser.Close()
+	r.cancel()
+	return err
+}
+
+// ownerDeadline makes a request forwarded to this member honour the
+// deadline its forwarding member gave it: past it the request is dropped
+// (its caller was answered 503 already), else its context ends then.
+func (a *API) ownerDeadline(c *fiber.Ctx) error {
+	dl, ok, err := cluster.ForwardedDeadline(func(k string) string { return c.Get(k) }, time.Now())
+	if err != nil {
+		return badRequest("%v", err)
+	}
+	if !ok {
+		return c.Next()
+	}
+	if late := time.Since(dl); late >= 0 {
+		a.log.Warn("dropped a forwarded request: it arrived after its deadline", "from", c.Get(headerForwardedBy),
+			"method", c.Method(), "path", c.Path(), "late", late.Round(time.Millisecond))
+		return fiber.NewError(http.StatusServiceUnavailable, fmt.Sprintf("%v (%s ago): it was not carried out", cluster.ErrDeadlinePassed, late.Round(time.Millisecond)))
+	}
+	ctx, cancel := context.WithDeadline(c.UserContext(), dl)
+	defer cancel()
+	c.SetUserContext(ctx)
+	return c.Next()
+}

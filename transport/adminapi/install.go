@@ -1,0 +1,95 @@
+package adminapi
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"path/filepath"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/core/pluginhost"
+)
+
+// backendInstaller is implemented by backend services that install and
+// reload plugins without a daemon restart (core/pluginhost.Host): Install
+// copies a binary into the plugin directory, writes its checksum and
+// (re)starts it; Reload re-reads the checksum and restarts the plugin.
+// Both return once the new launch attempt concluded or ctx ended.
+type backendInstaller interface {
+	Install(ctx context.Context, name, src string) (pluginhost.Status, error)
+	Reload(ctx context.Context, name string) (pluginhost.Status, error)
+}
+
+var _ backendInstaller = (*pluginhost.Host)(nil)
+
+// installer returns the installer behind the API, or a 501 error.
+func (a *API) installer() (backendInstaller, error) {
+	in, ok := a.cfg.Backends.(backendInstaller)
+	if !ok {
+		return nil, fiber.NewError(http.StatusNotImplemented, "installing backends is not supported by this daemon")
+	}
+	return in, nil
+}
+
+// installBackend answers POST /1.0/backends: the binary at path (on the
+// daemon's machine) is installed as name and started; the answer is its
+// backend object.
+func (a *API) installBackend(c *fiber.Ctx) error {
+	var req api.BackendInstall
+	if err := decodeBody(c, &req); err != nil {
+		return err
+	}
+	if req.Path == "" || !filepath.IsAbs(req.Path) {
+		return badRequest("invalid path %q: an absolute path of a file on the daemon's machine is required", req.Path)
+	}
+	if req.Name == "" {
+		req.Name = filepath.Base(req.Path)
+	}
+	if err := pluginhost.CheckName(req.Name); err != nil {
+		return badRequest("%v", err)
+	}
+	in, err := a.installer()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.UserContext(), restartWaitLimit)
+	defer cancel()
+	st, err := in.Install(ctx, req.Name, req.Path)
+	if err != nil {
+		return err
+	}
+	return sync200(c, backendOut(st))
+}
+
+// reloadBackend answers POST /1.0/backends/{name}/reload: SHA256SUMS is
+// read again and the plugin restarted on the binary now installed; the
+// answer is its backend object.
+func (a *API) reloadBackend(c *fiber.Ctx) error {
+	raw := c.Params("name")
+	name, err := url.PathUnescape(raw)
+	if err != nil {
+		return badRequest("invalid backend name %q: bad escape", raw)
+	}
+	if err := pluginhost.CheckName(name); err != nil {
+		return badRequest("%v", err)
+	}
+	if len(c.Body()) > 0 {
+		var none struct{}
+		if err := decodeBody(c, &none); err != nil {
+			return err
+		}
+	}
+	in, err := a.installer()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.UserContext(), restartWaitLimit)
+	defer cancel()
+	st, err := in.Reload(ctx, name)
+	if err != nil {
+		return err
+	}
+	return sync200(c, backendOut(st))
+}

@@ -1,0 +1,187 @@
+package adminapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/client"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/transport/adminapi"
+	"github.com/guestlink/guestlink/transport/adminapi/apitest"
+)
+
+// fixedViews is an instance service whose ListFunc hands out fixed views,
+// as the manager hands out its shared ones; the rest is apitest's.
+type fixedViews struct {
+	*apitest.Instances
+	views []*instance.Instance
+}
+
+// ListFunc calls fn with every view, ignoring the filter.
+func (s *fixedViews) ListFunc(_ context.Context, _ instance.ListFilter, fn func(*instance.Instance) error) error {
+	for _, v := range s.views {
+		if err := fn(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serveViews serves an admin API listing views on a Unix socket; it stops
+// when tb ends.
+func serveViews(tb testing.TB, views []*instance.Instance) string {
+	tb.Helper()
+	bus := events.New(&apitest.MemEventStore{})
+	backends := &apitest.Backends{}
+	backends.Set(apitest.DefaultBackends()...)
+	dir := tb.TempDir()
+	a := adminapi.New(adminapi.Config{Instances: &fixedViews{Instances: apitest.NewInstances(bus, dir), views: views},
+		Events: bus, Backends: backends})
+	sock := filepath.Join(dir, "guestlink.sock")
+	ln, err := adminapi.ListenUnix(sock)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ln) }()
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.Shutdown(ctx); err != nil {
+			tb.Error(err)
+		}
+		if err := <-served; err != nil {
+			tb.Error(err)
+		}
+		_ = bus.Close()
+	})
+	return sock
+}
+
+// TestListAnswerMatchesEncodingJSON checks the answer of GET
+// /1.0/instances as sent from the list encoder's chunks over the socket:
+// encoding/json's output of the same views, byte for byte, for lists within
+// one chunk and across many.
+func TestListAnswerMatchesEncodingJSON(t *testing.T) {
+	for _, n := range []int{0, 1, 10, 2500} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			views := adminapi.FleetViews(n)
+			sock := serveViews(t, views)
+			hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			}}}
+			defer hc.CloseIdleConnections()
+			resp, err := hc.Get("http://guestlink/1.0/instances")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			list := make([]api.Instance, 0, n)
+			for _, v := range views {
+				list = append(list, instance.WireInstance(v, nil))
+			}
+			want, err := json.Marshal(api.Sync(list))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("answer differs from encoding/json (%d, %d bytes)", len(got), len(want))
+			}
+			if resp.ContentLength != int64(len(want)) || resp.Header.Get("Content-Type") != "application/json" {
+				t.Fatalf("Content-Length %d, Content-Type %q", resp.ContentLength, resp.Header.Get("Content-Type"))
+			}
+		})
+	}
+}
+
+// BenchmarkListRunning10k is GET /1.0/instances with 10,000 running fleet
+// guests (adminapi.FleetViews) through the real API server and the admin Unix
+// socket, without the instance manager (BenchmarkList10k in core/instance
+// measures it): "client" is d.Client.Instances as make bench-fleet measures
+// it (decoded), "raw" the same GET with the body only read (the daemon's
+// share and the socket). It reports the median and p90 of the calls.
+func BenchmarkListRunning10k(b *testing.B) {
+	const n = 10000
+	sock := serveViews(b, adminapi.FleetViews(n))
+	ctx := context.Background()
+	b.Run("client", func(b *testing.B) {
+		c, err := client.New(sock)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		var lat []time.Duration
+		cpu0 := processCPU()
+		for b.Loop() {
+			t0 := time.Now()
+			list, err := c.Instances(ctx, client.InstanceFilter{})
+			if err != nil || len(list) != n {
+				b.Fatal(err, len(list))
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		reportLatency(b, lat, cpu0)
+	})
+	b.Run("raw", func(b *testing.B) {
+		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}}
+		defer hc.CloseIdleConnections()
+		var lat []time.Duration
+		var size int64
+		cpu0 := processCPU()
+		for b.Loop() {
+			t0 := time.Now()
+			resp, err := hc.Get("http://guestlink/1.0/instances")
+			if err != nil {
+				b.Fatal(err)
+			}
+			size, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK {
+				b.Fatal(err, resp.Status)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		reportLatency(b, lat, cpu0)
+		b.ReportMetric(float64(size)/(1<<20), "MiB")
+	})
+}
+
+// reportLatency reports the median and p90 of lat in milliseconds, and the
+// CPU time of the process (server and client) per call since cpu0: on a
+// shared machine it says more than the wall time.
+func reportLatency(b *testing.B, lat []time.Duration, cpu0 time.Duration) {
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/1000/float64(len(lat)), "cpu-ms/list")
+	slices.Sort(lat)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(lat[len(lat)/2]), "median-ms")
+	b.ReportMetric(ms(lat[len(lat)*9/10]), "p90-ms")
+}
+
+// processCPU returns the user+system CPU time this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
