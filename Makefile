@@ -76,14 +76,27 @@ deps: ## install the Debian packages the VM path needs (QEMU and its firmware, q
 	scripts/install-deps.sh
 
 .PHONY: generate
-generate: ## regenerate templ, protobuf and CSS output
+generate: ## regenerate templ, protobuf, CSS and the docs' backend config key tables
 	$(GO) tool templ generate -path web/components
 	$(GO) tool -modfile=tools/go.mod buf generate
+	$(GO) run ./internal/genkeys
 	@if [ -f package.json ] && [ -d node_modules ]; then npm run --silent build:css; fi
 
 .PHONY: check-generated
 check-generated: generate ## fail if regenerating changes committed files
-	@git diff --exit-code --stat -- '*.go' 'web/assets' || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code --stat -- '*.go' 'web/assets' 'docs/*.md' || { echo "generated files are stale: run make generate and commit"; exit 1; }
+
+.PHONY: check-proto
+check-proto: ## buf lint and buf breaking of the plugin contract against the last release's descriptor set
+	$(GO) tool -modfile=tools/go.mod buf lint
+	$(GO) tool -modfile=tools/go.mod buf breaking --against $(PROTO_BASELINE)
+
+# The plugin contract as last released: buf breaking compares the proto with
+# it. Refreshed (and committed) at an SDK release, never in between.
+PROTO_BASELINE := plugins/sdk/proto/backend/v1/backend.v0.binpb
+.PHONY: proto-baseline
+proto-baseline: ## at an SDK release: write the contract's descriptor set that check-proto compares against
+	$(GO) tool -modfile=tools/go.mod buf build --exclude-source-info -o $(PROTO_BASELINE)
 
 .PHONY: lint
 lint: ## gofmt, go vet and go mod tidy of every module (the import rules are internal/deptest's test)
@@ -95,7 +108,7 @@ depaware: ## rewrite what the CLI, the agent, the SDK and api link (internal/dep
 	$(GO) test -count=1 -run 'TestDepaware$$|TestAgentModulesDocumented|TestArchitectureRuleTable' ./internal/deptest -update
 
 .PHONY: test
-test: deps build guest-image packages guest-image-debian cloud-init-trixie lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
+test: deps build guest-image packages guest-image-debian cloud-init-trixie lint check-generated check-proto ## run every test (installs what it needs); fails if a test leaves a process or a change behind
 	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
 
 .PHONY: test-go

@@ -173,6 +173,20 @@ type Backend struct {
 	// qemu-utils". Both are empty for a usable backend.
 	Missing []BackendMissing `json:"missing,omitempty"`
 	Problem string           `json:"problem,omitempty"`
+	// ConfigPrefixes are the instance config key prefixes the backend owns
+	// ("sim."), and ConfigKeys the keys it declares under them, both from
+	// the running plugin's Info. Only GET /1.0/backends/{name} fills them.
+	ConfigPrefixes []string           `json:"config_prefixes,omitempty"`
+	ConfigKeys     []BackendConfigKey `json:"config_keys,omitempty"`
+}
+
+// BackendConfigKey is one instance config key a backend declares: the
+// daemon refuses any other key under the backend's prefixes.
+type BackendConfigKey struct {
+	Name    string `json:"name"`              // "sim.command"
+	Type    string `json:"type"`              // "string", "int", "bool", "duration", "size", "path", "enum"
+	Default string `json:"default,omitempty"` // what an unset key means (markdown)
+	Doc     string `json:"doc,omitempty"`     // what the key does (markdown)
 }
 
 // BackendMissing is one thing a backend needs from the host and does not

@@ -19,3 +19,14 @@ func (c *Client) RestartBackend(ctx context.Context, name string) (*api.Backend,
 	}
 	return &b, nil
 }
+
+// Backend returns one backend plugin (GET /1.0/backends/{name}) with the
+// config prefixes and keys it declares. An unknown backend is an error
+// wrapping errdefs.ErrNotFound.
+func (c *Client) Backend(ctx context.Context, name string) (*api.Backend, error) {
+	var b api.Backend
+	if err := c.do(ctx, http.MethodGet, "/1.0/backends/"+url.PathEscape(name), nil, nil, &b); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -55,8 +56,66 @@ it. It turns healthy once the package is installed, without a restart.`,
 			})
 		},
 	}
-	cmd.AddCommand(s.backendsRestartCommand(), s.backendsInstallCommand(), s.backendsReloadCommand())
+	cmd.AddCommand(s.backendsInfoCommand(), s.backendsRestartCommand(), s.backendsInstallCommand(), s.backendsReloadCommand())
 	return cmd
+}
+
+func (s *session) backendsInfoCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "info NAME",
+		Short: "Show a backend plugin and the instance config keys it declares",
+		Long: `Show a backend plugin: its health, version and capabilities, then the
+instance config keys it declares under its prefixes (sim.*, qemu.*, ...),
+with their type, default and meaning. The daemon refuses any other key
+under those prefixes on launch and config set, before the plugin sees it.
+A plugin that declares no keys (built before the schema) checks its keys
+itself when a guest is created.`,
+		Args: argsExactly(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := s.client.Backend(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return s.render(b, func(w io.Writer) error {
+				row(w, "NAME", "HEALTH", "VERSION", "PID", "RESTARTS", "FAILURES", "NEXT RETRY", "CAPABILITIES", "LAST ERROR")
+				backendRow(w, *b)
+				return nil
+			}, func(w io.Writer) error {
+				if b.Problem != "" {
+					if _, err := fmt.Fprintf(w, "%s cannot run guests: %s\n", b.Name, b.Problem); err != nil {
+						return err
+					}
+				}
+				return configKeysTable(w, b)
+			})
+		},
+	}
+}
+
+// configKeysTable writes the config keys a backend declares, or says it
+// declares none.
+func configKeysTable(w io.Writer, b *api.Backend) error {
+	prefixes := strings.Join(b.ConfigPrefixes, ", ")
+	if len(b.ConfigPrefixes) == 0 {
+		_, err := fmt.Fprintf(w, "\n%s has told no config keys: it owns none, or has not started yet\n", b.Name)
+		return err
+	}
+	if len(b.ConfigKeys) == 0 {
+		_, err := fmt.Fprintf(w, "\n%s declares no config keys (prefixes: %s); it checks them when a guest is created\n", b.Name, prefixes)
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "\nConfig keys (prefixes: %s):\n", prefixes); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row(tw, "KEY", "TYPE", "DEFAULT", "MEANING")
+	for _, k := range b.ConfigKeys {
+		row(tw, k.Name, k.Type, k.Default, k.Doc)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("writing table: %w", err)
+	}
+	return nil
 }
 
 func (s *session) backendsRestartCommand() *cobra.Command {

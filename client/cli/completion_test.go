@@ -14,7 +14,7 @@ import (
 // but names something else than an existing instance.
 var notInstanceNames = []string{
 	"guestlink launch", // a new instance
-	"guestlink backends reload", "guestlink backends restart",
+	"guestlink backends info", "guestlink backends reload", "guestlink backends restart",
 	"guestlink cluster add", "guestlink cluster remove",
 	"guestlink image build", "guestlink image alias create", "guestlink image alias delete",
 	"guestlink remote add", "guestlink remote remove", "guestlink remote switch",

@@ -229,7 +229,7 @@ func TestReadinessKeys(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
-			err := validateKey(tt.key, tt.value, false, nil)
+			err := validateKey(tt.key, tt.value, false, backendKeys{})
 			switch {
 			case tt.err == "" && err != nil:
 				t.Fatalf("refused: %v", err)

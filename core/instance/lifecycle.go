@@ -78,7 +78,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 		if v == "" {
 			continue // as LXD: an empty value is no value
 		}
-		if err := validateKey(k, v, false, info.ConfigPrefixes); err != nil {
+		if err := validateKey(k, v, false, backendKeys{backend, info}); err != nil {
 			return nil, wrap(err)
 		}
 		cfg[k] = v
@@ -474,7 +474,7 @@ func (m *Manager) UpdateConfig(ctx context.Context, name string, set map[string]
 	if err := checkChangeSize(len(set) + len(unset)); err != nil {
 		return nil, wrap(err)
 	}
-	var prefixes []string
+	var keys backendKeys
 	needPrefixes := false
 	for _, k := range append(slices.Collect(maps.Keys(set)), unset...) {
 		if _, fixed := fixedKeys[k]; !fixed && !daemonKeys[k] && !strings.HasPrefix(k, "user.") && !strings.HasPrefix(k, "cloud-init.") {
@@ -486,12 +486,12 @@ func (m *Manager) UpdateConfig(ctx context.Context, name string, set map[string]
 		if err != nil {
 			return nil, wrap(err)
 		}
-		prefixes = info.ConfigPrefixes
+		keys = backendKeys{rec.Backend, info}
 	}
 	want := map[string]string{} // key -> new value ("" = unset)
 	for _, k := range slices.Sorted(maps.Keys(set)) {
 		v := set[k]
-		if err := validateKey(k, v, v == "", prefixes); err != nil {
+		if err := validateKey(k, v, v == "", keys); err != nil {
 			return nil, wrap(err)
 		}
 		want[k] = v
@@ -500,7 +500,7 @@ func (m *Manager) UpdateConfig(ctx context.Context, name string, set map[string]
 		if v, ok := set[k]; ok && v != "" {
 			return nil, wrap(fmt.Errorf("configuration key %q is both set and unset: %w", k, errdefs.ErrInvalid))
 		}
-		if err := validateKey(k, "", true, prefixes); err != nil {
+		if err := validateKey(k, "", true, keys); err != nil {
 			return nil, wrap(err)
 		}
 		want[k] = ""

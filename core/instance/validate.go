@@ -3,10 +3,12 @@ package instance
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
 // Instance keys the daemon manages (docs/spec/status.md).
@@ -157,10 +159,21 @@ var daemonKeys = map[string]bool{
 	KeyBaseImage:  true,
 }
 
+// backendKeys is what validateKey knows of an instance's backend: its name
+// and its Info (config prefixes and schema); a nil info owns no key.
+type backendKeys struct {
+	name string
+	info *sdk.Info
+}
+
 // validateKey checks that a user may set (or unset) key to v on an instance
-// whose backend owns the config prefixes in backendPrefixes. unset skips
-// the value check.
-func validateKey(key, v string, unset bool, backendPrefixes []string) error {
+// whose backend is b. A key under one of the backend's config prefixes must
+// be one its schema declares (sdk.Info.ConfigSchema), so a misspelt key is
+// refused before the plugin is called; a backend that declares no schema
+// (built before it) checks its own keys in Create. Unsetting an undeclared
+// key is allowed (a key an older plugin version knew). unset skips the
+// value check.
+func validateKey(key, v string, unset bool, b backendKeys) error {
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalid)...)
 	}
@@ -196,10 +209,15 @@ func validateKey(key, v string, unset bool, backendPrefixes []string) error {
 			return nil
 		}
 	}
-	for _, p := range backendPrefixes {
-		if p != "" && strings.HasPrefix(key, p) && len(key) > len(p) {
+	if b.info != nil && b.info.OwnsConfigKey(key) {
+		if len(b.info.ConfigSchema) == 0 || unset {
 			return nil // the backend checks its own keys
 		}
+		if _, ok := b.info.ConfigKey(key); !ok {
+			return invalid("unknown configuration key %q: backend %q has no such key (its keys: %s)",
+				key, b.name, strings.Join(slices.Sorted(slices.Values(b.info.ConfigKeyNames())), ", "))
+		}
+		return nil
 	}
 	return invalid("unknown configuration key %q", key)
 }

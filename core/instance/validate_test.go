@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
 // FuzzValidateName checks that every accepted name is a DNS label and that
@@ -34,7 +35,8 @@ func FuzzValidateName(f *testing.F) {
 }
 
 func TestValidateKeyTable(t *testing.T) {
-	prefixes := []string{"sim."}
+	// An older plugin: prefixes, no schema (it checks its own keys).
+	sim := backendKeys{"sim", &sdk.Info{ConfigPrefixes: []string{"sim."}}}
 	tests := []struct {
 		key, value string
 		unset      bool
@@ -64,12 +66,49 @@ func TestValidateKeyTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
-			err := validateKey(tt.key, tt.value, tt.unset, prefixes)
+			err := validateKey(tt.key, tt.value, tt.unset, sim)
 			if (err == nil) != tt.ok {
 				t.Fatalf("validateKey(%q, %q) = %v, want ok=%v", tt.key, tt.value, err, tt.ok)
 			}
 			if err != nil && !errors.Is(err, errdefs.ErrInvalid) {
 				t.Fatalf("error %v is not ErrInvalid", err)
+			}
+		})
+	}
+}
+
+// TestValidateKeySchema checks keys under a backend's prefix against the
+// schema it declares: a declared key passes, another is ErrInvalid naming
+// the key, the backend and its keys; unsetting an undeclared key passes (a
+// key an older plugin version knew); keys outside the prefix are the
+// daemon's as before.
+func TestValidateKeySchema(t *testing.T) {
+	b := backendKeys{"sim", &sdk.Info{ConfigPrefixes: []string{"sim."},
+		ConfigSchema: []sdk.ConfigKey{{Name: "sim.command"}, {Name: "sim.ring_size"}}}}
+	tests := []struct {
+		key, value string
+		unset      bool
+		want       string // "" means accepted, else a part of the error
+	}{
+		{"sim.command", "sleep 1", false, ""},
+		{"sim.ring_size", "16", false, ""},
+		{"sim.bogus", "1", false, `unknown configuration key "sim.bogus": backend "sim" has no such key (its keys: sim.command, sim.ring_size)`},
+		{"sim.Command", "x", false, `"sim.Command"`},
+		{"sim.bogus", "", true, ""},
+		{"sim.", "x", false, `"sim."`},
+		{"qemu.cpus", "1", false, `unknown configuration key "qemu.cpus"`},
+		{"user.sim.bogus", "1", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
+			err := validateKey(tt.key, tt.value, tt.unset, b)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("validateKey(%q, %q, unset=%v) = %v, want it accepted", tt.key, tt.value, tt.unset, err)
+			case tt.want != "" && err == nil:
+				t.Fatalf("validateKey(%q, %q, unset=%v) accepted it, want an error with %q", tt.key, tt.value, tt.unset, tt.want)
+			case tt.want != "" && (!strings.Contains(err.Error(), tt.want) || !errors.Is(err, errdefs.ErrInvalid)):
+				t.Fatalf("validateKey(%q, %q) = %v, want ErrInvalid containing %q", tt.key, tt.value, err, tt.want)
 			}
 		})
 	}

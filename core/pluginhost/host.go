@@ -82,6 +82,10 @@ type Status struct {
 	// itself was saturated (its goroutines ran late): they are not held
 	// against the plugin.
 	SkippedChecks int `json:"skipped_checks"`
+	// ConfigPrefixes and ConfigSchema are the instance config keys the
+	// plugin owns and declares, from Info once started.
+	ConfigPrefixes []string        `json:"config_prefixes,omitempty"`
+	ConfigSchema   []sdk.ConfigKey `json:"config_schema,omitempty"`
 }
 
 // Config configures a Host. Zero durations take the defaults shown.

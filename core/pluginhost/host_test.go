@@ -105,7 +105,9 @@ func testConfig(dir, bdir string) pluginhost.Config {
 		MinBackoff:     50 * time.Millisecond,
 		MaxBackoff:     500 * time.Millisecond,
 		StableAfter:    time.Minute,
-		Env:            []string{"MISBEHAVING_BEHAVIOUR_DIR=" + bdir},
+		// The example's guests keep their files in the data directory
+		// (removed with bdir, a test's temporary directory).
+		Env: []string{"MISBEHAVING_BEHAVIOUR_DIR=" + bdir, sdk.DataDirEnv + "=" + filepath.Join(bdir, "data")},
 	}
 }
 

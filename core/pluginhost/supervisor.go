@@ -110,6 +110,8 @@ func (m *managed) status() Status {
 		st.Version = m.info.Version
 		st.Capabilities = append([]sdk.Capability(nil), m.info.Capabilities...)
 		st.InstanceType = m.info.GuestInstanceType()
+		st.ConfigPrefixes = slices.Clone(m.info.ConfigPrefixes)
+		st.ConfigSchema = slices.Clone(m.info.ConfigSchema)
 		if m.client != nil {
 			st.Missing = slices.Clone(m.info.Missing)
 		}

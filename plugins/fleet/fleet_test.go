@@ -88,6 +88,11 @@ func TestConformance(t *testing.T) {
 		ExitingSpec: func(name, uuid string) *sdk.GuestSpec {
 			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{fleetbackend.KeyCrashAfter: "1s"}}
 		},
+		// The fleet's guests run the agent in the plugin's process (no
+		// binary) and declare Ready fleet.ready_after after it started.
+		AgentSpec: func(name, uuid string) *sdk.GuestSpec {
+			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{fleetbackend.KeyReadyAfter: "0s"}}
+		},
 		Capabilities: []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover},
 		Launch:       sdk.LaunchOptions{Env: []string{sdk.DataDirEnv + "=" + dir}, StartTimeout: time.Minute},
 	})

@@ -82,6 +82,75 @@ type Info struct {
 	// made. Empty means usable; plugins built before the field never set
 	// it.
 	Missing []Missing
+	// ConfigSchema lists every instance config key the backend understands
+	// under its ConfigPrefixes (after Nomad's plugins/base ConfigSchema).
+	// The daemon refuses a key under an owned prefix that is not listed,
+	// on create and on config set, before it calls the plugin, and
+	// guestlink backends info NAME shows the list. Empty means not
+	// declared (plugins built before it): the daemon then leaves those
+	// keys to Create, which must still check the values it is given.
+	ConfigSchema []ConfigKey
+}
+
+// ConfigKey describes one instance config key a backend understands.
+type ConfigKey struct {
+	// Name is the full key with its prefix: "sim.command".
+	Name string
+	// Type is the kind of value, for people and tools (one of the
+	// ConfigType constants); the backend checks values itself.
+	Type ConfigType
+	// Default is what an unset key means, as people read it: "16",
+	// "auto" or a short phrase; "" when unset means nothing.
+	Default string
+	// Doc says what the key does, in one or a few sentences (markdown:
+	// the docs' key tables are generated from it).
+	Doc string
+}
+
+// ConfigType is the kind of a config key's value.
+type ConfigType string
+
+// Config key types.
+const (
+	ConfigString   ConfigType = "string"
+	ConfigInt      ConfigType = "int"
+	ConfigBool     ConfigType = "bool"
+	ConfigDuration ConfigType = "duration" // Go's syntax: "1.5s"
+	ConfigSize     ConfigType = "size"     // "256MiB", "1GiB"
+	ConfigPath     ConfigType = "path"     // an absolute host path
+	ConfigEnum     ConfigType = "enum"     // one of the words Doc names
+)
+
+// ConfigKey returns the schema entry of the config key name and whether
+// the backend declares it.
+func (i *Info) ConfigKey(name string) (ConfigKey, bool) {
+	for _, k := range i.ConfigSchema {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return ConfigKey{}, false
+}
+
+// OwnsConfigKey reports whether name lies under one of the backend's
+// ConfigPrefixes (with something after the prefix).
+func (i *Info) OwnsConfigKey(name string) bool {
+	for _, p := range i.ConfigPrefixes {
+		if p != "" && len(name) > len(p) && strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// ConfigKeyNames returns the names of the declared config keys in schema
+// order.
+func (i *Info) ConfigKeyNames() []string {
+	names := make([]string, len(i.ConfigSchema))
+	for n, k := range i.ConfigSchema {
+		names[n] = k.Name
+	}
+	return names
 }
 
 // Missing is one thing a backend needs from the host and does not find.

@@ -22,7 +22,12 @@ func infoToProto(i *Info) *backendv1.InfoResponse {
 	for _, m := range i.Missing {
 		missing = append(missing, &backendv1.Missing{What: m.What, Reason: m.Reason, Package: m.Package})
 	}
+	var schema []*backendv1.ConfigKey
+	for _, k := range i.ConfigSchema {
+		schema = append(schema, &backendv1.ConfigKey{Name: k.Name, Type: string(k.Type), DefaultValue: k.Default, Doc: k.Doc})
+	}
 	return &backendv1.InfoResponse{
+		ConfigSchema:   schema,
 		Name:           i.Name,
 		Version:        i.Version,
 		Capabilities:   caps,
@@ -44,6 +49,9 @@ func infoFromProto(p *backendv1.InfoResponse) *Info {
 	}
 	for _, m := range p.GetMissing() {
 		i.Missing = append(i.Missing, Missing{What: m.GetWhat(), Reason: m.GetReason(), Package: m.GetPackage()})
+	}
+	for _, k := range p.GetConfigSchema() {
+		i.ConfigSchema = append(i.ConfigSchema, ConfigKey{Name: k.GetName(), Type: ConfigType(k.GetType()), Default: k.GetDefaultValue(), Doc: k.GetDoc()})
 	}
 	return i
 }

@@ -15,6 +15,10 @@ func TestInfoRoundTrip(t *testing.T) {
 			{What: "qemu-img", Reason: "not found in PATH", Package: "qemu-utils"},
 			{What: "firmware bios-256k.bin", Reason: "not in QEMU's firmware search path"},
 		}},
+		{Name: "schema", Version: "4", ConfigPrefixes: []string{"schema."}, ConfigSchema: []ConfigKey{
+			{Name: "schema.size", Type: ConfigInt, Default: "16", Doc: "ring bytes"},
+			{Name: "schema.path", Type: ConfigPath},
+		}},
 		{Name: "old", Version: "0"},
 	} {
 		t.Run(in.Name, func(t *testing.T) {
@@ -69,5 +73,32 @@ func TestMissingText(t *testing.T) {
 				t.Errorf("MissingText(%+v) =\n %q, want\n %q", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestInfoConfigKeys checks the schema lookups the daemon and the kit use:
+// a key is owned when it has something after an owned prefix, and declared
+// when the schema names it.
+func TestInfoConfigKeys(t *testing.T) {
+	info := &Info{ConfigPrefixes: []string{"sim."}, ConfigSchema: []ConfigKey{{Name: "sim.command"}, {Name: "sim.layout"}}}
+	for _, tt := range []struct {
+		key            string
+		owned, declare bool
+	}{
+		{"sim.command", true, true},
+		{"sim.bogus", true, false},
+		{"sim.", false, false},
+		{"qemu.cpus", false, false},
+		{"simx.command", false, false},
+	} {
+		if got := info.OwnsConfigKey(tt.key); got != tt.owned {
+			t.Errorf("OwnsConfigKey(%q) = %v, want %v", tt.key, got, tt.owned)
+		}
+		if _, got := info.ConfigKey(tt.key); got != tt.declare {
+			t.Errorf("ConfigKey(%q) found = %v, want %v", tt.key, got, tt.declare)
+		}
+	}
+	if got := info.ConfigKeyNames(); !reflect.DeepEqual(got, []string{"sim.command", "sim.layout"}) {
+		t.Errorf("ConfigKeyNames = %q", got)
 	}
 }

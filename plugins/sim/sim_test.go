@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -81,9 +82,18 @@ func launchOptions(dir string) sdk.LaunchOptions {
 	return sdk.LaunchOptions{Env: []string{simbackend.DataDirEnv + "=" + dir}, StartTimeout: time.Minute}
 }
 
-func TestConformance(t *testing.T) {
-	dir := dataDir(t)
-	conformance.Run(t, conformance.Config{
+// readyCommand is a sim guest that runs the agent and declares Ready once
+// the agent reaches the daemon (the kit, in the conformance tests).
+const readyCommand = `"$GUESTLINK_AGENT" run & "$GUESTLINK_AGENT" wait-host --timeout 60s && "$GUESTLINK_AGENT" ready; wait`
+
+// conformanceConfig is the kit's configuration for the sim with the real
+// agent; agentCommand is the command of the Agent subtest's guest.
+func conformanceConfig(t *testing.T, agentCommand string) conformance.Config {
+	agent, err := testbin.Path(testbin.Agent)
+	if err != nil {
+		t.Fatalf("building guestlink-agent: %v", err)
+	}
+	return conformance.Config{
 		PluginPath: pluginPath(),
 		Spec: func(name, uuid string) *sdk.GuestSpec {
 			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{simbackend.KeyCommand: "exec sleep 1000"}}
@@ -91,9 +101,67 @@ func TestConformance(t *testing.T) {
 		ExitingSpec: func(name, uuid string) *sdk.GuestSpec {
 			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{simbackend.KeyCommand: "exit 0"}}
 		},
+		AgentSpec: func(name, uuid string) *sdk.GuestSpec {
+			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{simbackend.KeyCommand: agentCommand}}
+		},
+		Agent:        agent,
 		Capabilities: []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover, sdk.CapSnapshot},
-		Launch:       launchOptions(dir),
-	})
+		Launch:       launchOptions(dataDir(t)),
+	}
+}
+
+// TestConformance runs the kit against the sim with the real agent: its
+// Agent subtest sees STARTED and CONNECTED through ReadRing and the guest
+// declare Ready.
+func TestConformance(t *testing.T) {
+	if os.Getenv(envBrokenAgent) != "" {
+		t.Skip("broken-agent run")
+	}
+	conformance.Run(t, conformanceConfig(t, readyCommand))
+}
+
+// envBrokenAgent selects TestBrokenAgent's guest command, in the child
+// process TestKitFailsWithoutAgent runs.
+const envBrokenAgent = "SIM_TEST_BROKEN_AGENT"
+
+// TestBrokenAgent is run by TestKitFailsWithoutAgent in a child process:
+// the kit's Agent subtest with a guest command that breaks the agent path.
+func TestBrokenAgent(t *testing.T) {
+	cmd := os.Getenv(envBrokenAgent)
+	if cmd == "" {
+		t.Skip("only run by TestKitFailsWithoutAgent")
+	}
+	cfg := conformanceConfig(t, cmd)
+	cfg.Timeout = 10 * time.Second
+	conformance.Run(t, cfg)
+}
+
+// TestKitFailsWithoutAgent checks that the kit's Agent subtest can fail,
+// with a message that says what is wrong: a guest that never runs the agent
+// (its ring stays empty), and one whose agent runs but that never declares
+// Ready.
+func TestKitFailsWithoutAgent(t *testing.T) {
+	if os.Getenv(envBrokenAgent) != "" {
+		t.Skip("broken-agent run")
+	}
+	for _, tt := range []struct {
+		name, command, want string
+	}{
+		{"no agent", "exec sleep 1000", "the agent's STARTED never reached the plugin's ring"},
+		{"never ready", `exec "$GUESTLINK_AGENT" run`, "the guest never declared Ready through its agent"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenAgent$/^Agent$", "-test.v")
+			cmd.Env = append(os.Environ(), envBrokenAgent+"="+tt.command)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the kit passed a sim guest running %q:\n%s", tt.command, out)
+			}
+			if !strings.Contains(string(out), "--- FAIL: TestBrokenAgent/Agent") || !strings.Contains(string(out), tt.want) {
+				t.Fatalf("the Agent subtest did not fail with %q:\n%s", tt.want, out)
+			}
+		})
+	}
 }
 
 func launch(t *testing.T, dir string) *sdk.Client {

@@ -209,6 +209,7 @@ func (a *API) Register(r fiber.Router) {
 	v1.Post("/backends", a.ok(decoded(a.installBackend)))
 	v1.Post("/backends/:name/restart", a.ok(a.restartBackend, restartBackendParam))
 	v1.Post("/backends/:name/reload", a.ok(a.reloadBackend, reloadBackendParam))
+	a.registerBackendInfo(v1)
 	v1.Get("/events", a.eventsUpgrade, a.eventsSocket())
 	a.registerAuth(v1)
 	a.registerMetrics(r)

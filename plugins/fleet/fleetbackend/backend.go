@@ -118,6 +118,7 @@ func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 		Version:        Version,
 		Capabilities:   []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover},
 		ConfigPrefixes: []string{ConfigPrefix},
+		ConfigSchema:   Schema,
 	}, nil
 }
 

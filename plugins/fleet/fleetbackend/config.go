@@ -44,7 +44,30 @@ const (
 	maxJitter    = 90
 )
 
-var knownKeys = []string{KeyBootDelay, KeyReadyAfter, KeyHeartbeat, KeyFlapEvery, KeyCrashAfter, KeyJitter}
+// Schema declares the fleet.* keys
+// (sdk.Info.ConfigSchema): the daemon refuses any other fleet.* key before
+// calling Create, and docs/fleet.md's key table is generated from it (go
+// run ./internal/genkeys).
+var Schema = []sdk.ConfigKey{
+	{Name: KeyBootDelay, Type: sdk.ConfigDuration, Default: "`0`", Doc: "time from Start until the agent starts"},
+	{Name: KeyReadyAfter, Type: sdk.ConfigDuration, Default: "`never`",
+		Doc: "time from the agent's start until the guest's userland declares Ready (`PATCH /1.0` on its devlxd socket, retried with backoff until devlxd takes it); `never` leaves it to whoever drives the guest"},
+	{Name: KeyHeartbeat, Type: sdk.ConfigDuration, Default: "agent default (5 s)", Doc: "the agent's heartbeat period; at least 100 ms"},
+	{Name: KeyFlapEvery, Type: sdk.ConfigDuration, Default: "`0` (never)",
+		Doc: "a Ready guest declares Started, then Ready again a quarter period later, every period"},
+	{Name: KeyCrashAfter, Type: sdk.ConfigDuration, Default: "`0` (never)",
+		Doc: "the guest crashes this long after Start: its agent dies without a word, the guest stops with `crashed`"},
+	{Name: KeyJitter, Type: sdk.ConfigInt, Default: "`20`", Doc: "jitter of every duration above, in percent (0..90)"},
+}
+
+// knownKeys are the declared keys' names, for error messages.
+var knownKeys = func() []string {
+	names := make([]string, len(Schema))
+	for i, k := range Schema {
+		names[i] = k.Name
+	}
+	return names
+}()
 
 // Behaviour is a guest's parsed configuration, before jitter.
 type Behaviour struct {

@@ -34,6 +34,28 @@ func (s *suite) testInfo(t *testing.T) {
 			t.Errorf("config prefix %q does not end with a dot", p)
 		}
 	}
+	// The config schema: every declared key lies under an owned prefix,
+	// once, with a known type and a doc (the daemon checks keys against it
+	// and shows it in guestlink backends info).
+	seen := map[string]bool{}
+	for _, k := range s.info.ConfigSchema {
+		if !s.info.OwnsConfigKey(k.Name) {
+			t.Errorf("Info.ConfigSchema declares %q, which is under none of the config prefixes %q", k.Name, s.info.ConfigPrefixes)
+		}
+		if seen[k.Name] {
+			t.Errorf("Info.ConfigSchema declares %q twice", k.Name)
+		}
+		seen[k.Name] = true
+		if !slices.Contains(configTypes, k.Type) {
+			t.Errorf("Info.ConfigSchema: key %q has type %q, want one of %q", k.Name, k.Type, configTypes)
+		}
+		if strings.TrimSpace(k.Doc) == "" {
+			t.Errorf("Info.ConfigSchema: key %q has no doc", k.Name)
+		}
+	}
+	if len(s.info.ConfigPrefixes) > 0 && len(s.info.ConfigSchema) == 0 {
+		t.Errorf("Info declares config prefixes %q but no ConfigSchema: declare every key (sdk.Info.ConfigSchema)", s.info.ConfigPrefixes)
+	}
 	// An empty instance type is an older plugin's answer (the daemon reads
 	// it as a virtual machine); anything else must be one of LXD's names.
 	switch s.info.InstanceType {

@@ -9,10 +9,23 @@
 //				return &sdk.GuestSpec{Name: name, UUID: uuid,
 //					Config: map[string]string{"sim.command": "sleep 3600"}}
 //			},
+//			AgentSpec: func(name, uuid string) *sdk.GuestSpec {
+//				return &sdk.GuestSpec{Name: name, UUID: uuid,
+//					Config: map[string]string{"sim.command": readyCommand}}
+//			},
+//			Agent: agentBinary, // guestlink-agent
 //		})
 //	}
 //
-// Guests the kit starts are stopped and deleted when their subtest ends.
+// A backend passes only if its guests can reach Ready: the Agent subtest
+// runs the real guestlink-agent in a guest (AgentSpec; the plugin finds the
+// binary through sdk.AgentPath, to which the kit hands Config.Agent in
+// sdk.AgentEnv), plays the daemon's side of the guest's hybrid link, and
+// checks that the agent's STARTED and CONNECTED reach ReadRing and that
+// the guest's Ready declaration reaches the daemon (docs/plugins.md, "What
+// the agent needs"). The kit imports nothing but the SDK and the standard
+// library. Guests the kit starts are stopped and deleted when their
+// subtest ends.
 package conformance
 
 import (
@@ -42,6 +55,18 @@ type Config struct {
 	Capabilities []sdk.Capability
 	// Launch carries extra launch options (environment, arguments, logger).
 	Launch sdk.LaunchOptions
+	// AgentSpec returns the spec of a guest that runs the real
+	// guestlink-agent and, once the agent answers, declares Ready on its
+	// /dev/lxd/sock (guestlink-agent wait-host && guestlink-agent ready);
+	// the kit adds the agent's config drive files. The Agent subtest
+	// needs it for a backend with a hybrid link: a backend's guests pass
+	// the kit only if they reach Ready.
+	AgentSpec func(name, uuid string) *sdk.GuestSpec
+	// Agent is the guestlink-agent binary the plugin's process guests run,
+	// handed to the plugin in sdk.AgentEnv; "" leaves the plugin's own
+	// default (sdk.AgentPath). Build it from this repository's
+	// cmd/guestlink-agent.
+	Agent string
 }
 
 // knownCapabilities are the capabilities the contract defines.
@@ -49,6 +74,11 @@ var knownCapabilities = []sdk.Capability{
 	sdk.CapStateful, sdk.CapLinkHybrid, sdk.CapLinkVsock, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
 	sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove,
 	sdk.CapDisk, sdk.CapNICUser, sdk.CapHotplug,
+}
+
+// configTypes are the config key types the contract defines.
+var configTypes = []sdk.ConfigType{
+	sdk.ConfigString, sdk.ConfigInt, sdk.ConfigBool, sdk.ConfigDuration, sdk.ConfigSize, sdk.ConfigPath, sdk.ConfigEnum,
 }
 
 // suite is one run of the kit.
@@ -61,7 +91,7 @@ type suite struct {
 }
 
 // Run checks the plugin at cfg.PluginPath against the Backend contract in
-// named subtests: Info, Lifecycle, StartTwice, StopStopped, DeleteRunning,
+// named subtests: Info, Lifecycle, Agent, StartTwice, StopStopped, DeleteRunning,
 // BadHandle, InvalidConfig, Events, Recover, RecoverStopped, GracefulStop,
 // ForceStop, Snapshots and Move.
 func Run(t *testing.T, cfg Config) {
@@ -71,6 +101,9 @@ func Run(t *testing.T, cfg Config) {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 60 * time.Second
+	}
+	if cfg.Agent != "" {
+		cfg.Launch.Env = append(append([]string(nil), cfg.Launch.Env...), sdk.AgentEnv+"="+cfg.Agent)
 	}
 	s := &suite{cfg: cfg, top: t}
 	s.client = s.launch(t)
@@ -85,6 +118,7 @@ func Run(t *testing.T, cfg Config) {
 
 	t.Run("Info", s.testInfo)
 	t.Run("Lifecycle", s.testLifecycle)
+	t.Run("Agent", s.testAgent)
 	t.Run("StartTwice", s.testStartTwice)
 	t.Run("StopStopped", s.testStopStopped)
 	t.Run("DeleteRunning", s.testDeleteRunning)

@@ -11,15 +11,20 @@ import (
 
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/plugins/sdk/conformance"
+	"github.com/guestlink/guestlink/plugins/sdk/internal/agentbin"
 )
 
 // pluginBin is the SDK's misbehaving test plugin, built by TestMain. The
 // kit passing a well-behaved plugin is shown by plugins/sdk/example's test.
 var pluginBin string
 
+// agentBin is guestlink-agent, built by TestMain for the Agent subtest.
+var agentBin string
+
 func TestMain(m *testing.M) {
 	if bin := os.Getenv("CONFORMANCE_TEST_PLUGIN"); bin != "" {
 		pluginBin = bin // the broken-plugin run of TestKitFailsBrokenPlugin
+		agentBin = os.Getenv("CONFORMANCE_TEST_AGENT")
 		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "conformance-test-")
@@ -33,6 +38,8 @@ func TestMain(m *testing.M) {
 	code := 1
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building test plugin:", err)
+	} else if agentBin, err = agentbin.Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 	} else {
 		code = m.Run()
 	}
@@ -49,10 +56,18 @@ func config(path string) conformance.Config {
 		ExitingSpec: func(name, uuid string) *sdk.GuestSpec {
 			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{"example.command": "sleep 0.2"}}
 		},
+		AgentSpec: func(name, uuid string) *sdk.GuestSpec {
+			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{"example.command": readyCommand}}
+		},
+		Agent:        agentBin,
 		Timeout:      30 * time.Second,
 		Capabilities: []sdk.Capability{sdk.CapRecover, sdk.CapLinkHybrid},
 	}
 }
+
+// readyCommand is a guest that runs the agent and declares Ready once the
+// agent reaches the daemon (the kit).
+const readyCommand = `"$GUESTLINK_AGENT" run & "$GUESTLINK_AGENT" wait-host --timeout 60s && "$GUESTLINK_AGENT" ready; wait`
 
 // TestConformance runs the kit against the misbehaving plugin without a
 // behaviour file: it behaves, and must pass.
@@ -87,7 +102,7 @@ func TestKitFailsBrokenPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenPlugin$", "-test.v")
-	cmd.Env = append(os.Environ(), "CONFORMANCE_TEST_PLUGIN="+broken, "MISBEHAVING_BEHAVIOUR_DIR="+bdir)
+	cmd.Env = append(os.Environ(), "CONFORMANCE_TEST_PLUGIN="+broken, "CONFORMANCE_TEST_AGENT="+agentBin, "MISBEHAVING_BEHAVIOUR_DIR="+bdir)
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("the kit passed a plugin that crashes in LinkEndpoint:\n%s", out)

@@ -6,8 +6,11 @@
 // cmd/example is the whole main. example_test.go runs the built plugin
 // through the conformance kit.
 //
-// It has no ring buffer and no agent: LinkEndpoint names a hybrid socket no
-// one listens on. A real backend starts a VMM there.
+// Its guests run the real guestlink-agent when their command starts it
+// ("$GUESTLINK_AGENT" run): guest.go gives the agent what it needs (a root
+// with the config drive, a ring port the plugin reads, the hybrid link
+// socket the agent listens on), so a guest reaches Ready. A VM backend
+// does the same through its VMM.
 package example
 
 import (
@@ -31,9 +34,19 @@ import (
 // configPrefix is the config key prefix this backend owns.
 const configPrefix = "example."
 
-// knownKeys are the config keys under configPrefix the backend understands.
-var knownKeys = map[string]bool{
-	"example.command": true, // the guest's shell command
+// schema declares the config keys under configPrefix (Info.ConfigSchema):
+// the daemon refuses any other example.* key before calling Create.
+var schema = []sdk.ConfigKey{
+	{Name: "example.command", Type: sdk.ConfigString, Default: "`sleep 3600`", Doc: "the guest's shell command, run with `/bin/sh -c`"},
+}
+
+// knownKeys are the names of the keys in schema.
+var knownKeys = map[string]bool{}
+
+func init() {
+	for _, k := range schema {
+		knownKeys[k.Name] = true
+	}
 }
 
 // handle is what the daemon stores for a guest.
@@ -52,10 +65,12 @@ const Name = "example"
 type Backend struct {
 	version string
 	events  *eventer.Eventer
+	agent   string // the guestlink-agent binary (sdk.AgentPath)
 
 	mu       sync.Mutex
 	children map[int]chan struct{} // our own children: closed when reaped
 	watched  map[int]bool          // adopted guests polled for their exit
+	rings    map[string]*ring      // ring readers by guest uuid
 }
 
 var _ sdk.Backend = (*Backend)(nil)
@@ -65,7 +80,13 @@ func New(version string) *Backend {
 	if version == "" {
 		version = "0.1.0"
 	}
+	exe, _ := os.Executable()
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
 	return &Backend{
+		agent:    sdk.AgentPath(exe),
+		rings:    map[string]*ring{},
 		version:  version,
 		events:   eventer.New(sdk.Logger()),
 		children: map[int]chan struct{}{},
@@ -132,6 +153,7 @@ func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 			sdk.CapLinkHybrid, sdk.CapRingBuffer, sdk.CapRecover,
 		},
 		ConfigPrefixes: []string{configPrefix},
+		ConfigSchema:   schema,
 	}, nil
 }
 
@@ -149,11 +171,14 @@ func (b *Backend) Create(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle, er
 	if cmd == "" {
 		cmd = "sleep 3600"
 	}
+	if err := guestPaths(spec.UUID).check(); err != nil {
+		return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)
+	}
 	return (&handle{UUID: spec.UUID, Name: spec.Name, Command: cmd}).encode(), nil
 }
 
 // Start runs the guest's command in a session of its own.
-func (b *Backend) Start(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
+func (b *Backend) Start(_ context.Context, h sdk.Handle, spec *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
 	hd, err := decode(h)
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting guest: %w", err)
@@ -161,10 +186,26 @@ func (b *Backend) Start(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.
 	if hd.running() {
 		return nil, nil, fmt.Errorf("starting guest %q: already running: %w", hd.Name, sdk.ErrConflict)
 	}
+	p := guestPaths(hd.UUID)
+	var files []sdk.File
+	if spec != nil {
+		files = spec.Files
+	}
+	if err := p.prepare(files); err != nil {
+		return nil, nil, fmt.Errorf("starting guest %q: %w", hd.Name, err)
+	}
+	if _, err := b.openRing(hd.UUID); err != nil { // before the agent writes STARTED
+		return nil, nil, fmt.Errorf("starting guest %q: %w", hd.Name, err)
+	}
+	env, err := b.agentEnv(p)
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting guest %q: %w", hd.Name, err)
+	}
 	cmd := exec.Command("/bin/sh", "-c", hd.Command)
+	cmd.Dir = p.root()
 	// A guest gets an environment built from nothing, never the plugin's
 	// (the daemon's, go-plugin's handshake): docs/environment.md.
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "GUESTLINK_INSTANCE=" + hd.Name}
+	cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "GUESTLINK_INSTANCE=" + hd.Name}, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlive the plugin
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("starting guest %q: %w", hd.Name, err)
@@ -225,6 +266,7 @@ func (b *Backend) Stop(ctx context.Context, h sdk.Handle, opts sdk.StopOptions) 
 		return nil, fmt.Errorf("stopping guest: %w", err)
 	}
 	if !hd.running() {
+		b.closeRing(hd.UUID)
 		return &sdk.GuestState{Status: sdk.StatusStopped}, nil
 	}
 	if opts.Stateful {
@@ -237,6 +279,7 @@ func (b *Backend) Stop(ctx context.Context, h sdk.Handle, opts sdk.StopOptions) 
 	if !opts.Force {
 		_ = syscall.Kill(-hd.PID, syscall.SIGTERM)
 		if b.wait(ctx, hd, timeout) {
+			b.closeRing(hd.UUID)
 			return &sdk.GuestState{Status: sdk.StatusStopped}, nil
 		}
 	}
@@ -244,10 +287,11 @@ func (b *Backend) Stop(ctx context.Context, h sdk.Handle, opts sdk.StopOptions) 
 	if !b.wait(ctx, hd, 10*time.Second) {
 		return nil, fmt.Errorf("stopping guest %q: process %d did not end: %w", hd.Name, hd.PID, sdk.ErrUnavailable)
 	}
+	b.closeRing(hd.UUID)
 	return &sdk.GuestState{Status: sdk.StatusStopped}, nil
 }
 
-// Delete forgets a stopped guest; the example keeps no files.
+// Delete removes a stopped guest's files.
 func (b *Backend) Delete(_ context.Context, h sdk.Handle) error {
 	hd, err := decode(h)
 	if err != nil {
@@ -255,6 +299,10 @@ func (b *Backend) Delete(_ context.Context, h sdk.Handle) error {
 	}
 	if hd.running() {
 		return fmt.Errorf("deleting guest %q: still running: %w", hd.Name, sdk.ErrConflict)
+	}
+	b.closeRing(hd.UUID)
+	if err := os.RemoveAll(guestPaths(hd.UUID).dir); err != nil {
+		return fmt.Errorf("deleting guest %q: %w", hd.Name, err)
 	}
 	return nil
 }
@@ -274,15 +322,17 @@ func (b *Backend) Events(ctx context.Context) (<-chan sdk.Event, error) {
 	return b.events.Stream(ctx)
 }
 
-// ReadRing returns nothing: the example has no ring buffer.
-func (b *Backend) ReadRing(_ context.Context, h sdk.Handle, _ int) ([]byte, error) {
-	if _, err := decode(h); err != nil {
+// ReadRing reads and consumes what the guest's agent wrote to its ring
+// port.
+func (b *Backend) ReadRing(ctx context.Context, h sdk.Handle, max int) ([]byte, error) {
+	hd, err := decode(h)
+	if err != nil {
 		return nil, fmt.Errorf("reading ring buffer: %w", err)
 	}
-	return nil, nil
+	return b.readRing(ctx, hd, max)
 }
 
-// LinkEndpoint names the hybrid socket a real VMM would listen on.
+// LinkEndpoint names the hybrid socket the guest's agent listens on.
 func (b *Backend) LinkEndpoint(_ context.Context, h sdk.Handle) (*sdk.LinkEndpoint, error) {
 	hd, err := decode(h)
 	if err != nil {
@@ -291,7 +341,7 @@ func (b *Backend) LinkEndpoint(_ context.Context, h sdk.Handle) (*sdk.LinkEndpoi
 	if !hd.running() {
 		return nil, fmt.Errorf("reading link endpoint of guest %q: not running: %w", hd.Name, sdk.ErrConflict)
 	}
-	return &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(os.TempDir(), "example-"+hd.UUID+".sock")}, nil
+	return &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: guestPaths(hd.UUID).link()}, nil
 }
 
 // Recover re-attaches to a guest started by an earlier plugin process.

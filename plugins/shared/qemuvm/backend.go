@@ -154,7 +154,7 @@ func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 	// vsock is always possible: through /dev/vhost-vsock or the user-space device.
 	caps := []sdk.Capability{sdk.CapStateful, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
 		sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove, sdk.CapHotplug, sdk.CapDisk, sdk.CapNICUser, sdk.CapLinkVsock}
-	return &sdk.Info{Name: b.opts.Name, Version: b.opts.Version, Capabilities: caps, ConfigPrefixes: []string{ConfigPrefix},
+	return &sdk.Info{Name: b.opts.Name, Version: b.opts.Version, Capabilities: caps, ConfigPrefixes: []string{ConfigPrefix}, ConfigSchema: Schema,
 		InstanceType: sdk.InstanceTypeVM, Missing: b.missing()}, nil
 }
 

@@ -36,8 +36,35 @@ const (
 	VsockOff    = "off"    // no vsock device
 )
 
-// Keys lists every config key the QEMU backends accept.
-var Keys = []string{KeyKernel, KeyInitrd, KeyAppend, KeyMemory, KeyCPUs, KeyAccel, KeyLink, KeyVsock}
+// Schema declares the qemu.* keys
+// (sdk.Info.ConfigSchema): the daemon refuses any other qemu.* key before
+// calling Create, and docs/qemu.md's key table is generated from it (go
+// run ./internal/genkeys).
+var Schema = []sdk.ConfigKey{
+	{Name: KeyKernel, Type: sdk.ConfigPath, Default: "the image's kernel (guests from a store image, `docs/guests.md`), else `$GUESTLINK_QEMU_KERNEL`",
+		Doc: "absolute path of the guest kernel (bzImage or ELF vmlinux); required, a missing or unreadable file is `ErrInvalid`"},
+	{Name: KeyInitrd, Type: sdk.ConfigPath, Default: "`$GUESTLINK_QEMU_INITRD` (only when `qemu.kernel` is unset too)",
+		Doc: "absolute path of the initramfs; the config drive is appended to it"},
+	{Name: KeyAppend, Type: sdk.ConfigString, Doc: "extra kernel command line"},
+	{Name: KeyMemory, Type: sdk.ConfigSize, Default: "`limits.memory` if set, else `256MiB`", Doc: "`256`, `256M`, `256MiB`, `1G`, `1GiB` (64 MiB .. 64 GiB)"},
+	{Name: KeyCPUs, Type: sdk.ConfigInt, Default: "`1`", Doc: "1 .. 64"},
+	{Name: KeyAccel, Type: sdk.ConfigEnum, Default: "`auto`",
+		Doc: "`auto`: KVM only when `/dev/kvm` opens **and** the CPU flags show `vmx`/`svm`, else TCG; `kvm`/`tcg` force it"},
+	{Name: KeyLink, Type: sdk.ConfigEnum, Default: "`auto`",
+		Doc: "`auto`: vsock when `/dev/vhost-vsock` exists or `qemu.vsock` names a device, else serial; `serial`, `vsock` force it"},
+	{Name: KeyVsock, Type: sdk.ConfigEnum, Default: "`auto`",
+		Doc: "the device carrying a vsock link: `kernel` (`vhost-vsock-pci`, needs `/dev/vhost-vsock`), `user` (guestlink's own vhost-user-vsock device, `docs/vsock.md`), `auto` (kernel when `/dev/vhost-vsock` exists, else user), `off`"},
+}
+
+// Keys lists every config key the QEMU backends accept (the names in
+// Schema).
+var Keys = func() []string {
+	names := make([]string, len(Schema))
+	for i, k := range Schema {
+		names[i] = k.Name
+	}
+	return names
+}()
 
 // Accelerations.
 const (

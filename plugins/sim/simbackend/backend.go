@@ -77,8 +77,9 @@ type Options struct {
 }
 
 // DefaultOptions returns the options of the plugin binary: Executable is the
-// running binary, Agent is bin/guestlink-agent for a binary at
-// bin/plugins/sim, DataDir comes from DefaultDataDir.
+// running binary, Agent is sdk.AgentPath's ($GUESTLINK_PLUGIN_AGENT, else
+// bin/guestlink-agent for a binary at bin/plugins/sim), DataDir comes from
+// DefaultDataDir.
 func DefaultOptions() (Options, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -90,7 +91,7 @@ func DefaultOptions() (Options, error) {
 	return Options{
 		DataDir:    DefaultDataDir(),
 		Executable: exe,
-		Agent:      filepath.Join(filepath.Dir(filepath.Dir(exe)), "guestlink-agent"),
+		Agent:      sdk.AgentPath(exe),
 	}, nil
 }
 
@@ -174,6 +175,7 @@ func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 		Version:        Version,
 		Capabilities:   []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapLinkSerial, sdk.CapRecover, sdk.CapSnapshot},
 		ConfigPrefixes: []string{ConfigPrefix},
+		ConfigSchema:   Schema,
 		// A sim guest is a host process, not a machine with its own kernel.
 		InstanceType: sdk.InstanceTypeContainer,
 	}, nil
@@ -184,6 +186,10 @@ func (b *Backend) Create(ctx context.Context, spec *sdk.GuestSpec) (sdk.Handle, 
 	if spec == nil {
 		return nil, fmt.Errorf("creating guest: no spec: %w", sdk.ErrInvalid)
 	}
+	// Logged first, so a debug log shows every Create the plugin got, also
+	// one it refuses (the daemon's tests prove a refused launch never
+	// reached it).
+	b.log.Debug("create called", "name", spec.Name)
 	if err := validateSpec(spec); err != nil {
 		return nil, fmt.Errorf("creating guest %q: %w", spec.Name, err)
 	}

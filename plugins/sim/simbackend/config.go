@@ -41,7 +41,31 @@ const (
 	DefaultRingSize = 16
 )
 
-var knownKeys = []string{KeyAgent, KeyCommand, KeyLayout, KeyLink, KeyRingSize}
+// Schema declares the sim.* keys (sdk.Info.ConfigSchema): the daemon
+// refuses any other sim.* key before calling Create, and docs/sim.md's
+// key table is generated from it (go run ./internal/genkeys).
+var Schema = []sdk.ConfigKey{
+	{Name: KeyCommand, Type: sdk.ConfigString, Default: "`" + DefaultCommand + "`",
+		Doc: "guest command, run with `/bin/sh -c` in `<guestdir>/rootfs`"},
+	{Name: KeyLayout, Type: sdk.ConfigEnum, Default: "`current`",
+		Doc: "`current`: `com.canonical.lxd` wired to the ring + unwired `org.linuxcontainers.lxd`; `legacy`: only `org.linuxcontainers.lxd`, wired"},
+	{Name: KeyRingSize, Type: sdk.ConfigInt, Default: "`16`",
+		Doc: "ring buffer bytes; a power of two, 1 .. 16777216 (LXD uses 16)"},
+	{Name: KeyAgent, Type: sdk.ConfigPath, Default: "`$GUESTLINK_PLUGIN_AGENT`, else `<dir of plugin's dir>/guestlink-agent` (`bin/plugins/sim` -> `bin/guestlink-agent`; `sdk.AgentPath`)",
+		Doc: "absolute path of the agent; with the default command, Start fails with `ErrInvalid` if it is missing"},
+	{Name: KeyLink, Type: sdk.ConfigEnum, Default: "`hybrid`",
+		Doc: "the guest link: `hybrid` (the hybrid vsock socket `link.sock`) or `serial` (`link/serialmux` over the virtio-serial port `com.canonical.lxd.link`, as QEMU's serial link: the port is the slave of a pseudo-terminal in raw mode, which the VMM relays to `serial.sock`, one client at a time, as QEMU's socket chardev; the agent gets `GUESTLINK_AGENT_LINK=serial:com.canonical.lxd.link`)"},
+}
+
+// knownKeys are the declared keys' names, sorted, for error messages.
+var knownKeys = func() []string {
+	var names []string
+	for _, k := range Schema {
+		names = append(names, k.Name)
+	}
+	sort.Strings(names)
+	return names
+}()
 
 // guestConfig is a guest's parsed sim.* configuration.
 type guestConfig struct {

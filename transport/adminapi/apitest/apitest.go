@@ -161,7 +161,11 @@ type Backends struct {
 // (healthy) and "qemu" (restarting).
 func DefaultBackends() []pluginhost.Status {
 	return []pluginhost.Status{
-		{Name: "sim", Path: "/usr/lib/guestlink/plugins/sim", Version: "0.1.0", Capabilities: []sdk.Capability{"devlxd-socket"}, Health: pluginhost.HealthHealthy, PID: 4242},
+		{Name: "sim", Path: "/usr/lib/guestlink/plugins/sim", Version: "0.1.0", Capabilities: []sdk.Capability{"devlxd-socket"}, Health: pluginhost.HealthHealthy, PID: 4242,
+			ConfigPrefixes: []string{"sim."}, ConfigSchema: []sdk.ConfigKey{
+				{Name: "sim.command", Type: sdk.ConfigString, Default: "`sleep 1`", Doc: "guest command"},
+				{Name: "sim.ring_size", Type: sdk.ConfigInt, Default: "`16`", Doc: "ring bytes"},
+			}},
 		{Name: "qemu", Path: "/usr/lib/guestlink/plugins/qemu", Version: "0.1.0", Capabilities: []sdk.Capability{sdk.CapStateful, "vsock"}, Health: pluginhost.HealthRestarting, Restarts: 2, LastError: "plugin exited: signal: killed"},
 	}
 }

@@ -244,7 +244,14 @@ type InfoResponse struct {
 	// cannot run guests: the daemon shows it "unhealthy" naming what is
 	// missing and refuses to create or start guests on it. Empty means usable;
 	// plugins built before this field never set it.
-	Missing       []*Missing `protobuf:"bytes,120,rep,name=missing,proto3" json:"missing,omitempty"`
+	Missing []*Missing `protobuf:"bytes,120,rep,name=missing,proto3" json:"missing,omitempty"`
+	// The instance config keys this backend understands, every key under its
+	// config_prefixes (after Nomad's plugins/base ConfigSchema). The daemon
+	// refuses, before calling the plugin, a key under an owned prefix that is
+	// not listed here, and lists them in GET /1.0/backends/{name}. Empty means
+	// not declared (plugins built before this field): the daemon then leaves
+	// the keys under the backend's prefixes to Create.
+	ConfigSchema  []*ConfigKey `protobuf:"bytes,130,rep,name=config_schema,json=configSchema,proto3" json:"config_schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -321,6 +328,88 @@ func (x *InfoResponse) GetMissing() []*Missing {
 	return nil
 }
 
+func (x *InfoResponse) GetConfigSchema() []*ConfigKey {
+	if x != nil {
+		return x.ConfigSchema
+	}
+	return nil
+}
+
+// ConfigKey describes one instance config key a backend understands.
+type ConfigKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The full key, with its prefix: "sim.command".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The kind of value, for people and tools: "string", "int", "bool",
+	// "duration", "size", "path" or "enum". The backend checks values.
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// What an unset key means, as people read it: "16", "auto", or a short
+	// phrase; empty when unset means nothing.
+	DefaultValue string `protobuf:"bytes,3,opt,name=default_value,json=defaultValue,proto3" json:"default_value,omitempty"`
+	// What the key does, in one or a few sentences (markdown).
+	Doc           string `protobuf:"bytes,4,opt,name=doc,proto3" json:"doc,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigKey) Reset() {
+	*x = ConfigKey{}
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigKey) ProtoMessage() {}
+
+func (x *ConfigKey) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigKey.ProtoReflect.Descriptor instead.
+func (*ConfigKey) Descriptor() ([]byte, []int) {
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ConfigKey) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigKey) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ConfigKey) GetDefaultValue() string {
+	if x != nil {
+		return x.DefaultValue
+	}
+	return ""
+}
+
+func (x *ConfigKey) GetDoc() string {
+	if x != nil {
+		return x.Doc
+	}
+	return ""
+}
+
 // Missing is one thing a backend needs from the host and does not find.
 type Missing struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -337,7 +426,7 @@ type Missing struct {
 
 func (x *Missing) Reset() {
 	*x = Missing{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +438,7 @@ func (x *Missing) String() string {
 func (*Missing) ProtoMessage() {}
 
 func (x *Missing) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[2]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +451,7 @@ func (x *Missing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Missing.ProtoReflect.Descriptor instead.
 func (*Missing) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{2}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Missing) GetWhat() string {
@@ -398,7 +487,7 @@ type File struct {
 
 func (x *File) Reset() {
 	*x = File{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +499,7 @@ func (x *File) String() string {
 func (*File) ProtoMessage() {}
 
 func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[3]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +512,7 @@ func (x *File) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use File.ProtoReflect.Descriptor instead.
 func (*File) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{3}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *File) GetPath() string {
@@ -467,7 +556,7 @@ type GuestSpec struct {
 
 func (x *GuestSpec) Reset() {
 	*x = GuestSpec{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +568,7 @@ func (x *GuestSpec) String() string {
 func (*GuestSpec) ProtoMessage() {}
 
 func (x *GuestSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[4]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +581,7 @@ func (x *GuestSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestSpec.ProtoReflect.Descriptor instead.
 func (*GuestSpec) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{4}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GuestSpec) GetName() string {
@@ -558,7 +647,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +659,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[5]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +672,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{5}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Image) GetFingerprint() string {
@@ -630,7 +719,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +731,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[6]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +744,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{6}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Device) GetConfig() map[string]string {
@@ -674,7 +763,7 @@ type CreateRequest struct {
 
 func (x *CreateRequest) Reset() {
 	*x = CreateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +775,7 @@ func (x *CreateRequest) String() string {
 func (*CreateRequest) ProtoMessage() {}
 
 func (x *CreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[7]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +788,7 @@ func (x *CreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{7}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateRequest) GetSpec() *GuestSpec {
@@ -718,7 +807,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +819,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[8]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +832,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{8}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateResponse) GetHandle() []byte {
@@ -763,7 +852,7 @@ type StartRequest struct {
 
 func (x *StartRequest) Reset() {
 	*x = StartRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +864,7 @@ func (x *StartRequest) String() string {
 func (*StartRequest) ProtoMessage() {}
 
 func (x *StartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[9]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +877,7 @@ func (x *StartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
 func (*StartRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{9}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StartRequest) GetHandle() []byte {
@@ -815,7 +904,7 @@ type StartResponse struct {
 
 func (x *StartResponse) Reset() {
 	*x = StartResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +916,7 @@ func (x *StartResponse) String() string {
 func (*StartResponse) ProtoMessage() {}
 
 func (x *StartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[10]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +929,7 @@ func (x *StartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
 func (*StartResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{10}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StartResponse) GetHandle() []byte {
@@ -869,7 +958,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +970,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[11]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +983,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{11}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StopRequest) GetHandle() []byte {
@@ -934,7 +1023,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1035,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[12]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1048,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{12}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StopResponse) GetState() *GuestState {
@@ -978,7 +1067,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1079,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[13]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1092,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{13}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteRequest) GetHandle() []byte {
@@ -1021,7 +1110,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1122,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[14]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1135,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{14}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{15}
 }
 
 type StateRequest struct {
@@ -1058,7 +1147,7 @@ type StateRequest struct {
 
 func (x *StateRequest) Reset() {
 	*x = StateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1159,7 @@ func (x *StateRequest) String() string {
 func (*StateRequest) ProtoMessage() {}
 
 func (x *StateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[15]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1172,7 @@ func (x *StateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRequest.ProtoReflect.Descriptor instead.
 func (*StateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{15}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StateRequest) GetHandle() []byte {
@@ -1102,7 +1191,7 @@ type StateResponse struct {
 
 func (x *StateResponse) Reset() {
 	*x = StateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1114,7 +1203,7 @@ func (x *StateResponse) String() string {
 func (*StateResponse) ProtoMessage() {}
 
 func (x *StateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[16]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1127,7 +1216,7 @@ func (x *StateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateResponse.ProtoReflect.Descriptor instead.
 func (*StateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{16}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StateResponse) GetState() *GuestState {
@@ -1151,7 +1240,7 @@ type GuestState struct {
 
 func (x *GuestState) Reset() {
 	*x = GuestState{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1252,7 @@ func (x *GuestState) String() string {
 func (*GuestState) ProtoMessage() {}
 
 func (x *GuestState) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[17]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1265,7 @@ func (x *GuestState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GuestState.ProtoReflect.Descriptor instead.
 func (*GuestState) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{17}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GuestState) GetStatus() Status {
@@ -1222,7 +1311,7 @@ type EventsRequest struct {
 
 func (x *EventsRequest) Reset() {
 	*x = EventsRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1323,7 @@ func (x *EventsRequest) String() string {
 func (*EventsRequest) ProtoMessage() {}
 
 func (x *EventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[18]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1336,7 @@ func (x *EventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventsRequest.ProtoReflect.Descriptor instead.
 func (*EventsRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{18}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{19}
 }
 
 type Event struct {
@@ -1264,7 +1353,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1365,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[19]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1378,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{19}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Event) GetUuid() string {
@@ -1345,7 +1434,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1446,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[20]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1459,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{20}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EventBatch) GetEvents() []*Event {
@@ -1390,7 +1479,7 @@ type ReadRingRequest struct {
 
 func (x *ReadRingRequest) Reset() {
 	*x = ReadRingRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1491,7 @@ func (x *ReadRingRequest) String() string {
 func (*ReadRingRequest) ProtoMessage() {}
 
 func (x *ReadRingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[21]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1504,7 @@ func (x *ReadRingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingRequest.ProtoReflect.Descriptor instead.
 func (*ReadRingRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{21}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReadRingRequest) GetHandle() []byte {
@@ -1441,7 +1530,7 @@ type ReadRingResponse struct {
 
 func (x *ReadRingResponse) Reset() {
 	*x = ReadRingResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1542,7 @@ func (x *ReadRingResponse) String() string {
 func (*ReadRingResponse) ProtoMessage() {}
 
 func (x *ReadRingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[22]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1555,7 @@ func (x *ReadRingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingResponse.ProtoReflect.Descriptor instead.
 func (*ReadRingResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{22}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReadRingResponse) GetData() []byte {
@@ -1485,7 +1574,7 @@ type ReadRingsRequest struct {
 
 func (x *ReadRingsRequest) Reset() {
 	*x = ReadRingsRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1586,7 @@ func (x *ReadRingsRequest) String() string {
 func (*ReadRingsRequest) ProtoMessage() {}
 
 func (x *ReadRingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[23]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1599,7 @@ func (x *ReadRingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingsRequest.ProtoReflect.Descriptor instead.
 func (*ReadRingsRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{23}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReadRingsRequest) GetReads() []*ReadRingRequest {
@@ -1533,7 +1622,7 @@ type RingResult struct {
 
 func (x *RingResult) Reset() {
 	*x = RingResult{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1634,7 @@ func (x *RingResult) String() string {
 func (*RingResult) ProtoMessage() {}
 
 func (x *RingResult) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[24]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1647,7 @@ func (x *RingResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RingResult.ProtoReflect.Descriptor instead.
 func (*RingResult) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{24}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RingResult) GetData() []byte {
@@ -1592,7 +1681,7 @@ type ReadRingsResponse struct {
 
 func (x *ReadRingsResponse) Reset() {
 	*x = ReadRingsResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1693,7 @@ func (x *ReadRingsResponse) String() string {
 func (*ReadRingsResponse) ProtoMessage() {}
 
 func (x *ReadRingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[25]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1706,7 @@ func (x *ReadRingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRingsResponse.ProtoReflect.Descriptor instead.
 func (*ReadRingsResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{25}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadRingsResponse) GetResults() []*RingResult {
@@ -1636,7 +1725,7 @@ type LinkEndpointRequest struct {
 
 func (x *LinkEndpointRequest) Reset() {
 	*x = LinkEndpointRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1737,7 @@ func (x *LinkEndpointRequest) String() string {
 func (*LinkEndpointRequest) ProtoMessage() {}
 
 func (x *LinkEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[26]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1750,7 @@ func (x *LinkEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkEndpointRequest.ProtoReflect.Descriptor instead.
 func (*LinkEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{26}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LinkEndpointRequest) GetHandle() []byte {
@@ -1685,7 +1774,7 @@ type LinkEndpointResponse struct {
 
 func (x *LinkEndpointResponse) Reset() {
 	*x = LinkEndpointResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1786,7 @@ func (x *LinkEndpointResponse) String() string {
 func (*LinkEndpointResponse) ProtoMessage() {}
 
 func (x *LinkEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[27]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1799,7 @@ func (x *LinkEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkEndpointResponse.ProtoReflect.Descriptor instead.
 func (*LinkEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{27}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LinkEndpointResponse) GetKind() string {
@@ -1744,7 +1833,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1845,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[28]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1858,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{28}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RecoverRequest) GetHandle() []byte {
@@ -1796,7 +1885,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1897,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[29]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1910,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{29}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RecoverResponse) GetHandle() []byte {
@@ -1849,7 +1938,7 @@ type SnapshotCreateRequest struct {
 
 func (x *SnapshotCreateRequest) Reset() {
 	*x = SnapshotCreateRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +1950,7 @@ func (x *SnapshotCreateRequest) String() string {
 func (*SnapshotCreateRequest) ProtoMessage() {}
 
 func (x *SnapshotCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[30]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +1963,7 @@ func (x *SnapshotCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotCreateRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotCreateRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{30}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SnapshotCreateRequest) GetHandle() []byte {
@@ -1911,7 +2000,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1923,7 +2012,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[31]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1936,7 +2025,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{31}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotInfo) GetDiskBytes() int64 {
@@ -1969,7 +2058,7 @@ type SnapshotCreateResponse struct {
 
 func (x *SnapshotCreateResponse) Reset() {
 	*x = SnapshotCreateResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2070,7 @@ func (x *SnapshotCreateResponse) String() string {
 func (*SnapshotCreateResponse) ProtoMessage() {}
 
 func (x *SnapshotCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[32]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2083,7 @@ func (x *SnapshotCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotCreateResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotCreateResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{32}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SnapshotCreateResponse) GetInfo() *SnapshotInfo {
@@ -2016,7 +2105,7 @@ type SnapshotRestoreRequest struct {
 
 func (x *SnapshotRestoreRequest) Reset() {
 	*x = SnapshotRestoreRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2117,7 @@ func (x *SnapshotRestoreRequest) String() string {
 func (*SnapshotRestoreRequest) ProtoMessage() {}
 
 func (x *SnapshotRestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[33]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2130,7 @@ func (x *SnapshotRestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{33}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SnapshotRestoreRequest) GetHandle() []byte {
@@ -2080,7 +2169,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2181,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[34]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2194,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{34}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{35}
 }
 
 type SnapshotDeleteRequest struct {
@@ -2118,7 +2207,7 @@ type SnapshotDeleteRequest struct {
 
 func (x *SnapshotDeleteRequest) Reset() {
 	*x = SnapshotDeleteRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2219,7 @@ func (x *SnapshotDeleteRequest) String() string {
 func (*SnapshotDeleteRequest) ProtoMessage() {}
 
 func (x *SnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[35]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2232,7 @@ func (x *SnapshotDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDeleteRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{35}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotDeleteRequest) GetHandle() []byte {
@@ -2168,7 +2257,7 @@ type SnapshotDeleteResponse struct {
 
 func (x *SnapshotDeleteResponse) Reset() {
 	*x = SnapshotDeleteResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2269,7 @@ func (x *SnapshotDeleteResponse) String() string {
 func (*SnapshotDeleteResponse) ProtoMessage() {}
 
 func (x *SnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[36]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2282,7 @@ func (x *SnapshotDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotDeleteResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{36}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{37}
 }
 
 type SnapshotRenameRequest struct {
@@ -2207,7 +2296,7 @@ type SnapshotRenameRequest struct {
 
 func (x *SnapshotRenameRequest) Reset() {
 	*x = SnapshotRenameRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2308,7 @@ func (x *SnapshotRenameRequest) String() string {
 func (*SnapshotRenameRequest) ProtoMessage() {}
 
 func (x *SnapshotRenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[37]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2321,7 @@ func (x *SnapshotRenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRenameRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRenameRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{37}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SnapshotRenameRequest) GetHandle() []byte {
@@ -2264,7 +2353,7 @@ type SnapshotRenameResponse struct {
 
 func (x *SnapshotRenameResponse) Reset() {
 	*x = SnapshotRenameResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2365,7 @@ func (x *SnapshotRenameResponse) String() string {
 func (*SnapshotRenameResponse) ProtoMessage() {}
 
 func (x *SnapshotRenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[38]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2378,7 @@ func (x *SnapshotRenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRenameResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRenameResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{38}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{39}
 }
 
 type AdoptRequest struct {
@@ -2303,7 +2392,7 @@ type AdoptRequest struct {
 
 func (x *AdoptRequest) Reset() {
 	*x = AdoptRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2404,7 @@ func (x *AdoptRequest) String() string {
 func (*AdoptRequest) ProtoMessage() {}
 
 func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[39]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2417,7 @@ func (x *AdoptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptRequest.ProtoReflect.Descriptor instead.
 func (*AdoptRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{39}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AdoptRequest) GetHandle() []byte {
@@ -2361,7 +2450,7 @@ type AdoptResponse struct {
 
 func (x *AdoptResponse) Reset() {
 	*x = AdoptResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2462,7 @@ func (x *AdoptResponse) String() string {
 func (*AdoptResponse) ProtoMessage() {}
 
 func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[40]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2475,7 @@ func (x *AdoptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdoptResponse.ProtoReflect.Descriptor instead.
 func (*AdoptResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{40}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AdoptResponse) GetHandle() []byte {
@@ -2409,7 +2498,7 @@ type UpdateDevicesRequest struct {
 
 func (x *UpdateDevicesRequest) Reset() {
 	*x = UpdateDevicesRequest{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2510,7 @@ func (x *UpdateDevicesRequest) String() string {
 func (*UpdateDevicesRequest) ProtoMessage() {}
 
 func (x *UpdateDevicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[41]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2523,7 @@ func (x *UpdateDevicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDevicesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateDevicesRequest) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{41}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UpdateDevicesRequest) GetHandle() []byte {
@@ -2466,7 +2555,7 @@ type UpdateDevicesResponse struct {
 
 func (x *UpdateDevicesResponse) Reset() {
 	*x = UpdateDevicesResponse{}
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2478,7 +2567,7 @@ func (x *UpdateDevicesResponse) String() string {
 func (*UpdateDevicesResponse) ProtoMessage() {}
 
 func (x *UpdateDevicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[42]
+	mi := &file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2491,7 +2580,7 @@ func (x *UpdateDevicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateDevicesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateDevicesResponse) Descriptor() ([]byte, []int) {
-	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{42}
+	return file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP(), []int{43}
 }
 
 var File_plugins_sdk_proto_backend_v1_backend_proto protoreflect.FileDescriptor
@@ -2499,14 +2588,20 @@ var File_plugins_sdk_proto_backend_v1_backend_proto protoreflect.FileDescriptor
 const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\n" +
 	"*plugins/sdk/proto/backend/v1/backend.proto\x12\x14guestlink.backend.v1\"\r\n" +
-	"\vInfoRequest\"\xe7\x01\n" +
+	"\vInfoRequest\"\xae\x02\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\"\n" +
 	"\fcapabilities\x18\x03 \x03(\tR\fcapabilities\x12'\n" +
 	"\x0fconfig_prefixes\x18\x04 \x03(\tR\x0econfigPrefixes\x12#\n" +
 	"\rinstance_type\x18n \x01(\tR\finstanceType\x127\n" +
-	"\amissing\x18x \x03(\v2\x1d.guestlink.backend.v1.MissingR\amissing\"O\n" +
+	"\amissing\x18x \x03(\v2\x1d.guestlink.backend.v1.MissingR\amissing\x12E\n" +
+	"\rconfig_schema\x18\x82\x01 \x03(\v2\x1f.guestlink.backend.v1.ConfigKeyR\fconfigSchema\"j\n" +
+	"\tConfigKey\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12#\n" +
+	"\rdefault_value\x18\x03 \x01(\tR\fdefaultValue\x12\x10\n" +
+	"\x03doc\x18\x04 \x01(\tR\x03doc\"O\n" +
 	"\aMissing\x12\x12\n" +
 	"\x04what\x18\x01 \x01(\tR\x04what\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
@@ -2707,129 +2802,131 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_rawDescGZIP() []byte {
 }
 
 var file_plugins_sdk_proto_backend_v1_backend_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_plugins_sdk_proto_backend_v1_backend_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_plugins_sdk_proto_backend_v1_backend_proto_goTypes = []any{
 	(Status)(0),                     // 0: guestlink.backend.v1.Status
 	(EventKind)(0),                  // 1: guestlink.backend.v1.EventKind
 	(ExitKind)(0),                   // 2: guestlink.backend.v1.ExitKind
 	(*InfoRequest)(nil),             // 3: guestlink.backend.v1.InfoRequest
 	(*InfoResponse)(nil),            // 4: guestlink.backend.v1.InfoResponse
-	(*Missing)(nil),                 // 5: guestlink.backend.v1.Missing
-	(*File)(nil),                    // 6: guestlink.backend.v1.File
-	(*GuestSpec)(nil),               // 7: guestlink.backend.v1.GuestSpec
-	(*Image)(nil),                   // 8: guestlink.backend.v1.Image
-	(*Device)(nil),                  // 9: guestlink.backend.v1.Device
-	(*CreateRequest)(nil),           // 10: guestlink.backend.v1.CreateRequest
-	(*CreateResponse)(nil),          // 11: guestlink.backend.v1.CreateResponse
-	(*StartRequest)(nil),            // 12: guestlink.backend.v1.StartRequest
-	(*StartResponse)(nil),           // 13: guestlink.backend.v1.StartResponse
-	(*StopRequest)(nil),             // 14: guestlink.backend.v1.StopRequest
-	(*StopResponse)(nil),            // 15: guestlink.backend.v1.StopResponse
-	(*DeleteRequest)(nil),           // 16: guestlink.backend.v1.DeleteRequest
-	(*DeleteResponse)(nil),          // 17: guestlink.backend.v1.DeleteResponse
-	(*StateRequest)(nil),            // 18: guestlink.backend.v1.StateRequest
-	(*StateResponse)(nil),           // 19: guestlink.backend.v1.StateResponse
-	(*GuestState)(nil),              // 20: guestlink.backend.v1.GuestState
-	(*EventsRequest)(nil),           // 21: guestlink.backend.v1.EventsRequest
-	(*Event)(nil),                   // 22: guestlink.backend.v1.Event
-	(*EventBatch)(nil),              // 23: guestlink.backend.v1.EventBatch
-	(*ReadRingRequest)(nil),         // 24: guestlink.backend.v1.ReadRingRequest
-	(*ReadRingResponse)(nil),        // 25: guestlink.backend.v1.ReadRingResponse
-	(*ReadRingsRequest)(nil),        // 26: guestlink.backend.v1.ReadRingsRequest
-	(*RingResult)(nil),              // 27: guestlink.backend.v1.RingResult
-	(*ReadRingsResponse)(nil),       // 28: guestlink.backend.v1.ReadRingsResponse
-	(*LinkEndpointRequest)(nil),     // 29: guestlink.backend.v1.LinkEndpointRequest
-	(*LinkEndpointResponse)(nil),    // 30: guestlink.backend.v1.LinkEndpointResponse
-	(*RecoverRequest)(nil),          // 31: guestlink.backend.v1.RecoverRequest
-	(*RecoverResponse)(nil),         // 32: guestlink.backend.v1.RecoverResponse
-	(*SnapshotCreateRequest)(nil),   // 33: guestlink.backend.v1.SnapshotCreateRequest
-	(*SnapshotInfo)(nil),            // 34: guestlink.backend.v1.SnapshotInfo
-	(*SnapshotCreateResponse)(nil),  // 35: guestlink.backend.v1.SnapshotCreateResponse
-	(*SnapshotRestoreRequest)(nil),  // 36: guestlink.backend.v1.SnapshotRestoreRequest
-	(*SnapshotRestoreResponse)(nil), // 37: guestlink.backend.v1.SnapshotRestoreResponse
-	(*SnapshotDeleteRequest)(nil),   // 38: guestlink.backend.v1.SnapshotDeleteRequest
-	(*SnapshotDeleteResponse)(nil),  // 39: guestlink.backend.v1.SnapshotDeleteResponse
-	(*SnapshotRenameRequest)(nil),   // 40: guestlink.backend.v1.SnapshotRenameRequest
-	(*SnapshotRenameResponse)(nil),  // 41: guestlink.backend.v1.SnapshotRenameResponse
-	(*AdoptRequest)(nil),            // 42: guestlink.backend.v1.AdoptRequest
-	(*AdoptResponse)(nil),           // 43: guestlink.backend.v1.AdoptResponse
-	(*UpdateDevicesRequest)(nil),    // 44: guestlink.backend.v1.UpdateDevicesRequest
-	(*UpdateDevicesResponse)(nil),   // 45: guestlink.backend.v1.UpdateDevicesResponse
-	nil,                             // 46: guestlink.backend.v1.GuestSpec.ConfigEntry
-	nil,                             // 47: guestlink.backend.v1.GuestSpec.DevicesEntry
-	nil,                             // 48: guestlink.backend.v1.Device.ConfigEntry
-	nil,                             // 49: guestlink.backend.v1.GuestState.DetailsEntry
-	nil,                             // 50: guestlink.backend.v1.SnapshotInfo.DetailsEntry
-	nil,                             // 51: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	(*ConfigKey)(nil),               // 5: guestlink.backend.v1.ConfigKey
+	(*Missing)(nil),                 // 6: guestlink.backend.v1.Missing
+	(*File)(nil),                    // 7: guestlink.backend.v1.File
+	(*GuestSpec)(nil),               // 8: guestlink.backend.v1.GuestSpec
+	(*Image)(nil),                   // 9: guestlink.backend.v1.Image
+	(*Device)(nil),                  // 10: guestlink.backend.v1.Device
+	(*CreateRequest)(nil),           // 11: guestlink.backend.v1.CreateRequest
+	(*CreateResponse)(nil),          // 12: guestlink.backend.v1.CreateResponse
+	(*StartRequest)(nil),            // 13: guestlink.backend.v1.StartRequest
+	(*StartResponse)(nil),           // 14: guestlink.backend.v1.StartResponse
+	(*StopRequest)(nil),             // 15: guestlink.backend.v1.StopRequest
+	(*StopResponse)(nil),            // 16: guestlink.backend.v1.StopResponse
+	(*DeleteRequest)(nil),           // 17: guestlink.backend.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 18: guestlink.backend.v1.DeleteResponse
+	(*StateRequest)(nil),            // 19: guestlink.backend.v1.StateRequest
+	(*StateResponse)(nil),           // 20: guestlink.backend.v1.StateResponse
+	(*GuestState)(nil),              // 21: guestlink.backend.v1.GuestState
+	(*EventsRequest)(nil),           // 22: guestlink.backend.v1.EventsRequest
+	(*Event)(nil),                   // 23: guestlink.backend.v1.Event
+	(*EventBatch)(nil),              // 24: guestlink.backend.v1.EventBatch
+	(*ReadRingRequest)(nil),         // 25: guestlink.backend.v1.ReadRingRequest
+	(*ReadRingResponse)(nil),        // 26: guestlink.backend.v1.ReadRingResponse
+	(*ReadRingsRequest)(nil),        // 27: guestlink.backend.v1.ReadRingsRequest
+	(*RingResult)(nil),              // 28: guestlink.backend.v1.RingResult
+	(*ReadRingsResponse)(nil),       // 29: guestlink.backend.v1.ReadRingsResponse
+	(*LinkEndpointRequest)(nil),     // 30: guestlink.backend.v1.LinkEndpointRequest
+	(*LinkEndpointResponse)(nil),    // 31: guestlink.backend.v1.LinkEndpointResponse
+	(*RecoverRequest)(nil),          // 32: guestlink.backend.v1.RecoverRequest
+	(*RecoverResponse)(nil),         // 33: guestlink.backend.v1.RecoverResponse
+	(*SnapshotCreateRequest)(nil),   // 34: guestlink.backend.v1.SnapshotCreateRequest
+	(*SnapshotInfo)(nil),            // 35: guestlink.backend.v1.SnapshotInfo
+	(*SnapshotCreateResponse)(nil),  // 36: guestlink.backend.v1.SnapshotCreateResponse
+	(*SnapshotRestoreRequest)(nil),  // 37: guestlink.backend.v1.SnapshotRestoreRequest
+	(*SnapshotRestoreResponse)(nil), // 38: guestlink.backend.v1.SnapshotRestoreResponse
+	(*SnapshotDeleteRequest)(nil),   // 39: guestlink.backend.v1.SnapshotDeleteRequest
+	(*SnapshotDeleteResponse)(nil),  // 40: guestlink.backend.v1.SnapshotDeleteResponse
+	(*SnapshotRenameRequest)(nil),   // 41: guestlink.backend.v1.SnapshotRenameRequest
+	(*SnapshotRenameResponse)(nil),  // 42: guestlink.backend.v1.SnapshotRenameResponse
+	(*AdoptRequest)(nil),            // 43: guestlink.backend.v1.AdoptRequest
+	(*AdoptResponse)(nil),           // 44: guestlink.backend.v1.AdoptResponse
+	(*UpdateDevicesRequest)(nil),    // 45: guestlink.backend.v1.UpdateDevicesRequest
+	(*UpdateDevicesResponse)(nil),   // 46: guestlink.backend.v1.UpdateDevicesResponse
+	nil,                             // 47: guestlink.backend.v1.GuestSpec.ConfigEntry
+	nil,                             // 48: guestlink.backend.v1.GuestSpec.DevicesEntry
+	nil,                             // 49: guestlink.backend.v1.Device.ConfigEntry
+	nil,                             // 50: guestlink.backend.v1.GuestState.DetailsEntry
+	nil,                             // 51: guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	nil,                             // 52: guestlink.backend.v1.UpdateDevicesRequest.AddEntry
 }
 var file_plugins_sdk_proto_backend_v1_backend_proto_depIdxs = []int32{
-	5,  // 0: guestlink.backend.v1.InfoResponse.missing:type_name -> guestlink.backend.v1.Missing
-	46, // 1: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
-	47, // 2: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
-	6,  // 3: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
-	8,  // 4: guestlink.backend.v1.GuestSpec.image:type_name -> guestlink.backend.v1.Image
-	48, // 5: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
-	7,  // 6: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	7,  // 7: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	20, // 8: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
-	20, // 9: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
-	20, // 10: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
-	0,  // 11: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
-	49, // 12: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
-	1,  // 13: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
-	2,  // 14: guestlink.backend.v1.Event.exit:type_name -> guestlink.backend.v1.ExitKind
-	22, // 15: guestlink.backend.v1.EventBatch.events:type_name -> guestlink.backend.v1.Event
-	24, // 16: guestlink.backend.v1.ReadRingsRequest.reads:type_name -> guestlink.backend.v1.ReadRingRequest
-	27, // 17: guestlink.backend.v1.ReadRingsResponse.results:type_name -> guestlink.backend.v1.RingResult
-	7,  // 18: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	20, // 19: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
-	50, // 20: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
-	34, // 21: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
-	7,  // 22: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
-	51, // 23: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
-	9,  // 24: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
-	9,  // 25: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
-	3,  // 26: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
-	10, // 27: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
-	12, // 28: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
-	14, // 29: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
-	16, // 30: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
-	18, // 31: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
-	21, // 32: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
-	21, // 33: guestlink.backend.v1.Backend.EventBatches:input_type -> guestlink.backend.v1.EventsRequest
-	24, // 34: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
-	26, // 35: guestlink.backend.v1.Backend.ReadRings:input_type -> guestlink.backend.v1.ReadRingsRequest
-	29, // 36: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
-	31, // 37: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
-	33, // 38: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
-	36, // 39: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
-	38, // 40: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
-	40, // 41: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
-	42, // 42: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
-	44, // 43: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
-	4,  // 44: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
-	11, // 45: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
-	13, // 46: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
-	15, // 47: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
-	17, // 48: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
-	19, // 49: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
-	22, // 50: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
-	23, // 51: guestlink.backend.v1.Backend.EventBatches:output_type -> guestlink.backend.v1.EventBatch
-	25, // 52: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
-	28, // 53: guestlink.backend.v1.Backend.ReadRings:output_type -> guestlink.backend.v1.ReadRingsResponse
-	30, // 54: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
-	32, // 55: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
-	35, // 56: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
-	37, // 57: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
-	39, // 58: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
-	41, // 59: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
-	43, // 60: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
-	45, // 61: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
-	44, // [44:62] is the sub-list for method output_type
-	26, // [26:44] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	6,  // 0: guestlink.backend.v1.InfoResponse.missing:type_name -> guestlink.backend.v1.Missing
+	5,  // 1: guestlink.backend.v1.InfoResponse.config_schema:type_name -> guestlink.backend.v1.ConfigKey
+	47, // 2: guestlink.backend.v1.GuestSpec.config:type_name -> guestlink.backend.v1.GuestSpec.ConfigEntry
+	48, // 3: guestlink.backend.v1.GuestSpec.devices:type_name -> guestlink.backend.v1.GuestSpec.DevicesEntry
+	7,  // 4: guestlink.backend.v1.GuestSpec.files:type_name -> guestlink.backend.v1.File
+	9,  // 5: guestlink.backend.v1.GuestSpec.image:type_name -> guestlink.backend.v1.Image
+	49, // 6: guestlink.backend.v1.Device.config:type_name -> guestlink.backend.v1.Device.ConfigEntry
+	8,  // 7: guestlink.backend.v1.CreateRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	8,  // 8: guestlink.backend.v1.StartRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	21, // 9: guestlink.backend.v1.StartResponse.state:type_name -> guestlink.backend.v1.GuestState
+	21, // 10: guestlink.backend.v1.StopResponse.state:type_name -> guestlink.backend.v1.GuestState
+	21, // 11: guestlink.backend.v1.StateResponse.state:type_name -> guestlink.backend.v1.GuestState
+	0,  // 12: guestlink.backend.v1.GuestState.status:type_name -> guestlink.backend.v1.Status
+	50, // 13: guestlink.backend.v1.GuestState.details:type_name -> guestlink.backend.v1.GuestState.DetailsEntry
+	1,  // 14: guestlink.backend.v1.Event.kind:type_name -> guestlink.backend.v1.EventKind
+	2,  // 15: guestlink.backend.v1.Event.exit:type_name -> guestlink.backend.v1.ExitKind
+	23, // 16: guestlink.backend.v1.EventBatch.events:type_name -> guestlink.backend.v1.Event
+	25, // 17: guestlink.backend.v1.ReadRingsRequest.reads:type_name -> guestlink.backend.v1.ReadRingRequest
+	28, // 18: guestlink.backend.v1.ReadRingsResponse.results:type_name -> guestlink.backend.v1.RingResult
+	8,  // 19: guestlink.backend.v1.RecoverRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	21, // 20: guestlink.backend.v1.RecoverResponse.state:type_name -> guestlink.backend.v1.GuestState
+	51, // 21: guestlink.backend.v1.SnapshotInfo.details:type_name -> guestlink.backend.v1.SnapshotInfo.DetailsEntry
+	35, // 22: guestlink.backend.v1.SnapshotCreateResponse.info:type_name -> guestlink.backend.v1.SnapshotInfo
+	8,  // 23: guestlink.backend.v1.AdoptRequest.spec:type_name -> guestlink.backend.v1.GuestSpec
+	52, // 24: guestlink.backend.v1.UpdateDevicesRequest.add:type_name -> guestlink.backend.v1.UpdateDevicesRequest.AddEntry
+	10, // 25: guestlink.backend.v1.GuestSpec.DevicesEntry.value:type_name -> guestlink.backend.v1.Device
+	10, // 26: guestlink.backend.v1.UpdateDevicesRequest.AddEntry.value:type_name -> guestlink.backend.v1.Device
+	3,  // 27: guestlink.backend.v1.Backend.Info:input_type -> guestlink.backend.v1.InfoRequest
+	11, // 28: guestlink.backend.v1.Backend.Create:input_type -> guestlink.backend.v1.CreateRequest
+	13, // 29: guestlink.backend.v1.Backend.Start:input_type -> guestlink.backend.v1.StartRequest
+	15, // 30: guestlink.backend.v1.Backend.Stop:input_type -> guestlink.backend.v1.StopRequest
+	17, // 31: guestlink.backend.v1.Backend.Delete:input_type -> guestlink.backend.v1.DeleteRequest
+	19, // 32: guestlink.backend.v1.Backend.State:input_type -> guestlink.backend.v1.StateRequest
+	22, // 33: guestlink.backend.v1.Backend.Events:input_type -> guestlink.backend.v1.EventsRequest
+	22, // 34: guestlink.backend.v1.Backend.EventBatches:input_type -> guestlink.backend.v1.EventsRequest
+	25, // 35: guestlink.backend.v1.Backend.ReadRing:input_type -> guestlink.backend.v1.ReadRingRequest
+	27, // 36: guestlink.backend.v1.Backend.ReadRings:input_type -> guestlink.backend.v1.ReadRingsRequest
+	30, // 37: guestlink.backend.v1.Backend.LinkEndpoint:input_type -> guestlink.backend.v1.LinkEndpointRequest
+	32, // 38: guestlink.backend.v1.Backend.Recover:input_type -> guestlink.backend.v1.RecoverRequest
+	34, // 39: guestlink.backend.v1.Backend.SnapshotCreate:input_type -> guestlink.backend.v1.SnapshotCreateRequest
+	37, // 40: guestlink.backend.v1.Backend.SnapshotRestore:input_type -> guestlink.backend.v1.SnapshotRestoreRequest
+	39, // 41: guestlink.backend.v1.Backend.SnapshotDelete:input_type -> guestlink.backend.v1.SnapshotDeleteRequest
+	41, // 42: guestlink.backend.v1.Backend.SnapshotRename:input_type -> guestlink.backend.v1.SnapshotRenameRequest
+	43, // 43: guestlink.backend.v1.Backend.Adopt:input_type -> guestlink.backend.v1.AdoptRequest
+	45, // 44: guestlink.backend.v1.Backend.UpdateDevices:input_type -> guestlink.backend.v1.UpdateDevicesRequest
+	4,  // 45: guestlink.backend.v1.Backend.Info:output_type -> guestlink.backend.v1.InfoResponse
+	12, // 46: guestlink.backend.v1.Backend.Create:output_type -> guestlink.backend.v1.CreateResponse
+	14, // 47: guestlink.backend.v1.Backend.Start:output_type -> guestlink.backend.v1.StartResponse
+	16, // 48: guestlink.backend.v1.Backend.Stop:output_type -> guestlink.backend.v1.StopResponse
+	18, // 49: guestlink.backend.v1.Backend.Delete:output_type -> guestlink.backend.v1.DeleteResponse
+	20, // 50: guestlink.backend.v1.Backend.State:output_type -> guestlink.backend.v1.StateResponse
+	23, // 51: guestlink.backend.v1.Backend.Events:output_type -> guestlink.backend.v1.Event
+	24, // 52: guestlink.backend.v1.Backend.EventBatches:output_type -> guestlink.backend.v1.EventBatch
+	26, // 53: guestlink.backend.v1.Backend.ReadRing:output_type -> guestlink.backend.v1.ReadRingResponse
+	29, // 54: guestlink.backend.v1.Backend.ReadRings:output_type -> guestlink.backend.v1.ReadRingsResponse
+	31, // 55: guestlink.backend.v1.Backend.LinkEndpoint:output_type -> guestlink.backend.v1.LinkEndpointResponse
+	33, // 56: guestlink.backend.v1.Backend.Recover:output_type -> guestlink.backend.v1.RecoverResponse
+	36, // 57: guestlink.backend.v1.Backend.SnapshotCreate:output_type -> guestlink.backend.v1.SnapshotCreateResponse
+	38, // 58: guestlink.backend.v1.Backend.SnapshotRestore:output_type -> guestlink.backend.v1.SnapshotRestoreResponse
+	40, // 59: guestlink.backend.v1.Backend.SnapshotDelete:output_type -> guestlink.backend.v1.SnapshotDeleteResponse
+	42, // 60: guestlink.backend.v1.Backend.SnapshotRename:output_type -> guestlink.backend.v1.SnapshotRenameResponse
+	44, // 61: guestlink.backend.v1.Backend.Adopt:output_type -> guestlink.backend.v1.AdoptResponse
+	46, // 62: guestlink.backend.v1.Backend.UpdateDevices:output_type -> guestlink.backend.v1.UpdateDevicesResponse
+	45, // [45:63] is the sub-list for method output_type
+	27, // [27:45] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_plugins_sdk_proto_backend_v1_backend_proto_init() }
@@ -2843,7 +2940,7 @@ func file_plugins_sdk_proto_backend_v1_backend_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc), len(file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   49,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
