@@ -1,6 +1,6 @@
 // Package control serves the agent's link port (8443): the daemon's
-// advertisement (PUT /1.0), guest events (POST /1.0/events) and the agent's
-// info (GET /1.0), over TLS that accepts only the daemon's client
+// advertisement (PUT /1.0), guest events (POST /1.0/events), the agent's
+// info (GET /1.0) and the guest's files (/1.0/files, files.go), over TLS that accepts only the daemon's client
 // certificate. Answers use the LXD envelope.
 package control
 
@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/guestlink/guestlink/agent/files"
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 )
@@ -46,6 +47,11 @@ type Agent interface {
 type Handler struct {
 	// Agent is driven by the requests.
 	Agent Agent
+	// Files serves /1.0/files (files.go); nil answers 501.
+	Files *files.FS
+	// Features is the guest's feature switch; nil lets every feature
+	// through.
+	Features FeatureSwitch
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -102,6 +108,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.event(w, r)
+	case "/1.0/files":
+		h.serveFiles(w, r)
 	default:
 		writeError(w, http.StatusNotFound, "")
 	}
