@@ -327,7 +327,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Consoles: mgr,
 		Storage:  d.storage,
 		Images:   d.images,
-		Cluster:  d.clusterService(), DefaultBackend: cfg.DefaultBackend})
+		Cluster:  d.clusterService(), DefaultBackend: cfg.DefaultBackend,
+		Agents: d.monitor})
 	if d.unixLn, err = adminapi.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}

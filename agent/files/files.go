@@ -15,10 +15,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/guestlink/guestlink/link/guestpath"
 )
 
 // Types of X-LXD-type.
@@ -44,32 +45,18 @@ const copyBuffer = 64 << 10
 // fs.ErrNotExist 404, fs.ErrPermission 403 and fs.ErrExist 409.
 var (
 	// ErrBadPath is a path that is not absolute, holds a NUL or a ".."
-	// element, or an option that is not valid.
-	ErrBadPath = errors.New("invalid path")
+	// element (guestpath.ErrInvalid), or an option that is not valid.
+	ErrBadPath = guestpath.ErrInvalid
 	// ErrEscapes is a path that a symlink leads out of the guest's root.
 	ErrEscapes = errors.New("path leads out of the guest's root")
 )
 
 // Clean checks a guest path and returns it relative to the root ("." for
-// "/"): it must be absolute, hold no NUL byte and no ".." element (a path
-// that climbs is refused rather than cleaned).
+// "/"), as guestpath.Clean does; its errors wrap ErrBadPath.
 func Clean(p string) (string, error) {
-	switch {
-	case p == "":
-		return "", fmt.Errorf("%w: empty, an absolute path in the guest is required", ErrBadPath)
-	case strings.IndexByte(p, 0) >= 0:
-		return "", fmt.Errorf("%w %q: holds a NUL byte", ErrBadPath, p)
-	case !strings.HasPrefix(p, "/"):
-		return "", fmt.Errorf("%w %q: not absolute", ErrBadPath, p)
-	}
-	for _, el := range strings.Split(p, "/") {
-		if el == ".." {
-			return "", fmt.Errorf("%w %q: holds a \"..\" element", ErrBadPath, p)
-		}
-	}
-	rel := strings.TrimPrefix(path.Clean(p), "/")
-	if rel == "" {
-		rel = "."
+	rel, err := guestpath.Clean(p)
+	if err != nil {
+		return "", err
 	}
 	return rel, nil
 }

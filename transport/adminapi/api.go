@@ -111,6 +111,9 @@ type Config struct {
 	// DefaultBackend is the backend of a create that names none (for
 	// placing it on a cluster member).
 	DefaultBackend string
+	// Agents relays /1.0/instances/{name}/files to the guests' agents
+	// (files.go); nil answers 501.
+	Agents AgentRelay
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -169,6 +172,10 @@ func FiberConfig(bodyLimit int) fiber.Config {
 		// The API takes JSON only: a multipart body is refused by the handler
 		// with a precise message rather than parsed.
 		DisablePreParseMultipartForm: true,
+		// Request bodies are streamed, so that a file push goes to the
+		// agent as it arrives; limitBodies (files.go) holds every other
+		// request to BodyLimit.
+		StreamRequestBody: true,
 		// Proxy headers (X-Forwarded-Host, -Proto, -For) are never trusted:
 		// with the check on and no trusted proxy, c.Hostname(), c.Protocol()
 		// and c.IP() read the request itself.
@@ -187,6 +194,7 @@ func FiberConfig(bodyLimit int) fiber.Config {
 // Register adds the API's routes under /1.0 to r. Errors of these routes are
 // always answered in the LXD envelope, whatever r's error handler.
 func (a *API) Register(r fiber.Router) {
+	r.Use(limitBodies)
 	v1 := r.Group("/1.0", a.envelopeErrors, a.CheckHost, a.authenticate, a.forward, a.limit)
 	v1.Get("/", a.getServer)
 	v1.Get("/instances", a.listInstances)
@@ -211,6 +219,7 @@ func (a *API) Register(r fiber.Router) {
 	a.registerStorage(v1)
 	a.registerImages(v1)
 	a.registerCluster(r, v1)
+	a.registerFiles(v1)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several
