@@ -32,6 +32,7 @@ import (
 	"github.com/guestlink/guestlink/agent/eventhub"
 	"github.com/guestlink/guestlink/agent/features"
 	"github.com/guestlink/guestlink/agent/files"
+	"github.com/guestlink/guestlink/agent/gueststate"
 	"github.com/guestlink/guestlink/agent/ringwriter"
 	"github.com/guestlink/guestlink/agent/upstream"
 	"github.com/guestlink/guestlink/link/advert"
@@ -261,7 +262,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("listening on %s link port %d: %w", a.cfg.Link.Kind(), control.Port, err)
 	}
 	srv := &http.Server{
-		Handler:           &control.Handler{Agent: a, Files: files.New(a.cfg.Root), Features: a.features},
+		Handler: &control.Handler{Agent: a, Files: files.New(a.cfg.Root), Features: a.features,
+			State: &gueststate.Collector{Root: a.cfg.Root}},
 		TLSConfig:         control.TLSConfig(a.cert, serverDER),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,

@@ -76,6 +76,9 @@ type InstanceState struct {
 	ReadyAt    *time.Time `json:"ready_at"`
 	Link       string     `json:"link"`
 	Agent      AgentInfo  `json:"agent"`
+	// Guest is what the agent reports of the guest (features, state);
+	// nil when the agent is not connected.
+	Guest *GuestInfo `json:"guest,omitempty"`
 }
 
 // Agent states of AgentInfo.State ("" when no agent was seen this boot or

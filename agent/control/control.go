@@ -1,6 +1,7 @@
 // Package control serves the agent's link port (8443): the daemon's
 // advertisement (PUT /1.0), guest events (POST /1.0/events), the agent's
-// info (GET /1.0) and the guest's files (/1.0/files, files.go), over TLS that accepts only the daemon's client
+// info (GET /1.0), the guest's files (/1.0/files, files.go) and state
+// (GET /1.0/state, state.go), over TLS that accepts only the daemon's client
 // certificate. Answers use the LXD envelope.
 package control
 
@@ -52,6 +53,8 @@ type Handler struct {
 	// Features is the guest's feature switch; nil lets every feature
 	// through.
 	Features FeatureSwitch
+	// State serves GET /1.0/state (state.go); nil answers 501.
+	State StateCollector
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -110,6 +113,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.event(w, r)
 	case "/1.0/files":
 		h.serveFiles(w, r)
+	case "/1.0/state":
+		h.serveState(w, r)
 	default:
 		writeError(w, http.StatusNotFound, "")
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/guestlink/guestlink/agent/features"
 	"github.com/guestlink/guestlink/agent/files"
+	"github.com/guestlink/guestlink/agent/gueststate"
+	"github.com/guestlink/guestlink/api"
 )
 
 // TestFilesRoute drives /1.0/files on a guest root through the handler:
@@ -89,5 +91,29 @@ func TestFilesRoute(t *testing.T) {
 	w = do(http.MethodGet, "/d", "", nil)
 	if w.Code != 403 || !strings.Contains(w.Body.String(), "features.files: false in /etc/guestlink-agent.yaml") {
 		t.Errorf("switched off: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestStateRoute asks GET /1.0/state of a guest root, then with "state"
+// switched off (403 naming the switch).
+func TestStateRoute(t *testing.T) {
+	root := t.TempDir()
+	h := &Handler{Features: features.New(root), State: &gueststate.Collector{Root: root}}
+	get := func() *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/1.0/state", nil))
+		return w
+	}
+	w := get()
+	var env struct {
+		Metadata api.GuestState `json:"metadata"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &env); w.Code != 200 || err != nil || len(env.Metadata.Network) == 0 {
+		t.Fatalf("state: %d %s %v", w.Code, w.Body, err)
+	}
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc", "guestlink-agent.yaml"), []byte("features:\n  state: false\n"), 0o644)
+	if w := get(); w.Code != 403 || !strings.Contains(w.Body.String(), "features.state: false") {
+		t.Errorf("state off: %d %s", w.Code, w.Body)
 	}
 }
