@@ -114,6 +114,10 @@ type Config struct {
 	// Agents relays /1.0/instances/{name}/files to the guests' agents
 	// (files.go); nil answers 501.
 	Agents AgentRelay
+	// Guests are the agents' reports of their guests (guest.go): the
+	// state route's "guest", the instance's, the list's IPv4; nil shows
+	// none.
+	Guests GuestReports
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more

@@ -69,6 +69,7 @@ func (a *API) listInstances(c *fiber.Ctx) error {
 		// Encode the shared views as they are listed: no copies. The
 		// answer is sent from the encoder's chunks, never joined.
 		e := newListEncoder()
+		e.ipv4 = a.cachedIPv4
 		if err := l.ListFunc(c.UserContext(), filter, e.add); err != nil {
 			return err
 		}
@@ -166,7 +167,9 @@ func (a *API) getInstance(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return sync200(c, instance.WireInstance(inst, tl))
+	w := instance.WireInstance(inst, tl)
+	w.Guest = a.cachedGuest(inst.UUID)
+	return sync200(c, w)
 }
 
 // patchInstance answers PATCH /1.0/instances/{name}.
@@ -228,7 +231,9 @@ func (a *API) getState(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return sync200(c, instance.WireState(inst))
+	st := instance.WireState(inst)
+	st.Guest = a.guestInfo(c.UserContext(), inst.UUID)
+	return sync200(c, st)
 }
 
 // putState answers PUT /1.0/instances/{name}/state: it starts, stops or
