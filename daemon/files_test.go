@@ -15,8 +15,10 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/internal/testwait"
 )
 
 // writeRandom writes size pseudo-random bytes to path and returns their
@@ -88,6 +90,31 @@ func TestGuestFiles(t *testing.T) {
 	defer cancel()
 	g := d.launch(ctx, "files1", nil, nil)
 	dir := t.TempDir()
+
+	// guestlink info shows what the agent reports: features, the guest's
+	// OS (its root's os-release), hostname, kernel, addresses.
+	if err := os.MkdirAll(filepath.Join(g.root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(g.root, "etc", "os-release"), []byte("NAME=\"Debian GNU/Linux\"\nVERSION=\"12 (bookworm)\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	info := d.cli(ctx, "info", "files1")
+	host, _ := os.Hostname()
+	for _, want := range []string{"Agent features:  exec, files, state, freeze", "OS:  Debian GNU/Linux 12 (bookworm)", "Hostname:  " + host, "127.0.0.1/8 (local)"} {
+		if !strings.Contains(strings.Join(strings.Fields(info), "  "), strings.Join(strings.Fields(want), "  ")) {
+			t.Errorf("guestlink info lacks %q:\n%s", want, info)
+		}
+	}
+	st, err := d.client.State(ctx, "files1")
+	if err != nil || st.Guest == nil || st.Guest.State == nil || st.Guest.State.Network["lo"].Type != "loopback" {
+		t.Fatalf("GET state: %+v, %v", st, err)
+	}
+	// The list's IPV4 comes from the cached report.
+	list, err := d.client.Instances(ctx, client.InstanceFilter{})
+	if err != nil || len(list) != 1 || list[0].IPv4 != st.Guest.State.IPv4() {
+		t.Errorf("list: %+v, %v; want ipv4 %q", list, err, st.Guest.State.IPv4())
+	}
 
 	// 100 MiB there and back, with the daemon's peak RSS before and after.
 	src := filepath.Join(dir, "big")
@@ -195,6 +222,23 @@ func TestGuestFiles(t *testing.T) {
 		t.Errorf("a devlxd token wrote a file: %v", err)
 	}
 
+	// A viewer may read instances, not a guest's files.
+	if _, err := d.client.CreateBearerIdentityWith(ctx, api.IdentitiesBearerPost{Name: "watcher", Role: "viewer"}); err != nil {
+		t.Fatal(err)
+	}
+	vtok, err := d.client.IssueToken(ctx, "watcher", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vc, err := client.NewWithOptions(d.httpURL, client.Options{Token: vtok.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vc.Close()
+	if _, err := vc.PullFile(ctx, "files1", "/srv/deep/big"); !errors.Is(err, errdefs.ErrForbidden) {
+		t.Errorf("pull by a viewer: %v, want 403", err)
+	}
+
 	// The guest's admin switches files off.
 	if err := os.MkdirAll(filepath.Join(g.root, "etc"), 0o755); err != nil {
 		t.Fatal(err)
@@ -207,6 +251,12 @@ func TestGuestFiles(t *testing.T) {
 	if !errors.As(err, &se) || se.Code != http.StatusForbidden || !strings.Contains(se.Message, "features.files: false in /etc/guestlink-agent.yaml") {
 		t.Errorf("pull with files off: %v, want 403 naming the switch", err)
 	}
+	// The daemon's report is at most agentmon.GuestStateTTL old: once it
+	// is renewed, info no longer lists files.
+	testwait.For(t, "guestlink info without the files feature", opTimeout, func() bool {
+		info := d.cli(ctx, "info", "files1")
+		return strings.Contains(strings.Join(strings.Fields(info), " "), "Agent features: exec, state, freeze")
+	})
 	_, errOut, err := d.runCLI(ctx, "file", "delete", "files1/srv/deep/big")
 	if err == nil || !strings.Contains(errOut, "features.files: false") {
 		t.Errorf("delete with files off: %v %s", err, errOut)

@@ -27,7 +27,14 @@ const (
 	GuestStateWait = 2 * time.Second
 	// maxGuestAnswer bounds an agent's answer to GET /1.0 or /1.0/state.
 	maxGuestAnswer = 1 << 20
+	// backgroundFetches is how many fetches a list may start at once: a
+	// list of 10,000 guests refreshes a few reports per call, not 10,000
+	// connections at once; the others are refreshed by the next lists.
+	backgroundFetches = 8
 )
+
+// background holds a slot per running background fetch (CachedGuest).
+var background = make(chan struct{}, backgroundFetches)
 
 // guestCache is one monitor's cache.
 type guestCache struct {
@@ -54,7 +61,7 @@ func (s *Service) Guest(ctx context.Context, uuid string, wait time.Duration) (i
 		c.mu.Unlock()
 		return &out, true
 	}
-	done := m.fetchGuestLocked()
+	done := m.fetchGuestLocked(false)
 	c.mu.Unlock()
 	if done != nil {
 		t := time.NewTimer(wait)
@@ -87,7 +94,7 @@ func (s *Service) CachedGuest(uuid string) *api.GuestInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.at.IsZero() || s.cfg.Now().Sub(c.at) >= GuestStateTTL {
-		m.fetchGuestLocked()
+		m.fetchGuestLocked(true)
 	}
 	if c.at.IsZero() {
 		return nil
@@ -97,9 +104,9 @@ func (s *Service) CachedGuest(uuid string) *api.GuestInfo {
 }
 
 // fetchGuestLocked starts a fetch unless one runs, and returns the channel
-// closed when the running fetch ends (nil when the monitor is halted).
-// m.guest.mu is held.
-func (m *monitor) fetchGuestLocked() chan struct{} {
+// closed when the running fetch ends (nil when the monitor is halted, or a
+// background fetch finds no free slot). m.guest.mu is held.
+func (m *monitor) fetchGuestLocked(inBackground bool) chan struct{} {
 	c := &m.guest
 	if c.running != nil {
 		return c.running
@@ -109,11 +116,21 @@ func (m *monitor) fetchGuestLocked() chan struct{} {
 	if m.stopped {
 		return nil
 	}
+	release := func() {}
+	if inBackground {
+		select {
+		case background <- struct{}{}:
+			release = func() { <-background }
+		default:
+			return nil
+		}
+	}
 	done := make(chan struct{})
 	c.running = done
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		defer release()
 		ctx, cancel := context.WithTimeout(context.Background(), m.svc.cfg.RequestTimeout)
 		defer cancel()
 		go func() {

@@ -43,7 +43,15 @@ func (c *agentClient) stream(req *http.Request) (*http.Response, error) {
 	u.Scheme, u.Host = "https", "agent"
 	req.URL, req.Host = &u, "agent"
 	hc := c.httpClient()
-	hc.Transport.(*http.Transport).ResponseHeaderTimeout = relayHeaderTimeout
+	tr := hc.Transport.(*http.Transport)
+	tr.ResponseHeaderTimeout = relayHeaderTimeout
+	if req.Body != nil && req.Body != http.NoBody {
+		// The agent refuses a push (bad path, feature off) before it
+		// reads the body: with 100-continue that refusal is the answer,
+		// not a broken pipe of a body sent to a closed connection.
+		req.Header.Set("Expect", "100-continue")
+		tr.ExpectContinueTimeout = relayHeaderTimeout
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on agent of instance %q: %w: %w", req.Method, u.Path, c.certs.Name, err, errdefs.ErrUnavailable)

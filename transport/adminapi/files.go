@@ -29,6 +29,10 @@ var fileHeaders = []string{"X-LXD-uid", "X-LXD-gid", "X-LXD-mode", "X-LXD-type",
 // maxAgentError is how much of an agent's error answer is relayed.
 const maxAgentError = 64 << 10
 
+// refusedBodyDrain is how much of a refused push's body is read before the
+// answer (the rest is dropped with the connection).
+const refusedBodyDrain = 1 << 20
+
 // registerFiles adds GET, POST and DELETE /1.0/instances/{name}/files?path=,
 // LXD's file routes, relayed to the instance's agent: an admin's only (a
 // viewer may not read a guest's files either).
@@ -96,8 +100,14 @@ func limitBodies(c *fiber.Ctx) error {
 func (a *API) instanceFiles(c *fiber.Ctx) error {
 	if isFilePush(c) && c.Request().IsBodyStream() {
 		// Whatever happens, the connection is not reused: the body may
-		// be left unread.
-		defer c.Context().SetConnectionClose()
+		// be left unread. A refused push's body is read up to
+		// refusedBodyDrain first, so that a client still sending a small
+		// body reads the refusal rather than a broken pipe.
+		stream := c.Context().RequestBodyStream()
+		defer func() {
+			_, _ = io.CopyN(io.Discard, stream, refusedBodyDrain)
+			c.Context().SetConnectionClose()
+		}()
 	}
 	if a.cfg.Agents == nil {
 		return fiber.NewError(http.StatusNotImplemented, "this daemon relays no guest files")
