@@ -161,6 +161,7 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		Backends:  d.plugins,
 		Consoles:  d.mgr,
 		Editor:    d.mgr,
+		Guests:    d.monitor,
 		Logger:    d.log.With("component", "web"),
 	})
 	d.dash.Register(app)
