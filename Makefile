@@ -12,10 +12,12 @@ BENCHTIME ?= 1x
 # what goes into the package changes (scripts/guest-image-debian.sh).
 GOBUILD := $(GO) build -trimpath -buildvcs=false
 SOURCE_DATE_EPOCH ?= 1735689600
-# Go modules of this repository: the daemon's (root) and the plugin SDK's,
-# which plugin authors import without the daemon's modules. `./...` in the
-# root does not reach into plugins/sdk, so lint and test-go visit each.
-MODULES := . plugins/sdk
+# Go modules of this repository: the daemon's (root), the wire types' (api,
+# which the CLI and any client import without a line of the server: it
+# requires nothing but the standard library) and the plugin SDK's, which
+# plugin authors import without the daemon's modules. `./...` in the root
+# does not reach into api or plugins/sdk, so lint and test-go visit each.
+MODULES := . api plugins/sdk
 
 .DEFAULT_GOAL := help
 
@@ -39,6 +41,10 @@ build: ## build guestlinkd, guestlink, guestlink-agent and the plugins into bin/
 .PHONY: run
 run: build ## build, start the daemon (SQLite, sim backend, dashboard on $(HTTP), or the next free port; HTTP=ADDR to choose) and launch a demo guest
 	@STATE_DIR="$(STATE_DIR)" HTTP="$(HTTP)" PICK_PORT=$(if $(filter file,$(origin HTTP)),1,) scripts/run.sh
+
+.PHONY: cluster-demo
+cluster-demo: build ## run the three-member cluster of docs/cluster.md on this machine (a private PostgreSQL; Ctrl-C removes it all)
+	@scripts/cluster-demo.sh
 
 .PHONY: stop
 stop: build ## stop every guest of make run's state directory (starts the daemon for it if needed)
@@ -80,6 +86,10 @@ lint: ## gofmt, go vet and go mod tidy of every module (the import rules are int
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '_templ.go$$')); [ -z "$$out" ] || { echo "gofmt needed: $$out"; exit 1; }
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(GO) mod tidy -diff); done
 
+.PHONY: depaware
+depaware: ## rewrite what the CLI, the agent, the SDK and api link (internal/deptest/testdata/depaware/) and the docs' generated lists from the code
+	$(GO) test -count=1 -run 'TestDepaware$$|TestAgentModulesDocumented|TestArchitectureRuleTable' ./internal/deptest -update
+
 .PHONY: test
 test: deps build guest-image packages guest-image-debian lint check-generated ## run every test (installs what it needs); fails if a test leaves a process or a change behind
 	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
@@ -88,12 +98,14 @@ test: deps build guest-image packages guest-image-debian lint check-generated ##
 test-go: ## the Go tests of every module (no install, no checks)
 	@set -e; for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test -p 1 -count=1 -timeout 45m ./...); done # one package at a time: the VM and daemon tests are timing-sensitive on 2 cores
 
-# The race detector needs cgo. The end-to-end packages (daemon) run
+# The race detector needs cgo. The end-to-end package (e2e) runs
 # their daemons as separate processes, which -race does not instrument.
-RACE_PKGS := ./core/... ./daemon/... ./api/... ./errdefs/... ./client/... ./agent/... ./link/... ./db/...
+# api is a module of its own (MODULES), so its packages run from api/.
+RACE_PKGS := ./core/... ./daemon/... ./e2e/... ./errdefs/... ./client/... ./agent/... ./link/... ./db/...
 .PHONY: test-race
 test-race: ## the daemon, agent, link and db packages under the race detector
 	CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
+	cd api && CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 ./...
 
 .PHONY: test-js
 test-js: ## the browser tests (Chromium)
@@ -109,13 +121,15 @@ bench: build ## run the benchmarks named in the issues; figures go to docs/perfo
 	echo "== store: durable state-change writes (SQLite)"; \
 	$(GO) test -count=1 -vet=off -run '^$$' -bench 'StateChangeWrites/sqlite' -benchtime 3s ./db; \
 	echo "== daemon at 10,000 instances: list, RSS, state changes, cold start"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Daemon10k' -benchtime 10x ./daemon; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Daemon10k' -benchtime 10x ./e2e; \
 	echo "== guest link: GET /1.0 via the agent, agent state -> event"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'GuestLinkGet|AgentStateEvent' -benchtime 500x ./daemon; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'GuestLinkGet|AgentStateEvent' -benchtime 500x ./e2e; \
+	echo "== exec round trip (true) through the agent, per link type"; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'ExecRoundTrip' -benchtime 200x ./e2e; \
 	echo "== 1,000 running guests: idle CPU, Ready -> instance-ready"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./daemon; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./e2e; \
 	echo "== cluster of three members on PostgreSQL: forwarding, events across members, offline detection, list of 10,000"; \
-	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Cluster' -benchtime 300x ./daemon
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Cluster' -benchtime 300x ./e2e
 
 .PHONY: screenshots
 screenshots: build ## regenerate the committed docs/dashboard-*.png with the browser tests (npm test writes them outside the tree)

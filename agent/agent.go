@@ -30,6 +30,7 @@ import (
 	"github.com/guestlink/guestlink/agent/control"
 	"github.com/guestlink/guestlink/agent/devlxdproxy"
 	"github.com/guestlink/guestlink/agent/eventhub"
+	agentexec "github.com/guestlink/guestlink/agent/exec"
 	"github.com/guestlink/guestlink/agent/features"
 	"github.com/guestlink/guestlink/agent/files"
 	"github.com/guestlink/guestlink/agent/gueststate"
@@ -262,8 +263,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("listening on %s link port %d: %w", a.cfg.Link.Kind(), control.Port, err)
 	}
 	srv := &http.Server{
-		Handler: &control.Handler{Agent: a, Files: files.New(a.cfg.Root), Features: a.features,
-			State: &gueststate.Collector{Root: a.cfg.Root}},
+		Handler: &control.Handler{Agent: a, Exec: &agentexec.Server{Root: a.cfg.Root, Log: a.log.With("component", "exec")},
+			Files: files.New(a.cfg.Root), Features: a.features, State: &gueststate.Collector{Root: a.cfg.Root}},
 		TLSConfig:         control.TLSConfig(a.cert, serverDER),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,

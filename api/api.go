@@ -3,6 +3,11 @@
 // answer bodies. The server (transport/adminapi), the Go client (client) and devlxd
 // (daemon and agent) share them; the package imports only the standard
 // library, so a client links none of the server.
+//
+// api is a Go module of its own (github.com/guestlink/guestlink/api, api/go.mod)
+// that requires nothing: a line importing the daemon's module does not
+// compile here. The root module requires it at v0.0.0 with a replace to
+// ./api, so both always build from the same tree.
 package api
 
 import "time"

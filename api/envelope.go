@@ -22,7 +22,8 @@ type Response[M any] struct {
 	Status string `json:"status"`
 	// StatusCode is 200 on success and 0 on error.
 	StatusCode int `json:"status_code"`
-	// Operation is always empty: guestlink has no asynchronous operations.
+	// Operation is the URL of the operation an async answer (exec) started,
+	// empty otherwise.
 	Operation string `json:"operation"`
 	// ErrorCode is the HTTP status of an error, 0 on success.
 	ErrorCode int `json:"error_code"`

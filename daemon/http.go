@@ -161,8 +161,11 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		Backends:  d.plugins,
 		Consoles:  d.mgr,
 		Editor:    d.mgr,
+		Images:    d.images,
 		Guests:    d.monitor,
 		Logger:    d.log.With("component", "web"),
+
+		DefaultBackend: d.cfg.DefaultBackend,
 	})
 	d.dash.Register(app)
 	d.web = app

@@ -48,7 +48,10 @@ size=${GUESTLINK_DEBIAN_SIZE:-2G}
 key=$( { sha256sum "$0" "$deb" | cut -d' ' -f1; echo "$packages $suite $mirror $size"; } | sha256sum | cut -c1-16)
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/guestlink/images/debian-12-$key
 mkdir -p "$out"
+# "guestlink-stage: NAME" lines mark the stages: guestlink image build shows
+# them as progress on a terminal.
 if [ -f "$cache/debian-12.img" ] && [ -f "$cache/debian-12.json" ]; then
+	echo "guestlink-stage: copy the cached image"
 	echo "guest-image-debian: cached $cache"
 	cp --sparse=always "$cache/debian-12.img" "$out/debian-12.img.tmp"
 	cp "$cache/debian-12.json" "$out/debian-12.json"
@@ -62,9 +65,37 @@ trap 'rm -rf "$work"' EXIT
 root=$work/root
 start=$(date +%s)
 cp "$deb" "$work/guestlink-agent.deb"
+# The image declares Ready on its own once it is up: after multi-user.target
+# and cloud-init's last stage (so a user-data runcmd has run), the agent's
+# CLI waits for the host and declares Ready through /dev/lxd/sock. User-data
+# that declares Ready itself switches this off with a file (docs/guests.md):
+#   write_files: [{path: /etc/guestlink/ready.disabled, content: ""}]
+cat >"$work/guestlink-ready.service" <<'UNIT'
+[Unit]
+Description=Declare this guest Ready to guestlink once it is up
+After=multi-user.target cloud-final.service guestlink-agent.service
+ConditionPathExists=!/etc/guestlink/ready.disabled
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/guestlink-agent wait-host --timeout 10m
+ExecStart=/usr/bin/guestlink-agent ready
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+# Boot does not wait on network-online for long, nor fail without a NIC:
+# any one link up ends the wait, and after 10 s the wait gives up without
+# failing the unit (a guest without a NIC is not "degraded").
+cat >"$work/wait-online.conf" <<'UNIT'
+[Service]
+ExecStart=
+ExecStart=-/lib/systemd/systemd-networkd-wait-online --any --timeout=10
+UNIT
 # The agent package is installed by dpkg inside the tree after apt's run;
 # cloud-init looks for LXD first (the agent serves /dev/lxd/sock before
 # cloud-init-local starts) and the network is systemd-networkd's.
+echo "guestlink-stage: bootstrap and packages (mmdebstrap)"
 mmdebstrap --variant=minbase --include="$packages" \
 	--customize-hook='copy-in '"$work"'/guestlink-agent.deb /tmp' \
 	--customize-hook='chroot "$1" dpkg -i /tmp/guestlink-agent.deb' \
@@ -72,11 +103,15 @@ mmdebstrap --variant=minbase --include="$packages" \
 	--customize-hook='printf "datasource_list: [ LXD, NoCloud, None ]\n" > "$1"/etc/cloud/cloud.cfg.d/90-guestlink.cfg' \
 	--customize-hook='printf "/dev/vda / ext4 defaults,errors=remount-ro 0 1\n" > "$1"/etc/fstab' \
 	--customize-hook='chroot "$1" systemctl enable systemd-networkd' \
-	--customize-hook='sed -i "s/^# *en_US.UTF-8 UTF-8/en_US.UTF-8 UTF-8/" "$1"/etc/locale.gen && chroot "$1" locale-gen' \
+	--customize-hook='sed -i "s/^# *en_US.UTF-8 UTF-8/en_US.UTF-8 UTF-8/" "$1"/etc/locale.gen && chroot "$1" locale-gen && printf "LANG=en_US.UTF-8\n" > "$1"/etc/default/locale' \
+	--customize-hook='cp '"$work"'/guestlink-ready.service "$1"/etc/systemd/system/' \
+	--customize-hook='chroot "$1" systemctl enable guestlink-ready.service' \
+	--customize-hook='mkdir -p "$1"/etc/systemd/system/systemd-networkd-wait-online.service.d && cp '"$work"'/wait-online.conf "$1"/etc/systemd/system/systemd-networkd-wait-online.service.d/guestlink.conf' \
 	--customize-hook='echo debian > "$1"/etc/hostname' \
 	--customize-hook='chroot "$1" dpkg-query -W -f="\${Package}=\${Version}\n" > "$1"/usr/share/guestlink-packages.txt' \
 	"$suite" "$root" $mirror
 cp "$root/usr/share/guestlink-packages.txt" "$work/packages.txt"
+echo "guestlink-stage: filesystem (mkfs.ext4)"
 truncate -s "$size" "$work/debian-12.img"
 mkfs.ext4 -q -F -L rootfs -d "$root" "$work/debian-12.img"
 end=$(date +%s)
@@ -84,6 +119,9 @@ end=$(date +%s)
 kernel=$(cd "$root/boot" && ls vmlinuz-* | sort | tail -n1)
 {
 	printf '{\n  "os": "debian",\n  "release": "12",\n  "suite": "%s",\n' "$suite"
+	# At 256 MiB the first boot's OOM killer takes cloud-init's config stage.
+	printf '  "requirements.memory": "1GiB",\n'
+	printf '  "readiness": "self: guestlink-ready.service declares Ready after multi-user.target and cloud-final",\n'
 	printf '  "kernel": "%s",\n' "$kernel"
 	printf '  "agent_package": "%s",\n  "agent_package_sha256": "%s",\n' "$(basename "$deb")" "$(sha256sum "$deb" | cut -d' ' -f1)"
 	printf '  "build_script_sha256": "%s",\n' "$(sha256sum "$0" | cut -d' ' -f1)"

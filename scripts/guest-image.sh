@@ -7,7 +7,7 @@
 set -euo pipefail
 go=${1:?usage: guest-image.sh GO OUTDIR}
 out=${2:?usage: guest-image.sh GO OUTDIR}
-inputs=$(git ls-files -- plugins/shared/guestimage agent link cmd/guestlink-agent internal go.mod go.sum scripts/guest-image.sh 2>/dev/null || true)
+inputs=$(git ls-files -- plugins/shared/guestimage agent api link cmd/guestlink-agent internal go.mod go.sum scripts/guest-image.sh 2>/dev/null || true)
 if [ -z "$inputs" ]; then # not a git checkout: no cache
 	exec $go run ./plugins/shared/guestimage/cmd -out "$out"
 fi

@@ -84,6 +84,12 @@ type Config struct {
 	Backends  Backends // nil: the overview lists no backend
 	// Editor serves the launch, delete and config forms; nil shows none.
 	Editor Editor
+	// DefaultBackend is the backend the launch form starts on (the
+	// daemon's default for a launch that names none).
+	DefaultBackend string
+	// Images lists the store's images for the launch form; nil shows a
+	// free-text image field.
+	Images ImageLister
 	// Consoles serves the console panel of the instance page, its live
 	// stream and its download; nil shows no console.
 	Consoles Consoles

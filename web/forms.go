@@ -13,6 +13,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/web/components"
@@ -41,17 +42,60 @@ func (d *Dashboard) registerForms(r fiber.Router, route func(fiber.Handler) []fi
 	r.Post("/instances/:name/config", route(d.editConfig)...)
 }
 
+// ImageLister lists the image store's images (*images.Store).
+type ImageLister interface {
+	List(ctx context.Context) ([]*images.Image, error)
+}
+
+var _ ImageLister = (*images.Store)(nil)
+
 func (d *Dashboard) launchData(c *fiber.Ctx) components.LaunchData {
 	data := components.LaunchData{Meta: d.meta(c, "Launch an instance", "launch"), Errors: map[string]string{}}
 	for _, b := range d.backends() {
 		data.Backends = append(data.Backends, b.Name)
 	}
+	if d.cfg.Images != nil {
+		list, err := d.cfg.Images.List(c.UserContext())
+		if err != nil {
+			// The form still works: the image field is then free text.
+			d.log.Warn("listing images for the launch form", "error", err)
+			return data
+		}
+		data.Images = imageChoices(list)
+	}
 	return data
+}
+
+// imageChoices labels images for the launch form: aliases (else the
+// short fingerprint) first, then the short fingerprint and the memory the
+// image needs.
+func imageChoices(list []*images.Image) []components.ImageChoice {
+	out := make([]components.ImageChoice, 0, len(list))
+	for _, im := range list {
+		short := im.Fingerprint
+		if len(short) > 12 {
+			short = short[:12]
+		}
+		ch := components.ImageChoice{Value: im.Fingerprint, Label: short}
+		if len(im.Aliases) > 0 {
+			ch.Value = im.Aliases[0]
+			ch.Label = strings.Join(im.Aliases, ", ") + " (" + short + ")"
+		}
+		if m := im.Properties[instance.ImagePropMinMemory]; m != "" {
+			ch.Label += ", needs " + m + " of memory"
+		}
+		out = append(out, ch)
+	}
+	slices.SortFunc(out, func(a, b components.ImageChoice) int { return strings.Compare(a.Label, b.Label) })
+	return out
 }
 
 func (d *Dashboard) launchForm(c *fiber.Ctx) error {
 	data := d.launchData(c)
-	if len(data.Backends) > 0 {
+	switch {
+	case slices.Contains(data.Backends, d.cfg.DefaultBackend):
+		data.Backend = d.cfg.DefaultBackend
+	case len(data.Backends) > 0:
 		data.Backend = data.Backends[0]
 	}
 	return render(c, http.StatusOK, components.LaunchPage(data))

@@ -48,6 +48,8 @@ type Agent interface {
 type Handler struct {
 	// Agent is driven by the requests.
 	Agent Agent
+	// Exec, if set, serves POST /1.0/exec and /1.0/operations/ (exec.go).
+	Exec http.Handler
 	// Files serves /1.0/files (files.go); nil answers 501.
 	Files *files.FS
 	// Features is the guest's feature switch; nil lets every feature
@@ -116,6 +118,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/1.0/state":
 		h.serveState(w, r)
 	default:
+		if h.serveExec(w, r) {
+			return
+		}
 		writeError(w, http.StatusNotFound, "")
 	}
 }

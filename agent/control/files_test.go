@@ -117,3 +117,25 @@ func TestStateRoute(t *testing.T) {
 		t.Errorf("state off: %d %s", w.Code, w.Body)
 	}
 }
+
+// TestExecSwitch switches exec off in the guest: POST /1.0/exec answers 403
+// naming the switch and never reaches the exec server.
+func TestExecSwitch(t *testing.T) {
+	root := t.TempDir()
+	reached := 0
+	h := &Handler{Features: features.New(root), Exec: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { reached++ })}
+	post := func() *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/1.0/exec", strings.NewReader(`{"command":["true"]}`)))
+		return w
+	}
+	post()
+	if reached != 1 {
+		t.Fatalf("exec on: reached %d times", reached)
+	}
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc", "guestlink-agent.yaml"), []byte("features:\n  exec: false\n"), 0o644)
+	if w := post(); w.Code != 403 || !strings.Contains(w.Body.String(), "features.exec: false in /etc/guestlink-agent.yaml") || reached != 1 {
+		t.Errorf("exec off: %d %s, reached %d times", w.Code, w.Body, reached)
+	}
+}

@@ -18,16 +18,13 @@
 package features
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
-
-	"gopkg.in/yaml.v3"
+	"strings"
 )
 
 // The features an agent offers.
@@ -63,10 +60,6 @@ func New(root string) *Switch {
 	return &Switch{path: filepath.Join(root, GuestPath)}
 }
 
-type file struct {
-	Features map[string]bool `yaml:"features"`
-}
-
 // load reads the file: the feature map (nil without a file) or why it is
 // unusable.
 func (s *Switch) load() (map[string]bool, error) {
@@ -80,18 +73,58 @@ func (s *Switch) load() (map[string]bool, error) {
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("reading %s: larger than %d bytes", GuestPath, MaxFileSize)
 	}
-	var f file
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+	on, err := Parse(data)
+	if err != nil {
 		return nil, fmt.Errorf("parsing %s: %w", GuestPath, err)
 	}
-	for name := range f.Features {
-		if !slices.Contains(Names, name) {
-			return nil, fmt.Errorf("parsing %s: unknown feature %q (known: exec, files, state, freeze)", GuestPath, name)
+	return on, nil
+}
+
+// Parse reads a switch file: the YAML block mapping "features:" of feature
+// names to true or false, with comments and blank lines. It is a parser of
+// that one shape rather than a YAML library, so that the agent links no
+// YAML module; anything else is an error (which turns every feature off).
+func Parse(data []byte) (map[string]bool, error) {
+	on := map[string]bool{}
+	inFeatures := false
+	for i, raw := range strings.Split(string(data), "\n") {
+		line := raw
+		if c := strings.Index(line, "#"); c >= 0 {
+			line = line[:c]
+		}
+		line = strings.TrimRight(line, " \t\r")
+		if strings.TrimSpace(line) == "" || strings.TrimSpace(line) == "---" {
+			continue
+		}
+		indented := line[0] == ' ' || line[0] == '\t'
+		key, val, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			return nil, fmt.Errorf("line %d: want \"key: value\"", i+1)
+		}
+		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
+		if !indented {
+			if key != "features" || val != "" {
+				return nil, fmt.Errorf("line %d: unknown key %q (want features: and one feature per line below it)", i+1, key)
+			}
+			inFeatures = true
+			continue
+		}
+		if !inFeatures {
+			return nil, fmt.Errorf("line %d: indented line outside features:", i+1)
+		}
+		if !slices.Contains(Names, key) {
+			return nil, fmt.Errorf("line %d: unknown feature %q (known: exec, files, state, freeze)", i+1, key)
+		}
+		switch val {
+		case "true":
+			on[key] = true
+		case "false":
+			on[key] = false
+		default:
+			return nil, fmt.Errorf("line %d: feature %q: want true or false, not %q", i+1, key, val)
 		}
 	}
-	return f.Features, nil
+	return on, nil
 }
 
 // Check returns nil when the feature called name is on, and an error

@@ -29,6 +29,7 @@ var instanceArgs = map[string]bool{
 
 	"guestlink info":                 false,
 	"guestlink console":              false,
+	"guestlink exec":                 false,
 	"guestlink move":                 false,
 	"guestlink restore":              false,
 	"guestlink snapshot create":      false,

@@ -93,9 +93,7 @@ build is not possible here.`,
 				build = false
 			}
 			if build {
-				mk := exec.CommandContext(cmd.Context(), "make", "-C", src, target)
-				mk.Stdout, mk.Stderr = cmd.ErrOrStderr(), cmd.ErrOrStderr()
-				if err := mk.Run(); err != nil {
+				if err := runBuild(cmd, src, target); err != nil {
 					return fmt.Errorf("building %s (make %s): %w", args[0], target, err)
 				}
 			} else if _, _, ok := localImage(args[0]); !ok {
@@ -121,6 +119,32 @@ build is not possible here.`,
 			})
 		},
 	}
+}
+
+// runBuild runs make TARGET in the source tree src, showing its stages
+// (the build script's StageMarker lines) as progress on a terminal, and
+// passing its output through otherwise.
+func runBuild(cmd *cobra.Command, src, target string) error {
+	w := cmd.ErrOrStderr()
+	st, err := newStages(w, isTerminal(w))
+	if err != nil {
+		return err
+	}
+	mk := exec.CommandContext(cmd.Context(), "make", "-C", src, target)
+	out, err := mk.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	mk.Stderr = mk.Stdout
+	st.enter("agent package (make packages)")
+	if err := mk.Start(); err != nil {
+		st.close(true)
+		return err
+	}
+	readErr := st.run(out)
+	err = errors.Join(mk.Wait(), readErr)
+	st.close(err != nil)
+	return err
 }
 
 // checkBuildTools asks the image's build script of the source tree src

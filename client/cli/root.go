@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,6 +52,9 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
+		if ce, ok := errors.AsType[*commandExit](err); ok {
+			return ce.code // guestlink exec: the command's exit code, no message
+		}
 		fmt.Fprintf(stderr, "Error: %s\n", oneLine(err.Error()))
 		return exitCode(err)
 	}
@@ -100,6 +104,7 @@ func NewRootCommand() *cobra.Command {
 		s.consoleCommand(),
 		s.waitCommand(),
 		s.imageCommand(),
+		s.execCommand(),
 	)
 	root.AddCommand(s.snapshotCommands()...)
 	root.AddCommand(s.storageCommand())

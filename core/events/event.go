@@ -18,7 +18,7 @@ const (
 	TypeLogging   = "logging"
 )
 
-// Lifecycle actions (shared/spec/status.md).
+// Lifecycle actions (docs/spec/status.md).
 const (
 	InstanceCreated        = "instance-created"
 	InstanceStarted        = "instance-started"

@@ -663,6 +663,16 @@ func fileErr(err error) error {
 	return err
 }
 
+// Properties returns the recorded properties of the image fp (such as
+// requirements.memory, which the instance service holds new guests to).
+func (s *Store) Properties(ctx context.Context, fp string) (map[string]string, error) {
+	im, err := s.db.Image(ctx, fp)
+	if err != nil {
+		return nil, err
+	}
+	return im.Properties, nil
+}
+
 // Fingerprint resolves ref (alias, fingerprint or unique prefix) to the
 // fingerprint of its image (see Resolve).
 func (s *Store) Fingerprint(ctx context.Context, ref string) (string, error) {

@@ -33,6 +33,15 @@ func (f fakeImages) Spec(_ context.Context, fp string) (*sdk.Image, error) {
 	return nil, fmt.Errorf("image %s: %w", fp, errdefs.ErrNotFound)
 }
 
+func (f fakeImages) Properties(_ context.Context, fp string) (map[string]string, error) {
+	for _, im := range f {
+		if im.Fingerprint == fp {
+			return nil, nil
+		}
+	}
+	return nil, fmt.Errorf("image %s: %w", fp, errdefs.ErrNotFound)
+}
+
 // TestCreateFromImage: an instance created from a store image records its
 // fingerprint and the backend gets the image at create and at every start;
 // a backend without disk.v1, a daemon without a store, an unknown image

@@ -98,6 +98,17 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 			return nil, wrap(&ImageError{err})
 		}
 		cfg[KeyBaseImage] = fp
+		props, err := m.images.Properties(ctx, fp)
+		if err != nil {
+			return nil, wrap(&ImageError{err})
+		}
+		raised, err := applyImageRequirements(cfg, backend, req.Image, props) // requirements.go
+		if err != nil {
+			return nil, wrap(err)
+		}
+		if raised != "" {
+			m.log.Info("memory raised to the image's minimum", "instance", req.Name, "change", raised)
+		}
 	}
 	uuid := cfg[KeyUUID]
 	storeHwaddrs(cfg, uuid, req.Devices) // devices.go

@@ -62,6 +62,8 @@ type ImageSource interface {
 	Fingerprint(ctx context.Context, ref string) (string, error)
 	// Spec returns what a backend is told about the image fp.
 	Spec(ctx context.Context, fp string) (*sdk.Image, error)
+	// Properties returns the image's recorded properties (requirements.memory).
+	Properties(ctx context.Context, fp string) (map[string]string, error)
 }
 
 // Timeouts of the manager's own work (not of calls made for a caller).

@@ -9,7 +9,7 @@ import (
 	"github.com/guestlink/guestlink/errdefs"
 )
 
-// Instance keys the daemon manages (shared/spec/status.md).
+// Instance keys the daemon manages (docs/spec/status.md).
 const (
 	KeyReady = "volatile.last_state.ready"
 	// KeySavedReady keeps the Ready flag a guest had when a stateful stop

@@ -10,7 +10,7 @@ import (
 	"github.com/guestlink/guestlink/errdefs"
 )
 
-// Code is an LXD status code (shared/spec/status.md).
+// Code is an LXD status code (docs/spec/status.md).
 type Code int
 
 // Status codes, as LXD's API numbers them.

@@ -240,7 +240,7 @@ func (g *Guest) dispatch(s *yamux.Stream) {
 		return
 	}
 	select {
-	case l.ch <- s:
+	case l.ch <- streamConn{s}:
 	case <-l.done:
 		s.Close()
 	}

@@ -147,7 +147,7 @@ func (h *Host) admit(s *yamux.Stream) {
 		return
 	}
 	select {
-	case h.accepts <- accepted{s, port}:
+	case h.accepts <- accepted{streamConn{s}, port}:
 	case <-h.done:
 		s.Close()
 	}
@@ -288,5 +288,5 @@ func openStream(ctx context.Context, sess *yamux.Session, port uint32) (net.Conn
 		return nil, fmt.Errorf("opening serial link stream to port %d: %w", port, err)
 	}
 	s.SetWriteDeadline(time.Time{})
-	return s, nil
+	return streamConn{s}, nil
 }

@@ -111,6 +111,8 @@ type Config struct {
 	// DefaultBackend is the backend of a create that names none (for
 	// placing it on a cluster member).
 	DefaultBackend string
+	// Exec reaches the agents for POST /1.0/instances/{name}/exec (exec.go); nil answers 501.
+	Exec Execer
 	// Agents relays /1.0/instances/{name}/files to the guests' agents
 	// (files.go); nil answers 501.
 	Agents AgentRelay
@@ -133,6 +135,7 @@ type API struct {
 	listeners []net.Listener
 	streams   sync.WaitGroup // running event websockets
 	lim       limits         // enforce cfg.Limits
+	ops       operations     // exec operations (operations.go)
 }
 
 // New returns an API serving cfg's services. It panics if a service is
@@ -196,24 +199,28 @@ func FiberConfig(bodyLimit int) fiber.Config {
 }
 
 // Register adds the API's routes under /1.0 to r. Errors of these routes are
-// always answered in the LXD envelope, whatever r's error handler.
+// always answered in the LXD envelope, whatever r's error handler. Handlers
+// return a value or an error and are registered through a.ok or a.created
+// (wrap.go), which parse the route's path parameters first and answer in
+// the envelopes; only streams answer themselves.
 func (a *API) Register(r fiber.Router) {
 	r.Use(limitBodies)
 	v1 := r.Group("/1.0", a.envelopeErrors, a.CheckHost, a.authenticate, a.forward, a.limit)
-	v1.Get("/", a.getServer)
+	name := instanceNameParam
+	v1.Get("/", a.ok(a.getServer))
 	v1.Get("/instances", a.listInstances)
-	v1.Post("/instances", a.createInstance)
-	v1.Get("/instances/:name", a.getInstance)
-	v1.Patch("/instances/:name", a.patchInstance)
-	v1.Delete("/instances/:name", a.deleteInstance)
-	v1.Get("/instances/:name/state", a.getState)
-	v1.Put("/instances/:name/state", a.putState)
-	v1.Get("/instances/:name/timeline", a.getTimeline)
+	v1.Post("/instances", a.created(decoded(a.createInstance)))
+	v1.Get("/instances/:name", a.ok(a.getInstance, name))
+	v1.Patch("/instances/:name", a.ok(decoded(a.patchInstance), name))
+	v1.Delete("/instances/:name", a.ok(a.deleteInstance, name))
+	v1.Get("/instances/:name/state", a.ok(a.getState, name))
+	v1.Put("/instances/:name/state", a.ok(decoded(a.putState), name))
+	v1.Get("/instances/:name/timeline", a.ok(a.getTimeline, name))
 	a.registerSnapshots(v1)
-	v1.Get("/backends", a.listBackends)
-	v1.Post("/backends", a.installBackend)
-	v1.Post("/backends/:name/restart", a.restartBackend)
-	v1.Post("/backends/:name/reload", a.reloadBackend)
+	v1.Get("/backends", a.ok(a.listBackends))
+	v1.Post("/backends", a.ok(decoded(a.installBackend)))
+	v1.Post("/backends/:name/restart", a.ok(a.restartBackend, restartBackendParam))
+	v1.Post("/backends/:name/reload", a.ok(a.reloadBackend, reloadBackendParam))
 	v1.Get("/events", a.eventsUpgrade, a.eventsSocket())
 	a.registerAuth(v1)
 	a.registerMetrics(r)
@@ -223,6 +230,7 @@ func (a *API) Register(r fiber.Router) {
 	a.registerStorage(v1)
 	a.registerImages(v1)
 	a.registerCluster(r, v1)
+	a.registerExec(v1)
 	a.registerFiles(v1)
 }
 
@@ -281,13 +289,13 @@ func (a *API) Shutdown(ctx context.Context) error {
 }
 
 // getServer answers GET /1.0.
-func (a *API) getServer(c *fiber.Ctx) error {
+func (a *API) getServer(*request) (any, error) {
 	list := a.cfg.Backends.List()
 	names := make([]string, 0, len(list))
 	for _, b := range list {
 		names = append(names, b.Name)
 	}
-	return sync200(c, serverInfo(a.cfg.Version, os.Getpid(), names))
+	return serverInfo(a.cfg.Version, os.Getpid(), names), nil
 }
 
 // The services the daemon wires in satisfy the interfaces.

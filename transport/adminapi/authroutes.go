@@ -1,35 +1,38 @@
 package adminapi
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/transport/httpwrap"
 )
 
 // registerAuth adds the trust-store, identity and session routes to v1:
 // an admin's only.
 func (a *API) registerAuth(v1 fiber.Router) {
-	v1.Get("/certificates", a.adminOnly, a.listCertificates)
-	v1.Post("/certificates", a.adminOnly, a.addCertificate)
-	v1.Get("/certificates/:fingerprint", a.adminOnly, a.getCertificate)
-	v1.Delete("/certificates/:fingerprint", a.adminOnly, a.deleteCertificate)
-	v1.Get("/auth/identities", a.adminOnly, a.listIdentities)
-	v1.Post("/auth/identities/bearer", a.adminOnly, a.createIdentity)
-	v1.Delete("/auth/identities/bearer/:name", a.adminOnly, a.deleteIdentity)
-	v1.Post("/auth/identities/bearer/:name/token", a.adminOnly, a.issueToken)
-	v1.Delete("/auth/identities/bearer/:name/token", a.adminOnly, a.revokeToken)
+	withAuth := func(h func(*request, Authenticator) (any, error)) handler { return httpwrap.With(a.authService, h) }
+	fp := certificateParam
+	v1.Get("/certificates", a.adminOnly, a.ok(withAuth(a.listCertificates)))
+	v1.Post("/certificates", a.adminOnly, a.created(withAuth(withBody(a.addCertificate))))
+	v1.Get("/certificates/:fingerprint", a.adminOnly, a.ok(withAuth(a.getCertificate), fp))
+	v1.Delete("/certificates/:fingerprint", a.adminOnly, a.ok(withAuth(a.deleteCertificate), fp))
+	v1.Get("/auth/identities", a.adminOnly, a.ok(withAuth(a.listIdentities)))
+	v1.Post("/auth/identities/bearer", a.adminOnly, a.created(withAuth(withBody(a.createIdentity))))
+	a.registerIdentity(v1, auth.TypeBearer, a.bearerIdentities)
 	a.registerDevlxdIdentities(v1)
-	v1.Post("/auth/dashboard-logins", a.adminOnly, a.dashboardLogin)
-	v1.Get("/auth/sessions", a.adminOnly, a.listSessions)
-	v1.Delete("/auth/sessions/:id", a.adminOnly, a.deleteSession)
+	v1.Post("/auth/dashboard-logins", a.adminOnly, a.created(withAuth(a.dashboardLogin)))
+	v1.Get("/auth/sessions", a.adminOnly, a.ok(withAuth(a.listSessions)))
+	v1.Delete("/auth/sessions/:id", a.adminOnly, a.ok(withAuth(a.deleteSession), sessionIDParam))
 }
 
 // authService returns the Authenticator or a 501 when the daemon runs
@@ -39,16 +42,6 @@ func (a *API) authService() (Authenticator, error) {
 		return nil, fmt.Errorf("authentication is not configured on this daemon: %w", errdefs.ErrNotSupported)
 	}
 	return a.cfg.Auth, nil
-}
-
-// pathParam returns a path parameter, unescaped.
-func pathParam(c *fiber.Ctx, key, what string) (string, error) {
-	raw := c.Params(key)
-	v, err := url.PathUnescape(raw)
-	if err != nil {
-		return "", badRequest("invalid %s %q: bad escape", what, raw)
-	}
-	return v, nil
 }
 
 // decodeOptionalBody is decodeBody that accepts an empty body (v is left
@@ -65,20 +58,8 @@ func wireCertificate(c auth.Certificate) api.Certificate {
 }
 
 // listCertificates answers GET /1.0/certificates.
-func (a *API) listCertificates(c *fiber.Ctx) error {
-	svc, err := a.authService()
-	if err != nil {
-		return err
-	}
-	list, err := svc.Certificates(c.UserContext())
-	if err != nil {
-		return err
-	}
-	out := make([]api.Certificate, 0, len(list))
-	for _, x := range list {
-		out = append(out, wireCertificate(x))
-	}
-	return sync200(c, out)
+func (a *API) listCertificates(r *request, svc Authenticator) (any, error) {
+	return wiredEach(wireCertificate)(svc.Certificates(r.UserContext()))
 }
 
 // certificatePEM returns a POSTed certificate as PEM: PEM stays, base64 of
@@ -99,62 +80,45 @@ func certificatePEM(s string) ([]byte, error) {
 }
 
 // addCertificate answers POST /1.0/certificates with 201 and the certificate.
-func (a *API) addCertificate(c *fiber.Ctx) error {
-	svc, err := a.authService()
-	if err != nil {
-		return err
-	}
-	var req api.CertificatesPost
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
+func (a *API) addCertificate(r *request, svc Authenticator, req *api.CertificatesPost) (any, error) {
 	if req.Type != "" && req.Type != "client" {
-		return badRequest("invalid certificate type %q: only client certificates are trusted", req.Type)
+		return nil, badRequest("invalid certificate type %q: only client certificates are trusted", req.Type)
 	}
 	data, err := certificatePEM(req.Certificate)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cert, err := svc.AddCertificate(c.UserContext(), req.Name, data, requestor(c).Describe(), req.Role)
+	cert, err := svc.AddCertificate(r.UserContext(), req.Name, data, requestor(r.Ctx).Describe(), req.Role)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	a.log.Info("certificate trusted", "name", cert.Name, "fingerprint", cert.Fingerprint, "by", requestor(c).Describe())
-	return syncCreated(c, wireCertificate(*cert))
+	a.log.Info("certificate trusted", "name", cert.Name, "fingerprint", cert.Fingerprint, "by", requestor(r.Ctx).Describe())
+	return wireCertificate(*cert), nil
 }
 
 // getCertificate answers GET /1.0/certificates/{fingerprint}.
-func (a *API) getCertificate(c *fiber.Ctx) error {
-	svc, err := a.authService()
+func (a *API) getCertificate(r *request, svc Authenticator) (any, error) {
+	cert, err := svc.Certificate(r.UserContext(), r.Param("fingerprint"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fp, err := pathParam(c, "fingerprint", "fingerprint")
-	if err != nil {
-		return err
-	}
-	cert, err := svc.Certificate(c.UserContext(), fp)
-	if err != nil {
-		return err
-	}
-	return sync200(c, wireCertificate(*cert))
+	return wireCertificate(*cert), nil
 }
 
 // deleteCertificate answers DELETE /1.0/certificates/{fingerprint}.
-func (a *API) deleteCertificate(c *fiber.Ctx) error {
-	svc, err := a.authService()
+func (a *API) deleteCertificate(r *request, svc Authenticator) (any, error) {
+	fp := r.Param("fingerprint")
+	return a.logged(r, svc.RemoveCertificate(r.UserContext(), fp), "certificate removed", "fingerprint", fp)
+}
+
+// logged answers a change that returns no value: err, or nil after
+// logging msg with args and who asked.
+func (a *API) logged(r *request, err error, msg string, args ...any) (any, error) {
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fp, err := pathParam(c, "fingerprint", "fingerprint")
-	if err != nil {
-		return err
-	}
-	if err := svc.RemoveCertificate(c.UserContext(), fp); err != nil {
-		return err
-	}
-	a.log.Info("certificate removed", "fingerprint", fp, "by", requestor(c).Describe())
-	return sync200(c, nil)
+	a.log.Info(msg, append(args, "by", requestor(r.Ctx).Describe())...)
+	return nil, nil
 }
 
 func wireIdentity(x auth.Identity) api.Identity {
@@ -163,134 +127,112 @@ func wireIdentity(x auth.Identity) api.Identity {
 }
 
 // listIdentities answers GET /1.0/auth/identities.
-func (a *API) listIdentities(c *fiber.Ctx) error {
-	svc, err := a.authService()
-	if err != nil {
-		return err
-	}
-	list, err := svc.Identities(c.UserContext())
-	if err != nil {
-		return err
-	}
-	out := make([]api.Identity, 0, len(list))
-	for _, x := range list {
-		out = append(out, wireIdentity(x))
-	}
-	return sync200(c, out)
+func (a *API) listIdentities(r *request, svc Authenticator) (any, error) {
+	return wiredEach(wireIdentity)(svc.Identities(r.UserContext()))
 }
 
 // createIdentity answers POST /1.0/auth/identities/bearer with 201.
-func (a *API) createIdentity(c *fiber.Ctx) error {
-	svc, err := a.authService()
-	if err != nil {
-		return err
-	}
-	var req api.IdentitiesBearerPost
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
-	id, err := svc.CreateIdentity(c.UserContext(), req.Name, requestor(c).Describe(), req.Role)
-	if err != nil {
-		return err
-	}
-	a.log.Info("bearer identity created", "identity", id.ID, "by", requestor(c).Describe())
-	return syncCreated(c, wireIdentity(*id))
+func (a *API) createIdentity(r *request, svc Authenticator, req *api.IdentitiesBearerPost) (any, error) {
+	id, err := svc.CreateIdentity(r.UserContext(), req.Name, requestor(r.Ctx).Describe(), req.Role)
+	return a.identityCreated(r, id, err)
 }
 
-// identityName returns the :name of a bearer identity route, validated.
-func identityName(c *fiber.Ctx) (string, error) {
-	name, err := pathParam(c, "name", "identity name")
+// identityCreated answers a new identity (logged with who asked), or the
+// error of making it.
+func (a *API) identityCreated(r *request, id *auth.Identity, err error) (any, error) {
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	return name, auth.ValidateName(name)
+	a.log.Info(id.Type+" identity created", "identity", id.ID, "instances", id.Instances, "by", requestor(r.Ctx).Describe())
+	return wireIdentity(*id), nil
 }
 
-// deleteIdentity answers DELETE /1.0/auth/identities/bearer/{name}.
-func (a *API) deleteIdentity(c *fiber.Ctx) error {
-	svc, err := a.authService()
-	if err != nil {
-		return err
-	}
-	name, err := identityName(c)
-	if err != nil {
-		return err
-	}
-	if err := svc.DeleteIdentity(c.UserContext(), name); err != nil {
-		return err
-	}
-	a.log.Info("bearer identity deleted", "identity", "bearer/"+name, "by", requestor(c).Describe())
-	return sync200(c, nil)
+// identityService is what the routes of one type of identity (bearer,
+// devlxd) do with an identity called name: Type is the type's name in the
+// routes and IDs; ParseExpiry reads a token request's expiry.
+type identityService struct {
+	Type        string
+	ParseExpiry func(string) (time.Duration, error)
+	Delete      func(ctx context.Context, name string) error
+	Issue       func(ctx context.Context, name string, expiry time.Duration) (string, *time.Time, error)
+	Revoke      func(ctx context.Context, name string) error
 }
 
-// issueToken answers POST /1.0/auth/identities/bearer/{name}/token with 201
-// and the new token (the body and its expiry are optional).
-func (a *API) issueToken(c *fiber.Ctx) error {
+// bearerIdentities returns the bearer identities' service, or a 501.
+func (a *API) bearerIdentities() (identityService, error) {
 	svc, err := a.authService()
 	if err != nil {
-		return err
+		return identityService{}, err
 	}
-	name, err := identityName(c)
-	if err != nil {
-		return err
-	}
+	return identityService{Type: auth.TypeBearer, ParseExpiry: auth.ParseExpiry,
+		Delete: svc.DeleteIdentity, Issue: svc.IssueToken, Revoke: svc.RevokeToken}, nil
+}
+
+// registerIdentity adds the routes of an identity of type typ to v1:
+// DELETE /1.0/auth/identities/TYPE/{name}, and POST (201, a new token) and
+// DELETE on its /token. get returns the type's service, or the error
+// (501) its routes answer.
+func (a *API) registerIdentity(v1 fiber.Router, typ string, get func() (identityService, error)) {
+	path, id := "/auth/identities/"+typ+"/:name", identityNameParam
+	v1.Delete(path, a.adminOnly, a.ok(httpwrap.With(get, a.deleteIdentity), id))
+	v1.Post(path+"/token", a.adminOnly, a.created(httpwrap.With(get, a.issueToken), id))
+	v1.Delete(path+"/token", a.adminOnly, a.ok(httpwrap.With(get, a.revokeToken), id))
+}
+
+// deleteIdentity answers DELETE /1.0/auth/identities/TYPE/{name}.
+func (a *API) deleteIdentity(r *request, svc identityService) (any, error) {
+	name := r.Param("name")
+	return a.logged(r, svc.Delete(r.UserContext(), name), svc.Type+" identity deleted", "identity", svc.Type+"/"+name)
+}
+
+// issueToken answers POST /1.0/auth/identities/TYPE/{name}/token with 201
+// and the new token (the body and its expiry are optional); the token is
+// answered once, never cached.
+func (a *API) issueToken(r *request, svc identityService) (any, error) {
+	name := r.Param("name")
 	var req api.TokenPost
-	if err := decodeOptionalBody(c, &req); err != nil {
-		return err
+	if err := decodeOptionalBody(r.Ctx, &req); err != nil {
+		return nil, err
 	}
-	expiry, err := auth.ParseExpiry(req.Expiry)
+	expiry, err := svc.ParseExpiry(req.Expiry)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	token, expires, err := svc.IssueToken(c.UserContext(), name, expiry)
+	token, expires, err := svc.Issue(r.UserContext(), name, expiry)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	a.log.Info("bearer token issued", "identity", "bearer/"+name, "expires", expires, "by", requestor(c).Describe())
-	c.Set(fiber.HeaderCacheControl, "no-store")
-	return syncCreated(c, api.Token{Identity: "bearer/" + name, Token: token, ExpiresAt: expires})
+	id := svc.Type + "/" + name
+	a.log.Info(svc.Type+" token issued", "identity", id, "expires", expires, "by", requestor(r.Ctx).Describe())
+	r.Set(fiber.HeaderCacheControl, "no-store")
+	return api.Token{Identity: id, Token: token, ExpiresAt: expires}, nil
 }
 
-// revokeToken answers DELETE /1.0/auth/identities/bearer/{name}/token.
-func (a *API) revokeToken(c *fiber.Ctx) error {
-	svc, err := a.authService()
-	if err != nil {
-		return err
-	}
-	name, err := identityName(c)
-	if err != nil {
-		return err
-	}
-	if err := svc.RevokeToken(c.UserContext(), name); err != nil {
-		return err
-	}
-	a.log.Info("bearer token revoked", "identity", "bearer/"+name, "by", requestor(c).Describe())
-	return sync200(c, nil)
+// revokeToken answers DELETE /1.0/auth/identities/TYPE/{name}/token.
+func (a *API) revokeToken(r *request, svc identityService) (any, error) {
+	name := r.Param("name")
+	return a.logged(r, svc.Revoke(r.UserContext(), name), svc.Type+" token revoked", "identity", svc.Type+"/"+name)
 }
 
 // dashboardLogin answers POST /1.0/auth/dashboard-logins with 201 and a
 // one-time login URL.
-func (a *API) dashboardLogin(c *fiber.Ctx) error {
-	svc, err := a.authService()
-	if err != nil {
-		return err
-	}
-	if err := decodeOptionalBody(c, &struct{}{}); err != nil {
-		return err
+func (a *API) dashboardLogin(r *request, svc Authenticator) (any, error) {
+	if err := decodeOptionalBody(r.Ctx, &struct{}{}); err != nil {
+		return nil, err
 	}
 	base := ""
 	if a.cfg.DashboardURL != nil {
 		base = a.cfg.DashboardURL()
 	}
 	if base == "" {
-		return fmt.Errorf("the dashboard is not served: start guestlinkd with --http or --https: %w", errdefs.ErrNotSupported)
+		return nil, fmt.Errorf("the dashboard is not served: start guestlinkd with --http or --https: %w", errdefs.ErrNotSupported)
 	}
-	token, expires, err := svc.NewLogin(c.UserContext(), requestor(c).Describe())
+	token, expires, err := svc.NewLogin(r.UserContext(), requestor(r.Ctx).Describe())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	c.Set(fiber.HeaderCacheControl, "no-store")
-	return syncCreated(c, api.DashboardLogin{URL: LoginURL(base, token), ExpiresAt: expires})
+	r.Set(fiber.HeaderCacheControl, "no-store")
+	return api.DashboardLogin{URL: LoginURL(base, token), ExpiresAt: expires}, nil
 }
 
 // LoginURL returns the dashboard's one-time login URL for token under base
@@ -300,35 +242,14 @@ func LoginURL(base, token string) string {
 }
 
 // listSessions answers GET /1.0/auth/sessions.
-func (a *API) listSessions(c *fiber.Ctx) error {
-	svc, err := a.authService()
-	if err != nil {
-		return err
-	}
-	list, err := svc.Sessions(c.UserContext())
-	if err != nil {
-		return err
-	}
-	out := make([]api.Session, 0, len(list))
-	for _, x := range list {
-		out = append(out, api.Session{ID: x.ID, Name: x.Name, CreatedAt: x.CreatedAt, ExpiresAt: x.ExpiresAt, CreatedBy: x.CreatedBy})
-	}
-	return sync200(c, out)
+func (a *API) listSessions(r *request, svc Authenticator) (any, error) {
+	return wiredEach(func(x auth.Session) api.Session {
+		return api.Session{ID: x.ID, Name: x.Name, CreatedAt: x.CreatedAt, ExpiresAt: x.ExpiresAt, CreatedBy: x.CreatedBy}
+	})(svc.Sessions(r.UserContext()))
 }
 
 // deleteSession answers DELETE /1.0/auth/sessions/{id}.
-func (a *API) deleteSession(c *fiber.Ctx) error {
-	svc, err := a.authService()
-	if err != nil {
-		return err
-	}
-	id, err := pathParam(c, "id", "session id")
-	if err != nil {
-		return err
-	}
-	if err := svc.RevokeSession(c.UserContext(), id); err != nil {
-		return err
-	}
-	a.log.Info("dashboard session revoked", "session", id, "by", requestor(c).Describe())
-	return sync200(c, nil)
+func (a *API) deleteSession(r *request, svc Authenticator) (any, error) {
+	id := r.Param("id")
+	return a.logged(r, svc.RevokeSession(r.UserContext(), id), "dashboard session revoked", "session", id)
 }

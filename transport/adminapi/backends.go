@@ -3,8 +3,6 @@ package adminapi
 import (
 	"context"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -29,30 +27,27 @@ const restartWaitLimit = 30 * time.Second
 // restartBackend answers POST /1.0/backends/{name}/restart: the plugin is
 // restarted now (its failure count and backoff reset) and the answer is its
 // backend object once the new process runs or failed to start.
-func (a *API) restartBackend(c *fiber.Ctx) error {
-	raw := c.Params("name")
-	name, err := url.PathUnescape(raw)
-	if err != nil {
-		return badRequest("invalid backend name %q: bad escape", raw)
+func (a *API) restartBackend(r *request) (any, error) {
+	if err := noBody(r.Ctx); err != nil {
+		return nil, err
 	}
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
-		return badRequest("invalid backend name %q: must be a plugin file name", name)
-	}
-	if len(c.Body()) > 0 {
-		var none struct{}
-		if err := decodeBody(c, &none); err != nil {
-			return err
-		}
-	}
-	r, ok := a.cfg.Backends.(backendRestarter)
+	rs, ok := a.cfg.Backends.(backendRestarter)
 	if !ok {
-		return fiber.NewError(http.StatusNotImplemented, "restarting backends is not supported by this daemon")
+		return nil, fiber.NewError(http.StatusNotImplemented, "restarting backends is not supported by this daemon")
 	}
-	ctx, cancel := context.WithTimeout(c.UserContext(), restartWaitLimit)
+	ctx, cancel := context.WithTimeout(r.UserContext(), restartWaitLimit)
 	defer cancel()
-	st, err := r.RestartWait(ctx, name)
-	if err != nil {
-		return err
+	return backendOf(rs.RestartWait(ctx, r.Param("name")))
+}
+
+// backendOf answers a backend's status, or the error of getting it.
+var backendOf = wired(backendOut)
+
+// noBody accepts no body or the empty JSON object of a route that takes no
+// input.
+func noBody(c *fiber.Ctx) error {
+	if len(c.Body()) == 0 {
+		return nil
 	}
-	return sync200(c, backendOut(st))
+	return decodeBody(c, &struct{}{})
 }

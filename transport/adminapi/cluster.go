@@ -20,6 +20,7 @@ import (
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/transport/httpwrap"
 )
 
 // ClusterService is this daemon's cluster membership (core/cluster).
@@ -51,81 +52,72 @@ const ProtocolCluster = "cluster"
 
 // registerCluster adds the cluster routes: /1.0/cluster/members and, on
 // the cluster listener, the join route and the members-only internal
-// routes.
+// routes. The join and internal routes answer without the wrapper: they
+// speak the members' own protocol (core/cluster), not the LXD envelopes.
 func (a *API) registerCluster(r fiber.Router, v1 fiber.Router) {
-	v1.Get("/cluster/members", a.listMembers)
-	v1.Post("/cluster/members", a.addMember)
-	v1.Get("/cluster/members/:name", a.getMember)
-	v1.Delete("/cluster/members/:name", a.removeMember)
+	withCluster := func(h func(*request, ClusterService) (any, error)) handler {
+		return httpwrap.With(a.clusterService, h)
+	}
+	v1.Get("/cluster/members", a.ok(withCluster(a.listMembers)))
+	v1.Post("/cluster/members", a.created(withCluster(withBody(a.addMember))))
+	v1.Get("/cluster/members/:name", a.ok(withCluster(a.getMember), memberParam))
+	v1.Delete("/cluster/members/:name", a.ok(withCluster(a.removeMember), memberParam))
 	r.Post(cluster.JoinPath, a.join)
 	in := r.Group("/internal/cluster", a.envelopeErrors, a.peerOnly)
 	in.Get("/instances", a.internalInstances)
 	in.Get("/instances/:name", a.internalInstance)
 }
 
-func (a *API) needCluster() error {
+// clusterService returns the cluster membership, or a 404 error outside a
+// cluster.
+func (a *API) clusterService() (ClusterService, error) {
 	if a.cfg.Cluster == nil {
-		return fiber.NewError(http.StatusNotFound, "this daemon is not in a cluster: clusters need a PostgreSQL database (guestlinkd --database postgres://... --cluster-address HOST:PORT, see docs/cluster.md)")
+		return nil, fiber.NewError(http.StatusNotFound, "this daemon is not in a cluster: clusters need a PostgreSQL database (guestlinkd --database postgres://... --cluster-address HOST:PORT, see docs/cluster.md)")
 	}
-	return nil
+	return a.cfg.Cluster, nil
 }
 
-func (a *API) listMembers(c *fiber.Ctx) error {
-	if err := a.needCluster(); err != nil {
-		return err
-	}
-	ms, err := a.cfg.Cluster.Members(c.UserContext())
-	if err != nil {
-		return err
-	}
-	return sync200(c, ms)
+// listMembers answers GET /1.0/cluster/members.
+func (a *API) listMembers(r *request, cl ClusterService) (any, error) {
+	return cl.Members(r.UserContext())
 }
 
-func (a *API) getMember(c *fiber.Ctx) error {
-	if err := a.needCluster(); err != nil {
-		return err
-	}
-	ms, err := a.cfg.Cluster.Members(c.UserContext())
+// getMember answers GET /1.0/cluster/members/{name}.
+func (a *API) getMember(r *request, cl ClusterService) (any, error) {
+	ms, err := cl.Members(r.UserContext())
 	if err != nil {
-		return err
+		return nil, err
 	}
+	name := r.Param("name")
 	for _, m := range ms {
-		if m.Name == c.Params("name") {
-			return sync200(c, m)
+		if m.Name == name {
+			return m, nil
 		}
 	}
-	return fmt.Errorf("cluster member %q: %w", c.Params("name"), errdefs.ErrNotFound)
+	return nil, fmt.Errorf("cluster member %q: %w", name, errdefs.ErrNotFound)
 }
 
-func (a *API) addMember(c *fiber.Ctx) error {
-	if err := a.needCluster(); err != nil {
-		return err
-	}
-	var req api.ClusterMembersPost
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
-	by := requestor(c)
-	tok, exp, err := a.cfg.Cluster.AddMember(c.UserContext(), req.Name, by.Describe())
+// addMember answers POST /1.0/cluster/members with 201 and the join token.
+func (a *API) addMember(r *request, cl ClusterService, req *api.ClusterMembersPost) (any, error) {
+	tok, exp, err := cl.AddMember(r.UserContext(), req.Name, requestor(r.Ctx).Describe())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return syncCreated(c, api.ClusterJoinToken{Name: req.Name, Token: tok, ExpiresAt: exp})
+	return api.ClusterJoinToken{Name: req.Name, Token: tok, ExpiresAt: exp}, nil
 }
 
-func (a *API) removeMember(c *fiber.Ctx) error {
-	if err := a.needCluster(); err != nil {
-		return err
-	}
-	force := c.Query("force") == "1" || c.Query("force") == "true"
-	left, err := a.cfg.Cluster.RemoveMember(c.UserContext(), c.Params("name"), force)
+// removeMember answers DELETE /1.0/cluster/members/{name}[?force=true].
+func (a *API) removeMember(r *request, cl ClusterService) (any, error) {
+	name := r.Param("name")
+	force := r.Query("force") == "1" || r.Query("force") == "true"
+	left, err := cl.RemoveMember(r.UserContext(), name, force)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if left == nil {
 		left = []string{}
 	}
-	return sync200(c, api.ClusterMemberRemoved{Name: c.Params("name"), InstancesLeft: left})
+	return api.ClusterMemberRemoved{Name: name, InstancesLeft: left}, nil
 }
 
 // join answers a joining daemon (no member certificate yet: the token's

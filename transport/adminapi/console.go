@@ -38,7 +38,9 @@ const (
 // application/octet-stream (what `lxc console --show-log` reads), from
 // ?offset=N or the last ?tail=N bytes, at most ?limit=N; ?follow=true keeps
 // the answer open and streams what the guest prints until the client goes,
-// the instance is deleted or the daemon stops.
+// the instance is deleted or the daemon stops. The route answers without
+// the wrapper (httpwrap): its answer is the log's bytes, streamed, not a
+// value in the sync envelope; its errors still reach writeError.
 func (a *API) registerConsole(v1 fiber.Router) {
 	v1.Get("/instances/:name/console", a.getConsole)
 }

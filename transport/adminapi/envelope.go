@@ -16,6 +16,7 @@ import (
 	"github.com/guestlink/guestlink/api/utf8check"
 	"github.com/guestlink/guestlink/core/redact"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/transport/httpwrap"
 )
 
 // sync200 answers 200 with the sync envelope around metadata.
@@ -37,8 +38,8 @@ func badRequest(format string, args ...any) error {
 // code, service errors are mapped through their errdefs kind. A 5xx
 // answer never carries a host path (core/redact): an unexpected error
 // (500 of no known kind), or one whose message had a path removed, is
-// logged in full to log under a request id, and the client gets the
-// message without paths and that id.
+// logged in full to log under a request id (with the stack of a handler's
+// panic), and the client gets the message without paths and that id.
 func writeError(c *fiber.Ctx, err error, bodyLimit int, log *slog.Logger) error {
 	code, msg := errdefs.HTTPStatus(err), err.Error()
 	var fe *fiber.Error
@@ -62,7 +63,11 @@ func writeError(c *fiber.Ctx, err error, bodyLimit int, log *slog.Logger) error 
 			if log == nil {
 				log = slog.Default()
 			}
-			log.Error("admin API request failed", "request_id", id, "method", c.Method(), "path", c.Path(), "status", code, "err", err)
+			attrs := []any{"request_id", id, "method", c.Method(), "path", c.Path(), "status", code, "err", err}
+			if pe := (*httpwrap.PanicError)(nil); errors.As(err, &pe) {
+				attrs = append(attrs, "stack", string(pe.Stack))
+			}
+			log.Error("admin API request failed", attrs...)
 			msg = redact.Message(msg, id)
 		}
 	}

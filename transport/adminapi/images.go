@@ -11,6 +11,7 @@ import (
 	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/internal/hangup"
+	"github.com/guestlink/guestlink/transport/httpwrap"
 )
 
 // ImageService is the image store behind /1.0/images (core/images.Store).
@@ -28,17 +29,19 @@ type ImageService interface {
 
 var _ ImageService = (*images.Store)(nil)
 
-// registerImages adds the image store's routes to the /1.0 group.
+// registerImages adds the image store's routes to the /1.0 group. The
+// routes that take a body check it before they need the store.
 func (a *API) registerImages(v1 fiber.Router) {
-	v1.Get("/images", a.listImages)
-	v1.Post("/images", a.importImage)
-	v1.Get("/images/aliases", a.listImageAliases)
-	v1.Post("/images/aliases", a.createImageAlias)
-	v1.Get("/images/aliases/:alias", a.getImageAlias)
-	v1.Delete("/images/aliases/:alias", a.deleteImageAlias)
-	v1.Get("/images/:fp", a.getImage)
-	v1.Patch("/images/:fp", a.patchImage)
-	v1.Delete("/images/:fp", a.deleteImage)
+	fp, alias := imageRefParam, aliasParam
+	v1.Get("/images", a.ok(httpwrap.With(a.imageService, a.listImages)))
+	v1.Post("/images", a.created(decoded(a.importImage)))
+	v1.Get("/images/aliases", a.ok(httpwrap.With(a.imageService, a.listImageAliases)))
+	v1.Post("/images/aliases", a.created(decoded(a.createImageAlias)))
+	v1.Get("/images/aliases/:alias", a.ok(httpwrap.With(a.imageService, a.getImageAlias), alias))
+	v1.Delete("/images/aliases/:alias", a.ok(httpwrap.With(a.imageService, a.deleteImageAlias), alias))
+	v1.Get("/images/:fp", a.ok(httpwrap.With(a.imageService, a.getImage), fp))
+	v1.Patch("/images/:fp", a.ok(decoded(a.patchImage), fp))
+	v1.Delete("/images/:fp", a.ok(httpwrap.With(a.imageService, a.deleteImage), fp))
 }
 
 // imageService returns the store, or a 501 error when the daemon has none.
@@ -78,25 +81,34 @@ func descriptions(ctx context.Context, s ImageService) (map[string]string, error
 	return out, nil
 }
 
+// imageOf answers an image with its aliases' descriptions, or the error
+// of getting it.
+func imageOf(ctx context.Context, s ImageService, im *images.Image, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	desc, err := descriptions(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return imageOut(im, desc), nil
+}
+
 // listImages answers GET /1.0/images: every image object, oldest first.
-func (a *API) listImages(c *fiber.Ctx) error {
-	s, err := a.imageService()
+func (a *API) listImages(r *request, s ImageService) (any, error) {
+	list, err := s.List(r.UserContext())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	list, err := s.List(c.UserContext())
+	desc, err := descriptions(r.UserContext(), s)
 	if err != nil {
-		return err
-	}
-	desc, err := descriptions(c.UserContext(), s)
-	if err != nil {
-		return err
+		return nil, err
 	}
 	out := make([]api.Image, len(list))
 	for i, im := range list {
 		out[i] = imageOut(im, desc)
 	}
-	return sync200(c, out)
+	return out, nil
 }
 
 // importImage answers POST /1.0/images: the file at path (on the daemon's
@@ -104,184 +116,119 @@ func (a *API) listImages(c *fiber.Ctx) error {
 // runs under a context that ends when the client closes the connection
 // (fasthttp's own does not), so a client that goes away stops it; 507
 // when the image does not fit in the store's free space.
-func (a *API) importImage(c *fiber.Ctx) error {
-	var req api.ImagesPost
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
+func (a *API) importImage(r *request, req *api.ImagesPost) (any, error) {
 	for what, p := range map[string]string{"path": req.Path, "kernel": req.Kernel, "initrd": req.Initrd} {
 		if (p != "" || what == "path") && !filepath.IsAbs(p) {
-			return badRequest("invalid %s %q: an absolute path of a file on the daemon's machine is required", what, p)
+			return nil, badRequest("invalid %s %q: an absolute path of a file on the daemon's machine is required", what, p)
 		}
 	}
 	if req.Alias != "" {
 		if err := images.ValidateAlias(req.Alias); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	s, err := a.imageService()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctx, stop := hangup.Context(c.UserContext(), c.Context().Conn())
+	ctx, stop := hangup.Context(r.UserContext(), r.Context().Conn())
 	defer stop()
 	im, err := s.Import(ctx, req.Path, images.ImportOptions{
 		Alias: req.Alias, Filename: req.Filename, Properties: req.Properties, Kernel: req.Kernel, Initrd: req.Initrd,
 		Public: req.Public,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return syncCreated(c, imageOut(im, nil))
+	return imageOut(im, nil), nil
 }
 
 // getImage answers GET /1.0/images/{fp} (a fingerprint or unique prefix).
-func (a *API) getImage(c *fiber.Ctx) error {
-	s, err := a.imageService()
-	if err != nil {
-		return err
-	}
-	ref, err := pathParam(c, "fp", "fingerprint")
-	if err != nil {
-		return err
-	}
-	im, err := s.Resolve(c.UserContext(), ref)
-	if err != nil {
-		return err
-	}
-	desc, err := descriptions(c.UserContext(), s)
-	if err != nil {
-		return err
-	}
-	return sync200(c, imageOut(im, desc))
+func (a *API) getImage(r *request, s ImageService) (any, error) {
+	im, err := s.Resolve(r.UserContext(), r.Param("fp"))
+	return imageOf(r.UserContext(), s, im, err)
 }
 
 // patchImage answers PATCH /1.0/images/{fp} {"public":true|false}: whether
 // guests may download the image through devlxd; the image object.
-func (a *API) patchImage(c *fiber.Ctx) error {
-	var req api.ImagePatch
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
+func (a *API) patchImage(r *request, req *api.ImagePatch) (any, error) {
 	if req.Public == nil {
-		return badRequest(`invalid image update: nothing to change (only "public" can change)`)
+		return nil, badRequest(`invalid image update: nothing to change (only "public" can change)`)
 	}
 	s, err := a.imageService()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ref, err := pathParam(c, "fp", "fingerprint")
-	if err != nil {
-		return err
-	}
-	im, err := s.SetPublic(c.UserContext(), ref, *req.Public)
-	if err != nil {
-		return err
-	}
-	desc, err := descriptions(c.UserContext(), s)
-	if err != nil {
-		return err
-	}
-	return sync200(c, imageOut(im, desc))
+	im, err := s.SetPublic(r.UserContext(), r.Param("fp"), *req.Public)
+	return imageOf(r.UserContext(), s, im, err)
 }
 
 // deleteImage answers DELETE /1.0/images/{fp}: 409 while an instance uses it.
-func (a *API) deleteImage(c *fiber.Ctx) error {
-	s, err := a.imageService()
+func (a *API) deleteImage(r *request, s ImageService) (any, error) {
+	im, err := s.Resolve(r.UserContext(), r.Param("fp"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ref, err := pathParam(c, "fp", "fingerprint")
-	if err != nil {
-		return err
+	if err := s.Delete(r.UserContext(), im.Fingerprint); err != nil {
+		return nil, err
 	}
-	im, err := s.Resolve(c.UserContext(), ref)
-	if err != nil {
-		return err
-	}
-	if err := s.Delete(c.UserContext(), im.Fingerprint); err != nil {
-		return err
-	}
-	return sync200(c, map[string]any{})
+	return map[string]any{}, nil
 }
 
 // listImageAliases answers GET /1.0/images/aliases.
-func (a *API) listImageAliases(c *fiber.Ctx) error {
-	s, err := a.imageService()
+func (a *API) listImageAliases(r *request, s ImageService) (any, error) {
+	as, fps, err := s.Aliases(r.UserContext())
 	if err != nil {
-		return err
-	}
-	as, fps, err := s.Aliases(c.UserContext())
-	if err != nil {
-		return err
+		return nil, err
 	}
 	out := make([]api.ImageAlias, len(as))
 	for i, al := range as {
 		out[i] = api.ImageAlias{Name: al.Name, Description: al.Description, Target: fps[i]}
 	}
-	return sync200(c, out)
+	return out, nil
 }
 
 // createImageAlias answers POST /1.0/images/aliases.
-func (a *API) createImageAlias(c *fiber.Ctx) error {
-	var req api.ImageAliasesPost
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
+func (a *API) createImageAlias(r *request, req *api.ImageAliasesPost) (any, error) {
 	if err := images.ValidateAlias(req.Name); err != nil {
-		return err
+		return nil, err
 	}
 	if req.Target == "" {
-		return badRequest("invalid alias: a target image is required")
+		return nil, badRequest("invalid alias: a target image is required")
 	}
 	s, err := a.imageService()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	im, err := s.Resolve(c.UserContext(), req.Target)
+	im, err := s.Resolve(r.UserContext(), req.Target)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := s.AddAlias(c.UserContext(), req.Name, im.Fingerprint, req.Description); err != nil {
-		return err
+	if err := s.AddAlias(r.UserContext(), req.Name, im.Fingerprint, req.Description); err != nil {
+		return nil, err
 	}
-	return syncCreated(c, api.ImageAlias{Name: req.Name, Description: req.Description, Target: im.Fingerprint})
+	return api.ImageAlias{Name: req.Name, Description: req.Description, Target: im.Fingerprint}, nil
 }
 
 // getImageAlias answers GET /1.0/images/aliases/{alias}.
-func (a *API) getImageAlias(c *fiber.Ctx) error {
-	s, err := a.imageService()
+func (a *API) getImageAlias(r *request, s ImageService) (any, error) {
+	name := r.Param("alias")
+	as, fps, err := s.Aliases(r.UserContext())
 	if err != nil {
-		return err
-	}
-	name, err := pathParam(c, "alias", "alias")
-	if err != nil {
-		return err
-	}
-	as, fps, err := s.Aliases(c.UserContext())
-	if err != nil {
-		return err
+		return nil, err
 	}
 	for i, al := range as {
 		if al.Name == name {
-			return sync200(c, api.ImageAlias{Name: al.Name, Description: al.Description, Target: fps[i]})
+			return api.ImageAlias{Name: al.Name, Description: al.Description, Target: fps[i]}, nil
 		}
 	}
-	return fiber.NewError(http.StatusNotFound, "image alias "+name+" not found")
+	return nil, fiber.NewError(http.StatusNotFound, "image alias "+name+" not found")
 }
 
 // deleteImageAlias answers DELETE /1.0/images/aliases/{alias}.
-func (a *API) deleteImageAlias(c *fiber.Ctx) error {
-	s, err := a.imageService()
-	if err != nil {
-		return err
+func (a *API) deleteImageAlias(r *request, s ImageService) (any, error) {
+	if err := s.DeleteAlias(r.UserContext(), r.Param("alias")); err != nil {
+		return nil, err
 	}
-	name, err := pathParam(c, "alias", "alias")
-	if err != nil {
-		return err
-	}
-	if err := s.DeleteAlias(c.UserContext(), name); err != nil {
-		return err
-	}
-	return sync200(c, map[string]any{})
+	return map[string]any{}, nil
 }

@@ -3,7 +3,6 @@ package adminapi
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"path/filepath"
 
 	"github.com/gofiber/fiber/v2"
@@ -36,60 +35,37 @@ func (a *API) installer() (backendInstaller, error) {
 // installBackend answers POST /1.0/backends: the binary at path (on the
 // daemon's machine) is installed as name and started; the answer is its
 // backend object.
-func (a *API) installBackend(c *fiber.Ctx) error {
-	var req api.BackendInstall
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
+func (a *API) installBackend(r *request, req *api.BackendInstall) (any, error) {
 	if req.Path == "" || !filepath.IsAbs(req.Path) {
-		return badRequest("invalid path %q: an absolute path of a file on the daemon's machine is required", req.Path)
+		return nil, badRequest("invalid path %q: an absolute path of a file on the daemon's machine is required", req.Path)
 	}
 	if req.Name == "" {
 		req.Name = filepath.Base(req.Path)
 	}
 	if err := pluginhost.CheckName(req.Name); err != nil {
-		return badRequest("%v", err)
+		return nil, badRequest("%v", err)
 	}
 	in, err := a.installer()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(c.UserContext(), restartWaitLimit)
+	ctx, cancel := context.WithTimeout(r.UserContext(), restartWaitLimit)
 	defer cancel()
-	st, err := in.Install(ctx, req.Name, req.Path)
-	if err != nil {
-		return err
-	}
-	return sync200(c, backendOut(st))
+	return backendOf(in.Install(ctx, req.Name, req.Path))
 }
 
 // reloadBackend answers POST /1.0/backends/{name}/reload: SHA256SUMS is
 // read again and the plugin restarted on the binary now installed; the
 // answer is its backend object.
-func (a *API) reloadBackend(c *fiber.Ctx) error {
-	raw := c.Params("name")
-	name, err := url.PathUnescape(raw)
-	if err != nil {
-		return badRequest("invalid backend name %q: bad escape", raw)
-	}
-	if err := pluginhost.CheckName(name); err != nil {
-		return badRequest("%v", err)
-	}
-	if len(c.Body()) > 0 {
-		var none struct{}
-		if err := decodeBody(c, &none); err != nil {
-			return err
-		}
+func (a *API) reloadBackend(r *request) (any, error) {
+	if err := noBody(r.Ctx); err != nil {
+		return nil, err
 	}
 	in, err := a.installer()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(c.UserContext(), restartWaitLimit)
+	ctx, cancel := context.WithTimeout(r.UserContext(), restartWaitLimit)
 	defer cancel()
-	st, err := in.Reload(ctx, name)
-	if err != nil {
-		return err
-	}
-	return sync200(c, backendOut(st))
+	return backendOf(in.Reload(ctx, r.Param("name")))
 }

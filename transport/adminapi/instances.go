@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,16 +25,6 @@ const (
 	maxStopTimeout   = 24 * 60 * 60 // seconds
 )
 
-// nameParam returns the :name path parameter, unescaped and validated.
-func nameParam(c *fiber.Ctx) (string, error) {
-	raw := c.Params("name")
-	name, err := url.PathUnescape(raw)
-	if err != nil {
-		return "", badRequest("invalid instance name %q: bad escape", raw)
-	}
-	return name, instance.ValidateName(name)
-}
-
 // instanceLister is implemented by instance services that can hand out
 // shared views for serialising (core/instance.Manager).
 type instanceLister interface {
@@ -52,7 +41,9 @@ type statelessStarter interface {
 
 var _ statelessStarter = (*instance.Manager)(nil)
 
-// listInstances answers GET /1.0/instances.
+// listInstances answers GET /1.0/instances. It answers without the wrapper
+// (httpwrap): the list is streamed, each instance encoded into the body as
+// it is listed, not built as one value to encode.
 func (a *API) listInstances(c *fiber.Ctx) error {
 	filter := instance.ListFilter{
 		Status:  c.Query("status"),
@@ -93,45 +84,49 @@ func (a *API) listInstances(c *fiber.Ctx) error {
 }
 
 // createInstance answers POST /1.0/instances with 201 and the new instance.
-func (a *API) createInstance(c *fiber.Ctx) error {
-	var req api.InstancesPost
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
+func (a *API) createInstance(r *request, req *api.InstancesPost) (any, error) {
 	if err := instance.ValidateName(req.Name); err != nil {
-		return err
+		return nil, err
 	}
 	// An empty backend is the daemon's default one.
 	if req.Backend != "" {
 		if err := a.checkBackend(req.Backend); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	for k := range req.Config {
-		if strings.TrimSpace(k) == "" {
-			return badRequest("invalid config: empty key")
-		}
+	if err := checkConfigKeys(req.Config); err != nil {
+		return nil, err
 	}
 	for dev, props := range req.Devices {
 		if strings.TrimSpace(dev) == "" {
-			return badRequest("invalid devices: empty device name")
+			return nil, badRequest("invalid devices: empty device name")
 		}
 		if props["type"] == "" {
-			return badRequest("invalid device %q: type is required", dev)
+			return nil, badRequest("invalid device %q: type is required", dev)
 		}
 	}
-	inst, err := a.cfg.Instances.Create(c.UserContext(), instance.CreateRequest{
+	return wireInstanceOf(a.cfg.Instances.Create(r.UserContext(), instance.CreateRequest{
 		Name:    req.Name,
 		Backend: req.Backend,
 		Config:  req.Config,
 		Image:   req.Image,
 		Devices: req.Devices,
 		Start:   req.Start,
-	}, requestor(c))
-	if err != nil {
-		return err
+	}, requestor(r.Ctx)))
+}
+
+// wireInstanceOf answers an instance without its timeline, or the error of
+// getting it.
+var wireInstanceOf = wired(func(inst *instance.Instance) api.Instance { return instance.WireInstance(inst, nil) })
+
+// checkConfigKeys refuses an empty key among the config keys to set.
+func checkConfigKeys(config map[string]string) error {
+	for k := range config {
+		if strings.TrimSpace(k) == "" {
+			return badRequest("invalid config: empty key")
+		}
 	}
-	return syncCreated(c, instance.WireInstance(inst, nil))
+	return nil
 }
 
 // checkBackend returns a 400 error unless a backend plugin of that name is
@@ -154,101 +149,75 @@ func (a *API) checkBackend(name string) error {
 
 // getInstance answers GET /1.0/instances/{name}: the instance object with
 // its latest timeline entries.
-func (a *API) getInstance(c *fiber.Ctx) error {
-	name, err := nameParam(c)
+func (a *API) getInstance(r *request) (any, error) {
+	name := r.Param("name")
+	inst, err := a.cfg.Instances.Get(r.UserContext(), name)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	inst, err := a.cfg.Instances.Get(c.UserContext(), name)
+	tl, err := a.cfg.Instances.Timeline(r.UserContext(), name, DefaultTimelineSummary)
 	if err != nil {
-		return err
-	}
-	tl, err := a.cfg.Instances.Timeline(c.UserContext(), name, DefaultTimelineSummary)
-	if err != nil {
-		return err
+		return nil, err
 	}
 	w := instance.WireInstance(inst, tl)
 	w.Guest = a.cachedGuest(inst.UUID)
-	return sync200(c, w)
+	return w, nil
 }
 
 // patchInstance answers PATCH /1.0/instances/{name}.
-func (a *API) patchInstance(c *fiber.Ctx) error {
-	name, err := nameParam(c)
-	if err != nil {
-		return err
-	}
-	var req api.InstancePatch
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
+func (a *API) patchInstance(r *request, req *api.InstancePatch) (any, error) {
 	if len(req.Config) == 0 && len(req.Unset) == 0 {
-		return badRequest("nothing to change: give config keys to set or unset keys")
+		return nil, badRequest("nothing to change: give config keys to set or unset keys")
 	}
-	for k := range req.Config {
-		if strings.TrimSpace(k) == "" {
-			return badRequest("invalid config: empty key")
-		}
+	if err := checkConfigKeys(req.Config); err != nil {
+		return nil, err
 	}
 	for _, k := range req.Unset {
 		if strings.TrimSpace(k) == "" {
-			return badRequest("invalid unset: empty key")
+			return nil, badRequest("invalid unset: empty key")
 		}
 		if _, ok := req.Config[k]; ok {
-			return badRequest("config key %q is both set and unset", k)
+			return nil, badRequest("config key %q is both set and unset", k)
 		}
 	}
-	inst, err := a.cfg.Instances.UpdateConfig(c.UserContext(), name, req.Config, req.Unset, requestor(c))
-	if err != nil {
-		return err
-	}
-	return sync200(c, instance.WireInstance(inst, nil))
+	return wireInstanceOf(a.cfg.Instances.UpdateConfig(r.UserContext(), r.Param("name"), req.Config, req.Unset, requestor(r.Ctx)))
 }
 
 // deleteInstance answers DELETE /1.0/instances/{name}[?force=true].
-func (a *API) deleteInstance(c *fiber.Ctx) error {
-	name, err := nameParam(c)
+func (a *API) deleteInstance(r *request) (any, error) {
+	force, err := boolQuery(r.Ctx, "force")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	force, err := boolQuery(c, "force")
-	if err != nil {
-		return err
-	}
-	if err := a.cfg.Instances.Delete(c.UserContext(), name, force, requestor(c)); err != nil {
-		return err
-	}
-	return sync200(c, nil)
+	return nil, a.cfg.Instances.Delete(r.UserContext(), r.Param("name"), force, requestor(r.Ctx))
 }
 
 // getState answers GET /1.0/instances/{name}/state.
-func (a *API) getState(c *fiber.Ctx) error {
-	name, err := nameParam(c)
+func (a *API) getState(r *request) (any, error) {
+	inst, err := a.cfg.Instances.Get(r.UserContext(), r.Param("name"))
 	if err != nil {
-		return err
-	}
-	inst, err := a.cfg.Instances.Get(c.UserContext(), name)
-	if err != nil {
-		return err
+		return nil, err
 	}
 	st := instance.WireState(inst)
-	st.Guest = a.guestInfo(c.UserContext(), inst.UUID)
-	return sync200(c, st)
+	st.Guest = a.guestInfo(r.UserContext(), inst.UUID)
+	return st, nil
+}
+
+// stateOf answers the state of the instance called name, after a change.
+func (a *API) stateOf(ctx context.Context, name string) (any, error) {
+	inst, err := a.cfg.Instances.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return instance.WireState(inst), nil
 }
 
 // putState answers PUT /1.0/instances/{name}/state: it starts, stops or
 // restarts the instance and answers its state afterwards.
-func (a *API) putState(c *fiber.Ctx) error {
-	name, err := nameParam(c)
-	if err != nil {
-		return err
-	}
-	var req api.InstanceStatePut
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
+func (a *API) putState(r *request, req *api.InstanceStatePut) (any, error) {
+	name := r.Param("name")
 	if req.Timeout < 0 || req.Timeout > maxStopTimeout {
-		return badRequest("invalid timeout %d: must be between 0 and %d seconds", req.Timeout, maxStopTimeout)
+		return nil, badRequest("invalid timeout %d: must be between 0 and %d seconds", req.Timeout, maxStopTimeout)
 	}
 	opts := instance.StopOptions{
 		Timeout:  time.Duration(req.Timeout) * time.Second,
@@ -256,15 +225,16 @@ func (a *API) putState(c *fiber.Ctx) error {
 		Stateful: req.Stateful,
 	}
 	if req.Stateless && req.Action != api.ActionStart {
-		return badRequest("stateless applies to start only, not %q", req.Action)
+		return nil, badRequest("stateless applies to start only, not %q", req.Action)
 	}
-	ctx, by := c.UserContext(), requestor(c)
+	ctx, by := r.UserContext(), requestor(r.Ctx)
+	var err error
 	switch req.Action {
 	case api.ActionStart:
 		if req.Stateless {
 			s, ok := a.cfg.Instances.(statelessStarter)
 			if !ok {
-				return fmt.Errorf("starting instance %q without its saved state: %w", name, errdefs.ErrNotSupported)
+				return nil, fmt.Errorf("starting instance %q without its saved state: %w", name, errdefs.ErrNotSupported)
 			}
 			err = s.StartWith(ctx, name, instance.StartOptions{Stateless: true}, by)
 		} else {
@@ -275,42 +245,34 @@ func (a *API) putState(c *fiber.Ctx) error {
 	case api.ActionRestart:
 		err = a.cfg.Instances.Restart(ctx, name, opts, by)
 	case "":
-		return badRequest("action is required: start, stop or restart")
+		return nil, badRequest("action is required: start, stop or restart")
 	default:
-		return badRequest("invalid action %q: must be start, stop or restart", req.Action)
+		return nil, badRequest("invalid action %q: must be start, stop or restart", req.Action)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	inst, err := a.cfg.Instances.Get(ctx, name)
-	if err != nil {
-		return err
-	}
-	return sync200(c, instance.WireState(inst))
+	return a.stateOf(ctx, name)
 }
 
 // getTimeline answers GET /1.0/instances/{name}/timeline[?limit=N].
-func (a *API) getTimeline(c *fiber.Ctx) error {
-	name, err := nameParam(c)
-	if err != nil {
-		return err
-	}
+func (a *API) getTimeline(r *request) (any, error) {
 	limit := 100
-	if v := c.Query("limit"); v != "" {
+	if v := r.Query("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxTimelineLimit {
-			return badRequest("invalid limit %q: must be an integer between 1 and %d", v, maxTimelineLimit)
+			return nil, badRequest("invalid limit %q: must be an integer between 1 and %d", v, maxTimelineLimit)
 		}
 		limit = n
 	}
-	tl, err := a.cfg.Instances.Timeline(c.UserContext(), name, limit)
+	tl, err := a.cfg.Instances.Timeline(r.UserContext(), r.Param("name"), limit)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if tl == nil {
 		tl = []instance.TimelineEntry{}
 	}
-	return sync200(c, instance.WireTimeline(tl))
+	return instance.WireTimeline(tl), nil
 }
 
 // boolQuery parses an optional boolean query value ("1", "true", "0",
@@ -328,14 +290,14 @@ func boolQuery(c *fiber.Ctx, key string) (bool, error) {
 }
 
 // listBackends answers GET /1.0/backends.
-func (a *API) listBackends(c *fiber.Ctx) error {
+func (a *API) listBackends(*request) (any, error) {
 	list := a.cfg.Backends.List()
 	out := make([]api.Backend, 0, len(list))
 	for _, s := range list {
 		out = append(out, backendOut(s))
 	}
 	slices.SortFunc(out, func(x, y api.Backend) int { return strings.Compare(x.Name, y.Name) })
-	return sync200(c, out)
+	return out, nil
 }
 
 // backendOut converts a plugin status to the wire's backend object.

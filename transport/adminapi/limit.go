@@ -96,7 +96,7 @@ func (l *limiter) init(what string, inFlight, queue int, cfg Limits) {
 // websocket and the waits, which would hold a slot for as long as they are
 // open.
 func unlimited(c *fiber.Ctx) bool {
-	return strings.TrimSuffix(c.Path(), "/") == "/1.0/events" || isWait(c)
+	return strings.TrimSuffix(c.Path(), "/") == "/1.0/events" || isWait(c) || isOperationStream(c)
 }
 
 // isList reports whether a request lists the instances.

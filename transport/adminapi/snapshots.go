@@ -3,7 +3,6 @@ package adminapi
 import (
 	"context"
 	"fmt"
-	"net/url"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/transport/httpwrap"
 )
 
 // Snapshotter is implemented by instance services with snapshots, restore
@@ -29,194 +29,100 @@ var _ Snapshotter = (*instance.Manager)(nil)
 
 // registerSnapshots adds the snapshot, restore and move routes (issue 16).
 func (a *API) registerSnapshots(v1 fiber.Router) {
-	v1.Put("/instances/:name", a.putInstance)
-	v1.Post("/instances/:name", a.postInstance)
-	v1.Get("/instances/:name/snapshots", a.listSnapshots)
-	v1.Post("/instances/:name/snapshots", a.createSnapshot)
-	v1.Get("/instances/:name/snapshots/:snap", a.getSnapshot)
-	v1.Post("/instances/:name/snapshots/:snap", a.renameSnapshot)
-	v1.Delete("/instances/:name/snapshots/:snap", a.deleteSnapshot)
+	name, snap := instanceNameParam, snapshotNameParam
+	v1.Put("/instances/:name", a.ok(httpwrap.With(a.snapshotter, withBody(a.putInstance)), name))
+	v1.Post("/instances/:name", a.ok(httpwrap.With(a.snapshotter, withBody(a.postInstance)), name))
+	v1.Get("/instances/:name/snapshots", a.ok(httpwrap.With(a.snapshotter, a.listSnapshots), name))
+	v1.Post("/instances/:name/snapshots", a.created(httpwrap.With(a.snapshotter, withBody(a.createSnapshot)), name))
+	v1.Get("/instances/:name/snapshots/:snap", a.ok(httpwrap.With(a.snapshotter, a.getSnapshot), name, snap))
+	v1.Post("/instances/:name/snapshots/:snap", a.ok(httpwrap.With(a.snapshotter, withBody(a.renameSnapshot)), name, snap))
+	v1.Delete("/instances/:name/snapshots/:snap", a.ok(httpwrap.With(a.snapshotter, a.deleteSnapshot), name, snap))
 }
 
-// snapshotter returns the service's Snapshotter and the :name parameter.
-func (a *API) snapshotter(c *fiber.Ctx) (Snapshotter, string, error) {
-	name, err := nameParam(c)
-	if err != nil {
-		return nil, "", err
-	}
-	s, ok := a.cfg.Instances.(Snapshotter)
-	if !ok {
-		return nil, "", fmt.Errorf("this daemon keeps no snapshots: %w", errdefs.ErrNotSupported)
-	}
-	return s, name, nil
+// snapshotter returns the service's Snapshotter, or a 501 error.
+func (a *API) snapshotter() (Snapshotter, error) {
+	return optional[Snapshotter](a.cfg.Instances, "this daemon keeps no snapshots")
 }
 
-// snapParam returns the :snap path parameter, unescaped and validated.
-func snapParam(c *fiber.Ctx) (string, error) {
-	raw := c.Params("snap")
-	snap, err := url.PathUnescape(raw)
-	if err != nil {
-		return "", badRequest("invalid snapshot name %q: bad escape", raw)
-	}
-	return snap, instance.ValidateSnapshotName(snap)
-}
+// wireSnapshotOf answers a snapshot, or the error of getting it.
+var wireSnapshotOf = wired(instance.WireSnapshot)
 
 // listSnapshots answers GET /1.0/instances/{name}/snapshots with the
 // snapshot objects, oldest first.
-func (a *API) listSnapshots(c *fiber.Ctx) error {
-	s, name, err := a.snapshotter(c)
-	if err != nil {
-		return err
-	}
-	list, err := s.Snapshots(c.UserContext(), name)
-	if err != nil {
-		return err
-	}
-	return sync200(c, instance.WireSnapshots(list))
+func (a *API) listSnapshots(r *request, s Snapshotter) (any, error) {
+	return wired(instance.WireSnapshots)(s.Snapshots(r.UserContext(), r.Param("name")))
 }
 
 // createSnapshot answers POST /1.0/instances/{name}/snapshots with 201 and
 // the snapshot.
-func (a *API) createSnapshot(c *fiber.Ctx) error {
-	s, name, err := a.snapshotter(c)
-	if err != nil {
-		return err
-	}
-	var req api.InstanceSnapshotsPost
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
+func (a *API) createSnapshot(r *request, s Snapshotter, req *api.InstanceSnapshotsPost) (any, error) {
 	if req.Name == "" {
-		return badRequest("name is required: the snapshot's name")
+		return nil, badRequest("name is required: the snapshot's name")
 	}
-	snap, err := s.CreateSnapshot(c.UserContext(), name, req.Name, req.Stateful, requestor(c))
-	if err != nil {
-		return err
-	}
-	return syncCreated(c, instance.WireSnapshot(snap))
+	return wireSnapshotOf(s.CreateSnapshot(r.UserContext(), r.Param("name"), req.Name, req.Stateful, requestor(r.Ctx)))
 }
 
 // getSnapshot answers GET /1.0/instances/{name}/snapshots/{snap}.
-func (a *API) getSnapshot(c *fiber.Ctx) error {
-	s, name, err := a.snapshotter(c)
-	if err != nil {
-		return err
-	}
-	snap, err := snapParam(c)
-	if err != nil {
-		return err
-	}
-	sn, err := s.GetSnapshot(c.UserContext(), name, snap)
-	if err != nil {
-		return err
-	}
-	return sync200(c, instance.WireSnapshot(sn))
+func (a *API) getSnapshot(r *request, s Snapshotter) (any, error) {
+	return wireSnapshotOf(s.GetSnapshot(r.UserContext(), r.Param("name"), r.Param("snap")))
 }
 
 // renameSnapshot answers POST /1.0/instances/{name}/snapshots/{snap}
 // {"name": "new"} (LXD's rename) with the renamed snapshot.
-func (a *API) renameSnapshot(c *fiber.Ctx) error {
-	s, name, err := a.snapshotter(c)
-	if err != nil {
-		return err
-	}
-	snap, err := snapParam(c)
-	if err != nil {
-		return err
-	}
-	var req api.InstanceSnapshotPost
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
+func (a *API) renameSnapshot(r *request, s Snapshotter, req *api.InstanceSnapshotPost) (any, error) {
+	name, snap := r.Param("name"), r.Param("snap")
 	if req.Name == "" {
-		return badRequest("name is required: the snapshot's new name")
+		return nil, badRequest("name is required: the snapshot's new name")
 	}
 	if req.Name == snap {
-		return badRequest("the snapshot is called %q already", snap)
+		return nil, badRequest("the snapshot is called %q already", snap)
 	}
-	ctx := c.UserContext()
-	if err := s.RenameSnapshot(ctx, name, snap, req.Name, requestor(c)); err != nil {
-		return err
+	ctx := r.UserContext()
+	if err := s.RenameSnapshot(ctx, name, snap, req.Name, requestor(r.Ctx)); err != nil {
+		return nil, err
 	}
-	sn, err := s.GetSnapshot(ctx, name, req.Name)
-	if err != nil {
-		return err
-	}
-	return sync200(c, instance.WireSnapshot(sn))
+	return wireSnapshotOf(s.GetSnapshot(ctx, name, req.Name))
 }
 
 // deleteSnapshot answers DELETE /1.0/instances/{name}/snapshots/{snap}.
-func (a *API) deleteSnapshot(c *fiber.Ctx) error {
-	s, name, err := a.snapshotter(c)
-	if err != nil {
-		return err
-	}
-	snap, err := snapParam(c)
-	if err != nil {
-		return err
-	}
-	if err := s.DeleteSnapshot(c.UserContext(), name, snap, requestor(c)); err != nil {
-		return err
-	}
-	return sync200(c, nil)
+func (a *API) deleteSnapshot(r *request, s Snapshotter) (any, error) {
+	return nil, s.DeleteSnapshot(r.UserContext(), r.Param("name"), r.Param("snap"), requestor(r.Ctx))
 }
 
 // putInstance answers PUT /1.0/instances/{name} {"restore": "snap"[,
 // "stateful": true]}, LXD's restore, with the instance's state afterwards.
 // PUT replaces nothing else here: config changes go through PATCH.
-func (a *API) putInstance(c *fiber.Ctx) error {
-	s, name, err := a.snapshotter(c)
-	if err != nil {
-		return err
-	}
-	var req api.InstancePut
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
+func (a *API) putInstance(r *request, s Snapshotter, req *api.InstancePut) (any, error) {
+	name := r.Param("name")
 	if req.Restore == "" {
-		return badRequest(`restore is required: PUT on an instance restores a snapshot ({"restore": "NAME"}); change config with PATCH`)
+		return nil, badRequest(`restore is required: PUT on an instance restores a snapshot ({"restore": "NAME"}); change config with PATCH`)
 	}
 	if err := instance.ValidateSnapshotName(req.Restore); err != nil {
-		return err
+		return nil, err
 	}
-	ctx := c.UserContext()
-	if err := s.Restore(ctx, name, req.Restore, instance.RestoreOptions{Stateful: req.Stateful}, requestor(c)); err != nil {
-		return err
+	ctx := r.UserContext()
+	if err := s.Restore(ctx, name, req.Restore, instance.RestoreOptions{Stateful: req.Stateful}, requestor(r.Ctx)); err != nil {
+		return nil, err
 	}
-	inst, err := a.cfg.Instances.Get(ctx, name)
-	if err != nil {
-		return err
-	}
-	return sync200(c, instance.WireState(inst))
+	return a.stateOf(ctx, name)
 }
 
 // postInstance answers POST /1.0/instances/{name} {"backend": "qemu"}: it
 // moves the stopped instance to that backend and answers the instance.
-func (a *API) postInstance(c *fiber.Ctx) error {
-	s, name, err := a.snapshotter(c)
-	if err != nil {
-		return err
-	}
-	var req api.InstancePost
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
+func (a *API) postInstance(r *request, s Snapshotter, req *api.InstancePost) (any, error) {
+	name := r.Param("name")
 	if req.Name != "" && req.Name != name {
-		return fmt.Errorf("renaming instance %q to %q: renaming is not supported: %w", name, req.Name, errdefs.ErrNotSupported)
+		return nil, fmt.Errorf("renaming instance %q to %q: renaming is not supported: %w", name, req.Name, errdefs.ErrNotSupported)
 	}
 	if req.Backend == "" {
-		return badRequest("backend is required: the backend to move the instance to")
+		return nil, badRequest("backend is required: the backend to move the instance to")
 	}
 	if err := a.checkBackend(req.Backend); err != nil {
-		return err
+		return nil, err
 	}
-	ctx := c.UserContext()
-	if err := s.Move(ctx, name, req.Backend, requestor(c)); err != nil {
-		return err
+	ctx := r.UserContext()
+	if err := s.Move(ctx, name, req.Backend, requestor(r.Ctx)); err != nil {
+		return nil, err
 	}
-	inst, err := a.cfg.Instances.Get(ctx, name)
-	if err != nil {
-		return err
-	}
-	return sync200(c, instance.WireInstance(inst, nil))
+	return wireInstanceOf(a.cfg.Instances.Get(ctx, name))
 }

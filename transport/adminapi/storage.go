@@ -3,13 +3,13 @@ package adminapi
 import (
 	"context"
 	"fmt"
-	"net/url"
 
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/transport/httpwrap"
 )
 
 // Storage is the storage service behind the /1.0/storage-pools routes
@@ -31,17 +31,18 @@ var _ Storage = (*storage.Service)(nil)
 // registerStorage adds the storage routes to v1.
 func (a *API) registerStorage(v1 fiber.Router) {
 	const vol = "/storage-pools/:pool/volumes/custom/:volume"
-	v1.Get("/storage-pools", a.listPools)
-	v1.Get("/storage-pools/:pool", a.getPool)
-	v1.Get("/storage-pools/:pool/volumes/custom", a.listVolumes)
-	v1.Post("/storage-pools/:pool/volumes/custom", a.createVolume)
-	v1.Get(vol, a.getVolume)
-	v1.Patch(vol, a.patchVolume)
-	v1.Delete(vol, a.deleteVolume)
-	v1.Get(vol+"/snapshots", a.listVolumeSnapshots)
-	v1.Post(vol+"/snapshots", a.createVolumeSnapshot)
-	v1.Get(vol+"/snapshots/:snapshot", a.getVolumeSnapshot)
-	v1.Delete(vol+"/snapshots/:snapshot", a.deleteVolumeSnapshot)
+	pool, volume, snap := poolParam, volumeParam, volumeSnapshotParam
+	v1.Get("/storage-pools", a.ok(httpwrap.With(a.storage, a.listPools)))
+	v1.Get("/storage-pools/:pool", a.ok(httpwrap.With(a.storage, a.getPool), pool))
+	v1.Get("/storage-pools/:pool/volumes/custom", a.ok(httpwrap.With(a.storage, a.listVolumes), pool))
+	v1.Post("/storage-pools/:pool/volumes/custom", a.created(httpwrap.With(a.storage, withBody(a.createVolume)), pool))
+	v1.Get(vol, a.ok(httpwrap.With(a.storage, a.getVolume), pool, volume))
+	v1.Patch(vol, a.ok(httpwrap.With(a.storage, withBody(a.patchVolume)), pool, volume))
+	v1.Delete(vol, a.ok(httpwrap.With(a.storage, a.deleteVolume), pool, volume))
+	v1.Get(vol+"/snapshots", a.ok(httpwrap.With(a.storage, a.listVolumeSnapshots), pool, volume))
+	v1.Post(vol+"/snapshots", a.created(httpwrap.With(a.storage, withBody(a.createVolumeSnapshot)), pool, volume))
+	v1.Get(vol+"/snapshots/:snapshot", a.ok(httpwrap.With(a.storage, a.getVolumeSnapshot), pool, volume, snap))
+	v1.Delete(vol+"/snapshots/:snapshot", a.ok(httpwrap.With(a.storage, a.deleteVolumeSnapshot), pool, volume, snap))
 }
 
 func (a *API) storage() (Storage, error) {
@@ -49,15 +50,6 @@ func (a *API) storage() (Storage, error) {
 		return nil, fmt.Errorf("storage is not configured on this daemon: %w", errdefs.ErrNotSupported)
 	}
 	return a.cfg.Storage, nil
-}
-
-func param(c *fiber.Ctx, key string) (string, error) {
-	raw := c.Params(key)
-	v, err := url.PathUnescape(raw)
-	if err != nil || v == "" {
-		return "", badRequest("invalid %s %q", key, raw)
-	}
-	return v, nil
 }
 
 func wirePool(p storage.Pool) api.StoragePool {
@@ -70,200 +62,83 @@ func WireVolume(v *storage.Volume) api.StorageVolume {
 		Config: v.Config, CreatedAt: v.CreatedAt, Location: v.Location}
 }
 
-func wireVolumes(vs []*storage.Volume) []api.StorageVolume {
-	out := make([]api.StorageVolume, 0, len(vs))
-	for _, v := range vs {
-		out = append(out, WireVolume(v))
-	}
-	return out
+// wireVolumeOf answers a volume, wireVolumesOf a list of them.
+var (
+	wireVolumeOf  = wired(WireVolume)
+	wireVolumesOf = wiredEach(WireVolume)
+)
+
+// listPools answers GET /1.0/storage-pools.
+func (a *API) listPools(_ *request, st Storage) (any, error) {
+	return wiredEach(wirePool)(st.Pools(), nil)
 }
 
-func (a *API) listPools(c *fiber.Ctx) error {
-	st, err := a.storage()
+// getPool answers GET /1.0/storage-pools/{pool}.
+func (a *API) getPool(r *request, st Storage) (any, error) {
+	p, err := st.GetPool(r.Param("pool"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	out := []api.StoragePool{}
-	for _, p := range st.Pools() {
-		out = append(out, wirePool(p))
-	}
-	return sync200(c, out)
+	return wirePool(*p), nil
 }
 
-func (a *API) getPool(c *fiber.Ctx) error {
-	st, err := a.storage()
-	if err != nil {
-		return err
-	}
-	name, err := param(c, "pool")
-	if err != nil {
-		return err
-	}
-	p, err := st.GetPool(name)
-	if err != nil {
-		return err
-	}
-	return sync200(c, wirePool(*p))
+// listVolumes answers GET /1.0/storage-pools/{pool}/volumes/custom.
+func (a *API) listVolumes(r *request, st Storage) (any, error) {
+	return wireVolumesOf(st.Volumes(r.UserContext(), r.Param("pool")))
 }
 
-func (a *API) listVolumes(c *fiber.Ctx) error {
-	st, err := a.storage()
+// createVolume answers POST /1.0/storage-pools/{pool}/volumes/custom with
+// 201 and the volume.
+func (a *API) createVolume(r *request, st Storage, req *api.StorageVolumesPost) (any, error) {
+	pool := r.Param("pool")
+	v, err := st.CreateVolume(r.UserContext(), pool, req.Name, req.ContentType, req.Description, req.Config)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	pool, err := param(c, "pool")
-	if err != nil {
-		return err
-	}
-	vs, err := st.Volumes(c.UserContext(), pool)
-	if err != nil {
-		return err
-	}
-	return sync200(c, wireVolumes(vs))
+	a.log.Info("storage volume created", "pool", pool, "volume", v.Name, "by", requestor(r.Ctx).Describe())
+	return WireVolume(v), nil
 }
 
-func (a *API) createVolume(c *fiber.Ctx) error {
-	st, err := a.storage()
-	if err != nil {
-		return err
-	}
-	pool, err := param(c, "pool")
-	if err != nil {
-		return err
-	}
-	var req api.StorageVolumesPost
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
-	v, err := st.CreateVolume(c.UserContext(), pool, req.Name, req.ContentType, req.Description, req.Config)
-	if err != nil {
-		return err
-	}
-	a.log.Info("storage volume created", "pool", pool, "volume", v.Name, "by", requestor(c).Describe())
-	return syncCreated(c, WireVolume(v))
+// getVolume answers GET /1.0/storage-pools/{pool}/volumes/custom/{volume}.
+func (a *API) getVolume(r *request, st Storage) (any, error) {
+	return wireVolumeOf(st.Volume(r.UserContext(), r.Param("pool"), r.Param("volume")))
 }
 
-func (a *API) volumeParams(c *fiber.Ctx) (Storage, string, string, error) {
-	st, err := a.storage()
-	if err != nil {
-		return nil, "", "", err
-	}
-	pool, err := param(c, "pool")
-	if err != nil {
-		return nil, "", "", err
-	}
-	vol, err := param(c, "volume")
-	if err != nil {
-		return nil, "", "", err
-	}
-	if err := storage.ValidateName("volume", vol); err != nil {
-		return nil, "", "", err
-	}
-	return st, pool, vol, nil
+// patchVolume answers PATCH /1.0/storage-pools/{pool}/volumes/custom/{volume}.
+func (a *API) patchVolume(r *request, st Storage, req *api.StorageVolumePut) (any, error) {
+	return wireVolumeOf(st.UpdateVolume(r.UserContext(), r.Param("pool"), r.Param("volume"), req.Description, req.Config))
 }
 
-func (a *API) getVolume(c *fiber.Ctx) error {
-	st, pool, vol, err := a.volumeParams(c)
-	if err != nil {
-		return err
+// deleteVolume answers DELETE /1.0/storage-pools/{pool}/volumes/custom/{volume}.
+func (a *API) deleteVolume(r *request, st Storage) (any, error) {
+	pool, vol := r.Param("pool"), r.Param("volume")
+	if err := st.DeleteVolume(r.UserContext(), pool, vol); err != nil {
+		return nil, err
 	}
-	v, err := st.Volume(c.UserContext(), pool, vol)
-	if err != nil {
-		return err
-	}
-	return sync200(c, WireVolume(v))
+	a.log.Info("storage volume deleted", "pool", pool, "volume", vol, "by", requestor(r.Ctx).Describe())
+	return nil, nil
 }
 
-func (a *API) patchVolume(c *fiber.Ctx) error {
-	st, pool, vol, err := a.volumeParams(c)
-	if err != nil {
-		return err
-	}
-	var req api.StorageVolumePut
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
-	v, err := st.UpdateVolume(c.UserContext(), pool, vol, req.Description, req.Config)
-	if err != nil {
-		return err
-	}
-	return sync200(c, WireVolume(v))
+// listVolumeSnapshots answers GET .../volumes/custom/{volume}/snapshots.
+func (a *API) listVolumeSnapshots(r *request, st Storage) (any, error) {
+	return wireVolumesOf(st.Snapshots(r.UserContext(), r.Param("pool"), r.Param("volume")))
 }
 
-func (a *API) deleteVolume(c *fiber.Ctx) error {
-	st, pool, vol, err := a.volumeParams(c)
-	if err != nil {
-		return err
-	}
-	if err := st.DeleteVolume(c.UserContext(), pool, vol); err != nil {
-		return err
-	}
-	a.log.Info("storage volume deleted", "pool", pool, "volume", vol, "by", requestor(c).Describe())
-	return sync200(c, nil)
+// createVolumeSnapshot answers POST .../volumes/custom/{volume}/snapshots
+// with 201 and the snapshot.
+func (a *API) createVolumeSnapshot(r *request, st Storage, req *api.StorageVolumeSnapshotsPost) (any, error) {
+	return wireVolumeOf(st.CreateSnapshot(r.UserContext(), r.Param("pool"), r.Param("volume"), req.Name, req.Description))
 }
 
-func (a *API) listVolumeSnapshots(c *fiber.Ctx) error {
-	st, pool, vol, err := a.volumeParams(c)
-	if err != nil {
-		return err
-	}
-	vs, err := st.Snapshots(c.UserContext(), pool, vol)
-	if err != nil {
-		return err
-	}
-	return sync200(c, wireVolumes(vs))
+// volumeSnapshot is the storage name of the route's snapshot: VOLUME/SNAPSHOT.
+func volumeSnapshot(r *request) string { return r.Param("volume") + "/" + r.Param("snapshot") }
+
+// getVolumeSnapshot answers GET .../volumes/custom/{volume}/snapshots/{snapshot}.
+func (a *API) getVolumeSnapshot(r *request, st Storage) (any, error) {
+	return wireVolumeOf(st.Volume(r.UserContext(), r.Param("pool"), volumeSnapshot(r)))
 }
 
-func (a *API) createVolumeSnapshot(c *fiber.Ctx) error {
-	st, pool, vol, err := a.volumeParams(c)
-	if err != nil {
-		return err
-	}
-	var req api.StorageVolumeSnapshotsPost
-	if err := decodeBody(c, &req); err != nil {
-		return err
-	}
-	v, err := st.CreateSnapshot(c.UserContext(), pool, vol, req.Name, req.Description)
-	if err != nil {
-		return err
-	}
-	return syncCreated(c, WireVolume(v))
-}
-
-func (a *API) snapshotParam(c *fiber.Ctx) (Storage, string, string, error) {
-	st, pool, vol, err := a.volumeParams(c)
-	if err != nil {
-		return nil, "", "", err
-	}
-	snap, err := param(c, "snapshot")
-	if err != nil {
-		return nil, "", "", err
-	}
-	if err := storage.ValidateName("snapshot", snap); err != nil {
-		return nil, "", "", err
-	}
-	return st, pool, vol + "/" + snap, nil
-}
-
-func (a *API) getVolumeSnapshot(c *fiber.Ctx) error {
-	st, pool, name, err := a.snapshotParam(c)
-	if err != nil {
-		return err
-	}
-	v, err := st.Volume(c.UserContext(), pool, name)
-	if err != nil {
-		return err
-	}
-	return sync200(c, WireVolume(v))
-}
-
-func (a *API) deleteVolumeSnapshot(c *fiber.Ctx) error {
-	st, pool, name, err := a.snapshotParam(c)
-	if err != nil {
-		return err
-	}
-	if err := st.DeleteVolume(c.UserContext(), pool, name); err != nil {
-		return err
-	}
-	return sync200(c, nil)
+// deleteVolumeSnapshot answers DELETE .../volumes/custom/{volume}/snapshots/{snapshot}.
+func (a *API) deleteVolumeSnapshot(r *request, st Storage) (any, error) {
+	return nil, st.DeleteVolume(r.UserContext(), r.Param("pool"), volumeSnapshot(r))
 }

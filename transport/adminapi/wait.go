@@ -27,7 +27,7 @@ const (
 
 // registerWait adds the wait route to v1.
 func (a *API) registerWait(v1 fiber.Router) {
-	v1.Get("/instances/:name/wait", a.waitInstance)
+	v1.Get("/instances/:name/wait", a.ok(a.waitInstance, instanceNameParam))
 }
 
 // isWait reports whether a request is a wait (a long poll, exempt from
@@ -42,37 +42,34 @@ func isWait(c *fiber.Ctx) bool {
 // a long poll answered when the condition holds, the instance can no
 // longer meet it, or the timeout passes (docs/admin-api.md). The outcome
 // is in the answer (200); an unknown instance is 404, a bad query 400.
-func (a *API) waitInstance(c *fiber.Ctx) error {
-	name, err := nameParam(c)
-	if err != nil {
-		return err
-	}
+func (a *API) waitInstance(r *request) (any, error) {
+	name := r.Param("name")
 	w, ok := a.cfg.Instances.(Waiter)
 	if !ok {
-		return fiber.NewError(fiber.StatusNotImplemented, "this daemon cannot wait for instances")
+		return nil, fiber.NewError(fiber.StatusNotImplemented, "this daemon cannot wait for instances")
 	}
-	what := c.Query("for")
+	what := r.Query("for")
 	if what == "" {
-		return badRequest("missing for: one of %s", strings.Join(instance.WaitFors, ", "))
+		return nil, badRequest("missing for: one of %s", strings.Join(instance.WaitFors, ", "))
 	}
 	if !slices.Contains(instance.WaitFors, what) {
-		return badRequest("invalid for %q: must be one of %s", what, strings.Join(instance.WaitFors, ", "))
+		return nil, badRequest("invalid for %q: must be one of %s", what, strings.Join(instance.WaitFors, ", "))
 	}
 	timeout := DefaultWaitTimeout
-	if v := c.Query("timeout"); v != "" {
+	if v := r.Query("timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return badRequest("invalid timeout %q: not a duration such as 30s or 2m", v)
+			return nil, badRequest("invalid timeout %q: not a duration such as 30s or 2m", v)
 		}
 		if d <= 0 || d > MaxWaitTimeout {
-			return badRequest("invalid timeout %q: must be between 1ns and %s", v, MaxWaitTimeout)
+			return nil, badRequest("invalid timeout %q: must be between 1ns and %s", v, MaxWaitTimeout)
 		}
 		timeout = d
 	}
 	start := time.Now()
-	res, err := w.Wait(c.UserContext(), name, what, timeout)
+	res, err := w.Wait(r.UserContext(), name, what, timeout)
 	if err != nil {
-		return fmt.Errorf("waiting for instance %q: %w", name, err)
+		return nil, fmt.Errorf("waiting for instance %q: %w", name, err)
 	}
 	out := api.InstanceWait{Instance: name, For: what, Outcome: res.Outcome, WaitedMS: time.Since(start).Milliseconds()}
 	if res.Instance != nil {
@@ -82,5 +79,5 @@ func (a *API) waitInstance(c *fiber.Ctx) error {
 	if out.Conditions == nil {
 		out.Conditions = []api.Condition{}
 	}
-	return sync200(c, out)
+	return out, nil
 }

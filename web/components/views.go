@@ -138,8 +138,34 @@ type LaunchData struct {
 	Meta
 	Backends                                     []string
 	Name, Backend, Image, Kernel, Initrd, Config string
-	Errors                                       map[string]string
-	FormError                                    string
+	// Images are the store's images to choose from; nil (no image store)
+	// shows a text field instead.
+	Images    []ImageChoice
+	Errors    map[string]string
+	FormError string
+}
+
+// ImageChoice is one image of the launch form's list.
+type ImageChoice struct {
+	Value string // what the form posts: an alias, else the fingerprint
+	Label string // aliases, short fingerprint and what the image needs
+}
+
+// AdvancedOpen reports whether the launch form's advanced part (host
+// paths) starts open: when it holds a value or an error.
+func (d LaunchData) AdvancedOpen() bool {
+	return d.Kernel != "" || d.Initrd != "" || d.Errors["kernel"] != "" || d.Errors["initrd"] != ""
+}
+
+// ImageListed reports whether the chosen image is one of the list's (a
+// value posted from elsewhere is kept as an extra choice).
+func (d LaunchData) ImageListed() bool {
+	for _, im := range d.Images {
+		if im.Value == d.Image {
+			return true
+		}
+	}
+	return d.Image == ""
 }
 
 // DeleteData is the delete confirmation page.

@@ -19,9 +19,12 @@ const (
 	KeyInitrd = "qemu.initrd" // path of the guest initramfs
 	KeyAppend = "qemu.append" // extra kernel command line
 	KeyMemory = "qemu.memory" // guest memory: "256", "256MiB", "512M", "1GiB"
-	KeyCPUs   = "qemu.cpus"   // number of vCPUs
-	KeyAccel  = "qemu.accel"  // auto, kvm or tcg
-	KeyLink   = "qemu.link"   // auto, serial or vsock
+	// KeyLimitsMemory is the instance's LXD key; the guest's memory when
+	// qemu.memory is not set (the daemon sets it to an image's minimum).
+	KeyLimitsMemory = "limits.memory"
+	KeyCPUs         = "qemu.cpus"  // number of vCPUs
+	KeyAccel        = "qemu.accel" // auto, kvm or tcg
+	KeyLink         = "qemu.link"  // auto, serial or vsock
 )
 
 // Keys lists every config key the QEMU backends accept.
@@ -93,6 +96,12 @@ func ParseConfig(cfg map[string]string, def Defaults) (*Config, error) {
 			return nil, fmt.Errorf("%w: %s %q: %v", sdk.ErrInvalid, KeyMemory, v, err)
 		}
 		c.MemoryMiB = mib
+	} else if v, ok := cfg[KeyLimitsMemory]; ok {
+		mib, err := limitsMiB(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s %q: %v", sdk.ErrInvalid, KeyLimitsMemory, v, err)
+		}
+		c.MemoryMiB = mib
 	}
 	if v, ok := cfg[KeyCPUs]; ok {
 		n, err := strconv.Atoi(v)
@@ -123,6 +132,34 @@ func ParseConfig(cfg map[string]string, def Defaults) (*Config, error) {
 
 // parseMiB parses a memory size in MiB: a bare number is MiB; suffixes M,
 // MiB, MB, G, GiB, GB (binary units) are accepted.
+// limitsMiB reads the instance key limits.memory (LXD's: bytes, or a size
+// with a decimal or binary unit) as whole MiB, rounded up, within what
+// parseMiB allows. A percentage of the host's memory is refused: a guest's
+// memory is fixed at boot, and the host's changes.
+func limitsMiB(s string) (int, error) {
+	if strings.HasSuffix(s, "%") {
+		return 0, fmt.Errorf("a percentage cannot size a QEMU guest: give a size such as 1GiB (or set %s)", KeyMemory)
+	}
+	num := strings.TrimRightFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	n, err := strconv.ParseUint(num, 10, 63)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("want a size such as 1GiB")
+	}
+	mul, ok := map[string]uint64{"": 1, "B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+		"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}[strings.TrimPrefix(s, num)]
+	if !ok {
+		return 0, fmt.Errorf("unknown unit %q", strings.TrimPrefix(s, num))
+	}
+	if n > (1<<62)/mul {
+		return 0, fmt.Errorf("too large")
+	}
+	mib := (n*mul + 1<<20 - 1) >> 20
+	if mib < 64 || mib > 64*1024 {
+		return 0, fmt.Errorf("%d MiB is outside 64 MiB..64 GiB", mib)
+	}
+	return int(mib), nil
+}
+
 func parseMiB(s string) (int, error) {
 	num := strings.TrimRight(s, "KMGiBkmgb")
 	unit := strings.ToUpper(strings.TrimPrefix(s, num))

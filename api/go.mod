@@ -1,0 +1,3 @@
+module github.com/guestlink/guestlink/api
+
+go 1.26.0

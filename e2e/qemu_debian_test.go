@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/internal/testenv"
+)
+
+// Budgets of the Debian guest (TCG on a loaded 2-core machine).
+const (
+	debianBootTimeout = 6 * time.Minute
+	debianStopTimeout = 2 * time.Minute
+)
+
+// debianImage returns bin/images/debian-12.img (make guest-image-debian).
+func debianImage(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("GUESTLINK_DEBIAN_IMAGE")
+	if p == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = filepath.Join(filepath.Dir(wd), "bin", "images", "debian-12.img")
+	}
+	if _, err := os.Stat(p); err != nil {
+		testenv.Requires(t, "the Debian 12 guest image", "run make guest-image-debian ("+err.Error()+")")
+	}
+	return p
+}
+
+// TestQEMUDebian boots the stock Debian 12 image with systemd and
+// cloud-init: the agent package's udev rule starts the agent, cloud-init's
+// LXD datasource reads /dev/lxd/sock, the user-data's runcmd declares
+// Ready only after reading a user.* key with the expected value, the
+// network is the static address of cloud-init.network-config, ssh works
+// over the user NIC's forward to it, cloud-init reports no error, and a
+// stop is graceful (the agent writes STOPPED). A qemu-legacy launch of the
+// same image reaches Ready.
+func TestQEMUDebian(t *testing.T) {
+	d, _ := newQEMUDaemon(t)
+	disk := debianImage(t)
+	for _, c := range []string{"ssh", "ssh-keygen"} {
+		if _, err := exec.LookPath(c); err != nil {
+			testenv.Requires(t, c, "openssh-client")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Minute)
+	defer cancel()
+	// With its recorded inputs as properties, as guestlink launch imports
+	// it: requirements.memory among them.
+	props := map[string]string{}
+	if b, err := os.ReadFile(strings.TrimSuffix(disk, ".img") + ".json"); err != nil || json.Unmarshal(b, &props) != nil {
+		t.Fatalf("the image's debian-12.json: %v", err)
+	}
+	if props["requirements.memory"] != "1GiB" {
+		t.Fatalf("debian-12.json records requirements.memory %q, want 1GiB", props["requirements.memory"])
+	}
+	if _, err := d.client.ImportImage(ctx, api.ImagesPost{Path: disk, Alias: "debian-12", Properties: props}); err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(t.TempDir(), "id")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v: %s", err, out)
+	}
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The image declares Ready on its own once up; this user-data switches
+	// that off, so that Ready here proves the runcmd read user.token.
+	userData := fmt.Sprintf(`#cloud-config
+ssh_authorized_keys:
+  - %s
+write_files:
+  - path: /etc/guestlink/ready.disabled
+    content: ""
+runcmd:
+  - [sh, -c, 'v=$(curl -sf --unix-socket /dev/lxd/sock http://lxd/1.0/config/user.token); if [ "$v" = "s3cret" ]; then /usr/bin/guestlink-agent ready; else echo "guestlink-test: user.token is [$v]" > /dev/console; fi']
+`, strings.TrimSpace(string(pub)))
+	// The full guest's network comes from cloud-init.network-config (read
+	// by cloud-init's LXD datasource through devlxd): a static address that
+	// QEMU's DHCP would not give, which the ssh forward targets.
+	const mac, staticIP = "00:16:3e:4c:0a:32", "10.0.2.50"
+	networkConfig := fmt.Sprintf(`version: 2
+ethernets:
+  lan:
+    match:
+      macaddress: "%s"
+    addresses: [%s/24]
+    routes:
+      - to: 0.0.0.0/0 # cloud-init 22.4 (bookworm) does not know "default"
+        via: 10.0.2.2
+    nameservers:
+      addresses: [10.0.2.3]
+`, mac, staticIP)
+
+	for _, tc := range []struct {
+		plugin string
+		full   bool // ssh, cloud-init and stop checks (one VM does them)
+	}{{"qemu", true}, {"qemu-legacy", false}} {
+		// The qemu-legacy guest is launched as the README's VM path does:
+		// no user-data, no memory key. The daemon raises its memory to the
+		// image's minimum, and the image declares Ready by itself.
+		t.Run(tc.plugin, func(t *testing.T) {
+			name := "deb-" + tc.plugin
+			port := freePort(t)
+			start := time.Now()
+			config := map[string]string{"qemu.accel": "auto", "qemu.cpus": "2"}
+			if tc.full {
+				config["qemu.memory"], config["user.token"], config["cloud-init.user-data"] = "1GiB", "s3cret", userData
+			}
+			nic := map[string]string{"type": "nic", "nictype": "user", "hostfwd": fmt.Sprintf("tcp::%d-:22", port)}
+			if tc.full {
+				config["cloud-init.network-config"] = networkConfig
+				nic["hwaddr"] = mac
+				nic["hostfwd"] = fmt.Sprintf("tcp::%d-%s:22", port, staticIP)
+			}
+			_, err := d.client.Create(ctx, api.InstancesPost{Name: name, Backend: tc.plugin, Image: "debian-12", Start: true,
+				Config: config, Devices: map[string]map[string]string{"eth0": nic}})
+			if err != nil {
+				t.Fatalf("launching %s: %v", name, err)
+			}
+			inst := d.waitInstance(ctx, name, "Ready", debianBootTimeout, func(i *api.Instance) bool {
+				return i.StatusCode == int(status.Ready)
+			})
+			t.Logf("%s: Ready %v after launch (accel %s)", name, time.Since(start).Round(time.Millisecond), inst.Details["accel"])
+			steps, tl := timelineSteps(ctx, t, d, name, "agent", []string{api.AgentStarted, api.AgentConnected}, qemuOpTimeout)
+			if !inOrder(steps, []string{api.AgentStarted, api.AgentConnected}) {
+				t.Errorf("agent steps %v", steps)
+			}
+			for _, e := range tl { // the figures of docs/performance.md
+				if e.Kind == "agent" && inst.StartedAt != nil {
+					t.Logf("%s: agent %s %v after the start", name, e.To, e.Time.Sub(*inst.StartedAt).Round(time.Millisecond))
+				}
+			}
+			if inst.ReadyAt != nil && inst.StartedAt != nil {
+				t.Logf("%s: Ready %v after the start", name, inst.ReadyAt.Sub(*inst.StartedAt).Round(time.Millisecond))
+			}
+			if fi, err := os.Stat(filepath.Join(filepath.Dir(inst.Details["console_log"]), "root.qcow2")); err == nil {
+				t.Logf("%s: overlay %d bytes once Ready", name, fi.Size())
+			}
+			if !tc.full {
+				if got := inst.Config["limits.memory"]; got != "1GiB" {
+					t.Errorf("limits.memory %q, want the image's requirements.memory 1GiB", got)
+				}
+				if err := d.client.Delete(ctx, name, true); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			ssh := func(cmd string) string {
+				out, err := exec.CommandContext(ctx, "ssh", "-i", key, "-p", fmt.Sprint(port), "-o", "StrictHostKeyChecking=no",
+					"-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "-o", "LogLevel=ERROR",
+					"debian@127.0.0.1", cmd).CombinedOutput()
+				if err != nil {
+					t.Fatalf("ssh %q: %v: %s", cmd, err, out)
+				}
+				return strings.TrimSpace(string(out))
+			}
+			// ssh reached the static address: cloud-init applied the
+			// network config; the address is the only one.
+			if got := ssh("ip -4 -o addr show scope global"); !strings.Contains(got, " "+staticIP+"/24 ") || strings.Count(got, "\n") != 0 {
+				t.Errorf("guest addresses %q, want only %s/24 from cloud-init.network-config", got, staticIP)
+			}
+			// Boot finished clean: nothing failed, wait-online included.
+			if got := ssh("systemctl is-system-running --wait || true"); got != "running" {
+				t.Errorf("systemctl is-system-running: %q (failed: %s)", got, ssh("systemctl --failed --no-legend --plain || true"))
+			}
+			// The user-data's switch held: the image's own Ready unit did not run.
+			if got := ssh("systemctl show -P ConditionResult guestlink-ready.service"); got != "no" {
+				t.Errorf("guestlink-ready.service's condition result %q, want no (switched off by /etc/guestlink/ready.disabled)", got)
+			}
+			if got := ssh("systemctl is-active guestlink-agent"); got != "active" {
+				t.Errorf("guestlink-agent is %q", got)
+			}
+			if got := ssh("readlink /dev/virtio-ports/com.canonical.lxd"); !strings.HasPrefix(got, "../vport") {
+				t.Errorf("udev link of com.canonical.lxd: %q", got)
+			}
+			var result struct {
+				V1 struct {
+					Datasource string   `json:"datasource"`
+					Errors     []string `json:"errors"`
+				} `json:"v1"`
+			}
+			if got := ssh("cat /run/cloud-init/result.json"); json.Unmarshal([]byte(got), &result) != nil {
+				t.Errorf("cloud-init's result.json: %s", got)
+			} else if !strings.Contains(result.V1.Datasource, "DataSourceLXD") || len(result.V1.Errors) > 0 {
+				// Every module ran cleanly (the locale module needs the
+				// image's locales package).
+				t.Errorf("cloud-init's datasource %q (want LXD), errors %q", result.V1.Datasource, result.V1.Errors)
+			}
+			// exec through the agent (issue 26), on the booted guest.
+			checkExecStreams(ctx, t, d, name)
+			checkExecPTY(ctx, t, d, name)
+			stopStart := time.Now()
+			if _, err := d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStop, Timeout: int(debianStopTimeout / time.Second)}); err != nil {
+				t.Fatalf("stopping: %v", err)
+			}
+			d.waitInstance(ctx, name, "Stopped", debianStopTimeout, func(i *api.Instance) bool { return i.StatusCode == int(status.Stopped) })
+			t.Logf("%s: stopped %v after the request", name, time.Since(stopStart).Round(time.Millisecond))
+			if steps, tl := timelineSteps(ctx, t, d, name, "agent", []string{api.AgentStopped}, qemuOpTimeout); !inOrder(steps, []string{api.AgentStopped}) {
+				t.Errorf("no graceful agent stop (ring STOPPED) in the timeline: %v (%+v)", steps, tl)
+			}
+			if err := d.client.Delete(ctx, name, false); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
