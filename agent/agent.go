@@ -31,6 +31,9 @@ import (
 	"github.com/guestlink/guestlink/agent/devlxdproxy"
 	"github.com/guestlink/guestlink/agent/eventhub"
 	agentexec "github.com/guestlink/guestlink/agent/exec"
+	"github.com/guestlink/guestlink/agent/features"
+	"github.com/guestlink/guestlink/agent/files"
+	"github.com/guestlink/guestlink/agent/gueststate"
 	"github.com/guestlink/guestlink/agent/ringwriter"
 	"github.com/guestlink/guestlink/agent/upstream"
 	"github.com/guestlink/guestlink/link/advert"
@@ -117,6 +120,8 @@ type Agent struct {
 	bootID string
 	cert   tls.Certificate
 
+	features *features.Switch // the guest admin's switch (/etc/guestlink-agent.yaml)
+
 	kick chan struct{} // asks the ring goroutine to write the word now
 
 	probeKick chan struct{} // asks the probe loop to re-read its configuration (probes.go)
@@ -169,7 +174,9 @@ func New(cfg Config) (*Agent, error) {
 		hub:    &eventhub.Hub{},
 		bootID: bootID,
 		cert:   cert,
-		kick:   make(chan struct{}, 1),
+
+		features: features.New(cfg.Root),
+		kick:     make(chan struct{}, 1),
 
 		probeKick: make(chan struct{}, 1),
 		word:      ringproto.Started,
@@ -256,7 +263,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("listening on %s link port %d: %w", a.cfg.Link.Kind(), control.Port, err)
 	}
 	srv := &http.Server{
-		Handler:           &control.Handler{Agent: a, Exec: &agentexec.Server{Root: a.cfg.Root, Log: a.log.With("component", "exec")}},
+		Handler: &control.Handler{Agent: a, Exec: &agentexec.Server{Root: a.cfg.Root, Log: a.log.With("component", "exec")},
+			Files: files.New(a.cfg.Root), Features: a.features, State: &gueststate.Collector{Root: a.cfg.Root}},
 		TLSConfig:         control.TLSConfig(a.cert, serverDER),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
@@ -518,6 +526,8 @@ func (a *Agent) Info() devlxdapi.AgentInfo {
 		BootID:  a.bootID,
 		State:   string(a.Word()),
 		Devlxd:  a.devlxd.Running(),
+
+		Features: a.features.Enabled(),
 	}
 }
 

@@ -81,6 +81,9 @@ type InstanceState struct {
 	ReadyAt    *time.Time `json:"ready_at"`
 	Link       string     `json:"link"`
 	Agent      AgentInfo  `json:"agent"`
+	// Guest is what the agent reports of the guest (features, state);
+	// nil when the agent is not connected.
+	Guest *GuestInfo `json:"guest,omitempty"`
 }
 
 // Agent states of AgentInfo.State ("" when no agent was seen this boot or
@@ -127,6 +130,12 @@ type Instance struct {
 	// did not answer (docs/cluster.md).
 	StatusReason string          `json:"status_reason,omitempty"`
 	Timeline     []TimelineEntry `json:"timeline,omitempty"`
+	// IPv4 is the guest's first global IPv4 address as its agent last
+	// reported it (GuestState.IPv4), "" when unknown.
+	IPv4 string `json:"ipv4,omitempty"`
+	// Guest is what the agent last reported of the guest (the cached
+	// report; GET .../state asks the agent); nil when unknown.
+	Guest *GuestInfo `json:"guest,omitempty"`
 }
 
 // Ready reports whether the instance's volatile.last_state.ready is "true".

@@ -328,7 +328,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Storage:  d.storage,
 		Images:   d.images,
 		Cluster:  d.clusterService(), DefaultBackend: cfg.DefaultBackend,
-		Exec: d.monitor})
+		Exec: d.monitor, Agents: d.monitor, Guests: d.monitor})
 	if d.unixLn, err = adminapi.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}

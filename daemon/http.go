@@ -162,6 +162,7 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		Consoles:  d.mgr,
 		Editor:    d.mgr,
 		Images:    d.images,
+		Guests:    d.monitor,
 		Logger:    d.log.With("component", "web"),
 
 		DefaultBackend: d.cfg.DefaultBackend,

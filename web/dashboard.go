@@ -106,6 +106,8 @@ type Config struct {
 	Heartbeat time.Duration
 	// ActionTimeout bounds one start/stop/restart started from the page.
 	ActionTimeout time.Duration
+	// Guests are the agents' reports (address, OS); nil shows none.
+	Guests Guests
 }
 
 // Dashboard serves the web pages and the live stream.

@@ -173,6 +173,9 @@ func (d *Dashboard) instancesData(c *fiber.Ctx, f components.Filter) (components
 	start := (data.Filter.Page - 1) * size
 	end := min(start+size, len(rows))
 	data.Rows = wireRows(rows[start:end])
+	for _, w := range data.Rows {
+		d.withGuest(w)
+	}
 	for _, b := range d.backends() {
 		data.Backends = append(data.Backends, b.Name)
 	}
@@ -249,6 +252,7 @@ func (d *Dashboard) instanceData(c *fiber.Ctx, name string) (components.Instance
 		return components.InstanceData{}, err
 	}
 	w := instance.WireInstance(inst, nil)
+	d.withGuest(&w)
 	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w, Editable: d.cfg.Editor != nil}
 	data.Snapshots = d.snapshotsOf(c.UserContext(), inst.Name)
 	for i := len(entries) - 1; i >= 0; i-- { // newest first

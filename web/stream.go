@@ -275,6 +275,7 @@ func (d *Dashboard) renderEvent(ev events.Event) []byte {
 	var w api.Instance
 	if err == nil {
 		w = instance.WireInstance(inst, nil)
+		d.withGuest(&w)
 	}
 	switch {
 	case lc.Action == events.InstanceDeleted:

@@ -1,6 +1,7 @@
 // Package control serves the agent's link port (8443): the daemon's
-// advertisement (PUT /1.0), guest events (POST /1.0/events) and the agent's
-// info (GET /1.0), over TLS that accepts only the daemon's client
+// advertisement (PUT /1.0), guest events (POST /1.0/events), the agent's
+// info (GET /1.0), the guest's files (/1.0/files, files.go) and state
+// (GET /1.0/state, state.go), over TLS that accepts only the daemon's client
 // certificate. Answers use the LXD envelope.
 package control
 
@@ -16,6 +17,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/guestlink/guestlink/agent/files"
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 )
@@ -48,6 +50,13 @@ type Handler struct {
 	Agent Agent
 	// Exec, if set, serves POST /1.0/exec and /1.0/operations/ (exec.go).
 	Exec http.Handler
+	// Files serves /1.0/files (files.go); nil answers 501.
+	Files *files.FS
+	// Features is the guest's feature switch; nil lets every feature
+	// through.
+	Features FeatureSwitch
+	// State serves GET /1.0/state (state.go); nil answers 501.
+	State StateCollector
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -104,6 +113,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.event(w, r)
+	case "/1.0/files":
+		h.serveFiles(w, r)
+	case "/1.0/state":
+		h.serveState(w, r)
 	default:
 		if h.serveExec(w, r) {
 			return

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/guestlink/guestlink/agent/exec"
+	"github.com/guestlink/guestlink/agent/features"
 )
 
 // serveExec serves the exec routes (POST /1.0/exec, /1.0/operations/...)
@@ -11,6 +12,9 @@ import (
 func (h *Handler) serveExec(w http.ResponseWriter, r *http.Request) bool {
 	if h.Exec == nil || !exec.Handles(r.URL.Path) {
 		return false
+	}
+	if !h.feature(w, features.Exec) {
+		return true // 403 naming the switch (files.go)
 	}
 	h.Exec.ServeHTTP(w, r)
 	return true

@@ -154,7 +154,7 @@ func TestStateCommands(t *testing.T) {
 
 	fails(t, srv, `deleting instance "a1": running, stop it first or force: conflict`, "delete", "a1")
 	ok(t, srv, "delete", "a1", "b1", "--force")
-	if out := ok(t, srv, "list"); out != "NAME  STATUS  BACKEND  AGENT  LINK  BOOT  STARTED\n" {
+	if out := ok(t, srv, "list"); out != "NAME  STATUS  IPV4  BACKEND  AGENT  LINK  BOOT  STARTED\n" {
 		t.Fatalf("list after delete = %q", out)
 	}
 }
@@ -205,14 +205,14 @@ func TestListFormats(t *testing.T) {
 		// Columns are aligned: STATUS starts at the same offset everywhere.
 		col := strings.Index(lines[0], "STATUS")
 		for _, l := range lines[1:] {
-			if f := strings.Fields(l); len(f) < 7 || strings.Index(l, f[1]) != col {
+			if f := strings.Fields(l); len(f) < 8 || strings.Index(l, f[1]) != col {
 				t.Fatalf("misaligned table:\n%s", strings.Join(lines, "\n"))
 			}
 		}
-		if f := strings.Fields(lines[1]); f[0] != "database-1" || f[1] != "Stopped" || f[3] != "-" {
+		if f := strings.Fields(lines[1]); f[0] != "database-1" || f[1] != "Stopped" || f[2] != "-" || f[4] != "-" {
 			t.Fatalf("row %q", lines[1])
 		}
-		if f := strings.Fields(lines[2]); f[0] != "web1" || f[1] != "Ready" || f[3] != "connected" || f[4] != "hybrid" || f[5] != "1" {
+		if f := strings.Fields(lines[2]); f[0] != "web1" || f[1] != "Ready" || f[2] != "-" || f[4] != "connected" || f[5] != "hybrid" || f[6] != "1" {
 			t.Fatalf("row %q", lines[2])
 		}
 	})

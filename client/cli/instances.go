@@ -272,13 +272,13 @@ func (s *session) listCommand() *cobra.Command {
 			return s.render(list, func(w io.Writer) error {
 				// A cluster's list says where each instance runs.
 				clustered := slices.ContainsFunc(list, func(i api.Instance) bool { return i.Location != "" && i.Location != "none" })
-				head := []string{"NAME", "STATUS", "BACKEND", "AGENT", "LINK", "BOOT", "STARTED"}
+				head := []string{"NAME", "STATUS", "IPV4", "BACKEND", "AGENT", "LINK", "BOOT", "STARTED"}
 				if clustered {
 					head = append(head, "LOCATION")
 				}
 				row(w, head...)
 				for _, i := range list {
-					cells := []string{i.Name, i.Status, i.Backend, string(i.Agent.State), i.Link, strconv.FormatInt(i.Boot, 10), timeCell(i.StartedAt)}
+					cells := []string{i.Name, i.Status, i.IPv4, i.Backend, string(i.Agent.State), i.Link, strconv.FormatInt(i.Boot, 10), timeCell(i.StartedAt)}
 					if clustered {
 						cells = append(cells, i.Location)
 					}
@@ -306,6 +306,13 @@ func (s *session) infoCommand() *cobra.Command {
 			}
 			if inst.Timeline == nil {
 				inst.Timeline = []api.TimelineEntry{}
+			}
+			if inst.Agent.State == api.AgentConnected {
+				// The agent's fresh report (the instance carries the
+				// cached one).
+				if st, err := s.client.State(cmd.Context(), args[0]); err == nil && st.Guest != nil {
+					inst.Guest = st.Guest
+				}
 			}
 			return s.render(inst, func(w io.Writer) error {
 				writeInfo(w, inst)
@@ -340,6 +347,7 @@ func writeInfo(w io.Writer, inst *api.Instance) {
 		agent += ", last heartbeat " + hb
 	}
 	row(w, "Agent:", agent)
+	writeGuest(w, inst.Guest)
 	if len(inst.Conditions) > 0 {
 		fmt.Fprintln(w, "Conditions:")
 		writeConditions(w, "  ", inst.Conditions)
@@ -369,5 +377,45 @@ func writeInfo(w io.Writer, inst *api.Instance) {
 	row(w, "  TIME", "BOOT", "KIND", "FROM", "TO", "CAUSE", "DETAIL")
 	for _, e := range inst.Timeline {
 		row(w, "  "+e.Time.Local().Format("2006-01-02 15:04:05.000"), strconv.FormatInt(e.Boot, 10), e.Kind, e.From, e.To, e.Cause, e.Detail)
+	}
+}
+
+// writeGuest prints what the agent reports of the guest: its features, OS,
+// host name, kernel and addresses.
+func writeGuest(w io.Writer, g *api.GuestInfo) {
+	if g == nil {
+		return
+	}
+	features := strings.Join(g.Features, ", ")
+	if features == "" {
+		features = "none"
+	}
+	row(w, "Agent features:", features)
+	if g.Error != "" {
+		row(w, "Guest state:", g.Error)
+	}
+	st := g.State
+	if st == nil {
+		return
+	}
+	osName := strings.TrimSpace(st.OS + " " + st.OSVersion)
+	row(w, "OS:", osName)
+	row(w, "Hostname:", st.Hostname)
+	row(w, "Kernel:", st.Kernel)
+	row(w, "Processes:", strconv.FormatInt(st.Processes, 10))
+	if st.Memory.Total > 0 {
+		row(w, "Memory:", fmt.Sprintf("%d MiB used of %d MiB", st.Memory.Usage>>20, st.Memory.Total>>20))
+	}
+	fmt.Fprintln(w, "Network:")
+	for _, name := range slices.Sorted(maps.Keys(st.Network)) {
+		n := st.Network[name]
+		desc := n.State
+		if n.Hwaddr != "" {
+			desc += ", " + n.Hwaddr
+		}
+		row(w, "  "+name+":", fmt.Sprintf("%s, mtu %d", desc, n.MTU))
+		for _, a := range n.Addresses {
+			row(w, "    "+a.Family+":", fmt.Sprintf("%s/%s (%s)", a.Address, a.Netmask, a.Scope))
+		}
 	}
 }

@@ -109,6 +109,7 @@ func NewRootCommand() *cobra.Command {
 	root.AddCommand(s.snapshotCommands()...)
 	root.AddCommand(s.storageCommand())
 	root.AddCommand(s.clusterCommand())
+	root.AddCommand(s.fileCommand())
 	s.addCompletion(root) // completion.go
 	return root
 }

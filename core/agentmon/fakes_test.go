@@ -190,6 +190,10 @@ type fakeAgent struct {
 	mu      sync.Mutex
 	adverts []*advert.Advertisement
 	events  [][]byte
+	// stall, when set, holds GET /1.0/state until it is closed;
+	// stateGets counts those requests (guest_test.go).
+	stall     chan struct{}
+	stateGets int
 }
 
 func (a *fakeAgent) puts() []*advert.Advertisement {
@@ -233,6 +237,21 @@ func startFakeAgent(t *testing.T, vmmSock string, certs *pki.InstanceCerts) *fak
 		a.events = append(a.events, body)
 		a.mu.Unlock()
 		changes.notify()
+	})
+	mux.HandleFunc("GET /1.0", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"type":"sync","status":"Success","status_code":200,"metadata":{"version":"fake","boot_id":"b","state":"CONNECTED","devlxd":false,"features":["files","state"]}}`)
+	})
+	mux.HandleFunc("GET /1.0/state", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.stateGets++
+		n, stall := a.stateGets, a.stall
+		a.mu.Unlock()
+		if stall != nil {
+			<-stall
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"type":"sync","status":"Success","status_code":200,"metadata":{"hostname":"fake-%d","network":{"eth0":{"addresses":[{"family":"inet","address":"10.0.2.15","netmask":"24","scope":"global"}]}}}}`, n)
 	})
 	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{
 		Certificates: []tls.Certificate{certs.Agent.TLS},

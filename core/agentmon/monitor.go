@@ -66,6 +66,8 @@ type monitor struct {
 	devMu   sync.Mutex
 	devices map[string]map[string]string // as last told to the guest
 
+	guest guestCache // what the agent reports of the guest (guest.go)
+
 	// Owned by the step goroutine.
 	seenGen uint64    // the advertisement generation the tracker follows
 	due     time.Time // when the timer was last set to fire

@@ -349,4 +349,7 @@ type AgentInfo struct {
 	State string `json:"state"`
 	// Devlxd reports whether /dev/lxd/sock is being served.
 	Devlxd bool `json:"devlxd"`
+	// Features are the agent features the guest's admin leaves on
+	// (agent/features: exec, files, state, freeze).
+	Features []string `json:"features"`
 }

@@ -113,6 +113,13 @@ type Config struct {
 	DefaultBackend string
 	// Exec reaches the agents for POST /1.0/instances/{name}/exec (exec.go); nil answers 501.
 	Exec Execer
+	// Agents relays /1.0/instances/{name}/files to the guests' agents
+	// (files.go); nil answers 501.
+	Agents AgentRelay
+	// Guests are the agents' reports of their guests (guest.go): the
+	// state route's "guest", the instance's, the list's IPv4; nil shows
+	// none.
+	Guests GuestReports
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -172,6 +179,10 @@ func FiberConfig(bodyLimit int) fiber.Config {
 		// The API takes JSON only: a multipart body is refused by the handler
 		// with a precise message rather than parsed.
 		DisablePreParseMultipartForm: true,
+		// Request bodies are streamed, so that a file push goes to the
+		// agent as it arrives; limitBodies (files.go) holds every other
+		// request to BodyLimit.
+		StreamRequestBody: true,
 		// Proxy headers (X-Forwarded-Host, -Proto, -For) are never trusted:
 		// with the check on and no trusted proxy, c.Hostname(), c.Protocol()
 		// and c.IP() read the request itself.
@@ -193,6 +204,7 @@ func FiberConfig(bodyLimit int) fiber.Config {
 // (wrap.go), which parse the route's path parameters first and answer in
 // the envelopes; only streams answer themselves.
 func (a *API) Register(r fiber.Router) {
+	r.Use(limitBodies)
 	v1 := r.Group("/1.0", a.envelopeErrors, a.CheckHost, a.authenticate, a.forward, a.limit)
 	name := instanceNameParam
 	v1.Get("/", a.ok(a.getServer))
@@ -220,6 +232,7 @@ func (a *API) Register(r fiber.Router) {
 	a.registerImages(v1)
 	a.registerCluster(r, v1)
 	a.registerExec(v1)
+	a.registerFiles(v1)
 }
 
 // Serve answers requests on ln until Shutdown; it may be called for several

@@ -1,7 +1,6 @@
 package adminapi
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -325,7 +324,7 @@ func (a *API) proxy(c *fiber.Ctx, member string) error {
 	} else {
 		ctx, cancel = context.WithTimeout(c.UserContext(), budget)
 	}
-	req, err := http.NewRequestWithContext(ctx, c.Method(), base+c.OriginalURL(), bytes.NewReader(c.Body()))
+	req, err := http.NewRequestWithContext(ctx, c.Method(), base+c.OriginalURL(), requestBody(c))
 	if err != nil {
 		cancel()
 		return fmt.Errorf("forwarding to member %s: %w", member, err)

@@ -60,6 +60,7 @@ func (a *API) listInstances(c *fiber.Ctx) error {
 		// Encode the shared views as they are listed: no copies. The
 		// answer is sent from the encoder's chunks, never joined.
 		e := newListEncoder()
+		e.ipv4 = a.cachedIPv4
 		if err := l.ListFunc(c.UserContext(), filter, e.add); err != nil {
 			return err
 		}
@@ -158,7 +159,9 @@ func (a *API) getInstance(r *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return instance.WireInstance(inst, tl), nil
+	w := instance.WireInstance(inst, tl)
+	w.Guest = a.cachedGuest(inst.UUID)
+	return w, nil
 }
 
 // patchInstance answers PATCH /1.0/instances/{name}.
@@ -191,7 +194,13 @@ func (a *API) deleteInstance(r *request) (any, error) {
 
 // getState answers GET /1.0/instances/{name}/state.
 func (a *API) getState(r *request) (any, error) {
-	return a.stateOf(r.UserContext(), r.Param("name"))
+	inst, err := a.cfg.Instances.Get(r.UserContext(), r.Param("name"))
+	if err != nil {
+		return nil, err
+	}
+	st := instance.WireState(inst)
+	st.Guest = a.guestInfo(r.UserContext(), inst.UUID)
+	return st, nil
 }
 
 // stateOf answers the state of the instance called name, after a change.

@@ -42,6 +42,9 @@ type listEncoder struct {
 	n      int      // instances added
 	enc    *gojson.Encoder
 	w      api.Instance // the instance being encoded
+	// ipv4, when set, gives an instance's guest address by UUID, from
+	// the agents' cached reports.
+	ipv4 func(uuid string) string
 }
 
 // newListEncoder starts an answer.
@@ -72,6 +75,9 @@ func (e *listEncoder) add(inst *instance.Instance) error {
 		_, _ = e.Write([]byte{','})
 	}
 	e.w = instance.WireInstance(inst, nil)
+	if e.ipv4 != nil {
+		e.w.IPv4 = e.ipv4(inst.UUID)
+	}
 	// The encoder writes the instance and a newline in one Write: the
 	// newline is the last byte of the last chunk.
 	if err := e.enc.Encode(&e.w); err != nil {

@@ -1,0 +1,194 @@
+package adminapi
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/guestlink/guestlink/internal/hangup"
+	"github.com/guestlink/guestlink/link/guestpath"
+)
+
+// AgentRelay sends requests to the agents of running instances over their
+// links (core/agentmon.Service). AgentDo streams the request's body and
+// returns the agent's answer, whose body the caller reads and closes; it
+// fails with errdefs.ErrConflict when the instance has no connected agent.
+type AgentRelay interface {
+	AgentDo(uuid string, req *http.Request) (*http.Response, error)
+}
+
+// fileHeaders are LXD's file headers, relayed both ways.
+var fileHeaders = []string{"X-LXD-uid", "X-LXD-gid", "X-LXD-mode", "X-LXD-type", "X-LXD-write"}
+
+// maxAgentError is how much of an agent's error answer is relayed.
+const maxAgentError = 64 << 10
+
+// refusedBodyDrain is how much of a refused push's body is read before the
+// answer (the rest is dropped with the connection).
+const refusedBodyDrain = 1 << 20
+
+// registerFiles adds GET, POST and DELETE /1.0/instances/{name}/files?path=,
+// LXD's file routes, relayed to the instance's agent: an admin's only (a
+// viewer may not read a guest's files either).
+func (a *API) registerFiles(v1 fiber.Router) {
+	v1.Get("/instances/:name/files", a.adminOnly, a.instanceFiles)
+	v1.Post("/instances/:name/files", a.adminOnly, a.instanceFiles)
+	v1.Delete("/instances/:name/files", a.adminOnly, a.instanceFiles)
+}
+
+// isFilePush reports whether c is a file push, whose body is streamed to
+// the agent rather than read under the body limit.
+func isFilePush(c *fiber.Ctx) bool {
+	if c.Method() != http.MethodPost {
+		return false
+	}
+	rest, ok := strings.CutPrefix(c.Path(), "/1.0/instances/")
+	name, tail, _ := strings.Cut(rest, "/")
+	return ok && name != "" && tail == "files"
+}
+
+// requestBody returns the request's body as a reader: the stream fasthttp
+// hands over (StreamRequestBody) or the bytes it already read.
+func requestBody(c *fiber.Ctx) io.Reader {
+	if c.Request().IsBodyStream() {
+		return c.Context().RequestBodyStream()
+	}
+	return bytes.NewReader(c.Body())
+}
+
+// limitBodies keeps the body limit now that request bodies are streamed
+// (FiberConfig's StreamRequestBody, for file pushes): every request but a
+// file push has its body read here, at most the app's BodyLimit bytes, and
+// is answered 413 beyond it as before. It runs first, for every route of
+// the app, the dashboard's included.
+func limitBodies(c *fiber.Ctx) error {
+	req := c.Request()
+	if !req.IsBodyStream() || isFilePush(c) {
+		return c.Next()
+	}
+	limit := c.App().Config().BodyLimit
+	if cl := req.Header.ContentLength(); cl > limit {
+		c.Context().SetConnectionClose() // the body stays unread
+		return fiber.ErrRequestEntityTooLarge
+	}
+	b, err := io.ReadAll(io.LimitReader(c.Context().RequestBodyStream(), int64(limit)+1))
+	if err != nil {
+		c.Context().SetConnectionClose()
+		return badRequest("reading the request body: %v", err)
+	}
+	if len(b) > limit {
+		c.Context().SetConnectionClose()
+		return fiber.ErrRequestEntityTooLarge
+	}
+	req.SetBody(b)
+	return c.Next()
+}
+
+// instanceFiles relays GET, POST and DELETE
+// /1.0/instances/{name}/files?path= to the instance's agent: the path is
+// checked here first (absolute, no NUL, no ".."), a push must be
+// application/octet-stream (a browser page cannot send that cross-site
+// without a preflight), and the bodies are streamed both ways. Each
+// operation is logged with who asked, the instance, the path and the
+// answer's status.
+func (a *API) instanceFiles(c *fiber.Ctx) error {
+	if isFilePush(c) && c.Request().IsBodyStream() {
+		// Whatever happens, the connection is not reused: the body may
+		// be left unread. A refused push's body is read up to
+		// refusedBodyDrain first, so that a client still sending a small
+		// body reads the refusal rather than a broken pipe.
+		stream := c.Context().RequestBodyStream()
+		defer func() {
+			_, _ = io.CopyN(io.Discard, stream, refusedBodyDrain)
+			c.Context().SetConnectionClose()
+		}()
+	}
+	if a.cfg.Agents == nil {
+		return fiber.NewError(http.StatusNotImplemented, "this daemon relays no guest files")
+	}
+	name, err := nameParam(c)
+	if err != nil {
+		return err
+	}
+	if !c.Context().QueryArgs().Has("path") {
+		return badRequest("missing path: give ?path=ABSOLUTE_PATH_IN_THE_GUEST")
+	}
+	p := c.Query("path")
+	if _, err := guestpath.Clean(p); err != nil {
+		return badRequest("%v", err)
+	}
+	method := c.Method()
+	var body io.Reader
+	length := int64(0)
+	if method == http.MethodPost {
+		ct := strings.ToLower(strings.TrimSpace(strings.Split(c.Get(fiber.HeaderContentType), ";")[0]))
+		if ct != fiber.MIMEOctetStream {
+			return fiber.NewError(http.StatusUnsupportedMediaType,
+				fmt.Sprintf("content type %q is not accepted: send application/octet-stream", ct))
+		}
+		body, length = requestBody(c), int64(c.Request().Header.ContentLength())
+	}
+	inst, err := a.cfg.Instances.Get(c.UserContext(), name)
+	if err != nil {
+		return err
+	}
+	by := requestor(c)
+	ctx, stop := hangup.Context(c.UserContext(), c.Context().Conn())
+	req, err := http.NewRequestWithContext(ctx, method, "/1.0/files?path="+url.QueryEscape(p), body)
+	if err != nil {
+		stop()
+		return fmt.Errorf("relaying %s file %q of instance %q: %w", method, p, name, err)
+	}
+	if length >= 0 {
+		req.ContentLength = length
+	}
+	if body != nil && length == 0 {
+		req.Body = http.NoBody
+	}
+	for _, h := range fileHeaders {
+		if v := c.Get(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := a.cfg.Agents.AgentDo(inst.UUID, req)
+	if err != nil {
+		stop()
+		a.log.Info("guest file", "op", method, "instance", name, "path", p, "by", by.Describe(), "err", err)
+		return fmt.Errorf("%s file %q of instance %q: %w", method, p, name, err)
+	}
+	a.log.Info("guest file", "op", method, "instance", name, "path", p, "by", by.Describe(), "status", resp.StatusCode)
+	for _, h := range fileHeaders {
+		if v := resp.Header.Get(h); v != "" {
+			c.Set(h, v)
+		}
+	}
+	c.Status(resp.StatusCode)
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		c.Set(fiber.HeaderContentType, ct)
+	}
+	if resp.StatusCode != http.StatusOK || method != http.MethodGet {
+		// An envelope: small.
+		defer stop()
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxAgentError))
+		if err != nil {
+			return fmt.Errorf("%s file %q of instance %q: reading the agent's answer: %w", method, p, name, err)
+		}
+		return c.Send(b)
+	}
+	size := -1
+	if resp.ContentLength >= 0 {
+		size = int(resp.ContentLength)
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
+	c.Context().SetBodyStream(&cancelOnClose{ReadCloser: resp.Body, cancel: context.CancelFunc(stop)}, size)
+	return nil
+}
