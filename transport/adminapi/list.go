@@ -42,6 +42,9 @@ type listEncoder struct {
 	n      int      // instances added
 	enc    *gojson.Encoder
 	w      api.Instance // the instance being encoded
+	// scratch is reused to build a URL or a summary object before it is
+	// written (list_forms.go).
+	scratch []byte
 }
 
 // newListEncoder starts an answer.
