@@ -371,50 +371,68 @@ func (d *Daemon) Wait(ctx context.Context) error {
 }
 
 // close undoes Start in reverse order; parts that were never started are
-// skipped.
+// skipped. Each step is timed: the stop's log line names the steps that
+// took long (a daemon of 10,000 guests once spent 22 – 61 s here), so a
+// slow stop says where it waited.
 func (d *Daemon) close(ctx context.Context) {
+	t0 := time.Now()
+	var slow []any
+	step := func(name string, fn func()) {
+		s0 := time.Now()
+		fn()
+		if took := time.Since(s0); took >= slowCloseStep {
+			slow = append(slow, slog.Duration(name, took.Round(time.Millisecond)))
+		}
+	}
 	if d.dash != nil {
-		d.dash.Close() // ends the live streams, which would hold the shutdown
+		step("dashboard", d.dash.Close) // ends the live streams, which would hold the shutdown
 	}
 	if d.web != nil {
-		_ = d.web.ShutdownWithContext(ctx)
+		step("web", func() { _ = d.web.ShutdownWithContext(ctx) })
 	}
 	if d.api != nil {
-		_ = d.api.Shutdown(ctx)
+		step("api", func() { _ = d.api.Shutdown(ctx) })
 	}
 	if d.stopBeat != nil {
-		d.stopBeat()
+		step("heartbeat", d.stopBeat)
 	}
-	d.closeTCP()
+	step("tcp", d.closeTCP)
 	if d.unixLn != nil {
 		_ = os.Remove(SocketPath(d.cfg.StateDir))
 	}
 	if d.monitor != nil {
-		d.monitor.Close()
+		step("agent_monitors", func() { d.monitor.Close() })
 	}
 	if d.devlxd != nil {
-		_ = d.devlxd.Shutdown(ctx)
+		step("devlxd", func() { _ = d.devlxd.Shutdown(ctx) })
 	}
 	if d.links != nil {
-		_ = d.links.Close()
+		step("links", func() { _ = d.links.Close() })
 	}
 	if d.plugins != nil {
-		_ = d.plugins.Close()
+		step("plugins", func() { _ = d.plugins.Close() })
 	}
 	if d.metrics != nil {
-		d.metrics.Close()
+		step("metrics", d.metrics.Close)
 	}
 	if d.bus != nil {
-		_ = d.bus.Close()
+		step("events", func() { _ = d.bus.Close() })
 	}
 	if d.store != nil {
-		_ = d.store.Close()
+		step("store", func() { _ = d.store.Close() })
 	}
 	// Last: the next daemon may start once everything is closed.
 	if err := d.lock.Release(); err != nil {
 		d.log.Warn("releasing the state directory", "err", err)
 	}
+	if d.log != nil {
+		d.log.Info("guestlinkd stopped", append([]any{slog.Duration("took", time.Since(t0).Round(time.Millisecond))}, slow...)...)
+	}
 }
+
+// slowCloseStep is how long a step of close takes before the stop's log
+// line names it.
+const slowCloseStep = 100 * time.Millisecond
 
 // lateHooks forwards to hooks set after the manager was built.
 type lateHooks struct {
