@@ -41,8 +41,8 @@ type monitor struct {
 	// stopping) ends them at once instead of after RequestTimeout.
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg       sync.WaitGroup
-	timer    *time.Timer // the timed ring read; wakes a step
+	wg     sync.WaitGroup
+	timer  *time.Timer // the timed ring read; wakes a step
 
 	// bgMu guards the on-demand goroutines' work and their starts.
 	bgMu       sync.Mutex
