@@ -118,7 +118,9 @@ type Daemon struct {
 	// clusterCtx ends the heartbeat and the event listener (stopBeat).
 	clusterCtx context.Context
 	stopBeat   context.CancelFunc
-	clusterLn  net.Listener
+	// stopRecovery cancels the start-up recovery and waits for it.
+	stopRecovery func()
+	clusterLn    net.Listener
 	// dashStats is dash for the metrics, safe to read from a scrape.
 	dashStats dashStats
 	web       *fiber.App
@@ -317,8 +319,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("starting daemon: %w", err)
 		}
 	}
-	if err := mgr.Init(ctx); err != nil {
-		return nil, fmt.Errorf("starting daemon: recovering instances: %w", err)
+	// The instances are loaded, their guests recovered only once the
+	// admin API serves (below): it answers during the recovery, showing
+	// the guests not yet recovered as such (status Unknown).
+	if err := mgr.Load(ctx); err != nil {
+		return nil, fmt.Errorf("starting daemon: loading instances: %w", err)
 	}
 
 	d.api = adminapi.New(adminapi.Config{Instances: d.service, Events: d.bus, Backends: d.plugins, Version: Version, Logger: d.log.With("component", "api"),
@@ -327,7 +332,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Consoles: mgr,
 		Storage:  d.storage,
 		Images:   d.images,
-		Cluster:  d.clusterService(), DefaultBackend: cfg.DefaultBackend})
+		Cluster:  d.clusterService(), DefaultBackend: cfg.DefaultBackend,
+		Recovering: mgr.Recovering})
 	if d.unixLn, err = adminapi.ListenUnix(SocketPath(cfg.StateDir)); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
@@ -341,6 +347,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	d.dashStats.Store(d.dash) // nil without a TCP listener
+	d.startRecovery()
 	d.log.Info("guestlinkd started", "version", Version, "state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir),
 		"http", cfg.HTTPAddr, "https", cfg.HTTPSAddr, "link_port", d.links.Port(), "vsock", d.links.Vsock())
 	return d, nil
@@ -370,6 +377,24 @@ func (d *Daemon) Wait(ctx context.Context) error {
 	return err
 }
 
+// startRecovery recovers the instances' guests in the background (the
+// second half of instance.Manager.Init), while the APIs serve; close
+// cancels it and waits for it.
+func (d *Daemon) startRecovery() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	d.stopRecovery = func() {
+		cancel()
+		<-done
+	}
+	go func() {
+		defer close(done)
+		t0 := time.Now()
+		d.mgr.RecoverAll(ctx)
+		d.log.Info("instances recovered", "took", time.Since(t0).Round(time.Millisecond))
+	}()
+}
+
 // close undoes Start in reverse order; parts that were never started are
 // skipped. Each step is timed: the stop's log line names the steps that
 // took long (a daemon of 10,000 guests once spent 22 – 61 s here), so a
@@ -383,6 +408,9 @@ func (d *Daemon) close(ctx context.Context) {
 		if took := time.Since(s0); took >= slowCloseStep {
 			slow = append(slow, slog.Duration(name, took.Round(time.Millisecond)))
 		}
+	}
+	if d.stopRecovery != nil {
+		step("recovery", d.stopRecovery)
 	}
 	if d.dash != nil {
 		step("dashboard", d.dash.Close) // ends the live streams, which would hold the shutdown
@@ -400,14 +428,16 @@ func (d *Daemon) close(ctx context.Context) {
 	if d.unixLn != nil {
 		_ = os.Remove(SocketPath(d.cfg.StateDir))
 	}
+	// The links close first, all at once (linkhost closes them in
+	// parallel): the monitors then have none left to detach one by one.
+	if d.links != nil {
+		step("links", func() { _ = d.links.Close() })
+	}
 	if d.monitor != nil {
 		step("agent_monitors", func() { d.monitor.Close() })
 	}
 	if d.devlxd != nil {
 		step("devlxd", func() { _ = d.devlxd.Shutdown(ctx) })
-	}
-	if d.links != nil {
-		step("links", func() { _ = d.links.Close() })
 	}
 	if d.plugins != nil {
 		step("plugins", func() { _ = d.plugins.Close() })

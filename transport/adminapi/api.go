@@ -111,6 +111,9 @@ type Config struct {
 	// DefaultBackend is the backend of a create that names none (for
 	// placing it on a cluster member).
 	DefaultBackend string
+	// Recovering, when set, returns how many instances the daemon has not
+	// yet recovered since it started (GET /1.0's environment.recovering).
+	Recovering func() int
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -274,7 +277,11 @@ func (a *API) getServer(c *fiber.Ctx) error {
 	for _, b := range list {
 		names = append(names, b.Name)
 	}
-	return sync200(c, serverInfo(a.cfg.Version, os.Getpid(), names))
+	info := serverInfo(a.cfg.Version, os.Getpid(), names)
+	if a.cfg.Recovering != nil {
+		info.Environment.Recovering = a.cfg.Recovering()
+	}
+	return sync200(c, info)
 }
 
 // The services the daemon wires in satisfy the interfaces.
