@@ -28,6 +28,10 @@ type Environment struct {
 	ServerVersion string   `json:"server_version"`
 	ServerPID     int      `json:"server_pid"`
 	Backends      []string `json:"backends"` // names of the loaded backend plugins
+	// Recovering counts the instances whose guests the daemon has not yet
+	// recovered since it started (status Unknown meanwhile); 0 once its
+	// start-up recovery is done.
+	Recovering int `json:"recovering"`
 }
 
 // InstancesPost is the body of POST /1.0/instances.

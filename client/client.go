@@ -328,17 +328,64 @@ type InstanceFilter struct {
 	Query   string // substring of the name
 }
 
-// Instances lists the instances matching f. The strings of the list share
-// the memory of the daemon's answer (one buffer, about 1.3 KB per running
-// instance): a caller that keeps a few of them out of a long list, and not
-// the list, keeps that buffer alive; strings.Clone them to keep less.
-func (c *Client) Instances(ctx context.Context, f InstanceFilter) ([]api.Instance, error) {
+// listQuery returns the query of a list request for f.
+func (f InstanceFilter) listQuery() url.Values {
 	q := url.Values{}
 	for k, v := range map[string]string{"status": f.Status, "backend": f.Backend, "agent": f.Agent, "q": f.Query} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
+	return q
+}
+
+// Instances lists the instances matching f as full objects
+// (?recursion=1). The strings of the list share the memory of the daemon's
+// answer (one buffer, about 1.3 KB per running instance): a caller that
+// keeps a few of them out of a long list, and not the list, keeps that
+// buffer alive; strings.Clone them to keep less. InstanceNames and
+// InstanceSummaries cost a fraction of it.
+func (c *Client) Instances(ctx context.Context, f InstanceFilter) ([]api.Instance, error) {
+	q := f.listQuery()
+	q.Set("recursion", "1")
+	var list []api.Instance
+	if err := c.do(ctx, http.MethodGet, "/1.0/instances", q, nil, &list); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// InstanceNames lists the names of the instances matching f, from LXD's
+// URL list (?recursion=0).
+func (c *Client) InstanceNames(ctx context.Context, f InstanceFilter) ([]string, error) {
+	var urls []string
+	if err := c.do(ctx, http.MethodGet, "/1.0/instances", f.listQuery(), nil, &urls); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(urls))
+	for _, u := range urls {
+		name, ok := strings.CutPrefix(u, "/1.0/instances/")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("listing instance names: unexpected URL %q in the answer", u)
+		}
+		if n, err := url.PathUnescape(name); err == nil {
+			name = n
+		}
+		names = append(names, name)
+	}
+	return names, nil
+}
+
+// InstanceSummaries lists the instances matching f with only the named
+// top-level keys of the instance object filled (?recursion=1&fields=...;
+// docs/admin-api.md names them): what a table needs.
+func (c *Client) InstanceSummaries(ctx context.Context, f InstanceFilter, fields ...string) ([]api.Instance, error) {
+	if len(fields) == 0 {
+		return nil, fmt.Errorf("listing instance summaries: %w: no field named", errdefs.ErrInvalid)
+	}
+	q := f.listQuery()
+	q.Set("recursion", "1")
+	q.Set("fields", strings.Join(fields, ","))
 	var list []api.Instance
 	if err := c.do(ctx, http.MethodGet, "/1.0/instances", q, nil, &list); err != nil {
 		return nil, err

@@ -98,6 +98,29 @@ func newDaemonWith(t *testing.T, env []string, nofile int, extra ...string) *dae
 func (d *daemonProc) start() {
 	t := d.t
 	t.Helper()
+	d.startAnswering()
+	// The daemon answers while it recovers its guests (status Unknown);
+	// tests that do not look at that wait for the recovery.
+	ctx, cancel := context.WithTimeout(context.Background(), daemonStartTimeout)
+	defer cancel()
+	for {
+		info, err := d.client.ServerInfo(ctx)
+		if err == nil && info.Environment.Recovering == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("guestlinkd did not recover its guests within %v (%v); log tail:\n%s", daemonStartTimeout, err, d.logTail(logTailLines))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// startAnswering starts the daemon and returns once it answers GET /1.0,
+// its start-up recovery maybe still under way.
+func (d *daemonProc) startAnswering() {
+	t := d.t
+	t.Helper()
 	logf, err := os.OpenFile(d.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)

@@ -104,7 +104,7 @@ func (s *session) instanceCompletions(cmd *cobra.Command, prefix string, given [
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
 	defer cancel()
-	list, err := s.client.Instances(ctx, client.InstanceFilter{})
+	list, err := s.client.InstanceSummaries(ctx, client.InstanceFilter{}, "name", "status")
 	if err != nil {
 		return nil
 	}

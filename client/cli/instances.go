@@ -193,13 +193,13 @@ func (s *session) stopCommand() *cobra.Command {
 // reports each: a line per instance for people, the list of states with
 // --format json|yaml. It goes on after a failure and returns the failures.
 func (s *session) stopAll(cmd *cobra.Command, req api.InstanceStatePut) error {
-	list, err := s.client.Instances(cmd.Context(), client.InstanceFilter{Status: "Running"})
+	list, err := s.client.InstanceNames(cmd.Context(), client.InstanceFilter{Status: "Running"})
 	if err != nil {
 		return fmt.Errorf("listing running instances: %w", err)
 	}
 	states := []*api.InstanceState{}
 	var lines []string
-	err = eachName(instanceNames(list), func(name string) error {
+	err = eachName(list, func(name string) error {
 		st, err := s.client.SetState(cmd.Context(), name, req)
 		if err != nil {
 			lines = append(lines, fmt.Sprintf("%s: not stopped: %v", name, err))
@@ -226,15 +226,6 @@ func (s *session) stopAll(cmd *cobra.Command, req api.InstanceStatePut) error {
 	return err
 }
 
-// instanceNames returns the names of list, in order.
-func instanceNames(list []api.Instance) []string {
-	names := make([]string, len(list))
-	for i, inst := range list {
-		names[i] = inst.Name
-	}
-	return names
-}
-
 func (s *session) restartCommand() *cobra.Command {
 	return s.stateCommand(api.ActionRestart, "Restart instances", true)
 }
@@ -255,6 +246,9 @@ func (s *session) deleteCommand() *cobra.Command {
 	return cmd
 }
 
+// listColumns are the instance object's keys the list table shows.
+var listColumns = []string{"name", "status", "ipv4", "backend", "agent", "link", "boot", "started_at", "location"}
+
 func (s *session) listCommand() *cobra.Command {
 	var f client.InstanceFilter
 	cmd := &cobra.Command{
@@ -262,7 +256,15 @@ func (s *session) listCommand() *cobra.Command {
 		Short: "List instances",
 		Args:  argsExactly(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			list, err := s.client.Instances(cmd.Context(), f)
+			// The table asks for its columns only; json and yaml print
+			// the full objects.
+			var list []api.Instance
+			var err error
+			if s.format == FormatTable {
+				list, err = s.client.InstanceSummaries(cmd.Context(), f, listColumns...)
+			} else {
+				list, err = s.client.Instances(cmd.Context(), f)
+			}
 			if err != nil {
 				return err
 			}

@@ -179,7 +179,7 @@ func (m *monitor) readRing() bool {
 // readRingData reads up to RingReadMax bytes of the ring.
 func (m *monitor) readRingData() []byte {
 	cfg := &m.svc.cfg
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(m.ctx, cfg.RequestTimeout)
 	defer cancel()
 	backend, handle, err := cfg.Instances.Runtime(ctx, m.uuid)
 	if err != nil {

@@ -68,7 +68,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 	b.ReportAllocs()
 	cpu0 := processCPU(b)
 	b.RunParallel(func(pb *testing.PB) {
-		m := &monitor{svc: s, uuid: "u", name: "n", backend: "b", ring: newRingBudget(&s.cfg)}
+		m := &monitor{svc: s, uuid: "u", name: "n", backend: "b", ring: newRingBudget(&s.cfg), ctx: context.Background()}
 		m.tr.state = instance.AgentConnected
 		m.tr.advertOK, m.tr.confirmed = true, true
 		for pb.Next() {

@@ -36,8 +36,13 @@ type monitor struct {
 
 	stop     chan struct{}
 	stopOnce sync.Once
-	wg       sync.WaitGroup
-	timer    *time.Timer // the timed ring read; wakes a step
+	// ctx ends when the monitor is halted: every ring read and call to
+	// the agent is made under it, so a halt (the guest stopped, the daemon
+	// stopping) ends them at once instead of after RequestTimeout.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	timer  *time.Timer // the timed ring read; wakes a step
 
 	// bgMu guards the on-demand goroutines' work and their starts.
 	bgMu       sync.Mutex
@@ -88,7 +93,10 @@ type advResult struct {
 }
 
 func newMonitor(s *Service, inst *instance.Instance, certs *pki.InstanceCerts) *monitor {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &monitor{
+		ctx:     ctx,
+		cancel:  cancel,
 		svc:     s,
 		uuid:    inst.UUID,
 		name:    inst.Name,
@@ -134,7 +142,8 @@ func (m *monitor) startStepLocked() {
 	m.svc.runSteps(m)
 }
 
-// halt asks the goroutines to end without waiting for them.
+// halt asks the goroutines to end without waiting for them: the ring
+// reads and agent calls under way are cancelled.
 func (m *monitor) halt() {
 	m.stopOnce.Do(func() {
 		m.bgMu.Lock()
@@ -145,6 +154,7 @@ func (m *monitor) halt() {
 		}
 		m.bgMu.Unlock()
 		close(m.stop)
+		m.cancel()
 	})
 }
 
@@ -344,7 +354,7 @@ func (m *monitor) advertiser() {
 // advertise sends the current advertisement to the agent.
 func (m *monitor) advertise() error {
 	cfg := &m.svc.cfg
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(m.ctx, cfg.RequestTimeout)
 	defer cancel()
 	inst, err := cfg.Instances.GetByUUID(ctx, m.uuid)
 	if err != nil {
@@ -396,7 +406,7 @@ func (m *monitor) pusher() {
 		m.evQueue[0] = nil
 		m.evQueue = m.evQueue[1:]
 		m.bgMu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.RequestTimeout)
+		ctx, cancel := context.WithTimeout(m.ctx, cfg.RequestTimeout)
 		err := m.client.do(ctx, http.MethodPost, "/1.0/events", body)
 		cancel()
 		if err != nil {

@@ -124,6 +124,11 @@ type entry struct {
 	readyTimer   *time.Timer // guarded by mu: readiness.timeout of this boot (readiness.go)
 	readyTimerAt time.Time   // guarded by mu: when readyTimer fires
 
+	// recoveryHeld reports that op is held for the daemon's start-up
+	// recovery (Load took it; RecoverAll's worker releases it once the
+	// guest is recovered): operations on the instance wait for it.
+	recoveryHeld atomic.Bool
+
 	// Guarded by Manager.mu; replaced, never changed in place.
 	rec *db.Instance
 	rt  runtime
@@ -174,6 +179,11 @@ type runtime struct {
 	declared      Declaration // the guest's last PATCH /1.0 this boot
 	readyTimedOut bool        // readiness.timeout passed this boot without Ready
 	conds         []Condition // derived by every change (conditions.go); nil until the first
+
+	// unrecovered reports that the daemon has not yet recovered the
+	// guest since it started (Load .. RecoverAll): the view's status is
+	// Unknown, with StatusReason ReasonRecovering.
+	unrecovered bool
 }
 
 // NewManager returns a manager. It does not touch the store: call Init at

@@ -384,12 +384,25 @@ func (m *Manager) guestReset(ctx context.Context, e *entry, ev sdk.Event) {
 const opRecovering = "recovering"
 
 // Init is called once at daemon start, after the backend plugins started:
-// it clears every instance's Ready flag (the daemon cannot know; agents
-// re-declare it), loads the instances and recovers the guests of every
-// backend (see Recover). Only a store failure is an error: a guest that
+// Load, then RecoverAll. Only a store failure is an error: a guest that
 // cannot be recovered is logged (and its instance marked Error when its
 // backend is missing), so one broken guest never keeps the daemon down.
 func (m *Manager) Init(ctx context.Context) error {
+	if err := m.Load(ctx); err != nil {
+		return err
+	}
+	m.RecoverAll(ctx)
+	return nil
+}
+
+// Load is the first half of Init: it clears every instance's Ready flag
+// (the daemon cannot know; agents re-declare it) and loads the instances.
+// Each instance with a guest is then unrecovered until RecoverAll reaches
+// it: its view's status is Unknown (StatusReason ReasonRecovering) and
+// its operations (start, stop, delete, ...) wait for its recovery. The
+// daemon serves the admin API between the two, so that it answers with
+// what it knows while it recovers.
+func (m *Manager) Load(ctx context.Context) error {
 	n, err := m.store.ClearReadyAt(ctx, m.location)
 	if err != nil {
 		return fmt.Errorf("initialising instances: %w", storeErr(err))
@@ -397,20 +410,81 @@ func (m *Manager) Init(ctx context.Context) error {
 	if err := m.load(ctx, true); err != nil {
 		return fmt.Errorf("initialising instances: %w", err)
 	}
-	backends := map[string]bool{}
 	m.mu.Lock()
+	held := 0
 	for _, e := range m.byName {
 		e.rt.readyAt = nil
-		backends[e.rec.Backend] = true
+		if len(e.rec.Handle) > 0 && !e.recoveryHeld.Load() {
+			e.op.Lock() // released by RecoverAll's worker (releaseRecovery)
+			e.recoveryHeld.Store(true)
+			e.rt.unrecovered = true
+			held++
+		}
 	}
 	m.mu.Unlock()
-	m.log.Info("instances loaded", "instances", len(m.byName), "ready_cleared", n)
+	m.log.Info("instances loaded", "instances", len(m.byName), "ready_cleared", n, "to_recover", held)
+	return nil
+}
+
+// RecoverAll is the second half of Init: it recovers the guests of every
+// backend (see Recover), at most recoverWorkers at a time, and ends the
+// unrecovered state of every instance Load left so, recovered or not (an
+// ended ctx, the daemon stopping, leaves them as stored).
+func (m *Manager) RecoverAll(ctx context.Context) {
+	backends := map[string]bool{}
+	m.mu.RLock()
+	for _, e := range m.byName {
+		backends[e.rec.Backend] = true
+	}
+	m.mu.RUnlock()
 	for _, b := range slices.Sorted(maps.Keys(backends)) {
-		if err := m.Recover(ctx, b); err != nil {
+		if err := m.recover(ctx, b, true); err != nil {
 			m.log.Error("recovering guests", "backend", b, "err", err)
 		}
 	}
-	return nil
+	var left []*entry
+	m.mu.RLock()
+	for _, e := range m.byName {
+		if e.rt.unrecovered || e.recoveryHeld.Load() {
+			left = append(left, e)
+		}
+	}
+	m.mu.RUnlock()
+	for _, e := range left {
+		m.endRecovery(ctx, e)
+		m.releaseRecovery(e)
+	}
+}
+
+// endRecovery ends e's unrecovered state (memory only).
+func (m *Manager) endRecovery(ctx context.Context, e *entry) {
+	if _, err := m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
+		c.rt.unrecovered = false
+		return nil
+	}); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		m.log.Error("ending a recovery", "instance", e.name, "err", err)
+	}
+}
+
+// releaseRecovery releases e's operation lock if Load took it.
+func (m *Manager) releaseRecovery(e *entry) {
+	if e.recoveryHeld.CompareAndSwap(true, false) {
+		e.op.Unlock()
+	}
+}
+
+// Recovering returns how many instances the daemon has not yet recovered
+// since it started.
+func (m *Manager) Recovering() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	n := 0
+	for _, e := range m.byName {
+		if e.rt.unrecovered {
+			n++
+		}
+	}
+	return n
 }
 
 // Recover re-attaches to every guest of a backend after the daemon or the
@@ -422,6 +496,12 @@ func (m *Manager) Init(ctx context.Context) error {
 // agent re-declares Ready. Guests are recovered in parallel; their errors
 // are returned joined.
 func (m *Manager) Recover(ctx context.Context, backend string) error {
+	return m.recover(ctx, backend, false)
+}
+
+// recover is Recover; atStart says it is RecoverAll's: the entries' lock
+// is the one Load took, released once each is recovered.
+func (m *Manager) recover(ctx context.Context, backend string, atStart bool) error {
 	if err := m.load(ctx, false); err != nil {
 		return fmt.Errorf("recovering guests of backend %q: %w", backend, err)
 	}
@@ -431,7 +511,9 @@ func (m *Manager) Recover(ctx context.Context, backend string) error {
 	var todo []*entry
 	m.mu.RLock()
 	for _, e := range m.byName {
-		if e.rec.Backend == backend {
+		// At start, only the guests Load held (an instance created
+		// since is the API's, not the recovery's).
+		if e.rec.Backend == backend && (!atStart || e.recoveryHeld.Load()) {
 			todo = append(todo, e)
 		}
 	}
@@ -443,7 +525,7 @@ func (m *Manager) Recover(ctx context.Context, backend string) error {
 	if err != nil {
 		err = fmt.Errorf("recovering guests of backend %q: %w", backend, err)
 		for _, e := range todo {
-			m.backendMissing(ctx, e, err)
+			m.backendMissing(ctx, e, err, atStart)
 		}
 		return err
 	}
@@ -456,7 +538,7 @@ func (m *Manager) Recover(ctx context.Context, backend string) error {
 	for range min(recoverWorkers, len(todo)) {
 		wg.Go(func() {
 			for e := range work {
-				if err := m.recoverOne(ctx, b, e); err != nil {
+				if err := m.recoverOne(ctx, b, e, atStart); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -476,10 +558,11 @@ func (m *Manager) Recover(ctx context.Context, backend string) error {
 // backendMissing marks a running instance whose backend cannot be reached
 // at all as Error: nothing can tell whether its guest still runs. A later
 // Recover (the plugin is back) finds the truth again.
-func (m *Manager) backendMissing(ctx context.Context, e *entry, cause error) {
-	e.op.Lock()
-	defer e.op.Unlock()
+func (m *Manager) backendMissing(ctx context.Context, e *entry, cause error, atStart bool) {
+	m.lockForRecovery(e, atStart)
+	defer m.unlockForRecovery(e, atStart)
 	_, err := m.mutate(ctx, e, func(c *change) error {
+		c.rt.unrecovered = false
 		if c.rec.PowerState != status.PowerRunning {
 			return nil
 		}
@@ -492,10 +575,28 @@ func (m *Manager) backendMissing(ctx context.Context, e *entry, cause error) {
 	}
 }
 
-// recoverOne recovers one guest.
-func (m *Manager) recoverOne(ctx context.Context, b sdk.Backend, e *entry) error {
-	e.op.Lock()
-	defer e.op.Unlock()
+// lockForRecovery takes e's operation lock for a recovery, unless it is
+// the start-up recovery's (atStart), whose lock Load took.
+func (m *Manager) lockForRecovery(e *entry, atStart bool) {
+	if !atStart {
+		e.op.Lock()
+	}
+}
+
+// unlockForRecovery releases what lockForRecovery took, or the start-up
+// recovery's lock.
+func (m *Manager) unlockForRecovery(e *entry, atStart bool) {
+	if atStart {
+		m.releaseRecovery(e)
+		return
+	}
+	e.op.Unlock()
+}
+
+// recoverOne recovers one guest; atStart: see recover.
+func (m *Manager) recoverOne(ctx context.Context, b sdk.Backend, e *entry, atStart bool) error {
+	m.lockForRecovery(e, atStart)
+	defer m.unlockForRecovery(e, atStart)
 	rec, _, err := m.snapshot(e)
 	if err != nil || len(rec.Handle) == 0 {
 		return nil // deleted meanwhile, or never created
@@ -508,6 +609,7 @@ func (m *Manager) recoverOne(ctx context.Context, b sdk.Backend, e *entry) error
 	var pending *sdk.Event
 	defer func() {
 		if _, err := m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
+			c.rt.unrecovered = false
 			if c.rt.op == opRecovering {
 				c.rt.op = status.OpNone
 			}

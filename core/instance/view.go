@@ -9,6 +9,15 @@ import (
 	"github.com/guestlink/guestlink/db"
 )
 
+// The status of an instance whose guest the daemon has not yet recovered
+// since it started (the admin API and the dashboard answer during the
+// recovery): Unknown, code 0, as a cluster shows an offline member's
+// instances, with this reason.
+const (
+	StatusUnknown    = "Unknown"
+	ReasonRecovering = "the daemon is recovering its guest after a restart"
+)
+
 // statusOf derives an entry's status; Manager.mu must be held.
 func statusOf(e *entry) status.Code {
 	return statusOfState(e.rec, &e.rt)
@@ -64,6 +73,9 @@ func fillView(inst *Instance, rec *db.Instance, rt *runtime, shared bool) {
 	}
 	if inst.Location == "" {
 		inst.Location = LocationNone
+	}
+	if rt.unrecovered {
+		inst.Status, inst.StatusCode, inst.StatusReason = StatusUnknown, 0, ReasonRecovering
 	}
 	if shared {
 		inst.Config, inst.Devices = rec.Config, rec.Devices

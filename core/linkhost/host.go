@@ -200,6 +200,9 @@ type hostAddr struct{ port uint32 }
 func (hostAddr) Network() string  { return "guest-link" }
 func (a hostAddr) String() string { return fmt.Sprintf("guest-link:%d", a.port) }
 
+// closeWorkers is how many links Close closes at once.
+const closeWorkers = 16
+
 // Close detaches every instance, stops the vsock listener and makes Accept
 // fail. Connections already handed on are left to their owners.
 func (h *Host) Close() error {
@@ -208,15 +211,36 @@ func (h *Host) Close() error {
 		if h.vsock != nil {
 			h.vsock.Close()
 		}
+		// No Attach or Detach runs meanwhile; later ones find the host
+		// closed (Attach) or nothing attached (Detach).
+		h.opMu.Lock()
 		h.mu.Lock()
 		atts := make([]*attachment, 0, len(h.attached))
 		for _, a := range h.attached {
 			atts = append(atts, a)
 		}
+		clear(h.attached)
+		clear(h.byCID)
 		h.mu.Unlock()
-		for _, a := range atts {
-			h.Detach(a.uuid)
+		// Closing a link unlinks its socket file in the guest's
+		// directory: about a millisecond each on a loaded disk, 10 s for
+		// 10,000 guests one after the other. Closed by a few workers,
+		// links of distinct guests do not wait on each other.
+		work := make(chan *attachment)
+		var wg sync.WaitGroup
+		for range min(closeWorkers, len(atts)) {
+			wg.Go(func() {
+				for a := range work {
+					a.close(h)
+				}
+			})
 		}
+		for _, a := range atts {
+			work <- a
+		}
+		close(work)
+		wg.Wait()
+		h.opMu.Unlock()
 	})
 	h.wg.Wait()
 	if h.gate != nil {

@@ -120,6 +120,9 @@ type Config struct {
 	// state route's "guest", the instance's, the list's IPv4; nil shows
 	// none.
 	Guests GuestReports
+	// Recovering, when set, returns how many instances the daemon has not
+	// yet recovered since it started (GET /1.0's environment.recovering).
+	Recovering func() int
 }
 
 // API is the admin API. Create it with New, then Serve it on one or more
@@ -296,7 +299,11 @@ func (a *API) getServer(*request) (any, error) {
 	for _, b := range list {
 		names = append(names, b.Name)
 	}
-	return serverInfo(a.cfg.Version, os.Getpid(), names), nil
+	info := serverInfo(a.cfg.Version, os.Getpid(), names)
+	if a.cfg.Recovering != nil {
+		info.Environment.Recovering = a.cfg.Recovering()
+	}
+	return info, nil
 }
 
 // The services the daemon wires in satisfy the interfaces.

@@ -185,7 +185,7 @@ func TestErrors(t *testing.T) {
 	}
 	// Nothing above may have changed the instances.
 	var list []api.Instance
-	if err := json.Unmarshal(mustCall(t, srv, "GET", "/1.0/instances", "", 200).Metadata, &list); err != nil {
+	if err := json.Unmarshal(mustCall(t, srv, "GET", "/1.0/instances?recursion=1", "", 200).Metadata, &list); err != nil {
 		t.Fatal(err)
 	}
 	if len(list) != 2 || list[0].Name != "run1" || list[1].Name != "web1" || list[0].Status != "Running" {

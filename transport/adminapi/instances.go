@@ -41,9 +41,8 @@ type statelessStarter interface {
 
 var _ statelessStarter = (*instance.Manager)(nil)
 
-// listInstances answers GET /1.0/instances. It answers without the wrapper
-// (httpwrap): the list is streamed, each instance encoded into the body as
-// it is listed, not built as one value to encode.
+// listInstances answers GET /1.0/instances in the form asked
+// (list_forms.go): URLs, full objects or summaries.
 func (a *API) listInstances(c *fiber.Ctx) error {
 	filter := instance.ListFilter{
 		Status:  c.Query("status"),
@@ -56,30 +55,18 @@ func (a *API) listInstances(c *fiber.Ctx) error {
 	default:
 		return badRequest("invalid agent filter %q: must be none, started, connected, stopped or lost", filter.Agent)
 	}
-	if l, ok := a.cfg.Instances.(instanceLister); ok {
-		// Encode the shared views as they are listed: no copies. The
-		// answer is sent from the encoder's chunks, never joined.
-		e := newListEncoder()
-		e.ipv4 = a.cachedIPv4
-		if err := l.ListFunc(c.UserContext(), filter, e.add); err != nil {
-			return err
-		}
-		c.Status(http.StatusOK)
-		c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
-		c.Response().SetBodyStream(e.reader())
-		return nil
-	}
-	list, err := a.cfg.Instances.List(c.UserContext(), filter)
+	form, fields, err := parseListForm(c)
 	if err != nil {
 		return err
 	}
-	body, err := appendInstanceList(list)
+	e, err := a.encodeList(c, filter, form, fields)
 	if err != nil {
-		return fmt.Errorf("listing instances: %w", err)
+		return err
 	}
+	// The answer is sent from the encoder's chunks, never joined.
 	c.Status(http.StatusOK)
 	c.Response().Header.SetContentType(fiber.MIMEApplicationJSON)
-	c.Response().SetBodyRaw(body)
+	c.Response().SetBodyStream(e.reader())
 	return nil
 }
 

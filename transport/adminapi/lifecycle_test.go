@@ -82,7 +82,7 @@ func TestLifecycle(t *testing.T) {
 			{"?agent=none", "db1"},
 		} {
 			var list []api.Instance
-			if err := json.Unmarshal(mustCall(t, srv, "GET", "/1.0/instances"+tt.query, "", 200).Metadata, &list); err != nil {
+			if err := json.Unmarshal(mustCall(t, srv, "GET", "/1.0/instances?recursion=1&"+strings.TrimPrefix(tt.query, "?"), "", 200).Metadata, &list); err != nil {
 				t.Fatal(err)
 			}
 			var names []string

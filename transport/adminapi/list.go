@@ -45,6 +45,9 @@ type listEncoder struct {
 	// ipv4, when set, gives an instance's guest address by UUID, from
 	// the agents' cached reports.
 	ipv4 func(uuid string) string
+	// scratch is reused to build a URL or a summary object before it is
+	// written (list_forms.go).
+	scratch []byte
 }
 
 // newListEncoder starts an answer.

@@ -84,7 +84,7 @@ func TestListAnswerMatchesEncodingJSON(t *testing.T) {
 				return d.DialContext(ctx, "unix", sock)
 			}}}
 			defer hc.CloseIdleConnections()
-			resp, err := hc.Get("http://guestlink/1.0/instances")
+			resp, err := hc.Get("http://guestlink/1.0/instances?recursion=1")
 			if err != nil {
 				t.Fatal(err)
 			}

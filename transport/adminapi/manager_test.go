@@ -126,7 +126,7 @@ func TestRealManager(t *testing.T) {
 		t.Fatalf("config = %v", inst.Config)
 	}
 	var list []api.Instance
-	if err := json.Unmarshal(mustCall(t, srv, "GET", "/1.0/instances?status=running", "", 200).Metadata, &list); err != nil {
+	if err := json.Unmarshal(mustCall(t, srv, "GET", "/1.0/instances?recursion=1&status=running", "", 200).Metadata, &list); err != nil {
 		t.Fatal(err)
 	}
 	if len(list) != 1 {
@@ -135,7 +135,7 @@ func TestRealManager(t *testing.T) {
 	// The list the manager's shared views are encoded into is what
 	// encoding/json makes of List's copies, byte for byte.
 	mustCall(t, srv, "POST", "/1.0/instances", `{"name":"m0","config":{"user.x":"<&>\u2028"},"devices":{"d":{"type":"nic","nictype":"user"}}}`, 201)
-	for q, f := range map[string]instance.ListFilter{"": {}, "?status=running": {Status: "running"}, "?q=m0": {Query: "m0"}} {
+	for q, f := range map[string]instance.ListFilter{"?recursion=1": {}, "?recursion=1&status=running": {Status: "running"}, "?recursion=2&q=m0": {Query: "m0"}} {
 		views, err := mgr.List(context.Background(), f)
 		if err != nil {
 			t.Fatal(err)
