@@ -40,6 +40,9 @@ type InstancesPost struct {
 	// Image is the alias, fingerprint or fingerprint prefix of a store
 	// image the guest boots from (see /1.0/images); "" for none.
 	Image string `json:"image,omitempty"`
+	// Profiles are applied in order under Config and Devices; absent (nil)
+	// is ["default"], an empty list none (as LXD).
+	Profiles []string `json:"profiles"`
 	// Target is the cluster member to create the instance on, sent as the
 	// ?target= query (as LXD); "" places it (docs/cluster.md).
 	Target string `json:"-"`
@@ -125,8 +128,15 @@ type Instance struct {
 	Location string `json:"location"`
 	// StatusReason says why Status is Unknown: its member is offline or
 	// did not answer (docs/cluster.md).
-	StatusReason string          `json:"status_reason,omitempty"`
-	Timeline     []TimelineEntry `json:"timeline,omitempty"`
+	StatusReason string `json:"status_reason,omitempty"`
+	// Profiles are the instance's profiles in the order they apply (as
+	// LXD: later ones win, the instance's own config and devices over all).
+	Profiles []string        `json:"profiles"`
+	Timeline []TimelineEntry `json:"timeline,omitempty"`
+	// ExpandedConfig and ExpandedDevices are the effective config and
+	// devices (profiles, then the instance's own): GET of one instance only.
+	ExpandedConfig  map[string]string            `json:"expanded_config,omitempty"`
+	ExpandedDevices map[string]map[string]string `json:"expanded_devices,omitempty"`
 }
 
 // Ready reports whether the instance's volatile.last_state.ready is "true".

@@ -93,6 +93,8 @@ type Manager struct {
 	images   ImageSource
 	location string // Config.Location
 
+	defaultProfile atomic.Bool // the default profile is known to exist (profiles.go)
+
 	loadMu sync.Mutex  // serialises loading the cache
 	loaded atomic.Bool // the cache holds every stored instance
 
@@ -396,8 +398,29 @@ func checkUsable(ctx context.Context, b sdk.Backend) error {
 }
 
 // specWithImage is specOf with the instance's base image, if it has one.
+//
+// The backend is given the expanded config and devices: the instance's
+// profiles, read from the store now (so a profile's change reaches the
+// guest at its next start, on any cluster member), under its own keys,
+// less what the backend cannot take from a profile (forBackend).
 func (m *Manager) specWithImage(ctx context.Context, rec *db.Instance, files []sdk.File) (*sdk.GuestSpec, error) {
 	spec := specOf(rec, files)
+	if len(rec.Profiles) > 0 {
+		profs, err := m.loadProfiles(ctx, rec.Profiles)
+		if err != nil {
+			return nil, fmt.Errorf("the instance's profiles: %w", err)
+		}
+		_, info, err := m.backendInfo(ctx, rec.Backend)
+		if err != nil {
+			return nil, err
+		}
+		cfg, devs := m.forBackend(rec, profs, info)
+		spec.Config = cfg
+		spec.Devices = make(map[string]sdk.Device, len(devs))
+		for k, v := range devs {
+			spec.Devices[k] = sdk.Device(v)
+		}
+	}
 	fp := rec.Config[KeyBaseImage]
 	if fp == "" {
 		return spec, nil
