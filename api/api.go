@@ -53,6 +53,9 @@ type InstancesPost struct {
 type InstancePatch struct {
 	Config map[string]string `json:"config,omitempty"`
 	Unset  []string          `json:"unset,omitempty"`
+	// Profiles, when given alone, replaces the instance's profiles (an
+	// empty list: none), as `guestlink profile assign`.
+	Profiles *[]string `json:"profiles,omitempty"`
 }
 
 // State actions of PUT /1.0/instances/{name}/state.
@@ -133,10 +136,6 @@ type Instance struct {
 	// LXD: later ones win, the instance's own config and devices over all).
 	Profiles []string        `json:"profiles"`
 	Timeline []TimelineEntry `json:"timeline,omitempty"`
-	// ExpandedConfig and ExpandedDevices are the effective config and
-	// devices (profiles, then the instance's own): GET of one instance only.
-	ExpandedConfig  map[string]string            `json:"expanded_config,omitempty"`
-	ExpandedDevices map[string]map[string]string `json:"expanded_devices,omitempty"`
 }
 
 // Ready reports whether the instance's volatile.last_state.ready is "true".

@@ -126,6 +126,8 @@ func (a *API) createInstance(c *fiber.Ctx) error {
 		Image:   req.Image,
 		Devices: req.Devices,
 		Start:   req.Start,
+		// nil (absent) is the default profile, [] none (as LXD).
+		Profiles: req.Profiles,
 	}, requestor(c))
 	if err != nil {
 		return err
@@ -179,8 +181,14 @@ func (a *API) patchInstance(c *fiber.Ctx) error {
 	if err := decodeBody(c, &req); err != nil {
 		return err
 	}
+	if req.Profiles != nil && len(req.Config) == 0 && len(req.Unset) == 0 {
+		return a.assignProfiles(c, name, *req.Profiles) // profiles.go
+	}
+	if req.Profiles != nil {
+		return badRequest("profiles are changed alone: send them without config or unset")
+	}
 	if len(req.Config) == 0 && len(req.Unset) == 0 {
-		return badRequest("nothing to change: give config keys to set or unset keys")
+		return badRequest("nothing to change: give config keys to set or unset keys, or profiles")
 	}
 	for k := range req.Config {
 		if strings.TrimSpace(k) == "" {
