@@ -102,6 +102,7 @@ func NewRootCommand() *cobra.Command {
 		s.imageCommand(),
 	)
 	root.AddCommand(s.snapshotCommands()...)
+	root.AddCommand(s.profileCommand())
 	root.AddCommand(s.storageCommand())
 	root.AddCommand(s.clusterCommand())
 	s.addCompletion(root) // completion.go
