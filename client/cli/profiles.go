@@ -37,7 +37,7 @@ others with -p or --no-profiles.`,
 func (s *session) profileCreateCommand() *cobra.Command {
 	var description string
 	cmd := &cobra.Command{
-		Use:   "create NAME [--description TEXT] [< profile.yaml]",
+		Use:   "create PROFILE [--description TEXT] [< profile.yaml]",
 		Short: "Create a profile (empty, or from YAML on stdin as profile show prints it)",
 		Args:  argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -98,7 +98,7 @@ func (s *session) profileListCommand() *cobra.Command {
 
 func (s *session) profileShowCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "show NAME",
+		Use:   "show PROFILE",
 		Short: "Show a profile as YAML (what profile edit reads)",
 		Args:  argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -133,7 +133,7 @@ func parseProfileYAML(raw []byte) (api.ProfilePut, error) {
 
 func (s *session) profileEditCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "edit NAME [< profile.yaml]",
+		Use:   "edit PROFILE [< profile.yaml]",
 		Short: "Edit a profile's description, config and devices as YAML ($EDITOR on a terminal, else stdin)",
 		Long: `Edit a profile as YAML. On a terminal the profile opens in $VISUAL or $EDITOR
 (vi without either); otherwise the whole profile is read from stdin, as
@@ -215,7 +215,7 @@ func (s *session) editProfileInEditor(cmd *cobra.Command, name string) ([]byte, 
 
 func (s *session) profileRenameCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "rename NAME NEW-NAME",
+		Use:   "rename PROFILE NEW-NAME",
 		Short: "Rename a profile (instances using it follow; not the default profile)",
 		Args:  argsExactly(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -232,7 +232,7 @@ func (s *session) profileRenameCommand() *cobra.Command {
 
 func (s *session) profileDeleteCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete NAME",
+		Use:   "delete PROFILE",
 		Short: "Delete a profile no instance uses (not the default profile)",
 		Args:  argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
