@@ -303,6 +303,7 @@ func TestProfileRejectsBadInput(t *testing.T) {
 		{"unknown key", "p", ProfilePut{Config: map[string]string{"nodot": "1"}}, errdefs.ErrInvalid, `unknown configuration key "nodot"`},
 		{"bad value", "p", ProfilePut{Config: map[string]string{KeyLimitsCPU: "0"}}, errdefs.ErrInvalid, "at least one CPU"},
 		{"bad device", "p", ProfilePut{Devices: map[string]map[string]string{"eth0": {"type": "nic", "nictype": "wifi"}}}, errdefs.ErrInvalid, `unknown nictype "wifi"`},
+		{"host path disk", "p", ProfilePut{Devices: map[string]map[string]string{"data": {"type": "disk", "source": "/etc", "path": "/mnt"}}}, errdefs.ErrInvalid, "only storage volumes may be attached"},
 		{"device without type", "p", ProfilePut{Devices: map[string]map[string]string{"d": {"path": "/"}}}, errdefs.ErrInvalid, `invalid device "d": no type`},
 	}
 	for _, tt := range tests {
