@@ -40,6 +40,9 @@ type ProfileStore interface {
 	// DeleteProfile removes a profile (ErrNotFound). The caller checks
 	// that no instance uses it.
 	DeleteProfile(ctx context.Context, name string) error
+	// SetInstanceProfiles replaces the profiles of the instance of id
+	// (ErrNotFound); UpdateInstance never writes them.
+	SetInstanceProfiles(ctx context.Context, id int64, profiles []string) error
 }
 
 var _ ProfileStore = (*sqlStore)(nil)
@@ -205,6 +208,20 @@ func (s *sqlStore) DeleteProfile(ctx context.Context, name string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("deleting profile %q: %w", name, translate(err))
+	}
+	return nil
+}
+
+// SetInstanceProfiles replaces an instance's profiles.
+func (s *sqlStore) SetInstanceProfiles(ctx context.Context, id int64, profiles []string) error {
+	if profiles == nil {
+		profiles = []string{}
+	}
+	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
+		return affectedOne(tx.Model(&Instance{ID: id}).Select("profiles").Updates(&Instance{Profiles: profiles}))
+	})
+	if err != nil {
+		return fmt.Errorf("setting the profiles of instance %d: %w", id, translate(err))
 	}
 	return nil
 }

@@ -405,8 +405,20 @@ func checkUsable(ctx context.Context, b sdk.Backend) error {
 // less what the backend cannot take from a profile (forBackend).
 func (m *Manager) specWithImage(ctx context.Context, rec *db.Instance, files []sdk.File) (*sdk.GuestSpec, error) {
 	spec := specOf(rec, files)
-	if len(rec.Profiles) > 0 {
-		profs, err := m.loadProfiles(ctx, rec.Profiles)
+	names := rec.Profiles
+	if rec.ID != 0 {
+		// The stored list, not the cached one: another cluster member may
+		// have renamed a profile since this record was loaded.
+		if _, ok := m.store.(db.ProfileStore); ok {
+			cur, err := m.store.GetInstance(ctx, rec.Name)
+			if err != nil {
+				return nil, fmt.Errorf("reading the instance's profiles: %w", storeErr(err))
+			}
+			names = cur.Profiles
+		}
+	}
+	if len(names) > 0 {
+		profs, err := m.loadProfiles(ctx, names)
 		if err != nil {
 			return nil, fmt.Errorf("the instance's profiles: %w", err)
 		}

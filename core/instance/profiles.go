@@ -354,12 +354,22 @@ func (m *Manager) AssignProfiles(ctx context.Context, name string, profiles []st
 	}
 	e.op.Lock()
 	defer e.op.Unlock()
+	rec, _, err := m.snapshot(e)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	ps, err := m.profileStore(ctx)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if profiles == nil {
+		profiles = []string{}
+	}
+	if err := ps.SetInstanceProfiles(ctx, rec.ID, profiles); err != nil {
+		return nil, wrap(storeErr(err))
+	}
 	view, err := m.mutate(ctx, e, func(c *change) error {
 		c.rec.Profiles = slices.Clone(profiles)
-		if c.rec.Profiles == nil {
-			c.rec.Profiles = []string{}
-		}
-		c.persist = true
 		c.emit(events.InstanceUpdated, nil, by)
 		return nil
 	})

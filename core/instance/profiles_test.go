@@ -326,3 +326,42 @@ func TestProfileRejectsBadInput(t *testing.T) {
 		t.Fatalf("profiles after refused creates: %v", names)
 	}
 }
+
+// TestProfileRenameSeenByOtherMember: a rename made through one manager
+// (one cluster member) while another holds the instance in its cache: the
+// other's later write of the instance keeps the new name in the store, and
+// its next start applies the renamed profile.
+func TestProfileRenameSeenByOtherMember(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.m.CreateProfile(ctx, "web", ProfilePut{Config: map[string]string{"user.tier": "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := e.m.Create(ctx, CreateRequest{Name: "vm1", Profiles: []string{"web"}}, adminCaller)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := e.manager()
+	if _, err := other.Get(ctx, "vm1"); err != nil { // loads its cache now, before the rename
+		t.Fatal(err)
+	}
+	if err := e.m.RenameProfile(ctx, "web", "site"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.UpdateConfig(ctx, "vm1", map[string]string{"user.z": "1"}, nil, adminCaller); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := e.store.GetInstance(ctx, "vm1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cmp.Equal(rec.Profiles, []string{"site"}) {
+		t.Fatalf("stored profiles after the other member's write: %v, want [site]", rec.Profiles)
+	}
+	if err := other.Start(ctx, "vm1", adminCaller); err != nil {
+		t.Fatalf("start by the member whose cache predates the rename: %v", err)
+	}
+	if got := e.lastSpec(inst.UUID).Config["user.tier"]; got != "web" {
+		t.Fatalf("user.tier at start = %q, want the renamed profile's web", got)
+	}
+}
