@@ -48,12 +48,15 @@ func (s *session) launchCommand() *cobra.Command {
 	var profiles []string
 	var noProfiles bool
 	cmd := &cobra.Command{
-		Use:   "launch [IMAGE] NAME [--backend BACKEND] [--target MEMBER] [-p PROFILE ...|--no-profiles] [-c key=value ...] [--wait ready [--timeout 2m]]",
+		Use:   "launch [IMAGE] NAME [--backend BACKEND] [--target MEMBER] [-c key=value ...] [--wait ready [--timeout 2m]]",
 		Short: "Create and start an instance",
 		Long: `Create and start an instance called NAME. With IMAGE (an alias, fingerprint
 or fingerprint prefix of the image store, see guestlink image list) the
 guest boots from a writable layer on that image; the backend must announce
-disk.v1 (qemu, qemu-legacy). With --wait, then wait as guestlink wait does.
+disk.v1 (qemu, qemu-legacy). -p PROFILE (repeatable) applies profiles in that
+order under the -c keys; without -p the instance gets the default profile (a
+root disk and a NIC eth0), with --no-profiles none (guestlink profile --help).
+With --wait, then wait as guestlink wait does.
 
 ` + waitExitHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
