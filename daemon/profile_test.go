@@ -82,6 +82,9 @@ func TestProfileCLI(t *testing.T) {
 			t.Errorf("%s profiles = %q, want %q", name, got, want)
 		}
 	}
+	if info := ok("", "info", "w1"); !strings.Contains(info, "default, web") {
+		t.Fatalf("info w1 does not list its profiles:\n%s", info)
+	}
 	fails("--no-profiles and -p cannot be given together", "launch", "w4", "--backend", "sim", "--no-profiles", "-p", "web")
 	fails(`profile "nope"`, "launch", "w4", "--backend", "sim", "-p", "nope")
 

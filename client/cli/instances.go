@@ -342,6 +342,9 @@ func writeInfo(w io.Writer, inst *api.Instance) {
 	if inst.Location != "" && inst.Location != "none" {
 		row(w, "Location:", inst.Location)
 	}
+	if len(inst.Profiles) > 0 {
+		row(w, "Profiles:", strings.Join(inst.Profiles, ", "))
+	}
 	row(w, "Created:", timeCell(&inst.CreatedAt))
 	row(w, "Started:", timeCell(inst.StartedAt))
 	row(w, "Ready since:", timeCell(inst.ReadyAt))
