@@ -188,7 +188,7 @@ func (a *API) patchInstance(c *fiber.Ctx) error {
 		return badRequest("profiles are changed alone: send them without config or unset")
 	}
 	if len(req.Config) == 0 && len(req.Unset) == 0 {
-		return badRequest("nothing to change: give config keys to set or unset keys, or profiles")
+		return badRequest("nothing to change: give config keys to set or unset keys")
 	}
 	for k := range req.Config {
 		if strings.TrimSpace(k) == "" {
