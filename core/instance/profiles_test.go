@@ -365,3 +365,29 @@ func TestProfileRenameSeenByOtherMember(t *testing.T) {
 		t.Fatalf("user.tier at start = %q, want the renamed profile's web", got)
 	}
 }
+
+// BenchmarkProfileStart measures a start (the backend's spec built, the
+// profiles read from the store) with the default profile and with none.
+func BenchmarkProfileStart(b *testing.B) {
+	for _, bc := range []struct {
+		name     string
+		profiles []string
+	}{{"default", nil}, {"none", []string{}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := newEnv(b)
+			ctx := context.Background()
+			if _, err := e.m.Create(ctx, CreateRequest{Name: "vm1", Profiles: bc.profiles}, adminCaller); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if err := e.m.Start(ctx, "vm1", adminCaller); err != nil {
+					b.Fatal(err)
+				}
+				if err := e.m.Stop(ctx, "vm1", StopOptions{}, adminCaller); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
