@@ -94,6 +94,8 @@ type Manager struct {
 	location string // Config.Location
 
 	defaultProfile atomic.Bool // the default profile is known to exist (profiles.go)
+	profMu         sync.Mutex
+	profCache      map[string]*db.Profile // the profiles last read or written, by name (profiles.go); never changed in place
 
 	loadMu sync.Mutex  // serialises loading the cache
 	loaded atomic.Bool // the cache holds every stored instance
@@ -308,8 +310,10 @@ func (m *Manager) GetByUUID(ctx context.Context, uuid string) (*Instance, error)
 		return nil, err
 	}
 	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return viewOf(e), nil
+	inst, rec := viewOf(e), e.rec
+	m.mu.RUnlock()
+	m.expandForGuest(ctx, inst, rec) // profiles.go
+	return inst, nil
 }
 
 // Runtime returns the backend and the current handle of the instance with

@@ -214,6 +214,7 @@ func (m *Manager) CreateProfile(ctx context.Context, name string, p ProfilePut) 
 	if err := ps.CreateProfile(ctx, rec); err != nil {
 		return nil, storeErr(err) // the store names the profile
 	}
+	m.cacheProfiles(rec)
 	return profileOf(rec, nil), nil
 }
 
@@ -235,6 +236,7 @@ func (m *Manager) UpdateProfile(ctx context.Context, name string, p ProfilePut, 
 	if err := ps.UpdateProfile(ctx, rec); err != nil {
 		return nil, storeErr(err)
 	}
+	m.cacheProfiles(rec)
 	used, err := m.usedBy(ctx)
 	if err != nil {
 		return nil, wrap(err)
@@ -269,6 +271,7 @@ func (m *Manager) RenameProfile(ctx context.Context, oldName, newName string) er
 	if err := ps.RenameProfile(ctx, oldName, newName); err != nil {
 		return storeErr(err)
 	}
+	m.forgetProfile(oldName)
 	// The store renamed the references in the rows; the cached records
 	// follow, so the next write of an instance keeps the new name.
 	m.mu.Lock()
@@ -313,6 +316,7 @@ func (m *Manager) DeleteProfile(ctx context.Context, name string) error {
 	if err := ps.DeleteProfile(ctx, name); err != nil {
 		return storeErr(err)
 	}
+	m.forgetProfile(name)
 	return nil
 }
 
@@ -337,7 +341,69 @@ func (m *Manager) loadProfiles(ctx context.Context, names []string) ([]*db.Profi
 		}
 		out = append(out, p)
 	}
+	m.cacheProfiles(out...)
 	return out, nil
+}
+
+// cacheProfiles remembers profiles as last read or written.
+func (m *Manager) cacheProfiles(ps ...*db.Profile) {
+	m.profMu.Lock()
+	defer m.profMu.Unlock()
+	if m.profCache == nil {
+		m.profCache = map[string]*db.Profile{}
+	}
+	for _, p := range ps {
+		m.profCache[p.Name] = p
+	}
+}
+
+// forgetProfile drops a profile from the cache.
+func (m *Manager) forgetProfile(name string) {
+	m.profMu.Lock()
+	delete(m.profCache, name)
+	m.profMu.Unlock()
+}
+
+// cachedProfiles returns the profiles of names from the cache, reading
+// those it lacks from the store.
+func (m *Manager) cachedProfiles(ctx context.Context, names []string) ([]*db.Profile, error) {
+	out := make([]*db.Profile, 0, len(names))
+	m.profMu.Lock()
+	for _, n := range names {
+		p, ok := m.profCache[n]
+		if !ok {
+			out = nil
+			break
+		}
+		out = append(out, p)
+	}
+	m.profMu.Unlock()
+	if out != nil {
+		return out, nil
+	}
+	return m.loadProfiles(ctx, names)
+}
+
+// expandForGuest makes inst's Config and Devices what its guest sees
+// through devlxd, as LXD's expanded config and devices: its profiles
+// (as this daemon last read them: at the instance's start, or when they
+// were changed here) under its own keys, less what its backend was not
+// given (forBackend). It leaves inst as it is when the profiles cannot
+// be read (the guest then sees the instance's own keys).
+func (m *Manager) expandForGuest(ctx context.Context, inst *Instance, rec *db.Instance) {
+	if len(rec.Profiles) == 0 {
+		return
+	}
+	profs, err := m.cachedProfiles(ctx, rec.Profiles)
+	if err != nil {
+		m.log.Warn("reading an instance's profiles for its guest", "instance", rec.Name, "err", err)
+		return
+	}
+	_, info, err := m.backendInfo(ctx, rec.Backend)
+	if err != nil {
+		info = nil
+	}
+	inst.Config, inst.Devices = m.layer(rec, profs, info, false)
 }
 
 // AssignProfiles replaces the profiles of an instance (LXD's `lxc profile
@@ -426,6 +492,15 @@ func (m *Manager) Expanded(ctx context.Context, name string) (map[string]string,
 // instance's own keys and devices are never left out (the backend refuses
 // what it cannot do, as before).
 func (m *Manager) forBackend(rec *db.Instance, profiles []*db.Profile, info *sdk.Info) (map[string]string, map[string]map[string]string) {
+	return m.layer(rec, profiles, info, true)
+}
+
+// layer is forBackend; logged says whether what is left out is logged.
+func (m *Manager) layer(rec *db.Instance, profiles []*db.Profile, info *sdk.Info, logged bool) (map[string]string, map[string]map[string]string) {
+	logf := m.log.Info
+	if !logged {
+		logf = func(string, ...any) {}
+	}
 	pcfg, pdevs := Expand(profiles, nil, nil)
 	cfg := map[string]string{}
 	for k, v := range pcfg {
@@ -433,7 +508,7 @@ func (m *Manager) forBackend(rec *db.Instance, profiles []*db.Profile, info *sdk
 			continue
 		}
 		if info != nil && validateKey(k, v, false, info.ConfigPrefixes) != nil {
-			m.log.Info("profile config key left out: the backend does not own it", "instance", rec.Name, "backend", rec.Backend, "key", k)
+			logf("profile config key left out: the backend does not own it", "instance", rec.Name, "backend", rec.Backend, "key", k)
 			continue
 		}
 		cfg[k] = v
@@ -446,11 +521,11 @@ func (m *Manager) forBackend(rec *db.Instance, profiles []*db.Profile, info *sdk
 		}
 		if info != nil {
 			if d["type"] == "nic" && d["nictype"] == "user" && !info.Has(sdk.CapNICUser) {
-				m.log.Info("profile device left out: the backend has no user-mode NICs", "instance", rec.Name, "backend", rec.Backend, "device", n, "capability", sdk.CapNICUser)
+				logf("profile device left out: the backend has no user-mode NICs", "instance", rec.Name, "backend", rec.Backend, "device", n, "capability", sdk.CapNICUser)
 				continue
 			}
 			if d["type"] == "disk" && d["path"] == "/" && d["source"] == "" && !info.Has(sdk.CapDisk) {
-				m.log.Info("profile device left out: the backend has no root disks", "instance", rec.Name, "backend", rec.Backend, "device", n, "capability", sdk.CapDisk)
+				logf("profile device left out: the backend has no root disks", "instance", rec.Name, "backend", rec.Backend, "device", n, "capability", sdk.CapDisk)
 				continue
 			}
 		}

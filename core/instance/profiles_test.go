@@ -391,3 +391,44 @@ func BenchmarkProfileStart(b *testing.B) {
 		})
 	}
 }
+
+// TestProfileGuestView: what the guest sees through devlxd (GetByUUID) is
+// the expanded config and devices, as LXD's devlxd: a cloud-init key kept
+// in a profile reaches the guest, its own keys win, and a device its
+// backend was not given is not shown to it either.
+func TestProfileGuestView(t *testing.T) {
+	e := newEnv(t)
+	e.be.nic = true // no disk.v1: the default profile's root disk is left out
+	ctx := context.Background()
+	if _, err := e.m.CreateProfile(ctx, "ci", ProfilePut{Config: map[string]string{"cloud-init.user-data": "#cloud-config\n", "user.a": "profile"}}); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := e.m.Create(ctx, CreateRequest{Name: "vm1", Profiles: []string{DefaultProfile, "ci"}, Config: map[string]string{"user.a": "own"}}, adminCaller)
+	if err != nil {
+		t.Fatal(err)
+	}
+	guest, err := e.m.GetByUUID(ctx, inst.UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if guest.Config["cloud-init.user-data"] != "#cloud-config\n" || guest.Config["user.a"] != "own" || guest.Config[KeyUUID] != inst.UUID {
+		t.Fatalf("guest config %v", guest.Config)
+	}
+	if _, ok := guest.Devices["eth0"]; !ok {
+		t.Fatalf("guest devices %v lack the default profile's eth0", guest.Devices)
+	}
+	if _, ok := guest.Devices["root"]; ok {
+		t.Fatalf("guest devices %v show a root disk the backend was not given", guest.Devices)
+	}
+	// A change of the profile is seen at once; the API's view keeps the
+	// instance's own config.
+	if _, err := e.m.UpdateProfile(ctx, "ci", ProfilePut{Config: map[string]string{"user.b": "2"}}, adminCaller); err != nil {
+		t.Fatal(err)
+	}
+	if guest, _ = e.m.GetByUUID(ctx, inst.UUID); guest.Config["user.b"] != "2" || guest.Config["cloud-init.user-data"] != "" {
+		t.Fatalf("guest config after the change %v", guest.Config)
+	}
+	if own := e.get("vm1"); own.Config["user.b"] != "" || own.Devices["eth0"] != nil {
+		t.Fatalf("the API's view shows profile keys: %v %v", own.Config, own.Devices)
+	}
+}
