@@ -44,6 +44,9 @@ type InstancesPost struct {
 	// Image is the alias, fingerprint or fingerprint prefix of a store
 	// image the guest boots from (see /1.0/images); "" for none.
 	Image string `json:"image,omitempty"`
+	// Profiles are applied in order under Config and Devices; absent (nil)
+	// is ["default"], an empty list none (as LXD).
+	Profiles []string `json:"profiles"`
 	// Target is the cluster member to create the instance on, sent as the
 	// ?target= query (as LXD); "" places it (docs/cluster.md).
 	Target string `json:"-"`
@@ -54,6 +57,9 @@ type InstancesPost struct {
 type InstancePatch struct {
 	Config map[string]string `json:"config,omitempty"`
 	Unset  []string          `json:"unset,omitempty"`
+	// Profiles, when given alone, replaces the instance's profiles (an
+	// empty list: none), as `guestlink profile assign`.
+	Profiles *[]string `json:"profiles,omitempty"`
 }
 
 // State actions of PUT /1.0/instances/{name}/state.
@@ -132,8 +138,11 @@ type Instance struct {
 	Location string `json:"location"`
 	// StatusReason says why Status is Unknown: its member is offline or
 	// did not answer (docs/cluster.md).
-	StatusReason string          `json:"status_reason,omitempty"`
-	Timeline     []TimelineEntry `json:"timeline,omitempty"`
+	StatusReason string `json:"status_reason,omitempty"`
+	// Profiles are the instance's profiles in the order they apply (as
+	// LXD: later ones win, the instance's own config and devices over all).
+	Profiles []string        `json:"profiles"`
+	Timeline []TimelineEntry `json:"timeline,omitempty"`
 	// IPv4 is the guest's first global IPv4 address as its agent last
 	// reported it (GuestState.IPv4), "" when unknown.
 	IPv4 string `json:"ipv4,omitempty"`

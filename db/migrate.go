@@ -91,6 +91,7 @@ func migrations() []*gormigrate.Migration {
 		rolesMigration(),
 		leaseMigration(),
 		imagesPublicMigration(),
+		profilesMigration(),
 	}
 }
 

@@ -25,6 +25,9 @@ type Instance struct {
 	CreatedAt  time.Time
 	StartedAt  *time.Time
 	UpdatedAt  time.Time
+	// Profiles are the names of the profiles applied to the instance, in
+	// order (later ones win; Config and Devices win over all of them).
+	Profiles []string `gorm:"serializer:json"`
 }
 
 // TimelineEntry is one change in an instance's life: its state, its agent's

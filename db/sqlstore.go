@@ -221,11 +221,17 @@ func (s *sqlStore) ListInstances(ctx context.Context, f InstanceFilter) ([]*Inst
 
 // updateInstance saves every field of in but its ID and CreatedAt; under a
 // lease, only if the lease holds (leaseClause).
+// instanceFixedColumns are the columns an instance update leaves alone:
+// profiles change only through SetInstanceProfiles and RenameProfile, so a
+// member whose cached record predates a rename never writes the old name
+// back.
+var instanceFixedColumns = []string{"id", "created_at", "profiles"}
+
 func (s *sqlStore) updateInstance(tx *gorm.DB, l *lease, in *Instance) error {
 	if l == nil {
-		return affectedOne(tx.Model(in).Select("*").Omit("id", "created_at").Updates(in))
+		return affectedOne(tx.Model(in).Select("*").Omit(instanceFixedColumns...).Updates(in))
 	}
-	res := tx.Model(in).Where(leaseClause, l.Member, l.Member, l.Epoch).Select("*").Omit("id", "created_at").Updates(in)
+	res := tx.Model(in).Where(leaseClause, l.Member, l.Member, l.Epoch).Select("*").Omit(instanceFixedColumns...).Updates(in)
 	if res.Error != nil {
 		return res.Error
 	}

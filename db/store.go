@@ -29,7 +29,8 @@ type Store interface {
 	GetInstance(ctx context.Context, name string) (*Instance, error)
 	GetInstanceByUUID(ctx context.Context, uuid string) (*Instance, error)
 	ListInstances(ctx context.Context, f InstanceFilter) ([]*Instance, error)
-	// UpdateInstance saves all fields of in (matched by ID).
+	// UpdateInstance saves all fields of in (matched by ID) but its
+	// profiles (ProfileStore.SetInstanceProfiles).
 	UpdateInstance(ctx context.Context, in *Instance) error
 	// UpdateInstanceWithTimeline saves in and appends entries in one transaction.
 	UpdateInstanceWithTimeline(ctx context.Context, in *Instance, entries ...*TimelineEntry) error

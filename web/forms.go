@@ -49,8 +49,46 @@ type ImageLister interface {
 
 var _ ImageLister = (*images.Store)(nil)
 
+// ProfileLister lists the profiles a launch may apply; the Editor
+// (core/instance.Manager) is asked for it, as the admin API does.
+type ProfileLister interface {
+	Profiles(ctx context.Context) ([]*instance.Profile, error)
+}
+
+var _ ProfileLister = (*instance.Manager)(nil)
+
+// profileChoices lists the profiles for the launch form: the default
+// first, then the others by name (the order they apply in); nil when the
+// daemon serves none.
+func (d *Dashboard) profileChoices(ctx context.Context) []components.ProfileChoice {
+	pl, ok := d.cfg.Editor.(ProfileLister)
+	if !ok {
+		return nil
+	}
+	list, err := pl.Profiles(ctx)
+	if err != nil {
+		d.log.Warn("listing profiles for the launch form", "error", err)
+		return nil
+	}
+	out := make([]components.ProfileChoice, 0, len(list))
+	for _, p := range list {
+		out = append(out, components.ProfileChoice{Name: p.Name, Description: p.Description})
+	}
+	slices.SortStableFunc(out, func(a, b components.ProfileChoice) int {
+		switch {
+		case a.Name == instance.DefaultProfile:
+			return -1
+		case b.Name == instance.DefaultProfile:
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out
+}
+
 func (d *Dashboard) launchData(c *fiber.Ctx) components.LaunchData {
 	data := components.LaunchData{Meta: d.meta(c, "Launch an instance", "launch"), Errors: map[string]string{}}
+	data.Profiles = d.profileChoices(c.UserContext())
 	for _, b := range d.backends() {
 		data.Backends = append(data.Backends, b.Name)
 	}
@@ -98,6 +136,11 @@ func (d *Dashboard) launchForm(c *fiber.Ctx) error {
 	case len(data.Backends) > 0:
 		data.Backend = data.Backends[0]
 	}
+	for _, p := range data.Profiles {
+		if p.Name == instance.DefaultProfile {
+			data.Chosen = []string{instance.DefaultProfile}
+		}
+	}
 	return render(c, http.StatusOK, components.LaunchPage(data))
 }
 
@@ -132,6 +175,27 @@ func (d *Dashboard) launch(c *fiber.Ctx) error {
 	data.Kernel = strings.TrimSpace(c.FormValue("kernel"))
 	data.Initrd = strings.TrimSpace(c.FormValue("initrd"))
 	data.Config = c.FormValue("config")
+	// The profiles checked, in the form's order; with the field shown,
+	// none checked is none (nil, the default profile, is for forms
+	// without it).
+	var profiles []string
+	if c.FormValue("profiles_shown") != "" {
+		profiles = []string{}
+		posted := map[string]bool{}
+		for _, v := range c.Context().PostArgs().PeekMulti("profile") {
+			posted[string(v)] = true
+		}
+		for _, p := range data.Profiles {
+			if posted[p.Name] {
+				profiles = append(profiles, p.Name)
+				delete(posted, p.Name)
+			}
+		}
+		for _, n := range slices.Sorted(maps.Keys(posted)) {
+			data.Errors["profiles"] = fmt.Sprintf("unknown profile %q", n)
+		}
+		data.Chosen = profiles
+	}
 	if err := instance.ValidateName(data.Name); err != nil {
 		data.Errors["name"] = err.Error()
 	}
@@ -155,7 +219,7 @@ func (d *Dashboard) launch(c *fiber.Ctx) error {
 		}
 	}
 	if len(data.Errors) == 0 {
-		_, err = d.cfg.Editor.Create(c.UserContext(), instance.CreateRequest{Name: data.Name, Backend: data.Backend, Image: data.Image, Config: cfg, Start: true}, requestor(c))
+		_, err = d.cfg.Editor.Create(c.UserContext(), instance.CreateRequest{Name: data.Name, Backend: data.Backend, Image: data.Image, Config: cfg, Start: true, Profiles: profiles}, requestor(c))
 		switch {
 		case err == nil:
 			return c.Redirect("/instances/"+url.PathEscape(strings.ToLower(data.Name)), http.StatusSeeOther)

@@ -45,6 +45,7 @@ var instanceArgs = map[string]bool{
 	"guestlink config device remove": false,
 	"guestlink config device set":    false,
 	"guestlink config device unset":  false,
+	"guestlink profile assign":       false,
 }
 
 // instanceFlags are the commands whose --instance flag takes instance

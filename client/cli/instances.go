@@ -45,13 +45,18 @@ func (s *session) launchCommand() *cobra.Command {
 	var waitFor string
 	var waitTimeout time.Duration
 	var target string
+	var profiles []string
+	var noProfiles bool
 	cmd := &cobra.Command{
 		Use:   "launch [IMAGE] NAME [--backend BACKEND] [--target MEMBER] [-c key=value ...] [--wait ready [--timeout 2m]]",
 		Short: "Create and start an instance",
 		Long: `Create and start an instance called NAME. With IMAGE (an alias, fingerprint
 or fingerprint prefix of the image store, see guestlink image list) the
 guest boots from a writable layer on that image; the backend must announce
-disk.v1 (qemu, qemu-legacy). With --wait, then wait as guestlink wait does.
+disk.v1 (qemu, qemu-legacy). -p PROFILE (repeatable) applies profiles in that
+order under the -c keys; without -p the instance gets the default profile (a
+root disk and a NIC eth0), with --no-profiles none (guestlink profile --help).
+With --wait, then wait as guestlink wait does.
 
 ` + waitExitHelp,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -75,6 +80,14 @@ disk.v1 (qemu, qemu-legacy). With --wait, then wait as guestlink wait does.
 				}
 			}
 			req := api.InstancesPost{Name: args[0], Backend: backend, Config: cfg, Start: true, Image: image, Target: target}
+			switch {
+			case noProfiles && len(profiles) > 0:
+				return fmt.Errorf("--no-profiles and -p cannot be given together")
+			case noProfiles:
+				req.Profiles = []string{} // none; nil is the default profile
+			default:
+				req.Profiles = profiles
+			}
 			inst, err := s.client.Create(cmd.Context(), req)
 			if err != nil && image != "" && isNotFound(err) {
 				// An image built here (make guest-image-debian) but not
@@ -104,6 +117,8 @@ disk.v1 (qemu, qemu-legacy). With --wait, then wait as guestlink wait does.
 	cmd.Flags().StringVarP(&backend, "backend", "b", "", "backend plugin (see guestlink backends; default: the daemon's)")
 	cmd.Flags().StringArrayVarP(&config, "config", "c", nil, "config key=value (repeatable)")
 	cmd.Flags().StringVar(&target, "target", "", "cluster member to run the instance on (default: the member with the fewest instances that has the backend)")
+	cmd.Flags().StringArrayVarP(&profiles, "profile", "p", nil, "profile to apply, in order (repeatable; default: the default profile)")
+	cmd.Flags().BoolVar(&noProfiles, "no-profiles", false, "apply no profile (not even the default one)")
 	addWaitFlags(cmd, &waitFor, &waitTimeout, true)
 	return cmd
 }
@@ -335,6 +350,9 @@ func writeInfo(w io.Writer, inst *api.Instance) {
 	}
 	if inst.Location != "" && inst.Location != "none" {
 		row(w, "Location:", inst.Location)
+	}
+	if len(inst.Profiles) > 0 {
+		row(w, "Profiles:", strings.Join(inst.Profiles, ", "))
 	}
 	row(w, "Created:", timeCell(&inst.CreatedAt))
 	row(w, "Started:", timeCell(inst.StartedAt))

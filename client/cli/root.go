@@ -107,6 +107,7 @@ func NewRootCommand() *cobra.Command {
 		s.execCommand(),
 	)
 	root.AddCommand(s.snapshotCommands()...)
+	root.AddCommand(s.profileCommand())
 	root.AddCommand(s.storageCommand())
 	root.AddCommand(s.clusterCommand())
 	root.AddCommand(s.fileCommand())

@@ -25,6 +25,7 @@ type fakeBackend struct {
 	delay    time.Duration // added to Start and Stop
 	stateful bool          // announce sdk.CapStateful
 	disk     bool          // announce sdk.CapDisk
+	nic      bool          // announce sdk.CapNICUser
 	// onStart and onStop run inside Start and Stop (to send events
 	// while an operation runs).
 	onStart func(spec *sdk.GuestSpec)
@@ -61,6 +62,9 @@ func (f *fakeBackend) Info(context.Context) (*sdk.Info, error) {
 	}
 	if f.disk {
 		caps = append(caps, sdk.CapDisk)
+	}
+	if f.nic {
+		caps = append(caps, sdk.CapNICUser)
 	}
 	return &sdk.Info{Name: f.name, Version: "1", ConfigPrefixes: []string{"fake."}, Capabilities: caps}, nil
 }

@@ -27,6 +27,9 @@ type CreateRequest struct {
 	// Image is an alias, fingerprint or fingerprint prefix of a store image
 	// the guest boots from ("" for none); the backend must announce disk.v1.
 	Image string `json:"image"`
+	// Profiles are applied in order under Config and Devices (profiles.go);
+	// nil is [DefaultProfile], an empty list none (as LXD).
+	Profiles []string `json:"profiles"`
 }
 
 // StopOptions says how to stop an instance (see sdk.StopOptions).
@@ -72,6 +75,17 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	if err := checkChangeSize(len(req.Config)); err != nil {
 		return nil, wrap(err)
 	}
+	profileNames := req.Profiles
+	if profileNames == nil {
+		profileNames = []string{}
+		if _, ok := m.store.(db.ProfileStore); ok {
+			profileNames = []string{DefaultProfile}
+		}
+	}
+	profs, err := m.loadProfiles(ctx, profileNames)
+	if err != nil {
+		return nil, wrap(err)
+	}
 	cfg := make(map[string]string, len(req.Config)+1)
 	for _, k := range slices.Sorted(maps.Keys(req.Config)) {
 		v := req.Config[k]
@@ -102,16 +116,26 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 		if err != nil {
 			return nil, wrap(&ImageError{err})
 		}
-		raised, err := applyImageRequirements(cfg, backend, req.Image, props) // requirements.go
+		// The requirements are judged on the expanded config (a profile
+		// may set the memory); what they raise is the instance's own key.
+		eff, _ := Expand(profs, cfg, nil)
+		before := maps.Clone(eff)
+		raised, err := applyImageRequirements(eff, backend, req.Image, props) // requirements.go
 		if err != nil {
 			return nil, wrap(err)
+		}
+		for k, v := range eff {
+			if before[k] != v {
+				cfg[k] = v
+			}
 		}
 		if raised != "" {
 			m.log.Info("memory raised to the image's minimum", "instance", req.Name, "change", raised)
 		}
 	}
 	uuid := cfg[KeyUUID]
-	storeHwaddrs(cfg, uuid, req.Devices) // devices.go
+	_, effDevs := Expand(profs, nil, req.Devices)
+	storeHwaddrs(cfg, uuid, effDevs) // devices.go, profiles' NICs too
 	if err := checkConfigBounds(cfg); err != nil {
 		return nil, wrap(err)
 	}
@@ -146,6 +170,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 		PowerState: status.PowerStopped,
 		CreatedAt:  now,
 		Location:   m.location,
+		Profiles:   slices.Clone(profileNames),
 	}
 	spec, err := m.specWithImage(ctx, rec, nil)
 	if err != nil {

@@ -93,6 +93,10 @@ type Manager struct {
 	images   ImageSource
 	location string // Config.Location
 
+	defaultProfile atomic.Bool // the default profile is known to exist (profiles.go)
+	profMu         sync.Mutex
+	profCache      map[string]*db.Profile // the profiles last read or written, by name (profiles.go); never changed in place
+
 	loadMu sync.Mutex  // serialises loading the cache
 	loaded atomic.Bool // the cache holds every stored instance
 
@@ -316,8 +320,10 @@ func (m *Manager) GetByUUID(ctx context.Context, uuid string) (*Instance, error)
 		return nil, err
 	}
 	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return viewOf(e), nil
+	inst, rec := viewOf(e), e.rec
+	m.mu.RUnlock()
+	m.expandForGuest(ctx, inst, rec) // profiles.go
+	return inst, nil
 }
 
 // Runtime returns the backend and the current handle of the instance with
@@ -406,8 +412,41 @@ func checkUsable(ctx context.Context, b sdk.Backend) error {
 }
 
 // specWithImage is specOf with the instance's base image, if it has one.
+//
+// The backend is given the expanded config and devices: the instance's
+// profiles, read from the store now (so a profile's change reaches the
+// guest at its next start, on any cluster member), under its own keys,
+// less what the backend cannot take from a profile (forBackend).
 func (m *Manager) specWithImage(ctx context.Context, rec *db.Instance, files []sdk.File) (*sdk.GuestSpec, error) {
 	spec := specOf(rec, files)
+	names := rec.Profiles
+	if rec.ID != 0 {
+		// The stored list, not the cached one: another cluster member may
+		// have renamed a profile since this record was loaded.
+		if _, ok := m.store.(db.ProfileStore); ok {
+			cur, err := m.store.GetInstance(ctx, rec.Name)
+			if err != nil {
+				return nil, fmt.Errorf("reading the instance's profiles: %w", storeErr(err))
+			}
+			names = cur.Profiles
+		}
+	}
+	if len(names) > 0 {
+		profs, err := m.loadProfiles(ctx, names)
+		if err != nil {
+			return nil, fmt.Errorf("the instance's profiles: %w", err)
+		}
+		_, info, err := m.backendInfo(ctx, rec.Backend)
+		if err != nil {
+			return nil, err
+		}
+		cfg, devs := m.forBackend(rec, profs, info)
+		spec.Config = cfg
+		spec.Devices = make(map[string]sdk.Device, len(devs))
+		for k, v := range devs {
+			spec.Devices[k] = sdk.Device(v)
+		}
+	}
 	fp := rec.Config[KeyBaseImage]
 	if fp == "" {
 		return spec, nil

@@ -407,6 +407,9 @@ func (m *Manager) Load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("initialising instances: %w", storeErr(err))
 	}
+	if err := m.ensureDefaultProfile(ctx); err != nil { // profiles.go
+		return fmt.Errorf("initialising instances: %w", err)
+	}
 	if err := m.load(ctx, true); err != nil {
 		return fmt.Errorf("initialising instances: %w", err)
 	}

@@ -51,6 +51,9 @@ type Instance struct {
 	Location string `json:"location"`
 	// StatusReason says why Status is Unknown (its member is offline).
 	StatusReason string `json:"status_reason,omitempty"`
+	// Profiles are the instance's profiles, in the order they apply
+	// (shared: never change it).
+	Profiles []string `json:"profiles"`
 }
 
 // LocationNone is the Location of instances outside a cluster (as LXD).

@@ -47,6 +47,9 @@ func ViewOfRecord(rec *db.Instance) *Instance {
 // noDevices is the Devices of shared views of entries without devices.
 var noDevices = map[string]map[string]string{}
 
+// noProfiles is the Profiles of views of instances without profiles.
+var noProfiles = []string{}
+
 // noConfig is the Config of shared views of entries without config.
 var noConfig = map[string]string{}
 
@@ -70,6 +73,13 @@ func fillView(inst *Instance, rec *db.Instance, rt *runtime, shared bool) {
 		DevlxdSocket: rt.details["devlxd_socket"],
 		Conditions:   conditionsOf(rec, rt),
 		Location:     rec.Location,
+		Profiles:     rec.Profiles,
+	}
+	if !shared {
+		inst.Profiles = slices.Clone(rec.Profiles)
+	}
+	if inst.Profiles == nil {
+		inst.Profiles = noProfiles
 	}
 	if inst.Location == "" {
 		inst.Location = LocationNone
@@ -129,6 +139,7 @@ func cloneRec(r *db.Instance) *db.Instance {
 	c.Devices = cloneDevices(r.Devices)
 	c.Handle = slices.Clone(r.Handle)
 	c.StartedAt = cloneTime(r.StartedAt)
+	c.Profiles = slices.Clone(r.Profiles)
 	return &c
 }
 

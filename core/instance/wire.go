@@ -31,6 +31,7 @@ func WireInstance(inst *Instance, tl []TimelineEntry) api.Instance {
 		Conditions:   WireConditions(inst.Conditions),
 		Location:     inst.Location,
 		StatusReason: inst.StatusReason,
+		Profiles:     inst.Profiles,
 	}
 }
 

@@ -233,6 +233,7 @@ func (a *API) Register(r fiber.Router) {
 	a.registerDevices(v1)
 	a.registerStorage(v1)
 	a.registerImages(v1)
+	a.registerProfiles(v1)
 	a.registerCluster(r, v1)
 	a.registerExec(v1)
 	a.registerFiles(v1)

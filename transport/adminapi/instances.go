@@ -99,6 +99,8 @@ func (a *API) createInstance(r *request, req *api.InstancesPost) (any, error) {
 		Image:   req.Image,
 		Devices: req.Devices,
 		Start:   req.Start,
+		// nil (absent) is the default profile, [] none (as LXD).
+		Profiles: req.Profiles,
 	}, requestor(r.Ctx)))
 }
 
@@ -153,6 +155,12 @@ func (a *API) getInstance(r *request) (any, error) {
 
 // patchInstance answers PATCH /1.0/instances/{name}.
 func (a *API) patchInstance(r *request, req *api.InstancePatch) (any, error) {
+	if req.Profiles != nil && len(req.Config) == 0 && len(req.Unset) == 0 {
+		return a.assignProfiles(r, r.Param("name"), *req.Profiles) // profiles.go
+	}
+	if req.Profiles != nil {
+		return nil, badRequest("profiles are changed alone: send them without config or unset")
+	}
 	if len(req.Config) == 0 && len(req.Unset) == 0 {
 		return nil, badRequest("nothing to change: give config keys to set or unset keys")
 	}

@@ -68,11 +68,12 @@ var summaryFields = []summaryField{
 		return appendJSONValue(d, instance.WireConditions(i.Conditions))
 	}},
 	{key: "location", value: func(d []byte, i *instance.Instance) []byte { return appendJSONString(d, i.Location) }},
+	{key: "status_reason", omit: func(i *instance.Instance) bool { return i.StatusReason == "" },
+		value: func(d []byte, i *instance.Instance) []byte { return appendJSONString(d, i.StatusReason) }},
+	{key: "profiles", value: func(d []byte, i *instance.Instance) []byte { return appendJSONValue(d, i.Profiles) }},
 	// ipv4 is the agent's cached report (API.cachedIPv4): addSummary
 	// writes it from the encoder, so it has no value function here.
 	{key: "ipv4"},
-	{key: "status_reason", omit: func(i *instance.Instance) bool { return i.StatusReason == "" },
-		value: func(d []byte, i *instance.Instance) []byte { return appendJSONString(d, i.StatusReason) }},
 }
 
 // summaryFieldNames lists the keys of summaryFields, for error messages.

@@ -19,7 +19,7 @@ import (
 
 // allListFields are every top-level key of the instance object a list
 // carries (the timeline is on GET /1.0/instances/{name} only).
-const allListFields = "name,uuid,backend,status,status_code,config,devices,boot,created_at,started_at,ready_at,link,agent,devlxd_socket,details,conditions,location,status_reason"
+const allListFields = "name,uuid,backend,status,status_code,config,devices,boot,created_at,started_at,ready_at,link,agent,devlxd_socket,details,conditions,location,status_reason,profiles,ipv4"
 
 // unixGet returns a function that GETs a path of the admin API on sock and
 // returns the status and body.

@@ -143,6 +143,26 @@ type LaunchData struct {
 	Images    []ImageChoice
 	Errors    map[string]string
 	FormError string
+	// Profiles are the profiles to choose from, in the order they apply
+	// (nil: the daemon serves none, the field is not shown); Chosen are
+	// the checked ones (the default profile on a new form).
+	Profiles []ProfileChoice
+	Chosen   []string
+}
+
+// ProfileChoice is one profile of the launch form.
+type ProfileChoice struct {
+	Name, Description string
+}
+
+// ProfileChosen reports whether the profile name is checked.
+func (d LaunchData) ProfileChosen(name string) bool {
+	for _, c := range d.Chosen {
+		if c == name {
+			return true
+		}
+	}
+	return false
 }
 
 // ImageChoice is one image of the launch form's list.
