@@ -109,27 +109,33 @@ ethernets:
 		plugin string
 		full   bool // ssh, cloud-init and stop checks (one VM does them)
 	}{{"qemu", true}, {"qemu-legacy", false}} {
-		// The qemu-legacy guest is launched as the README's VM path does:
-		// no user-data, no memory key. The daemon raises its memory to the
-		// image's minimum, and the image declares Ready by itself.
+		// The qemu-legacy guest is launched as the README's VM path does,
+		// through the CLI: no user-data, no memory key, no device. The
+		// daemon raises its memory to the image's minimum, the default
+		// profile gives it eth0 (a user NIC), the image declares Ready by
+		// itself, and launch --wait ready returns 0.
 		t.Run(tc.plugin, func(t *testing.T) {
 			name := "deb-" + tc.plugin
 			port := freePort(t)
 			start := time.Now()
+			if !tc.full {
+				// qemu.cpus=2 only shortens the TCG boot.
+				out, errOut, err := d.runCLI(ctx, "launch", "debian-12", name, "--backend", tc.plugin, "-c", "qemu.cpus=2",
+					"--wait", "ready", "--timeout", debianBootTimeout.String())
+				if err != nil {
+					t.Fatalf("guestlink launch debian-12 %s --wait ready: %v\n%s%s\n%s", name, err, out, errOut, d.cli(ctx, "console", name))
+				}
+			}
 			config := map[string]string{"qemu.accel": "auto", "qemu.cpus": "2"}
 			if tc.full {
 				config["qemu.memory"], config["user.token"], config["cloud-init.user-data"] = "1GiB", "s3cret", userData
-			}
-			nic := map[string]string{"type": "nic", "nictype": "user", "hostfwd": fmt.Sprintf("tcp::%d-:22", port)}
-			if tc.full {
 				config["cloud-init.network-config"] = networkConfig
-				nic["hwaddr"] = mac
-				nic["hostfwd"] = fmt.Sprintf("tcp::%d-%s:22", port, staticIP)
-			}
-			_, err := d.client.Create(ctx, api.InstancesPost{Name: name, Backend: tc.plugin, Image: "debian-12", Start: true,
-				Config: config, Devices: map[string]map[string]string{"eth0": nic}})
-			if err != nil {
-				t.Fatalf("launching %s: %v", name, err)
+				nic := map[string]string{"type": "nic", "nictype": "user", "hwaddr": mac, "hostfwd": fmt.Sprintf("tcp::%d-%s:22", port, staticIP)}
+				_, err := d.client.Create(ctx, api.InstancesPost{Name: name, Backend: tc.plugin, Image: "debian-12", Start: true,
+					Config: config, Devices: map[string]map[string]string{"eth0": nic}})
+				if err != nil {
+					t.Fatalf("launching %s: %v", name, err)
+				}
 			}
 			inst := d.waitInstance(ctx, name, "Ready", debianBootTimeout, func(i *api.Instance) bool {
 				return i.StatusCode == int(status.Ready)
@@ -153,6 +159,23 @@ ethernets:
 			if !tc.full {
 				if got := inst.Config["limits.memory"]; got != "1GiB" {
 					t.Errorf("limits.memory %q, want the image's requirements.memory 1GiB", got)
+				}
+				// Through the agent (guestlink exec): boot finished clean
+				// (network-online included) and eth0 of the default
+				// profile has QEMU's DHCP address.
+				if out, _, _ := d.runCLI(ctx, "exec", name, "--", "systemctl", "is-system-running", "--wait"); strings.TrimSpace(out) != "running" {
+					failed, _, _ := d.runCLI(ctx, "exec", name, "--", "systemctl", "--failed", "--no-legend", "--plain")
+					t.Errorf("systemctl is-system-running: %q (failed: %s)", strings.TrimSpace(out), failed)
+				}
+				if out := d.cli(ctx, "exec", name, "--", "ip", "-4", "-o", "addr", "show", "scope", "global"); !strings.Contains(out, " 10.0.2.15/24 ") {
+					t.Errorf("the default profile's NIC has no 10.0.2.15/24 (QEMU's DHCP): %q", out)
+				}
+				// guestlink info shows the guest's OS and address.
+				info := d.cli(ctx, "info", name)
+				for _, want := range []string{"Debian GNU/Linux 12", "10.0.2.15"} {
+					if !strings.Contains(info, want) {
+						t.Errorf("guestlink info lacks %q:\n%s", want, info)
+					}
 				}
 				if err := d.client.Delete(ctx, name, true); err != nil {
 					t.Fatal(err)
