@@ -276,7 +276,7 @@ func TestSlowReaders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	request := "GET /1.0/instances HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: Bearer " + token + "\r\n\r\n"
+	request := "GET /1.0/instances?recursion=1 HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: Bearer " + token + "\r\n\r\n"
 	// A client that reads gets all of it.
 	size := func() int64 {
 		c, err := net.Dial("tcp", addr)

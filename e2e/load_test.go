@@ -201,10 +201,10 @@ func floodHTTPClient(sock string) *http.Client {
 	}}
 }
 
-// getList sends GET /1.0/instances and reads the whole answer; for an
+// getList sends GET /1.0/instances?recursion=1 (full objects) and reads the whole answer; for an
 // error answer it returns the envelope's error_code.
 func getList(ctx context.Context, hc *http.Client) (code int, retryAfter string, errCode int, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://guestlink/1.0/instances", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://guestlink/1.0/instances?recursion=1", nil)
 	if err != nil {
 		return 0, "", 0, err
 	}
@@ -224,10 +224,10 @@ func getList(ctx context.Context, hc *http.Client) (code int, retryAfter string,
 	return resp.StatusCode, resp.Header.Get("Retry-After"), env.ErrorCode, nil
 }
 
-// listSize returns the size of the answer of GET /1.0/instances.
+// listSize returns the size of the answer of GET /1.0/instances?recursion=1.
 func listSize(ctx context.Context, t *testing.T, d *daemonProc) int {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://guestlink/1.0/instances", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://guestlink/1.0/instances?recursion=1", nil)
 	hc := floodHTTPClient(filepath.Join(d.stateDir, "guestlink.sock"))
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)

@@ -3,11 +3,13 @@ package adminapi
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -60,6 +62,45 @@ func requestBody(c *fiber.Ctx) io.Reader {
 		return c.Context().RequestBodyStream()
 	}
 	return bytes.NewReader(c.Body())
+}
+
+// errBodyReleased is what a relay reads from a request body after its
+// handler returned.
+var errBodyReleased = errors.New("the request's body was released: its handler returned")
+
+// bodyGuard reads a request's body until release, and never after: release
+// waits for a read in progress, then every read fails. One read or release
+// at a time holds turn (a channel, so that a wait on it is one testing/synctest
+// sees).
+type bodyGuard struct {
+	r        io.Reader
+	turn     chan struct{} // of size 1; made on first use
+	once     sync.Once
+	released bool
+}
+
+func (g *bodyGuard) lock() {
+	g.once.Do(func() { g.turn = make(chan struct{}, 1) })
+	g.turn <- struct{}{}
+}
+
+func (g *bodyGuard) unlock() { <-g.turn }
+
+// Read reads from the body unless it was released.
+func (g *bodyGuard) Read(p []byte) (int, error) {
+	g.lock()
+	defer g.unlock()
+	if g.released {
+		return 0, errBodyReleased
+	}
+	return g.r.Read(p)
+}
+
+// release ends the reads (after the one in progress, if any).
+func (g *bodyGuard) release() {
+	g.lock()
+	g.released = true
+	g.unlock()
 }
 
 // limitBodies keeps the body limit now that request bodies are streamed
@@ -132,7 +173,23 @@ func (a *API) instanceFiles(c *fiber.Ctx) error {
 			return fiber.NewError(http.StatusUnsupportedMediaType,
 				fmt.Sprintf("content type %q is not accepted: send application/octet-stream", ct))
 		}
-		body, length = requestBody(c), int64(c.Request().Header.ContentLength())
+		// The relay's writer (net/http's, in its own goroutine) may still
+		// be reading the body when the agent has answered (a refusal
+		// before the whole body): the guard ends its reads before this
+		// handler returns and fasthttp releases the stream, which it
+		// must never be read after (fasthttp panics: "reading released
+		// body stream", and that goroutine's panic ended the daemon).
+		// With a length, the body ends there without a read of the
+		// stream (net/http reads past the length to check for extra
+		// bytes, after the answer may have come).
+		length = int64(c.Request().Header.ContentLength())
+		r := requestBody(c)
+		if length >= 0 {
+			r = io.LimitReader(r, length)
+		}
+		guard := &bodyGuard{r: r}
+		defer guard.release()
+		body = guard
 	}
 	inst, err := a.cfg.Instances.Get(c.UserContext(), name)
 	if err != nil {
