@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"os/exec"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/internal/testenv"
-	"github.com/guestlink/guestlink/internal/testproc"
 	"github.com/guestlink/guestlink/internal/testwait"
 )
 
@@ -88,36 +86,9 @@ func TestClusterDemoStopsOnSIGTERM(t *testing.T) {
 	script := scriptTree(t, "cluster-demo.sh")
 	cmd := exec.Command(script)
 	cmd.Env = cleanEnv()
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	testproc.Start(t, cmd)
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	out, lines, stderr := startUntilBanner(t, cmd, "cluster-demo.sh", "Logs: ")
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	var out []string
-	for ready := false; !ready; {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("cluster-demo.sh ended before it was up; stdout:\n%s\nstderr:\n%s", strings.Join(out, "\n"), stderr.String())
-			}
-			out = append(out, line)
-			ready = strings.HasPrefix(line, "Logs: ") // the banner's last line
-		case <-ctx.Done():
-			t.Fatalf("cluster-demo.sh did not come up; stdout:\n%s\nstderr:\n%s", strings.Join(out, "\n"), stderr.String())
-		}
-	}
 	m := demoDir.FindStringSubmatch(strings.Join(out, "\n"))
 	if m == nil {
 		t.Fatalf("cluster-demo.sh did not name its directory:\n%s", strings.Join(out, "\n"))

@@ -53,6 +53,45 @@ func scriptTree(t *testing.T, name string) string {
 	return filepath.Join(tree, "scripts", name)
 }
 
+// startUntilBanner starts a script (cmd, named name in messages) and reads
+// its stdout until a line starting with last, the banner's last line. It
+// returns the lines read, the channel of the rest of stdout (closed at its
+// end: drain it before cmd.Wait) and the script's stderr.
+func startUntilBanner(t *testing.T, cmd *exec.Cmd, name, last string) ([]string, <-chan string, *strings.Builder) {
+	t.Helper()
+	stderr := new(strings.Builder)
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testproc.Start(t, cmd)
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	var out []string
+	for done := false; !done; {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("%s ended before its banner; stdout:\n%s\nstderr:\n%s", name, strings.Join(out, "\n"), stderr.String())
+			}
+			out = append(out, line)
+			done = strings.HasPrefix(line, last)
+		case <-ctx.Done():
+			t.Fatalf("%s printed no banner; stdout:\n%s\nstderr:\n%s", name, strings.Join(out, "\n"), stderr.String())
+		}
+	}
+	return out, lines, stderr
+}
+
 // holdPorts listens on a free loopback port and tries the n-1 after it
 // (one another process holds is as taken); it returns the first port.
 func holdPorts(t *testing.T, n int) int {
@@ -135,36 +174,9 @@ func TestRunPicksFreePort(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(stateDir) })
 	cmd := runScript(script, stateDir, fmt.Sprintf("HTTP=127.0.0.1:%d", port), "PICK_PORT=1")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	testproc.Start(t, cmd)
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	out, lines, stderr := startUntilBanner(t, cmd, "run.sh", "Press Ctrl-C")
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	var out []string
-	for running := false; !running; {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("run.sh ended before the daemon ran; stdout:\n%s\nstderr:\n%s", strings.Join(out, "\n"), stderr.String())
-			}
-			out = append(out, line)
-			running = strings.HasPrefix(line, "Press Ctrl-C") // the banner's last line
-		case <-ctx.Done():
-			t.Fatalf("run.sh did not start the daemon; stdout:\n%s\nstderr:\n%s", strings.Join(out, "\n"), stderr.String())
-		}
-	}
 	text := strings.Join(out, "\n")
 	m := regexp.MustCompile(fmt.Sprintf(`make run: 127\.0\.0\.1:%d is taken; the dashboard is on http://127\.0\.0\.1:(\d+)/ instead`, port)).FindStringSubmatch(text)
 	if m == nil {
