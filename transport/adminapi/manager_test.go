@@ -43,16 +43,11 @@ func (s memBackends) Backend(name string) (sdk.Backend, error) {
 	return s.be, nil
 }
 
-// TestRealManager drives the real instance manager (SQLite store, real bus)
-// through the API: the statuses of its errors and the instance object.
-func TestRealManager(t *testing.T) {
-	store := dbtest.SQLite(t)
-	bus := events.New(store)
-	t.Cleanup(func() { _ = bus.Close() })
-	mgr, err := instance.NewManager(instance.Config{Store: store, Backends: newMemBackends(t), Bus: bus, DefaultBackend: "mem"})
-	if err != nil {
-		t.Fatal(err)
-	}
+// serveManager serves the admin API over mgr and bus (with the default
+// test backends) on a Unix socket in a temporary directory, shut down when
+// the test ends.
+func serveManager(t *testing.T, mgr *instance.Manager, bus *events.Bus) *apitest.Server {
+	t.Helper()
 	backends := &apitest.Backends{}
 	backends.Set(apitest.DefaultBackends()...)
 	a := adminapi.New(adminapi.Config{Instances: mgr, Events: bus, Backends: backends})
@@ -74,7 +69,20 @@ func TestRealManager(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	srv := &apitest.Server{Socket: sock, Dir: dir}
+	return &apitest.Server{Socket: sock, Dir: dir}
+}
+
+// TestRealManager drives the real instance manager (SQLite store, real bus)
+// through the API: the statuses of its errors and the instance object.
+func TestRealManager(t *testing.T) {
+	store := dbtest.SQLite(t)
+	bus := events.New(store)
+	t.Cleanup(func() { _ = bus.Close() })
+	mgr, err := instance.NewManager(instance.Config{Store: store, Backends: newMemBackends(t), Bus: bus, DefaultBackend: "mem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serveManager(t, mgr, bus)
 
 	mustCall(t, srv, "POST", "/1.0/instances", `{"name":"m1","config":{"user.a":"1"}}`, 201)
 	steps := []struct {

@@ -4,16 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/db/dbtest"
-	"github.com/guestlink/guestlink/transport/adminapi"
 	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
 
@@ -31,28 +28,7 @@ func realManagerServer(t *testing.T) *apitest.Server {
 	if err := mgr.Init(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	backends := &apitest.Backends{}
-	backends.Set(apitest.DefaultBackends()...)
-	a := adminapi.New(adminapi.Config{Instances: mgr, Events: bus, Backends: backends})
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "guestlink.sock")
-	ln, err := adminapi.ListenUnix(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-	})
-	return &apitest.Server{Socket: sock, Dir: dir}
+	return serveManager(t, mgr, bus)
 }
 
 // TestProfileRoutes drives LXD's profile routes over the real manager:

@@ -3,17 +3,13 @@ package adminapi_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/db/dbtest"
-	"github.com/guestlink/guestlink/transport/adminapi"
-	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
 
 // TestWait drives GET /1.0/instances/{name}/wait over the real manager.
@@ -25,28 +21,7 @@ func TestWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backends := &apitest.Backends{}
-	backends.Set(apitest.DefaultBackends()...)
-	a := adminapi.New(adminapi.Config{Instances: mgr, Events: bus, Backends: backends})
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "guestlink.sock")
-	ln, err := adminapi.ListenUnix(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- a.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-	})
-	srv := &apitest.Server{Socket: sock, Dir: dir}
+	srv := serveManager(t, mgr, bus)
 	mustCall(t, srv, "POST", "/1.0/instances", `{"name":"m1","start":true}`, 201)
 	m1, err := mgr.Get(context.Background(), "m1")
 	if err != nil {
