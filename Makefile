@@ -71,6 +71,10 @@ cloud-init-trixie: ## build the Debian 13 tree with cloud-init that TestDevlxdCl
 guest-image-debian: packages ## build the Debian 12 guest disk image into bin/images/debian-12.img (cached outside the tree)
 	scripts/guest-image-debian.sh $(BIN)/packages $(BIN)/images
 
+.PHONY: guest-image-debian-13
+guest-image-debian-13: packages ## build the Debian 13 (trixie, systemd 257) guest disk image into bin/images/debian-13.img (cached outside the tree)
+	scripts/guest-image-debian.sh $(BIN)/packages $(BIN)/images trixie
+
 .PHONY: deps
 deps: ## install the Debian packages the VM path needs (QEMU and its firmware, qemu-utils, genisoimage, mmdebstrap) and those the tests need, and npm packages
 	scripts/install-deps.sh
