@@ -112,7 +112,7 @@ depaware: ## rewrite what the CLI, the agent, the SDK and api link (internal/dep
 	$(GO) test -count=1 -run 'TestDepaware$$|TestAgentModulesDocumented|TestArchitectureRuleTable' ./internal/deptest -update
 
 .PHONY: test
-test: deps build guest-image packages guest-image-debian cloud-init-trixie lint check-generated check-proto ## run every test (installs what it needs); fails if a test leaves a process or a change behind
+test: deps build guest-image packages guest-image-debian guest-image-debian-13 cloud-init-trixie lint check-generated check-proto ## run every test (installs what it needs); fails if a test leaves a process or a change behind
 	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
 
 .PHONY: test-go
