@@ -71,6 +71,10 @@ cloud-init-trixie: ## build the Debian 13 tree with cloud-init that TestDevlxdCl
 guest-image-debian: packages ## build the Debian 12 guest disk image into bin/images/debian-12.img (cached outside the tree)
 	scripts/guest-image-debian.sh $(BIN)/packages $(BIN)/images
 
+.PHONY: guest-image-debian-13
+guest-image-debian-13: packages ## build the Debian 13 (trixie, systemd 257) guest disk image into bin/images/debian-13.img (cached outside the tree)
+	scripts/guest-image-debian.sh $(BIN)/packages $(BIN)/images trixie
+
 .PHONY: deps
 deps: ## install the Debian packages the VM path needs (QEMU and its firmware, qemu-utils, genisoimage, mmdebstrap) and those the tests need, and npm packages
 	scripts/install-deps.sh
@@ -108,7 +112,7 @@ depaware: ## rewrite what the CLI, the agent, the SDK and api link (internal/dep
 	$(GO) test -count=1 -run 'TestDepaware$$|TestAgentModulesDocumented|TestArchitectureRuleTable' ./internal/deptest -update
 
 .PHONY: test
-test: deps build guest-image packages guest-image-debian cloud-init-trixie lint check-generated check-proto ## run every test (installs what it needs); fails if a test leaves a process or a change behind
+test: deps build guest-image packages guest-image-debian guest-image-debian-13 cloud-init-trixie lint check-generated check-proto ## run every test (installs what it needs); fails if a test leaves a process or a change behind
 	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
 
 .PHONY: test-go

@@ -214,8 +214,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	late := &lateInstances{}
 	d.metrics = newMetrics(d, late)
+	notify := &systemdNotify{log: d.log.With("component", "link")}
 	if d.links, err = linkhost.New(linkhost.Config{Serial: serialTransport{}, Logger: d.log.With("component", "link"),
-		Observer: d.metrics, MaxDescriptors: linkDescriptors()}); err != nil {
+		Observer: d.metrics, MaxDescriptors: linkDescriptors(), Notify: notify}); err != nil {
 		return nil, fmt.Errorf("starting daemon: guest links: %w", err)
 	}
 
@@ -283,6 +284,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	d.mgr = mgr
+	notify.mgr.Store(mgr)
 	d.service = d.instanceService()
 	late.m = mgr
 	d.storage.SetUsedBy(volumeUsers(mgr))

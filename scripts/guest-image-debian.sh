@@ -1,19 +1,25 @@
 #!/bin/bash
-# guest-image-debian.sh PKGDIR OUTDIR: build the Debian 12 (bookworm) guest
-# disk image OUTDIR/debian-12.img (raw ext4, the kernel and initrd in /boot)
-# with mmdebstrap: systemd, udev, cloud-init, openssh-server, the cloud
+# guest-image-debian.sh PKGDIR OUTDIR [SUITE]: build a Debian guest disk
+# image, Debian 12 (SUITE bookworm, the default) as OUTDIR/debian-12.img or
+# Debian 13 (SUITE trixie, systemd 257) as OUTDIR/debian-13.img (raw ext4,
+# the kernel and initrd in /boot) with mmdebstrap: systemd, udev, cloud-init, openssh-server, the cloud
 # kernel, locales with en_US.UTF-8 generated (cloud-init's default locale,
 # which its locale module sets with update-locale) and the
 # guestlink-agent package from PKGDIR. No loop mounts:
-# mkfs.ext4 -d fills the filesystem from the tree. OUTDIR/debian-12.json
+# mkfs.ext4 -d fills the filesystem from the tree. OUTDIR/debian-N.json
 # records the inputs (package versions, agent package hash, script hash).
+# Both suites come from the same Debian archive with the host's
+# debian-archive-keyring (bookworm's knows trixie's signing keys).
 #
 # The image is cached outside the tree under
-# ${XDG_CACHE_HOME:-$HOME/.cache}/guestlink/images/<key>, key = sha256 of
-# this script and the agent package; a hit only copies it.
+# ${XDG_CACHE_HOME:-$HOME/.cache}/guestlink/images/debian-N-<key>, key =
+# sha256 of this script, the agent package, the package list, the suite,
+# the mirror and the size; a hit only copies it.
 #
 # guest-image-debian.sh --check: exit 1 naming each program a build needs
 # and lacks, with its Debian package (guestlink image build asks first).
+# guest-image-debian.sh --key PKGDIR [SUITE]: print the image's cache
+# directory name (debian-N-<key>) without building.
 set -euo pipefail
 
 # check_tools names every missing build program with its Debian package,
@@ -37,25 +43,45 @@ if [ "${1:-}" = --check ]; then
 	check_tools
 	exit
 fi
-pkgdir=${1:?usage: guest-image-debian.sh PKGDIR OUTDIR}
-out=${2:?usage: guest-image-debian.sh PKGDIR OUTDIR}
+print_key=
+if [ "${1:-}" = --key ]; then
+	print_key=1
+	shift
+	set -- "${1:-}" "" "${2:-}"
+fi
+pkgdir=${1:?usage: guest-image-debian.sh PKGDIR OUTDIR [bookworm|trixie]}
+out=${2:-}
+[ -n "$print_key" ] || [ -n "$out" ] || { echo "usage: guest-image-debian.sh PKGDIR OUTDIR [bookworm|trixie]" >&2; exit 2; }
 deb=$(ls "$pkgdir"/guestlink-agent_*_amd64.deb | tail -n1)
-suite=bookworm
+suite=${3:-bookworm}
+case $suite in
+bookworm) release=12 ;;
+trixie) release=13 ;;
+*)
+	echo "guest-image-debian: unknown suite \"$suite\": want bookworm (Debian 12) or trixie (Debian 13)" >&2
+	exit 2
+	;;
+esac
+name=debian-$release
 mirror=${GUESTLINK_DEBIAN_MIRROR:-}
 packages=systemd,systemd-sysv,udev,dbus,cloud-init,openssh-server,linux-image-cloud-amd64,initramfs-tools,sudo,iproute2,netbase,ca-certificates,curl,locales
 size=${GUESTLINK_DEBIAN_SIZE:-2G}
 
 key=$( { sha256sum "$0" "$deb" | cut -d' ' -f1; echo "$packages $suite $mirror $size"; } | sha256sum | cut -c1-16)
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/guestlink/images/debian-12-$key
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/guestlink/images/$name-$key
+if [ -n "$print_key" ]; then
+	echo "$name-$key"
+	exit 0
+fi
 mkdir -p "$out"
 # "guestlink-stage: NAME" lines mark the stages: guestlink image build shows
 # them as progress on a terminal.
-if [ -f "$cache/debian-12.img" ] && [ -f "$cache/debian-12.json" ]; then
+if [ -f "$cache/$name.img" ] && [ -f "$cache/$name.json" ]; then
 	echo "guestlink-stage: copy the cached image"
 	echo "guest-image-debian: cached $cache"
-	cp --sparse=always "$cache/debian-12.img" "$out/debian-12.img.tmp"
-	cp "$cache/debian-12.json" "$out/debian-12.json"
-	mv "$out/debian-12.img.tmp" "$out/debian-12.img"
+	cp --sparse=always "$cache/$name.img" "$out/$name.img.tmp"
+	cp "$cache/$name.json" "$out/$name.json"
+	mv "$out/$name.img.tmp" "$out/$name.img"
 	exit 0
 fi
 
@@ -112,25 +138,30 @@ mmdebstrap --variant=minbase --include="$packages" \
 	"$suite" "$root" $mirror
 cp "$root/usr/share/guestlink-packages.txt" "$work/packages.txt"
 echo "guestlink-stage: filesystem (mkfs.ext4)"
-truncate -s "$size" "$work/debian-12.img"
-mkfs.ext4 -q -F -L rootfs -d "$root" "$work/debian-12.img"
+truncate -s "$size" "$work/$name.img"
+mkfs.ext4 -q -F -L rootfs -d "$root" "$work/$name.img"
 end=$(date +%s)
 
 kernel=$(cd "$root/boot" && ls vmlinuz-* | sort | tail -n1)
 {
-	printf '{\n  "os": "debian",\n  "release": "12",\n  "suite": "%s",\n' "$suite"
+	printf '{\n  "os": "debian",\n  "release": "%s",\n  "suite": "%s",\n' "$release" "$suite"
 	# At 256 MiB the first boot's OOM killer takes cloud-init's config stage.
 	printf '  "requirements.memory": "1GiB",\n'
-	printf '  "readiness": "self: guestlink-ready.service declares Ready after multi-user.target and cloud-final",\n'
+	if [ "$release" -ge 13 ]; then
+		# systemd >= 254 sends READY=1 to vmm.notify_socket (docs/guest-link.md).
+		printf '  "readiness": "self: guestlink-ready.service declares Ready after multi-user.target and cloud-final; systemd: READY=1 over vsock to vmm.notify_socket",\n'
+	else
+		printf '  "readiness": "self: guestlink-ready.service declares Ready after multi-user.target and cloud-final",\n'
+	fi
 	printf '  "kernel": "%s",\n' "$kernel"
 	printf '  "agent_package": "%s",\n  "agent_package_sha256": "%s",\n' "$(basename "$deb")" "$(sha256sum "$deb" | cut -d' ' -f1)"
 	printf '  "build_script_sha256": "%s",\n' "$(sha256sum "$0" | cut -d' ' -f1)"
 	printf '  "mirror": "%s",\n  "build_seconds": "%s",\n' "${mirror:-default}" "$((end - start))"
 	printf '  "packages": "%s"\n}\n' "$(tr '\n' ' ' < "$work/packages.txt" | sed 's/ $//')"
-} > "$work/debian-12.json"
+} > "$work/$name.json"
 mkdir -p "$cache"
-cp --sparse=always "$work/debian-12.img" "$cache/debian-12.img"
-cp "$work/debian-12.json" "$cache/debian-12.json"
-mv "$work/debian-12.img" "$out/debian-12.img"
-cp "$work/debian-12.json" "$out/debian-12.json"
-echo "guest-image-debian: built $out/debian-12.img in $((end - start)) s (cached in $cache)"
+cp --sparse=always "$work/$name.img" "$cache/$name.img"
+cp "$work/$name.json" "$cache/$name.json"
+mv "$work/$name.img" "$out/$name.img"
+cp "$work/$name.json" "$out/$name.json"
+echo "guest-image-debian: built $out/$name.img in $((end - start)) s (cached in $cache)"

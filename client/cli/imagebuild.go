@@ -17,9 +17,20 @@ import (
 	"github.com/guestlink/guestlink/client"
 )
 
-// Images the CLI knows how to build (make guest-image-<name>); their files
-// are bin/images/<name>.img and <name>.json next to the CLI's own bin/.
-var buildableImages = map[string]string{"debian-12": "guest-image-debian"}
+// imageRecipe is how the source tree builds one image: the make target and
+// the build script (scripts/<script>.sh, asked --check first).
+type imageRecipe struct {
+	target string
+	script string
+}
+
+// Images the CLI knows how to build (make <target>); their files are
+// bin/images/<name>.img and <name>.json next to the CLI's own bin/. Both
+// Debian images come from one script, parametrized by suite.
+var buildableImages = map[string]imageRecipe{
+	"debian-12": {target: "guest-image-debian", script: "guest-image-debian"},
+	"debian-13": {target: "guest-image-debian-13", script: "guest-image-debian"},
+}
 
 // localImage returns the image file built for alias next to the CLI
 // (bin/images/<alias>.img) and its recorded inputs, if there is one.
@@ -47,7 +58,7 @@ func localImage(alias string) (string, map[string]string, bool) {
 func (s *session) importLocal(cmd *cobra.Command, alias string) (*api.Image, error) {
 	img, props, ok := localImage(alias)
 	if !ok {
-		return nil, fmt.Errorf("no image %q is built here (make %s)", alias, buildableImages[alias])
+		return nil, fmt.Errorf("no image %q is built here (make %s)", alias, buildableImages[alias].target)
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "Importing %s as %s\n", img, alias)
 	return s.client.ImportImage(cmd.Context(), api.ImagesPost{Path: img, Alias: alias, Properties: props})
@@ -62,21 +73,24 @@ func isNotFound(err error) bool {
 func (s *session) imageBuildCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "build NAME",
-		Short: "Build a guest image (debian-12) and import it under its name",
+		Short: "Build a guest image (debian-12, debian-13) and import it under its name",
 		Long: `Build a guest disk image and import it into the daemon's image store under
-the alias NAME. debian-12 is built by "make guest-image-debian" in the
-source tree the CLI was built in (mmdebstrap, as root; the image is cached
-outside the tree, see docs/guests.md), then imported with its recorded
+the alias NAME. debian-12 is built by "make guest-image-debian" and
+debian-13 (trixie, whose systemd declares Ready by itself over vsock) by
+"make guest-image-debian-13" in the source tree the CLI was built in
+(mmdebstrap, as root; the image is cached outside the tree, see
+docs/guests.md), then imported with its recorded
 inputs as properties. The programs the build runs are checked first: one
 that is missing is named with its Debian package ("make deps" installs
 them all). An image already built for NAME is imported as is when the
 build is not possible here.`,
 		Args: argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			target, ok := buildableImages[args[0]]
+			recipe, ok := buildableImages[args[0]]
 			if !ok {
-				return fmt.Errorf("unknown image %q: guestlink builds debian-12", args[0])
+				return fmt.Errorf("unknown image %q: guestlink builds debian-12 and debian-13", args[0])
 			}
+			target := recipe.target
 			exe, err := os.Executable()
 			if err != nil {
 				return err
@@ -85,7 +99,7 @@ build is not possible here.`,
 			build := true
 			if _, err := os.Stat(filepath.Join(src, "Makefile")); err != nil {
 				build = false
-			} else if err := checkBuildTools(cmd, src, target); err != nil {
+			} else if err := checkBuildTools(cmd, src, recipe.script); err != nil {
 				if _, _, ok := localImage(args[0]); !ok {
 					return fmt.Errorf("building %s: %w", args[0], err)
 				}
@@ -148,17 +162,17 @@ func runBuild(cmd *cobra.Command, src, target string) error {
 }
 
 // checkBuildTools asks the image's build script of the source tree src
-// whether this host has the programs it runs (scripts/<target>.sh --check);
+// whether this host has the programs it runs (scripts/<script>.sh --check);
 // the error names each missing one, its Debian package and make deps.
-func checkBuildTools(cmd *cobra.Command, src, target string) error {
+func checkBuildTools(cmd *cobra.Command, src, script string) error {
 	var stderr bytes.Buffer
-	check := exec.CommandContext(cmd.Context(), filepath.Join(src, "scripts", target+".sh"), "--check")
+	check := exec.CommandContext(cmd.Context(), filepath.Join(src, "scripts", script+".sh"), "--check")
 	check.Stderr = &stderr
 	if err := check.Run(); err != nil {
 		if msg := strings.TrimSpace(stderr.String()); msg != "" {
 			return errors.New(msg)
 		}
-		return fmt.Errorf("checking the build's programs (scripts/%s.sh --check): %w", target, err)
+		return fmt.Errorf("checking the build's programs (scripts/%s.sh --check): %w", script, err)
 	}
 	return nil
 }

@@ -17,7 +17,8 @@ import (
 // Makefile whose target only leaves a mark) with a PATH lacking mmdebstrap:
 // "image build debian-12" refuses naming the program, its Debian package
 // and make deps, and runs no make. With a stand-in mmdebstrap in that PATH
-// the check passes and make runs.
+// the check passes and make runs; "image build debian-13" runs its own
+// target (the same script, asked --check too).
 func TestImageBuildChecksTools(t *testing.T) {
 	tree := t.TempDir()
 	exe := filepath.Join(tree, "bin", "guestlink")
@@ -29,8 +30,8 @@ func TestImageBuildChecksTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustWrite(t, filepath.Join(tree, "scripts", "guest-image-debian.sh"), string(script), 0o755)
-	made := filepath.Join(tree, "made")
-	mustWrite(t, filepath.Join(tree, "Makefile"), "guest-image-debian:\n\ttouch "+made+"\n", 0o644)
+	made, made13 := filepath.Join(tree, "made"), filepath.Join(tree, "made-13")
+	mustWrite(t, filepath.Join(tree, "Makefile"), "guest-image-debian:\n\ttouch "+made+"\nguest-image-debian-13:\n\ttouch "+made13+"\n", 0o644)
 
 	// A PATH with every program of the test's but mmdebstrap.
 	path := t.TempDir()
@@ -46,8 +47,12 @@ func TestImageBuildChecksTools(t *testing.T) {
 			}
 		}
 	}
-	build := func() (string, error) {
-		cmd := exec.Command(exe, "--state-dir", t.TempDir(), "image", "build", "debian-12")
+	build := func(image ...string) (string, error) {
+		name := "debian-12"
+		if len(image) > 0 {
+			name = image[0]
+		}
+		cmd := exec.Command(exe, "--state-dir", t.TempDir(), "image", "build", name)
 		cmd.Env = []string{"PATH=" + path, "HOME=" + t.TempDir(), cli.EnvConfigDir + "=" + t.TempDir()}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -72,6 +77,13 @@ func TestImageBuildChecksTools(t *testing.T) {
 	}
 	if strings.Contains(stderr, "mmdebstrap") {
 		t.Fatalf("with mmdebstrap in PATH the CLI still names it:\n%s", stderr)
+	}
+	if _, err := os.Stat(made13); err == nil {
+		t.Fatal("image build debian-12 ran debian-13's target")
+	}
+	stderr, _ = build("debian-13")
+	if _, err := os.Stat(made13); err != nil {
+		t.Fatalf("image build debian-13 did not run make guest-image-debian-13; stderr:\n%s", stderr)
 	}
 }
 

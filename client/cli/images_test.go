@@ -138,5 +138,5 @@ func TestLaunchImportsLocalImage(t *testing.T) {
 		t.Fatalf("imported image %+v, %v", im, err)
 	}
 	fails(t, srv, `creating instance "vm2": image "nope": no image has this alias or fingerprint: not found`, "launch", "nope", "vm2")
-	fails(t, srv, `unknown image "ubuntu": guestlink builds debian-12`, "image", "build", "ubuntu")
+	fails(t, srv, `unknown image "ubuntu": guestlink builds debian-12 and debian-13`, "image", "build", "ubuntu")
 }

@@ -42,7 +42,7 @@ const (
 // Requestor says who caused an event.
 type Requestor struct {
 	Username string `json:"username"`
-	Protocol string `json:"protocol"` // "unix", "tls", "bearer", "session", "devlxd", "agent", "backend", "daemon"
+	Protocol string `json:"protocol"` // "unix", "tls", "bearer", "session", "devlxd", "agent", "backend", "daemon", "systemd"
 	Address  string `json:"address"`
 	// UID is the peer's uid on the admin socket (protocol unix).
 	UID string `json:"uid,omitempty"`

@@ -360,7 +360,7 @@ func newUUID() string {
 // causeOf names the timeline cause of a requestor.
 func causeOf(by events.Requestor) string {
 	switch by.Protocol {
-	case "devlxd", "agent", "backend", "daemon":
+	case "devlxd", "agent", "backend", "daemon", "systemd":
 		return by.Protocol
 	}
 	return by.APICause()

@@ -432,3 +432,33 @@ func TestRecordHeartbeat(t *testing.T) {
 		t.Error("an unknown guest's heartbeat was recorded")
 	}
 }
+
+// TestReadyFromSystemd declares Ready as the daemon does for a guest's
+// systemd READY=1 (requestor protocol systemd): the timeline's cause and
+// the instance-ready event's requestor say systemd, not devlxd.
+func TestReadyFromSystemd(t *testing.T) {
+	e := newEnv(t)
+	inst := e.create("web1", nil)
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Declare(bg, inst.UUID, Declaration{State: DeclaredReady}, events.Requestor{Protocol: "systemd", Address: "vsock"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.get("web1"); got.Status != "Ready" {
+		t.Fatalf("after systemd's READY=1: %s", got.Status)
+	}
+	if tl := e.timeline("web1"); count(tl, "ready false->true systemd") != 1 {
+		t.Errorf("timeline %v, want one ready false->true caused by systemd", tl)
+	}
+	recs, _ := e.store.EventsAfter(bg, 0, 0)
+	found := false
+	for _, r := range recs {
+		if strings.Contains(string(r.Body), events.InstanceReady+`"`) {
+			found = strings.Contains(string(r.Body), `"protocol":"systemd"`)
+		}
+	}
+	if !found {
+		t.Errorf("no instance-ready event with the systemd requestor")
+	}
+}

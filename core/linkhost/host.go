@@ -13,6 +13,7 @@ import (
 
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/hybrid"
+	"github.com/guestlink/guestlink/link/sdnotify"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
@@ -65,6 +66,12 @@ type Config struct {
 	// (logged). Zero or less is no bound; the daemon derives it from its
 	// open-file limit.
 	MaxDescriptors int
+	// Notify receives the systemd notifications (READY=1 and the like,
+	// link/sdnotify) a guest with a vsock device sends to the host's
+	// port sdnotify.Port: on the user-space device's socket
+	// <path>_8442 of each attached vsock link, and on the kernel's vsock
+	// when its listener runs. Nil listens for none.
+	Notify NotifyHandler
 }
 
 // Host is the host side of all guest links. It is a net.Listener: Accept
@@ -74,6 +81,9 @@ type Host struct {
 	cfg   Config
 	port  uint32
 	vsock net.Listener // nil when vsock is off
+	// vsockNotify is the notification port on the kernel's vsock (nil
+	// without vsock, Config.Notify or the port).
+	vsockNotify net.Listener
 
 	conns  chan *Conn
 	done   chan struct{}
@@ -104,6 +114,9 @@ type attachment struct {
 	session SerialSession // serial
 	done    chan struct{}
 	failed  chan struct{} // closed when the accept loop stopped on an error
+
+	notifyLn net.Listener  // a user-space device's notification socket
+	notify   *notifyLimits // the instance's budget of notifications
 
 	live    atomic.Int64 // connections handed on and not yet closed
 	overCap atomic.Bool  // the last connection was refused by the cap
@@ -162,6 +175,7 @@ func New(cfg Config) (*Host, error) {
 			h.port, h.vsock = port, ln
 			h.wg.Add(1)
 			go h.acceptVsock()
+			h.listenVsockNotify()
 		}
 	}
 	if h.port == 0 {
@@ -173,8 +187,14 @@ func New(cfg Config) (*Host, error) {
 	return h, nil
 }
 
+// randomPort picks a link port: never the notification port, whose
+// hybrid socket would be the link's.
 func randomPort() uint32 {
-	return uint32(MinPort + rand.IntN(MaxPort-MinPort+1))
+	for {
+		if p := uint32(MinPort + rand.IntN(MaxPort-MinPort+1)); p != sdnotify.Port {
+			return p
+		}
+	}
 }
 
 // Port returns the daemon's link port: the vsock port, and the suffix of
@@ -210,6 +230,9 @@ func (h *Host) Close() error {
 		close(h.done)
 		if h.vsock != nil {
 			h.vsock.Close()
+		}
+		if h.vsockNotify != nil {
+			h.vsockNotify.Close()
 		}
 		// No Attach or Detach runs meanwhile; later ones find the host
 		// closed (Attach) or nothing attached (Detach).
@@ -276,7 +299,7 @@ func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 		}
 		h.detach(uuid)
 	}
-	a := &attachment{uuid: uuid, ep: *ep, done: make(chan struct{}), failed: make(chan struct{})}
+	a := &attachment{uuid: uuid, ep: *ep, done: make(chan struct{}), failed: make(chan struct{}), notify: newNotifyLimits()}
 	var err error
 	switch ep.Kind {
 	case sdk.LinkHybrid:
@@ -295,6 +318,7 @@ func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 	if err != nil {
 		return err
 	}
+	h.attachNotify(a)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if cur := h.byCID[ep.CID]; ep.Kind == sdk.LinkVsock && !viaHybrid(ep) && cur != "" && cur != uuid {
@@ -350,6 +374,9 @@ func (a *attachment) close(h *Host) {
 	}
 	if a.session != nil {
 		a.session.Close()
+	}
+	if a.notifyLn != nil {
+		a.notifyLn.Close() // removes its socket file
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/guestlink/guestlink/link/sdnotify"
 	"github.com/guestlink/guestlink/link/serialmux"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
@@ -65,6 +66,14 @@ func (l *launch) args() []string {
 		"-smp", strconv.Itoa(l.Config.CPUs),
 		"-nodefaults", "-no-user-config", "-display", "none",
 		"-smbios", "type=2,product=LXD",
+	)
+	if l.Link == sdk.LinkVsock {
+		// The guest has a vsock device: a guest systemd >= 254 sends
+		// READY=1 to the host's notification port once it finished
+		// booting (link/sdnotify; the daemon listens on it).
+		a = append(a, "-smbios", "type=11,value="+qemuOpt(sdnotify.Credential(sdnotify.Port)))
+	}
+	a = append(a,
 		"-qmp", "unix:"+qemuOpt(p(qmpSocket))+",server=on,wait=off",
 		"-chardev", "file,id=console,path="+qemuOpt(p(consoleLog)),
 		"-serial", "chardev:console",
