@@ -78,7 +78,15 @@ type terminal struct {
 	done    chan struct{} // closed once the command ended (ret or err)
 	ret     int
 	err     error
+
+	// stop is closed when the session that opened the terminal has
+	// ended: its websockets close, and the agent ends the shell.
+	stop     chan struct{}
+	stopOnce sync.Once
 }
+
+// end closes the terminal's websockets (once).
+func (t *terminal) end() { t.stopOnce.Do(func() { close(t.stop) }) }
 
 // claim reserves fd for a connecting websocket: each fd connects once.
 func (t *terminal) claim(fd string) error {
@@ -219,7 +227,7 @@ func (d *Dashboard) openTerminal(c *fiber.Ctx) error {
 	t := &terminal{
 		id: randomToken(), session: sid, instance: name, who: by.Describe(),
 		link: link, agentOp: op.ID, secrets: op.Metadata.FDs,
-		claimed: map[string]bool{}, done: make(chan struct{}),
+		claimed: map[string]bool{}, done: make(chan struct{}), stop: make(chan struct{}),
 	}
 	d.terms.add(t)
 	d.log.Info("terminal opened", "identity", t.who, "instance", name, "command", req.Command,
@@ -232,15 +240,29 @@ func (d *Dashboard) openTerminal(c *fiber.Ctx) error {
 
 // followTerminal waits for the command to end, records its exit code and
 // audits it; the terminal is then forgotten. It ends with the dashboard
-// (Close).
+// (Close). Meanwhile it checks the session at every heartbeat, as the live
+// stream does: once the session is signed out, revoked or expired, the
+// terminal is closed (and the agent ends the shell).
 func (d *Dashboard) followTerminal(t *terminal) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		select {
-		case <-d.done:
-			cancel()
-		case <-ctx.Done():
+		tick := time.NewTicker(d.cfg.Heartbeat)
+		defer tick.Stop()
+		for {
+			select {
+			case <-d.done:
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if !d.sessionLive(t.session) {
+					d.log.Info("terminal closed: its session ended", "identity", t.who, "instance", t.instance, "operation", t.agentOp)
+					t.end()
+					return
+				}
+			}
 		}
 	}()
 	res, err := t.link.Wait(ctx, t.agentOp)
@@ -319,11 +341,11 @@ func (d *Dashboard) terminalSocket() fiber.Handler {
 		}
 		if ct.fd == api.ExecFDControl {
 			conn.SetReadLimit(termControlLimit)
-			relayTerminal(conn, agent, d.done, nil)
+			relayTerminal(conn, agent, d.done, ct.t.stop, nil)
 			return
 		}
 		conn.SetReadLimit(termDataLimit)
-		relayTerminal(conn, agent, d.done, func() {
+		relayTerminal(conn, agent, d.done, ct.t.stop, func() {
 			end := terminalEnd{Error: "the terminal's exit code did not come in time"}
 			t := time.NewTimer(termExitWait)
 			defer t.Stop()
@@ -357,11 +379,11 @@ type socket interface {
 }
 
 // relayTerminal copies messages between the browser's websocket and the
-// agent's until either ends or closing is closed. The agent's end of
+// agent's until either ends or closing or stop is closed. The agent's end of
 // stream (LXD's empty text message) ends its side; when the agent's side
 // ended first, last (if any) writes the browser its final message. Then
 // both are closed, each told with a close frame.
-func relayTerminal(browser, agent socket, closing <-chan struct{}, last func()) {
+func relayTerminal(browser, agent socket, closing, stop <-chan struct{}, last func()) {
 	fromAgent := make(chan struct{})
 	fromBrowser := make(chan struct{})
 	go func() {
@@ -393,6 +415,7 @@ func relayTerminal(browser, agent socket, closing <-chan struct{}, last func()) 
 		}
 	case <-fromBrowser:
 	case <-closing:
+	case <-stop:
 	}
 	deadline := time.Now().Add(time.Second)
 	_ = browser.WriteControl(websocket.CloseMessage, bye, deadline)

@@ -122,7 +122,7 @@ func TestTerminalSocket(t *testing.T) {
 	term := &terminal{
 		id: randomToken(), session: owner, instance: "web1", who: "session/test", link: agent, agentOp: "op1",
 		secrets: map[string]string{api.ExecFDStdin: "agent-data", api.ExecFDControl: "agent-control"},
-		claimed: map[string]bool{}, done: make(chan struct{}),
+		claimed: map[string]bool{}, done: make(chan struct{}), stop: make(chan struct{}),
 	}
 	d.terms.add(term)
 	go d.followTerminal(term)
@@ -224,6 +224,41 @@ func TestTerminalSocket(t *testing.T) {
 	if _, ok := d.terms.get(owner, "web1", term.id); ok {
 		t.Error("an ended terminal is still kept")
 	}
+}
+
+// TestTerminalEndsWithSession signs the session out while its terminal is
+// open: at the next heartbeat the dashboard closes the terminal's
+// websockets (the agent then ends the shell), as the live stream ends.
+func TestTerminalEndsWithSession(t *testing.T) {
+	sessions := newFakeSessions()
+	sid, _, err := sessions.Redeem(context.Background(), sessions.issue())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, d := serveDashboard(t, Config{Sessions: sessions, Heartbeat: 20 * time.Millisecond})
+	agent := newFakeAgent(t)
+	term := &terminal{
+		id: randomToken(), session: sid, instance: "web1", who: "session/test", link: agent, agentOp: "op1",
+		secrets: map[string]string{api.ExecFDStdin: "agent-data", api.ExecFDControl: "agent-control"},
+		claimed: map[string]bool{}, done: make(chan struct{}), stop: make(chan struct{}),
+	}
+	d.terms.add(term)
+	go d.followTerminal(term)
+	h := http.Header{"Cookie": {sessionCookie + "=" + sid}, "Origin": {"http://" + host}}
+	pty, res, err := websocket.DefaultDialer.Dial("ws://"+host+"/instances/web1/terminal/"+term.id+"/0", h)
+	if err != nil {
+		t.Fatalf("the data socket: %v", err)
+	}
+	res.Body.Close()
+	defer pty.Close()
+	if err := sessions.Revoke(context.Background(), sid); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := pty.ReadMessage(); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+		t.Fatalf("after the session ended the data socket read %v, want a normal close", err)
+	}
+	close(agent.ended) // the agent's command ends: followTerminal returns
+	<-term.done
 }
 
 // fakeExecer is an Execer whose agent is never connected.
