@@ -98,7 +98,7 @@ func (d *Dashboard) streamGuestFile(c *fiber.Ctx, name, p string) (int, error) {
 		if what == "" {
 			what = fmt.Sprintf("not a regular file (%q)", typ)
 		}
-		return http.StatusUnprocessableEntity, fmt.Errorf("%s in instance %q is %s: only a regular file can be downloaded", p, name, what)
+		return http.StatusUnprocessableEntity, fmt.Errorf("%s in instance %q is %s: only a regular file can be downloaded: %w", p, name, what, errdefs.ErrInvalid)
 	}
 	base := path.Base(p)
 	c.Set(fiber.HeaderContentType, fiber.MIMEOctetStream)
