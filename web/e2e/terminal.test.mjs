@@ -77,6 +77,7 @@ test("the terminal runs a shell in the guest: typed input, its output, resize, f
   await page.keyboard.type("echo hello-$((6*7))");
   await page.keyboard.press("Enter");
   await waitFor(async () => (await screen(page)).includes("hello-42"), { what: "hello-42 in the terminal" });
+  await page.locator('[data-testid="terminal-panel"]').screenshot({ path: shot("dashboard-terminal.png") });
 
   // The PTY has the terminal's size, and follows it when the page resizes
   // (LXD's window-resize on the control socket).
@@ -93,7 +94,6 @@ test("the terminal runs a shell in the guest: typed input, its output, resize, f
   await waitFor(async () => (await screen(page)).includes(after), { what: `stty size to print the new size ${after}` });
 
   assert.deepEqual(await axeViolations(page), [], "axe on the instance page with the terminal open");
-  await page.screenshot({ path: shot("dashboard-terminal.png"), fullPage: true });
 
   // Tab belongs to the shell (it completes "ech"); Ctrl+] moves the focus
   // out, to Close.
