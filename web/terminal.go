@@ -216,6 +216,9 @@ func (d *Dashboard) openTerminal(c *fiber.Ctx) error {
 		Environment: map[string]string{"TERM": "xterm-256color"},
 		WaitForWS:   true, Interactive: true, Width: cols, Height: rows,
 	}
+	if err := req.Validate(); err != nil {
+		return d.fail(c, fmt.Errorf("opening a terminal in instance %q: %w: %w", name, err, errdefs.ErrInvalid))
+	}
 	ctx, cancel := context.WithTimeout(c.UserContext(), termDialTimeout)
 	defer cancel()
 	op, err := link.Start(ctx, req)
