@@ -163,6 +163,8 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		Editor:    d.mgr,
 		Images:    d.images,
 		Guests:    d.monitor,
+		Exec:      d.monitor, // the instance page's terminal
+		Files:     d.monitor, // the instance page's file download
 		Logger:    d.log.With("component", "web"),
 
 		DefaultBackend: d.cfg.DefaultBackend,

@@ -108,6 +108,12 @@ type Config struct {
 	ActionTimeout time.Duration
 	// Guests are the agents' reports (address, OS); nil shows none.
 	Guests Guests
+	// Exec runs the instance page's terminal through the guest's agent;
+	// nil shows no terminal.
+	Exec Execer
+	// Files serves the instance page's file download through the guest's
+	// agent; nil shows no download form.
+	Files GuestFiles
 }
 
 // Dashboard serves the web pages and the live stream.
@@ -121,6 +127,8 @@ type Dashboard struct {
 	// csrfKey derives the CSRF tokens; it lives as long as the process,
 	// so a page loaded before a daemon restart must be reloaded to post.
 	csrfKey csrfSecret
+	// terms are the terminals opened from instance pages.
+	terms terminals
 
 	streams   atomic.Int64  // open live streams
 	done      chan struct{} // closed by Close: ends every live stream
@@ -150,7 +158,9 @@ func New(cfg Config) *Dashboard {
 
 // Register mounts the dashboard's routes on r: "/login", "/logout" (with
 // Sessions), "/", "/instances", "/instances/:name", their POST actions,
-// "/events" and "/assets/*". The app serving them must have Immutable set;
+// "/events", "/assets/*", the instance page's terminal (POST
+// "/instances/:name/terminal" and its websockets) and file download
+// ("/instances/:name/files?path="). The app serving them must have Immutable set;
 // its WriteTimeout bounds each write of the live streams, which extend
 // their deadline at every flush (listener.StreamWriter). Every
 // route answers with the security headers; all but the assets and the login
@@ -176,6 +186,9 @@ func (d *Dashboard) Register(r fiber.Router) {
 	r.Get("/instances/:name/bootchart", route(d.bootChart)...)
 	r.Get("/instances/:name/console.log", route(d.consoleDownload)...)
 	r.Get("/instances/:name/console/stream", SecurityHeaders, d.authenticate, sameOriginStream, d.consoleStream)
+	r.Post("/instances/:name/terminal", route(d.openTerminal)...)
+	r.Get("/instances/:name/terminal/:id/:fd", SecurityHeaders, d.authenticate, d.terminalUpgrade, d.terminalSocket())
+	r.Get("/instances/:name/files", route(d.downloadFile)...)
 	if d.cfg.Sessions != nil {
 		r.Post("/logout", route(d.logout)...)
 	}

@@ -255,6 +255,8 @@ func (d *Dashboard) instanceData(c *fiber.Ctx, name string) (components.Instance
 	d.withGuest(&w)
 	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w, Editable: d.cfg.Editor != nil}
 	data.Snapshots = d.snapshotsOf(c.UserContext(), inst.Name)
+	data.Terminal = d.terminalView(&w)
+	data.Download = d.downloadView(inst.Name)
 	for i := len(entries) - 1; i >= 0; i-- { // newest first
 		e := entries[i]
 		data.Timeline = append(data.Timeline, components.TimelineItem{Time: e.Time, Boot: e.Boot, Kind: e.Kind, From: e.From, To: e.To, Cause: e.Cause, Detail: e.Detail})

@@ -130,6 +130,32 @@ type InstanceData struct {
 	NewKey, NewValue string
 	// Editable shows the config form and the delete link.
 	Editable bool
+	// Terminal is the terminal panel; Download the file download form.
+	Terminal TerminalView
+	Download DownloadView
+}
+
+// TerminalView is the terminal panel of the instance page: a button that
+// opens a shell in the guest (terminal.js, xterm.js over the exec
+// websockets) when the agent is connected, else why not.
+type TerminalView struct {
+	// Shown is false when the dashboard opens no terminals: no panel.
+	Shown bool
+	// Available shows the open button; Reason says why it is not.
+	Available bool
+	Reason    string
+	// Open is where the page posts to open one.
+	Open string
+}
+
+// DownloadView is the instance page's form that downloads a guest file:
+// Path is what was asked, Err why it could not be downloaded.
+type DownloadView struct {
+	// Shown is false when the dashboard downloads no guest files.
+	Shown  bool
+	Action string
+	Path   string
+	Err    string
 }
 
 // LaunchData is the launch form: what was typed, and the errors by field
