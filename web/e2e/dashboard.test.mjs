@@ -10,7 +10,7 @@ import { writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { Daemon, browser, waitFor, streamIDs, shot, sessionHeader, axeViolations, SESSION_COOKIE } from "./harness.mjs";
+import { Daemon, browser, waitFor, streamIDs, shot, sessionHeader, axeViolations, SESSION_COOKIE, cspWatch, tabTo } from "./harness.mjs";
 
 const run = promisify(execFile);
 
@@ -29,27 +29,6 @@ after(async () => {
 });
 
 const badge = (page, id) => page.locator(`#${id}`).getAttribute("data-value");
-
-// cspWatch collects what a page's Content-Security-Policy blocked and the
-// page's script errors: htmx, its SSE extension and live.js must run under
-// the policy untouched.
-function cspWatch(page) {
-  const problems = [];
-  page.on("console", (m) => { if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text()); });
-  page.on("pageerror", (e) => problems.push("page error: " + e.message));
-  return problems;
-}
-
-// tabTo presses Tab until the element matching selector has the focus: it
-// is reachable from the keyboard, in the page's order.
-async function tabTo(page, selector) {
-  await page.evaluate(() => document.activeElement && document.activeElement.blur());
-  for (let i = 0; i < 80; i++) {
-    await page.keyboard.press("Tab");
-    if (await page.evaluate((sel) => document.activeElement === document.querySelector(sel), selector)) return;
-  }
-  assert.fail(`${selector} cannot be reached with the Tab key`);
-}
 
 function signedIn() {
   assert.ok(ctx, "the login test signs the browser in first");

@@ -4,6 +4,7 @@
 // dashboard needs a session: the harness signs in with the one-time login
 // URL guestlinkd prints at start (`dashboard login URL`), or a fresh one
 // from `guestlink dashboard --print-url`.
+import assert from "node:assert/strict";
 import { spawn, execFile } from "node:child_process";
 import { mkdtempSync, mkdirSync, existsSync, rmSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
@@ -300,4 +301,25 @@ export async function axeViolations(page) {
   return result.violations
     .filter((v) => v.impact === "serious" || v.impact === "critical")
     .flatMap((v) => v.nodes.map((n) => `${v.id} (${v.impact}): ${n.target.join(" ")}: ${n.failureSummary.replace(/\s+/g, " ")}`));
+}
+
+// cspWatch collects what a page's Content-Security-Policy blocked and the
+// page's script errors: htmx, its SSE extension, live.js and xterm.js must
+// run under the policy untouched.
+export function cspWatch(page) {
+  const problems = [];
+  page.on("console", (m) => { if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text()); });
+  page.on("pageerror", (e) => problems.push("page error: " + e.message));
+  return problems;
+}
+
+// tabTo presses Tab until the element matching selector has the focus: it
+// is reachable from the keyboard, in the page's order.
+export async function tabTo(page, selector) {
+  await page.evaluate(() => document.activeElement && document.activeElement.blur());
+  for (let i = 0; i < 80; i++) {
+    await page.keyboard.press("Tab");
+    if (await page.evaluate((sel) => document.activeElement === document.querySelector(sel), selector)) return;
+  }
+  assert.fail(`${selector} cannot be reached with the Tab key`);
 }

@@ -7,7 +7,7 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Daemon, browser, waitFor, shot, axeViolations } from "./harness.mjs";
+import { Daemon, browser, waitFor, shot, axeViolations, cspWatch, tabTo } from "./harness.mjs";
 
 let daemon;
 let chrome;
@@ -28,30 +28,11 @@ after(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-// cspWatch collects what the page's Content-Security-Policy blocked and
-// its script errors (as in dashboard.test.mjs): xterm.js must run under the
-// policy unchanged.
-function cspWatch(page) {
-  const problems = [];
-  page.on("console", (m) => { if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(m.text()); });
-  page.on("pageerror", (e) => problems.push("page error: " + e.message));
-  return problems;
-}
-
 // screen returns the text the terminal shows (xterm's DOM renderer rows).
 const screen = (page) => page.locator('[data-testid="terminal"] .xterm-rows').textContent();
 
 // inTerminal reports whether the keyboard focus is inside the terminal.
 const inTerminal = (page) => page.evaluate(() => !!document.activeElement?.closest('[data-testid="terminal"]'));
-
-async function tabTo(page, selector) {
-  await page.evaluate(() => document.activeElement && document.activeElement.blur());
-  for (let i = 0; i < 80; i++) {
-    await page.keyboard.press("Tab");
-    if (await page.evaluate((sel) => document.activeElement === document.querySelector(sel), selector)) return;
-  }
-  assert.fail(`${selector} cannot be reached with the Tab key`);
-}
 
 async function launchConnected(name) {
   await daemon.cli("launch", name, "--backend", "sim");
