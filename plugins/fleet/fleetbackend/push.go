@@ -16,11 +16,12 @@ import (
 // bytes have one path and one order. What was in a ring before the stream
 // opened goes with a hint emitted now.
 func (b *Backend) pushEvents(ctx context.Context) (<-chan sdk.Event, error) {
+	b.pushing.Add(1) // before the stream: no read may take bytes a hint is about to carry
 	ch, err := b.events.StreamFill(ctx, b.fillRing)
 	if err != nil {
+		b.pushing.Add(-1)
 		return nil, err
 	}
-	b.pushing.Add(1)
 	go func() {
 		<-ctx.Done()
 		b.pushing.Add(-1)
