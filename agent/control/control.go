@@ -200,6 +200,8 @@ func TLSConfig(cert tls.Certificate, daemonClientDER []byte) *tls.Config {
 		MinVersion:   tls.VersionTLS12,
 		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.RequireAnyClientCert,
+		// X25519 alone on the host-local link (docs/security.md).
+		CurvePreferences: []tls.CurveID{tls.X25519},
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			if len(raw) == 0 || !bytes.Equal(raw[0], pinned) {
 				return errors.New("client certificate is not the daemon's")

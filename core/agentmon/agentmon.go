@@ -162,6 +162,7 @@ type Service struct {
 
 	mu       sync.Mutex
 	monitors map[string]*monitor      // by instance UUID
+	early    map[string]*pushedRing   // ring bytes pushed before the guest's monitor existed (push.go)
 	ops      map[string]*instanceLock // by instance UUID, while in use
 	batchers map[sdk.RingBatchReader]*ringBatcher
 	closed   bool
@@ -394,6 +395,7 @@ func (s *Service) GuestRunning(inst *instance.Instance, ep *sdk.LinkEndpoint) {
 	}
 	m := newMonitor(s, inst, certs)
 	s.monitors[inst.UUID] = m
+	s.takeEarlyLocked(m)
 	m.start()
 	m.requestAdvert(true)
 }
@@ -406,6 +408,7 @@ func (s *Service) GuestStopped(inst *instance.Instance) {
 	s.mu.Lock()
 	m := s.monitors[inst.UUID]
 	delete(s.monitors, inst.UUID)
+	delete(s.early, inst.UUID)
 	s.mu.Unlock()
 	if m != nil {
 		m.halt()
@@ -429,6 +432,9 @@ func (s *Service) BackendEvent(inst *instance.Instance, ev sdk.Event) {
 	case sdk.EventRingData, sdk.EventPortOpened, sdk.EventPortClosed:
 	default:
 		return
+	}
+	if ev.Kind == sdk.EventRingData && ev.RingSeq != 0 {
+		s.push(inst.UUID, ev.Ring, ev.RingSeq)
 	}
 	if m := s.monitor(inst.UUID); m != nil {
 		m.kickRead()

@@ -176,8 +176,13 @@ func (m *monitor) readRing() bool {
 	return true
 }
 
-// readRingData reads up to RingReadMax bytes of the ring.
+// readRingData reads up to RingReadMax bytes of the ring: the bytes the
+// backend pushed with its events (push.go) once it pushes, else a ReadRing
+// call.
 func (m *monitor) readRingData() []byte {
+	if data, ok := m.takePushed(); ok {
+		return data
+	}
 	cfg := &m.svc.cfg
 	ctx, cancel := context.WithTimeout(m.ctx, cfg.RequestTimeout)
 	defer cancel()

@@ -41,6 +41,9 @@ func (c *agentClient) httpClient() *http.Client {
 		Certificates: []tls.Certificate{certs.Client.TLS},
 		ServerName:   certs.Name,
 		MinVersion:   tls.VersionTLS12,
+		// X25519 alone on the host-local link (docs/security.md): a new
+		// daemon advertises to every agent at once.
+		CurvePreferences: []tls.CurveID{tls.X25519},
 		// The agent's certificate is self-signed and pinned: verified in
 		// VerifyConnection instead of against a CA.
 		InsecureSkipVerify: true,

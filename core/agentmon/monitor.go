@@ -57,6 +57,7 @@ type monitor struct {
 	advLast    time.Time   // when the last PUT /1.0 began
 	evQueue    [][]byte    // guest events waiting, at most eventQueue
 	evRunning  bool        // the pusher goroutine runs
+	pushed     pushedRing  // ring bytes sent with the backend's events (push.go)
 
 	// gen counts advertisement changes; a PUT result counts only for the
 	// generation it was made for.

@@ -147,23 +147,10 @@ type wireBody struct {
 // Timestamp is set to now (UTC); Type is required. Publish never waits for
 // subscribers.
 func (b *Bus) Publish(ctx context.Context, ev Event) (Event, error) {
-	if ev.Type == "" {
-		return ev, fmt.Errorf("publishing event: empty type: %w", errdefs.ErrInvalid)
-	}
-	if ev.Timestamp.IsZero() {
-		ev.Timestamp = time.Now().UTC()
-	}
-	if b.location != "" && (ev.Location == "" || ev.Location == DefaultLocation) {
-		ev.Location = b.location // a cluster member names itself
-	}
-	if len(ev.Metadata) == 0 {
-		ev.Metadata = json.RawMessage("{}")
-	}
-	body, err := json.Marshal(wireBody{Type: ev.Type, Timestamp: ev.Timestamp, Project: ev.Project, Location: ev.Location, Metadata: ev.Metadata})
+	rec, err := b.record(&ev)
 	if err != nil {
-		return ev, fmt.Errorf("publishing %s event: encoding: %w", ev.Type, errors.Join(errdefs.ErrInvalid, err))
+		return ev, err
 	}
-	rec := &db.Event{Time: ev.Timestamp, Type: ev.Type, Instance: ev.Instance, Body: body}
 
 	b.mu.Lock()
 	if b.closed {
@@ -199,6 +186,28 @@ func (b *Bus) Publish(ctx context.Context, ev Event) (Event, error) {
 		return ev, fmt.Errorf("publishing %s event: %w", ev.Type, err)
 	}
 	return ev, nil
+}
+
+// record completes ev (timestamp, location, metadata) and returns the row
+// that persists it.
+func (b *Bus) record(ev *Event) (*db.Event, error) {
+	if ev.Type == "" {
+		return nil, fmt.Errorf("publishing event: empty type: %w", errdefs.ErrInvalid)
+	}
+	if ev.Timestamp.IsZero() {
+		ev.Timestamp = time.Now().UTC()
+	}
+	if b.location != "" && (ev.Location == "" || ev.Location == DefaultLocation) {
+		ev.Location = b.location // a cluster member names itself
+	}
+	if len(ev.Metadata) == 0 {
+		ev.Metadata = json.RawMessage("{}")
+	}
+	body, err := json.Marshal(wireBody{Type: ev.Type, Timestamp: ev.Timestamp, Project: ev.Project, Location: ev.Location, Metadata: ev.Metadata})
+	if err != nil {
+		return nil, fmt.Errorf("publishing %s event: encoding: %w", ev.Type, errors.Join(errdefs.ErrInvalid, err))
+	}
+	return &db.Event{Time: ev.Timestamp, Type: ev.Type, Instance: ev.Instance, Body: body}, nil
 }
 
 func cmpInt64(a, b int64) int {

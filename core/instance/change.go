@@ -90,15 +90,24 @@ func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error
 		return nil, err
 	}
 	c.updateConditions(prevConds)
+	var staged *events.Staged // the events, written with the record
 	if c.persist {
 		tl, lost := m.withLost(c.rec.ID, c.now, c.rec.Boot, c.timeline)
+		st, cw := m.stage(c.events)
 		err := m.retryWrite(ctx, fmt.Sprintf("saving instance %q", c.rec.Name), func(ctx context.Context) error {
+			if st != nil {
+				return storeErr(cw.WriteChange(ctx, c.rec, tl, st.Records()))
+			}
 			return storeErr(m.store.UpdateInstanceWithTimeline(ctx, c.rec, tl...))
 		})
 		if err != nil {
+			if st != nil {
+				st.Abort()
+			}
 			return nil, err
 		}
 		m.reportedLost(c.rec.ID, lost)
+		staged = st
 	}
 	m.mu.Lock()
 	e.rec, e.rt = c.rec, c.rt
@@ -106,12 +115,18 @@ func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error
 	m.wakeLocked(e)
 	m.mu.Unlock()
 	m.armReadyTimer(e, c.rec, &c.rt)
-	if !c.persist && len(c.timeline) > 0 {
-		// Before the events, so that a watcher that reads the timeline
-		// when an event arrives finds the entry.
-		m.appendTimeline(ctx, c.rec.Name, c.timeline...)
+	switch {
+	case staged != nil:
+		// Delivered once the change is made in memory: a watcher that
+		// reads the instance when an event arrives finds it changed.
+		staged.Deliver()
+	case c.persist:
+		m.publish(ctx, c.events)
+	default:
+		// The timeline before (or with) the events, so that a watcher
+		// that reads the timeline when an event arrives finds the entry.
+		m.recordNotPersisted(ctx, c)
 	}
-	m.publish(ctx, c.events)
 	return view, nil
 }
 

@@ -40,6 +40,12 @@ const (
 	CapRingBuffer Capability = "ring-buffer" // ReadRing works
 	CapRecover    Capability = "recover"     // Recover re-attaches to running guests
 	CapHotplug    Capability = "hotplug.v1"  // the backend implements DeviceHotplugger
+	// CapRingPush: while an Events stream is open, the backend drains each
+	// guest's ring into its EventRingData events (Event.Ring, RingSeq),
+	// including bytes already in the ring when the stream opened, and
+	// ReadRing returns nothing; the daemon then makes no ReadRing call for
+	// a heartbeat.
+	CapRingPush Capability = "ring-push"
 	// CapDisk: Create and Start honour GuestSpec.Image, keeping a writable
 	// layer of the guest's own on the image (removed by Delete).
 	CapDisk Capability = "disk.v1"
@@ -368,6 +374,13 @@ type Event struct {
 	// (ExitPoweroff or ExitCrash); Detail says more but is never parsed.
 	Exit ExitKind
 	Time time.Time
+	// Ring and RingSeq: for EventRingData from a backend with CapRingPush,
+	// the bytes drained from the guest's ring as the event was sent (maybe
+	// none) and their sequence number, from 1 and increasing per guest
+	// (the daemon applies bytes in RingSeq order and drops older ones). A
+	// zero RingSeq pushes nothing: the daemon reads the ring.
+	Ring    []byte
+	RingSeq uint64
 }
 
 // LinkKind names a guest-link transport (see docs/guest-link.md).

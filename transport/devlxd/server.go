@@ -151,6 +151,10 @@ type Config struct {
 	// one Budget to both so a guest has one budget across every path. Nil
 	// makes a Budget of StateRate and StateBurst for this server alone.
 	StateBudget *statebudget.Budget
+	// TicketRotation is how often the TLS session ticket key changes
+	// (default DefaultTicketRotation); tickets are bound to the instance
+	// whose link issued them (tlsFor).
+	TicketRotation time.Duration
 	// Now is the clock used to check certificate validity (default time.Now).
 	Now func() time.Time
 	// Logger receives errors of the listener (default slog.Default).
@@ -166,6 +170,7 @@ type Server struct {
 	cfg         Config
 	stateLimits *statebudget.Budget // PATCH /1.0 by instance UUID
 	tls         *tls.Config
+	tickets     *ticketKeys
 	app         *fiber.App
 	queue       *connQueue
 	// handshakes holds a token per TLS handshake running (MaxHandshakes),
@@ -247,8 +252,9 @@ func New(cfg Config) (*Server, error) {
 			// The certificate is checked per request against the agent
 			// certificate of the connection's instance, so that a missing
 			// or wrong one is answered 401 rather than a TLS alert.
-			ClientAuth: tls.RequestClientCert,
-			MinVersion: tls.VersionTLS13,
+			ClientAuth:       tls.RequestClientCert,
+			MinVersion:       tls.VersionTLS13,
+			CurvePreferences: linkCurves,
 		},
 		queue:       newConnQueue(),
 		handshakes:  newLIFOTokens(cfg.MaxHandshakes),
@@ -256,6 +262,14 @@ func New(cfg Config) (*Server, error) {
 		ops:         newOperations(),
 		done:        make(chan struct{}),
 	}
+	s.tickets = &ticketKeys{conf: s.tls}
+	if err := s.tickets.rotate(); err != nil {
+		return nil, err
+	}
+	if cfg.TicketRotation <= 0 {
+		cfg.TicketRotation = DefaultTicketRotation
+	}
+	go s.rotateTickets(cfg.TicketRotation, s.queue.closed)
 	s.app = fiber.New(fiber.Config{
 		Immutable:             true,
 		DisableStartupMessage: true,
@@ -334,7 +348,7 @@ func (s *Server) admit(c net.Conn) error {
 			c.Close()
 			return
 		}
-		tc := tls.Server(c, s.tls)
+		tc := tls.Server(c, s.tlsFor(id.InstanceUUID))
 		_ = tc.SetDeadline(time.Now().Add(s.cfg.ReadHeaderTimeout))
 		err := tc.Handshake()
 		s.handshakes.release()

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -65,8 +66,11 @@ type Backend struct {
 	events  *eventer.Eventer
 	version string
 
-	mu    sync.Mutex
-	byDir map[string]*guest
+	mu     sync.Mutex
+	byDir  map[string]*guest
+	byUUID map[string]*guest // the same guests, for the events' ring bytes
+
+	pushing atomic.Int64 // Events streams open: rings are pushed, not read (push.go)
 }
 
 var _ sdk.Backend = (*Backend)(nil)
@@ -108,7 +112,7 @@ func New(opts Options) (*Backend, error) {
 	if v == "" {
 		v = "fleet-" + Version
 	}
-	return &Backend{guests: guests, log: log, agentLg: alog, events: eventer.New(log), version: v, byDir: map[string]*guest{}}, nil
+	return &Backend{guests: guests, log: log, agentLg: alog, events: eventer.New(log), version: v, byDir: map[string]*guest{}, byUUID: map[string]*guest{}}, nil
 }
 
 // Info describes the backend.
@@ -116,7 +120,7 @@ func (b *Backend) Info(context.Context) (*sdk.Info, error) {
 	return &sdk.Info{
 		Name:           Name,
 		Version:        Version,
-		Capabilities:   []sdk.Capability{sdk.CapRingBuffer, sdk.CapLinkHybrid, sdk.CapRecover},
+		Capabilities:   []sdk.Capability{sdk.CapRingBuffer, sdk.CapRingPush, sdk.CapLinkHybrid, sdk.CapRecover},
 		ConfigPrefixes: []string{ConfigPrefix},
 		ConfigSchema:   Schema,
 	}, nil
@@ -226,6 +230,7 @@ func (b *Backend) lookup(raw sdk.Handle) (*guest, error) {
 		ring, _ := ringbuffer.New(RingSize) // a constant power of two
 		g = &guest{h: h, ring: ring, turn: make(chan struct{}, 1)}
 		b.byDir[h.Dir] = g
+		b.byUUID[h.UUID] = g
 	}
 	return g, nil
 }
@@ -312,6 +317,9 @@ func (b *Backend) Delete(ctx context.Context, raw sdk.Handle) error {
 	}
 	b.mu.Lock()
 	delete(b.byDir, g.h.Dir)
+	if b.byUUID[g.h.UUID] == g {
+		delete(b.byUUID, g.h.UUID)
+	}
 	b.mu.Unlock()
 	return nil
 }
@@ -325,9 +333,10 @@ func (b *Backend) State(_ context.Context, raw sdk.Handle) (*sdk.GuestState, err
 	return g.state(), nil
 }
 
-// Events streams the guests' events.
+// Events streams the guests' events; ring-data events carry the guest's
+// ring bytes (sdk.CapRingPush, push.go).
 func (b *Backend) Events(ctx context.Context) (<-chan sdk.Event, error) {
-	return b.events.Stream(ctx)
+	return b.pushEvents(ctx)
 }
 
 // ReadRing consumes up to max bytes of the guest's ring.
@@ -338,6 +347,9 @@ func (b *Backend) ReadRing(_ context.Context, raw sdk.Handle, max int) ([]byte, 
 	}
 	if max < 0 {
 		return nil, fmt.Errorf("reading ring of %q: negative size %d: %w", g.h.Name, max, sdk.ErrInvalid)
+	}
+	if b.pushing.Load() > 0 {
+		return nil, nil // the bytes go with the events (sdk.CapRingPush)
 	}
 	return g.ring.Read(max), nil
 }

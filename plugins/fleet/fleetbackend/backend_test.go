@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
@@ -121,11 +122,34 @@ func TestRing(t *testing.T) {
 		t.Fatal(err)
 	}
 	port.Close()
-	waitEvent(t, events, spec.UUID, sdk.EventRingData)
-	// 18 bytes into a 16-byte ring: the first two are gone.
+	// 18 bytes into a 16-byte ring: the first two are gone. With an
+	// Events stream open the bytes go with the event (sdk.CapRingPush),
+	// the first drain of the guest numbered 1, and ReadRing finds none.
+	ev := waitEvent(t, events, spec.UUID, sdk.EventRingData)
+	if string(ev.Ring) != "ARTED\nCONNECTED\n" || ev.RingSeq != 1 {
+		t.Fatalf("ring-data event carries %q (seq %d); want the last 16 bytes, seq 1", ev.Ring, ev.RingSeq)
+	}
 	got, err := b.ReadRing(ctx, h, 64)
-	if err != nil || string(got) != "ARTED\nCONNECTED\n" {
-		t.Fatalf("ReadRing = %q, %v; want the last 16 bytes", got, err)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("ReadRing with a stream open = %q, %v; want nothing", got, err)
+	}
+	// Without a stream, ReadRing reads the ring.
+	cancel()
+	testwait.For(t, "the stream to close", time.Minute, func() bool { return b.pushing.Load() == 0 })
+	port, err = os.OpenFile(filepath.Join(portsDir(g.h.Dir), ringproto.PortCurrent), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := port.WriteString("STOPPED\n"); err != nil {
+		t.Fatal(err)
+	}
+	port.Close()
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	testwait.For(t, "the word in the ring", time.Minute, func() bool { return g.ring.Len() == 8 })
+	got, err = b.ReadRing(ctx, h, 64)
+	if err != nil || string(got) != "STOPPED\n" {
+		t.Fatalf("ReadRing without a stream = %q, %v; want STOPPED", got, err)
 	}
 	if _, err := b.Stop(ctx, h, sdk.StopOptions{Force: true}); err != nil {
 		t.Fatal(err)

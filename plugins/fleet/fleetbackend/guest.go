@@ -32,6 +32,11 @@ type guest struct {
 	ring *ringbuffer.Ring
 	turn chan struct{}
 
+	// pushMu orders the drains of ring into events: ringSeq is the
+	// sequence number of the last one (push.go).
+	pushMu  sync.Mutex
+	ringSeq uint64
+
 	mu         sync.Mutex
 	run        *boot // nil while stopped
 	boots      int

@@ -72,6 +72,7 @@ type Config struct {
 // knownCapabilities are the capabilities the contract defines.
 var knownCapabilities = []sdk.Capability{
 	sdk.CapStateful, sdk.CapLinkHybrid, sdk.CapLinkVsock, sdk.CapLinkSerial, sdk.CapRingBuffer, sdk.CapRecover,
+	sdk.CapRingPush,
 	sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove,
 	sdk.CapDisk, sdk.CapNICUser, sdk.CapHotplug,
 }

@@ -100,6 +100,15 @@ func (e *Eventer) Emit(ev sdk.Event) {
 // emitted from now on (under the drop policy) until ctx ends, and is
 // closed then. It implements sdk.Backend.Events.
 func (e *Eventer) Stream(ctx context.Context) (<-chan sdk.Event, error) {
+	return e.StreamFill(ctx, nil)
+}
+
+// StreamFill is Stream with fill (nil: none) called on each event as it
+// leaves the queue, just before it is sent, on the stream's one goroutine
+// and so in the stream's order. A backend with sdk.CapRingPush drains the
+// guest's ring into a ring-data hint there: a coalesced hint then carries
+// every byte written until it was sent.
+func (e *Eventer) StreamFill(ctx context.Context, fill func(*sdk.Event)) (<-chan sdk.Event, error) {
 	s := &stream{q: NewQueue[sdk.Event]()}
 	e.mu.Lock()
 	e.streams[s] = struct{}{}
@@ -117,6 +126,9 @@ func (e *Eventer) Stream(ctx context.Context) (<-chan sdk.Event, error) {
 			ev, ok := s.q.Pop(ctx)
 			if !ok {
 				return
+			}
+			if fill != nil {
+				fill(&ev)
 			}
 			select {
 			case out <- ev:

@@ -1340,13 +1340,19 @@ func (*EventsRequest) Descriptor() ([]byte, []int) {
 }
 
 type Event struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uuid          string                 `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"` // the guest's uuid from its GuestSpec
-	Kind          EventKind              `protobuf:"varint,2,opt,name=kind,proto3,enum=guestlink.backend.v1.EventKind" json:"kind,omitempty"`
-	Port          string                 `protobuf:"bytes,3,opt,name=port,proto3" json:"port,omitempty"`     // serial port name, for PORT_* events
-	Detail        string                 `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"` // free text (exit status, error)
-	TimeUnixNano  int64                  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
-	Exit          ExitKind               `protobuf:"varint,6,opt,name=exit,proto3,enum=guestlink.backend.v1.ExitKind" json:"exit,omitempty"` // for EXITED: how the guest ended
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Uuid         string                 `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"` // the guest's uuid from its GuestSpec
+	Kind         EventKind              `protobuf:"varint,2,opt,name=kind,proto3,enum=guestlink.backend.v1.EventKind" json:"kind,omitempty"`
+	Port         string                 `protobuf:"bytes,3,opt,name=port,proto3" json:"port,omitempty"`     // serial port name, for PORT_* events
+	Detail       string                 `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"` // free text (exit status, error)
+	TimeUnixNano int64                  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	Exit         ExitKind               `protobuf:"varint,6,opt,name=exit,proto3,enum=guestlink.backend.v1.ExitKind" json:"exit,omitempty"` // for EXITED: how the guest ended
+	// ring and ring_seq: for RING_DATA from a backend with the "ring-push"
+	// capability, the bytes drained from the guest's ring when the event was
+	// sent (possibly none) and their sequence number (from 1, increasing per
+	// guest; 0: nothing pushed, read the ring).
+	Ring          []byte `protobuf:"bytes,7,opt,name=ring,proto3" json:"ring,omitempty"`
+	RingSeq       uint64 `protobuf:"varint,8,opt,name=ring_seq,json=ringSeq,proto3" json:"ring_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1421,6 +1427,20 @@ func (x *Event) GetExit() ExitKind {
 		return x.Exit
 	}
 	return ExitKind_EXIT_KIND_UNSPECIFIED
+}
+
+func (x *Event) GetRing() []byte {
+	if x != nil {
+		return x.Ring
+	}
+	return nil
+}
+
+func (x *Event) GetRingSeq() uint64 {
+	if x != nil {
+		return x.RingSeq
+	}
+	return 0
 }
 
 // EventBatch is one message of EventBatches: events in the order the
@@ -2670,14 +2690,16 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0f\n" +
-	"\rEventsRequest\"\xd6\x01\n" +
+	"\rEventsRequest\"\x85\x02\n" +
 	"\x05Event\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x123\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1f.guestlink.backend.v1.EventKindR\x04kind\x12\x12\n" +
 	"\x04port\x18\x03 \x01(\tR\x04port\x12\x16\n" +
 	"\x06detail\x18\x04 \x01(\tR\x06detail\x12$\n" +
 	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\x122\n" +
-	"\x04exit\x18\x06 \x01(\x0e2\x1e.guestlink.backend.v1.ExitKindR\x04exit\"A\n" +
+	"\x04exit\x18\x06 \x01(\x0e2\x1e.guestlink.backend.v1.ExitKindR\x04exit\x12\x12\n" +
+	"\x04ring\x18\a \x01(\fR\x04ring\x12\x19\n" +
+	"\bring_seq\x18\b \x01(\x04R\aringSeq\"A\n" +
 	"\n" +
 	"EventBatch\x123\n" +
 	"\x06events\x18\x01 \x03(\v2\x1b.guestlink.backend.v1.EventR\x06events\";\n" +

@@ -1,0 +1,99 @@
+package agentmon
+
+// maxEarly bounds how many guests may have pushed ring bytes waiting for
+// their monitor (a daemon starting while its guests heartbeat).
+const maxEarly = 1 << 16
+
+// pushedRing holds the ring bytes a backend with sdk.CapRingPush sent with
+// its ring-data events (sdk.Event.Ring), until the step goroutine parses
+// them: for such a backend a heartbeat costs the daemon the event alone,
+// not a ReadRing call too. A monitor's is guarded by monitor.bgMu.
+type pushedRing struct {
+	seen bool   // the backend pushes: the ring is never read through ReadRing again
+	seq  uint64 // sequence number of the last bytes taken in
+	data []byte // bytes not yet parsed, oldest first, at most RingReadMax
+	// stale counts pushes dropped because they came after a newer one.
+	stale uint64
+}
+
+// add takes in ring bytes the backend drained with sequence number seq
+// (sdk.Event.RingSeq, increasing per guest). Bytes are parsed in the order
+// of seq, never in the order the events happened to arrive: a push whose
+// seq is not above the last one taken in is older than what was already
+// taken and is dropped, so a pushed word never applies out of order (the
+// last word wins, as in a ring). At most RingReadMax bytes wait: a guest
+// whose reads are paused over its budget keeps its newest bytes, as its
+// ring would.
+func (p *pushedRing) add(data []byte, seq uint64) {
+	p.seen = true
+	if seq <= p.seq {
+		p.stale++
+		return
+	}
+	p.seq = seq
+	p.data = append(p.data, data...)
+	if over := len(p.data) - RingReadMax; over > 0 {
+		p.data = append(p.data[:0], p.data[over:]...)
+	}
+}
+
+// push hands pushed ring bytes of the guest uuid to its monitor, or keeps
+// them for the monitor GuestRunning makes (the event came first).
+func (s *Service) push(uuid string, data []byte, seq uint64) {
+	s.mu.Lock()
+	m := s.monitors[uuid]
+	if m == nil {
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		p := s.early[uuid]
+		if p == nil && len(s.early) < maxEarly {
+			if s.early == nil {
+				s.early = map[string]*pushedRing{}
+			}
+			p = &pushedRing{}
+			s.early[uuid] = p
+		}
+		if p != nil {
+			p.add(data, seq)
+		}
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	m.push(data, seq)
+}
+
+// takeEarlyLocked gives a new monitor the bytes pushed before it existed;
+// s.mu is held.
+func (s *Service) takeEarlyLocked(m *monitor) {
+	if p := s.early[m.uuid]; p != nil {
+		delete(s.early, m.uuid)
+		m.bgMu.Lock()
+		m.pushed = *p
+		m.bgMu.Unlock()
+	}
+}
+
+// push takes in pushed ring bytes (pushedRing.add).
+func (m *monitor) push(data []byte, seq uint64) {
+	m.bgMu.Lock()
+	defer m.bgMu.Unlock()
+	if m.stopped {
+		return
+	}
+	m.pushed.add(data, seq)
+}
+
+// takePushed returns the pushed bytes not yet parsed; ok is false while the
+// backend has pushed nothing (its ring is then read through ReadRing).
+func (m *monitor) takePushed() (data []byte, ok bool) {
+	m.bgMu.Lock()
+	defer m.bgMu.Unlock()
+	if !m.pushed.seen {
+		return nil, false
+	}
+	data, m.pushed.data = m.pushed.data, nil
+	return data, true
+}

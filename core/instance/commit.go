@@ -1,0 +1,67 @@
+package instance
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/db"
+)
+
+// stage stages a change's events on the bus for the change's own write
+// (db.ChangeWriter: the state change, its timeline and its events in one
+// transaction, so a Ready declaration is one write waiting for one commit).
+// It returns nil when there are no events, the store has no ChangeWriter or
+// the bus refuses (closed): the events are then published after the write,
+// as before.
+func (m *Manager) stage(evs []events.Event) (*events.Staged, db.ChangeWriter) {
+	if len(evs) == 0 || m.bus == nil {
+		return nil, nil
+	}
+	cw, ok := m.store.(db.ChangeWriter)
+	if !ok {
+		return nil, nil
+	}
+	st, err := m.bus.Stage(evs)
+	if err != nil {
+		return nil, nil
+	}
+	return st, cw
+}
+
+// recordNotPersisted writes the timeline entries and events of a change
+// that saved no instance record (an agent state change, a repeated Ready),
+// after the change was made in memory: in one write when the store can,
+// else as appendTimeline and publish do. A failure loses the entries (they
+// are counted, as appendTimeline counts them) and the events (recorded as
+// lost, as publish records them); the change stays made.
+func (m *Manager) recordNotPersisted(ctx context.Context, c *change) {
+	if len(c.timeline) == 0 {
+		m.publish(ctx, c.events)
+		return
+	}
+	st, cw := m.stage(c.events)
+	if st == nil {
+		m.appendTimeline(ctx, c.rec.Name, c.timeline...)
+		m.publish(ctx, c.events)
+		return
+	}
+	first := c.timeline[0]
+	write, lost := m.withLost(first.InstanceID, first.Time, first.Boot, c.timeline)
+	err := m.retryWrite(ctx, fmt.Sprintf("recording a change of instance %q", c.rec.Name), func(ctx context.Context) error {
+		return storeErr(cw.WriteChange(ctx, nil, write, st.Records()))
+	})
+	if err != nil {
+		st.Abort()
+		m.lostMu.Lock()
+		m.lost[first.InstanceID] += len(c.timeline)
+		m.lostMu.Unlock()
+		m.log.Error("timeline entries and events lost", "instance", c.rec.Name, "entries", len(c.timeline), "events", len(c.events), "err", err)
+		for _, ev := range c.events {
+			m.eventLost(ctx, ev, err)
+		}
+		return
+	}
+	m.reportedLost(first.InstanceID, lost)
+	st.Deliver()
+}

@@ -1,0 +1,165 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/db"
+)
+
+// countingStore counts the store's write calls; failing makes WriteChange
+// fail.
+type countingStore struct {
+	db.Store
+	mu      sync.Mutex
+	writes  map[string]int
+	failing bool
+}
+
+var errStoreDown = errors.New("store down")
+
+func (c *countingStore) count(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes[name]++
+}
+
+func (c *countingStore) reset() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.writes
+	c.writes = map[string]int{}
+	return w
+}
+
+func (c *countingStore) UpdateInstanceWithTimeline(ctx context.Context, in *db.Instance, entries ...*db.TimelineEntry) error {
+	c.count("UpdateInstanceWithTimeline")
+	return c.Store.UpdateInstanceWithTimeline(ctx, in, entries...)
+}
+
+func (c *countingStore) AppendTimeline(ctx context.Context, entries ...*db.TimelineEntry) error {
+	c.count("AppendTimeline")
+	return c.Store.AppendTimeline(ctx, entries...)
+}
+
+func (c *countingStore) AppendEvent(ctx context.Context, ev *db.Event) error {
+	c.count("AppendEvent")
+	return c.Store.AppendEvent(ctx, ev)
+}
+
+func (c *countingStore) WriteChange(ctx context.Context, in *db.Instance, entries []*db.TimelineEntry, evs []*db.Event) error {
+	c.count("WriteChange")
+	c.mu.Lock()
+	failing := c.failing
+	c.mu.Unlock()
+	if failing {
+		return errStoreDown
+	}
+	return c.Store.(db.ChangeWriter).WriteChange(ctx, in, entries, evs)
+}
+
+// TestDeclarationIsOneWrite checks that a Ready declaration (the record's
+// flag, its timeline entry and instance-ready) is one store write, and an
+// agent state change (timeline and event, no record) too; that the event
+// is delivered once the change is visible (a subscriber that reads the
+// instance on instance-ready finds it Ready) with the id the store gave
+// it; and that a declaration whose write fails changes nothing and
+// announces nothing.
+func TestDeclarationIsOneWrite(t *testing.T) {
+	e := newEnv(t)
+	cs := &countingStore{Store: e.store, writes: map[string]int{}}
+	e.store = cs
+	e.bus = events.New(cs)
+	t.Cleanup(func() { _ = e.bus.Close() })
+	e.m = e.manager()
+	e.m.retry = writeRetry{initial: time.Millisecond, max: time.Millisecond, elapsed: 10 * time.Millisecond, attempt: time.Second}
+	inst := e.create("one", nil)
+	if err := e.m.Start(bg, "one", adminCaller); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := e.bus.Subscribe(events.Filter{Instances: []string{"one"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	// next returns the next lifecycle action, and whether the instance
+	// was Ready when it arrived.
+	next := func() (string, int64, bool) {
+		t.Helper()
+		select {
+		case ev := <-sub.C():
+			lc, err := ev.Lifecycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return lc.Action, ev.ID, e.get("one").Config[KeyReady] == "true"
+		case <-time.After(30 * time.Second):
+			t.Fatal("no event")
+		}
+		return "", 0, false
+	}
+
+	cases := []struct {
+		name   string
+		do     func() error
+		want   map[string]int
+		action string
+	}{
+		{"first Ready: record, timeline and event", func() error { return e.m.SetReady(bg, inst.UUID, true, events.Requestor{}) },
+			map[string]int{"WriteChange": 1}, events.InstanceReady},
+		{"repeated Ready: timeline and event", func() error { return e.m.SetReady(bg, inst.UUID, true, events.Requestor{}) },
+			map[string]int{"WriteChange": 1}, events.InstanceReady},
+		{"agent connected: timeline and event", func() error {
+			return e.m.SetAgentState(bg, inst.UUID, AgentConnected, time.Now())
+		}, map[string]int{"WriteChange": 1}, events.InstanceAgentConnected},
+	}
+	for _, c := range cases {
+		cs.reset()
+		if err := c.do(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		action, id, ready := next()
+		if got := cs.reset(); len(got) != len(c.want) || got["WriteChange"] != c.want["WriteChange"] {
+			t.Errorf("%s: writes %v, want %v", c.name, got, c.want)
+		}
+		if action != c.action || !ready || id == 0 {
+			t.Errorf("%s: got %s (id %d, instance ready %v), want %s with an id, the instance Ready", c.name, action, id, ready, c.action)
+		}
+		stored, err := e.store.EventsAfter(bg, id-1, 1)
+		if err != nil || len(stored) != 1 || stored[0].ID != id {
+			t.Errorf("%s: event %d not in the store: %v %v", c.name, id, stored, err)
+		}
+	}
+
+	// A failing write: the Ready flag stays as it was, nothing is
+	// announced, and a later event is still delivered (the failed one
+	// gave up its place in the order).
+	if err := e.m.SetReady(bg, inst.UUID, false, events.Requestor{}); err != nil {
+		t.Fatal(err)
+	}
+	if action, _, _ := next(); action != events.InstanceUnready {
+		t.Fatalf("got %s, want %s", action, events.InstanceUnready)
+	}
+	cs.mu.Lock()
+	cs.failing = true
+	cs.mu.Unlock()
+	if err := e.m.SetReady(bg, inst.UUID, true, events.Requestor{}); !errors.Is(err, errStoreDown) {
+		t.Fatalf("Ready with the store down: %v, want %v", err, errStoreDown)
+	}
+	if got := e.get("one").Config[KeyReady]; got != "false" {
+		t.Errorf("Ready flag %q after a failed declaration, want false", got)
+	}
+	cs.mu.Lock()
+	cs.failing = false
+	cs.mu.Unlock()
+	if err := e.m.SetReady(bg, inst.UUID, true, events.Requestor{}); err != nil {
+		t.Fatal(err)
+	}
+	if action, _, ready := next(); action != events.InstanceReady || !ready {
+		t.Fatalf("after the store came back: got %s (ready %v), want %s", action, ready, events.InstanceReady)
+	}
+}

@@ -1,0 +1,94 @@
+package db
+
+import (
+	"context"
+	"fmt"
+
+	"gorm.io/gorm"
+)
+
+// ChangeWriter is the optional part of a Store that writes one change of an
+// instance in one call: the instance's new record, its timeline entries and
+// the events that announce it, in one transaction of the group-commit
+// writer (a declaration is then one write waiting for one commit, not two
+// in turn). The SQL store implements it; callers fall back to
+// UpdateInstanceWithTimeline and AppendEvent without it.
+type ChangeWriter interface {
+	// WriteChange saves in (nil: the instance record is unchanged) and
+	// appends entries and evs in one transaction. An entry whose
+	// InstanceID is 0 is given in.ID. On success each event has its id,
+	// in commit order with every other event; on failure nothing was
+	// written and the ids are 0.
+	WriteChange(ctx context.Context, in *Instance, entries []*TimelineEntry, evs []*Event) error
+}
+
+var _ ChangeWriter = (*sqlStore)(nil)
+
+// WriteChange implements ChangeWriter.
+func (s *sqlStore) WriteChange(ctx context.Context, in *Instance, entries []*TimelineEntry, evs []*Event) error {
+	what := "writing a change"
+	var id int64
+	if in != nil {
+		what = fmt.Sprintf("updating instance %q", in.Name)
+		if err := validInstance(in); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if in.ID == 0 {
+			return fmt.Errorf("%s: no id: %w", what, ErrInvalid)
+		}
+		normalize(in)
+		id = in.ID
+	}
+	if err := prepareEntries(entries, id); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	for _, ev := range evs {
+		if ev == nil || ev.Type == "" {
+			return fmt.Errorf("%s: an event without a type: %w", what, ErrInvalid)
+		}
+		if err := checkEvent(ev); err != nil {
+			return fmt.Errorf("%s: %s event: %w", what, ev.Type, err)
+		}
+		if ev.Time.IsZero() {
+			ev.Time = now()
+		}
+		ev.Time = ev.Time.UTC()
+		if ev.Body == nil {
+			ev.Body = []byte{}
+		}
+	}
+	var l *lease
+	if in != nil {
+		var err error
+		if l, err = s.heldLease(); err != nil {
+			resetEntries(entries)
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	err := s.w.doAppend(ctx, len(evs) > 0, entryInstances(entries), func(tx *gorm.DB) error {
+		if in != nil {
+			if err := s.updateInstance(tx, l, in); err != nil {
+				return err
+			}
+		}
+		if err := s.prep.insertEntries(tx, entries); err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			ev.ID = 0
+			s.w.noteEvent(ev.Instance) // per-instance retention (retention.go)
+			if err := s.prep.insertEvent(tx, ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		resetEntries(entries)
+		for _, ev := range evs {
+			ev.ID = 0
+		}
+		return fmt.Errorf("%s: %w", what, translate(err))
+	}
+	return nil
+}
