@@ -12,7 +12,7 @@ import (
 
 	"github.com/guestlink/guestlink/internal/testbin"
 
-	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
 

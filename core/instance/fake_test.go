@@ -19,7 +19,7 @@ import (
 )
 
 // fakeBackend is an in-process contract.Backend for the manager's unit tests.
-// Its errors carry errdefs kinds, as core/pluginhost's translated ones do.
+// Its errors carry errdefs kinds, as plugins/pluginhost's translated ones do.
 type fakeBackend struct {
 	name     string
 	delay    time.Duration // added to Start and Stop

@@ -21,7 +21,7 @@ import (
 )
 
 // BackendSource gives the manager the backend plugin of a name;
-// core/pluginhost's Host implements it. An unknown name is
+// plugins/pluginhost's Host implements it. An unknown name is
 // errdefs.ErrNotFound (with the available names in the message).
 type BackendSource interface {
 	Backend(name string) (contract.Backend, error)
@@ -395,7 +395,7 @@ func (m *Manager) backendInfo(ctx context.Context, name string) (contract.Backen
 }
 
 // usableBackend is the optional method of a backend that knows whether
-// the host has what it needs (core/pluginhost's backends): Usable returns
+// the host has what it needs (plugins/pluginhost's backends): Usable returns
 // an errdefs.ErrUnavailable error naming what is missing and the package
 // that provides it, nil when the backend can run guests.
 type usableBackend interface {

@@ -247,7 +247,7 @@ func (m *Manager) heartbeatOnly(e *entry, st AgentState, heartbeat time.Time) bo
 }
 
 // HandleBackendEvent handles an event of a backend's guest; wire it as
-// core/pluginhost's OnEvent. EventExited marks the guest Stopped, or
+// plugins/pluginhost's OnEvent. EventExited marks the guest Stopped, or
 // Error when the backend says it crashed (contract.ExitCrash; see guestExited),
 // clears Ready and the agent, publishes instance-stopped and calls
 // Hooks.GuestStopped; EventReset clears Ready and calls Hooks.GuestReset;
@@ -491,7 +491,7 @@ func (m *Manager) Recovering() int {
 }
 
 // Recover re-attaches to every guest of a backend after the daemon or the
-// backend's plugin restarted (wire it as core/pluginhost's OnRestart). It
+// backend's plugin restarted (wire it as plugins/pluginhost's OnRestart). It
 // calls the backend's Recover for each stored handle and reconciles the
 // power state: a guest that ended meanwhile is marked stopped (timeline
 // cause "daemon") and instance-stopped is published; running guests get
