@@ -8,20 +8,25 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/metrics"
-	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 	"github.com/guestlink/guestlink/transport/devlxd"
 	"github.com/guestlink/guestlink/web"
 )
 
-// pluginList lists d's plugins: the metrics are built before the plugin
-// host, which is set before anything can scrape.
+// pluginList lists d's plugins as the metrics read them: the metrics are
+// built before the plugin host, which is set before anything can scrape.
 type pluginList struct{ d *Daemon }
 
-func (p pluginList) List() []pluginhost.Status {
+func (p pluginList) Plugins() []metrics.Plugin {
 	if p.d.plugins == nil {
 		return nil
 	}
-	return p.d.plugins.List()
+	list := p.d.plugins.List()
+	out := make([]metrics.Plugin, len(list))
+	for i, st := range list {
+		out[i] = metrics.Plugin{Name: st.Name, Healthy: st.Health == pluginhost.HealthHealthy, Restarts: st.Restarts}
+	}
+	return out
 }
 
 // dashStats is the dashboard the metrics read, set once it serves (scrapes
@@ -63,6 +68,7 @@ func (d *Daemon) streamStats() (int, uint64) {
 
 var (
 	_ metrics.InstanceSource = (*lateInstances)(nil)
+	_ metrics.PluginSource   = pluginList{}
 	// Metrics is what devlxd and agentmon report to.
 	_ devlxd.RequestObserver = (*metrics.Metrics)(nil)
 	_ agentmon.RingObserver  = (*metrics.Metrics)(nil)

@@ -3,7 +3,7 @@ package daemon
 import (
 	"fmt"
 
-	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
 
 // checkPermissions refuses directories the daemon cannot trust: the state

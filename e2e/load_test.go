@@ -23,8 +23,8 @@ import (
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/core/events"
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/status"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
 
 // Sizes of the list flood (TestListFlood).

@@ -12,8 +12,8 @@ import (
 
 	"github.com/guestlink/guestlink/internal/testbin"
 
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/db/dbtest"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
 
 // binDir holds the binaries the first test builds (see binaries): guestlinkd, guestlink,

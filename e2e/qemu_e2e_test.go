@@ -14,10 +14,10 @@ import (
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/ringproto"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/plugins/shared/qemuvm"
 	"github.com/guestlink/guestlink/plugins/shared/qemuvm/qemutest"

@@ -18,9 +18,9 @@ import (
 	"github.com/guestlink/guestlink/internal/testbin"
 
 	"github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/internal/testwait"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 	"github.com/guestlink/guestlink/plugins/shared/qemuvm/qemutest"
 )
 

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/internal/testwait"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 	"github.com/guestlink/guestlink/plugins/shared/qemuvm"
 )
 

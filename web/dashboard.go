@@ -30,7 +30,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
 
 //go:embed assets
@@ -65,7 +65,7 @@ type Events interface {
 }
 
 // Backends lists the backend plugins and their health
-// (core/pluginhost.Host satisfies it).
+// (plugins/pluginhost.Host satisfies it).
 type Backends interface {
 	List() []pluginhost.Status
 }

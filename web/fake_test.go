@@ -15,9 +15,9 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
 
 // fakeInstances is a small in-memory stand-in for the instance service: it

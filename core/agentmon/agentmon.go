@@ -30,7 +30,7 @@ import (
 	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // Instances is what the monitor needs from the instance service
@@ -43,7 +43,7 @@ type Instances interface {
 	SetAgentState(ctx context.Context, uuid string, st instance.AgentState, heartbeat time.Time) error
 	// Runtime returns the backend and handle of a running instance, for
 	// reading its ring buffer.
-	Runtime(ctx context.Context, uuid string) (sdk.Backend, sdk.Handle, error)
+	Runtime(ctx context.Context, uuid string) (contract.Backend, contract.Handle, error)
 }
 
 // HeartbeatRecorder is an optional interface of Instances (*instance.Manager
@@ -60,7 +60,7 @@ type Links interface {
 	// Port is the daemon's link port, advertised to agents.
 	Port() uint32
 	// Attach starts serving a running instance's link.
-	Attach(uuid string, ep *sdk.LinkEndpoint) error
+	Attach(uuid string, ep *contract.LinkEndpoint) error
 	// Detach stops serving it.
 	Detach(uuid string)
 	// DialAgent connects to the agent's link port.
@@ -164,7 +164,7 @@ type Service struct {
 	monitors map[string]*monitor      // by instance UUID
 	early    map[string]*pushedRing   // ring bytes pushed before the guest's monitor existed (push.go)
 	ops      map[string]*instanceLock // by instance UUID, while in use
-	batchers map[sdk.RingBatchReader]*ringBatcher
+	batchers map[contract.RingBatchReader]*ringBatcher
 	closed   bool
 
 	// stepMu guards idleSteppers, the stepper goroutines waiting for work,
@@ -317,7 +317,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.StateBudget = statebudget.New(0, 0)
 	}
 	return &Service{cfg: cfg, budget: cfg.StateBudget, monitors: map[string]*monitor{}, ops: map[string]*instanceLock{},
-		batchers: map[sdk.RingBatchReader]*ringBatcher{}, quit: make(chan struct{})}, nil
+		batchers: map[contract.RingBatchReader]*ringBatcher{}, quit: make(chan struct{})}, nil
 }
 
 // Advertisement returns what the daemon advertises to the agent of inst:
@@ -344,12 +344,12 @@ const (
 // certificate and key (agent.crt, agent.key 0600), the daemon client
 // certificate it must accept (server.crt) and the current advertisement
 // (agent.conf). The key pairs are generated on the first call.
-func (s *Service) GuestFiles(_ context.Context, inst *instance.Instance) ([]sdk.File, error) {
+func (s *Service) GuestFiles(_ context.Context, inst *instance.Instance) ([]contract.File, error) {
 	c, err := s.cfg.Certs.Instance(inst.Name)
 	if err != nil {
 		return nil, fmt.Errorf("guest files of instance %q: %w", inst.Name, err)
 	}
-	return []sdk.File{
+	return []contract.File{
 		{Path: FileAgentCert, Mode: 0o644, Data: c.Agent.CertPEM},
 		{Path: FileAgentKey, Mode: 0o600, Data: c.Agent.KeyPEM},
 		{Path: FileServerCert, Mode: 0o644, Data: c.Client.CertPEM},
@@ -362,7 +362,7 @@ func (s *Service) GuestFiles(_ context.Context, inst *instance.Instance) ([]sdk.
 // restart: the agent learns the new port and re-declares its state.
 // Attaching (which may wait seconds for a serial link) holds only this
 // instance's lock: other instances' monitors carry on meanwhile.
-func (s *Service) GuestRunning(inst *instance.Instance, ep *sdk.LinkEndpoint) {
+func (s *Service) GuestRunning(inst *instance.Instance, ep *contract.LinkEndpoint) {
 	unlock := s.lockInstance(inst.UUID)
 	defer unlock()
 	s.mu.Lock()
@@ -427,9 +427,9 @@ func (s *Service) GuestReset(inst *instance.Instance) {
 
 // BackendEvent makes the instance's monitor read the ring buffer now when
 // the event may mean new words (ring data, a port opened or closed).
-func (s *Service) BackendEvent(inst *instance.Instance, ev sdk.Event) {
+func (s *Service) BackendEvent(inst *instance.Instance, ev contract.Event) {
 	switch ev.Kind {
-	case sdk.EventRingData, sdk.EventPortOpened, sdk.EventPortClosed:
+	case contract.EventRingData, contract.EventPortOpened, contract.EventPortClosed:
 	default:
 		return
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 	"github.com/guestlink/guestlink/link/hybrid"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 func TestAdvertiseUntilConnected(t *testing.T) {
@@ -75,7 +75,7 @@ func TestRingGarbageChangesNothing(t *testing.T) {
 			chunk = append(chunk, "\nSTARTEDX\n"...)
 		}
 		g.ring.write(string(chunk))
-		e.svc.BackendEvent(g.inst, sdk.Event{Kind: sdk.EventRingData})
+		e.svc.BackendEvent(g.inst, contract.Event{Kind: contract.EventRingData})
 	}
 	waitFor(t, "the garbage to be read", g.ring.empty)
 	e.quiet(g)
@@ -277,7 +277,7 @@ func TestGuestResetAndStopped(t *testing.T) {
 	// is left that could read the ring again.
 	m.wait()
 	reads := g.ring.readCount()
-	e.svc.BackendEvent(g.inst, sdk.Event{UUID: g.inst.UUID, Kind: sdk.EventRingData})
+	e.svc.BackendEvent(g.inst, contract.Event{UUID: g.inst.UUID, Kind: contract.EventRingData})
 	if got := g.ring.readCount(); got != reads {
 		t.Fatalf("%d ring reads after GuestStopped", got-reads)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // slowLinks holds Attach of one instance until released, like a serial link
@@ -18,7 +18,7 @@ type slowLinks struct {
 	enterOne sync.Once
 }
 
-func (l *slowLinks) Attach(uuid string, ep *sdk.LinkEndpoint) error {
+func (l *slowLinks) Attach(uuid string, ep *contract.LinkEndpoint) error {
 	if uuid == l.uuid {
 		l.enterOne.Do(func() { close(l.entered) })
 		<-l.release

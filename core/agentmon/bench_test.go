@@ -14,7 +14,7 @@ import (
 
 	"github.com/guestlink/guestlink/agent/agenttest"
 	"github.com/guestlink/guestlink/core/linkhost"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // BenchmarkGuestGetInfo compares GET /1.0 as a guest application sees it
@@ -56,7 +56,7 @@ func BenchmarkGuestGetInfo(b *testing.B) {
 			if err != nil {
 				return
 			}
-			_ = r.d.srv.ServeConn(c, linkhost.Identity{InstanceUUID: r.inst.UUID, Link: sdk.LinkHybrid})
+			_ = r.d.srv.ServeConn(c, linkhost.Identity{InstanceUUID: r.inst.UUID, Link: contract.LinkHybrid})
 		}
 	}()
 	certs, err := r.store.LoadInstance(r.inst.Name)

@@ -15,7 +15,7 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/statebudget"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 	"github.com/guestlink/guestlink/plugins/shared/ringbuffer"
 )
 
@@ -27,9 +27,9 @@ import (
 // ringGuest is a running guest seen by one monitor: its ring buffer and
 // what the monitor recorded.
 type ringGuest struct {
-	sdk.Backend // only ReadRing is used
-	ring        *ringbuffer.Ring
-	inst        *instance.Instance
+	contract.Backend // only ReadRing is used
+	ring             *ringbuffer.Ring
+	inst             *instance.Instance
 
 	mu        sync.Mutex
 	reads     int
@@ -39,7 +39,7 @@ type ringGuest struct {
 	throttles []string // budgets, one per recorded episode
 }
 
-func (g *ringGuest) ReadRing(_ context.Context, _ sdk.Handle, max int) ([]byte, error) {
+func (g *ringGuest) ReadRing(_ context.Context, _ contract.Handle, max int) ([]byte, error) {
 	data := g.ring.Read(max)
 	g.mu.Lock()
 	g.reads++
@@ -62,8 +62,8 @@ func (g *ringGuest) SetAgentState(_ context.Context, _ string, st instance.Agent
 	return nil
 }
 
-func (g *ringGuest) Runtime(context.Context, string) (sdk.Backend, sdk.Handle, error) {
-	return g, sdk.Handle("h"), nil
+func (g *ringGuest) Runtime(context.Context, string) (contract.Backend, contract.Handle, error) {
+	return g, contract.Handle("h"), nil
 }
 
 func (g *ringGuest) GuestThrottled(_ context.Context, _, budget, _ string) error {
@@ -85,9 +85,9 @@ func (g *ringGuest) counts() (reads int, changes []instance.AgentState, last ins
 // at once, which leaves the ring reads alone under test.
 type deadLinks struct{}
 
-func (deadLinks) Port() uint32                           { return 1 }
-func (deadLinks) Attach(string, *sdk.LinkEndpoint) error { return nil }
-func (deadLinks) Detach(string)                          {}
+func (deadLinks) Port() uint32                                { return 1 }
+func (deadLinks) Attach(string, *contract.LinkEndpoint) error { return nil }
+func (deadLinks) Detach(string)                               {}
 func (deadLinks) DialAgent(context.Context, string) (net.Conn, error) {
 	return nil, errors.New("no agent link in this test")
 }
@@ -135,7 +135,7 @@ func startRingGuest(t *testing.T, certs *pki.Store, ringSize int, mutate func(*C
 // and the backend announces them.
 func (g *ringGuest) write(svc *Service, p []byte) {
 	g.ring.Write(p)
-	svc.BackendEvent(g.inst, sdk.Event{UUID: g.inst.UUID, Kind: sdk.EventRingData})
+	svc.BackendEvent(g.inst, contract.Event{UUID: g.inst.UUID, Kind: contract.EventRingData})
 }
 
 // TestRingFlood floods the ring for 10 simulated seconds, a write every

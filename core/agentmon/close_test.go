@@ -12,21 +12,21 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // stuckGuests are running instances whose ring reads never answer: a
 // read returns only when its context ends, and counts how it ended.
 type stuckGuests struct {
-	sdk.Backend // only ReadRing is used
-	mu          sync.Mutex
-	insts       map[string]*instance.Instance
-	reading     atomic.Int64 // reads waiting now
-	cancelled   atomic.Int64 // reads ended by a cancel
-	timedOut    atomic.Int64 // reads ended by their timeout
+	contract.Backend // only ReadRing is used
+	mu               sync.Mutex
+	insts            map[string]*instance.Instance
+	reading          atomic.Int64 // reads waiting now
+	cancelled        atomic.Int64 // reads ended by a cancel
+	timedOut         atomic.Int64 // reads ended by their timeout
 }
 
-func (g *stuckGuests) ReadRing(ctx context.Context, _ sdk.Handle, _ int) ([]byte, error) {
+func (g *stuckGuests) ReadRing(ctx context.Context, _ contract.Handle, _ int) ([]byte, error) {
 	g.reading.Add(1)
 	defer g.reading.Add(-1)
 	<-ctx.Done()
@@ -48,8 +48,8 @@ func (g *stuckGuests) SetAgentState(context.Context, string, instance.AgentState
 	return nil
 }
 
-func (g *stuckGuests) Runtime(context.Context, string) (sdk.Backend, sdk.Handle, error) {
-	return g, sdk.Handle("h"), nil
+func (g *stuckGuests) Runtime(context.Context, string) (contract.Backend, contract.Handle, error) {
+	return g, contract.Handle("h"), nil
 }
 
 // stuckLinks are guest links whose agents never answer a dial: it returns

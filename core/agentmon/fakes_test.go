@@ -21,7 +21,7 @@ import (
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/hybrid"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // changes wakes waitFor whenever a fake records something (a ring read or
@@ -53,14 +53,14 @@ func (b *broadcast) notify() {
 
 // fakeRing is a guest ring buffer: writes append, reads consume.
 type fakeRing struct {
-	sdk.Backend // other methods are not used
-	mu          sync.Mutex
-	buf         []byte
-	reads       int
-	times       []time.Time // when each read began
+	contract.Backend // other methods are not used
+	mu               sync.Mutex
+	buf              []byte
+	reads            int
+	times            []time.Time // when each read began
 }
 
-func (r *fakeRing) ReadRing(_ context.Context, _ sdk.Handle, max int) ([]byte, error) {
+func (r *fakeRing) ReadRing(_ context.Context, _ contract.Handle, max int) ([]byte, error) {
 	defer changes.notify()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -151,14 +151,14 @@ func (f *fakeInstances) SetAgentState(_ context.Context, uuid string, st instanc
 	return nil
 }
 
-func (f *fakeInstances) Runtime(_ context.Context, uuid string) (sdk.Backend, sdk.Handle, error) {
+func (f *fakeInstances) Runtime(_ context.Context, uuid string) (contract.Backend, contract.Handle, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	r, ok := f.rings[uuid]
 	if !ok {
 		return nil, nil, fmt.Errorf("instance %s: %w", uuid, errdefs.ErrNotFound)
 	}
-	return r, sdk.Handle("h"), nil
+	return r, contract.Handle("h"), nil
 }
 
 func (f *fakeInstances) calls(uuid string) []stateCall {

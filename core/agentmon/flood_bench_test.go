@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 	"github.com/guestlink/guestlink/plugins/shared/ringbuffer"
 )
 
@@ -89,15 +89,15 @@ func TestRingFloodGuestProcess(t *testing.T) {
 
 // floodBackend reads the flooding guest's ring over its connection.
 type floodBackend struct {
-	sdk.Backend // only ReadRing is used
-	inst        *instance.Instance
+	contract.Backend // only ReadRing is used
+	inst             *instance.Instance
 
 	mu    sync.Mutex
 	conn  net.Conn
 	reads int
 }
 
-func (f *floodBackend) ReadRing(_ context.Context, _ sdk.Handle, max int) ([]byte, error) {
+func (f *floodBackend) ReadRing(_ context.Context, _ contract.Handle, max int) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads++
@@ -128,8 +128,8 @@ func (f *floodBackend) SetAgentState(context.Context, string, instance.AgentStat
 	return nil
 }
 
-func (f *floodBackend) Runtime(context.Context, string) (sdk.Backend, sdk.Handle, error) {
-	return f, sdk.Handle("h"), nil
+func (f *floodBackend) Runtime(context.Context, string) (contract.Backend, contract.Handle, error) {
+	return f, contract.Handle("h"), nil
 }
 
 // startFloodGuest starts the flooding guest process and returns its two
@@ -222,7 +222,7 @@ func BenchmarkRingFlood(b *testing.B) {
 			go func() { // the backend's event stream: one event per announcement
 				defer close(forwarded)
 				buf := make([]byte, 4096)
-				ev := sdk.Event{UUID: be.inst.UUID, Kind: sdk.EventRingData}
+				ev := contract.Event{UUID: be.inst.UUID, Kind: contract.EventRingData}
 				for {
 					n, err := evConn.Read(buf)
 					for range n {

@@ -9,7 +9,7 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 type env struct {
@@ -63,7 +63,7 @@ func newEnv(t *testing.T, mutate func(*Config)) *env {
 // guest creates a running instance with a hybrid link and its agent.
 type guest struct {
 	inst  *instance.Instance
-	ep    *sdk.LinkEndpoint
+	ep    *contract.LinkEndpoint
 	ring  *fakeRing
 	agent *fakeAgent
 }
@@ -86,7 +86,7 @@ func (e *env) guest(name string) *guest {
 	if err := os.MkdirAll(gdir, 0o700); err != nil {
 		e.t.Fatal(err)
 	}
-	ep := &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(gdir, "link.sock")}
+	ep := &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: filepath.Join(gdir, "link.sock")}
 	return &guest{inst: clone(inst), ep: ep, ring: ring, agent: startFakeAgent(e.t, ep.Path, certs)}
 }
 
@@ -125,7 +125,7 @@ func waitUntil(d time.Duration, cond func() bool) bool {
 func (e *env) feed(g *guest, s string) {
 	e.t.Helper()
 	g.ring.write(s)
-	e.svc.BackendEvent(g.inst, sdk.Event{UUID: g.inst.UUID, Kind: sdk.EventRingData})
+	e.svc.BackendEvent(g.inst, contract.Event{UUID: g.inst.UUID, Kind: contract.EventRingData})
 	waitFor(e.t, "the ring to be read", g.ring.empty)
 }
 
@@ -145,7 +145,7 @@ func (e *env) barrier(g *guest) {
 	e.t.Helper()
 	r0 := g.ring.readCount()
 	for i := 1; i <= 2; i++ {
-		e.svc.BackendEvent(g.inst, sdk.Event{UUID: g.inst.UUID, Kind: sdk.EventRingData})
+		e.svc.BackendEvent(g.inst, contract.Event{UUID: g.inst.UUID, Kind: contract.EventRingData})
 		waitFor(e.t, "a ring read", func() bool { return g.ring.readCount() >= r0+i })
 	}
 }

@@ -8,19 +8,19 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // hbBackend is a batch-reading backend whose every ring holds one
 // heartbeat word.
-type hbBackend struct{ sdk.Backend }
+type hbBackend struct{ contract.Backend }
 
 var hbWord = []byte("CONNECTED\n")
 
-func (hbBackend) ReadRing(context.Context, sdk.Handle, int) ([]byte, error) { return hbWord, nil }
+func (hbBackend) ReadRing(context.Context, contract.Handle, int) ([]byte, error) { return hbWord, nil }
 
-func (hbBackend) ReadRings(_ context.Context, reads []sdk.RingRead) ([]sdk.RingData, error) {
-	out := make([]sdk.RingData, len(reads))
+func (hbBackend) ReadRings(_ context.Context, reads []contract.RingRead) ([]contract.RingData, error) {
+	out := make([]contract.RingData, len(reads))
 	for i := range out {
 		out[i].Data = hbWord
 	}
@@ -31,7 +31,7 @@ func (hbBackend) ReadRings(_ context.Context, reads []sdk.RingRead) ([]sdk.RingD
 // heartbeat shortcut stores only the time.
 type hbInstances struct {
 	Instances
-	be    sdk.Backend
+	be    contract.Backend
 	calls atomic.Int64
 }
 
@@ -46,8 +46,8 @@ func (f *hbInstances) RecordHeartbeat(string, instance.AgentState, time.Time) bo
 	return true
 }
 
-func (f *hbInstances) Runtime(context.Context, string) (sdk.Backend, sdk.Handle, error) {
-	return f.be, sdk.Handle("h"), nil
+func (f *hbInstances) Runtime(context.Context, string) (contract.Backend, contract.Handle, error) {
+	return f.be, contract.Handle("h"), nil
 }
 
 // BenchmarkHeartbeat is the daemon's work for one heartbeat of a connected

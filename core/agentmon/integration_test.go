@@ -21,7 +21,7 @@ import (
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/link/ringproto"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 	"github.com/guestlink/guestlink/transport/devlxd"
 )
 
@@ -142,7 +142,7 @@ type realAgent struct {
 	d     *daemon
 	proc  *agenttest.Process
 	inst  *instance.Instance
-	ep    *sdk.LinkEndpoint
+	ep    *contract.LinkEndpoint
 }
 
 // startRealAgent builds and starts the agent and waits until it is
@@ -176,7 +176,7 @@ func startRealAgent(t testing.TB) *realAgent {
 		}
 	}
 	pipeRing(t, r.g.Root, ring)
-	r.ep = &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: r.g.UDS}
+	r.ep = &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: r.g.UDS}
 	r.proc = agenttest.StartAgent(t, bin, r.g, "--heartbeat", "500ms")
 	r.d.svc.GuestRunning(clone(r.inst), r.ep)
 	r.waitConnected(t, r.d.svc)

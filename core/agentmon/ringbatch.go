@@ -6,10 +6,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
-// Ring reads of backends that read batches (sdk.RingBatchReader) are
+// Ring reads of backends that read batches (contract.RingBatchReader) are
 // gathered: a read that finds the batcher idle goes at once (a lone guest's
 // word is read as soon as it is announced: with LXD's 16-byte ring a later
 // read may find STARTED already overwritten by CONNECTED); reads that come
@@ -29,7 +29,7 @@ const (
 
 // ringBatcher gathers the ring reads of one backend.
 type ringBatcher struct {
-	backend sdk.Backend
+	backend contract.Backend
 	timeout time.Duration
 	calls   chan struct{} // a slot per batch call in flight
 
@@ -40,17 +40,17 @@ type ringBatcher struct {
 
 // ringRead is one monitor's read waiting in a batch.
 type ringRead struct {
-	h    sdk.Handle
+	h    contract.Handle
 	max  int
-	res  sdk.RingData
+	res  contract.RingData
 	done chan struct{}
 }
 
 // batcher returns the batcher of backend, creating it on first use, or nil
 // when backend does not read batches (or cannot be told apart from
 // another, as a map key).
-func (s *Service) batcher(backend sdk.Backend) *ringBatcher {
-	rd, ok := backend.(sdk.RingBatchReader)
+func (s *Service) batcher(backend contract.Backend) *ringBatcher {
+	rd, ok := backend.(contract.RingBatchReader)
 	if !ok || !reflect.TypeOf(rd).Comparable() {
 		return nil
 	}
@@ -65,7 +65,7 @@ func (s *Service) batcher(backend sdk.Backend) *ringBatcher {
 }
 
 // read queues a read and waits for its batch (or ctx).
-func (b *ringBatcher) read(ctx context.Context, h sdk.Handle, max int) ([]byte, error) {
+func (b *ringBatcher) read(ctx context.Context, h contract.Handle, max int) ([]byte, error) {
 	r := &ringRead{h: h, max: max, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
@@ -117,12 +117,12 @@ func (b *ringBatcher) run() {
 // slot.
 func (b *ringBatcher) call(batch []*ringRead) {
 	defer func() { <-b.calls }()
-	reads := make([]sdk.RingRead, len(batch))
+	reads := make([]contract.RingRead, len(batch))
 	for i, r := range batch {
-		reads[i] = sdk.RingRead{Handle: r.h, Max: r.max}
+		reads[i] = contract.RingRead{Handle: r.h, Max: r.max}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-	res := sdk.ReadRings(ctx, b.backend, reads)
+	res := contract.ReadRings(ctx, b.backend, reads)
 	cancel()
 	for i, r := range batch {
 		r.res = res[i]

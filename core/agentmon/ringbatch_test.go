@@ -9,7 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 	"github.com/guestlink/guestlink/plugins/sdk/sdktest"
 )
 
@@ -21,15 +21,15 @@ type batchBackend struct {
 	reads int
 }
 
-func (b *batchBackend) ReadRings(_ context.Context, reads []sdk.RingRead) ([]sdk.RingData, error) {
+func (b *batchBackend) ReadRings(_ context.Context, reads []contract.RingRead) ([]contract.RingData, error) {
 	b.mu.Lock()
 	b.calls++
 	b.reads += len(reads)
 	b.mu.Unlock()
-	out := make([]sdk.RingData, len(reads))
+	out := make([]contract.RingData, len(reads))
 	for i, r := range reads {
 		if string(r.Handle) == "gone" {
-			out[i].Err = fmt.Errorf("no such guest: %w", sdk.ErrNotFound)
+			out[i].Err = fmt.Errorf("no such guest: %w", contract.ErrNotFound)
 			continue
 		}
 		out[i].Data = []byte(string(r.Handle) + "\n")
@@ -58,15 +58,15 @@ func TestRingBatcher(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			h := fmt.Sprintf("g%d", i)
-			data, err := b.read(context.Background(), sdk.Handle(h), RingReadMax)
+			data, err := b.read(context.Background(), contract.Handle(h), RingReadMax)
 			if err != nil || string(data) != h+"\n" {
 				errs <- fmt.Errorf("read of %s = %q, %v", h, data, err)
 			}
 		})
 	}
 	wg.Go(func() {
-		if _, err := b.read(context.Background(), sdk.Handle("gone"), RingReadMax); !errors.Is(err, sdk.ErrNotFound) {
-			errs <- fmt.Errorf("read of a gone guest: %v, want sdk.ErrNotFound", err)
+		if _, err := b.read(context.Background(), contract.Handle("gone"), RingReadMax); !errors.Is(err, contract.ErrNotFound) {
+			errs <- fmt.Errorf("read of a gone guest: %v, want contract.ErrNotFound", err)
 		}
 	})
 	wg.Wait()
@@ -95,14 +95,14 @@ func TestRingBatcherLoneReadAtOnce(t *testing.T) {
 		}
 		b := svc.batcher(&batchBackend{})
 		start := time.Now()
-		if data, err := b.read(context.Background(), sdk.Handle("g1"), RingReadMax); err != nil || string(data) != "g1\n" {
+		if data, err := b.read(context.Background(), contract.Handle("g1"), RingReadMax); err != nil || string(data) != "g1\n" {
 			t.Fatalf("lone read = %q, %v", data, err)
 		}
 		if took := time.Since(start); took != 0 {
 			t.Fatalf("a lone read took %v of fake time, want 0 (no linger)", took)
 		}
 		start = time.Now()
-		if _, err := b.read(context.Background(), sdk.Handle("g2"), RingReadMax); err != nil {
+		if _, err := b.read(context.Background(), contract.Handle("g2"), RingReadMax); err != nil {
 			t.Fatal(err)
 		}
 		if took := time.Since(start); took != ringBatchLinger {

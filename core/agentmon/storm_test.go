@@ -17,7 +17,7 @@ import (
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/statebudget"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 	"github.com/guestlink/guestlink/transport/devlxd"
 )
 
@@ -65,7 +65,7 @@ func TestDevlxdAndRingStormRealAgent(t *testing.T) {
 		}
 	}
 	pipeRing(t, r.g.Root, ring)
-	r.ep = &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: r.g.UDS}
+	r.ep = &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: r.g.UDS}
 	r.proc = agenttest.StartAgent(t, bin, r.g, "--heartbeat", "500ms")
 	r.d.svc.GuestRunning(clone(r.inst), r.ep)
 	r.waitConnected(t, r.d.svc)
@@ -117,7 +117,7 @@ func TestDevlxdAndRingStormRealAgent(t *testing.T) {
 	words := []string{"STARTED\n", "CONNECTED\n"}
 	for i := 0; time.Since(start) < storm; i++ { // the guest writing words to its ring
 		ring.write(words[i%2])
-		r.d.svc.BackendEvent(r.inst, sdk.Event{UUID: r.inst.UUID, Kind: sdk.EventRingData})
+		r.d.svc.BackendEvent(r.inst, contract.Event{UUID: r.inst.UUID, Kind: contract.EventRingData})
 		time.Sleep(10 * time.Millisecond) // the storm's pace, not a wait for anything
 	}
 	wg.Wait()

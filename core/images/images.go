@@ -3,7 +3,7 @@
 // metadata and aliases in the database (db.ImageStore). Import streams a
 // file into the store (never holding it in memory) and, from a raw ext4
 // image, extracts the kernel and initrd for direct boot with debugfs
-// (e2fsprogs; no mounts, no root). Backends get an image as an sdk.Image.
+// (e2fsprogs; no mounts, no root). Backends get an image as an contract.Image.
 package images
 
 import (
@@ -26,7 +26,7 @@ import (
 
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // ImageStore gives devlxd read access to the host's image store. It is a
@@ -638,12 +638,12 @@ func (s *Store) SetPublic(ctx context.Context, ref string, public bool) (*Image,
 }
 
 // Spec returns what a backend is told about the image fp.
-func (s *Store) Spec(ctx context.Context, fp string) (*sdk.Image, error) {
+func (s *Store) Spec(ctx context.Context, fp string) (*contract.Image, error) {
 	im, err := s.db.Image(ctx, fp)
 	if err != nil {
 		return nil, err
 	}
-	out := &sdk.Image{Fingerprint: fp, Path: s.diskPath(fp), Format: im.Format}
+	out := &contract.Image{Fingerprint: fp, Path: s.diskPath(fp), Format: im.Format}
 	if im.Kernel {
 		out.Kernel = s.kernelPath(fp)
 	}

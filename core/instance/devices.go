@@ -15,13 +15,13 @@ import (
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 	"github.com/guestlink/guestlink/plugins/sdk/hostfwd"
 )
 
 // CapHotplug is the capability of a backend that adds and removes devices
 // of a running guest (plugin contract hotplug.v1).
-const CapHotplug = sdk.CapHotplug
+const CapHotplug = contract.CapHotplug
 
 // VolumeChecker says whether a storage volume exists (core/storage
 // implements it).
@@ -37,7 +37,7 @@ type VolumeChecker interface {
 type Hotplugger interface {
 	// UpdateDevices adds (or replaces) the devices in add and removes
 	// those in remove on the running guest h.
-	UpdateDevices(ctx context.Context, h sdk.Handle, add map[string]sdk.Device, remove []string) error
+	UpdateDevices(ctx context.Context, h contract.Handle, add map[string]contract.Device, remove []string) error
 }
 
 type deviceConfig struct {
@@ -221,16 +221,16 @@ func storeHwaddrs(config map[string]string, uuid string, devs map[string]map[str
 
 // VolumePather gives the host file of a storage volume; a VolumeChecker
 // that implements it (core/storage) lets the manager hand backends the
-// files of disk devices (sdk.KeyVolumePath).
+// files of disk devices (contract.KeyVolumePath).
 type VolumePather interface {
 	VolumePath(ctx context.Context, pool, name string) (string, error)
 }
 
-// resolveVolumes adds sdk.KeyVolumePath to every disk device of a pool
+// resolveVolumes adds contract.KeyVolumePath to every disk device of a pool
 // volume, and of a host path when those are allowed, for the backend. A
 // host path that is not allowed is an error when strict (a hot-plug) and
 // is left out otherwise (a start: such a disk is not attached).
-func (m *Manager) resolveVolumes(ctx context.Context, devs map[string]sdk.Device, strict bool) error {
+func (m *Manager) resolveVolumes(ctx context.Context, devs map[string]contract.Device, strict bool) error {
 	vp, ok := m.devices.volumes.(VolumePather)
 	for name, d := range devs {
 		if d["type"] == "disk" && d["pool"] == "" && strings.HasPrefix(d["source"], "/") {
@@ -241,7 +241,7 @@ func (m *Manager) resolveVolumes(ctx context.Context, devs map[string]sdk.Device
 				}
 				return fmt.Errorf("disk %q: source %q is a host path and host paths are not allowed (guestlinkd --allow-disk-paths): %w", name, d["source"], errdefs.ErrInvalid)
 			}
-			d[sdk.KeyVolumePath] = d["source"]
+			d[contract.KeyVolumePath] = d["source"]
 			continue
 		}
 		if d["type"] != "disk" || d["pool"] == "" || d["source"] == "" {
@@ -254,7 +254,7 @@ func (m *Manager) resolveVolumes(ctx context.Context, devs map[string]sdk.Device
 		if err != nil {
 			return fmt.Errorf("disk %q: %w", name, err)
 		}
-		d[sdk.KeyVolumePath] = path
+		d[contract.KeyVolumePath] = path
 	}
 	return nil
 }
@@ -305,7 +305,7 @@ func (m *Manager) UpdateDevices(ctx context.Context, name string, u DeviceUpdate
 		}
 	}
 	if rec.PowerState == status.PowerRunning {
-		if err := m.hotplug(ctx, rec.Backend, sdk.Handle(slices.Clone(rec.Handle)), u); err != nil {
+		if err := m.hotplug(ctx, rec.Backend, contract.Handle(slices.Clone(rec.Handle)), u); err != nil {
 			return nil, wrap(err)
 		}
 	}
@@ -423,7 +423,7 @@ func mergeKeys(a, b map[string]string) map[string]string {
 
 // hotplug applies a device change to a running guest, or says precisely
 // why it cannot.
-func (m *Manager) hotplug(ctx context.Context, backend string, h sdk.Handle, u DeviceUpdate) error {
+func (m *Manager) hotplug(ctx context.Context, backend string, h contract.Handle, u DeviceUpdate) error {
 	b, info, err := m.backendInfo(ctx, backend)
 	if err != nil {
 		return err
@@ -432,9 +432,9 @@ func (m *Manager) hotplug(ctx context.Context, backend string, h sdk.Handle, u D
 	if !ok || !slices.Contains(info.Capabilities, CapHotplug) {
 		return fmt.Errorf("backend %s cannot hot-plug devices; stop the instance first: %w", backend, errdefs.ErrConflict)
 	}
-	add := make(map[string]sdk.Device, len(u.Put))
+	add := make(map[string]contract.Device, len(u.Put))
 	for n, d := range u.Put {
-		add[n] = sdk.Device(maps.Clone(d))
+		add[n] = contract.Device(maps.Clone(d))
 	}
 	if err := m.resolveVolumes(ctx, add, true); err != nil {
 		return err

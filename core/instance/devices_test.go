@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 	"github.com/guestlink/guestlink/plugins/sdk/hostfwd/hostfwdtest"
 )
 
@@ -204,7 +204,7 @@ type hotplugBackend struct {
 	fail  error
 }
 
-func (h *hotplugBackend) Info(ctx context.Context) (*sdk.Info, error) {
+func (h *hotplugBackend) Info(ctx context.Context) (*contract.Info, error) {
 	info, err := h.fakeBackend.Info(ctx)
 	if err == nil {
 		info.Capabilities = append(info.Capabilities, CapHotplug)
@@ -212,12 +212,12 @@ func (h *hotplugBackend) Info(ctx context.Context) (*sdk.Info, error) {
 	return info, err
 }
 
-func (h *hotplugBackend) UpdateDevices(_ context.Context, _ sdk.Handle, add map[string]sdk.Device, remove []string) error {
+func (h *hotplugBackend) UpdateDevices(_ context.Context, _ contract.Handle, add map[string]contract.Device, remove []string) error {
 	if h.fail != nil {
 		return h.fail
 	}
 	for n, d := range add {
-		h.calls = append(h.calls, "add "+n+" "+d[sdk.KeyVolumePath])
+		h.calls = append(h.calls, "add "+n+" "+d[contract.KeyVolumePath])
 	}
 	for _, n := range remove {
 		h.calls = append(h.calls, "remove "+n)
@@ -260,10 +260,10 @@ func TestUpdateDevicesHotplug(t *testing.T) {
 	}
 }
 
-// anyBackends is a BackendSource of any sdk.Backend.
-type anyBackends map[string]sdk.Backend
+// anyBackends is a BackendSource of any contract.Backend.
+type anyBackends map[string]contract.Backend
 
-func (s anyBackends) Backend(name string) (sdk.Backend, error) {
+func (s anyBackends) Backend(name string) (contract.Backend, error) {
 	b, ok := s[name]
 	if !ok {
 		return nil, fmt.Errorf("backend %q: %w", name, errdefs.ErrNotFound)

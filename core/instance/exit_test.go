@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/events"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // TestGuestExit checks how the end of a guest's process shows: Stopped
@@ -19,20 +19,20 @@ import (
 func TestGuestExit(t *testing.T) {
 	tests := []struct {
 		name      string
-		ev        sdk.Event
+		ev        contract.Event
 		status    string
 		err       string // Details["error"]
 		exit      string // the event's context
 		timeline  string // the state entry's detail
 		ctxDetail string // the event's "detail" or "error"
 	}{
-		{"poweroff", sdk.Event{Exit: sdk.ExitPoweroff}, "Stopped", "", "poweroff", "guest powered off", ""},
-		{"poweroff with a detail", sdk.Event{Exit: sdk.ExitPoweroff, Detail: "exit status 0 (guest)"},
+		{"poweroff", contract.Event{Exit: contract.ExitPoweroff}, "Stopped", "", "poweroff", "guest powered off", ""},
+		{"poweroff with a detail", contract.Event{Exit: contract.ExitPoweroff, Detail: "exit status 0 (guest)"},
 			"Stopped", "", "poweroff", "guest powered off: exit status 0 (guest)", "exit status 0 (guest)"},
-		{"unclassified with a detail", sdk.Event{Detail: "process ended"},
+		{"unclassified with a detail", contract.Event{Detail: "process ended"},
 			"Stopped", "", "poweroff", "guest powered off: process ended", "process ended"},
-		{"crash", sdk.Event{Exit: sdk.ExitCrash}, "Error", "the guest crashed", "crash", "the guest crashed", "the guest crashed"},
-		{"crash with a detail", sdk.Event{Exit: sdk.ExitCrash, Detail: "signal: killed (guest)"},
+		{"crash", contract.Event{Exit: contract.ExitCrash}, "Error", "the guest crashed", "crash", "the guest crashed", "the guest crashed"},
+		{"crash with a detail", contract.Event{Exit: contract.ExitCrash, Detail: "signal: killed (guest)"},
 			"Error", "signal: killed (guest)", "crash", "guest crashed: signal: killed (guest)", "signal: killed (guest)"},
 	}
 	for _, tt := range tests {
@@ -44,7 +44,7 @@ func TestGuestExit(t *testing.T) {
 			}
 			e.be.kill(inst.UUID) // the process ended, then the backend says so
 			ev := tt.ev
-			ev.UUID, ev.Kind, ev.Time = inst.UUID, sdk.EventExited, time.Now()
+			ev.UUID, ev.Kind, ev.Time = inst.UUID, contract.EventExited, time.Now()
 			e.m.HandleBackendEvent("fake", ev)
 			got := e.get("web1")
 			if got.Status != tt.status || got.Details["error"] != tt.err {

@@ -15,20 +15,20 @@ import (
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
-// fakeBackend is an in-process sdk.Backend for the manager's unit tests.
-// Its errors carry errdefs kinds, as core/pluginhost's translated ones do.
+// fakeBackend is an in-process contract.Backend for the manager's unit tests.
+// Its errors carry errdefs kinds, as plugins/pluginhost's translated ones do.
 type fakeBackend struct {
 	name     string
 	delay    time.Duration // added to Start and Stop
-	stateful bool          // announce sdk.CapStateful
-	disk     bool          // announce sdk.CapDisk
-	nic      bool          // announce sdk.CapNICUser
+	stateful bool          // announce contract.CapStateful
+	disk     bool          // announce contract.CapDisk
+	nic      bool          // announce contract.CapNICUser
 	// onStart and onStop run inside Start and Stop (to send events
 	// while an operation runs).
-	onStart func(spec *sdk.GuestSpec)
+	onStart func(spec *contract.GuestSpec)
 	onStop  func(uuid string)
 	// onRecover runs at the end of Recover, before it answers.
 	onRecover func(uuid string)
@@ -46,27 +46,27 @@ type fakeGuest struct {
 	running  bool
 	busy     bool
 	stateful bool
-	spec     *sdk.GuestSpec
+	spec     *contract.GuestSpec
 }
 
-var _ sdk.Backend = (*fakeBackend)(nil)
+var _ contract.Backend = (*fakeBackend)(nil)
 
 func newFakeBackend(name string) *fakeBackend {
 	return &fakeBackend{name: name, guests: map[string]*fakeGuest{}}
 }
 
-func (f *fakeBackend) Info(context.Context) (*sdk.Info, error) {
-	caps := []sdk.Capability{sdk.CapRecover, sdk.CapLinkHybrid}
+func (f *fakeBackend) Info(context.Context) (*contract.Info, error) {
+	caps := []contract.Capability{contract.CapRecover, contract.CapLinkHybrid}
 	if f.stateful {
-		caps = append(caps, sdk.CapStateful)
+		caps = append(caps, contract.CapStateful)
 	}
 	if f.disk {
-		caps = append(caps, sdk.CapDisk)
+		caps = append(caps, contract.CapDisk)
 	}
 	if f.nic {
-		caps = append(caps, sdk.CapNICUser)
+		caps = append(caps, contract.CapNICUser)
 	}
-	return &sdk.Info{Name: f.name, Version: "1", ConfigPrefixes: []string{"fake."}, Capabilities: caps}, nil
+	return &contract.Info{Name: f.name, Version: "1", ConfigPrefixes: []string{"fake."}, Capabilities: caps}, nil
 }
 
 func (f *fakeBackend) record(call string) {
@@ -76,7 +76,7 @@ func (f *fakeBackend) record(call string) {
 }
 
 // enter marks the guest busy for a call and reports overlapping calls.
-func (f *fakeBackend) enter(h sdk.Handle) (*fakeGuest, func(), error) {
+func (f *fakeBackend) enter(h contract.Handle) (*fakeGuest, func(), error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	g, ok := f.guests[string(h)]
@@ -90,7 +90,7 @@ func (f *fakeBackend) enter(h sdk.Handle) (*fakeGuest, func(), error) {
 	return g, func() { f.mu.Lock(); g.busy = false; f.mu.Unlock() }, nil
 }
 
-func (f *fakeBackend) Create(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle, error) {
+func (f *fakeBackend) Create(_ context.Context, spec *contract.GuestSpec) (contract.Handle, error) {
 	for k := range spec.Config {
 		if strings.HasPrefix(k, "fake.") && k != "fake.cmd" && k != "fake.fail" {
 			return nil, fmt.Errorf("unknown configuration key %q: %w", k, errdefs.ErrInvalid)
@@ -102,10 +102,10 @@ func (f *fakeBackend) Create(_ context.Context, spec *sdk.GuestSpec) (sdk.Handle
 	h := fmt.Sprintf(`{"id":%d}`, f.seq)
 	f.guests[h] = &fakeGuest{uuid: spec.UUID, spec: spec}
 	f.calls = append(f.calls, "create "+spec.Name)
-	return sdk.Handle(h), nil
+	return contract.Handle(h), nil
 }
 
-func (f *fakeBackend) Start(_ context.Context, h sdk.Handle, spec *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
+func (f *fakeBackend) Start(_ context.Context, h contract.Handle, spec *contract.GuestSpec) (contract.Handle, *contract.GuestState, error) {
 	g, leave, err := f.enter(h)
 	if err != nil {
 		return nil, nil, err
@@ -131,10 +131,10 @@ func (f *fakeBackend) Start(_ context.Context, h sdk.Handle, spec *sdk.GuestSpec
 		f.onStart(spec)
 		f.mu.Lock()
 	}
-	return h, &sdk.GuestState{Status: sdk.StatusRunning, PID: 42, Details: map[string]string{"devlxd_socket": "/run/" + spec.Name + "/sock"}}, nil
+	return h, &contract.GuestState{Status: contract.StatusRunning, PID: 42, Details: map[string]string{"devlxd_socket": "/run/" + spec.Name + "/sock"}}, nil
 }
 
-func (f *fakeBackend) Stop(_ context.Context, h sdk.Handle, opts sdk.StopOptions) (*sdk.GuestState, error) {
+func (f *fakeBackend) Stop(_ context.Context, h contract.Handle, opts contract.StopOptions) (*contract.GuestState, error) {
 	g, leave, err := f.enter(h)
 	if err != nil {
 		return nil, err
@@ -151,10 +151,10 @@ func (f *fakeBackend) Stop(_ context.Context, h sdk.Handle, opts sdk.StopOptions
 		f.onStop(g.uuid)
 		f.mu.Lock()
 	}
-	return &sdk.GuestState{Status: sdk.StatusStopped}, nil
+	return &contract.GuestState{Status: contract.StatusStopped}, nil
 }
 
-func (f *fakeBackend) Delete(_ context.Context, h sdk.Handle) error {
+func (f *fakeBackend) Delete(_ context.Context, h contract.Handle) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	g, ok := f.guests[string(h)]
@@ -168,33 +168,35 @@ func (f *fakeBackend) Delete(_ context.Context, h sdk.Handle) error {
 	return nil
 }
 
-func (f *fakeBackend) State(_ context.Context, h sdk.Handle) (*sdk.GuestState, error) {
+func (f *fakeBackend) State(_ context.Context, h contract.Handle) (*contract.GuestState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	g, ok := f.guests[string(h)]
 	if !ok {
 		return nil, errdefs.ErrNotFound
 	}
-	st := sdk.StatusStopped
+	st := contract.StatusStopped
 	if g.running {
-		st = sdk.StatusRunning
+		st = contract.StatusRunning
 	}
-	return &sdk.GuestState{Status: st, HasSavedState: g.stateful}, nil
+	return &contract.GuestState{Status: st, HasSavedState: g.stateful}, nil
 }
 
-func (f *fakeBackend) Events(ctx context.Context) (<-chan sdk.Event, error) {
-	ch := make(chan sdk.Event)
+func (f *fakeBackend) Events(ctx context.Context) (<-chan contract.Event, error) {
+	ch := make(chan contract.Event)
 	close(ch)
 	return ch, nil
 }
 
-func (f *fakeBackend) ReadRing(context.Context, sdk.Handle, int) ([]byte, error) { return nil, nil }
-
-func (f *fakeBackend) LinkEndpoint(_ context.Context, h sdk.Handle) (*sdk.LinkEndpoint, error) {
-	return &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: "/run/" + string(h) + ".vsock"}, nil
+func (f *fakeBackend) ReadRing(context.Context, contract.Handle, int) ([]byte, error) {
+	return nil, nil
 }
 
-func (f *fakeBackend) Recover(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
+func (f *fakeBackend) LinkEndpoint(_ context.Context, h contract.Handle) (*contract.LinkEndpoint, error) {
+	return &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: "/run/" + string(h) + ".vsock"}, nil
+}
+
+func (f *fakeBackend) Recover(_ context.Context, h contract.Handle, _ *contract.GuestSpec) (contract.Handle, *contract.GuestState, error) {
 	st, err := f.State(context.Background(), h)
 	if err != nil {
 		return nil, nil, err
@@ -205,7 +207,7 @@ func (f *fakeBackend) Recover(_ context.Context, h sdk.Handle, _ *sdk.GuestSpec)
 		f.mu.Unlock()
 		f.onRecover(uuid)
 	}
-	if st.Status == sdk.StatusRunning {
+	if st.Status == contract.StatusRunning {
 		st.Details = map[string]string{"devlxd_socket": "/run/recovered/sock"}
 	}
 	return h, st, nil
@@ -231,7 +233,7 @@ func (f *fakeBackend) count() int {
 // fakeBackends is a BackendSource of fake backends.
 type fakeBackends map[string]*fakeBackend
 
-func (s fakeBackends) Backend(name string) (sdk.Backend, error) {
+func (s fakeBackends) Backend(name string) (contract.Backend, error) {
 	b, ok := s[name]
 	if !ok {
 		return nil, fmt.Errorf("backend %q (available: fake): %w", name, errdefs.ErrNotFound)
@@ -243,7 +245,7 @@ func (s fakeBackends) Backend(name string) (sdk.Backend, error) {
 type recHooks struct {
 	mu    sync.Mutex
 	calls []string
-	eps   []*sdk.LinkEndpoint
+	eps   []*contract.LinkEndpoint
 	chg   [][]ConfigChange
 }
 
@@ -253,7 +255,7 @@ var (
 )
 
 func (h *recHooks) add(s string) { h.mu.Lock(); h.calls = append(h.calls, s); h.mu.Unlock() }
-func (h *recHooks) GuestRunning(inst *Instance, ep *sdk.LinkEndpoint) {
+func (h *recHooks) GuestRunning(inst *Instance, ep *contract.LinkEndpoint) {
 	h.mu.Lock()
 	h.eps = append(h.eps, ep)
 	h.mu.Unlock()
@@ -262,7 +264,7 @@ func (h *recHooks) GuestRunning(inst *Instance, ep *sdk.LinkEndpoint) {
 func (h *recHooks) GuestStopped(inst *Instance)    { h.add("stopped " + inst.Name) }
 func (h *recHooks) GuestReset(inst *Instance)      { h.add("reset " + inst.Name) }
 func (h *recHooks) InstanceDeleted(inst *Instance) { h.add("deleted " + inst.Name) }
-func (h *recHooks) BackendEvent(inst *Instance, ev sdk.Event) {
+func (h *recHooks) BackendEvent(inst *Instance, ev contract.Event) {
 	h.add(ev.Kind.String() + " " + inst.Name)
 }
 func (h *recHooks) ConfigChanged(inst *Instance, c []ConfigChange) {
@@ -283,9 +285,9 @@ type recFiles struct{ n atomic.Int32 }
 
 var _ FilesProvider = (*recFiles)(nil)
 
-func (f *recFiles) GuestFiles(_ context.Context, inst *Instance) ([]sdk.File, error) {
+func (f *recFiles) GuestFiles(_ context.Context, inst *Instance) ([]contract.File, error) {
 	f.n.Add(1)
-	return []sdk.File{{Path: "agent.crt", Mode: 0o644, Data: []byte(inst.UUID)}}, nil
+	return []contract.File{{Path: "agent.crt", Mode: 0o644, Data: []byte(inst.UUID)}}, nil
 }
 
 // env is a manager on a real SQLite store with a fake backend.

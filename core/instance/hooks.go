@@ -3,7 +3,7 @@ package instance
 import (
 	"context"
 
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // ConfigChange is one changed config key ("" Value means unset).
@@ -22,7 +22,7 @@ type Hooks interface {
 	// GuestRunning is called when an instance's guest runs: after a start,
 	// and for every running instance after the daemon or its plugin
 	// restarted (Recover). It may be called again for the same boot.
-	GuestRunning(inst *Instance, ep *sdk.LinkEndpoint)
+	GuestRunning(inst *Instance, ep *contract.LinkEndpoint)
 	// GuestStopped is called when an instance's guest stopped or was deleted.
 	GuestStopped(inst *Instance)
 	// GuestReset is called when the guest rebooted without its process ending.
@@ -30,11 +30,11 @@ type Hooks interface {
 	// BackendEvent is called for every backend event of a running instance
 	// (ring data, serial port open/close), so the agent monitor reads the
 	// ring buffer when something happened. For the wake-up hints
-	// (sdk.EventRingData, EventPortOpened, EventPortClosed: one per guest
+	// (contract.EventRingData, EventPortOpened, EventPortClosed: one per guest
 	// and heartbeat) inst holds only the instance's Name, UUID and Backend,
 	// not a full view: copying the config, devices and conditions of every
 	// guest at every heartbeat was a tenth of an idle daemon's CPU.
-	BackendEvent(inst *Instance, ev sdk.Event)
+	BackendEvent(inst *Instance, ev contract.Event)
 	// ConfigChanged is called after a running instance's config changed.
 	ConfigChanged(inst *Instance, changes []ConfigChange)
 }
@@ -44,7 +44,7 @@ type Hooks interface {
 // calls it before every start and passes the files in the GuestSpec; core/agentmon
 // implements it.
 type FilesProvider interface {
-	GuestFiles(ctx context.Context, inst *Instance) ([]sdk.File, error)
+	GuestFiles(ctx context.Context, inst *Instance) ([]contract.File, error)
 }
 
 // DeleteHooks is an optional interface of Hooks: InstanceDeleted is called

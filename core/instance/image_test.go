@@ -8,11 +8,11 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // fakeImages is an ImageSource holding images by alias.
-type fakeImages map[string]*sdk.Image
+type fakeImages map[string]*contract.Image
 
 func (f fakeImages) Fingerprint(_ context.Context, ref string) (string, error) {
 	for alias, im := range f {
@@ -23,7 +23,7 @@ func (f fakeImages) Fingerprint(_ context.Context, ref string) (string, error) {
 	return "", fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
 }
 
-func (f fakeImages) Spec(_ context.Context, fp string) (*sdk.Image, error) {
+func (f fakeImages) Spec(_ context.Context, fp string) (*contract.Image, error) {
 	for _, im := range f {
 		if im.Fingerprint == fp {
 			c := *im
@@ -47,7 +47,7 @@ func (f fakeImages) Properties(_ context.Context, fp string) (map[string]string,
 // a backend without disk.v1, a daemon without a store, an unknown image
 // and a user-set volatile.base_image are refused.
 func TestCreateFromImage(t *testing.T) {
-	deb := &sdk.Image{Fingerprint: strings.Repeat("ab", 32), Path: "/s/images/ab", Format: "raw", Kernel: "/s/images/ab.kernel"}
+	deb := &contract.Image{Fingerprint: strings.Repeat("ab", 32), Path: "/s/images/ab", Format: "raw", Kernel: "/s/images/ab.kernel"}
 	e := newEnv(t)
 	e.images = fakeImages{"debian-12": deb}
 	e.m = e.manager()
@@ -82,7 +82,7 @@ func TestCreateFromImage(t *testing.T) {
 		t.Fatalf("config %v lacks %s", inst.Config, KeyBaseImage)
 	}
 	e.be.mu.Lock()
-	var got *sdk.Image
+	var got *contract.Image
 	for _, g := range e.be.guests {
 		if g.uuid == inst.UUID {
 			got = g.spec.Image

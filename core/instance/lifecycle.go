@@ -14,7 +14,7 @@ import (
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // CreateRequest describes a new instance.
@@ -32,8 +32,8 @@ type CreateRequest struct {
 	Profiles []string `json:"profiles"`
 }
 
-// StopOptions says how to stop an instance (see sdk.StopOptions).
-type StopOptions = sdk.StopOptions
+// StopOptions says how to stop an instance (see contract.StopOptions).
+type StopOptions = contract.StopOptions
 
 // Create creates an instance: it validates the request, lets the backend
 // prepare the guest (the backend checks its own config keys), stores the
@@ -104,8 +104,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 		if m.images == nil {
 			return nil, wrap(&ImageError{fmt.Errorf("this daemon has no image store: %w", errdefs.ErrInvalid)})
 		}
-		if !info.Has(sdk.CapDisk) {
-			return nil, wrap(&ImageError{fmt.Errorf("backend %q cannot boot from an image (it does not announce %s): %w", backend, sdk.CapDisk, errdefs.ErrInvalid)})
+		if !info.Has(contract.CapDisk) {
+			return nil, wrap(&ImageError{fmt.Errorf("backend %q cannot boot from an image (it does not announce %s): %w", backend, contract.CapDisk, errdefs.ErrInvalid)})
 		}
 		fp, err := m.images.Fingerprint(ctx, req.Image)
 		if err != nil {
@@ -245,13 +245,13 @@ func (m *Manager) endOp(ctx context.Context, e *entry) {
 }
 
 // powerOf maps a backend status to a power state; unknown gives def.
-func powerOf(s sdk.Status, def string) string {
+func powerOf(s contract.Status, def string) string {
 	switch s {
-	case sdk.StatusRunning:
+	case contract.StatusRunning:
 		return status.PowerRunning
-	case sdk.StatusStopped:
+	case contract.StatusStopped:
 		return status.PowerStopped
-	case sdk.StatusError:
+	case contract.StatusError:
 		return status.PowerError
 	}
 	return def
@@ -261,7 +261,7 @@ func powerOf(s sdk.Status, def string) string {
 // stopped; an instance in Error may be stopped to clean up). The status
 // is Stopping meanwhile. The Ready flag is cleared, the agent forgotten,
 // instance-stopped published and the hooks told. Stateful needs a backend
-// with sdk.CapStateful (errdefs.ErrNotSupported otherwise).
+// with contract.CapStateful (errdefs.ErrNotSupported otherwise).
 func (m *Manager) Stop(ctx context.Context, name string, opts StopOptions, by events.Requestor) error {
 	e, err := m.lookup(ctx, name)
 	if err != nil {
@@ -288,17 +288,17 @@ func (m *Manager) stop(ctx context.Context, e *entry, opts StopOptions, by event
 	if err != nil {
 		return err
 	}
-	if opts.Stateful && !info.Has(sdk.CapStateful) {
+	if opts.Stateful && !info.Has(contract.CapStateful) {
 		return fmt.Errorf("backend %q cannot stop statefully: %w", rec.Backend, errdefs.ErrNotSupported)
 	}
 	if err := m.setOp(ctx, e, status.OpStopping); err != nil {
 		return err
 	}
-	gs := &sdk.GuestState{Status: sdk.StatusStopped}
+	gs := &contract.GuestState{Status: contract.StatusStopped}
 	if len(rec.Handle) > 0 {
 		gs, err = b.Stop(ctx, rec.Handle, opts)
 		if err != nil {
-			var pending *sdk.Event
+			var pending *contract.Event
 			if _, merr := m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
 				c.rt.op = status.OpNone
 				pending, c.rt.pendingExit = c.rt.pendingExit, nil
@@ -312,7 +312,7 @@ func (m *Manager) stop(ctx context.Context, e *entry, opts StopOptions, by event
 			return err
 		}
 		if gs == nil {
-			gs = &sdk.GuestState{Status: sdk.StatusStopped}
+			gs = &contract.GuestState{Status: contract.StatusStopped}
 		}
 	}
 	_, err = m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
@@ -423,7 +423,7 @@ func (m *Manager) Delete(ctx context.Context, name string, force bool, by events
 	}
 	if b != nil && len(rec.Handle) > 0 {
 		if rec.PowerState != status.PowerStopped {
-			if _, err := b.Stop(ctx, rec.Handle, sdk.StopOptions{Force: true}); err != nil && !isNotFound(err) {
+			if _, err := b.Stop(ctx, rec.Handle, contract.StopOptions{Force: true}); err != nil && !isNotFound(err) {
 				return wrap(fmt.Errorf("stopping guest: %w", err))
 			}
 		}
@@ -458,7 +458,7 @@ func (m *Manager) Delete(ctx context.Context, name string, force bool, by events
 }
 
 func isNotFound(err error) bool {
-	return errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, sdk.ErrNotFound)
+	return errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, contract.ErrNotFound)
 }
 
 // renewCloudInitID gives the instance a new random cloud-init instance-id

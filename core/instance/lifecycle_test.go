@@ -9,7 +9,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 func TestStartStop(t *testing.T) {
@@ -39,7 +39,7 @@ func TestStartStop(t *testing.T) {
 		t.Errorf("GuestFiles called %d times", e.files.n.Load())
 	}
 	e.be.mu.Lock()
-	var spec *sdk.GuestSpec
+	var spec *contract.GuestSpec
 	for _, g := range e.be.guests {
 		spec = g.spec
 	}
@@ -84,7 +84,7 @@ func TestStartStop(t *testing.T) {
 	if got := e.hooks.list(); !slices.Equal(got, []string{"running web1", "stopped web1", "running web1", "stopped web1", "running web1"}) {
 		t.Errorf("hooks %v", got)
 	}
-	if ep := e.hooks.eps[0]; ep == nil || ep.Kind != sdk.LinkHybrid {
+	if ep := e.hooks.eps[0]; ep == nil || ep.Kind != contract.LinkHybrid {
 		t.Errorf("GuestRunning endpoint %+v", ep)
 	}
 	if err := e.m.Stop(bg, "web1", StopOptions{}, adminCaller); err != nil {
@@ -154,10 +154,10 @@ func TestExitDuringOperations(t *testing.T) {
 	t.Run("during start", func(t *testing.T) {
 		e := newEnv(t)
 		e.create("web1", nil)
-		e.be.onStart = func(spec *sdk.GuestSpec) {
+		e.be.onStart = func(spec *contract.GuestSpec) {
 			// The guest dies at once; its exit arrives while Start runs.
 			e.be.kill(spec.UUID)
-			e.m.HandleBackendEvent("fake", sdk.Event{UUID: spec.UUID, Kind: sdk.EventExited, Time: time.Now()})
+			e.m.HandleBackendEvent("fake", contract.Event{UUID: spec.UUID, Kind: contract.EventExited, Time: time.Now()})
 		}
 		if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 			t.Fatal(err)
@@ -180,7 +180,7 @@ func TestExitDuringOperations(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.be.onStop = func(uuid string) {
-			e.m.HandleBackendEvent("fake", sdk.Event{UUID: uuid, Kind: sdk.EventExited, Time: time.Now()})
+			e.m.HandleBackendEvent("fake", contract.Event{UUID: uuid, Kind: contract.EventExited, Time: time.Now()})
 		}
 		if err := e.m.Stop(bg, "web1", StopOptions{}, adminCaller); err != nil {
 			t.Fatal(err)

@@ -17,14 +17,14 @@ import (
 	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // BackendSource gives the manager the backend plugin of a name;
-// core/pluginhost's Host implements it. An unknown name is
+// plugins/pluginhost's Host implements it. An unknown name is
 // errdefs.ErrNotFound (with the available names in the message).
 type BackendSource interface {
-	Backend(name string) (sdk.Backend, error)
+	Backend(name string) (contract.Backend, error)
 }
 
 // Config configures a Manager.
@@ -49,7 +49,7 @@ type Config struct {
 	Location string
 	// StateBudget is the per-guest budget of state changes shared with
 	// devlxd PATCH /1.0 and the agent monitor's ring words
-	// (core/statebudget): every reboot of a guest (sdk.EventReset) draws
+	// (core/statebudget): every reboot of a guest (contract.EventReset) draws
 	// from it too before it is recorded. Nil makes a Budget with the
 	// defaults for this manager alone.
 	StateBudget *statebudget.Budget
@@ -61,7 +61,7 @@ type ImageSource interface {
 	// errdefs.ErrNotFound if no image matches.
 	Fingerprint(ctx context.Context, ref string) (string, error)
 	// Spec returns what a backend is told about the image fp.
-	Spec(ctx context.Context, fp string) (*sdk.Image, error)
+	Spec(ctx context.Context, fp string) (*contract.Image, error)
 	// Properties returns the image's recorded properties (requirements.memory).
 	Properties(ctx context.Context, fp string) (map[string]string, error)
 }
@@ -108,7 +108,7 @@ type Manager struct {
 	reserved map[string]bool // names being created
 
 	infoMu sync.Mutex
-	infos  map[string]*sdk.Info // backend Info cache, reset by Recover
+	infos  map[string]*contract.Info // backend Info cache, reset by Recover
 
 	retry  writeRetry    // how failed store writes are retried
 	lostMu sync.Mutex    // guards lost
@@ -171,7 +171,7 @@ type runtime struct {
 	link        string
 	details     map[string]string
 	readyAt     *time.Time
-	pendingExit *sdk.Event // an exit that arrived during an operation
+	pendingExit *contract.Event // an exit that arrived during an operation
 	deleted     bool
 
 	// resetThrottled is when the last reboot over the state budget came
@@ -225,7 +225,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		byLower:  make(map[string]*entry),
 		byUUID:   make(map[string]*entry),
 		reserved: make(map[string]bool),
-		infos:    make(map[string]*sdk.Info),
+		infos:    make(map[string]*contract.Info),
 		retry:    defaultWriteRetry,
 		lost:     make(map[int64]int),
 	}, nil
@@ -330,7 +330,7 @@ func (m *Manager) GetByUUID(ctx context.Context, uuid string) (*Instance, error)
 // the given uuid, for the services that talk to its guest directly
 // (core/agentmon reads the ring). An instance whose guest was never created
 // is errdefs.ErrConflict.
-func (m *Manager) Runtime(ctx context.Context, uuid string) (sdk.Backend, sdk.Handle, error) {
+func (m *Manager) Runtime(ctx context.Context, uuid string) (contract.Backend, contract.Handle, error) {
 	e, err := m.lookupUUID(ctx, uuid)
 	if err != nil {
 		return nil, nil, err
@@ -373,7 +373,7 @@ var (
 )
 
 // backendInfo returns the Info of a backend (cached).
-func (m *Manager) backendInfo(ctx context.Context, name string) (sdk.Backend, *sdk.Info, error) {
+func (m *Manager) backendInfo(ctx context.Context, name string) (contract.Backend, *contract.Info, error) {
 	b, err := m.backends.Backend(name)
 	if err != nil {
 		return nil, nil, err
@@ -395,7 +395,7 @@ func (m *Manager) backendInfo(ctx context.Context, name string) (sdk.Backend, *s
 }
 
 // usableBackend is the optional method of a backend that knows whether
-// the host has what it needs (core/pluginhost's backends): Usable returns
+// the host has what it needs (plugins/pluginhost's backends): Usable returns
 // an errdefs.ErrUnavailable error naming what is missing and the package
 // that provides it, nil when the backend can run guests.
 type usableBackend interface {
@@ -404,7 +404,7 @@ type usableBackend interface {
 
 // checkUsable refuses to make or start guests on a backend that reports
 // the host lacks something it needs; a backend without Usable passes.
-func checkUsable(ctx context.Context, b sdk.Backend) error {
+func checkUsable(ctx context.Context, b contract.Backend) error {
 	if u, ok := b.(usableBackend); ok {
 		return u.Usable(ctx)
 	}
@@ -417,7 +417,7 @@ func checkUsable(ctx context.Context, b sdk.Backend) error {
 // profiles, read from the store now (so a profile's change reaches the
 // guest at its next start, on any cluster member), under its own keys,
 // less what the backend cannot take from a profile (forBackend).
-func (m *Manager) specWithImage(ctx context.Context, rec *db.Instance, files []sdk.File) (*sdk.GuestSpec, error) {
+func (m *Manager) specWithImage(ctx context.Context, rec *db.Instance, files []contract.File) (*contract.GuestSpec, error) {
 	spec := specOf(rec, files)
 	names := rec.Profiles
 	if rec.ID != 0 {
@@ -442,9 +442,9 @@ func (m *Manager) specWithImage(ctx context.Context, rec *db.Instance, files []s
 		}
 		cfg, devs := m.forBackend(rec, profs, info)
 		spec.Config = cfg
-		spec.Devices = make(map[string]sdk.Device, len(devs))
+		spec.Devices = make(map[string]contract.Device, len(devs))
 		for k, v := range devs {
-			spec.Devices[k] = sdk.Device(v)
+			spec.Devices[k] = contract.Device(v)
 		}
 	}
 	fp := rec.Config[KeyBaseImage]
@@ -463,12 +463,12 @@ func (m *Manager) specWithImage(ctx context.Context, rec *db.Instance, files []s
 }
 
 // spec builds the GuestSpec of an instance's stored state.
-func specOf(rec *db.Instance, files []sdk.File) *sdk.GuestSpec {
-	devs := make(map[string]sdk.Device, len(rec.Devices))
+func specOf(rec *db.Instance, files []contract.File) *contract.GuestSpec {
+	devs := make(map[string]contract.Device, len(rec.Devices))
 	for k, v := range rec.Devices {
-		devs[k] = sdk.Device(maps.Clone(v))
+		devs[k] = contract.Device(maps.Clone(v))
 	}
-	return &sdk.GuestSpec{
+	return &contract.GuestSpec{
 		Name:    rec.Name,
 		UUID:    rec.UUID,
 		Config:  maps.Clone(rec.Config),

@@ -11,7 +11,7 @@ import (
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // DefaultProfile is the profile made at first start and applied to new
@@ -125,7 +125,7 @@ func validateProfile(ctx context.Context, name string, p ProfilePut, dc deviceCo
 		}
 		// A profile names no backend: a backend's key is judged by its
 		// prefix here, by the backend's schema when an instance uses it.
-		if err := validateKey(k, v, v == "", backendKeys{info: &sdk.Info{ConfigPrefixes: owner}}); err != nil {
+		if err := validateKey(k, v, v == "", backendKeys{info: &contract.Info{ConfigPrefixes: owner}}); err != nil {
 			return err
 		}
 	}
@@ -489,16 +489,16 @@ func (m *Manager) Expanded(ctx context.Context, name string) (map[string]string,
 // backend described by info. What comes from a profile and the backend
 // cannot take is left out for this backend, never a failed launch (a
 // default profile must work on every backend): a user nic without
-// sdk.CapNICUser, a root disk without sdk.CapDisk, a config key under a
+// contract.CapNICUser, a root disk without contract.CapDisk, a config key under a
 // prefix the backend does not own. Each is logged once per start. The
 // instance's own keys and devices are never left out (the backend refuses
 // what it cannot do, as before).
-func (m *Manager) forBackend(rec *db.Instance, profiles []*db.Profile, info *sdk.Info) (map[string]string, map[string]map[string]string) {
+func (m *Manager) forBackend(rec *db.Instance, profiles []*db.Profile, info *contract.Info) (map[string]string, map[string]map[string]string) {
 	return m.layer(rec, profiles, info, true)
 }
 
 // layer is forBackend; logged says whether what is left out is logged.
-func (m *Manager) layer(rec *db.Instance, profiles []*db.Profile, info *sdk.Info, logged bool) (map[string]string, map[string]map[string]string) {
+func (m *Manager) layer(rec *db.Instance, profiles []*db.Profile, info *contract.Info, logged bool) (map[string]string, map[string]map[string]string) {
 	logf := m.log.Info
 	if !logged {
 		logf = func(string, ...any) {}
@@ -522,12 +522,12 @@ func (m *Manager) layer(rec *db.Instance, profiles []*db.Profile, info *sdk.Info
 			continue
 		}
 		if info != nil {
-			if d["type"] == "nic" && d["nictype"] == "user" && !info.Has(sdk.CapNICUser) {
-				logf("profile device left out: the backend has no user-mode NICs", "instance", rec.Name, "backend", rec.Backend, "device", n, "capability", sdk.CapNICUser)
+			if d["type"] == "nic" && d["nictype"] == "user" && !info.Has(contract.CapNICUser) {
+				logf("profile device left out: the backend has no user-mode NICs", "instance", rec.Name, "backend", rec.Backend, "device", n, "capability", contract.CapNICUser)
 				continue
 			}
-			if d["type"] == "disk" && d["path"] == "/" && d["source"] == "" && !info.Has(sdk.CapDisk) {
-				logf("profile device left out: the backend has no root disks", "instance", rec.Name, "backend", rec.Backend, "device", n, "capability", sdk.CapDisk)
+			if d["type"] == "disk" && d["path"] == "/" && d["source"] == "" && !info.Has(contract.CapDisk) {
+				logf("profile device left out: the backend has no root disks", "instance", rec.Name, "backend", rec.Backend, "device", n, "capability", contract.CapDisk)
 				continue
 			}
 		}

@@ -9,12 +9,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // lastSpec returns the spec the fake backend was last given for an
 // instance (at create, then at every start).
-func (e *env) lastSpec(uuid string) *sdk.GuestSpec {
+func (e *env) lastSpec(uuid string) *contract.GuestSpec {
 	e.t.Helper()
 	e.be.mu.Lock()
 	defer e.be.mu.Unlock()
@@ -27,7 +27,7 @@ func (e *env) lastSpec(uuid string) *sdk.GuestSpec {
 	return nil
 }
 
-func devsOf(spec *sdk.GuestSpec) map[string]map[string]string {
+func devsOf(spec *contract.GuestSpec) map[string]map[string]string {
 	out := map[string]map[string]string{}
 	for n, d := range spec.Devices {
 		out[n] = map[string]string(d)

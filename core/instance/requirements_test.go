@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // imagesWithProps is fakeImages whose images carry properties.
@@ -71,7 +71,7 @@ func TestApplyImageRequirements(t *testing.T) {
 // record, no backend guest); one launched without a memory key is made
 // with limits.memory=1GiB.
 func TestCreateHoldsImageMinimum(t *testing.T) {
-	deb := &sdk.Image{Fingerprint: strings.Repeat("cd", 32), Path: "/s/images/cd", Format: "raw"}
+	deb := &contract.Image{Fingerprint: strings.Repeat("cd", 32), Path: "/s/images/cd", Format: "raw"}
 	e := newEnv(t)
 	e.images = imagesWithProps{fakeImages{"debian-12": deb}, map[string]string{ImagePropMinMemory: "1GiB"}}
 	e.be.disk = true

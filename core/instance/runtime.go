@@ -15,7 +15,7 @@ import (
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // SetReady sets the Ready flag of the running instance with the given uuid
@@ -247,13 +247,13 @@ func (m *Manager) heartbeatOnly(e *entry, st AgentState, heartbeat time.Time) bo
 }
 
 // HandleBackendEvent handles an event of a backend's guest; wire it as
-// core/pluginhost's OnEvent. EventExited marks the guest Stopped, or
-// Error when the backend says it crashed (sdk.ExitCrash; see guestExited),
+// plugins/pluginhost's OnEvent. EventExited marks the guest Stopped, or
+// Error when the backend says it crashed (contract.ExitCrash; see guestExited),
 // clears Ready and the agent, publishes instance-stopped and calls
 // Hooks.GuestStopped; EventReset clears Ready and calls Hooks.GuestReset;
 // other events of running guests go to Hooks.BackendEvent. Events for
 // unknown guests are dropped.
-func (m *Manager) HandleBackendEvent(backend string, ev sdk.Event) {
+func (m *Manager) HandleBackendEvent(backend string, ev contract.Event) {
 	ctx, cancel := context.WithTimeout(context.Background(), eventTimeout)
 	defer cancel()
 	e, err := m.lookupUUID(ctx, ev.UUID)
@@ -272,16 +272,16 @@ func (m *Manager) HandleBackendEvent(backend string, ev sdk.Event) {
 		ev.Time = time.Now().UTC()
 	}
 	switch ev.Kind {
-	case sdk.EventExited:
+	case contract.EventExited:
 		m.guestExited(ctx, e, ev)
-	case sdk.EventReset:
+	case contract.EventReset:
 		m.guestReset(ctx, e, ev)
 	default:
-		if ev.Kind == sdk.EventError {
+		if ev.Kind == contract.EventError {
 			m.log.Warn("backend reports a guest failure", "backend", backend, "uuid", ev.UUID, "detail", ev.Detail)
 		}
 		switch ev.Kind {
-		case sdk.EventRingData, sdk.EventPortOpened, sdk.EventPortClosed:
+		case contract.EventRingData, contract.EventPortOpened, contract.EventPortClosed:
 			m.notifyIdentity(e, whenRunning, func(h Hooks, inst *Instance) { h.BackendEvent(inst, ev) })
 		default:
 			m.notify(e, whenRunning, func(h Hooks, inst *Instance) { h.BackendEvent(inst, ev) })
@@ -291,20 +291,20 @@ func (m *Manager) HandleBackendEvent(backend string, ev sdk.Event) {
 
 // exitName is the "exit" of an instance-stopped event's context: how the
 // guest ended, "poweroff" (an unclassified exit included) or "crash".
-func exitName(k sdk.ExitKind) string {
-	if k == sdk.ExitCrash {
-		return sdk.ExitCrash.String()
+func exitName(k contract.ExitKind) string {
+	if k == contract.ExitCrash {
+		return contract.ExitCrash.String()
 	}
-	return sdk.ExitPoweroff.String()
+	return contract.ExitPoweroff.String()
 }
 
 // guestExited handles the end of e's guest process: Stopped when the
-// guest powered itself off (sdk.ExitPoweroff, or an exit the backend did
-// not classify), Error when it crashed (sdk.ExitCrash), whatever the
+// guest powered itself off (contract.ExitPoweroff, or an exit the backend did
+// not classify), Error when it crashed (contract.ExitCrash), whatever the
 // exit's detail, which is kept (the timeline entry; for a crash, the
 // instance's error). During an operation the exit is kept for the
 // operation to look at when it ends.
-func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
+func (m *Manager) guestExited(ctx context.Context, e *entry, ev contract.Event) {
 	handled := false
 	_, err := m.mutate(ctx, e, func(c *change) error {
 		if c.rt.op != status.OpNone {
@@ -317,7 +317,7 @@ func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
 		if c.rec.StartedAt != nil && ev.Time.Before(*c.rec.StartedAt) {
 			return nil // an exit of an earlier boot
 		}
-		crashed := ev.Exit == sdk.ExitCrash
+		crashed := ev.Exit == contract.ExitCrash
 		ctxMap := map[string]any{"exit": exitName(ev.Exit)}
 		if crashed {
 			msg, detail := "the guest crashed", ""
@@ -349,7 +349,7 @@ func (m *Manager) guestExited(ctx context.Context, e *entry, ev sdk.Event) {
 // is cleared and Hooks.GuestReset called for every one; its timeline entry
 // draws from the guest's state budget (budgetReset), so a guest rebooting
 // in a loop cannot flood the store.
-func (m *Manager) guestReset(ctx context.Context, e *entry, ev sdk.Event) {
+func (m *Manager) guestReset(ctx context.Context, e *entry, ev contract.Event) {
 	handled := false
 	_, err := m.mutate(ctx, e, func(c *change) error {
 		if c.rec.PowerState != status.PowerRunning {
@@ -491,7 +491,7 @@ func (m *Manager) Recovering() int {
 }
 
 // Recover re-attaches to every guest of a backend after the daemon or the
-// backend's plugin restarted (wire it as core/pluginhost's OnRestart). It
+// backend's plugin restarted (wire it as plugins/pluginhost's OnRestart). It
 // calls the backend's Recover for each stored handle and reconciles the
 // power state: a guest that ended meanwhile is marked stopped (timeline
 // cause "daemon") and instance-stopped is published; running guests get
@@ -597,7 +597,7 @@ func (m *Manager) unlockForRecovery(e *entry, atStart bool) {
 }
 
 // recoverOne recovers one guest; atStart: see recover.
-func (m *Manager) recoverOne(ctx context.Context, b sdk.Backend, e *entry, atStart bool) error {
+func (m *Manager) recoverOne(ctx context.Context, b contract.Backend, e *entry, atStart bool) error {
 	m.lockForRecovery(e, atStart)
 	defer m.unlockForRecovery(e, atStart)
 	rec, _, err := m.snapshot(e)
@@ -609,7 +609,7 @@ func (m *Manager) recoverOne(ctx context.Context, b sdk.Backend, e *entry, atSta
 	if err := m.setOp(ctx, e, opRecovering); err != nil {
 		return fmt.Errorf("recovering instance %q: %w", rec.Name, err)
 	}
-	var pending *sdk.Event
+	var pending *contract.Event
 	defer func() {
 		if _, err := m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
 			c.rt.unrecovered = false
@@ -634,7 +634,7 @@ func (m *Manager) recoverOne(ctx context.Context, b sdk.Backend, e *entry, atSta
 	switch {
 	case err == nil && gs != nil:
 	case err == nil || isNotFound(err):
-		gs = &sdk.GuestState{Status: sdk.StatusStopped}
+		gs = &contract.GuestState{Status: contract.StatusStopped}
 	default:
 		return fmt.Errorf("recovering instance %q: %w", rec.Name, err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 func TestReady(t *testing.T) {
@@ -98,10 +98,10 @@ func TestReady(t *testing.T) {
 		}, "Stopped", events.InstanceStopped, "stopped web1"},
 		{"exit", func() {
 			e.be.kill(inst.UUID)
-			e.m.HandleBackendEvent("fake", sdk.Event{UUID: inst.UUID, Kind: sdk.EventExited, Time: time.Now()})
+			e.m.HandleBackendEvent("fake", contract.Event{UUID: inst.UUID, Kind: contract.EventExited, Time: time.Now()})
 		}, "Stopped", events.InstanceStopped, "stopped web1"},
 		{"reset", func() {
-			e.m.HandleBackendEvent("fake", sdk.Event{UUID: inst.UUID, Kind: sdk.EventReset, Time: time.Now()})
+			e.m.HandleBackendEvent("fake", contract.Event{UUID: inst.UUID, Kind: contract.EventReset, Time: time.Now()})
 		}, "Running", events.InstanceUnready, "reset web1"},
 	}
 	for _, tt := range clearedBy {
@@ -171,25 +171,25 @@ func TestBackendEvents(t *testing.T) {
 	e := newEnv(t)
 	inst := e.create("web1", nil)
 	// Events of stopped or unknown guests change nothing.
-	e.m.HandleBackendEvent("fake", sdk.Event{UUID: inst.UUID, Kind: sdk.EventExited})
-	e.m.HandleBackendEvent("fake", sdk.Event{UUID: "nope", Kind: sdk.EventExited})
-	e.m.HandleBackendEvent("fake", sdk.Event{UUID: inst.UUID, Kind: sdk.EventRingData})
+	e.m.HandleBackendEvent("fake", contract.Event{UUID: inst.UUID, Kind: contract.EventExited})
+	e.m.HandleBackendEvent("fake", contract.Event{UUID: "nope", Kind: contract.EventExited})
+	e.m.HandleBackendEvent("fake", contract.Event{UUID: inst.UUID, Kind: contract.EventRingData})
 	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	// An exit from before this boot is stale.
-	e.m.HandleBackendEvent("fake", sdk.Event{UUID: inst.UUID, Kind: sdk.EventExited, Time: time.Now().Add(-time.Hour)})
+	e.m.HandleBackendEvent("fake", contract.Event{UUID: inst.UUID, Kind: contract.EventExited, Time: time.Now().Add(-time.Hour)})
 	// Another backend cannot stop it.
-	e.m.HandleBackendEvent("other", sdk.Event{UUID: inst.UUID, Kind: sdk.EventExited})
+	e.m.HandleBackendEvent("other", contract.Event{UUID: inst.UUID, Kind: contract.EventExited})
 	if got := e.get("web1").Status; got != "Running" {
 		t.Fatalf("status %s", got)
 	}
-	e.m.HandleBackendEvent("fake", sdk.Event{UUID: inst.UUID, Kind: sdk.EventRingData})
-	e.m.HandleBackendEvent("fake", sdk.Event{UUID: inst.UUID, Kind: sdk.EventPortOpened, Port: "com.canonical.lxd"})
+	e.m.HandleBackendEvent("fake", contract.Event{UUID: inst.UUID, Kind: contract.EventRingData})
+	e.m.HandleBackendEvent("fake", contract.Event{UUID: inst.UUID, Kind: contract.EventPortOpened, Port: "com.canonical.lxd"})
 	if err := e.m.SetAgentState(bg, inst.UUID, AgentStarted, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	e.m.HandleBackendEvent("fake", sdk.Event{UUID: inst.UUID, Kind: sdk.EventExited, Detail: "qemu: killed by signal 9", Exit: sdk.ExitCrash})
+	e.m.HandleBackendEvent("fake", contract.Event{UUID: inst.UUID, Kind: contract.EventExited, Detail: "qemu: killed by signal 9", Exit: contract.ExitCrash})
 	got := e.get("web1")
 	if got.Status != "Error" || got.Details["error"] != "qemu: killed by signal 9" || got.Agent.State != AgentNone || got.Link != "" {
 		t.Errorf("after a failed exit: %s %v agent %q link %q", got.Status, got.Details, got.Agent.State, got.Link)
@@ -343,7 +343,7 @@ func TestExitDuringRecover(t *testing.T) {
 	e.be.onRecover = func(uuid string) {
 		// The guest was running when Recover looked, and exits before the
 		// daemon has recorded what Recover found.
-		e.m.HandleBackendEvent("fake", sdk.Event{UUID: uuid, Kind: sdk.EventExited, Time: time.Now()})
+		e.m.HandleBackendEvent("fake", contract.Event{UUID: uuid, Kind: contract.EventExited, Time: time.Now()})
 		e.be.onRecover = nil
 	}
 	n := len(e.hooks.list())

@@ -14,7 +14,7 @@ import (
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // Snapshot is an instance's snapshot as the service reports it.
@@ -75,24 +75,24 @@ func (m *Manager) snapshotStore() (db.SnapshotStore, error) {
 
 // snapshotBackend returns the instance's backend as a Snapshotter, or a
 // precise errdefs.ErrNotSupported.
-func (m *Manager) snapshotBackend(ctx context.Context, rec *db.Instance, stateful bool) (sdk.Backend, sdk.Snapshotter, error) {
+func (m *Manager) snapshotBackend(ctx context.Context, rec *db.Instance, stateful bool) (contract.Backend, contract.Snapshotter, error) {
 	b, info, err := m.backendInfo(ctx, rec.Backend)
 	if err != nil {
 		return nil, nil, err
 	}
-	sn, ok := b.(sdk.Snapshotter)
-	if !info.Has(sdk.CapSnapshot) || !ok {
-		return nil, nil, fmt.Errorf("backend %s cannot take snapshots (it does not announce %s): %w", rec.Backend, sdk.CapSnapshot, errdefs.ErrNotSupported)
+	sn, ok := b.(contract.Snapshotter)
+	if !info.Has(contract.CapSnapshot) || !ok {
+		return nil, nil, fmt.Errorf("backend %s cannot take snapshots (it does not announce %s): %w", rec.Backend, contract.CapSnapshot, errdefs.ErrNotSupported)
 	}
-	if stateful && !info.Has(sdk.CapSnapshotStateful) {
-		return nil, nil, fmt.Errorf("backend %s cannot take stateful snapshots (it does not announce %s); take one without --stateful: %w", rec.Backend, sdk.CapSnapshotStateful, errdefs.ErrNotSupported)
+	if stateful && !info.Has(contract.CapSnapshotStateful) {
+		return nil, nil, fmt.Errorf("backend %s cannot take stateful snapshots (it does not announce %s); take one without --stateful: %w", rec.Backend, contract.CapSnapshotStateful, errdefs.ErrNotSupported)
 	}
 	return b, sn, nil
 }
 
 // ensureGuest creates the guest of an instance that has none yet (never
 // started), so a backend has somewhere to keep its snapshots; e.op is held.
-func (m *Manager) ensureGuest(ctx context.Context, e *entry, rec *db.Instance, b sdk.Backend) (sdk.Handle, error) {
+func (m *Manager) ensureGuest(ctx context.Context, e *entry, rec *db.Instance, b contract.Backend) (contract.Handle, error) {
 	if len(rec.Handle) > 0 {
 		return rec.Handle, nil
 	}
@@ -122,7 +122,7 @@ func snapshotConfig(cfg map[string]string) map[string]string {
 // CreateSnapshot takes a snapshot of an instance: its config, devices and
 // volatile keys, whether it ran and was Ready, and the backend's files
 // (disks; with stateful, the running guest's memory state, which needs
-// sdk.CapSnapshotStateful). A duplicate name is errdefs.ErrAlreadyExists.
+// contract.CapSnapshotStateful). A duplicate name is errdefs.ErrAlreadyExists.
 // It publishes instance-snapshot-created.
 func (m *Manager) CreateSnapshot(ctx context.Context, name, snap string, stateful bool, by events.Requestor) (*Snapshot, error) {
 	wrap := func(err error) error { return fmt.Errorf("creating snapshot %q of instance %q: %w", snap, name, err) }
@@ -261,7 +261,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, name, snap string, by even
 		if err != nil {
 			return wrap(err)
 		}
-		sn, ok := b.(sdk.Snapshotter)
+		sn, ok := b.(contract.Snapshotter)
 		if !ok {
 			return wrap(fmt.Errorf("backend %s cannot delete snapshots: %w", rec.Backend, errdefs.ErrNotSupported))
 		}
@@ -306,14 +306,14 @@ func (m *Manager) RenameSnapshot(ctx context.Context, name, oldName, newName str
 	if _, err := ss.Snapshot(ctx, rec.ID, newName); err == nil {
 		return wrap(fmt.Errorf("the instance has a snapshot called %q: %w", newName, errdefs.ErrAlreadyExists))
 	}
-	var sn sdk.Snapshotter
+	var sn contract.Snapshotter
 	if len(rec.Handle) > 0 {
 		b, err := m.backends.Backend(rec.Backend)
 		if err != nil {
 			return wrap(err)
 		}
 		var ok bool
-		if sn, ok = b.(sdk.Snapshotter); !ok {
+		if sn, ok = b.(contract.Snapshotter); !ok {
 			return wrap(fmt.Errorf("backend %s cannot rename snapshots: %w", rec.Backend, errdefs.ErrNotSupported))
 		}
 		if err := sn.SnapshotRename(ctx, rec.Handle, oldName, newName); err != nil {
@@ -390,7 +390,7 @@ func (m *Manager) Restore(ctx context.Context, name, snap string, opts RestoreOp
 	if len(rec.Handle) == 0 {
 		return wrap(fmt.Errorf("the instance has no guest to restore into: %w", errdefs.ErrConflict))
 	}
-	ropts := sdk.RestoreOptions{Stateful: opts.Stateful, CheckOnly: true}
+	ropts := contract.RestoreOptions{Stateful: opts.Stateful, CheckOnly: true}
 	if err := sn.SnapshotRestore(ctx, rec.Handle, snap, ropts); err != nil {
 		if opts.Stateful && errors.Is(err, errdefs.ErrConflict) {
 			return wrap(fmt.Errorf("%w; %s", err, restoreHint(name, snap)))
@@ -442,7 +442,7 @@ func (m *Manager) Restore(ctx context.Context, name, snap string, opts RestoreOp
 }
 
 // Move moves a stopped instance to another backend that can take its
-// guest (sdk.CapMove; for QEMU, between qemu-legacy and qemu), keeping
+// guest (contract.CapMove; for QEMU, between qemu-legacy and qemu), keeping
 // its disks, config and snapshots. A running instance is
 // errdefs.ErrConflict; a backend that cannot take it answers precisely.
 // It publishes instance-moved.
@@ -472,9 +472,9 @@ func (m *Manager) Move(ctx context.Context, name, backend string, by events.Requ
 	if err != nil {
 		return wrap(err)
 	}
-	ad, ok := tb.(sdk.Adopter)
-	if !tinfo.Has(sdk.CapMove) || !ok {
-		return wrap(fmt.Errorf("backend %s cannot take instances of other backends (it does not announce %s): %w", backend, sdk.CapMove, errdefs.ErrNotSupported))
+	ad, ok := tb.(contract.Adopter)
+	if !tinfo.Has(contract.CapMove) || !ok {
+		return wrap(fmt.Errorf("backend %s cannot take instances of other backends (it does not announce %s): %w", backend, contract.CapMove, errdefs.ErrNotSupported))
 	}
 	_, sinfo, err := m.backendInfo(ctx, rec.Backend)
 	if err != nil {

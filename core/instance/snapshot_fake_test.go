@@ -11,31 +11,31 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
-// snapFake is a fakeBackend with snapshots (sdk.Snapshotter) and moves
-// (sdk.Adopter), announced as capabilities, and a switch that makes it
+// snapFake is a fakeBackend with snapshots (contract.Snapshotter) and moves
+// (contract.Adopter), announced as capabilities, and a switch that makes it
 // refuse saved states as a QEMU backend refuses one of the other layout.
 type snapFake struct {
 	*fakeBackend
-	caps     []sdk.Capability
+	caps     []contract.Capability
 	prefixes []string
 
 	mu          sync.Mutex
-	refuseState bool                 // SnapshotRestore{Stateful} and Start{RestoreState} answer ErrConflict
-	restores    []sdk.RestoreOptions // SnapshotRestore calls
+	refuseState bool                      // SnapshotRestore{Stateful} and Start{RestoreState} answer ErrConflict
+	restores    []contract.RestoreOptions // SnapshotRestore calls
 	snaps       map[string]bool
 	adopted     []string // "from handle"
 }
 
-func newSnapFake(name string, prefixes []string, caps ...sdk.Capability) *snapFake {
+func newSnapFake(name string, prefixes []string, caps ...contract.Capability) *snapFake {
 	f := newFakeBackend(name)
 	f.stateful = true
 	return &snapFake{fakeBackend: f, caps: caps, prefixes: prefixes, snaps: map[string]bool{}}
 }
 
-func (s *snapFake) Info(ctx context.Context) (*sdk.Info, error) {
+func (s *snapFake) Info(ctx context.Context) (*contract.Info, error) {
 	info, _ := s.fakeBackend.Info(ctx)
 	info.Capabilities = append(info.Capabilities, s.caps...)
 	info.ConfigPrefixes = s.prefixes
@@ -44,7 +44,7 @@ func (s *snapFake) Info(ctx context.Context) (*sdk.Info, error) {
 
 const refusal = "the state was saved with the legacy layout (ring buffer on org.linuxcontainers.lxd)"
 
-func (s *snapFake) Start(ctx context.Context, h sdk.Handle, spec *sdk.GuestSpec) (sdk.Handle, *sdk.GuestState, error) {
+func (s *snapFake) Start(ctx context.Context, h contract.Handle, spec *contract.GuestSpec) (contract.Handle, *contract.GuestState, error) {
 	s.mu.Lock()
 	refuse := s.refuseState
 	s.mu.Unlock()
@@ -54,14 +54,14 @@ func (s *snapFake) Start(ctx context.Context, h sdk.Handle, spec *sdk.GuestSpec)
 	return s.fakeBackend.Start(ctx, h, spec)
 }
 
-func (s *snapFake) SnapshotCreate(_ context.Context, h sdk.Handle, name string, stateful bool) (*sdk.SnapshotInfo, error) {
+func (s *snapFake) SnapshotCreate(_ context.Context, h contract.Handle, name string, stateful bool) (*contract.SnapshotInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.snaps[string(h)+name] = true
-	return &sdk.SnapshotInfo{StateBytes: map[bool]int64{true: 100}[stateful], Details: map[string]string{"layout": "legacy"}}, nil
+	return &contract.SnapshotInfo{StateBytes: map[bool]int64{true: 100}[stateful], Details: map[string]string{"layout": "legacy"}}, nil
 }
 
-func (s *snapFake) SnapshotRestore(_ context.Context, h sdk.Handle, name string, opts sdk.RestoreOptions) error {
+func (s *snapFake) SnapshotRestore(_ context.Context, h contract.Handle, name string, opts contract.RestoreOptions) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.snaps[string(h)+name] {
@@ -79,14 +79,14 @@ func (s *snapFake) SnapshotRestore(_ context.Context, h sdk.Handle, name string,
 	return nil
 }
 
-func (s *snapFake) SnapshotDelete(_ context.Context, h sdk.Handle, name string) error {
+func (s *snapFake) SnapshotDelete(_ context.Context, h contract.Handle, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.snaps, string(h)+name)
 	return nil
 }
 
-func (s *snapFake) SnapshotRename(_ context.Context, h sdk.Handle, oldName, newName string) error {
+func (s *snapFake) SnapshotRename(_ context.Context, h contract.Handle, oldName, newName string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.snaps, string(h)+oldName)
@@ -95,7 +95,7 @@ func (s *snapFake) SnapshotRename(_ context.Context, h sdk.Handle, oldName, newN
 }
 
 // Adopt takes the other fake's guest record as its own.
-func (s *snapFake) Adopt(_ context.Context, h sdk.Handle, from string, spec *sdk.GuestSpec) (sdk.Handle, error) {
+func (s *snapFake) Adopt(_ context.Context, h contract.Handle, from string, spec *contract.GuestSpec) (contract.Handle, error) {
 	s.mu.Lock()
 	s.adopted = append(s.adopted, from+" "+string(h))
 	s.mu.Unlock()
@@ -103,13 +103,13 @@ func (s *snapFake) Adopt(_ context.Context, h sdk.Handle, from string, spec *sdk
 	defer s.fakeBackend.mu.Unlock()
 	nh := `{"adopted":` + string(h) + `}`
 	s.fakeBackend.guests[nh] = &fakeGuest{uuid: spec.UUID, spec: spec}
-	return sdk.Handle(nh), nil
+	return contract.Handle(nh), nil
 }
 
 // snapSource is a BackendSource of snapFakes.
 type snapSource map[string]*snapFake
 
-func (s snapSource) Backend(name string) (sdk.Backend, error) {
+func (s snapSource) Backend(name string) (contract.Backend, error) {
 	b, ok := s[name]
 	if !ok {
 		return nil, fmt.Errorf("backend %q: %w", name, errdefs.ErrNotFound)
@@ -123,10 +123,10 @@ func (s snapSource) Backend(name string) (sdk.Backend, error) {
 func newSnapEnv(t *testing.T) (*env, snapSource) {
 	e := newEnv(t)
 	src := snapSource{
-		"fake":  newSnapFake("fake", []string{"fake."}, sdk.CapSnapshot, sdk.CapSnapshotStateful, sdk.CapMove),
+		"fake":  newSnapFake("fake", []string{"fake."}, contract.CapSnapshot, contract.CapSnapshotStateful, contract.CapMove),
 		"plain": newSnapFake("plain", []string{"fake."}),
-		"other": newSnapFake("other", []string{"fake."}, sdk.CapSnapshot, sdk.CapMove),
-		"alien": newSnapFake("alien", []string{"alien."}, sdk.CapMove),
+		"other": newSnapFake("other", []string{"fake."}, contract.CapSnapshot, contract.CapMove),
+		"alien": newSnapFake("alien", []string{"alien."}, contract.CapMove),
 	}
 	m, err := NewManager(Config{Store: e.store, Backends: src, Bus: e.bus, Hooks: e.hooks, Files: e.files, DefaultBackend: "fake"})
 	if err != nil {
@@ -136,10 +136,10 @@ func newSnapEnv(t *testing.T) (*env, snapSource) {
 	return e, src
 }
 
-func lastSpec(f *fakeBackend) *sdk.GuestSpec {
+func lastSpec(f *fakeBackend) *contract.GuestSpec {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var last *sdk.GuestSpec
+	var last *contract.GuestSpec
 	for _, g := range f.guests {
 		if g.spec != nil && g.running {
 			last = g.spec

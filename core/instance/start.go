@@ -13,7 +13,7 @@ import (
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // Start starts an instance's guest: errdefs.ErrConflict if it runs. The
@@ -82,17 +82,17 @@ type startRun struct {
 	by     events.Requestor
 	action string // the event published on success
 
-	rec     *db.Instance   // the instance as the start began
-	b       sdk.Backend    // its backend
-	info    *sdk.Info      // the backend's Info
-	files   []sdk.File     // files of FilesProvider for the guest
-	spec    *sdk.GuestSpec // what the backend is asked to start
-	h       sdk.Handle     // the guest's handle, new after Create or Start
-	startAt time.Time      // when the backend was asked to start the guest
-	gs      *sdk.GuestState
-	pending *sdk.Event // an exit that arrived while the start ran
-	view    *Instance  // the instance once the start was recorded
-	ep      *sdk.LinkEndpoint
+	rec     *db.Instance        // the instance as the start began
+	b       contract.Backend    // its backend
+	info    *contract.Info      // the backend's Info
+	files   []contract.File     // files of FilesProvider for the guest
+	spec    *contract.GuestSpec // what the backend is asked to start
+	h       contract.Handle     // the guest's handle, new after Create or Start
+	startAt time.Time           // when the backend was asked to start the guest
+	gs      *contract.GuestState
+	pending *contract.Event // an exit that arrived while the start ran
+	view    *Instance       // the instance once the start was recorded
+	ep      *contract.LinkEndpoint
 	done    bool // the pipeline ends early, successfully
 }
 
@@ -213,7 +213,7 @@ func (m *Manager) startCreate(r *startRun) error {
 // the guest's state; the guest is then restored from it, unless
 // StartOptions.Stateless.
 func (m *Manager) startSavedState(r *startRun) error {
-	if r.info.Has(sdk.CapStateful) && !r.opts.Stateless {
+	if r.info.Has(contract.CapStateful) && !r.opts.Stateless {
 		if st, err := r.b.State(r.ctx, r.h); err == nil && st.HasSavedState {
 			r.spec.RestoreState = true
 		}
@@ -229,8 +229,8 @@ func (m *Manager) startBoot(r *startRun) error {
 	h2, gs, err := r.b.Start(r.ctx, r.h, r.spec)
 	if err != nil {
 		bad := errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, errdefs.ErrNotSupported) ||
-			errors.Is(err, sdk.ErrInvalid) || errors.Is(err, sdk.ErrNotSupported)
-		if r.spec.RestoreState && (errors.Is(err, errdefs.ErrConflict) || errors.Is(err, sdk.ErrConflict)) {
+			errors.Is(err, contract.ErrInvalid) || errors.Is(err, contract.ErrNotSupported)
+		if r.spec.RestoreState && (errors.Is(err, errdefs.ErrConflict) || errors.Is(err, contract.ErrConflict)) {
 			// The backend refused the saved state before the guest ran
 			// (another serial layout, another link): nothing started, the
 			// instance stays as it was, and the way out is named.
@@ -240,7 +240,7 @@ func (m *Manager) startBoot(r *startRun) error {
 		return m.failStart(r, err, !bad)
 	}
 	if gs == nil {
-		gs = &sdk.GuestState{Status: sdk.StatusRunning}
+		gs = &contract.GuestState{Status: contract.StatusRunning}
 	}
 	if len(h2) > 0 {
 		r.h = h2
@@ -325,7 +325,7 @@ func (m *Manager) startLink(r *startRun) error {
 			return nil // it exited meanwhile
 		}
 		c.rt.link = string(ep.Kind)
-		if ep.Kind == sdk.LinkVsock && ep.CID != 0 {
+		if ep.Kind == contract.LinkVsock && ep.CID != 0 {
 			cid := strconv.FormatUint(uint64(ep.CID), 10)
 			if c.rec.Config[KeyVsockID] != cid {
 				c.rec.Config[KeyVsockID] = cid

@@ -10,7 +10,7 @@ import (
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // TestGuestThrottled checks that a throttling episode is one timeline entry
@@ -39,7 +39,7 @@ func TestGuestThrottled(t *testing.T) {
 }
 
 // TestGuestResetBudget is the guest that reboots itself in a loop (a QEMU
-// guest can reset thousands of times a second, each a sdk.EventReset):
+// guest can reset thousands of times a second, each a contract.EventReset):
 // every reboot clears Ready and reaches the hooks, but only the state
 // budget's worth is recorded in the timeline; the excess is counted (the
 // next recorded reboot says how many) and reported once per episode by
@@ -65,7 +65,7 @@ func TestGuestResetBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		reset := func(uuid string) {
-			e.m.HandleBackendEvent("fake", sdk.Event{UUID: uuid, Kind: sdk.EventReset, Time: time.Now()})
+			e.m.HandleBackendEvent("fake", contract.Event{UUID: uuid, Kind: contract.EventReset, Time: time.Now()})
 		}
 		rebootsOf := func(name string) (n int, last string) {
 			tl, err := e.m.Timeline(bg, name, 0)

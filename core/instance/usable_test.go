@@ -11,7 +11,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // lackingBackend is the fake backend with the plugin host's Usable: while
@@ -38,7 +38,7 @@ var _ usableBackend = (*lackingBackend)(nil)
 
 type lackingSource struct{ b *lackingBackend }
 
-func (s lackingSource) Backend(name string) (sdk.Backend, error) {
+func (s lackingSource) Backend(name string) (contract.Backend, error) {
 	if name != "fake" {
 		return nil, fmt.Errorf("backend %q (available: fake): %w", name, errdefs.ErrNotFound)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // Instance keys the daemon manages (docs/spec/status.md).
@@ -163,12 +163,12 @@ var daemonKeys = map[string]bool{
 // and its Info (config prefixes and schema); a nil info owns no key.
 type backendKeys struct {
 	name string
-	info *sdk.Info
+	info *contract.Info
 }
 
 // validateKey checks that a user may set (or unset) key to v on an instance
 // whose backend is b. A key under one of the backend's config prefixes must
-// be one its schema declares (sdk.Info.ConfigSchema), so a misspelt key is
+// be one its schema declares (contract.Info.ConfigSchema), so a misspelt key is
 // refused before the plugin is called; a backend that declares no schema
 // (built before it) checks its own keys in Create. Unsetting an undeclared
 // key is allowed (a key an older plugin version knew). unset skips the

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // FuzzValidateName checks that every accepted name is a DNS label and that
@@ -36,7 +36,7 @@ func FuzzValidateName(f *testing.F) {
 
 func TestValidateKeyTable(t *testing.T) {
 	// An older plugin: prefixes, no schema (it checks its own keys).
-	sim := backendKeys{"sim", &sdk.Info{ConfigPrefixes: []string{"sim."}}}
+	sim := backendKeys{"sim", &contract.Info{ConfigPrefixes: []string{"sim."}}}
 	tests := []struct {
 		key, value string
 		unset      bool
@@ -83,8 +83,8 @@ func TestValidateKeyTable(t *testing.T) {
 // key an older plugin version knew); keys outside the prefix are the
 // daemon's as before.
 func TestValidateKeySchema(t *testing.T) {
-	b := backendKeys{"sim", &sdk.Info{ConfigPrefixes: []string{"sim."},
-		ConfigSchema: []sdk.ConfigKey{{Name: "sim.command"}, {Name: "sim.ring_size"}}}}
+	b := backendKeys{"sim", &contract.Info{ConfigPrefixes: []string{"sim."},
+		ConfigSchema: []contract.ConfigKey{{Name: "sim.command"}, {Name: "sim.ring_size"}}}}
 	tests := []struct {
 		key, value string
 		unset      bool

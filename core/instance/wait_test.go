@@ -9,7 +9,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 func TestWait(t *testing.T) {
@@ -32,7 +32,7 @@ func TestWait(t *testing.T) {
 		{"stopped while waiting", true, WaitReady, time.Minute, func(e *env, uuid string) error { return e.m.Stop(bg, "web1", StopOptions{}, adminCaller) }, OutcomeStopped},
 		{"stopped", true, WaitStopped, time.Minute, func(e *env, uuid string) error { return e.m.Stop(bg, "web1", StopOptions{}, adminCaller) }, OutcomeMet},
 		{"failed while waiting", true, WaitReady, time.Minute, func(e *env, uuid string) error {
-			e.m.HandleBackendEvent("fake", sdk.Event{Kind: sdk.EventExited, UUID: uuid, Detail: "guest crashed", Exit: sdk.ExitCrash})
+			e.m.HandleBackendEvent("fake", contract.Event{Kind: contract.EventExited, UUID: uuid, Detail: "guest crashed", Exit: contract.ExitCrash})
 			return nil
 		}, OutcomeFailed},
 		{"deleted while waiting", true, WaitReady, time.Minute, func(e *env, uuid string) error { return e.m.Delete(bg, "web1", true, adminCaller) }, OutcomeDeleted},

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/internal/testwait"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // scriptedListener is a fake listener whose Accept first fails with each of
@@ -111,7 +111,7 @@ func TestAcceptSurvivesTemporaryErrors(t *testing.T) {
 	t.Run("serial", func(t *testing.T) {
 		fs := &scriptedSerial{errs: [][]error{errs}}
 		h := newHost(t, Config{Serial: fs})
-		if err := h.Attach("uuid-s", &sdk.LinkEndpoint{Kind: sdk.LinkSerial, Path: "/s"}); err != nil {
+		if err := h.Attach("uuid-s", &contract.LinkEndpoint{Kind: contract.LinkSerial, Path: "/s"}); err != nil {
 			t.Fatal(err)
 		}
 		feed(t, fs.session(0).chanListener, nil)
@@ -126,7 +126,7 @@ func TestAcceptSurvivesTemporaryErrors(t *testing.T) {
 		}
 		ln := &scriptedListener{chanListener: newChanListener(), errs: errs}
 		h := newHost(t, Config{VsockDevice: dev, ListenVsock: func(uint32) (net.Listener, error) { return ln, nil }})
-		if err := h.Attach("uuid-7", &sdk.LinkEndpoint{Kind: sdk.LinkVsock, CID: 7}); err != nil {
+		if err := h.Attach("uuid-7", &contract.LinkEndpoint{Kind: contract.LinkVsock, CID: 7}); err != nil {
 			t.Fatal(err)
 		}
 		feed(t, ln.chanListener, func(c net.Conn) net.Conn { return cidConn{c, 7} })
@@ -142,7 +142,7 @@ func TestAcceptSurvivesTemporaryErrors(t *testing.T) {
 func TestReattachRevivesFailedLink(t *testing.T) {
 	fs := &scriptedSerial{errs: [][]error{{errors.New("session broken")}}}
 	h := newHost(t, Config{Serial: fs})
-	ep := &sdk.LinkEndpoint{Kind: sdk.LinkSerial, Path: "/s"}
+	ep := &contract.LinkEndpoint{Kind: contract.LinkSerial, Path: "/s"}
 	if err := h.Attach("uuid-s", ep); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestConnectionCapPerInstance(t *testing.T) {
 	obs := &connRecorder{}
 	h := newHost(t, Config{Serial: fs, MaxConnsPerInstance: max, Observer: obs})
 	for i, u := range []string{"uuid-a", "uuid-b"} {
-		if err := h.Attach(u, &sdk.LinkEndpoint{Kind: sdk.LinkSerial, Path: fmt.Sprint("/s", i)}); err != nil {
+		if err := h.Attach(u, &contract.LinkEndpoint{Kind: contract.LinkSerial, Path: fmt.Sprint("/s", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -221,7 +221,7 @@ type connRecorder struct {
 func (r *connRecorder) LinkConn(link string, admitted bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if link != string(sdk.LinkSerial) {
+	if link != string(contract.LinkSerial) {
 		panic("link kind " + link)
 	}
 	if admitted {

@@ -5,7 +5,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // TestAcceptBackoff checks the waits of an accept loop after temporary
@@ -32,7 +32,7 @@ func TestAcceptBackoffTiming(t *testing.T) {
 		fs := &scriptedSerial{errs: [][]error{{emfile(), emfile(), emfile(), emfile()}}}
 		h := newHost(t, Config{Serial: fs})
 		start := time.Now()
-		if err := h.Attach("uuid-s", &sdk.LinkEndpoint{Kind: sdk.LinkSerial, Path: "/s"}); err != nil {
+		if err := h.Attach("uuid-s", &contract.LinkEndpoint{Kind: contract.LinkSerial, Path: "/s"}); err != nil {
 			t.Fatal(err)
 		}
 		feed(t, fs.session(0).chanListener, nil)

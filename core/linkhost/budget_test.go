@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/link/hybrid"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // TestDescriptorBudget: with MaxDescriptors 3 and one instance attached (its
@@ -17,7 +17,7 @@ import (
 func TestDescriptorBudget(t *testing.T) {
 	h := newHost(t, Config{MaxDescriptors: 3})
 	dir := t.TempDir()
-	ep := &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(dir, "a", "link.sock")}
+	ep := &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: filepath.Join(dir, "a", "link.sock")}
 	if err := os.MkdirAll(filepath.Dir(ep.Path), 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/hybrid"
 	"github.com/guestlink/guestlink/link/sdnotify"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // AgentPort is the link port the agent listens on inside the guest.
@@ -105,7 +105,7 @@ type Host struct {
 // attachment is one running instance's link.
 type attachment struct {
 	uuid    string
-	ep      sdk.LinkEndpoint
+	ep      contract.LinkEndpoint
 	ln      net.Listener // hybrid: the instance's socket
 	lnFD    bool         // ln counts in Host.fds
 	gated   bool         // ln is watched by Host.gate as gateFD
@@ -279,7 +279,7 @@ func (h *Host) Close() error {
 // replaces the old link; a link that stopped accepting on an error is
 // re-created. A link kind the host cannot serve is
 // errdefs.ErrNotSupported.
-func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
+func (h *Host) Attach(uuid string, ep *contract.LinkEndpoint) error {
 	if uuid == "" || ep == nil {
 		return fmt.Errorf("attaching link: instance and endpoint are required: %w", errdefs.ErrInvalid)
 	}
@@ -302,15 +302,15 @@ func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 	a := &attachment{uuid: uuid, ep: *ep, done: make(chan struct{}), failed: make(chan struct{}), notify: newNotifyLimits()}
 	var err error
 	switch ep.Kind {
-	case sdk.LinkHybrid:
+	case contract.LinkHybrid:
 		err = h.attachHybrid(a)
-	case sdk.LinkVsock:
+	case contract.LinkVsock:
 		if ep.Path != "" { // vsock served by a user-space device: see viaHybrid
 			err = h.attachHybrid(a)
 		} else {
 			err = h.attachVsock(a)
 		}
-	case sdk.LinkSerial:
+	case contract.LinkSerial:
 		err = h.attachSerial(a)
 	default:
 		err = fmt.Errorf("attaching link of instance %s: link kind %q: %w", uuid, ep.Kind, errdefs.ErrNotSupported)
@@ -321,11 +321,11 @@ func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 	h.attachNotify(a)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if cur := h.byCID[ep.CID]; ep.Kind == sdk.LinkVsock && !viaHybrid(ep) && cur != "" && cur != uuid {
+	if cur := h.byCID[ep.CID]; ep.Kind == contract.LinkVsock && !viaHybrid(ep) && cur != "" && cur != uuid {
 		a.close(h)
 		return fmt.Errorf("attaching vsock link of instance %s: CID %d belongs to instance %s: %w", uuid, ep.CID, cur, errdefs.ErrConflict)
 	}
-	if ep.Kind == sdk.LinkVsock && !viaHybrid(ep) {
+	if ep.Kind == contract.LinkVsock && !viaHybrid(ep) {
 		h.byCID[ep.CID] = uuid
 	}
 	h.attached[uuid] = a
@@ -336,8 +336,8 @@ func (h *Host) Attach(uuid string, ep *sdk.LinkEndpoint) error {
 // user-space vsock device's hybrid socket (the QEMU backends'
 // qemu.vsock=user, docs/vsock.md): the guest uses AF_VSOCK, the host the
 // hybrid convention on ep.Path.
-func viaHybrid(ep *sdk.LinkEndpoint) bool {
-	return ep.Kind == sdk.LinkVsock && ep.Path != ""
+func viaHybrid(ep *contract.LinkEndpoint) bool {
+	return ep.Kind == contract.LinkVsock && ep.Path != ""
 }
 
 // Detach stops serving the instance's link (its hybrid socket is closed and
@@ -352,7 +352,7 @@ func (h *Host) detach(uuid string) {
 	h.mu.Lock()
 	a := h.attached[uuid]
 	delete(h.attached, uuid)
-	if a != nil && a.ep.Kind == sdk.LinkVsock && h.byCID[a.ep.CID] == uuid {
+	if a != nil && a.ep.Kind == contract.LinkVsock && h.byCID[a.ep.CID] == uuid {
 		delete(h.byCID, a.ep.CID)
 	}
 	h.mu.Unlock()
@@ -381,12 +381,12 @@ func (a *attachment) close(h *Host) {
 }
 
 // Endpoint returns the endpoint an instance is attached with.
-func (h *Host) Endpoint(uuid string) (sdk.LinkEndpoint, bool) {
+func (h *Host) Endpoint(uuid string) (contract.LinkEndpoint, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	a, ok := h.attached[uuid]
 	if !ok {
-		return sdk.LinkEndpoint{}, false
+		return contract.LinkEndpoint{}, false
 	}
 	return a.ep, true
 }
@@ -406,7 +406,7 @@ func (h *Host) DialAgent(ctx context.Context, uuid string) (net.Conn, error) {
 		err error
 	)
 	switch kind := a.ep.Kind; {
-	case kind == sdk.LinkHybrid || viaHybrid(&a.ep):
+	case kind == contract.LinkHybrid || viaHybrid(&a.ep):
 		// A dial takes a descriptor of the budget as an accepted
 		// connection does (a restarted daemon advertises to every guest
 		// at once).
@@ -421,9 +421,9 @@ func (h *Host) DialAgent(ctx context.Context, uuid string) (net.Conn, error) {
 		} else {
 			c = &budgetConn{Conn: c, release: h.fds.release}
 		}
-	case kind == sdk.LinkVsock:
+	case kind == contract.LinkVsock:
 		c, err = h.cfg.DialVsock(ctx, a.ep.CID, AgentPort)
-	case kind == sdk.LinkSerial:
+	case kind == contract.LinkSerial:
 		c, err = a.session.Dial(ctx, AgentPort)
 	}
 	if err != nil {

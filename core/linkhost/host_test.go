@@ -12,7 +12,7 @@ import (
 	"github.com/mdlayher/vsock"
 
 	"github.com/guestlink/guestlink/link/hybrid"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 func newHost(t *testing.T, cfg Config) *Host {
@@ -82,7 +82,7 @@ func (l *chanListener) Addr() net.Addr { return &vsock.Addr{ContextID: HostCID} 
 
 func TestCloseEndsAccept(t *testing.T) {
 	h := newHost(t, Config{})
-	ep := &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(t.TempDir(), "link.sock")}
+	ep := &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: filepath.Join(t.TempDir(), "link.sock")}
 	if err := h.Attach("u", ep); err != nil {
 		t.Fatal(err)
 	}

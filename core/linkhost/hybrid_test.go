@@ -12,14 +12,14 @@ import (
 
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/hybrid"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 func TestHybridAttachAcceptDetach(t *testing.T) {
 	h := newHost(t, Config{})
 	dir := t.TempDir()
-	epA := &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(dir, "a", "link.sock")}
-	epB := &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(dir, "b", "link.sock")}
+	epA := &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: filepath.Join(dir, "a", "link.sock")}
+	epB := &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: filepath.Join(dir, "b", "link.sock")}
 	for _, p := range []string{epA.Path, epB.Path} {
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 			t.Fatal(err)
@@ -50,7 +50,7 @@ func TestHybridAttachAcceptDetach(t *testing.T) {
 			}
 			defer c.Close()
 			got := acceptOne(t, h)
-			if want := (Identity{InstanceUUID: tt.uuid, Link: sdk.LinkHybrid}); got.Identity != want {
+			if want := (Identity{InstanceUUID: tt.uuid, Link: contract.LinkHybrid}); got.Identity != want {
 				t.Fatalf("identity %+v, want %+v", got.Identity, want)
 			}
 			if id, ok := IdentityOf(got); !ok || id.InstanceUUID != tt.uuid {
@@ -79,7 +79,7 @@ func TestHybridAttachAcceptDetach(t *testing.T) {
 func TestHybridStaleSocketReplacedButNotOtherFiles(t *testing.T) {
 	h := newHost(t, Config{})
 	dir := t.TempDir()
-	ep := &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(dir, "link.sock")}
+	ep := &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: filepath.Join(dir, "link.sock")}
 	path := hybrid.HostPath(ep.Path, h.Port())
 	// A socket left by a daemon that died.
 	stale, err := net.Listen("unix", path)
@@ -105,7 +105,7 @@ func TestHybridStaleSocketReplacedButNotOtherFiles(t *testing.T) {
 
 func TestDialAgentHybrid(t *testing.T) {
 	h := newHost(t, Config{})
-	ep := &sdk.LinkEndpoint{Kind: sdk.LinkHybrid, Path: filepath.Join(t.TempDir(), "link.sock")}
+	ep := &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: filepath.Join(t.TempDir(), "link.sock")}
 	vmm, err := hybrid.Listen(ep.Path)
 	if err != nil {
 		t.Fatal(err)
@@ -155,9 +155,9 @@ func TestDialAgentHybrid(t *testing.T) {
 func TestVsockThroughUserDevice(t *testing.T) {
 	h := newHost(t, Config{})
 	dir := t.TempDir()
-	var eps []*sdk.LinkEndpoint
+	var eps []*contract.LinkEndpoint
 	for _, name := range []string{"a", "b"} {
-		ep := &sdk.LinkEndpoint{Kind: sdk.LinkVsock, CID: 7, Path: filepath.Join(dir, name+".sock")}
+		ep := &contract.LinkEndpoint{Kind: contract.LinkVsock, CID: 7, Path: filepath.Join(dir, name+".sock")}
 		if err := h.Attach("uuid-"+name, ep); err != nil {
 			t.Fatalf("attaching %s with CID 7: %v", name, err)
 		}
@@ -169,7 +169,7 @@ func TestVsockThroughUserDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if got := acceptOne(t, h); got.Identity != (Identity{InstanceUUID: "uuid-b", Link: sdk.LinkVsock}) {
+	if got := acceptOne(t, h); got.Identity != (Identity{InstanceUUID: "uuid-b", Link: contract.LinkVsock}) {
 		t.Fatalf("identity %+v, want uuid-b over vsock", got.Identity)
 	}
 	// Host to guest: CONNECT on the device's socket.

@@ -4,7 +4,7 @@ import (
 	"net"
 	"sync"
 
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // Identity names the instance a link connection belongs to and the link it
@@ -13,7 +13,7 @@ import (
 // session), never from anything the guest says.
 type Identity struct {
 	InstanceUUID string
-	Link         sdk.LinkKind
+	Link         contract.LinkKind
 }
 
 // Conn is a connection accepted on a link, tied to one instance.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/guestlink/guestlink/link/hybrid"
 	"github.com/guestlink/guestlink/link/sdnotify"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // NotifyHandler is told of the systemd notifications guests send to the
@@ -70,7 +70,7 @@ func (h *Host) attachNotify(a *attachment) {
 		return
 	}
 	a.notifyLn = ln
-	id := Identity{InstanceUUID: a.uuid, Link: sdk.LinkVsock}
+	id := Identity{InstanceUUID: a.uuid, Link: contract.LinkVsock}
 	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
@@ -143,7 +143,7 @@ func (h *Host) listenVsockNotify() {
 				c.Close()
 				continue
 			}
-			h.serveNotify(a, c, Identity{InstanceUUID: a.uuid, Link: sdk.LinkVsock})
+			h.serveNotify(a, c, Identity{InstanceUUID: a.uuid, Link: contract.LinkVsock})
 		}
 	}()
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/link/serialmux"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // serialOpenTimeout bounds connecting to a serial link's chardev socket.
@@ -17,7 +17,7 @@ const serialOpenTimeout = 10 * time.Second
 // SerialTransport opens multiplexed sessions over a guest's serial link
 // channel. The default is link/serialmux over QEMU's Unix-socket chardev.
 type SerialTransport interface {
-	// Open connects to the channel at path (sdk.LinkEndpoint.Path) and
+	// Open connects to the channel at path (contract.LinkEndpoint.Path) and
 	// returns its session. The session lives until closed or the guest
 	// goes away.
 	Open(ctx context.Context, path string) (SerialSession, error)
@@ -81,7 +81,7 @@ func (h *Host) attachSerial(a *attachment) error {
 	}
 	a.session = s
 	h.wg.Add(1)
-	go h.acceptFrom(a, s.Accept, Identity{InstanceUUID: a.uuid, Link: sdk.LinkSerial})
+	go h.acceptFrom(a, s.Accept, Identity{InstanceUUID: a.uuid, Link: contract.LinkSerial})
 	return nil
 }
 

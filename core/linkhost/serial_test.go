@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/link/serialmux"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // fakeSerial is a serial transport whose sessions the test drives.
@@ -47,14 +47,14 @@ func (s *fakeSession) Close() error { return s.accept.Close() }
 func TestSerialLink(t *testing.T) {
 	fs := &fakeSerial{sessions: map[string]*fakeSession{}}
 	h := newHost(t, Config{Serial: fs})
-	if err := h.Attach("uuid-s", &sdk.LinkEndpoint{Kind: sdk.LinkSerial, Path: "/run/vm/serial.sock"}); err != nil {
+	if err := h.Attach("uuid-s", &contract.LinkEndpoint{Kind: contract.LinkSerial, Path: "/run/vm/serial.sock"}); err != nil {
 		t.Fatal(err)
 	}
 	s := fs.sessions["/run/vm/serial.sock"]
 	a, b := net.Pipe()
 	defer b.Close()
 	go func() { s.accept.ch <- a }()
-	if got := acceptOne(t, h); got.Identity != (Identity{InstanceUUID: "uuid-s", Link: sdk.LinkSerial}) {
+	if got := acceptOne(t, h); got.Identity != (Identity{InstanceUUID: "uuid-s", Link: contract.LinkSerial}) {
 		t.Fatalf("identity %+v", got.Identity)
 	}
 	c, err := h.DialAgent(context.Background(), "uuid-s")
@@ -99,7 +99,7 @@ func TestSerialLinkOverSerialmux(t *testing.T) {
 		}
 	}()
 	h := newHost(t, Config{})
-	if err := h.Attach("uuid-s", &sdk.LinkEndpoint{Kind: sdk.LinkSerial, Path: path}); err != nil {
+	if err := h.Attach("uuid-s", &contract.LinkEndpoint{Kind: contract.LinkSerial, Path: path}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -119,7 +119,7 @@ func TestSerialLinkOverSerialmux(t *testing.T) {
 	}
 	defer up.Close()
 	got := acceptOne(t, h)
-	if got.Identity != (Identity{InstanceUUID: "uuid-s", Link: sdk.LinkSerial}) {
+	if got.Identity != (Identity{InstanceUUID: "uuid-s", Link: contract.LinkSerial}) {
 		t.Fatalf("identity %+v", got.Identity)
 	}
 	if _, err := io.WriteString(up, "hi"); err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/mdlayher/vsock"
 
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // HostCID is the vsock context ID of the host.
@@ -102,6 +102,6 @@ func (h *Host) acceptVsock() {
 			c.Close()
 			continue
 		}
-		h.admit(a, c, Identity{InstanceUUID: a.uuid, Link: sdk.LinkVsock})
+		h.admit(a, c, Identity{InstanceUUID: a.uuid, Link: contract.LinkVsock})
 	}
 }

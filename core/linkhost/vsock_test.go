@@ -14,7 +14,7 @@ import (
 	"github.com/mdlayher/vsock"
 
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 func TestPortRangeWithoutVsock(t *testing.T) {
@@ -107,14 +107,14 @@ func TestVsockIdentityByPeerCID(t *testing.T) {
 	if !h.Vsock() {
 		t.Fatal("vsock not enabled although its device exists")
 	}
-	if err := h.Attach("uuid-7", &sdk.LinkEndpoint{Kind: sdk.LinkVsock, CID: 7}); err != nil {
+	if err := h.Attach("uuid-7", &contract.LinkEndpoint{Kind: contract.LinkVsock, CID: 7}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Attach("uuid-x", &sdk.LinkEndpoint{Kind: sdk.LinkVsock, CID: 7}); !errors.Is(err, errdefs.ErrConflict) {
+	if err := h.Attach("uuid-x", &contract.LinkEndpoint{Kind: contract.LinkVsock, CID: 7}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("second instance on the same CID: %v, want ErrConflict", err)
 	}
 	for _, cid := range []uint32{2, 0xffffffff} {
-		if err := h.Attach("uuid-bad", &sdk.LinkEndpoint{Kind: sdk.LinkVsock, CID: cid}); !errors.Is(err, errdefs.ErrInvalid) {
+		if err := h.Attach("uuid-bad", &contract.LinkEndpoint{Kind: contract.LinkVsock, CID: cid}); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Fatalf("CID %d: %v, want ErrInvalid", cid, err)
 		}
 	}
@@ -129,7 +129,7 @@ func TestVsockIdentityByPeerCID(t *testing.T) {
 	defer knownGuest.Close()
 	go func() { ln.ch <- cidConn{knownHost, 7} }()
 	got := acceptOne(t, h)
-	if want := (Identity{InstanceUUID: "uuid-7", Link: sdk.LinkVsock}); got.Identity != want {
+	if want := (Identity{InstanceUUID: "uuid-7", Link: contract.LinkVsock}); got.Identity != want {
 		t.Fatalf("identity %+v, want %+v", got.Identity, want)
 	}
 	ctx := context.Background()
@@ -142,17 +142,17 @@ func TestVsockIdentityByPeerCID(t *testing.T) {
 		t.Fatalf("dialed %v, want CID 7 port %d", dialed, AgentPort)
 	}
 	h.Detach("uuid-7")
-	if err := h.Attach("uuid-x", &sdk.LinkEndpoint{Kind: sdk.LinkVsock, CID: 7}); err != nil {
+	if err := h.Attach("uuid-x", &contract.LinkEndpoint{Kind: contract.LinkVsock, CID: 7}); err != nil {
 		t.Fatalf("CID free again after Detach: %v", err)
 	}
 }
 
 func TestVsockUnsupportedWithoutDevice(t *testing.T) {
 	h := newHost(t, Config{VsockDevice: filepath.Join(t.TempDir(), "none")})
-	if err := h.Attach("u", &sdk.LinkEndpoint{Kind: sdk.LinkVsock, CID: 5}); !errors.Is(err, errdefs.ErrNotSupported) {
+	if err := h.Attach("u", &contract.LinkEndpoint{Kind: contract.LinkVsock, CID: 5}); !errors.Is(err, errdefs.ErrNotSupported) {
 		t.Fatalf("vsock attach without vsock: %v, want ErrNotSupported", err)
 	}
-	if err := h.Attach("u", &sdk.LinkEndpoint{Kind: "carrier-pigeon"}); !errors.Is(err, errdefs.ErrNotSupported) {
+	if err := h.Attach("u", &contract.LinkEndpoint{Kind: "carrier-pigeon"}); !errors.Is(err, errdefs.ErrNotSupported) {
 		t.Fatalf("unknown kind: %v, want ErrNotSupported", err)
 	}
 }

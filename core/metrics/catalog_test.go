@@ -8,8 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/guestlink/guestlink/core/pluginhost"
 )
 
 // exercise gives every labelled metric of m a series.
@@ -35,7 +33,7 @@ func typeName(t dto.MetricType) string {
 // catalog's guestlink metrics, each with the catalog's type and labels,
 // and the Go runtime and process collectors' metrics.
 func TestCatalogMatchesRegistry(t *testing.T) {
-	e := newEnv(t, fakePlugins{{Name: "sim", Health: pluginhost.HealthHealthy}}, epoch)
+	e := newEnv(t, fakePlugins{{Name: "sim", Healthy: true}}, epoch)
 	e.insts.set(running("a", "sim", 0, "Running", 103, ""))
 	exercise(e.m)
 	mfs, err := e.m.Registry().Gather()

@@ -8,8 +8,6 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/guestlink/guestlink/core/pluginhost"
 )
 
 // Paths of the documents checked against the catalog, from this package.
@@ -123,7 +121,7 @@ func TestAlertRules(t *testing.T) {
 		t.Fatalf("parsing %s: %v", rulesFile, err)
 	}
 	// Every metric the registry exports, and its label names.
-	e := newEnv(t, fakePlugins{{Name: "sim", Health: pluginhost.HealthHealthy}}, epoch)
+	e := newEnv(t, fakePlugins{{Name: "sim", Healthy: true}}, epoch)
 	e.insts.set(running("a", "sim", 0, "Running", 103, ""))
 	exercise(e.m)
 	mfs, err := e.m.Registry().Gather()

@@ -9,7 +9,6 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/errdefs"
 )
@@ -62,9 +61,9 @@ func (f *fakeInstances) ListFunc(_ context.Context, _ instance.ListFilter, fn fu
 }
 
 // fakePlugins is a PluginSource.
-type fakePlugins []pluginhost.Status
+type fakePlugins []Plugin
 
-func (f fakePlugins) List() []pluginhost.Status { return f }
+func (f fakePlugins) Plugins() []Plugin { return f }
 
 // env is a Metrics on a real event bus (SQLite event log) and fakes.
 type env struct {

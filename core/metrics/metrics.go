@@ -22,7 +22,6 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/core/pluginhost"
 )
 
 // InstanceSource is the instance service read at scrape time and to name
@@ -39,10 +38,19 @@ type EventSource interface {
 	Stats() events.Stats
 }
 
-// PluginSource lists the backend plugins and their health
-// (core/pluginhost.Host).
+// PluginSource lists the backend plugins and their health at scrape time.
+// The composition root fills it from the plugin host
+// (plugins/pluginhost.Host), which the services never import: it links the
+// plugins' gRPC transport.
 type PluginSource interface {
-	List() []pluginhost.Status
+	Plugins() []Plugin
+}
+
+// Plugin is what the metrics read of one backend plugin.
+type Plugin struct {
+	Name     string // the plugin's name (its binary's file name)
+	Healthy  bool   // its process runs, answers and has what it needs
+	Restarts int    // launches after the first one
 }
 
 // Config configures Metrics.

@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/status"
 )
 
@@ -89,9 +88,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return bc
 	}
-	for _, p := range c.cfg.Plugins.List() {
+	for _, p := range c.cfg.Plugins.Plugins() {
 		up := 0.0
-		if p.Health == pluginhost.HealthHealthy {
+		if p.Healthy {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.pluginUp, prometheus.GaugeValue, up, p.Name)

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/core/pluginhost"
 )
 
 // TestStateCollector checks the scrape-time gauges against instance,
@@ -21,8 +20,8 @@ import (
 func TestStateCollector(t *testing.T) {
 	now := epoch.Add(time.Hour)
 	plugins := fakePlugins{
-		{Name: "sim", Health: pluginhost.HealthHealthy, Restarts: 2},
-		{Name: "qemu", Health: pluginhost.HealthRestarting, Restarts: 5},
+		{Name: "sim", Healthy: true, Restarts: 2},
+		{Name: "qemu", Healthy: false, Restarts: 5}, // restarting
 	}
 	e := newEnv(t, plugins, now)
 	e.m = New(Config{Instances: e.insts, Events: e.bus, Plugins: plugins, Version: "test",
@@ -121,7 +120,7 @@ guestlink_build_info{version="test"} 1
 // the instance gauges of the scrape, not the daemon, and that the handler
 // serves the rest (ContinueOnError).
 func TestStateCollectorListError(t *testing.T) {
-	e := newEnv(t, fakePlugins{{Name: "sim", Health: pluginhost.HealthHealthy}}, epoch)
+	e := newEnv(t, fakePlugins{{Name: "sim", Healthy: true}}, epoch)
 	e.insts.err = errors.New("store down")
 	mfs, err := e.m.Registry().Gather()
 	if err == nil || !strings.Contains(err.Error(), "store down") {

@@ -52,6 +52,12 @@ var (
 	storeStack = deps{"gorm and the SQL drivers", []string{"gorm.io/", "github.com/go-gormigrate/", "github.com/glebarez/", "modernc.org/sqlite", "github.com/jackc/"}, nil}
 	// pluginStack is the plugin host's transport.
 	pluginStack = deps{"go-plugin, gRPC", []string{"github.com/hashicorp/go-plugin", "google.golang.org/grpc"}, nil}
+	// rpcStack is the plugin contract's transport: gRPC, go-plugin and the
+	// generated protobuf code of the contract's wire form.
+	rpcStack = deps{"gRPC, go-plugin, the contract's wire form (`plugins/sdk/proto`)",
+		[]string{"google.golang.org/grpc", "github.com/hashicorp/go-plugin", mod + "/plugins/sdk/proto"}, nil}
+	// protobufRuntime is the protobuf runtime (both module paths).
+	protobufRuntime = deps{"the protobuf runtime", []string{"google.golang.org/protobuf", "github.com/golang/protobuf"}, nil}
 	// cobra is the CLI's command library.
 	cobra = deps{"cobra", []string{"github.com/spf13/cobra"}, nil}
 	// prometheus is the metrics client.
@@ -78,7 +84,7 @@ var (
 var (
 	// coreLeaves import no other core package.
 	coreLeaves = []string{"core/cloudinit", "core/console", "core/events", "core/images", "core/listener",
-		"core/pki", "core/pluginhost", "core/redact", "core/statebudget", "core/status", "core/storage"}
+		"core/pki", "core/redact", "core/statebudget", "core/status", "core/storage"}
 	// coreLinkHost is over core/listener only.
 	coreLinkHost = []string{"core/linkhost"}
 	// coreInstance is over the leaves.
@@ -139,7 +145,7 @@ var rules = []rule{
 		name:   "backends",
 		pkgs:   []string{mod + "/plugins/..."},
 		forbid: slices.Concat(server, own("agent", "client", "api", "cmd", "daemon"), []deps{webStack, storeStack, cobra}),
-		skip:   []deps{{"`plugins/fleet` (its own rule)", []string{mod + "/plugins/fleet"}, nil}},
+		skip:   []deps{{"`plugins/fleet`, `plugins/pluginhost` (their own rules)", []string{mod + "/plugins/fleet", mod + "/plugins/pluginhost"}, nil}},
 		reason: "a backend is its own process that talks to the daemon only through the plugin contract: only the SDK, shared plugin libraries and link/",
 	},
 	{
@@ -149,24 +155,31 @@ var rules = []rule{
 		reason: "the fleet's guests run the real agent (and so api/, the agent's wire types) in the backend's process; else it is a backend like the others",
 	},
 	{
+		name:   "plugin host",
+		pkgs:   []string{mod + "/plugins/pluginhost/..."},
+		forbid: slices.Concat(server, own("plugins", "agent", "client", "api", "cmd", "daemon"), []deps{webStack, storeStack, cobra}),
+		except: []string{mod + "/plugins/sdk"},
+		reason: "the daemon's side of the plugin protocol carries the contract over gRPC to the plugin processes and knows nothing of the services: they reach it through interfaces they declare, which the composition root fills with it",
+	},
+	{
 		name:   "core",
 		pkgs:   []string{mod + "/core/..."},
 		forbid: slices.Concat(own("transport", "web", "plugins", "client", "daemon", "cmd", "agent"), []deps{webStack}),
-		except: []string{mod + "/plugins/sdk"},
+		except: []string{mod + "/plugins/sdk/contract", mod + "/plugins/sdk/hostfwd"},
 		reason: "services are reached through transports, never the other way round, so a service never links an HTTP server and any transport can use it",
 	},
 	{
 		name:   "transports",
 		pkgs:   []string{mod + "/transport/..."},
 		forbid: slices.Concat(own("web", "plugins", "client", "daemon", "cmd", "agent"), []deps{templ}),
-		except: []string{mod + "/plugins/sdk"},
+		except: []string{mod + "/plugins/sdk", mod + "/plugins/pluginhost"},
 		reason: "a transport turns requests into calls on the services; the dashboard is a transport beside it, backends are other processes and only the composition root knows every part",
 	},
 	{
 		name:   "dashboard",
 		pkgs:   []string{mod + "/web"},
 		forbid: own("transport", "plugins", "client", "daemon", "cmd", "agent"),
-		except: []string{mod + "/plugins/sdk"},
+		except: []string{mod + "/plugins/sdk", mod + "/plugins/pluginhost"},
 		reason: "the dashboard is a transport like transport/...: it calls the services, never another transport, a backend or the composition root",
 	},
 	{
@@ -179,7 +192,7 @@ var rules = []rule{
 	{
 		name: "test kits",
 		pkgs: []string{mod + "/core/...", mod + "/transport/...", mod + "/daemon/...", mod + "/web/...", mod + "/db/...",
-			mod + "/cmd/...", mod + "/client/...", mod + "/agent/...", mod + "/link/..."},
+			mod + "/cmd/...", mod + "/client/...", mod + "/agent/...", mod + "/link/...", mod + "/plugins/pluginhost/..."},
 		forbid: []deps{testKits, testHelpers},
 		skip:   []deps{{"test kits themselves", nil, testKits.has}},
 		reason: "mocks, the conformance kit, the example backend and test helpers exist for tests; in non-test code they would ship a fake backend or testing code in a binary",
@@ -217,7 +230,7 @@ var rules = []rule{
 	{
 		name: "metrics",
 		pkgs: []string{mod + "/transport/adminapi", mod + "/transport/devlxd", mod + "/core/agentmon", mod + "/core/events",
-			mod + "/core/instance", mod + "/core/pluginhost", mod + "/core/linkhost", mod + "/web",
+			mod + "/core/instance", mod + "/core/linkhost", mod + "/web",
 			mod + "/agent/...", mod + "/link/...", mod + "/plugins/...", mod + "/client/...", mod + "/db/..."},
 		forbid: []deps{prometheus},
 		reason: "only core/metrics (and the composition root) import the Prometheus client; the others report through small observer interfaces, testable without a registry",
@@ -269,6 +282,25 @@ var rules = []rule{
 		pkgs:   []string{mod + "/core/..."},
 		forbid: own(coreTops...),
 		reason: "cluster membership, the agent monitor and metrics are wired in by the composition root; a service that needs one declares a small interface the root fills",
+	},
+	{
+		name:   "services without gRPC",
+		pkgs:   []string{mod + "/core/..."},
+		forbid: []deps{rpcStack},
+		reason: "the services program against the plugin contract's plain Go types (plugins/sdk/contract); the gRPC that carries it to the plugin processes is plugins/pluginhost's, which the composition root hands them through interfaces they declare, so a service is built, tested and reused without it",
+	},
+	{
+		name:   "services without protobuf",
+		pkgs:   []string{mod + "/core/..."},
+		forbid: []deps{protobufRuntime},
+		skip:   []deps{{"`core/metrics` (the Prometheus client it exports through links the protobuf runtime for its exposition format)", []string{mod + "/core/metrics"}, nil}},
+		reason: "the plugin contract's wire form is protobuf: a service that links the runtime has taken a wire type in where a plain one belongs (only core/metrics links it, through the Prometheus client)",
+	},
+	{
+		name:   "contract without gRPC",
+		pkgs:   []string{mod + "/plugins/sdk/contract/..."},
+		forbid: []deps{nonStandard},
+		reason: "the plugin contract's plain Go types are what the services import in place of the SDK: whatever the contract links, every service links, so it stays on the standard library (no gRPC, protobuf or go-plugin)",
 	},
 }
 
@@ -415,8 +447,12 @@ var breaks = []struct {
 		[]string{mod + "/db", mod + "/agent"}},
 	{"fleet", []string{mod + "/agent", mod + "/api", mod + "/core/instance", "github.com/spf13/cobra"},
 		[]string{mod + "/core/instance", "github.com/spf13/cobra"}},
+	{"plugin host", []string{mod + "/plugins/sdk", "google.golang.org/grpc", mod + "/errdefs", mod + "/core/instance", mod + "/plugins/sim/simbackend", mod + "/daemon"},
+		[]string{mod + "/core/instance", mod + "/plugins/sim/simbackend", mod + "/daemon"}},
 	{"core", []string{mod + "/plugins/sdk/proto/backend/v1", mod + "/web", mod + "/plugins/sim/simvm", mod + "/daemon"},
-		[]string{mod + "/web", mod + "/plugins/sim/simvm", mod + "/daemon"}},
+		[]string{mod + "/plugins/sdk/proto/backend/v1", mod + "/web", mod + "/plugins/sim/simvm", mod + "/daemon"}},
+	{"core", []string{mod + "/plugins/sdk/contract", mod + "/plugins/sdk/hostfwd", mod + "/plugins/sdk", mod + "/plugins/pluginhost", mod + "/plugins/sdk/eventer"},
+		[]string{mod + "/plugins/sdk", mod + "/plugins/pluginhost", mod + "/plugins/sdk/eventer"}},
 	{"core", []string{mod + "/transport/adminapi", "github.com/gofiber/fiber/v2", "github.com/valyala/fasthttp", mod + "/db"},
 		[]string{mod + "/transport/adminapi", "github.com/gofiber/fiber/v2", "github.com/valyala/fasthttp"}},
 	{"transports", []string{"github.com/gofiber/fiber/v2", mod + "/core/instance", mod + "/web", mod + "/plugins/qemu"},
@@ -460,6 +496,16 @@ var breaks = []struct {
 		[]string{mod + "/core/agentmon", mod + "/core/guestview"}},
 	{"core tops", []string{mod + "/core/instance", mod + "/core/cluster", mod + "/core/metrics", mod + "/core/agentmon/x"},
 		[]string{mod + "/core/cluster", mod + "/core/metrics", mod + "/core/agentmon/x"}},
+	// What a service linked before the contract left the SDK: the SDK
+	// (through the plugin host) brought gRPC, go-plugin and the wire form.
+	{"services without gRPC", []string{mod + "/plugins/sdk/contract", "google.golang.org/grpc", "google.golang.org/grpc/codes",
+		"github.com/hashicorp/go-plugin", mod + "/plugins/sdk/proto/backend/v1", "github.com/prometheus/client_golang/prometheus"},
+		[]string{"google.golang.org/grpc", "google.golang.org/grpc/codes", "github.com/hashicorp/go-plugin", mod + "/plugins/sdk/proto/backend/v1"}},
+	{"services without protobuf", []string{mod + "/plugins/sdk/contract", "google.golang.org/protobuf/proto", "github.com/golang/protobuf/ptypes/empty", "encoding/json"},
+		[]string{"google.golang.org/protobuf/proto", "github.com/golang/protobuf/ptypes/empty"}},
+	{"contract without gRPC", []string{"context", "errors", "google.golang.org/grpc/status", "google.golang.org/protobuf/proto",
+		"github.com/hashicorp/go-plugin", mod + "/plugins/sdk/proto/backend/v1", mod + "/errdefs"},
+		[]string{"google.golang.org/grpc/status", "google.golang.org/protobuf/proto", "github.com/hashicorp/go-plugin", mod + "/plugins/sdk/proto/backend/v1", mod + "/errdefs"}},
 }
 
 // TestRulesCatchViolations feeds every rule its deliberate breaks.

@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 func TestErrorKindsRoundTrip(t *testing.T) {
@@ -78,6 +80,34 @@ func TestErrorKindsRoundTrip(t *testing.T) {
 			t.Fatal("nil error not kept nil")
 		}
 	})
+}
+
+// TestContractKindsAreTheSDKs checks that an error kind returned under
+// its contract name (as the daemon's services see it) comes back from the
+// wire matching both names: sdk's error kinds are the contract's values,
+// not copies, so a plugin that returns sdk.ErrConflict is seen by a
+// service that checks contract.ErrConflict, and the other way round.
+func TestContractKindsAreTheSDKs(t *testing.T) {
+	tests := []struct {
+		name          string
+		contract, sdk error
+	}{
+		{"not found", contract.ErrNotFound, ErrNotFound},
+		{"invalid", contract.ErrInvalid, ErrInvalid},
+		{"conflict", contract.ErrConflict, ErrConflict},
+		{"not supported", contract.ErrNotSupported, ErrNotSupported},
+		{"unavailable", contract.ErrUnavailable, ErrUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, sent := range []error{tt.contract, tt.sdk} {
+				back := fromStatus(context.Background(), toStatus(fmt.Errorf("guest %q: %w", "web1", sent)))
+				if !errors.Is(back, tt.contract) || !errors.Is(back, tt.sdk) {
+					t.Fatalf("sent %v, got %v: matches contract's %v, sdk's %v; want both", sent, back, errors.Is(back, tt.contract), errors.Is(back, tt.sdk))
+				}
+			}
+		})
+	}
 }
 
 func TestStderrTail(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
 
 // Instances is the instance service the API drives (core/instance.Manager).
@@ -46,7 +46,7 @@ type EventSource interface {
 	Subscribe(filter events.Filter) (*events.Subscription, error)
 }
 
-// Backends lists the backend plugins and their health (core/pluginhost).
+// Backends lists the backend plugins and their health (plugins/pluginhost).
 type Backends interface {
 	List() []pluginhost.Status
 }

@@ -7,11 +7,11 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
 
 // backendRestarter is implemented by backend services that can restart a
-// plugin on request (core/pluginhost.Host): RestartWait restarts the plugin
+// plugin on request (plugins/pluginhost.Host): RestartWait restarts the plugin
 // now, resetting its backoff, and returns once the new launch attempt
 // concluded or ctx ended.
 type backendRestarter interface {

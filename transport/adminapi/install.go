@@ -8,11 +8,11 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
 
 // backendInstaller is implemented by backend services that install and
-// reload plugins without a daemon restart (core/pluginhost.Host): Install
+// reload plugins without a daemon restart (plugins/pluginhost.Host): Install
 // copies a binary into the plugin directory, writes its checksum and
 // (re)starts it; Reload re-reads the checksum and restarts the plugin.
 // Both return once the new launch attempt concluded or ctx ended.

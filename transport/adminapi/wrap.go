@@ -10,9 +10,9 @@ import (
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 	"github.com/guestlink/guestlink/transport/httpwrap"
 )
 

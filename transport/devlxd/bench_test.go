@@ -9,7 +9,6 @@ import (
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/metrics"
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -95,7 +94,7 @@ func (noEvents) Subscribe(events.Filter) (*events.Subscription, error) {
 	return nil, errdefs.ErrNotSupported
 }
 func (noEvents) Stats() events.Stats        { return events.Stats{} }
-func (noPlugins) List() []pluginhost.Status { return nil }
+func (noPlugins) Plugins() []metrics.Plugin { return nil }
 
 // BenchmarkGetConfigKey measures GET /1.0/config/{key} for a plain user key
 // and for cloud-init user-data with an SSH key merged (parsed and rendered

@@ -21,9 +21,9 @@ import (
 
 	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/core/events"
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/transport/adminapi"
 )
@@ -170,7 +170,7 @@ func DefaultBackends() []pluginhost.Status {
 	}
 }
 
-// RestartWait restarts a plugin as core/pluginhost does when it comes back
+// RestartWait restarts a plugin as plugins/pluginhost does when it comes back
 // at once: it is made healthy, its restarts counted, its failures, retry
 // time and error cleared. An unknown name is errdefs.ErrNotFound.
 func (b *Backends) RestartWait(_ context.Context, name string) (pluginhost.Status, error) {

@@ -1,4 +1,4 @@
-package sdk
+package contract
 
 // DataDirEnv names the environment variable in which the daemon hands every
 // plugin process its data directory (<state-dir>/plugins, shared by the

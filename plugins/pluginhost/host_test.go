@@ -19,9 +19,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/goleak"
 
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/internal/testwait"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 

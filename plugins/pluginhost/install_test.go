@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
 
 // TestInstallAndReload installs a new plugin and upgrades a running one

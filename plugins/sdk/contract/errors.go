@@ -1,4 +1,4 @@
-package sdk
+package contract
 
 import "errors"
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
 

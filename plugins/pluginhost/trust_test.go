@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/guestlink/guestlink/core/pluginhost"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
 
 // requiresRoot skips a test that must chown files to another user.

@@ -1,11 +1,16 @@
-// Package sdk is what a guestlink backend plugin author imports: the Backend
-// interface a plugin implements, Serve to run it as a plugin process, the error
-// kinds a plugin returns, and (in sdk/conformance) a test kit that checks any
-// plugin binary against the contract. Beside it: sdk/sdktest (a mock Backend
-// and an in-process harness), sdk/eventer (the event fan-out with the
-// documented drop policy) and sdk/example (a complete backend to copy). The
-// SDK is a Go module of its own, github.com/guestlink/guestlink/plugins/sdk,
-// tagged plugins/sdk/v0.x.y, and imports nothing of the daemon.
+// Package contract is the plugin contract in plain Go: the Backend interface
+// a plugin implements and the daemon calls, its optional interfaces
+// (Snapshotter, Adopter, DeviceHotplugger, RingBatchReader), the values that
+// cross the boundary (Info, GuestSpec, GuestState, Event, LinkEndpoint, ...),
+// the capabilities, the error kinds and what a guest's agent needs from its
+// backend. It imports neither gRPC, the protobuf runtime nor go-plugin, so
+// the daemon's services program against it without linking the transport
+// (internal/deptest checks both).
+//
+// Package sdk (the parent) carries the contract over gRPC: Serve on the
+// plugin side, Launch and Client on the daemon's, the handshake and the
+// protobuf converters. It re-exports every name of this package, so a
+// plugin author imports sdk alone.
 //
 // The daemon drives a Backend through this lifecycle for each guest:
 //
@@ -15,7 +20,7 @@
 // restarted. Guests must outlive the plugin process: a plugin starts each
 // guest (its VMM) in a session of its own and keeps everything it needs to
 // find it again in the handle.
-package sdk
+package contract
 
 import (
 	"context"

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
 
 // TestKilledSixTimes: the supervisor brings a plugin back after each of six
