@@ -433,7 +433,7 @@ func (s *Service) BackendEvent(inst *instance.Instance, ev contract.Event) {
 	default:
 		return
 	}
-	if ev.Kind == sdk.EventRingData && ev.RingSeq != 0 {
+	if ev.Kind == contract.EventRingData && ev.RingSeq != 0 {
 		s.push(inst.UUID, ev.Ring, ev.RingSeq)
 	}
 	if m := s.monitor(inst.UUID); m != nil {

@@ -109,6 +109,7 @@ const (
 	CapLinkVsock        = contract.CapLinkVsock
 	CapLinkSerial       = contract.CapLinkSerial
 	CapRingBuffer       = contract.CapRingBuffer
+	CapRingPush         = contract.CapRingPush
 	CapRecover          = contract.CapRecover
 	CapHotplug          = contract.CapHotplug
 	CapDisk             = contract.CapDisk
