@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/status"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk"
 )
@@ -82,13 +82,13 @@ type startRun struct {
 	by     events.Requestor
 	action string // the event published on success
 
-	rec     *db.Instance   // the instance as the start began
-	b       sdk.Backend    // its backend
-	info    *sdk.Info      // the backend's Info
-	files   []sdk.File     // files of FilesProvider for the guest
-	spec    *sdk.GuestSpec // what the backend is asked to start
-	h       sdk.Handle     // the guest's handle, new after Create or Start
-	startAt time.Time      // when the backend was asked to start the guest
+	rec     *record.Instance // the instance as the start began
+	b       sdk.Backend      // its backend
+	info    *sdk.Info        // the backend's Info
+	files   []sdk.File       // files of FilesProvider for the guest
+	spec    *sdk.GuestSpec   // what the backend is asked to start
+	h       sdk.Handle       // the guest's handle, new after Create or Start
+	startAt time.Time        // when the backend was asked to start the guest
 	gs      *sdk.GuestState
 	pending *sdk.Event // an exit that arrived while the start ran
 	view    *Instance  // the instance once the start was recorded
