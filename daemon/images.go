@@ -6,6 +6,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/db"
 )
 
@@ -18,7 +19,7 @@ func (d *Daemon) openImages() error {
 		return fmt.Errorf("the store %T keeps no images", d.store)
 	}
 	inUse := func(ctx context.Context, fp string) ([]string, error) {
-		list, err := d.store.ListInstances(ctx, db.InstanceFilter{})
+		list, err := d.store.ListInstances(ctx, record.Filter{})
 		if err != nil {
 			return nil, fmt.Errorf("listing the instances using image %s: %w", fp, err)
 		}

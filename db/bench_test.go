@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
@@ -54,11 +56,11 @@ func benchmarkWrites(b *testing.B, s db.Store) {
 			case 0:
 				in.Boot++
 				in.Config["volatile.last_state.power"] = "RUNNING"
-				err = s.UpdateInstanceWithTimeline(ctx, in, &db.TimelineEntry{Boot: in.Boot, Kind: "state", From: "stopped", To: "running", Cause: "api"})
+				err = s.UpdateInstanceWithTimeline(ctx, in, &record.TimelineEntry{Boot: in.Boot, Kind: "state", From: "stopped", To: "running", Cause: "api"})
 			case 1:
-				err = s.AppendTimeline(ctx, &db.TimelineEntry{InstanceID: in.ID, Boot: in.Boot, Kind: "agent", To: "connected", Cause: "agent"})
+				err = s.AppendTimeline(ctx, &record.TimelineEntry{InstanceID: in.ID, Boot: in.Boot, Kind: "agent", To: "connected", Cause: "agent"})
 			case 2:
-				err = s.AppendEvent(ctx, &db.Event{Type: "lifecycle", Instance: in.Name,
+				err = s.AppendEvent(ctx, &events.Record{Type: "lifecycle", Instance: in.Name,
 					Body: []byte(`{"type":"lifecycle","metadata":{"action":"instance-ready","source":"/1.0/instances/` + in.Name + `"}}`)})
 			}
 			if err != nil {

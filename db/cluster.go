@@ -180,7 +180,7 @@ func (s *sqlStore) Bootstrap(ctx context.Context, info *ClusterInfo, m *ClusterM
 		if err := tx.Create(m).Error; err != nil {
 			return err
 		}
-		return tx.Model(&Instance{}).Where("location = ?", "").Update("location", m.Name).Error
+		return tx.Model(&instanceRow{}).Where("location = ?", "").Update("location", m.Name).Error
 	})
 	if err != nil {
 		return fmt.Errorf("bootstrapping cluster: %w", translate(err))
@@ -322,7 +322,7 @@ func (s *sqlStore) RemoveMember(ctx context.Context, name string, force bool) ([
 	var left []string
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
 		left = nil
-		if err := tx.Model(&Instance{}).Where("location = ?", name).Order("name").Pluck("name", &left).Error; err != nil {
+		if err := tx.Model(&instanceRow{}).Where("location = ?", name).Order("name").Pluck("name", &left).Error; err != nil {
 			return err
 		}
 		if !force && len(left) > 0 {
@@ -346,7 +346,7 @@ func (s *sqlStore) InstanceCounts(ctx context.Context) (map[string]int, error) {
 		Location string
 		N        int
 	}
-	if err := q.Model(&Instance{}).Select("location, count(*) as n").Group("location").Scan(&rows).Error; err != nil {
+	if err := q.Model(&instanceRow{}).Select("location, count(*) as n").Group("location").Scan(&rows).Error; err != nil {
 		return nil, fmt.Errorf("counting instances: %w", translate(err))
 	}
 	out := make(map[string]int, len(rows))

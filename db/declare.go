@@ -5,27 +5,20 @@ import (
 	"fmt"
 
 	"gorm.io/gorm"
+
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 )
 
-// ChangeWriter is the optional part of a Store that writes one change of an
-// instance in one call: the instance's new record, its timeline entries and
+// WriteChange writes one change of an instance in one call: in's new
+// record (nil: the instance record is unchanged), its timeline entries and
 // the events that announce it, in one transaction of the group-commit
 // writer (a declaration is then one write waiting for one commit, not two
-// in turn). The SQL store implements it; callers fall back to
-// UpdateInstanceWithTimeline and AppendEvent without it.
-type ChangeWriter interface {
-	// WriteChange saves in (nil: the instance record is unchanged) and
-	// appends entries and evs in one transaction. An entry whose
-	// InstanceID is 0 is given in.ID. On success each event has its id,
-	// in commit order with every other event; on failure nothing was
-	// written and the ids are 0.
-	WriteChange(ctx context.Context, in *Instance, entries []*TimelineEntry, evs []*Event) error
-}
-
-var _ ChangeWriter = (*sqlStore)(nil)
-
-// WriteChange implements ChangeWriter.
-func (s *sqlStore) WriteChange(ctx context.Context, in *Instance, entries []*TimelineEntry, evs []*Event) error {
+// in turn). An entry whose InstanceID is 0 is given in.ID. On success each
+// event has its id, in commit order with every other event; on failure
+// nothing was written and the ids are 0. core/instance uses it when the
+// store has it (its changeWriter interface).
+func (s *sqlStore) WriteChange(ctx context.Context, in *record.Instance, entries []*record.TimelineEntry, evs []*events.Record) error {
 	what := "writing a change"
 	var id int64
 	if in != nil {
@@ -58,7 +51,9 @@ func (s *sqlStore) WriteChange(ctx context.Context, in *Instance, entries []*Tim
 		}
 	}
 	var l *lease
+	var row *instanceRow
 	if in != nil {
+		row = instanceRowOf(in)
 		var err error
 		if l, err = s.heldLease(); err != nil {
 			resetEntries(entries)
@@ -67,7 +62,7 @@ func (s *sqlStore) WriteChange(ctx context.Context, in *Instance, entries []*Tim
 	}
 	err := s.w.doAppend(ctx, len(evs) > 0, entryInstances(entries), func(tx *gorm.DB) error {
 		if in != nil {
-			if err := s.updateInstance(tx, l, in); err != nil {
+			if err := s.updateInstance(tx, l, row); err != nil {
 				return err
 			}
 		}
@@ -89,6 +84,9 @@ func (s *sqlStore) WriteChange(ctx context.Context, in *Instance, entries []*Tim
 			ev.ID = 0
 		}
 		return fmt.Errorf("%s: %w", what, translate(err))
+	}
+	if in != nil {
+		in.UpdatedAt = row.UpdatedAt // set by gorm
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
@@ -151,14 +153,14 @@ func TestDurabilityChild(t *testing.T) {
 			for i := 0; ; i++ {
 				detail := fmt.Sprintf("g%d-%d", g, i)
 				if i%2 == 0 {
-					e := &db.TimelineEntry{InstanceID: in.ID, Kind: "state", To: "running", Detail: detail}
+					e := &record.TimelineEntry{InstanceID: in.ID, Kind: "state", To: "running", Detail: detail}
 					if err := s.AppendTimeline(ctx, e); err != nil {
 						fmt.Fprintln(os.Stderr, "child:", err)
 						os.Exit(2)
 					}
 					ackLine("T", e.ID, detail)
 				} else {
-					ev := &db.Event{Type: "lifecycle", Body: []byte(detail)}
+					ev := &events.Record{Type: "lifecycle", Body: []byte(detail)}
 					if err := s.AppendEvent(ctx, ev); err != nil {
 						fmt.Fprintln(os.Stderr, "child:", err)
 						os.Exit(2)

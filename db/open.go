@@ -20,6 +20,8 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/callbacks"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/guestlink/guestlink/errdefs"
 )
 
 // DefaultFileName is the SQLite database's file name inside the state directory.
@@ -34,8 +36,9 @@ const (
 // ErrInvalidURL is returned (wrapped) by Open for a database URL it cannot use.
 var ErrInvalidURL = errors.New("invalid database url")
 
-// ErrClosed is returned (wrapped) by a Store's methods after Close.
-var ErrClosed = errors.New("store closed")
+// ErrClosed is returned (wrapped) by a Store's methods after Close. It
+// wraps errdefs.ErrClosed, the kind the services test.
+var ErrClosed = fmt.Errorf("store %w", errdefs.ErrClosed)
 
 // options are Open's settings; see the Option functions.
 type options struct {

@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
@@ -237,7 +238,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.AppendEvent(ctx, &db.Event{Type: "lifecycle"}); err != nil {
+			if err := s.AppendEvent(ctx, &events.Record{Type: "lifecycle"}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.EventsAfter(ctx, 0, 0); err != nil {

@@ -6,6 +6,9 @@ import (
 	"fmt"
 
 	"gorm.io/gorm"
+
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 )
 
 // prepared holds the writer connection's prepared statements for the two
@@ -89,7 +92,7 @@ func translateDriver(tx *gorm.DB, err error) error {
 }
 
 // insertEvent inserts ev and sets its ID.
-func (p *prepared) insertEvent(tx *gorm.DB, ev *Event) error {
+func (p *prepared) insertEvent(tx *gorm.DB, ev *events.Record) error {
 	id, err := p.insert(tx.Statement.Context, tx, p.event,
 		ev.Time, ev.Type, ev.Instance, ev.Body)
 	if err != nil {
@@ -100,7 +103,7 @@ func (p *prepared) insertEvent(tx *gorm.DB, ev *Event) error {
 }
 
 // insertEntries inserts entries one by one and sets their IDs.
-func (p *prepared) insertEntries(tx *gorm.DB, entries []*TimelineEntry) error {
+func (p *prepared) insertEntries(tx *gorm.DB, entries []*record.TimelineEntry) error {
 	resetEntries(entries)
 	for _, e := range entries {
 		id, err := p.insert(tx.Statement.Context, tx, p.entry,

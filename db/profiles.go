@@ -7,12 +7,13 @@ import (
 
 	"github.com/go-gormigrate/gormigrate/v2"
 	"gorm.io/gorm"
+
+	"github.com/guestlink/guestlink/core/instance/record"
 )
 
-// Profile is a named set of config keys and devices that instances apply
-// in order before their own (LXD's profiles). It lives in the database, so
-// every member of a cluster shares it.
-type Profile struct {
+// profileRow is the gorm model of table profiles (record.Profile as
+// stored).
+type profileRow struct {
 	ID          int64                        `gorm:"primaryKey"`
 	Name        string                       `gorm:"uniqueIndex;size:63;not null"`
 	Description string                       `gorm:"type:text;not null"`
@@ -22,30 +23,16 @@ type Profile struct {
 	UpdatedAt   time.Time
 }
 
-// ProfileStore keeps profiles. The Store returned by Open implements it; a
-// nil return means the change is durable.
-type ProfileStore interface {
-	// CreateProfile stores p (sets p.ID); ErrAlreadyExists on a taken name.
-	CreateProfile(ctx context.Context, p *Profile) error
-	// Profile returns one profile (ErrNotFound).
-	Profile(ctx context.Context, name string) (*Profile, error)
-	// Profiles lists every profile by name.
-	Profiles(ctx context.Context) ([]*Profile, error)
-	// UpdateProfile saves p's description, config and devices (matched by
-	// name; ErrNotFound).
-	UpdateProfile(ctx context.Context, p *Profile) error
-	// RenameProfile renames a profile and, in the same transaction, every
-	// instance's reference to it (ErrNotFound, ErrAlreadyExists).
-	RenameProfile(ctx context.Context, oldName, newName string) error
-	// DeleteProfile removes a profile (ErrNotFound). The caller checks
-	// that no instance uses it.
-	DeleteProfile(ctx context.Context, name string) error
-	// SetInstanceProfiles replaces the profiles of the instance of id
-	// (ErrNotFound); UpdateInstance never writes them.
-	SetInstanceProfiles(ctx context.Context, id int64, profiles []string) error
+// TableName is the model's table.
+func (profileRow) TableName() string { return "profiles" }
+
+// record is the row as the domain's profile; maps are shared.
+func (r *profileRow) record() *record.Profile {
+	p := record.Profile(*r)
+	return &p
 }
 
-var _ ProfileStore = (*sqlStore)(nil)
+var _ record.ProfileStore = (*sqlStore)(nil)
 
 // profilesMigration creates the profiles table and adds instances.profiles.
 // Instances that exist before it keep no profile: they were made without
@@ -88,7 +75,7 @@ func profilesMigration() *gormigrate.Migration {
 	}
 }
 
-func normalizeProfile(p *Profile) {
+func normalizeProfile(p *record.Profile) {
 	if p.Config == nil {
 		p.Config = map[string]string{}
 	}
@@ -100,7 +87,7 @@ func normalizeProfile(p *Profile) {
 }
 
 // CreateProfile stores a profile.
-func (s *sqlStore) CreateProfile(ctx context.Context, p *Profile) error {
+func (s *sqlStore) CreateProfile(ctx context.Context, p *record.Profile) error {
 	if p == nil || p.Name == "" {
 		return fmt.Errorf("creating profile: a name is required: %w", ErrInvalid)
 	}
@@ -109,55 +96,60 @@ func (s *sqlStore) CreateProfile(ctx context.Context, p *Profile) error {
 		p.CreatedAt = time.Now().UTC()
 	}
 	p.UpdatedAt = p.CreatedAt
+	row := profileRow(*p)
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		p.ID = 0
-		return tx.Create(p).Error
+		row.ID = 0
+		return tx.Create(&row).Error
 	})
 	if err != nil {
 		p.ID = 0
 		return fmt.Errorf("creating profile %q: %w", p.Name, translate(err))
 	}
+	p.ID = row.ID
 	return nil
 }
 
 // Profile returns one profile.
-func (s *sqlStore) Profile(ctx context.Context, name string) (*Profile, error) {
-	var out Profile
+func (s *sqlStore) Profile(ctx context.Context, name string) (*record.Profile, error) {
+	var row profileRow
 	rd, err := s.reader(ctx)
 	if err == nil {
-		err = rd.Where("name = ?", name).Take(&out).Error
+		err = rd.Where("name = ?", name).Take(&row).Error
 	}
 	if err != nil {
 		return nil, fmt.Errorf("getting profile %q: %w", name, translate(err))
 	}
-	normalizeProfile(&out)
-	return &out, nil
+	out := row.record()
+	normalizeProfile(out)
+	return out, nil
 }
 
 // Profiles lists every profile by name.
-func (s *sqlStore) Profiles(ctx context.Context) ([]*Profile, error) {
+func (s *sqlStore) Profiles(ctx context.Context) ([]*record.Profile, error) {
 	rd, err := s.reader(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing profiles: %w", err)
 	}
-	var out []*Profile
-	if err := rd.Order("name").Find(&out).Error; err != nil {
+	var rows []*profileRow
+	if err := rd.Order("name").Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("listing profiles: %w", translate(err))
 	}
-	for _, p := range out {
-		normalizeProfile(p)
+	out := make([]*record.Profile, len(rows))
+	for i, r := range rows {
+		out[i] = r.record()
+		normalizeProfile(out[i])
 	}
 	return out, nil
 }
 
 // UpdateProfile saves a profile's description, config and devices.
-func (s *sqlStore) UpdateProfile(ctx context.Context, p *Profile) error {
+func (s *sqlStore) UpdateProfile(ctx context.Context, p *record.Profile) error {
 	normalizeProfile(p)
 	p.UpdatedAt = time.Now().UTC()
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		return affectedOne(tx.Model(&Profile{}).Where("name = ?", p.Name).
+		return affectedOne(tx.Model(&profileRow{}).Where("name = ?", p.Name).
 			Select("description", "config", "devices", "updated_at").
-			Updates(&Profile{Description: p.Description, Config: p.Config, Devices: p.Devices, UpdatedAt: p.UpdatedAt}))
+			Updates(&profileRow{Description: p.Description, Config: p.Config, Devices: p.Devices, UpdatedAt: p.UpdatedAt}))
 	})
 	if err != nil {
 		return fmt.Errorf("updating profile %q: %w", p.Name, translate(err))
@@ -172,10 +164,10 @@ func (s *sqlStore) RenameProfile(ctx context.Context, oldName, newName string) e
 		return fmt.Errorf("renaming profile %q: no new name: %w", oldName, ErrInvalid)
 	}
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		if err := affectedOne(tx.Model(&Profile{}).Where("name = ?", oldName).Update("name", newName)); err != nil {
+		if err := affectedOne(tx.Model(&profileRow{}).Where("name = ?", oldName).Update("name", newName)); err != nil {
 			return err
 		}
-		var ins []*Instance
+		var ins []*instanceRow
 		if err := tx.Select("id", "profiles").Find(&ins).Error; err != nil {
 			return err
 		}
@@ -188,7 +180,7 @@ func (s *sqlStore) RenameProfile(ctx context.Context, oldName, newName string) e
 				}
 			}
 			if changed {
-				if err := tx.Model(&Instance{ID: in.ID}).Select("profiles").Updates(&Instance{Profiles: in.Profiles}).Error; err != nil {
+				if err := tx.Model(&instanceRow{ID: in.ID}).Select("profiles").Updates(&instanceRow{Profiles: in.Profiles}).Error; err != nil {
 					return err
 				}
 			}
@@ -204,7 +196,7 @@ func (s *sqlStore) RenameProfile(ctx context.Context, oldName, newName string) e
 // DeleteProfile removes a profile.
 func (s *sqlStore) DeleteProfile(ctx context.Context, name string) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		return affectedOne(tx.Where("name = ?", name).Delete(&Profile{}))
+		return affectedOne(tx.Where("name = ?", name).Delete(&profileRow{}))
 	})
 	if err != nil {
 		return fmt.Errorf("deleting profile %q: %w", name, translate(err))
@@ -218,7 +210,7 @@ func (s *sqlStore) SetInstanceProfiles(ctx context.Context, id int64, profiles [
 		profiles = []string{}
 	}
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		return affectedOne(tx.Model(&Instance{ID: id}).Select("profiles").Updates(&Instance{Profiles: profiles}))
+		return affectedOne(tx.Model(&instanceRow{ID: id}).Select("profiles").Updates(&instanceRow{Profiles: profiles}))
 	})
 	if err != nil {
 		return fmt.Errorf("setting the profiles of instance %d: %w", id, translate(err))

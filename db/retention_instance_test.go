@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
@@ -26,7 +27,7 @@ func TestRetentionIsolation(t *testing.T) {
 			s := dbtest.Open(t, e.URL(t), db.WithRetention(0, global), db.WithInstanceEventRetention(perInstance))
 			var quietIDs []int64
 			for i := range quietEvents {
-				ev := &db.Event{Type: "lifecycle", Instance: "quiet", Body: []byte(fmt.Sprint(i))}
+				ev := &events.Record{Type: "lifecycle", Instance: "quiet", Body: []byte(fmt.Sprint(i))}
 				if err := s.AppendEvent(ctx, ev); err != nil {
 					t.Fatal(err)
 				}
@@ -34,14 +35,14 @@ func TestRetentionIsolation(t *testing.T) {
 			}
 			var last int64
 			for i := range floods {
-				ev := &db.Event{Type: "lifecycle", Instance: "noisy", Body: []byte(fmt.Sprint(i))}
+				ev := &events.Record{Type: "lifecycle", Instance: "noisy", Body: []byte(fmt.Sprint(i))}
 				if err := s.AppendEvent(ctx, ev); err != nil {
 					t.Fatal(err)
 				}
 				last = ev.ID
 			}
 			// Daemon events (no instance) are kept by the global limit only.
-			if err := s.AppendEvent(ctx, &db.Event{Type: "logging", Body: []byte("x")}); err != nil {
+			if err := s.AppendEvent(ctx, &events.Record{Type: "logging", Body: []byte("x")}); err != nil {
 				t.Fatal(err)
 			}
 			all, err := s.EventsAfter(ctx, 0, 0)
@@ -105,7 +106,7 @@ func TestRetentionFloor(t *testing.T) {
 			appended := map[string][]int64{}
 			add := func(name string) {
 				t.Helper()
-				ev := &db.Event{Type: "lifecycle", Instance: name, Body: []byte("{}")}
+				ev := &events.Record{Type: "lifecycle", Instance: name, Body: []byte("{}")}
 				if err := s.AppendEvent(ctx, ev); err != nil {
 					t.Fatal(err)
 				}

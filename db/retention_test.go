@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
@@ -31,9 +33,9 @@ func TestRetention(t *testing.T) {
 				}
 			}
 			base := time.Now().UTC().Add(-time.Hour)
-			var entries []*db.TimelineEntry
-			entry := func(i int) *db.TimelineEntry {
-				e := &db.TimelineEntry{InstanceID: busy.ID, Time: base.Add(time.Duration(i) * time.Second), Kind: "ready", To: fmt.Sprint(i), Cause: "devlxd"}
+			var entries []*record.TimelineEntry
+			entry := func(i int) *record.TimelineEntry {
+				e := &record.TimelineEntry{InstanceID: busy.ID, Time: base.Add(time.Duration(i) * time.Second), Kind: "ready", To: fmt.Sprint(i), Cause: "devlxd"}
 				entries = append(entries, e)
 				return e
 			}
@@ -51,13 +53,13 @@ func TestRetention(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ev := &db.Event{Type: "instance-ready", Instance: busy.Name, Body: []byte(fmt.Sprint(i))}
+				ev := &events.Record{Type: "instance-ready", Instance: busy.Name, Body: []byte(fmt.Sprint(i))}
 				if err := s.AppendEvent(ctx, ev); err != nil {
 					t.Fatal(err)
 				}
 				lastEvent = ev.ID
 			}
-			if err := s.AppendTimeline(ctx, &db.TimelineEntry{InstanceID: quiet.ID, Time: base, Kind: "state", To: "running", Cause: "api"}); err != nil {
+			if err := s.AppendTimeline(ctx, &record.TimelineEntry{InstanceID: quiet.ID, Time: base, Kind: "state", To: "running", Cause: "api"}); err != nil {
 				t.Fatal(err)
 			}
 			// The writer prunes after a batch commits, before the next one:

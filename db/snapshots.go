@@ -7,46 +7,44 @@ import (
 
 	"github.com/go-gormigrate/gormigrate/v2"
 	"gorm.io/gorm"
+
+	"github.com/guestlink/guestlink/core/instance/record"
 )
 
-// Snapshot is one snapshot of an instance as stored: what the daemon keeps
-// (config with volatile keys, devices, the Ready flag and whether the
-// guest ran) and the facts its backend reported. The backend keeps the
-// snapshot's files (disk copies, memory state) under the guest it owns.
-type Snapshot struct {
+// snapshotRow is the gorm model of table snapshots (record.Snapshot as
+// stored).
+type snapshotRow struct {
 	ID         int64                        `gorm:"primaryKey"`
 	InstanceID int64                        `gorm:"uniqueIndex:idx_snapshots_instance_name,priority:1;not null"`
 	Name       string                       `gorm:"uniqueIndex:idx_snapshots_instance_name,priority:2;size:63;not null"`
 	CreatedAt  time.Time                    `gorm:"not null"`
 	Stateful   bool                         `gorm:"not null;default:false"`
-	Running    bool                         `gorm:"not null;default:false"` // the guest ran when it was taken
-	Ready      bool                         `gorm:"not null;default:false"` // the guest was Ready when it was taken
-	Backend    string                       `gorm:"size:64;not null"`       // the backend that took it
+	Running    bool                         `gorm:"not null;default:false"`
+	Ready      bool                         `gorm:"not null;default:false"`
+	Backend    string                       `gorm:"size:64;not null"`
 	Config     map[string]string            `gorm:"serializer:json;not null"`
 	Devices    map[string]map[string]string `gorm:"serializer:json;not null"`
 	DiskBytes  int64                        `gorm:"not null;default:0"`
 	StateBytes int64                        `gorm:"not null;default:0"`
-	Details    map[string]string            `gorm:"serializer:json;not null"` // backend facts: "layout", "ring_port"
+	Details    map[string]string            `gorm:"serializer:json;not null"`
 }
 
-// SnapshotStore keeps instances' snapshots. The Store returned by Open
-// implements it. Deleting an instance deletes its snapshots (foreign key,
-// ON DELETE CASCADE).
-type SnapshotStore interface {
-	// CreateSnapshot stores s (sets s.ID); ErrAlreadyExists if the
-	// instance has a snapshot of that name.
-	CreateSnapshot(ctx context.Context, s *Snapshot) error
-	// Snapshots lists an instance's snapshots, oldest first.
-	Snapshots(ctx context.Context, instanceID int64) ([]*Snapshot, error)
-	// Snapshot returns the instance's snapshot called name.
-	Snapshot(ctx context.Context, instanceID int64, name string) (*Snapshot, error)
-	// RenameSnapshot renames a snapshot; ErrNotFound, ErrAlreadyExists.
-	RenameSnapshot(ctx context.Context, instanceID int64, oldName, newName string) error
-	// DeleteSnapshot deletes a snapshot; ErrNotFound if there is none.
-	DeleteSnapshot(ctx context.Context, instanceID int64, name string) error
+// TableName is the model's table.
+func (snapshotRow) TableName() string { return "snapshots" }
+
+// snapshotRowOf is the row of sn; maps are shared, not copied.
+func snapshotRowOf(sn *record.Snapshot) *snapshotRow {
+	r := snapshotRow(*sn)
+	return &r
 }
 
-var _ SnapshotStore = (*sqlStore)(nil)
+// record is the row as the domain's snapshot; maps are shared.
+func (r *snapshotRow) record() *record.Snapshot {
+	sn := record.Snapshot(*r)
+	return &sn
+}
+
+var _ record.SnapshotStore = (*sqlStore)(nil)
 
 // migrationSnapshots creates the snapshots table (issue 16).
 func migrationSnapshots() *gormigrate.Migration {
@@ -85,7 +83,7 @@ func migrationSnapshots() *gormigrate.Migration {
 }
 
 // CreateSnapshot stores s.
-func (s *sqlStore) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
+func (s *sqlStore) CreateSnapshot(ctx context.Context, sn *record.Snapshot) error {
 	if sn == nil || sn.InstanceID == 0 || sn.Name == "" {
 		return fmt.Errorf("creating snapshot: no instance or name: %w", ErrInvalid)
 	}
@@ -102,33 +100,39 @@ func (s *sqlStore) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
 		sn.CreatedAt = now()
 	}
 	sn.CreatedAt = sn.CreatedAt.UTC()
+	row := snapshotRowOf(sn)
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		sn.ID = 0
-		return tx.Create(sn).Error
+		row.ID = 0
+		return tx.Create(row).Error
 	})
 	if err != nil {
 		sn.ID = 0
 		return fmt.Errorf("creating snapshot %q: %w", sn.Name, translate(err))
 	}
+	sn.ID = row.ID
 	return nil
 }
 
 // Snapshots lists the instance's snapshots, oldest first.
-func (s *sqlStore) Snapshots(ctx context.Context, instanceID int64) ([]*Snapshot, error) {
-	var out []*Snapshot
+func (s *sqlStore) Snapshots(ctx context.Context, instanceID int64) ([]*record.Snapshot, error) {
+	var rows []*snapshotRow
 	rd, err := s.reader(ctx)
 	if err == nil {
-		err = rd.Where("instance_id = ?", instanceID).Order("created_at, id").Find(&out).Error
+		err = rd.Where("instance_id = ?", instanceID).Order("created_at, id").Find(&rows).Error
 	}
 	if err != nil {
 		return nil, fmt.Errorf("listing snapshots: %w", translate(err))
+	}
+	out := make([]*record.Snapshot, len(rows))
+	for i, r := range rows {
+		out[i] = r.record()
 	}
 	return out, nil
 }
 
 // Snapshot returns one snapshot.
-func (s *sqlStore) Snapshot(ctx context.Context, instanceID int64, name string) (*Snapshot, error) {
-	var sn Snapshot
+func (s *sqlStore) Snapshot(ctx context.Context, instanceID int64, name string) (*record.Snapshot, error) {
+	var sn snapshotRow
 	rd, err := s.reader(ctx)
 	if err == nil {
 		err = rd.Where("instance_id = ? AND name = ?", instanceID, name).Take(&sn).Error
@@ -136,13 +140,13 @@ func (s *sqlStore) Snapshot(ctx context.Context, instanceID int64, name string) 
 	if err != nil {
 		return nil, fmt.Errorf("getting snapshot %q: %w", name, translate(err))
 	}
-	return &sn, nil
+	return sn.record(), nil
 }
 
 // RenameSnapshot renames a snapshot.
 func (s *sqlStore) RenameSnapshot(ctx context.Context, instanceID int64, oldName, newName string) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		return affectedOne(tx.Model(&Snapshot{}).Where("instance_id = ? AND name = ?", instanceID, oldName).Update("name", newName))
+		return affectedOne(tx.Model(&snapshotRow{}).Where("instance_id = ? AND name = ?", instanceID, oldName).Update("name", newName))
 	})
 	if err != nil {
 		return fmt.Errorf("renaming snapshot %q to %q: %w", oldName, newName, translate(err))
@@ -153,7 +157,7 @@ func (s *sqlStore) RenameSnapshot(ctx context.Context, instanceID int64, oldName
 // DeleteSnapshot deletes a snapshot.
 func (s *sqlStore) DeleteSnapshot(ctx context.Context, instanceID int64, name string) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		return affectedOne(tx.Where("instance_id = ? AND name = ?", instanceID, name).Delete(&Snapshot{}))
+		return affectedOne(tx.Where("instance_id = ? AND name = ?", instanceID, name).Delete(&snapshotRow{}))
 	})
 	if err != nil {
 		return fmt.Errorf("deleting snapshot %q: %w", name, translate(err))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
@@ -16,20 +17,20 @@ func TestSnapshots(t *testing.T) {
 		t.Run(e.Name, func(t *testing.T) {
 			ctx := testContext(t)
 			s := dbtest.Open(t, e.URL(t))
-			ss, ok := s.(db.SnapshotStore)
+			ss, ok := s.(record.SnapshotStore)
 			if !ok {
 				t.Fatal("the store does not implement SnapshotStore")
 			}
 			in := mustCreate(ctx, t, s, newInstance("snap1"))
 			other := mustCreate(ctx, t, s, newInstance("snap2"))
 			for _, name := range []string{"a", "b"} {
-				sn := &db.Snapshot{InstanceID: in.ID, Name: name, Backend: "sim", Stateful: name == "b", Ready: true,
+				sn := &record.Snapshot{InstanceID: in.ID, Name: name, Backend: "sim", Stateful: name == "b", Ready: true,
 					Config: map[string]string{"user.x": name}, Details: map[string]string{"layout": "legacy"}}
 				if err := ss.CreateSnapshot(ctx, sn); err != nil || sn.ID == 0 {
 					t.Fatalf("CreateSnapshot(%s) = %v, id %d", name, err, sn.ID)
 				}
 			}
-			if err := ss.CreateSnapshot(ctx, &db.Snapshot{InstanceID: other.ID, Name: "a", Backend: "sim"}); err != nil {
+			if err := ss.CreateSnapshot(ctx, &record.Snapshot{InstanceID: other.ID, Name: "a", Backend: "sim"}); err != nil {
 				t.Fatalf("same name on another instance: %v", err)
 			}
 			steps := []struct {
@@ -38,9 +39,9 @@ func TestSnapshots(t *testing.T) {
 				run  func() error
 			}{
 				{"duplicate", db.ErrAlreadyExists, func() error {
-					return ss.CreateSnapshot(ctx, &db.Snapshot{InstanceID: in.ID, Name: "a", Backend: "sim"})
+					return ss.CreateSnapshot(ctx, &record.Snapshot{InstanceID: in.ID, Name: "a", Backend: "sim"})
 				}},
-				{"no name", db.ErrInvalid, func() error { return ss.CreateSnapshot(ctx, &db.Snapshot{InstanceID: in.ID}) }},
+				{"no name", db.ErrInvalid, func() error { return ss.CreateSnapshot(ctx, &record.Snapshot{InstanceID: in.ID}) }},
 				{"rename onto existing", db.ErrAlreadyExists, func() error { return ss.RenameSnapshot(ctx, in.ID, "a", "b") }},
 				{"rename unknown", db.ErrNotFound, func() error { return ss.RenameSnapshot(ctx, in.ID, "zz", "c") }},
 				{"rename", nil, func() error { return ss.RenameSnapshot(ctx, in.ID, "a", "c") }},

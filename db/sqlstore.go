@@ -13,6 +13,9 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 )
 
 // readyKey is the config key ClearReadyAll removes.
@@ -82,6 +85,8 @@ func translate(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, ErrLeaseLost) && !errors.Is(err, record.ErrLeaseLost):
+		return &leaseLostError{err: err}
 	case errors.Is(err, gorm.ErrRecordNotFound):
 		return ErrNotFound
 	case errors.Is(err, gorm.ErrDuplicatedKey):
@@ -94,9 +99,16 @@ func translate(err error) error {
 	return err
 }
 
+// leaseLostError is a lease error (lease.go) as the instance domain knows
+// it: the same text, and record.ErrLeaseLost besides what it wraps.
+type leaseLostError struct{ err error }
+
+func (e *leaseLostError) Error() string   { return e.err.Error() }
+func (e *leaseLostError) Unwrap() []error { return []error{e.err, record.ErrLeaseLost} }
+
 // normalize fills nil maps and puts times in UTC, so both engines store and
 // return the same thing.
-func normalize(in *Instance) {
+func normalize(in *record.Instance) {
 	if in.Config == nil {
 		in.Config = map[string]string{}
 	}
@@ -111,7 +123,7 @@ func normalize(in *Instance) {
 	in.UpdatedAt = in.UpdatedAt.UTC()
 }
 
-func validInstance(in *Instance) error {
+func validInstance(in *record.Instance) error {
 	switch {
 	case in == nil:
 		return fmt.Errorf("nil instance: %w", ErrInvalid)
@@ -127,23 +139,24 @@ func validInstance(in *Instance) error {
 }
 
 // CreateInstance stores a new instance and sets in.ID.
-func (s *sqlStore) CreateInstance(ctx context.Context, in *Instance) error {
+func (s *sqlStore) CreateInstance(ctx context.Context, in *record.Instance) error {
 	if err := validInstance(in); err != nil {
 		return fmt.Errorf("creating instance: %w", err)
 	}
 	normalize(in)
 	l, err := s.heldLease()
 	if err != nil {
-		return fmt.Errorf("creating instance %q: %w", in.Name, err)
+		return fmt.Errorf("creating instance %q: %w", in.Name, translate(err))
 	}
+	row := instanceRowOf(in)
 	err = s.w.do(ctx, false, func(tx *gorm.DB) error {
-		in.ID = 0
+		row.ID = 0
 		if l != nil {
 			if err := s.checkLease(tx, l); err != nil {
 				return err
 			}
 		}
-		return tx.Create(in).Error
+		return tx.Create(row).Error
 	})
 	if errors.Is(err, gorm.ErrDuplicatedKey) {
 		in.ID = 0
@@ -153,6 +166,7 @@ func (s *sqlStore) CreateInstance(ctx context.Context, in *Instance) error {
 		in.ID = 0
 		return fmt.Errorf("creating instance %q: %w", in.Name, translate(err))
 	}
+	*in = *row.record() // its ID and the times gorm set
 	return nil
 }
 
@@ -166,35 +180,37 @@ func (s *sqlStore) nameTaken(ctx context.Context, name string) error {
 }
 
 // GetInstance returns the instance called name.
-func (s *sqlStore) GetInstance(ctx context.Context, name string) (*Instance, error) {
-	var in Instance
+func (s *sqlStore) GetInstance(ctx context.Context, name string) (*record.Instance, error) {
+	var row instanceRow
 	rd, err := s.reader(ctx)
 	if err == nil {
-		err = retryRead(func() error { return rd.Where("name = ?", name).Take(&in).Error })
+		err = retryRead(func() error { return rd.Where("name = ?", name).Take(&row).Error })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("getting instance %q: %w", name, translate(err))
 	}
-	normalize(&in)
-	return &in, nil
+	in := row.record()
+	normalize(in)
+	return in, nil
 }
 
 // GetInstanceByUUID returns the instance whose UUID is uuid.
-func (s *sqlStore) GetInstanceByUUID(ctx context.Context, uuid string) (*Instance, error) {
-	var in Instance
+func (s *sqlStore) GetInstanceByUUID(ctx context.Context, uuid string) (*record.Instance, error) {
+	var row instanceRow
 	rd, err := s.reader(ctx)
 	if err == nil {
-		err = retryRead(func() error { return rd.Where("uuid = ?", uuid).Take(&in).Error })
+		err = retryRead(func() error { return rd.Where("uuid = ?", uuid).Take(&row).Error })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("getting instance with uuid %q: %w", uuid, translate(err))
 	}
-	normalize(&in)
-	return &in, nil
+	in := row.record()
+	normalize(in)
+	return in, nil
 }
 
 // ListInstances returns the instances matching f, ordered by name.
-func (s *sqlStore) ListInstances(ctx context.Context, f InstanceFilter) ([]*Instance, error) {
+func (s *sqlStore) ListInstances(ctx context.Context, f record.Filter) ([]*record.Instance, error) {
 	q, err := s.reader(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing instances: %w", err)
@@ -209,12 +225,14 @@ func (s *sqlStore) ListInstances(ctx context.Context, f InstanceFilter) ([]*Inst
 	if f.Location != "" {
 		q = q.Where("location = ?", f.Location)
 	}
-	var out []*Instance
-	if err := retryRead(func() error { out = nil; return q.Find(&out).Error }); err != nil {
+	var rows []*instanceRow
+	if err := retryRead(func() error { rows = nil; return q.Find(&rows).Error }); err != nil {
 		return nil, fmt.Errorf("listing instances: %w", translate(err))
 	}
-	for _, in := range out {
-		normalize(in)
+	out := make([]*record.Instance, len(rows))
+	for i, r := range rows {
+		out[i] = r.record()
+		normalize(out[i])
 	}
 	return out, nil
 }
@@ -227,7 +245,7 @@ func (s *sqlStore) ListInstances(ctx context.Context, f InstanceFilter) ([]*Inst
 // back.
 var instanceFixedColumns = []string{"id", "created_at", "profiles"}
 
-func (s *sqlStore) updateInstance(tx *gorm.DB, l *lease, in *Instance) error {
+func (s *sqlStore) updateInstance(tx *gorm.DB, l *lease, in *instanceRow) error {
 	if l == nil {
 		return affectedOne(tx.Model(in).Select("*").Omit(instanceFixedColumns...).Updates(in))
 	}
@@ -242,13 +260,13 @@ func (s *sqlStore) updateInstance(tx *gorm.DB, l *lease, in *Instance) error {
 }
 
 // UpdateInstance saves all fields of in (matched by ID).
-func (s *sqlStore) UpdateInstance(ctx context.Context, in *Instance) error {
+func (s *sqlStore) UpdateInstance(ctx context.Context, in *record.Instance) error {
 	return s.UpdateInstanceWithTimeline(ctx, in)
 }
 
 // UpdateInstanceWithTimeline saves in and appends entries in one
 // transaction. An entry whose InstanceID is 0 is given in.ID.
-func (s *sqlStore) UpdateInstanceWithTimeline(ctx context.Context, in *Instance, entries ...*TimelineEntry) error {
+func (s *sqlStore) UpdateInstanceWithTimeline(ctx context.Context, in *record.Instance, entries ...*record.TimelineEntry) error {
 	if err := validInstance(in); err != nil {
 		return fmt.Errorf("updating instance: %w", err)
 	}
@@ -262,14 +280,16 @@ func (s *sqlStore) UpdateInstanceWithTimeline(ctx context.Context, in *Instance,
 	l, err := s.heldLease()
 	if err != nil {
 		resetEntries(entries)
-		return fmt.Errorf("updating instance %q: %w", in.Name, err)
+		return fmt.Errorf("updating instance %q: %w", in.Name, translate(err))
 	}
+	row := instanceRowOf(in)
 	err = s.w.doAppend(ctx, false, entryInstances(entries), func(tx *gorm.DB) error {
-		if err := s.updateInstance(tx, l, in); err != nil {
+		if err := s.updateInstance(tx, l, row); err != nil {
 			return err
 		}
 		return s.prep.insertEntries(tx, entries)
 	})
+	in.UpdatedAt = row.UpdatedAt // set by gorm
 	if err != nil {
 		resetEntries(entries)
 		return fmt.Errorf("updating instance %q: %w", in.Name, translate(err))
@@ -281,13 +301,13 @@ func (s *sqlStore) UpdateInstanceWithTimeline(ctx context.Context, in *Instance,
 func (s *sqlStore) DeleteInstance(ctx context.Context, id int64) error {
 	l, err := s.heldLease()
 	if err != nil {
-		return fmt.Errorf("deleting instance %d: %w", id, err)
+		return fmt.Errorf("deleting instance %d: %w", id, translate(err))
 	}
 	err = s.w.do(ctx, false, func(tx *gorm.DB) error {
 		if l == nil {
-			return affectedOne(tx.Delete(&Instance{}, id))
+			return affectedOne(tx.Delete(&instanceRow{}, id))
 		}
-		res := tx.Where(leaseClause, l.Member, l.Member, l.Epoch).Delete(&Instance{}, id)
+		res := tx.Where(leaseClause, l.Member, l.Member, l.Epoch).Delete(&instanceRow{}, id)
 		if res.Error != nil {
 			return res.Error
 		}
@@ -303,7 +323,7 @@ func (s *sqlStore) DeleteInstance(ctx context.Context, id int64) error {
 }
 
 // prepareEntries checks entries and fills their defaults.
-func prepareEntries(entries []*TimelineEntry, instanceID int64) error {
+func prepareEntries(entries []*record.TimelineEntry, instanceID int64) error {
 	for i, e := range entries {
 		if e == nil {
 			return fmt.Errorf("timeline entry %d is nil: %w", i, ErrInvalid)
@@ -326,7 +346,7 @@ func prepareEntries(entries []*TimelineEntry, instanceID int64) error {
 }
 
 // entryInstances returns the instance id of each entry.
-func entryInstances(entries []*TimelineEntry) []int64 {
+func entryInstances(entries []*record.TimelineEntry) []int64 {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -337,7 +357,7 @@ func entryInstances(entries []*TimelineEntry) []int64 {
 	return ids
 }
 
-func resetEntries(entries []*TimelineEntry) {
+func resetEntries(entries []*record.TimelineEntry) {
 	for _, e := range entries {
 		if e != nil {
 			e.ID = 0
@@ -346,7 +366,7 @@ func resetEntries(entries []*TimelineEntry) {
 }
 
 // AppendTimeline appends entries (each naming its instance) and sets their IDs.
-func (s *sqlStore) AppendTimeline(ctx context.Context, entries ...*TimelineEntry) error {
+func (s *sqlStore) AppendTimeline(ctx context.Context, entries ...*record.TimelineEntry) error {
 	if len(entries) == 0 {
 		return nil
 	}
@@ -363,7 +383,7 @@ func (s *sqlStore) AppendTimeline(ctx context.Context, entries ...*TimelineEntry
 
 // ListTimeline returns the last limit entries of an instance's timeline,
 // oldest first; limit <= 0 returns them all.
-func (s *sqlStore) ListTimeline(ctx context.Context, instanceID int64, limit int) ([]*TimelineEntry, error) {
+func (s *sqlStore) ListTimeline(ctx context.Context, instanceID int64, limit int) ([]*record.TimelineEntry, error) {
 	q, err := s.reader(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing timeline of instance %d: %w", instanceID, err)
@@ -376,13 +396,15 @@ func (s *sqlStore) ListTimeline(ctx context.Context, instanceID int64, limit int
 	if limit > 0 {
 		q = q.Limit(limit)
 	}
-	var out []*TimelineEntry
-	if err := q.Find(&out).Error; err != nil {
+	var rows []*timelineRow
+	if err := q.Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("listing timeline of instance %d: %w", instanceID, translate(err))
 	}
-	slices.Reverse(out)
-	for _, e := range out {
-		e.Time = e.Time.UTC()
+	slices.Reverse(rows)
+	out := make([]*record.TimelineEntry, len(rows))
+	for i, r := range rows {
+		out[i] = r.record()
+		out[i].Time = r.Time.UTC()
 	}
 	return out, nil
 }
@@ -394,7 +416,7 @@ func (s *sqlStore) LastBecameReady(ctx context.Context, instanceID, boot int64) 
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("reading when instance %d became Ready: %w", instanceID, err)
 	}
-	var out []TimelineEntry
+	var out []timelineRow
 	err = q.Where(map[string]any{"instance_id": instanceID, "boot": boot, "kind": "ready", "from": "false", "to": "true"}).
 		Order(clause.OrderBy{Columns: []clause.OrderByColumn{
 			{Column: clause.Column{Name: "time"}, Desc: true},
@@ -423,7 +445,7 @@ func (s *sqlStore) ClearReadyAt(ctx context.Context, location string) (int, erro
 	var changed int
 	l, err := s.heldLease()
 	if err != nil {
-		return 0, fmt.Errorf("clearing ready flags: %w", err)
+		return 0, fmt.Errorf("clearing ready flags: %w", translate(err))
 	}
 	err = s.w.do(ctx, false, func(tx *gorm.DB) error {
 		changed = 0
@@ -436,7 +458,7 @@ func (s *sqlStore) ClearReadyAt(ctx context.Context, location string) (int, erro
 			ID     int64
 			Config map[string]string `gorm:"serializer:json"`
 		}
-		q := tx.Model(&Instance{}).Select("id", "config").
+		q := tx.Model(&instanceRow{}).Select("id", "config").
 			Where("config LIKE ?", `%"`+readyKey+`"%`).Order("id")
 		if location != "" {
 			q = q.Where("location = ?", location)
@@ -458,7 +480,7 @@ func (s *sqlStore) ClearReadyAt(ctx context.Context, location string) (int, erro
 			if err != nil {
 				return fmt.Errorf("encoding config of instance %d: %w", r.ID, err)
 			}
-			res := tx.Model(&Instance{}).Where("id = ?", r.ID).
+			res := tx.Model(&instanceRow{}).Where("id = ?", r.ID).
 				UpdateColumns(map[string]any{"config": string(cfg), "updated_at": ts})
 			if res.Error != nil {
 				return res.Error
@@ -474,7 +496,7 @@ func (s *sqlStore) ClearReadyAt(ctx context.Context, location string) (int, erro
 }
 
 // AppendEvent appends ev to the event log and sets ev.ID (and ev.Time if zero).
-func (s *sqlStore) AppendEvent(ctx context.Context, ev *Event) error {
+func (s *sqlStore) AppendEvent(ctx context.Context, ev *events.Record) error {
 	if ev == nil {
 		return fmt.Errorf("appending event: nil event: %w", ErrInvalid)
 	}
@@ -505,7 +527,7 @@ func (s *sqlStore) AppendEvent(ctx context.Context, ev *Event) error {
 
 // EventsAfter returns up to limit events with ID > after, oldest first;
 // limit <= 0 returns them all.
-func (s *sqlStore) EventsAfter(ctx context.Context, after int64, limit int) ([]*Event, error) {
+func (s *sqlStore) EventsAfter(ctx context.Context, after int64, limit int) ([]*events.Record, error) {
 	q, err := s.reader(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading events after %d: %w", after, err)
@@ -514,12 +536,14 @@ func (s *sqlStore) EventsAfter(ctx context.Context, after int64, limit int) ([]*
 	if limit > 0 {
 		q = q.Limit(limit)
 	}
-	var out []*Event
-	if err := retryRead(func() error { out = nil; return q.Find(&out).Error }); err != nil {
+	var rows []*eventRow
+	if err := retryRead(func() error { rows = nil; return q.Find(&rows).Error }); err != nil {
 		return nil, fmt.Errorf("reading events after %d: %w", after, translate(err))
 	}
-	for _, ev := range out {
-		ev.Time = ev.Time.UTC()
+	out := make([]*events.Record, len(rows))
+	for i, r := range rows {
+		out[i] = r.record()
+		out[i].Time = r.Time.UTC()
 	}
 	return out, nil
 }
@@ -531,7 +555,7 @@ func (s *sqlStore) LastEventID(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reading last event id: %w", err)
 	}
-	if err := rd.Model(&Event{}).Select("COALESCE(MAX(id), 0)").Scan(&id).Error; err != nil {
+	if err := rd.Model(&eventRow{}).Select("COALESCE(MAX(id), 0)").Scan(&id).Error; err != nil {
 		return 0, fmt.Errorf("reading last event id: %w", translate(err))
 	}
 	return id, nil

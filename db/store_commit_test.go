@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/db"
 )
 
@@ -28,11 +30,11 @@ func testGroupCommit(t *testing.T, s db.Store) {
 				var err error
 				switch i % 3 {
 				case 0:
-					err = s.UpdateInstanceWithTimeline(ctx, in, &db.TimelineEntry{Boot: in.Boot, Kind: "state", To: "running", Detail: fmt.Sprint(i)})
+					err = s.UpdateInstanceWithTimeline(ctx, in, &record.TimelineEntry{Boot: in.Boot, Kind: "state", To: "running", Detail: fmt.Sprint(i)})
 				case 1:
-					err = s.AppendTimeline(ctx, &db.TimelineEntry{InstanceID: in.ID, Boot: in.Boot, Kind: "agent", To: "started", Detail: fmt.Sprint(i)})
+					err = s.AppendTimeline(ctx, &record.TimelineEntry{InstanceID: in.ID, Boot: in.Boot, Kind: "agent", To: "started", Detail: fmt.Sprint(i)})
 				case 2:
-					err = s.AppendEvent(ctx, &db.Event{Type: "lifecycle", Instance: in.Name, Body: []byte("{}")})
+					err = s.AppendEvent(ctx, &events.Record{Type: "lifecycle", Instance: in.Name, Body: []byte("{}")})
 				}
 				if err != nil {
 					errs <- fmt.Errorf("goroutine %d call %d: %w", g, i, err)
@@ -92,7 +94,7 @@ func testGroupCommitFailure(t *testing.T, s db.Store) {
 	const rounds = 30
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var good []*db.TimelineEntry
+	var good []*record.TimelineEntry
 	type result struct {
 		name    string
 		err     error
@@ -103,7 +105,7 @@ func testGroupCommitFailure(t *testing.T, s db.Store) {
 	for i := range rounds {
 		wg.Go(func() {
 			<-start
-			e := &db.TimelineEntry{InstanceID: in.ID, Kind: "state", To: "running", Detail: fmt.Sprint(i)}
+			e := &record.TimelineEntry{InstanceID: in.ID, Kind: "state", To: "running", Detail: fmt.Sprint(i)}
 			err := s.AppendTimeline(ctx, e)
 			if err == nil {
 				mu.Lock()
@@ -114,7 +116,7 @@ func testGroupCommitFailure(t *testing.T, s db.Store) {
 		})
 		wg.Go(func() {
 			<-start
-			err := s.AppendTimeline(ctx, &db.TimelineEntry{InstanceID: in.ID + 1000, Kind: "state", To: "running"})
+			err := s.AppendTimeline(ctx, &record.TimelineEntry{InstanceID: in.ID + 1000, Kind: "state", To: "running"})
 			results <- result{"orphan append", err, db.ErrNotFound}
 		})
 		wg.Go(func() {
@@ -163,7 +165,7 @@ func testClosed(t *testing.T, s db.Store) {
 	}{
 		{"CreateInstance", func() error { return s.CreateInstance(ctx, newInstance("late")) }},
 		{"GetInstance", func() error { _, err := s.GetInstance(ctx, "late"); return err }},
-		{"AppendEvent", func() error { return s.AppendEvent(ctx, &db.Event{Type: "lifecycle"}) }},
+		{"AppendEvent", func() error { return s.AppendEvent(ctx, &events.Record{Type: "lifecycle"}) }},
 		{"LastEventID", func() error { _, err := s.LastEventID(ctx); return err }},
 		{"Close again", func() error {
 			if err := s.Close(); err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/db"
 )
 
@@ -17,7 +18,7 @@ func testEvents(t *testing.T, s db.Store) {
 	}
 	var ids []int64
 	for i := range 5 {
-		ev := &db.Event{Type: "lifecycle", Instance: "web1", Body: fmt.Appendf(nil, `{"n":%d}`, i)}
+		ev := &events.Record{Type: "lifecycle", Instance: "web1", Body: fmt.Appendf(nil, `{"n":%d}`, i)}
 		if err := s.AppendEvent(ctx, ev); err != nil {
 			t.Fatalf("AppendEvent: %v", err)
 		}
@@ -112,7 +113,7 @@ func testEventIDsConcurrent(t *testing.T, s db.Store) {
 		wg.Go(func() {
 			prev := int64(0)
 			for i := range perWriter {
-				ev := &db.Event{Type: "lifecycle", Instance: fmt.Sprintf("w%d", w), Body: fmt.Appendf(nil, `{"i":%d}`, i)}
+				ev := &events.Record{Type: "lifecycle", Instance: fmt.Sprintf("w%d", w), Body: fmt.Appendf(nil, `{"i":%d}`, i)}
 				if err := s.AppendEvent(ctx, ev); err != nil {
 					errs <- err
 					return

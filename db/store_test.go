@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/google/uuid"
 
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
@@ -188,11 +190,11 @@ func testNotFound(t *testing.T, s db.Store) {
 		{"GetInstanceByUUID", func() error { _, err := s.GetInstanceByUUID(ctx, ghost.UUID); return err }},
 		{"UpdateInstance", func() error { return s.UpdateInstance(ctx, ghost) }},
 		{"UpdateInstanceWithTimeline", func() error {
-			return s.UpdateInstanceWithTimeline(ctx, ghost, &db.TimelineEntry{Kind: "state", To: "running"})
+			return s.UpdateInstanceWithTimeline(ctx, ghost, &record.TimelineEntry{Kind: "state", To: "running"})
 		}},
 		{"DeleteInstance", func() error { return s.DeleteInstance(ctx, ghost.ID) }},
 		{"AppendTimeline", func() error {
-			return s.AppendTimeline(ctx, &db.TimelineEntry{InstanceID: ghost.ID, Kind: "state", To: "running"})
+			return s.AppendTimeline(ctx, &record.TimelineEntry{InstanceID: ghost.ID, Kind: "state", To: "running"})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -214,17 +216,17 @@ func testInvalid(t *testing.T, s db.Store) {
 		{"no uuid", func() error { return s.CreateInstance(ctx, &db.Instance{Name: "x"}) }},
 		{"update without id", func() error { return s.UpdateInstance(ctx, newInstance("x")) }},
 		{"nil entry", func() error { return s.AppendTimeline(ctx, nil) }},
-		{"entry without instance", func() error { return s.AppendTimeline(ctx, &db.TimelineEntry{Kind: "state"}) }},
+		{"entry without instance", func() error { return s.AppendTimeline(ctx, &record.TimelineEntry{Kind: "state"}) }},
 		{"name too long (64 characters)", func() error { return s.CreateInstance(ctx, newInstance(strings.Repeat("x", 64))) }},
 		{"name not utf-8", func() error { return s.CreateInstance(ctx, newInstance("bad\xff")) }},
 		{"name with NUL", func() error { return s.CreateInstance(ctx, newInstance("bad\x00")) }},
 		{"detail with NUL", func() error {
 			in := mustCreate(ctx, t, s, newInstance("nul-detail"))
-			return s.AppendTimeline(ctx, &db.TimelineEntry{InstanceID: in.ID, Kind: "state", To: "x", Detail: "a\x00b"})
+			return s.AppendTimeline(ctx, &record.TimelineEntry{InstanceID: in.ID, Kind: "state", To: "x", Detail: "a\x00b"})
 		}},
-		{"event type too long", func() error { return s.AppendEvent(ctx, &db.Event{Type: strings.Repeat("t", 33)}) }},
+		{"event type too long", func() error { return s.AppendEvent(ctx, &events.Record{Type: strings.Repeat("t", 33)}) }},
 		{"nil event", func() error { return s.AppendEvent(ctx, nil) }},
-		{"event without type", func() error { return s.AppendEvent(ctx, &db.Event{}) }},
+		{"event without type", func() error { return s.AppendEvent(ctx, &events.Record{}) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.call(); !errors.Is(err, db.ErrInvalid) {
@@ -242,7 +244,7 @@ func testUpdateWithTimeline(t *testing.T, s db.Store) {
 		in.Boot = int64(i + 1)
 		in.PowerState = []string{"running", "stopped"}[i%2]
 		in.Config["volatile.n"] = fmt.Sprint(i)
-		e := &db.TimelineEntry{Time: base.Add(time.Duration(i) * time.Second), Boot: in.Boot, Kind: "state", From: "x", To: in.PowerState, Cause: "api"}
+		e := &record.TimelineEntry{Time: base.Add(time.Duration(i) * time.Second), Boot: in.Boot, Kind: "state", From: "x", To: in.PowerState, Cause: "api"}
 		if err := s.UpdateInstanceWithTimeline(ctx, in, e); err != nil {
 			t.Fatalf("UpdateInstanceWithTimeline #%d: %v", i, err)
 		}
@@ -293,7 +295,7 @@ func testUpdateWithTimeline(t *testing.T, s db.Store) {
 	// A failing update (rename onto another name) appends nothing.
 	mustCreate(ctx, t, s, newInstance("u2"))
 	in.Name = "u2"
-	err = s.UpdateInstanceWithTimeline(ctx, in, &db.TimelineEntry{Kind: "state", To: "error"})
+	err = s.UpdateInstanceWithTimeline(ctx, in, &record.TimelineEntry{Kind: "state", To: "error"})
 	if !errors.Is(err, db.ErrAlreadyExists) {
 		t.Fatalf("conflicting update = %v, want ErrAlreadyExists", err)
 	}
@@ -306,7 +308,7 @@ func testAppendSeveral(t *testing.T, s db.Store) {
 	ctx := testContext(t)
 	a := mustCreate(ctx, t, s, newInstance("s1"))
 	b := mustCreate(ctx, t, s, newInstance("s2"))
-	entries := []*db.TimelineEntry{
+	entries := []*record.TimelineEntry{
 		{InstanceID: a.ID, Kind: "state", To: "running", Detail: "a0"},
 		{InstanceID: b.ID, Kind: "state", To: "running", Detail: "b0"},
 		{InstanceID: a.ID, Kind: "ready", To: "true", Detail: "a1"},
@@ -333,9 +335,9 @@ func testAppendSeveral(t *testing.T, s db.Store) {
 		}
 	}
 	// A long call is split into several INSERTs; ids must still match.
-	many := make([]*db.TimelineEntry, 1234)
+	many := make([]*record.TimelineEntry, 1234)
 	for i := range many {
-		many[i] = &db.TimelineEntry{InstanceID: b.ID, Kind: "agent", To: "connected", Detail: fmt.Sprintf("m%d", i)}
+		many[i] = &record.TimelineEntry{InstanceID: b.ID, Kind: "agent", To: "connected", Detail: fmt.Sprintf("m%d", i)}
 	}
 	if err := s.AppendTimeline(ctx, many...); err != nil {
 		t.Fatalf("AppendTimeline of %d entries: %v", len(many), err)
@@ -357,7 +359,7 @@ func testAppendSeveral(t *testing.T, s db.Store) {
 		}
 	}
 	// One bad entry fails the whole call and stores nothing.
-	bad := []*db.TimelineEntry{
+	bad := []*record.TimelineEntry{
 		{InstanceID: a.ID, Kind: "state", To: "stopped", Detail: "a2"},
 		{InstanceID: b.ID + 1000, Kind: "state", To: "stopped"},
 	}
@@ -377,8 +379,8 @@ func testCascadeDelete(t *testing.T, s db.Store) {
 	keep := mustCreate(ctx, t, s, newInstance("keep"))
 	gone := mustCreate(ctx, t, s, newInstance("gone"))
 	for _, id := range []int64{keep.ID, gone.ID} {
-		if err := s.AppendTimeline(ctx, &db.TimelineEntry{InstanceID: id, Kind: "state", To: "running"},
-			&db.TimelineEntry{InstanceID: id, Kind: "agent", To: "started"}); err != nil {
+		if err := s.AppendTimeline(ctx, &record.TimelineEntry{InstanceID: id, Kind: "state", To: "running"},
+			&record.TimelineEntry{InstanceID: id, Kind: "agent", To: "started"}); err != nil {
 			t.Fatalf("AppendTimeline: %v", err)
 		}
 	}
@@ -447,8 +449,8 @@ func testLastBecameReady(t *testing.T, s db.Store) {
 	other := mustCreate(ctx, t, s, newInstance("r2"))
 	t0 := time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	entry := func(id, boot int64, sec int, kind, from, to string) *db.TimelineEntry {
-		return &db.TimelineEntry{InstanceID: id, Boot: boot, Time: at(sec), Kind: kind, From: from, To: to, Cause: "devlxd"}
+	entry := func(id, boot int64, sec int, kind, from, to string) *record.TimelineEntry {
+		return &record.TimelineEntry{InstanceID: id, Boot: boot, Time: at(sec), Kind: kind, From: from, To: to, Cause: "devlxd"}
 	}
 	if err := s.AppendTimeline(ctx,
 		entry(in.ID, 1, 1, "ready", "false", "true"), // boot 1 became Ready

@@ -3,6 +3,9 @@ package db
 import (
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 )
 
 // column is one string column's value and the most characters it may hold
@@ -33,7 +36,7 @@ func checkColumns(cols ...column) error {
 	return nil
 }
 
-func checkInstance(in *Instance) error {
+func checkInstance(in *record.Instance) error {
 	return checkColumns(
 		column{"name", in.Name, 63},
 		column{"uuid", in.UUID, 36},
@@ -42,7 +45,7 @@ func checkInstance(in *Instance) error {
 	)
 }
 
-func checkEntry(e *TimelineEntry) error {
+func checkEntry(e *record.TimelineEntry) error {
 	return checkColumns(
 		column{"kind", e.Kind, 16},
 		column{"from", e.From, 32},
@@ -52,7 +55,7 @@ func checkEntry(e *TimelineEntry) error {
 	)
 }
 
-func checkEvent(ev *Event) error {
+func checkEvent(ev *events.Record) error {
 	return checkColumns(
 		column{"type", ev.Type, 32},
 		column{"instance", ev.Instance, 63},

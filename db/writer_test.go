@@ -28,14 +28,14 @@ func TestWriterBatchFallback(t *testing.T) {
 	insert := func(i int, body string) func(tx *gorm.DB) error {
 		return func(tx *gorm.DB) error {
 			runs[i]++
-			return tx.Create(&Event{Type: "test", Body: []byte(body), Time: now()}).Error
+			return tx.Create(&eventRow{Type: "test", Body: []byte(body), Time: now()}).Error
 		}
 	}
 	ops := []*writeOp{
 		{ctx: ctx, fn: insert(0, "good-0")},
 		{ctx: ctx, fn: func(tx *gorm.DB) error {
 			runs[1]++
-			if err := tx.Create(&Event{Type: "test", Body: []byte("half"), Time: now()}).Error; err != nil {
+			if err := tx.Create(&eventRow{Type: "test", Body: []byte("half"), Time: now()}).Error; err != nil {
 				return err
 			}
 			return errBoom // after writing: its write must be rolled back
@@ -92,7 +92,7 @@ func TestWriterBatchCommitsTogether(t *testing.T) {
 	for range 10 {
 		ops = append(ops, &writeOp{ctx: ctx, done: make(chan error, 1), fn: func(tx *gorm.DB) error {
 			runs++
-			return tx.Create(&Event{Type: "test", Body: []byte("x"), Time: now()}).Error
+			return tx.Create(&eventRow{Type: "test", Body: []byte("x"), Time: now()}).Error
 		}})
 	}
 	s.w.commit(ops)

@@ -20,6 +20,9 @@ var (
 	ErrUnavailable   = errors.New("unavailable") // a plugin or guest is gone
 	// ErrNoSpace: the host's disk would fill (HTTP 507 Insufficient Storage).
 	ErrNoSpace = errors.New("insufficient storage")
+	// ErrClosed: the store (or another part) was closed because the daemon
+	// stops; a retry cannot succeed (HTTP 500, as any unmapped error).
+	ErrClosed = errors.New("closed")
 )
 
 // HTTPStatus maps an error to the HTTP status the API answers with.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
@@ -155,12 +154,12 @@ func (f *fakeInstances) performed() []string {
 // memLog is an in-memory event log under a real events.Bus.
 type memLog struct {
 	mu  sync.Mutex
-	evs []*db.Event
+	evs []*events.Record
 }
 
 var _ events.EventStore = (*memLog)(nil)
 
-func (m *memLog) AppendEvent(_ context.Context, ev *db.Event) error {
+func (m *memLog) AppendEvent(_ context.Context, ev *events.Record) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ev.ID = int64(len(m.evs) + 1)
@@ -169,7 +168,7 @@ func (m *memLog) AppendEvent(_ context.Context, ev *db.Event) error {
 	return nil
 }
 
-func (m *memLog) EventsAfter(_ context.Context, after int64, limit int) ([]*db.Event, error) {
+func (m *memLog) EventsAfter(_ context.Context, after int64, limit int) ([]*events.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if after >= int64(len(m.evs)) {

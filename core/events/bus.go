@@ -10,19 +10,29 @@ import (
 	"sync"
 	"time"
 
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
-// EventStore is the part of db.Store the bus uses: the persisted event log.
-// AppendEvent must give ids in commit order (db's group-commit writer does).
-type EventStore interface {
-	AppendEvent(ctx context.Context, ev *db.Event) error
-	EventsAfter(ctx context.Context, after int64, limit int) ([]*db.Event, error)
-	LastEventID(ctx context.Context) (int64, error)
+// Record is one entry of the persisted event log; ID is monotonic and is
+// the resume point for event subscribers.
+type Record struct {
+	ID       int64
+	Time     time.Time
+	Type     string
+	Instance string // the instance the event is about ("" for none)
+	Body     []byte // the event's JSON as sent to subscribers, minus its id
 }
 
-var _ EventStore = (db.Store)(nil)
+// EventStore is the persisted event log the bus uses; the daemon's store
+// (db) implements it. AppendEvent must give ids in commit order (db's
+// group-commit writer does). Errors wrap the errdefs kinds: ErrInvalid for
+// a record the log cannot take, ErrClosed once the store was closed.
+type EventStore interface {
+	AppendEvent(ctx context.Context, ev *Record) error // sets ev.ID
+	// EventsAfter returns up to limit events with ID > after, oldest first.
+	EventsAfter(ctx context.Context, after int64, limit int) ([]*Record, error)
+	LastEventID(ctx context.Context) (int64, error)
+}
 
 // Errors a Subscription reports through Err once its channel is closed.
 var (
@@ -131,7 +141,7 @@ func New(store EventStore, opts ...Option) *Bus {
 	return b
 }
 
-// wireBody is an event as stored in db.Event.Body: the JSON subscribers
+// wireBody is an event as stored in Record.Body: the JSON subscribers
 // receive, minus its id.
 type wireBody struct {
 	Type      string          `json:"type"`
@@ -190,7 +200,7 @@ func (b *Bus) Publish(ctx context.Context, ev Event) (Event, error) {
 
 // record completes ev (timestamp, location, metadata) and returns the row
 // that persists it.
-func (b *Bus) record(ev *Event) (*db.Event, error) {
+func (b *Bus) record(ev *Event) (*Record, error) {
 	if ev.Type == "" {
 		return nil, fmt.Errorf("publishing event: empty type: %w", errdefs.ErrInvalid)
 	}
@@ -207,7 +217,7 @@ func (b *Bus) record(ev *Event) (*db.Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("publishing %s event: encoding: %w", ev.Type, errors.Join(errdefs.ErrInvalid, err))
 	}
-	return &db.Event{Time: ev.Timestamp, Type: ev.Type, Instance: ev.Instance, Body: body}, nil
+	return &Record{Time: ev.Timestamp, Type: ev.Type, Instance: ev.Instance, Body: body}, nil
 }
 
 func cmpInt64(a, b int64) int {
@@ -499,7 +509,7 @@ func (s *Subscription) replay() {
 }
 
 // decodeStored rebuilds an event from its stored form.
-func decodeStored(rec *db.Event) (Event, error) {
+func decodeStored(rec *Record) (Event, error) {
 	var w wireBody
 	if err := json.Unmarshal(rec.Body, &w); err != nil {
 		return Event{}, fmt.Errorf("decoding stored event %d: %w", rec.ID, err)

@@ -6,28 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sort"
 	"sync"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
-
-	"github.com/guestlink/guestlink/db"
-	"github.com/guestlink/guestlink/db/dbtest"
 )
-
-// TestMain checks for leaked goroutines and stops the test PostgreSQL
-// server TestTailAcrossMembers starts (its waiting goroutine lives until
-// then).
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/guestlink/guestlink/db/dbtest.(*cluster).run.func1"), goleak.Cleanup(func(code int) {
-		dbtest.Stop()
-		os.Exit(code)
-	}))
-}
 
 // waitTimeout bounds every wait for an event; generous for a loaded machine.
 const waitTimeout = 30 * time.Second
@@ -37,11 +21,11 @@ const waitTimeout = 30 * time.Second
 // waking its callers does: appends return out of id order.
 type jitterStore struct {
 	mu     sync.Mutex
-	events []*db.Event
+	events []*Record
 	jitter time.Duration
 }
 
-func (s *jitterStore) AppendEvent(ctx context.Context, ev *db.Event) error {
+func (s *jitterStore) AppendEvent(ctx context.Context, ev *Record) error {
 	s.mu.Lock()
 	cp := *ev
 	cp.ID = int64(len(s.events)) + 1
@@ -56,10 +40,10 @@ func (s *jitterStore) AppendEvent(ctx context.Context, ev *db.Event) error {
 	return ctx.Err()
 }
 
-func (s *jitterStore) EventsAfter(_ context.Context, after int64, limit int) ([]*db.Event, error) {
+func (s *jitterStore) EventsAfter(_ context.Context, after int64, limit int) ([]*Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*db.Event
+	var out []*Record
 	for _, ev := range s.events {
 		if ev.ID > after {
 			cp := *ev
@@ -90,7 +74,7 @@ func stores() []struct {
 		name string
 		open func(t testing.TB) EventStore
 	}{
-		{"sqlite", func(t testing.TB) EventStore { return dbtest.SQLite(t) }},
+		{"sqlite", func(t testing.TB) EventStore { return SQLiteStore(t) }},
 		{"jitter", func(testing.TB) EventStore { return &jitterStore{jitter: 2 * time.Millisecond} }},
 	}
 }
@@ -351,7 +335,7 @@ func TestNewLifecycleShape(t *testing.T) {
 func BenchmarkPublishLatency(b *testing.B) {
 	for _, publishers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("publishers=%d", publishers), func(b *testing.B) {
-			bus := newBus(b, dbtest.SQLite(b), WithBuffer(1<<16))
+			bus := newBus(b, SQLiteStore(b), WithBuffer(1<<16))
 			sub, err := bus.Subscribe(Filter{})
 			if err != nil {
 				b.Fatal(err)

@@ -4,15 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-
-	"github.com/guestlink/guestlink/db"
 )
 
 // sparseStore is an event log whose ids have large gaps, as retention
 // leaves them after pruning a noisy instance; it counts the reads.
 type sparseStore struct {
-	EventStore             // only LastEventID and EventsAfter are used
-	events     []*db.Event // by id, ascending
+	EventStore           // only LastEventID and EventsAfter are used
+	events     []*Record // by id, ascending
 	reads      int
 	rows       int
 }
@@ -21,9 +19,9 @@ func (s *sparseStore) LastEventID(context.Context) (int64, error) {
 	return s.events[len(s.events)-1].ID, nil
 }
 
-func (s *sparseStore) EventsAfter(_ context.Context, after int64, limit int) ([]*db.Event, error) {
+func (s *sparseStore) EventsAfter(_ context.Context, after int64, limit int) ([]*Record, error) {
 	s.reads++
-	var out []*db.Event
+	var out []*Record
 	for _, ev := range s.events {
 		if ev.ID > after && (limit <= 0 || len(out) < limit) {
 			out = append(out, ev)
@@ -43,10 +41,10 @@ func TestRecentSparseLog(t *testing.T) {
 	}
 	st := &sparseStore{}
 	for id := int64(1); id <= 3; id++ {
-		st.events = append(st.events, &db.Event{ID: id, Type: TypeLifecycle, Instance: "quiet", Body: body(TypeLifecycle)})
+		st.events = append(st.events, &Record{ID: id, Type: TypeLifecycle, Instance: "quiet", Body: body(TypeLifecycle)})
 	}
 	for id := int64(10_000_000); id < 10_000_010; id++ {
-		st.events = append(st.events, &db.Event{ID: id, Type: TypeLogging, Instance: "noisy", Body: body(TypeLogging)})
+		st.events = append(st.events, &Record{ID: id, Type: TypeLogging, Instance: "noisy", Body: body(TypeLogging)})
 	}
 	bus := New(st)
 	got, err := bus.Recent(context.Background(), TypeLifecycle, 5)

@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"testing"
-
-	"github.com/guestlink/guestlink/db/dbtest"
 )
 
 func TestRecent(t *testing.T) {
 	ctx := context.Background()
-	bus := New(dbtest.SQLite(t))
+	bus := New(SQLiteStore(t))
 	t.Cleanup(func() { bus.Close() })
 	for i := range 30 {
 		typ := TypeLifecycle

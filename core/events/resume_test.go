@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -77,7 +76,7 @@ func TestResumeWhilePublishing(t *testing.T) {
 }
 
 func TestResumeFiltered(t *testing.T) {
-	b := newBus(t, dbtest.SQLite(t))
+	b := newBus(t, SQLiteStore(t))
 	var evs []Event
 	for i := range 10 {
 		ev, err := b.Publish(context.Background(), NewLifecycle(InstanceStarted, fmt.Sprintf("i%d", i%2), nil, nil))
@@ -112,7 +111,7 @@ func TestReplayFromStart(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := newBus(t, dbtest.SQLite(t))
+			b := newBus(t, SQLiteStore(t))
 			publishN(t, b, 3, "i1")
 			sub, err := b.Subscribe(tt.filter)
 			if err != nil {
@@ -130,7 +129,7 @@ func TestReplayFromStart(t *testing.T) {
 }
 
 func TestOverflowClosesAndResumeLosesNothing(t *testing.T) {
-	b := newBus(t, dbtest.SQLite(t), WithBuffer(4))
+	b := newBus(t, SQLiteStore(t), WithBuffer(4))
 	sub, err := b.Subscribe(Filter{})
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +158,7 @@ func TestOverflowClosesAndResumeLosesNothing(t *testing.T) {
 }
 
 func TestOverflowWhileReplaying(t *testing.T) {
-	b := newBus(t, dbtest.SQLite(t), WithBuffer(1), WithBacklog(2))
+	b := newBus(t, SQLiteStore(t), WithBuffer(1), WithBacklog(2))
 	sent := publishN(t, b, 10, "web1")
 	sub, err := b.Subscribe(Filter{After: sent[0].ID})
 	if err != nil {
@@ -183,7 +182,7 @@ func TestOverflowWhileReplaying(t *testing.T) {
 // TestSubscriptionBuffer: Filter.Buffer sizes one subscription's queue
 // apart from the bus's (WithBuffer); a negative one is refused.
 func TestSubscriptionBuffer(t *testing.T) {
-	b := newBus(t, dbtest.SQLite(t), WithBuffer(4))
+	b := newBus(t, SQLiteStore(t), WithBuffer(4))
 	tests := []struct {
 		name     string
 		buffer   int

@@ -8,7 +8,6 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -51,7 +50,7 @@ func WithWriteRetry(r WriteRetry) Option {
 // that announce a change already made publish with a context that is not
 // cancelled). Each failed attempt is logged; the error of the last one is
 // returned.
-func (b *Bus) appendEvent(ctx context.Context, rec *db.Event) error {
+func (b *Bus) appendEvent(ctx context.Context, rec *Record) error {
 	r := b.retry
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval = r.Initial, r.Max
@@ -64,7 +63,7 @@ func (b *Bus) appendEvent(ctx context.Context, rec *db.Event) error {
 		switch {
 		case err == nil:
 			return struct{}{}, nil
-		case errors.Is(err, db.ErrClosed) || errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, context.Canceled):
+		case errors.Is(err, errdefs.ErrClosed) || errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, context.Canceled):
 			return struct{}{}, backoff.Permanent(err)
 		}
 		b.log.Warn("appending to the event log failed, retrying", "type", rec.Type, "instance", rec.Instance, "attempt", attempts, "err", err)

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/guestlink/guestlink/db"
 )
 
 // failingStore fails the first fail appends, then stores events in memory.
@@ -16,10 +14,10 @@ type failingStore struct {
 	mu     sync.Mutex
 	fail   int // appends left to fail; -1 = all
 	tries  int
-	events []*db.Event
+	events []*Record
 }
 
-func (s *failingStore) AppendEvent(ctx context.Context, ev *db.Event) error {
+func (s *failingStore) AppendEvent(ctx context.Context, ev *Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tries++
@@ -34,10 +32,10 @@ func (s *failingStore) AppendEvent(ctx context.Context, ev *db.Event) error {
 	return nil
 }
 
-func (s *failingStore) EventsAfter(ctx context.Context, after int64, limit int) ([]*db.Event, error) {
+func (s *failingStore) EventsAfter(ctx context.Context, after int64, limit int) ([]*Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []*db.Event
+	var out []*Record
 	for _, ev := range s.events {
 		if ev.ID > after {
 			out = append(out, ev)

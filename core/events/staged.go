@@ -3,12 +3,10 @@ package events
 import (
 	"fmt"
 	"slices"
-
-	"github.com/guestlink/guestlink/db"
 )
 
 // Staged is events whose rows the caller writes in a transaction of its own
-// (db.ChangeWriter: a state change and its events committed together, one
+// (the store's ChangeWriter: a state change and its events committed together, one
 // write instead of two). Stage takes their place in the delivery order, so
 // that no event with a larger id is delivered before them; exactly one of
 // Deliver (written) or Abort (not written) must follow, and soon: until
@@ -17,14 +15,14 @@ type Staged struct {
 	b      *Bus
 	ticket uint64
 	evs    []Event
-	recs   []*db.Event
+	recs   []*Record
 	done   bool
 }
 
 // Stage prepares evs for the caller's write: Records are the rows to insert.
 // It fails for an event without a type or the closed bus (ErrClosed).
 func (b *Bus) Stage(evs []Event) (*Staged, error) {
-	s := &Staged{b: b, evs: slices.Clone(evs), recs: make([]*db.Event, len(evs))}
+	s := &Staged{b: b, evs: slices.Clone(evs), recs: make([]*Record, len(evs))}
 	for i := range s.evs {
 		rec, err := b.record(&s.evs[i])
 		if err != nil {
@@ -44,7 +42,7 @@ func (b *Bus) Stage(evs []Event) (*Staged, error) {
 
 // Records returns the rows to write, in the events' order; the write sets
 // their ids.
-func (s *Staged) Records() []*db.Event { return s.recs }
+func (s *Staged) Records() []*Record { return s.recs }
 
 // Deliver delivers the written events to the subscribers whose filter
 // matches (in id order with every other event) and returns them with their

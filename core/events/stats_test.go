@@ -2,15 +2,13 @@ package events
 
 import (
 	"testing"
-
-	"github.com/guestlink/guestlink/db/dbtest"
 )
 
 // TestStatsCountSubscribersAndOverflows checks Stats through a
 // subscription's life: opened, overflowed (counted once, no longer open),
 // closed normally (not an overflow).
 func TestStatsCountSubscribersAndOverflows(t *testing.T) {
-	b := newBus(t, dbtest.SQLite(t), WithBuffer(2))
+	b := newBus(t, SQLiteStore(t), WithBuffer(2))
 	if got := b.Stats(); got != (Stats{}) {
 		t.Fatalf("fresh bus: %+v, want zero", got)
 	}

@@ -5,22 +5,19 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-
-	"github.com/guestlink/guestlink/db"
-	"github.com/guestlink/guestlink/db/dbtest"
 )
 
 // member is one cluster member's bus on a shared PostgreSQL event log,
 // woken by the log's notifications as daemon/cluster.go wires it.
 func member(t *testing.T, url, name string) *Bus {
 	t.Helper()
-	b := New(dbtest.Open(t, url), WithLocation(name))
+	b := New(OpenStore(t, url), WithLocation(name))
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := b.StartTail(ctx); err != nil {
 		t.Fatalf("member %s: starting the tail: %v", name, err)
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { db.ListenEvents(ctx, url, b.Poke, nil) })
+	wg.Go(func() { ListenEvents(ctx, url, b.Poke) })
 	t.Cleanup(func() {
 		cancel()
 		wg.Wait()
@@ -35,7 +32,7 @@ func member(t *testing.T, url, name string) *Bus {
 // the member that published it; a subscriber resuming on one member after
 // an id gets the rest of both members' events.
 func TestTailAcrossMembers(t *testing.T) {
-	url := dbtest.PostgresURL(t)
+	url := PostgresURL(t)
 	a, b := member(t, url, "a"), member(t, url, "b")
 
 	subA, err := a.Subscribe(Filter{})

@@ -6,18 +6,18 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/status"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
 // change is one read-modify-write of an instance, built by mutate's
 // callback: the copies to modify, and what to record and announce.
 type change struct {
-	rec      *db.Instance
+	rec      *record.Instance
 	rt       runtime
 	persist  bool // rec changed and must be saved
-	timeline []*db.TimelineEntry
+	timeline []*record.TimelineEntry
 	events   []events.Event
 	now      time.Time
 	quiet    bool // announce no condition change of its own (conditions.go)
@@ -25,7 +25,7 @@ type change struct {
 
 // note appends a timeline entry.
 func (c *change) note(kind, from, to, cause, detail string) {
-	c.timeline = append(c.timeline, &db.TimelineEntry{
+	c.timeline = append(c.timeline, &record.TimelineEntry{
 		InstanceID: c.rec.ID, Time: c.now, Boot: c.rec.Boot,
 		Kind: kind, From: from, To: to, Cause: cause, Detail: detail,
 	})

@@ -5,20 +5,29 @@ import (
 	"fmt"
 
 	"github.com/guestlink/guestlink/core/events"
-	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/core/instance/record"
 )
 
+// changeWriter is the optional part of a store that writes one change of
+// an instance in one call: the instance's new record (nil: unchanged), its
+// timeline entries and the events that announce it, in one transaction
+// (db's SQL store has it). An entry whose InstanceID is 0 is given in.ID;
+// on success each event has its id, on failure nothing was written.
+type changeWriter interface {
+	WriteChange(ctx context.Context, in *record.Instance, entries []*record.TimelineEntry, evs []*events.Record) error
+}
+
 // stage stages a change's events on the bus for the change's own write
-// (db.ChangeWriter: the state change, its timeline and its events in one
+// (changeWriter: the state change, its timeline and its events in one
 // transaction, so a Ready declaration is one write waiting for one commit).
 // It returns nil when there are no events, the store has no ChangeWriter or
 // the bus refuses (closed): the events are then published after the write,
 // as before.
-func (m *Manager) stage(evs []events.Event) (*events.Staged, db.ChangeWriter) {
+func (m *Manager) stage(evs []events.Event) (*events.Staged, changeWriter) {
 	if len(evs) == 0 || m.bus == nil {
 		return nil, nil
 	}
-	cw, ok := m.store.(db.ChangeWriter)
+	cw, ok := m.store.(changeWriter)
 	if !ok {
 		return nil, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/db"
 )
 
@@ -36,22 +37,22 @@ func (c *countingStore) reset() map[string]int {
 	return w
 }
 
-func (c *countingStore) UpdateInstanceWithTimeline(ctx context.Context, in *db.Instance, entries ...*db.TimelineEntry) error {
+func (c *countingStore) UpdateInstanceWithTimeline(ctx context.Context, in *record.Instance, entries ...*record.TimelineEntry) error {
 	c.count("UpdateInstanceWithTimeline")
 	return c.Store.UpdateInstanceWithTimeline(ctx, in, entries...)
 }
 
-func (c *countingStore) AppendTimeline(ctx context.Context, entries ...*db.TimelineEntry) error {
+func (c *countingStore) AppendTimeline(ctx context.Context, entries ...*record.TimelineEntry) error {
 	c.count("AppendTimeline")
 	return c.Store.AppendTimeline(ctx, entries...)
 }
 
-func (c *countingStore) AppendEvent(ctx context.Context, ev *db.Event) error {
+func (c *countingStore) AppendEvent(ctx context.Context, ev *events.Record) error {
 	c.count("AppendEvent")
 	return c.Store.AppendEvent(ctx, ev)
 }
 
-func (c *countingStore) WriteChange(ctx context.Context, in *db.Instance, entries []*db.TimelineEntry, evs []*db.Event) error {
+func (c *countingStore) WriteChange(ctx context.Context, in *record.Instance, entries []*record.TimelineEntry, evs []*events.Record) error {
 	c.count("WriteChange")
 	c.mu.Lock()
 	failing := c.failing
@@ -59,7 +60,7 @@ func (c *countingStore) WriteChange(ctx context.Context, in *db.Instance, entrie
 	if failing {
 		return errStoreDown
 	}
-	return c.Store.(db.ChangeWriter).WriteChange(ctx, in, entries, evs)
+	return c.Store.(changeWriter).WriteChange(ctx, in, entries, evs)
 }
 
 // TestDeclarationIsOneWrite checks that a Ready declaration (the record's

@@ -6,8 +6,8 @@ import (
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/status"
-	"github.com/guestlink/guestlink/db"
 )
 
 // Condition types of an instance, in the order a view lists them.
@@ -72,7 +72,7 @@ type Declaration struct {
 // deriveConditions derives the conditions of a record and runtime. A
 // condition whose status did not change keeps its transition time from
 // prev; a new or changed one gets def.
-func deriveConditions(rec *db.Instance, rt *runtime, prev []Condition, def time.Time) []Condition {
+func deriveConditions(rec *record.Instance, rt *runtime, prev []Condition, def time.Time) []Condition {
 	running := rec.PowerState == status.PowerRunning
 	conds := []Condition{agentCondition(running, rt), readyCondition(rec, running, rt), degradedCondition(running, rt)}
 	for i := range conds {
@@ -105,7 +105,7 @@ func agentCondition(running bool, rt *runtime) Condition {
 	return c
 }
 
-func readyCondition(rec *db.Instance, running bool, rt *runtime) Condition {
+func readyCondition(rec *record.Instance, running bool, rt *runtime) Condition {
 	c := Condition{Type: CondReady, Status: CondFalse}
 	d := rt.declared
 	flag := rec.Config[KeyReady]
@@ -156,7 +156,7 @@ func orDefault(s, def string) string {
 // conditionsOf returns e's conditions; Manager.mu must be held. An entry
 // no change touched since it was loaded derives them with its start (or
 // creation) time as transition time.
-func conditionsOf(rec *db.Instance, rt *runtime) []Condition {
+func conditionsOf(rec *record.Instance, rt *runtime) []Condition {
 	if rt.conds != nil {
 		return rt.conds
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/guestlink/guestlink/core/cloudinit"
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/status"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
@@ -78,7 +78,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	profileNames := req.Profiles
 	if profileNames == nil {
 		profileNames = []string{}
-		if _, ok := m.store.(db.ProfileStore); ok {
+		if _, ok := m.store.(record.ProfileStore); ok {
 			profileNames = []string{DefaultProfile}
 		}
 	}
@@ -161,7 +161,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	}()
 
 	now := time.Now().UTC()
-	rec := &db.Instance{
+	rec := &record.Instance{
 		Name:       req.Name,
 		UUID:       uuid,
 		Backend:    backend,
@@ -193,7 +193,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 	view := viewOf(e)
 	m.mu.Unlock()
 
-	entry := &db.TimelineEntry{InstanceID: rec.ID, Time: now, Kind: kindState, To: status.PowerStopped, Cause: causeOf(by), Detail: "created"}
+	entry := &record.TimelineEntry{InstanceID: rec.ID, Time: now, Kind: kindState, To: status.PowerStopped, Cause: causeOf(by), Detail: "created"}
 	ev := events.NewLifecycle(events.InstanceCreated, rec.Name, nil, &by)
 	m.publish(ctx, []events.Event{ev})
 	m.appendTimeline(ctx, rec.Name, entry)
@@ -208,7 +208,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 
 // snapshot returns copies of e's current state (errdefs.ErrNotFound once
 // it is deleted).
-func (m *Manager) snapshot(e *entry) (*db.Instance, runtime, error) {
+func (m *Manager) snapshot(e *entry) (*record.Instance, runtime, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if e.rt.deleted {
@@ -433,7 +433,7 @@ func (m *Manager) Delete(ctx context.Context, name string, force bool, by events
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err := m.store.DeleteInstance(ctx, rec.ID); err != nil && !errors.Is(err, db.ErrNotFound) {
+	if err := m.store.DeleteInstance(ctx, rec.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return wrap(storeErr(err))
 	}
 	m.mu.Lock()

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/status"
-	"github.com/guestlink/guestlink/db"
 )
 
 // ListFilter narrows List. Zero values match everything.
@@ -63,7 +63,7 @@ func (m *Manager) ListFunc(ctx context.Context, f ListFilter, fn func(*Instance)
 // replaced, never changed in place, so the copy stays valid without the
 // lock.
 type snapshot struct {
-	rec *db.Instance
+	rec *record.Instance
 	rt  runtime
 }
 

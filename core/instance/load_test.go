@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/db"
 )
 
@@ -85,7 +86,7 @@ func take(n *int) bool {
 	return false
 }
 
-func (s *flakyStore) AppendTimeline(ctx context.Context, entries ...*db.TimelineEntry) error {
+func (s *flakyStore) AppendTimeline(ctx context.Context, entries ...*record.TimelineEntry) error {
 	s.mu.Lock()
 	s.calls++
 	fail := take(&s.failTimeline)
@@ -96,7 +97,7 @@ func (s *flakyStore) AppendTimeline(ctx context.Context, entries ...*db.Timeline
 	return s.Store.AppendTimeline(ctx, entries...)
 }
 
-func (s *flakyStore) UpdateInstanceWithTimeline(ctx context.Context, in *db.Instance, entries ...*db.TimelineEntry) error {
+func (s *flakyStore) UpdateInstanceWithTimeline(ctx context.Context, in *record.Instance, entries ...*record.TimelineEntry) error {
 	s.mu.Lock()
 	fail := take(&s.failUpdate)
 	s.mu.Unlock()
@@ -106,7 +107,7 @@ func (s *flakyStore) UpdateInstanceWithTimeline(ctx context.Context, in *db.Inst
 	return s.Store.UpdateInstanceWithTimeline(ctx, in, entries...)
 }
 
-func (s *flakyStore) AppendEvent(ctx context.Context, ev *db.Event) error {
+func (s *flakyStore) AppendEvent(ctx context.Context, ev *events.Record) error {
 	s.mu.Lock()
 	fail := take(&s.failEvents)
 	s.mu.Unlock()

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/statebudget"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
@@ -29,7 +29,7 @@ type BackendSource interface {
 
 // Config configures a Manager.
 type Config struct {
-	Store          db.Store      // required
+	Store          record.Store  // required
 	Backends       BackendSource // required
 	Bus            *events.Bus   // required
 	Hooks          Hooks         // may be nil
@@ -82,7 +82,7 @@ const (
 // store, so reads never query the database.
 type Manager struct {
 	budget   *statebudget.Budget // per-guest state changes: reboots (Config.StateBudget)
-	store    db.Store
+	store    record.Store
 	backends BackendSource
 	bus      *events.Bus
 	hooks    Hooks
@@ -95,7 +95,7 @@ type Manager struct {
 
 	defaultProfile atomic.Bool // the default profile is known to exist (profiles.go)
 	profMu         sync.Mutex
-	profCache      map[string]*db.Profile // the profiles last read or written, by name (profiles.go); never changed in place
+	profCache      map[string]*record.Profile // the profiles last read or written, by name (profiles.go); never changed in place
 
 	loadMu sync.Mutex  // serialises loading the cache
 	loaded atomic.Bool // the cache holds every stored instance
@@ -134,12 +134,12 @@ type entry struct {
 	recoveryHeld atomic.Bool
 
 	// Guarded by Manager.mu; replaced, never changed in place.
-	rec *db.Instance
+	rec *record.Instance
 	rt  runtime
 }
 
 // newEntry returns the entry of a stored instance.
-func newEntry(rec *db.Instance) *entry {
+func newEntry(rec *record.Instance) *entry {
 	e := &entry{name: rec.Name, lname: strings.ToLower(rec.Name), rec: rec}
 	e.rt.conds = conditionsOf(rec, &e.rt) // derived once, not at every read
 	return e
@@ -242,7 +242,7 @@ func (m *Manager) load(ctx context.Context, force bool) error {
 	if !force && m.loaded.Load() {
 		return nil
 	}
-	recs, err := m.store.ListInstances(ctx, db.InstanceFilter{Location: m.location})
+	recs, err := m.store.ListInstances(ctx, record.Filter{Location: m.location})
 	if err != nil {
 		return fmt.Errorf("loading instances: %w", storeErr(err))
 	}
@@ -266,9 +266,9 @@ func (m *Manager) load(ctx context.Context, force bool) error {
 // storeErr maps the store's error kinds to the daemon's.
 func storeErr(err error) error {
 	switch {
-	case errors.Is(err, db.ErrNotFound):
+	case errors.Is(err, errdefs.ErrNotFound):
 		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
-	case errors.Is(err, db.ErrAlreadyExists):
+	case errors.Is(err, errdefs.ErrAlreadyExists):
 		return fmt.Errorf("%w: %w", errdefs.ErrAlreadyExists, err)
 	}
 	return err
@@ -417,13 +417,13 @@ func checkUsable(ctx context.Context, b contract.Backend) error {
 // profiles, read from the store now (so a profile's change reaches the
 // guest at its next start, on any cluster member), under its own keys,
 // less what the backend cannot take from a profile (forBackend).
-func (m *Manager) specWithImage(ctx context.Context, rec *db.Instance, files []contract.File) (*contract.GuestSpec, error) {
+func (m *Manager) specWithImage(ctx context.Context, rec *record.Instance, files []contract.File) (*contract.GuestSpec, error) {
 	spec := specOf(rec, files)
 	names := rec.Profiles
 	if rec.ID != 0 {
 		// The stored list, not the cached one: another cluster member may
 		// have renamed a profile since this record was loaded.
-		if _, ok := m.store.(db.ProfileStore); ok {
+		if _, ok := m.store.(record.ProfileStore); ok {
 			cur, err := m.store.GetInstance(ctx, rec.Name)
 			if err != nil {
 				return nil, fmt.Errorf("reading the instance's profiles: %w", storeErr(err))
@@ -463,7 +463,7 @@ func (m *Manager) specWithImage(ctx context.Context, rec *db.Instance, files []c
 }
 
 // spec builds the GuestSpec of an instance's stored state.
-func specOf(rec *db.Instance, files []contract.File) *contract.GuestSpec {
+func specOf(rec *record.Instance, files []contract.File) *contract.GuestSpec {
 	devs := make(map[string]contract.Device, len(rec.Devices))
 	for k, v := range rec.Devices {
 		devs[k] = contract.Device(maps.Clone(v))

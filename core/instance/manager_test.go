@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
@@ -213,7 +214,7 @@ func BenchmarkList10k(b *testing.B) {
 	for range 16 {
 		wg.Go(func() {
 			for i := range work {
-				rec := &db.Instance{Name: fmt.Sprintf("vm%05d", i), UUID: newUUID(), Backend: "fake",
+				rec := &record.Instance{Name: fmt.Sprintf("vm%05d", i), UUID: newUUID(), Backend: "fake",
 					Config:     map[string]string{"user.role": "web", "limits.cpu": "2", "limits.memory": "1GiB"},
 					Devices:    map[string]map[string]string{"root": {"type": "disk"}},
 					PowerState: status.PowerStopped, Handle: []byte(`{"id":0}`)}
@@ -311,7 +312,7 @@ type failingStore struct {
 	fail atomic.Bool
 }
 
-func (s *failingStore) UpdateInstanceWithTimeline(ctx context.Context, in *db.Instance, entries ...*db.TimelineEntry) error {
+func (s *failingStore) UpdateInstanceWithTimeline(ctx context.Context, in *record.Instance, entries ...*record.TimelineEntry) error {
 	if s.fail.Load() {
 		return errors.New("disk on fire")
 	}

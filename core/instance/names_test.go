@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/status"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -79,7 +79,7 @@ func (s *syncBuffer) String() string {
 func TestStoredUppercaseNames(t *testing.T) {
 	e := newEnv(t)
 	for i, name := range []string{"Web1", "web1", "Solo"} {
-		rec := &db.Instance{Name: name, UUID: []string{
+		rec := &record.Instance{Name: name, UUID: []string{
 			"00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002", "00000000-0000-4000-8000-000000000003",
 		}[i], Backend: "fake", Config: map[string]string{}, Devices: map[string]map[string]string{}, PowerState: status.PowerStopped}
 		if err := e.store.CreateInstance(bg, rec); err != nil {

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/guestlink/guestlink/core/events"
-	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
@@ -69,8 +69,8 @@ func ValidateProfileName(name string) error {
 // profileStore returns the store's profiles (errdefs.ErrNotSupported when
 // the store keeps none: some test stores), with the default profile made
 // (at Init; a manager used without Init makes it at its first use).
-func (m *Manager) profileStore(ctx context.Context) (db.ProfileStore, error) {
-	ps, ok := m.store.(db.ProfileStore)
+func (m *Manager) profileStore(ctx context.Context) (record.ProfileStore, error) {
+	ps, ok := m.store.(record.ProfileStore)
 	if !ok {
 		return nil, fmt.Errorf("this daemon's store keeps no profiles: %w", errdefs.ErrNotSupported)
 	}
@@ -83,7 +83,7 @@ func (m *Manager) profileStore(ctx context.Context) (db.ProfileStore, error) {
 // ensureDefaultProfile makes the default profile unless it exists (first
 // start; another cluster member making it at the same time is fine).
 func (m *Manager) ensureDefaultProfile(ctx context.Context) error {
-	ps, ok := m.store.(db.ProfileStore)
+	ps, ok := m.store.(record.ProfileStore)
 	if !ok || m.defaultProfile.Load() {
 		return nil
 	}
@@ -93,7 +93,7 @@ func (m *Manager) ensureDefaultProfile(ctx context.Context) error {
 		}
 		return storeErr(err)
 	}
-	err := ps.CreateProfile(ctx, &db.Profile{
+	err := ps.CreateProfile(ctx, &record.Profile{
 		Name:        DefaultProfile,
 		Description: "Default guestlink profile",
 		Devices:     DefaultProfileDevices(),
@@ -140,7 +140,7 @@ func validateProfile(ctx context.Context, name string, p ProfilePut, dc deviceCo
 // usedBy returns the instances (every cluster member's) that apply each
 // profile, by profile name.
 func (m *Manager) usedBy(ctx context.Context) (map[string][]string, error) {
-	recs, err := m.store.ListInstances(ctx, db.InstanceFilter{})
+	recs, err := m.store.ListInstances(ctx, record.Filter{})
 	if err != nil {
 		return nil, fmt.Errorf("listing instances: %w", storeErr(err))
 	}
@@ -156,7 +156,7 @@ func (m *Manager) usedBy(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-func profileOf(p *db.Profile, used []string) *Profile {
+func profileOf(p *record.Profile, used []string) *Profile {
 	return &Profile{Name: p.Name, Description: p.Description, Config: maps.Clone(p.Config), Devices: cloneDevices(p.Devices), UsedBy: slices.Clone(used)}
 }
 
@@ -212,7 +212,7 @@ func (m *Manager) CreateProfile(ctx context.Context, name string, p ProfilePut) 
 	if err != nil {
 		return nil, wrap(err)
 	}
-	rec := &db.Profile{Name: name, Description: p.Description, Config: dropEmpty(p.Config), Devices: cloneDevices(p.Devices)}
+	rec := &record.Profile{Name: name, Description: p.Description, Config: dropEmpty(p.Config), Devices: cloneDevices(p.Devices)}
 	if err := ps.CreateProfile(ctx, rec); err != nil {
 		return nil, storeErr(err) // the store names the profile
 	}
@@ -234,7 +234,7 @@ func (m *Manager) UpdateProfile(ctx context.Context, name string, p ProfilePut, 
 	if err != nil {
 		return nil, wrap(err)
 	}
-	rec := &db.Profile{Name: name, Description: p.Description, Config: dropEmpty(p.Config), Devices: cloneDevices(p.Devices)}
+	rec := &record.Profile{Name: name, Description: p.Description, Config: dropEmpty(p.Config), Devices: cloneDevices(p.Devices)}
 	if err := ps.UpdateProfile(ctx, rec); err != nil {
 		return nil, storeErr(err)
 	}
@@ -324,7 +324,7 @@ func (m *Manager) DeleteProfile(ctx context.Context, name string) error {
 
 // loadProfiles checks an instance's profile list (no name twice) and
 // returns the profiles in order (errdefs.ErrNotFound naming a missing one).
-func (m *Manager) loadProfiles(ctx context.Context, names []string) ([]*db.Profile, error) {
+func (m *Manager) loadProfiles(ctx context.Context, names []string) ([]*record.Profile, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
@@ -332,7 +332,7 @@ func (m *Manager) loadProfiles(ctx context.Context, names []string) ([]*db.Profi
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*db.Profile, 0, len(names))
+	out := make([]*record.Profile, 0, len(names))
 	for i, n := range names {
 		if slices.Contains(names[:i], n) {
 			return nil, fmt.Errorf("profile %q is named twice: %w", n, errdefs.ErrInvalid)
@@ -348,11 +348,11 @@ func (m *Manager) loadProfiles(ctx context.Context, names []string) ([]*db.Profi
 }
 
 // cacheProfiles remembers profiles as last read or written.
-func (m *Manager) cacheProfiles(ps ...*db.Profile) {
+func (m *Manager) cacheProfiles(ps ...*record.Profile) {
 	m.profMu.Lock()
 	defer m.profMu.Unlock()
 	if m.profCache == nil {
-		m.profCache = map[string]*db.Profile{}
+		m.profCache = map[string]*record.Profile{}
 	}
 	for _, p := range ps {
 		m.profCache[p.Name] = p
@@ -368,8 +368,8 @@ func (m *Manager) forgetProfile(name string) {
 
 // cachedProfiles returns the profiles of names from the cache, reading
 // those it lacks from the store.
-func (m *Manager) cachedProfiles(ctx context.Context, names []string) ([]*db.Profile, error) {
-	out := make([]*db.Profile, 0, len(names))
+func (m *Manager) cachedProfiles(ctx context.Context, names []string) ([]*record.Profile, error) {
+	out := make([]*record.Profile, 0, len(names))
 	m.profMu.Lock()
 	for _, n := range names {
 		p, ok := m.profCache[n]
@@ -392,7 +392,7 @@ func (m *Manager) cachedProfiles(ctx context.Context, names []string) ([]*db.Pro
 // were changed here) under its own keys, less what its backend was not
 // given (forBackend). It leaves inst as it is when the profiles cannot
 // be read (the guest then sees the instance's own keys).
-func (m *Manager) expandForGuest(ctx context.Context, inst *Instance, rec *db.Instance) {
+func (m *Manager) expandForGuest(ctx context.Context, inst *Instance, rec *record.Instance) {
 	if len(rec.Profiles) == 0 {
 		return
 	}
@@ -450,7 +450,7 @@ func (m *Manager) AssignProfiles(ctx context.Context, name string, profiles []st
 // Expand layers config and devices as LXD does: the profiles in order,
 // then the instance's own keys; later wins, and a device of the same name
 // is replaced whole.
-func Expand(profiles []*db.Profile, config map[string]string, devices map[string]map[string]string) (map[string]string, map[string]map[string]string) {
+func Expand(profiles []*record.Profile, config map[string]string, devices map[string]map[string]string) (map[string]string, map[string]map[string]string) {
 	cfg := map[string]string{}
 	devs := map[string]map[string]string{}
 	for _, p := range profiles {
@@ -493,12 +493,12 @@ func (m *Manager) Expanded(ctx context.Context, name string) (map[string]string,
 // prefix the backend does not own. Each is logged once per start. The
 // instance's own keys and devices are never left out (the backend refuses
 // what it cannot do, as before).
-func (m *Manager) forBackend(rec *db.Instance, profiles []*db.Profile, info *contract.Info) (map[string]string, map[string]map[string]string) {
+func (m *Manager) forBackend(rec *record.Instance, profiles []*record.Profile, info *contract.Info) (map[string]string, map[string]map[string]string) {
 	return m.layer(rec, profiles, info, true)
 }
 
 // layer is forBackend; logged says whether what is left out is logged.
-func (m *Manager) layer(rec *db.Instance, profiles []*db.Profile, info *contract.Info, logged bool) (map[string]string, map[string]map[string]string) {
+func (m *Manager) layer(rec *record.Instance, profiles []*record.Profile, info *contract.Info, logged bool) (map[string]string, map[string]map[string]string) {
 	logf := m.log.Info
 	if !logged {
 		logf = func(string, ...any) {}

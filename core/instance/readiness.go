@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/status"
-	"github.com/guestlink/guestlink/db"
 )
 
 // Readiness configuration keys (docs/readiness.md). The daemon acts on
@@ -114,7 +114,7 @@ func checkThreshold(v string) error {
 // instance runs, has a positive readiness.timeout and has not been Ready
 // this boot; it fires at StartedAt + timeout. After a daemon restart (the
 // Ready flag is "" until the agent re-declares) it waits for the agent.
-func (m *Manager) armReadyTimer(e *entry, rec *db.Instance, rt *runtime) {
+func (m *Manager) armReadyTimer(e *entry, rec *record.Instance, rt *runtime) {
 	var at time.Time
 	d, err := time.ParseDuration(rec.Config[KeyReadinessTimeout])
 	if err == nil && d > 0 && rec.PowerState == status.PowerRunning && rec.StartedAt != nil &&

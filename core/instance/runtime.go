@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/status"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
@@ -129,7 +129,7 @@ func declContext(d Declaration) map[string]any {
 
 // readySince returns when the current boot of rec last became Ready
 // according to its timeline (a false -> true entry), or def.
-func (m *Manager) readySince(ctx context.Context, rec *db.Instance, def time.Time) time.Time {
+func (m *Manager) readySince(ctx context.Context, rec *record.Instance, def time.Time) time.Time {
 	at, ok, err := m.store.LastBecameReady(ctx, rec.ID, rec.Boot)
 	if err != nil {
 		m.log.Warn("reading timeline", "instance", rec.Name, "err", err)

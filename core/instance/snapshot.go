@@ -11,8 +11,8 @@ import (
 	"unicode"
 
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/status"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
@@ -32,7 +32,7 @@ type Snapshot struct {
 	Details    map[string]string // backend facts: "layout", "ring_port"
 }
 
-func snapshotOf(s *db.Snapshot) *Snapshot {
+func snapshotOf(s *record.Snapshot) *Snapshot {
 	return &Snapshot{Name: s.Name, CreatedAt: s.CreatedAt, Stateful: s.Stateful, Running: s.Running, Ready: s.Ready,
 		Backend: s.Backend, Config: s.Config, Devices: s.Devices, DiskBytes: s.DiskBytes, StateBytes: s.StateBytes, Details: s.Details}
 }
@@ -65,8 +65,8 @@ func ValidateSnapshotName(name string) error {
 }
 
 // snapshotStore returns the store's SnapshotStore.
-func (m *Manager) snapshotStore() (db.SnapshotStore, error) {
-	s, ok := m.store.(db.SnapshotStore)
+func (m *Manager) snapshotStore() (record.SnapshotStore, error) {
+	s, ok := m.store.(record.SnapshotStore)
 	if !ok {
 		return nil, fmt.Errorf("the store keeps no snapshots: %w", errdefs.ErrNotSupported)
 	}
@@ -75,7 +75,7 @@ func (m *Manager) snapshotStore() (db.SnapshotStore, error) {
 
 // snapshotBackend returns the instance's backend as a Snapshotter, or a
 // precise errdefs.ErrNotSupported.
-func (m *Manager) snapshotBackend(ctx context.Context, rec *db.Instance, stateful bool) (contract.Backend, contract.Snapshotter, error) {
+func (m *Manager) snapshotBackend(ctx context.Context, rec *record.Instance, stateful bool) (contract.Backend, contract.Snapshotter, error) {
 	b, info, err := m.backendInfo(ctx, rec.Backend)
 	if err != nil {
 		return nil, nil, err
@@ -92,7 +92,7 @@ func (m *Manager) snapshotBackend(ctx context.Context, rec *db.Instance, statefu
 
 // ensureGuest creates the guest of an instance that has none yet (never
 // started), so a backend has somewhere to keep its snapshots; e.op is held.
-func (m *Manager) ensureGuest(ctx context.Context, e *entry, rec *db.Instance, b contract.Backend) (contract.Handle, error) {
+func (m *Manager) ensureGuest(ctx context.Context, e *entry, rec *record.Instance, b contract.Backend) (contract.Handle, error) {
 	if len(rec.Handle) > 0 {
 		return rec.Handle, nil
 	}
@@ -145,7 +145,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, name, snap string, statefu
 	}
 	if _, err := ss.Snapshot(ctx, rec.ID, snap); err == nil {
 		return nil, wrap(fmt.Errorf("the instance has a snapshot of that name: %w", errdefs.ErrAlreadyExists))
-	} else if !errors.Is(err, db.ErrNotFound) {
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, wrap(storeErr(err))
 	}
 	b, sn, err := m.snapshotBackend(ctx, rec, stateful)
@@ -172,7 +172,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, name, snap string, statefu
 	if err != nil {
 		return nil, wrap(err)
 	}
-	row := &db.Snapshot{InstanceID: rec.ID, Name: snap, Stateful: stateful, Running: running, Ready: ready,
+	row := &record.Snapshot{InstanceID: rec.ID, Name: snap, Stateful: stateful, Running: running, Ready: ready,
 		Backend: rec.Backend, Config: snapshotConfig(rec.Config), Devices: cloneDevices(rec.Devices),
 		DiskBytes: info.DiskBytes, StateBytes: info.StateBytes, Details: maps.Clone(info.Details)}
 	if row.Details == nil {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/status"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
@@ -82,7 +82,7 @@ type startRun struct {
 	by     events.Requestor
 	action string // the event published on success
 
-	rec     *db.Instance        // the instance as the start began
+	rec     *record.Instance    // the instance as the start began
 	b       contract.Backend    // its backend
 	info    *contract.Info      // the backend's Info
 	files   []contract.File     // files of FilesProvider for the guest

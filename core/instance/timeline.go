@@ -10,7 +10,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 
 	"github.com/guestlink/guestlink/core/events"
-	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -34,8 +34,8 @@ var defaultWriteRetry = writeRetry{initial: 50 * time.Millisecond, max: time.Sec
 // permanent reports whether a store error will not go away by retrying.
 func permanent(err error) bool {
 	return errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrAlreadyExists) ||
-		errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, db.ErrClosed) || errors.Is(err, context.Canceled) ||
-		errors.Is(err, db.ErrLeaseLost)
+		errors.Is(err, errdefs.ErrInvalid) || errors.Is(err, errdefs.ErrClosed) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, record.ErrLeaseLost)
 }
 
 // retryWrite runs write until it succeeds, fails for good (permanent) or
@@ -73,7 +73,7 @@ func (m *Manager) retryWrite(ctx context.Context, what string, write func(ctx co
 // of the instance that can be written (here or with a state change) are
 // preceded by one that says how many were lost ("timeline incomplete: N
 // entries lost"), and a log line says so at once.
-func (m *Manager) appendTimeline(ctx context.Context, name string, entries ...*db.TimelineEntry) {
+func (m *Manager) appendTimeline(ctx context.Context, name string, entries ...*record.TimelineEntry) {
 	if len(entries) == 0 {
 		return
 	}
@@ -94,18 +94,18 @@ func (m *Manager) appendTimeline(ctx context.Context, name string, entries ...*d
 
 // withLost returns entries preceded, if entries of the instance were lost,
 // by the entry that says how many, and that number.
-func (m *Manager) withLost(id int64, at time.Time, boot int64, entries []*db.TimelineEntry) ([]*db.TimelineEntry, int) {
+func (m *Manager) withLost(id int64, at time.Time, boot int64, entries []*record.TimelineEntry) ([]*record.TimelineEntry, int) {
 	m.lostMu.Lock()
 	lost := m.lost[id]
 	m.lostMu.Unlock()
 	if lost == 0 {
 		return entries, 0
 	}
-	note := &db.TimelineEntry{
+	note := &record.TimelineEntry{
 		InstanceID: id, Time: at, Boot: boot, Kind: kindTimeline, Cause: "store",
 		Detail: fmt.Sprintf("timeline incomplete: %d entries lost", lost),
 	}
-	return append([]*db.TimelineEntry{note}, entries...), lost
+	return append([]*record.TimelineEntry{note}, entries...), lost
 }
 
 // reportedLost records that n lost entries of an instance are now reported
@@ -159,7 +159,7 @@ func (m *Manager) eventLost(ctx context.Context, ev events.Event, cause error) {
 	if json.Unmarshal(ev.Metadata, &lc) == nil && lc.Action != "" {
 		what = lc.Action
 	}
-	m.appendTimeline(ctx, ev.Instance, &db.TimelineEntry{
+	m.appendTimeline(ctx, ev.Instance, &record.TimelineEntry{
 		InstanceID: id, Time: time.Now().UTC(), Boot: boot, Kind: kindTimeline, Cause: "store",
 		Detail: fmt.Sprintf("event %s lost: %v", what, cause),
 	})

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/guestlink/guestlink/core/instance/record"
 	"github.com/guestlink/guestlink/core/status"
-	"github.com/guestlink/guestlink/db"
 )
 
 // The status of an instance whose guest the daemon has not yet recovered
@@ -24,7 +24,7 @@ func statusOf(e *entry) status.Code {
 }
 
 // statusOfState derives the status of a record and runtime.
-func statusOfState(rec *db.Instance, rt *runtime) status.Code {
+func statusOfState(rec *record.Instance, rt *runtime) status.Code {
 	return status.Derive(rec.PowerState, rec.Config[KeyReady] == "true", rt.op)
 }
 
@@ -38,7 +38,7 @@ func viewOf(e *entry) *Instance {
 // ViewOfRecord is the view of a stored instance alone, without the
 // runtime state only its own daemon knows (agent, link, conditions): what
 // a cluster member shows of another member's instance it cannot ask.
-func ViewOfRecord(rec *db.Instance) *Instance {
+func ViewOfRecord(rec *record.Instance) *Instance {
 	inst := new(Instance)
 	fillView(inst, rec, &runtime{}, false)
 	return inst
@@ -56,7 +56,7 @@ var noConfig = map[string]string{}
 // fillView fills inst with the view of an entry's record and runtime (taken
 // under Manager.mu, or a snapshot). A shared view (ListFunc) points at the
 // entry's maps and times instead of copies of them.
-func fillView(inst *Instance, rec *db.Instance, rt *runtime, shared bool) {
+func fillView(inst *Instance, rec *record.Instance, rt *runtime, shared bool) {
 	code := statusOfState(rec, rt)
 	*inst = Instance{
 		Name:       rec.Name,
@@ -130,7 +130,7 @@ func cloneDevices(d map[string]map[string]string) map[string]map[string]string {
 	return out
 }
 
-func cloneRec(r *db.Instance) *db.Instance {
+func cloneRec(r *record.Instance) *record.Instance {
 	c := *r
 	c.Config = maps.Clone(r.Config)
 	if c.Config == nil {

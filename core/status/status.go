@@ -70,7 +70,7 @@ func (c Code) Valid() bool {
 	return ok
 }
 
-// Power states of an instance as stored (db.Instance.PowerState): the last
+// Power states of an instance as stored (record.Instance.PowerState): the last
 // known state of its guest according to its backend.
 const (
 	PowerStopped = "stopped"

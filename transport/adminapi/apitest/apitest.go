@@ -207,11 +207,11 @@ var _ adminapi.Backends = (*Backends)(nil)
 // MemEventStore is an in-memory event log for events.Bus.
 type MemEventStore struct {
 	mu     sync.Mutex
-	events []*db.Event
+	events []*events.Record
 }
 
 // AppendEvent stores ev and gives it the next id.
-func (m *MemEventStore) AppendEvent(_ context.Context, ev *db.Event) error {
+func (m *MemEventStore) AppendEvent(_ context.Context, ev *events.Record) error {
 	if ev == nil {
 		return errors.New("appending event: nil event")
 	}
@@ -225,7 +225,7 @@ func (m *MemEventStore) AppendEvent(_ context.Context, ev *db.Event) error {
 }
 
 // EventsAfter returns up to limit events with an id greater than after.
-func (m *MemEventStore) EventsAfter(_ context.Context, after int64, limit int) ([]*db.Event, error) {
+func (m *MemEventStore) EventsAfter(_ context.Context, after int64, limit int) ([]*events.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if after < 0 {
@@ -238,7 +238,7 @@ func (m *MemEventStore) EventsAfter(_ context.Context, after int64, limit int) (
 	if limit > 0 && len(rest) > limit {
 		rest = rest[:limit]
 	}
-	out := make([]*db.Event, len(rest))
+	out := make([]*events.Record, len(rest))
 	for i, e := range rest {
 		c := *e
 		out[i] = &c
