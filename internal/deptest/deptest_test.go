@@ -96,7 +96,7 @@ var (
 // storeDomains are the core packages whose types and Store interfaces db
 // implements (the adapter imports the domain, as containerd's metadata
 // imports core/containers); db may import them and nothing else of core.
-var storeDomains = []string{"core/images", "core/storage"}
+var storeDomains = []string{"core/auth", "core/images", "core/storage"}
 
 // backquoted returns each of rel in backquotes, as the docs name packages.
 func backquoted(rel []string) []string {
