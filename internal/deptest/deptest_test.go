@@ -82,7 +82,7 @@ var (
 var (
 	// coreLeaves import no other core package.
 	coreLeaves = []string{"core/cloudinit", "core/console", "core/events", "core/images", "core/listener",
-		"core/pki", "core/pluginhost", "core/redact", "core/statebudget", "core/status", "core/storage"}
+		"core/membership", "core/pki", "core/pluginhost", "core/redact", "core/statebudget", "core/status", "core/storage"}
 	// coreLinkHost is over core/listener only.
 	coreLinkHost = []string{"core/linkhost"}
 	// coreInstance is over the leaves.
@@ -96,7 +96,7 @@ var (
 // storeDomains are the core packages whose types and Store interfaces db
 // implements (the adapter imports the domain, as containerd's metadata
 // imports core/containers); db may import them and nothing else of core.
-var storeDomains = []string{"core/auth", "core/images", "core/storage"}
+var storeDomains = []string{"core/auth", "core/images", "core/membership", "core/storage"}
 
 // backquoted returns each of rel in backquotes, as the docs name packages.
 func backquoted(rel []string) []string {
@@ -287,6 +287,19 @@ var rules = []rule{
 		exceptLabel: "the core leaves, `core/instance`",
 		direct:      true,
 		reason:      "auth and the guest view answer questions about instances; the cluster and the agent monitor use them, not the other way round",
+	},
+	{
+		name:   "auth, images, storage, membership stores",
+		pkgs:   paths(true, "core/auth", "core/images", "core/storage", "core/membership"),
+		forbid: slices.Concat(own("db"), []deps{storeStack, pluginStack, webStack}),
+		reason: "these domains own their types and Store interfaces and db implements them (containerd's core/containers and core/metadata): a service reaching db, gorm or a driver would test gorm's errors and be tested only on a database",
+	},
+	{
+		name:   "cluster store",
+		pkgs:   paths(true, "core/cluster"),
+		forbid: slices.Concat(own("db"), []deps{storeStack}),
+		direct: true,
+		reason: "the cluster's records and lease are core/membership's and its stored instances come through its Store, filled by the composition root (directly: core/cluster uses core/instance, which still uses db)",
 	},
 	{
 		name:   "core tops",
@@ -484,6 +497,10 @@ var breaks = []struct {
 		[]string{mod + "/core/auth", mod + "/core/cluster", mod + "/core/linkhost"}},
 	{"core over instance", []string{mod + "/core/instance", mod + "/core/pki", mod + "/core/agentmon", mod + "/core/guestview"},
 		[]string{mod + "/core/agentmon", mod + "/core/guestview"}},
+	{"auth, images, storage, membership stores", []string{mod + "/core/membership", mod + "/errdefs", mod + "/db", "gorm.io/gorm", "github.com/jackc/pgx/v5", "google.golang.org/grpc"},
+		[]string{mod + "/db", "gorm.io/gorm", "github.com/jackc/pgx/v5", "google.golang.org/grpc"}},
+	{"cluster store", []string{mod + "/core/membership", mod + "/core/instance", mod + "/db/dbtest", "modernc.org/sqlite"},
+		[]string{mod + "/db/dbtest", "modernc.org/sqlite"}},
 	{"core tops", []string{mod + "/core/instance", mod + "/core/cluster", mod + "/core/metrics", mod + "/core/agentmon/x"},
 		[]string{mod + "/core/cluster", mod + "/core/metrics", mod + "/core/agentmon/x"}},
 }
