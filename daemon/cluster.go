@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/cluster"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/membership"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/transport/adminapi"
 	"github.com/guestlink/guestlink/web"
@@ -42,12 +44,12 @@ type instanceService interface {
 // PostgreSQL (core/cluster.Open explains refusals).
 func (d *Daemon) openCluster(ctx context.Context, url string) error {
 	cc := d.cfg.Cluster
-	store, ok := d.store.(cluster.Store)
+	ms, ok := d.store.(membership.Store)
 	if !ok {
 		return fmt.Errorf("cluster: the store keeps no membership")
 	}
 	c, err := cluster.Open(ctx, cluster.Config{
-		Store:             store,
+		Store:             clusterStore{Store: ms, db: d.store},
 		Postgres:          strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://"),
 		StateDir:          d.cfg.StateDir,
 		Name:              cc.Name,
@@ -135,4 +137,35 @@ func (d *Daemon) listenCluster() error {
 	go d.serve("cluster listener", func() error { return d.api.Serve(d.clusterLn) })
 	d.log.Info("cluster member", "name", d.cluster.Name(), "address", d.cluster.Address())
 	return nil
+}
+
+// clusterStore is the cluster's store: the database's membership, and the
+// instances it records at each member as core/instance views.
+type clusterStore struct {
+	membership.Store
+	db db.Store
+}
+
+var _ cluster.Store = clusterStore{}
+
+// StoredInstance returns the recorded view of the instance called name.
+func (s clusterStore) StoredInstance(ctx context.Context, name string) (*instance.Instance, error) {
+	rec, err := s.db.GetInstance(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return instance.ViewOfRecord(rec), nil
+}
+
+// StoredInstances lists the recorded views of member's instances of backend.
+func (s clusterStore) StoredInstances(ctx context.Context, member, backend string) ([]*instance.Instance, error) {
+	recs, err := s.db.ListInstances(ctx, db.InstanceFilter{Location: member, Backend: backend})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*instance.Instance, len(recs))
+	for i, rec := range recs {
+		out[i] = instance.ViewOfRecord(rec)
+	}
+	return out, nil
 }

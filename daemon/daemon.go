@@ -276,7 +276,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		DefaultBackend: cfg.DefaultBackend,
 		Volumes:        d.storage,
 		AllowDiskPaths: cfg.AllowDiskPaths,
-		Images:         d.images,
+		Images:         imageSource{d.images},
 		Location:       d.clusterName(),
 		StateBudget:    stateBudget,
 	})

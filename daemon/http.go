@@ -26,7 +26,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/core/auth"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/transport/adminapi"
 	"github.com/guestlink/guestlink/web"
@@ -114,7 +113,7 @@ func isLoopback(host string) bool {
 
 // startAuth starts the authentication service and its purge loop.
 func (d *Daemon) startAuth() error {
-	as, ok := d.store.(db.AuthStore)
+	as, ok := d.store.(auth.Store)
 	if !ok {
 		return fmt.Errorf("the store %T keeps no authentication state: %w", d.store, errdefs.ErrNotSupported)
 	}

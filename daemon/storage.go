@@ -6,13 +6,12 @@ import (
 
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/core/storage"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
 // openStorage starts the storage service over the daemon's store.
 func (d *Daemon) openStorage() (*storage.Service, error) {
-	st, ok := d.store.(db.StorageStore)
+	st, ok := d.store.(storage.Store)
 	if !ok {
 		return nil, fmt.Errorf("the store %T keeps no storage volumes: %w", d.store, errdefs.ErrNotSupported)
 	}

@@ -4,19 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-gormigrate/gormigrate/v2"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/guestlink/guestlink/core/membership"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
-// ClusterInfo is the one row that says a database serves a cluster: its id
-// and the certificate of the cluster's CA (public: every member verifies
-// its peers with it).
-type ClusterInfo struct {
+// clusterInfoRow is the one row that says a database serves a cluster
+// (membership.Cluster).
+type clusterInfoRow struct {
 	ID     int64  `gorm:"primaryKey"` // always 1
 	UUID   string `gorm:"size:36;not null"`
 	CACert string `gorm:"type:text;not null"` // PEM
@@ -25,8 +26,12 @@ type ClusterInfo struct {
 	CreatedAt time.Time
 }
 
-// ClusterMember is one daemon of a cluster.
-type ClusterMember struct {
+// TableName is the table of the cluster row.
+func (clusterInfoRow) TableName() string { return "cluster_infos" }
+
+// clusterMemberRow is the row of one daemon of a cluster
+// (membership.Member): its backends comma-separated.
+type clusterMemberRow struct {
 	ID          int64     `gorm:"primaryKey"`
 	Name        string    `gorm:"uniqueIndex:idx_cluster_members_name;size:63;not null"`
 	Address     string    `gorm:"size:255;not null"` // HOST:PORT of its cluster listener
@@ -40,9 +45,26 @@ type ClusterMember struct {
 	CreatedAt time.Time `gorm:"not null"`
 }
 
-// ClusterToken is a one-time join token for the member Name: only the
-// SHA-256 of its secret is kept; UsedAt is set by the join that spends it.
-type ClusterToken struct {
+// TableName is the table of cluster members.
+func (clusterMemberRow) TableName() string { return "cluster_members" }
+
+func clusterMemberRowOf(m *membership.Member) *clusterMemberRow {
+	return &clusterMemberRow{Name: m.Name, Address: m.Address, Fingerprint: m.Fingerprint, Version: m.Version,
+		Backends: strings.Join(m.Backends, ","), Heartbeat: m.Heartbeat, Epoch: m.Epoch, CreatedAt: m.CreatedAt}
+}
+
+func (r *clusterMemberRow) member() *membership.Member {
+	var backends []string
+	if r.Backends != "" {
+		backends = strings.Split(r.Backends, ",")
+	}
+	return &membership.Member{Name: r.Name, Address: r.Address, Fingerprint: r.Fingerprint, Version: r.Version,
+		Backends: backends, Heartbeat: r.Heartbeat.UTC(), Epoch: r.Epoch, CreatedAt: r.CreatedAt.UTC()}
+}
+
+// clusterTokenRow is the row of a one-time join token (membership.Token):
+// only the SHA-256 of its secret.
+type clusterTokenRow struct {
 	ID        int64     `gorm:"primaryKey"`
 	Name      string    `gorm:"size:63;not null"` // the member it admits
 	Hash      string    `gorm:"uniqueIndex:idx_cluster_tokens_hash;size:64;not null"`
@@ -55,46 +77,10 @@ type ClusterToken struct {
 	CreatedBy string    `gorm:"size:255"`
 }
 
-// ClusterStore keeps the cluster's membership. The Store returned by Open
-// implements it.
-type ClusterStore interface {
-	// Cluster returns the cluster row, or ErrNotFound when the database
-	// serves no cluster.
-	Cluster(ctx context.Context) (*ClusterInfo, error)
-	// Bootstrap makes the database a cluster whose first member is m, and
-	// gives the instances without a location to it: ErrAlreadyExists when
-	// it already is one.
-	Bootstrap(ctx context.Context, info *ClusterInfo, m *ClusterMember) error
-	// Members lists the members by name.
-	Members(ctx context.Context) ([]*ClusterMember, error)
-	// Member returns the member called name.
-	Member(ctx context.Context, name string) (*ClusterMember, error)
-	// Heartbeat records that member name, of epoch, is alive now, at
-	// address and version, with these backends; ErrLeaseLost once it was
-	// removed or its name joined again (another epoch).
-	Heartbeat(ctx context.Context, name string, epoch int64, address, version, backends string, at time.Time) error
-	// CreateClusterToken stores a join token.
-	CreateClusterToken(ctx context.Context, t *ClusterToken) error
-	// Join spends the token whose secret hashes to hash and adds m, in one
-	// transaction: ErrNotFound for an unknown token, ErrConflict for a
-	// used, revoked or expired one or a name that differs from the
-	// token's, and ErrAlreadyExists when a member of that name exists. It
-	// gives m a new epoch (m.Epoch) and revokes the name's other tokens.
-	Join(ctx context.Context, hash string, m *ClusterMember, now time.Time) error
-	// RemoveMember deletes member name; unless force, ErrConflict while
-	// instances are located on it. It returns the names of the instances
-	// still located on it (left in the database by a forced removal).
-	RemoveMember(ctx context.Context, name string, force bool) ([]string, error)
-	// SetLease makes every later instance write conditional on l (see
-	// sqlStore.SetLease); lost is called once when a write finds it gone.
-	SetLease(l Lease, lost func(error))
-	// LeaseLost marks the lease lost: instance writes fail at once.
-	LeaseLost(reason error)
-	// InstanceCounts returns how many instances each location holds.
-	InstanceCounts(ctx context.Context) (map[string]int, error)
-}
+// TableName is the table of join tokens.
+func (clusterTokenRow) TableName() string { return "cluster_tokens" }
 
-var _ ClusterStore = (*sqlStore)(nil)
+var _ membership.Store = (*sqlStore)(nil)
 
 // clusterMigration creates the cluster tables and the instances' location.
 func clusterMigration() *gormigrate.Migration {
@@ -150,34 +136,33 @@ func clusterMigration() *gormigrate.Migration {
 }
 
 // Cluster returns the cluster row.
-func (s *sqlStore) Cluster(ctx context.Context) (*ClusterInfo, error) {
+func (s *sqlStore) Cluster(ctx context.Context) (*membership.Cluster, error) {
 	q, err := s.reader(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading cluster: %w", err)
 	}
-	var c ClusterInfo
+	var c clusterInfoRow
 	if err := q.Where("id = 1").Take(&c).Error; err != nil {
 		return nil, fmt.Errorf("reading cluster: %w", translate(err))
 	}
-	return &c, nil
+	return &membership.Cluster{UUID: c.UUID, CACert: c.CACert, LastEpoch: c.LastEpoch, CreatedAt: c.CreatedAt}, nil
 }
 
 // Bootstrap creates the cluster row and its first member.
-func (s *sqlStore) Bootstrap(ctx context.Context, info *ClusterInfo, m *ClusterMember) error {
-	info.ID, info.LastEpoch, m.Epoch = 1, 1, 1
+func (s *sqlStore) Bootstrap(ctx context.Context, info *membership.Cluster, m *membership.Member) error {
+	info.LastEpoch, m.Epoch = 1, 1
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
 		var n int64
-		if err := tx.Model(&ClusterInfo{}).Count(&n).Error; err != nil {
+		if err := tx.Model(&clusterInfoRow{}).Count(&n).Error; err != nil {
 			return err
 		}
 		if n > 0 {
 			return fmt.Errorf("the database serves a cluster already: %w", ErrAlreadyExists)
 		}
-		if err := tx.Create(info).Error; err != nil {
+		if err := tx.Create(&clusterInfoRow{ID: 1, UUID: info.UUID, CACert: info.CACert, LastEpoch: info.LastEpoch, CreatedAt: info.CreatedAt}).Error; err != nil {
 			return err
 		}
-		m.ID = 0
-		if err := tx.Create(m).Error; err != nil {
+		if err := tx.Create(clusterMemberRowOf(m)).Error; err != nil {
 			return err
 		}
 		return tx.Model(&instanceRow{}).Where("location = ?", "").Update("location", m.Name).Error
@@ -189,45 +174,45 @@ func (s *sqlStore) Bootstrap(ctx context.Context, info *ClusterInfo, m *ClusterM
 }
 
 // Members lists the members by name.
-func (s *sqlStore) Members(ctx context.Context) ([]*ClusterMember, error) {
+func (s *sqlStore) Members(ctx context.Context) ([]*membership.Member, error) {
 	q, err := s.reader(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing cluster members: %w", err)
 	}
-	var out []*ClusterMember
-	if err := q.Order("name").Find(&out).Error; err != nil {
+	var rows []*clusterMemberRow
+	if err := q.Order("name").Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("listing cluster members: %w", translate(err))
 	}
-	for _, m := range out {
-		m.Heartbeat, m.CreatedAt = m.Heartbeat.UTC(), m.CreatedAt.UTC()
+	out := make([]*membership.Member, len(rows))
+	for i, m := range rows {
+		out[i] = m.member()
 	}
 	return out, nil
 }
 
 // Member returns the member called name.
-func (s *sqlStore) Member(ctx context.Context, name string) (*ClusterMember, error) {
+func (s *sqlStore) Member(ctx context.Context, name string) (*membership.Member, error) {
 	q, err := s.reader(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading cluster member %q: %w", name, err)
 	}
-	var m ClusterMember
+	var m clusterMemberRow
 	if err := q.Where("name = ?", name).Take(&m).Error; err != nil {
 		return nil, fmt.Errorf("cluster member %q: %w", name, translate(err))
 	}
-	m.Heartbeat, m.CreatedAt = m.Heartbeat.UTC(), m.CreatedAt.UTC()
-	return &m, nil
+	return m.member(), nil
 }
 
 // Heartbeat records that a member is alive. It goes straight to the pool
 // (not the group-commit writer), so a busy writer never makes a member
 // look offline.
-func (s *sqlStore) Heartbeat(ctx context.Context, name string, epoch int64, address, version, backends string, at time.Time) error {
+func (s *sqlStore) Heartbeat(ctx context.Context, name string, epoch int64, address, version string, backends []string, at time.Time) error {
 	q, err := s.reader(ctx)
 	if err != nil {
 		return fmt.Errorf("heartbeat of %q: %w", name, err)
 	}
-	res := q.Model(&ClusterMember{}).Where("name = ? AND epoch = ?", name, epoch).
-		Updates(map[string]any{"address": address, "version": version, "backends": backends, "heartbeat": at.UTC()})
+	res := q.Model(&clusterMemberRow{}).Where("name = ? AND epoch = ?", name, epoch).
+		Updates(map[string]any{"address": address, "version": version, "backends": strings.Join(backends, ","), "heartbeat": at.UTC()})
 	if res.Error != nil {
 		return fmt.Errorf("heartbeat of %q: %w", name, translate(res.Error))
 	}
@@ -245,10 +230,10 @@ func (s *sqlStore) Heartbeat(ctx context.Context, name string, epoch int64, addr
 }
 
 // CreateClusterToken stores a join token.
-func (s *sqlStore) CreateClusterToken(ctx context.Context, t *ClusterToken) error {
+func (s *sqlStore) CreateClusterToken(ctx context.Context, t *membership.Token) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		t.ID = 0
-		return tx.Create(t).Error
+		return tx.Create(&clusterTokenRow{Name: t.Name, Hash: t.Hash, ExpiresAt: t.ExpiresAt, UsedAt: t.UsedAt, RevokedAt: t.RevokedAt,
+			CreatedAt: t.CreatedAt, CreatedBy: t.CreatedBy}).Error
 	})
 	if err != nil {
 		return fmt.Errorf("creating join token for %q: %w", t.Name, translate(err))
@@ -257,9 +242,9 @@ func (s *sqlStore) CreateClusterToken(ctx context.Context, t *ClusterToken) erro
 }
 
 // Join spends a token and adds a member in one transaction.
-func (s *sqlStore) Join(ctx context.Context, hash string, m *ClusterMember, now time.Time) error {
+func (s *sqlStore) Join(ctx context.Context, hash string, m *membership.Member, now time.Time) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		var t ClusterToken
+		var t clusterTokenRow
 		q := tx.Where("hash = ?", hash)
 		if s.engine == EnginePostgres {
 			q = q.Clauses(clause.Locking{Strength: clause.LockingStrengthUpdate})
@@ -284,32 +269,32 @@ func (s *sqlStore) Join(ctx context.Context, hash string, m *ClusterMember, now 
 			return fmt.Errorf("the join token admits member %q, not %q: start with --name %s: %w", t.Name, m.Name, t.Name, errdefs.ErrConflict)
 		}
 		used := now.UTC()
-		if err := tx.Model(&ClusterToken{}).Where("id = ?", t.ID).Update("used_at", used).Error; err != nil {
+		if err := tx.Model(&clusterTokenRow{}).Where("id = ?", t.ID).Update("used_at", used).Error; err != nil {
 			return err
 		}
 		var n int64
-		if err := tx.Model(&ClusterMember{}).Where("name = ?", m.Name).Count(&n).Error; err != nil {
+		if err := tx.Model(&clusterMemberRow{}).Where("name = ?", m.Name).Count(&n).Error; err != nil {
 			return err
 		}
 		if n > 0 {
 			return fmt.Errorf("a member called %q exists already: %w", m.Name, ErrAlreadyExists)
 		}
 		// The name's other tokens admit nobody once it joined.
-		if err := tx.Model(&ClusterToken{}).Where("name = ? AND used_at IS NULL AND revoked_at IS NULL", m.Name).
+		if err := tx.Model(&clusterTokenRow{}).Where("name = ? AND used_at IS NULL AND revoked_at IS NULL", m.Name).
 			Update("revoked_at", used).Error; err != nil {
 			return err
 		}
 		// A new epoch: above every one handed out, so a name that joins
 		// again fences the daemon that held it before.
-		var info ClusterInfo
-		if err := tx.Model(&ClusterInfo{}).Where("id = 1").Update("last_epoch", gorm.Expr("last_epoch + 1")).Error; err != nil {
+		var info clusterInfoRow
+		if err := tx.Model(&clusterInfoRow{}).Where("id = 1").Update("last_epoch", gorm.Expr("last_epoch + 1")).Error; err != nil {
 			return err
 		}
 		if err := tx.Where("id = 1").Take(&info).Error; err != nil {
 			return err
 		}
-		m.ID, m.Epoch = 0, info.LastEpoch
-		return tx.Create(m).Error
+		m.Epoch = info.LastEpoch
+		return tx.Create(clusterMemberRowOf(m)).Error
 	})
 	if err != nil {
 		return fmt.Errorf("joining the cluster as %q: %w", m.Name, translate(err))
@@ -328,7 +313,7 @@ func (s *sqlStore) RemoveMember(ctx context.Context, name string, force bool) ([
 		if !force && len(left) > 0 {
 			return fmt.Errorf("member %q still owns %d instance(s): delete them first, or remove it with --force (its instances stay in the database, located on a member that is gone): %w", name, len(left), errdefs.ErrConflict)
 		}
-		return affectedOne(tx.Where("name = ?", name).Delete(&ClusterMember{}))
+		return affectedOne(tx.Where("name = ?", name).Delete(&clusterMemberRow{}))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("removing cluster member %q: %w", name, translate(err))

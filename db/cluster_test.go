@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/core/membership"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/errdefs"
@@ -21,7 +22,7 @@ func TestClusterStore(t *testing.T) {
 		t.Run(e.Name, func(t *testing.T) {
 			ctx := testContext(t)
 			st := dbtest.Open(t, e.URL(t))
-			s := st.(db.ClusterStore)
+			s := st.(membership.Store)
 			now := time.Now().UTC().Truncate(time.Microsecond)
 
 			if _, err := s.Cluster(ctx); !errors.Is(err, errdefs.ErrNotFound) {
@@ -33,18 +34,18 @@ func TestClusterStore(t *testing.T) {
 			if err := st.CreateInstance(ctx, old); err != nil {
 				t.Fatal(err)
 			}
-			a := &db.ClusterMember{Name: "a", Address: "127.0.0.1:1", Fingerprint: hash(1), Heartbeat: now, CreatedAt: now}
-			if err := s.Bootstrap(ctx, &db.ClusterInfo{UUID: "c-1", CACert: "PEM", CreatedAt: now}, a); err != nil {
+			a := &membership.Member{Name: "a", Address: "127.0.0.1:1", Fingerprint: hash(1), Heartbeat: now, CreatedAt: now}
+			if err := s.Bootstrap(ctx, &membership.Cluster{UUID: "c-1", CACert: "PEM", CreatedAt: now}, a); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Bootstrap(ctx, &db.ClusterInfo{UUID: "c-2", CACert: "PEM", CreatedAt: now}, &db.ClusterMember{Name: "z", Heartbeat: now, CreatedAt: now}); !errors.Is(err, errdefs.ErrAlreadyExists) {
+			if err := s.Bootstrap(ctx, &membership.Cluster{UUID: "c-2", CACert: "PEM", CreatedAt: now}, &membership.Member{Name: "z", Heartbeat: now, CreatedAt: now}); !errors.Is(err, errdefs.ErrAlreadyExists) {
 				t.Errorf("a second bootstrap: %v, want already exists", err)
 			}
 			if got, err := st.GetInstance(ctx, "old"); err != nil || got.Location != "a" {
 				t.Errorf("the instance from before the cluster: location %q (%v), want a", got.Location, err)
 			}
 
-			tokens := []*db.ClusterToken{
+			tokens := []*membership.Token{
 				{Name: "b", Hash: hash(10), ExpiresAt: now.Add(time.Hour), CreatedAt: now},
 				{Name: "c", Hash: hash(11), ExpiresAt: now.Add(-time.Second), CreatedAt: now},
 			}
@@ -53,8 +54,8 @@ func TestClusterStore(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			member := func(name string) *db.ClusterMember {
-				return &db.ClusterMember{Name: name, Address: "127.0.0.1:2", Fingerprint: hash(2), Heartbeat: now, CreatedAt: now}
+			member := func(name string) *membership.Member {
+				return &membership.Member{Name: name, Address: "127.0.0.1:2", Fingerprint: hash(2), Heartbeat: now, CreatedAt: now}
 			}
 			for _, tc := range []struct {
 				name, hash, member string
@@ -81,10 +82,10 @@ func TestClusterStore(t *testing.T) {
 			if err != nil || bm.Epoch != 2 {
 				t.Fatalf("b joined after a (epoch 1): epoch %d (%v), want 2", bm.Epoch, err)
 			}
-			if err := s.Heartbeat(ctx, "b", bm.Epoch, "127.0.0.1:3", "v2", "sim,qemu", later); err != nil {
+			if err := s.Heartbeat(ctx, "b", bm.Epoch, "127.0.0.1:3", "v2", []string{"sim", "qemu"}, later); err != nil {
 				t.Fatal(err)
 			}
-			if m, err := s.Member(ctx, "b"); err != nil || !m.Heartbeat.Equal(later) || m.Address != "127.0.0.1:3" || m.Backends != "sim,qemu" {
+			if m, err := s.Member(ctx, "b"); err != nil || !m.Heartbeat.Equal(later) || m.Address != "127.0.0.1:3" || !slices.Equal(m.Backends, []string{"sim", "qemu"}) {
 				t.Errorf("after a heartbeat: %+v (%v)", m, err)
 			}
 
@@ -111,7 +112,7 @@ func TestClusterStore(t *testing.T) {
 			if left, err := s.RemoveMember(ctx, "b", true); err != nil || !slices.Equal(left, []string{"onb"}) {
 				t.Errorf("removing b with force: left %v (%v), want [onb]", left, err)
 			}
-			if err := s.Heartbeat(ctx, "b", bm.Epoch, "", "", "", later); !errors.Is(err, db.ErrLeaseLost) || !contains(err, "member b was removed") {
+			if err := s.Heartbeat(ctx, "b", bm.Epoch, "", "", nil, later); !errors.Is(err, db.ErrLeaseLost) || !contains(err, "member b was removed") {
 				t.Errorf("a removed member's heartbeat: %v, want its lease lost", err)
 			}
 			if _, err := s.RemoveMember(ctx, "nobody", true); !errors.Is(err, errdefs.ErrNotFound) {
@@ -135,33 +136,33 @@ func TestLeaseFencing(t *testing.T) {
 	ctx := testContext(t)
 	url := dbtest.PostgresURL(t)
 	oldF, newF := dbtest.Open(t, url), dbtest.Open(t, url)
-	s := oldF.(db.ClusterStore)
+	s := oldF.(membership.Store)
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	if err := s.Bootstrap(ctx, &db.ClusterInfo{UUID: "c-1", CACert: "PEM", CreatedAt: now},
-		&db.ClusterMember{Name: "a", Address: "127.0.0.1:1", Fingerprint: hash(1), Heartbeat: now, CreatedAt: now}); err != nil {
+	if err := s.Bootstrap(ctx, &membership.Cluster{UUID: "c-1", CACert: "PEM", CreatedAt: now},
+		&membership.Member{Name: "a", Address: "127.0.0.1:1", Fingerprint: hash(1), Heartbeat: now, CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	join := func(secret int) *db.ClusterMember {
+	join := func(secret int) *membership.Member {
 		t.Helper()
-		if err := s.CreateClusterToken(ctx, &db.ClusterToken{Name: "f", Hash: hash(secret), ExpiresAt: now.Add(time.Hour), CreatedAt: now}); err != nil {
+		if err := s.CreateClusterToken(ctx, &membership.Token{Name: "f", Hash: hash(secret), ExpiresAt: now.Add(time.Hour), CreatedAt: now}); err != nil {
 			t.Fatal(err)
 		}
-		m := &db.ClusterMember{Name: "f", Address: "127.0.0.1:2", Fingerprint: hash(secret), Heartbeat: now, CreatedAt: now}
+		m := &membership.Member{Name: "f", Address: "127.0.0.1:2", Fingerprint: hash(secret), Heartbeat: now, CreatedAt: now}
 		if err := s.Join(ctx, hash(secret), m, now); err != nil {
 			t.Fatal(err)
 		}
 		return m
 	}
 	// A second token for f, issued before f joins, is revoked by the join.
-	if err := s.CreateClusterToken(ctx, &db.ClusterToken{Name: "f", Hash: hash(40), ExpiresAt: now.Add(time.Hour), CreatedAt: now}); err != nil {
+	if err := s.CreateClusterToken(ctx, &membership.Token{Name: "f", Hash: hash(40), ExpiresAt: now.Add(time.Hour), CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	f1 := join(41)
-	if err := s.Join(ctx, hash(40), &db.ClusterMember{Name: "f", Heartbeat: now, CreatedAt: now}, now); !errors.Is(err, errdefs.ErrConflict) || !contains(err, "revoked") {
+	if err := s.Join(ctx, hash(40), &membership.Member{Name: "f", Heartbeat: now, CreatedAt: now}, now); !errors.Is(err, errdefs.ErrConflict) || !contains(err, "revoked") {
 		t.Errorf("f's second token after f joined: %v, want revoked", err)
 	}
 	lost := make(chan error, 2)
-	s.SetLease(db.Lease{Member: "f", Epoch: f1.Epoch}, func(err error) { lost <- err })
+	s.SetLease(membership.Lease{Member: "f", Epoch: f1.Epoch}, func(err error) { lost <- err })
 
 	inst := &db.Instance{Name: "g", UUID: "u-g", Backend: "sim", PowerState: "running", Location: "f", Config: map[string]string{}}
 	if err := oldF.CreateInstance(ctx, inst); err != nil {
@@ -205,7 +206,7 @@ func TestLeaseFencing(t *testing.T) {
 	if f2.Epoch <= f1.Epoch {
 		t.Fatalf("f re-joined with epoch %d, want more than %d", f2.Epoch, f1.Epoch)
 	}
-	newF.(db.ClusterStore).SetLease(db.Lease{Member: "f", Epoch: f2.Epoch}, nil)
+	newF.(membership.Store).SetLease(membership.Lease{Member: "f", Epoch: f2.Epoch}, nil)
 	got, err := newF.GetInstance(ctx, "g")
 	if err != nil || got.Config["user.k"] != "1" {
 		t.Fatalf("g after the removal: %v (%v), want user.k=1 (the last write under the lease)", got, err)
@@ -214,7 +215,7 @@ func TestLeaseFencing(t *testing.T) {
 	if err := newF.UpdateInstance(ctx, got); err != nil {
 		t.Fatalf("the new f's write: %v", err)
 	}
-	if err := s.Heartbeat(ctx, "f", f1.Epoch, "", "", "", now); !errors.Is(err, db.ErrLeaseLost) || !contains(err, "joined the cluster again") {
+	if err := s.Heartbeat(ctx, "f", f1.Epoch, "", "", nil, now); !errors.Is(err, db.ErrLeaseLost) || !contains(err, "joined the cluster again") {
 		t.Errorf("the old f's heartbeat after the re-join: %v, want its lease lost (re-joined)", err)
 	}
 	if err := oldF.UpdateInstance(ctx, inst); !errors.Is(err, db.ErrLeaseLost) {

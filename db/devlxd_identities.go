@@ -7,43 +7,11 @@ import (
 
 	"github.com/go-gormigrate/gormigrate/v2"
 	"gorm.io/gorm"
+
+	"github.com/guestlink/guestlink/core/auth"
 )
 
-// DevlxdIdentity is a devlxd identity: a named bearer identity that a guest
-// presents on /dev/lxd/sock (Authorization: Bearer) to use the trusted
-// devlxd management API, scoped to the instances it may act for. It is a
-// separate kind from BearerIdentity (the admin API's): neither token works
-// on the other's API. Only the SHA-256 of its one live token is stored.
-type DevlxdIdentity struct {
-	ID             int64  `gorm:"primaryKey"`
-	Name           string `gorm:"uniqueIndex:idx_devlxd_identities_name;size:63;not null"`
-	Instances      string `gorm:"type:text;not null"` // comma-separated instance names (DNS labels)
-	TokenHash      string `gorm:"index:idx_devlxd_identities_token_hash;size:64"`
-	TokenIssuedAt  *time.Time
-	TokenExpiresAt *time.Time // nil: the token does not expire
-	CreatedAt      time.Time  `gorm:"not null"`
-	CreatedBy      string     `gorm:"size:255"`
-}
-
-// DevlxdIdentityStore keeps the devlxd identities. The Store returned by
-// Open implements it; a nil return means the change is durable.
-type DevlxdIdentityStore interface {
-	// CreateDevlxdIdentity stores id (sets id.ID); ErrAlreadyExists on a
-	// duplicate name.
-	CreateDevlxdIdentity(ctx context.Context, id *DevlxdIdentity) error
-	// DevlxdIdentityByTokenHash returns the identity whose live token
-	// hashes to hash.
-	DevlxdIdentityByTokenHash(ctx context.Context, hash string) (*DevlxdIdentity, error)
-	// DevlxdIdentities lists the devlxd identities by name.
-	DevlxdIdentities(ctx context.Context) ([]*DevlxdIdentity, error)
-	// SetDevlxdIdentityToken replaces the identity's token: hash "" revokes
-	// it.
-	SetDevlxdIdentityToken(ctx context.Context, name, hash string, issued, expires *time.Time) error
-	// DeleteDevlxdIdentity removes the devlxd identity called name.
-	DeleteDevlxdIdentity(ctx context.Context, name string) error
-}
-
-var _ DevlxdIdentityStore = (*sqlStore)(nil)
+var _ auth.DevlxdStore = (*sqlStore)(nil)
 
 // devlxdIdentitiesMigration creates the devlxd_identities table.
 func devlxdIdentitiesMigration() *gormigrate.Migration {
@@ -76,29 +44,41 @@ func devlxdIdentitiesMigration() *gormigrate.Migration {
 const devlxdKind = "devlxd identity"
 
 // CreateDevlxdIdentity stores a devlxd identity.
-func (s *sqlStore) CreateDevlxdIdentity(ctx context.Context, id *DevlxdIdentity) error {
+func (s *sqlStore) CreateDevlxdIdentity(ctx context.Context, id *auth.DevlxdIdentity) error {
 	if id == nil {
-		id = &DevlxdIdentity{} // refused below: no name
+		id = &auth.DevlxdIdentity{} // refused below: no name
 	}
-	return createTokenIdentity(ctx, s, devlxdKind, id, id.Name, id.CreatedBy, func() { id.ID = 0 })
+	return createTokenIdentity(ctx, s, devlxdKind, devlxdIdentityRow(id), id.Name, id.CreatedBy)
 }
 
 // DevlxdIdentityByTokenHash returns the devlxd identity holding a token.
-func (s *sqlStore) DevlxdIdentityByTokenHash(ctx context.Context, hash string) (*DevlxdIdentity, error) {
-	return tokenIdentityByHash[DevlxdIdentity](ctx, s, devlxdKind, hash)
+func (s *sqlStore) DevlxdIdentityByTokenHash(ctx context.Context, hash string) (*auth.DevlxdIdentity, error) {
+	row, err := tokenIdentityByHash[devlxdIdentity](ctx, s, devlxdKind, hash)
+	if err != nil {
+		return nil, err
+	}
+	return row.identity(), nil
 }
 
 // DevlxdIdentities lists the devlxd identities.
-func (s *sqlStore) DevlxdIdentities(ctx context.Context) ([]*DevlxdIdentity, error) {
-	return tokenIdentities[DevlxdIdentity](ctx, s, devlxdKind)
+func (s *sqlStore) DevlxdIdentities(ctx context.Context) ([]*auth.DevlxdIdentity, error) {
+	rows, err := tokenIdentities[devlxdIdentity](ctx, s, devlxdKind)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*auth.DevlxdIdentity, len(rows))
+	for i, r := range rows {
+		out[i] = r.identity()
+	}
+	return out, nil
 }
 
 // SetDevlxdIdentityToken replaces or revokes a devlxd identity's token.
 func (s *sqlStore) SetDevlxdIdentityToken(ctx context.Context, name, hash string, issued, expires *time.Time) error {
-	return setTokenIdentityToken[DevlxdIdentity](ctx, s, devlxdKind, name, hash, issued, expires)
+	return setTokenIdentityToken[devlxdIdentity](ctx, s, devlxdKind, name, hash, issued, expires)
 }
 
 // DeleteDevlxdIdentity removes a devlxd identity and its token.
 func (s *sqlStore) DeleteDevlxdIdentity(ctx context.Context, name string) error {
-	return deleteTokenIdentity[DevlxdIdentity](ctx, s, devlxdKind, name)
+	return deleteTokenIdentity[devlxdIdentity](ctx, s, devlxdKind, name)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance/record"
+	"github.com/guestlink/guestlink/core/membership"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/errdefs"
@@ -124,20 +125,20 @@ func TestDomainErrors(t *testing.T) {
 func TestLeaseLostIsDomainError(t *testing.T) {
 	ctx := testContext(t)
 	st := dbtest.Open(t, dbtest.PostgresURL(t))
-	s := st.(db.ClusterStore)
+	s := st.(membership.Store)
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	if err := s.Bootstrap(ctx, &db.ClusterInfo{UUID: "c-1", CACert: "PEM", CreatedAt: now},
-		&db.ClusterMember{Name: "a", Address: "127.0.0.1:1", Fingerprint: hash(1), Heartbeat: now, CreatedAt: now}); err != nil {
+	if err := s.Bootstrap(ctx, &membership.Cluster{UUID: "c-1", CACert: "PEM", CreatedAt: now},
+		&membership.Member{Name: "a", Address: "127.0.0.1:1", Fingerprint: hash(1), Heartbeat: now, CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateClusterToken(ctx, &db.ClusterToken{Name: "f", Hash: hash(2), ExpiresAt: now.Add(time.Hour), CreatedAt: now}); err != nil {
+	if err := s.CreateClusterToken(ctx, &membership.Token{Name: "f", Hash: hash(2), ExpiresAt: now.Add(time.Hour), CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	m := &db.ClusterMember{Name: "f", Address: "127.0.0.1:2", Fingerprint: hash(2), Heartbeat: now, CreatedAt: now}
+	m := &membership.Member{Name: "f", Address: "127.0.0.1:2", Fingerprint: hash(2), Heartbeat: now, CreatedAt: now}
 	if err := s.Join(ctx, hash(2), m, now); err != nil {
 		t.Fatal(err)
 	}
-	s.SetLease(db.Lease{Member: "f", Epoch: m.Epoch}, func(error) {})
+	s.SetLease(membership.Lease{Member: "f", Epoch: m.Epoch}, func(error) {})
 	in := &record.Instance{Name: "g", UUID: "u-g", Backend: "sim", PowerState: "running", Location: "f"}
 	if err := st.CreateInstance(ctx, in); err != nil {
 		t.Fatalf("creating under the lease: %v", err)

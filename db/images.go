@@ -5,40 +5,14 @@ import (
 	"fmt"
 
 	"gorm.io/gorm"
+
+	"github.com/guestlink/guestlink/core/images"
 )
 
-// ImageStore keeps the image store's metadata: images by fingerprint and
-// their aliases. The Store returned by Open implements it. All methods are
-// safe for concurrent use; a nil return means the change is durable.
-type ImageStore interface {
-	// CreateImage stores im (sets im.ID) and, when alias is not "", an alias
-	// for it in the same transaction; ErrAlreadyExists if the fingerprint or
-	// the alias exists already.
-	CreateImage(ctx context.Context, im *Image, alias string) error
-	// Image returns the image with this fingerprint.
-	Image(ctx context.Context, fingerprint string) (*Image, error)
-	// Images lists the images, oldest first.
-	Images(ctx context.Context) ([]*Image, error)
-	// SetImagePublic sets the public flag of the image with this
-	// fingerprint; ErrNotFound if there is none.
-	SetImagePublic(ctx context.Context, fingerprint string, public bool) error
-	// DeleteImage removes the image with this fingerprint and its aliases.
-	DeleteImage(ctx context.Context, fingerprint string) error
-	// CreateImageAlias names the image with fingerprint; ErrNotFound if
-	// there is no such image, ErrAlreadyExists if the name is taken.
-	CreateImageAlias(ctx context.Context, name, fingerprint, description string) error
-	// ImageAlias returns the alias called name and its image's fingerprint.
-	ImageAlias(ctx context.Context, name string) (*ImageAlias, string, error)
-	// ImageAliases lists the aliases by name, each with its image's fingerprint.
-	ImageAliases(ctx context.Context) ([]*ImageAlias, []string, error)
-	// DeleteImageAlias removes the alias called name.
-	DeleteImageAlias(ctx context.Context, name string) error
-}
-
-var _ ImageStore = (*sqlStore)(nil)
+var _ images.MetadataStore = (*sqlStore)(nil)
 
 // CreateImage stores an image and optionally its first alias.
-func (s *sqlStore) CreateImage(ctx context.Context, im *Image, alias string) error {
+func (s *sqlStore) CreateImage(ctx context.Context, im *images.Image, alias string) error {
 	if im == nil || len(im.Fingerprint) != hashLen || (im.Format != "raw" && im.Format != "qcow2") {
 		return fmt.Errorf("creating image: a SHA-256 fingerprint and a format (raw, qcow2) are required: %w", ErrInvalid)
 	}
@@ -55,25 +29,24 @@ func (s *sqlStore) CreateImage(ctx context.Context, im *Image, alias string) err
 	}
 	im.CreatedAt = im.CreatedAt.UTC()
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		im.ID = 0
-		if err := tx.Create(im).Error; err != nil {
+		row := imageRowOf(im)
+		if err := tx.Create(row).Error; err != nil {
 			return err
 		}
 		if alias == "" {
 			return nil
 		}
-		return tx.Create(&ImageAlias{Name: alias, ImageID: im.ID}).Error
+		return tx.Create(&imageAliasRow{Name: alias, ImageID: row.ID}).Error
 	})
 	if err != nil {
-		im.ID = 0
 		return fmt.Errorf("creating image %s: %w", im.Fingerprint, translate(err))
 	}
 	return nil
 }
 
 // Image returns one image.
-func (s *sqlStore) Image(ctx context.Context, fingerprint string) (*Image, error) {
-	var out Image
+func (s *sqlStore) Image(ctx context.Context, fingerprint string) (*images.Image, error) {
+	var out imageRow
 	rd, err := s.reader(ctx)
 	if err == nil {
 		err = rd.Where("fingerprint = ?", fingerprint).Take(&out).Error
@@ -81,22 +54,22 @@ func (s *sqlStore) Image(ctx context.Context, fingerprint string) (*Image, error
 	if err != nil {
 		return nil, fmt.Errorf("getting image %s: %w", fingerprint, translate(err))
 	}
-	out.CreatedAt = out.CreatedAt.UTC()
-	return &out, nil
+	return out.image(), nil
 }
 
 // Images lists the images.
-func (s *sqlStore) Images(ctx context.Context) ([]*Image, error) {
+func (s *sqlStore) Images(ctx context.Context) ([]*images.Image, error) {
 	rd, err := s.reader(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing images: %w", err)
 	}
-	var out []*Image
-	if err := rd.Order("created_at, id").Find(&out).Error; err != nil {
+	var rows []*imageRow
+	if err := rd.Order("created_at, id").Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("listing images: %w", translate(err))
 	}
-	for _, im := range out {
-		im.CreatedAt = im.CreatedAt.UTC()
+	out := make([]*images.Image, len(rows))
+	for i, r := range rows {
+		out[i] = r.image()
 	}
 	return out, nil
 }
@@ -104,14 +77,14 @@ func (s *sqlStore) Images(ctx context.Context) ([]*Image, error) {
 // DeleteImage removes an image and its aliases.
 func (s *sqlStore) DeleteImage(ctx context.Context, fingerprint string) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		var im Image
+		var im imageRow
 		if err := tx.Where("fingerprint = ?", fingerprint).Take(&im).Error; err != nil {
 			return err
 		}
-		if err := tx.Where("image_id = ?", im.ID).Delete(&ImageAlias{}).Error; err != nil {
+		if err := tx.Where("image_id = ?", im.ID).Delete(&imageAliasRow{}).Error; err != nil {
 			return err
 		}
-		return tx.Delete(&Image{}, im.ID).Error
+		return tx.Delete(&imageRow{}, im.ID).Error
 	})
 	if err != nil {
 		return fmt.Errorf("deleting image %s: %w", fingerprint, translate(err))
@@ -128,11 +101,11 @@ func (s *sqlStore) CreateImageAlias(ctx context.Context, name, fingerprint, desc
 		return fmt.Errorf("creating image alias %q: %w", name, err)
 	}
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		var im Image
+		var im imageRow
 		if err := tx.Where("fingerprint = ?", fingerprint).Take(&im).Error; err != nil {
 			return fmt.Errorf("image %s: %w", fingerprint, translate(err))
 		}
-		return tx.Create(&ImageAlias{Name: name, ImageID: im.ID, Description: description}).Error
+		return tx.Create(&imageAliasRow{Name: name, ImageID: im.ID, Description: description}).Error
 	})
 	if err != nil {
 		return fmt.Errorf("creating image alias %q: %w", name, translate(err))
@@ -142,8 +115,14 @@ func (s *sqlStore) CreateImageAlias(ctx context.Context, name, fingerprint, desc
 
 // aliasRow is an alias joined with its image's fingerprint.
 type aliasRow struct {
-	ImageAlias
+	Name        string
+	Description string
 	Fingerprint string
+}
+
+// alias is the row's core/images Alias.
+func (r *aliasRow) alias() *images.Alias {
+	return &images.Alias{Name: r.Name, Description: r.Description, Target: r.Fingerprint}
 }
 
 func (s *sqlStore) aliasRows(ctx context.Context, name string) ([]aliasRow, error) {
@@ -151,7 +130,7 @@ func (s *sqlStore) aliasRows(ctx context.Context, name string) ([]aliasRow, erro
 	if err != nil {
 		return nil, err
 	}
-	q := rd.Table("image_aliases").Select("image_aliases.*, images.fingerprint").
+	q := rd.Table("image_aliases").Select("image_aliases.name, image_aliases.description, images.fingerprint").
 		Joins("JOIN images ON images.id = image_aliases.image_id")
 	if name != "" {
 		q = q.Where("image_aliases.name = ?", name)
@@ -164,39 +143,37 @@ func (s *sqlStore) aliasRows(ctx context.Context, name string) ([]aliasRow, erro
 }
 
 // ImageAlias returns one alias.
-func (s *sqlStore) ImageAlias(ctx context.Context, name string) (*ImageAlias, string, error) {
+func (s *sqlStore) ImageAlias(ctx context.Context, name string) (*images.Alias, error) {
 	if name == "" {
-		return nil, "", fmt.Errorf("getting image alias: a name is required: %w", ErrInvalid)
+		return nil, fmt.Errorf("getting image alias: a name is required: %w", ErrInvalid)
 	}
 	rows, err := s.aliasRows(ctx, name)
 	if err == nil && len(rows) == 0 {
 		err = ErrNotFound
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("getting image alias %q: %w", name, err)
+		return nil, fmt.Errorf("getting image alias %q: %w", name, err)
 	}
-	a := rows[0].ImageAlias
-	return &a, rows[0].Fingerprint, nil
+	return rows[0].alias(), nil
 }
 
 // ImageAliases lists the aliases.
-func (s *sqlStore) ImageAliases(ctx context.Context) ([]*ImageAlias, []string, error) {
+func (s *sqlStore) ImageAliases(ctx context.Context) ([]*images.Alias, error) {
 	rows, err := s.aliasRows(ctx, "")
 	if err != nil {
-		return nil, nil, fmt.Errorf("listing image aliases: %w", err)
+		return nil, fmt.Errorf("listing image aliases: %w", err)
 	}
-	out, fps := make([]*ImageAlias, len(rows)), make([]string, len(rows))
+	out := make([]*images.Alias, len(rows))
 	for i := range rows {
-		a := rows[i].ImageAlias
-		out[i], fps[i] = &a, rows[i].Fingerprint
+		out[i] = rows[i].alias()
 	}
-	return out, fps, nil
+	return out, nil
 }
 
 // DeleteImageAlias removes an alias.
 func (s *sqlStore) DeleteImageAlias(ctx context.Context, name string) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		return affectedOne(tx.Where("name = ?", name).Delete(&ImageAlias{}))
+		return affectedOne(tx.Where("name = ?", name).Delete(&imageAliasRow{}))
 	})
 	if err != nil {
 		return fmt.Errorf("deleting image alias %q: %w", name, translate(err))
@@ -207,7 +184,7 @@ func (s *sqlStore) DeleteImageAlias(ctx context.Context, name string) error {
 // SetImagePublic sets an image's public flag.
 func (s *sqlStore) SetImagePublic(ctx context.Context, fingerprint string, public bool) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		return affectedOne(tx.Model(&Image{}).Where("fingerprint = ?", fingerprint).Update("public", public))
+		return affectedOne(tx.Model(&imageRow{}).Where("fingerprint = ?", fingerprint).Update("public", public))
 	})
 	if err != nil {
 		return fmt.Errorf("setting image %s public=%t: %w", fingerprint, public, translate(err))

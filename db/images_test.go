@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
@@ -14,24 +15,24 @@ func TestImageStore(t *testing.T) {
 	for _, e := range dbtest.Engines() {
 		t.Run(e.Name, func(t *testing.T) {
 			ctx := testContext(t)
-			s := dbtest.Open(t, e.URL(t)).(db.ImageStore)
+			s := dbtest.Open(t, e.URL(t)).(images.MetadataStore)
 			now := time.Now().UTC().Truncate(time.Microsecond)
 
-			im := &db.Image{Fingerprint: hash(1), Filename: "debian-12.img", Size: 42, Format: "raw", Kernel: true, Initrd: true,
+			im := &images.Image{Fingerprint: hash(1), Filename: "debian-12.img", Size: 42, Format: "raw", Kernel: true, Initrd: true,
 				Properties: map[string]string{"os": "debian", "release": "bookworm"}, CreatedAt: now}
-			if err := s.CreateImage(ctx, im, "debian-12"); err != nil || im.ID == 0 {
-				t.Fatalf("CreateImage: %v (id %d)", err, im.ID)
+			if err := s.CreateImage(ctx, im, "debian-12"); err != nil {
+				t.Fatalf("CreateImage: %v", err)
 			}
 			bad := []struct {
 				name  string
-				im    *db.Image
+				im    *images.Image
 				alias string
 				want  error
 			}{
-				{"duplicate fingerprint", &db.Image{Fingerprint: hash(1), Filename: "x", Format: "raw"}, "", db.ErrAlreadyExists},
-				{"duplicate alias", &db.Image{Fingerprint: hash(2), Filename: "x", Format: "raw"}, "debian-12", db.ErrAlreadyExists},
-				{"short fingerprint", &db.Image{Fingerprint: "abc", Filename: "x", Format: "raw"}, "", db.ErrInvalid},
-				{"unknown format", &db.Image{Fingerprint: hash(3), Filename: "x", Format: "vmdk"}, "", db.ErrInvalid},
+				{"duplicate fingerprint", &images.Image{Fingerprint: hash(1), Filename: "x", Format: "raw"}, "", db.ErrAlreadyExists},
+				{"duplicate alias", &images.Image{Fingerprint: hash(2), Filename: "x", Format: "raw"}, "debian-12", db.ErrAlreadyExists},
+				{"short fingerprint", &images.Image{Fingerprint: "abc", Filename: "x", Format: "raw"}, "", db.ErrInvalid},
+				{"unknown format", &images.Image{Fingerprint: hash(3), Filename: "x", Format: "vmdk"}, "", db.ErrInvalid},
 				{"nil", nil, "", db.ErrInvalid},
 			}
 			for _, b := range bad {
@@ -52,13 +53,13 @@ func TestImageStore(t *testing.T) {
 			if err := s.CreateImageAlias(ctx, "other", hash(9), ""); !errors.Is(err, db.ErrNotFound) {
 				t.Fatalf("alias of a missing image: %v", err)
 			}
-			a, fp, err := s.ImageAlias(ctx, "stable")
-			if err != nil || fp != hash(1) || a.Description != "the stable one" {
-				t.Fatalf("ImageAlias = %+v %s %v", a, fp, err)
+			a, err := s.ImageAlias(ctx, "stable")
+			if err != nil || a.Target != hash(1) || a.Name != "stable" || a.Description != "the stable one" {
+				t.Fatalf("ImageAlias = %+v %v", a, err)
 			}
-			as, fps, err := s.ImageAliases(ctx)
-			if err != nil || len(as) != 2 || as[0].Name != "debian-12" || fps[1] != hash(1) {
-				t.Fatalf("ImageAliases = %v %v %v", as, fps, err)
+			as, err := s.ImageAliases(ctx)
+			if err != nil || len(as) != 2 || as[0].Name != "debian-12" || as[0].Target != hash(1) || as[1].Target != hash(1) {
+				t.Fatalf("ImageAliases = %v %v", as, err)
 			}
 			if err := s.DeleteImageAlias(ctx, "stable"); err != nil {
 				t.Fatal(err)
@@ -87,7 +88,7 @@ func TestImageStore(t *testing.T) {
 			if err := s.DeleteImage(ctx, hash(1)); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := s.ImageAlias(ctx, "debian-12"); !errors.Is(err, db.ErrNotFound) {
+			if _, err := s.ImageAlias(ctx, "debian-12"); !errors.Is(err, db.ErrNotFound) {
 				t.Fatalf("alias outlived its image: %v", err)
 			}
 			if err := s.DeleteImage(ctx, hash(1)); !errors.Is(err, db.ErrNotFound) {

@@ -10,27 +10,16 @@ import (
 	"github.com/go-gormigrate/gormigrate/v2"
 	"gorm.io/gorm"
 
-	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/core/membership"
 )
 
-// ErrLeaseLost means this cluster member's lease on its instances is gone:
-// it was removed from the cluster, or its name joined again (a new epoch).
-// Every write it tries to an instance row is refused; errors wrapping it
-// also wrap errdefs.ErrUnavailable (503).
-var ErrLeaseLost = errors.New("this member's lease on its instances is gone")
-
-// Lease is a cluster member's hold on the instances located on it: its name
-// and epoch, the generation of its membership (cluster_members.epoch,
-// handed out by the cluster's counter cluster_infos.last_epoch at every
-// join, so a name that joins again never gets an epoch it had).
-type Lease struct {
-	Member string
-	Epoch  int64
-}
+// ErrLeaseLost is membership.ErrLeaseLost, for the store's callers that
+// test for it by this name.
+var ErrLeaseLost = membership.ErrLeaseLost
 
 // lease is the store's lease state (SetLease).
 type lease struct {
-	Lease
+	membership.Lease
 	lost     func(error)  // called once, when a write finds the lease gone
 	gone     atomic.Value // error: the lease is lost (set once)
 	lostOnce sync.Once
@@ -44,7 +33,7 @@ type lease struct {
 // them); a create is made only while the lease holds. A write that finds
 // the lease gone fails with ErrLeaseLost, lost is called (once), and every
 // later instance write fails at once without asking the database.
-func (s *sqlStore) SetLease(l Lease, lost func(error)) {
+func (s *sqlStore) SetLease(l membership.Lease, lost func(error)) {
 	s.lease.Store(&lease{Lease: l, lost: lost})
 }
 
@@ -65,23 +54,9 @@ func (l *lease) markLost(reason error) {
 	})
 }
 
-// LeaseLostError is the error of a write or heartbeat refused because the
-// member's lease is gone: Reason says why (removed, or re-joined under a
-// new epoch). It wraps ErrLeaseLost and errdefs.ErrUnavailable.
-type LeaseLostError struct {
-	Reason error
-}
-
-func (e *LeaseLostError) Error() string {
-	return fmt.Sprintf("%v: %v", ErrLeaseLost, e.Reason)
-}
-
-// Unwrap returns ErrLeaseLost and errdefs.ErrUnavailable.
-func (e *LeaseLostError) Unwrap() []error { return []error{ErrLeaseLost, errdefs.ErrUnavailable} }
-
 // leaseErr returns the error of a write refused because the lease is gone.
 func leaseErr(reason error) error {
-	return &LeaseLostError{Reason: reason}
+	return &membership.LeaseLostError{Reason: reason}
 }
 
 // heldLease returns the lease instance writes are conditional on (nil: no
@@ -105,7 +80,7 @@ const leaseClause = "location = ? AND EXISTS (SELECT 1 FROM cluster_members WHER
 // lease's if the member row no longer holds l.Epoch (and marks it lost),
 // else ErrRecordNotFound (no such instance at this member).
 func (s *sqlStore) fenced(tx *gorm.DB, l *lease) error {
-	var m ClusterMember
+	var m clusterMemberRow
 	err := tx.Where("name = ?", l.Member).Take(&m).Error
 	var reason error
 	switch {

@@ -85,8 +85,6 @@ func translate(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrLeaseLost) && !errors.Is(err, record.ErrLeaseLost):
-		return &leaseLostError{err: err}
 	case errors.Is(err, gorm.ErrRecordNotFound):
 		return ErrNotFound
 	case errors.Is(err, gorm.ErrDuplicatedKey):
@@ -98,13 +96,6 @@ func translate(err error) error {
 	}
 	return err
 }
-
-// leaseLostError is a lease error (lease.go) as the instance domain knows
-// it: the same text, and record.ErrLeaseLost besides what it wraps.
-type leaseLostError struct{ err error }
-
-func (e *leaseLostError) Error() string   { return e.err.Error() }
-func (e *leaseLostError) Unwrap() []error { return []error{e.err, record.ErrLeaseLost} }
 
 // normalize fills nil maps and puts times in UTC, so both engines store and
 // return the same thing.

@@ -7,11 +7,14 @@ import (
 
 	"github.com/go-gormigrate/gormigrate/v2"
 	"gorm.io/gorm"
+
+	"github.com/guestlink/guestlink/core/storage"
 )
 
-// StorageVolume is a custom volume of a storage pool, or a snapshot of one
-// (Name "VOLUME/SNAPSHOT", as LXD names them).
-type StorageVolume struct {
+// storageVolume is the row of a custom volume of a storage pool, or of a
+// snapshot of one (Name "VOLUME/SNAPSHOT", as LXD names them): the store's
+// form of core/storage's Volume.
+type storageVolume struct {
 	ID          int64             `gorm:"primaryKey"`
 	Pool        string            `gorm:"uniqueIndex:idx_storage_volumes_pool_name;size:63;not null"`
 	Name        string            `gorm:"uniqueIndex:idx_storage_volumes_pool_name;size:127;not null"`
@@ -21,23 +24,21 @@ type StorageVolume struct {
 	CreatedAt   time.Time         `gorm:"not null"`
 }
 
-// StorageStore keeps storage volumes. The Store returned by Open
-// implements it; a nil return means the change is durable.
-type StorageStore interface {
-	// CreateStorageVolume stores v (sets v.ID); ErrAlreadyExists on a
-	// duplicate pool and name.
-	CreateStorageVolume(ctx context.Context, v *StorageVolume) error
-	// StorageVolume returns one volume or snapshot.
-	StorageVolume(ctx context.Context, pool, name string) (*StorageVolume, error)
-	// StorageVolumes lists a pool's volumes and snapshots by name.
-	StorageVolumes(ctx context.Context, pool string) ([]*StorageVolume, error)
-	// UpdateStorageVolume saves v's description and config (matched by ID).
-	UpdateStorageVolume(ctx context.Context, v *StorageVolume) error
-	// DeleteStorageVolume removes one volume or snapshot.
-	DeleteStorageVolume(ctx context.Context, pool, name string) error
+// TableName is the table of storage volumes.
+func (storageVolume) TableName() string { return "storage_volumes" }
+
+// storageVolumeRow is v's row.
+func storageVolumeRow(v *storage.Volume) *storageVolume {
+	return &storageVolume{Pool: v.Pool, Name: v.Name, ContentType: v.ContentType, Description: v.Description, Config: v.Config, CreatedAt: v.CreatedAt}
 }
 
-var _ StorageStore = (*sqlStore)(nil)
+// volume is the row's core/storage Volume (its type and location are the
+// service's).
+func (r *storageVolume) volume() *storage.Volume {
+	return &storage.Volume{Pool: r.Pool, Name: r.Name, ContentType: r.ContentType, Description: r.Description, Config: r.Config, CreatedAt: r.CreatedAt.UTC()}
+}
+
+var _ storage.Store = (*sqlStore)(nil)
 
 // storageVolumesMigration creates the storage_volumes table.
 func storageVolumesMigration() *gormigrate.Migration {
@@ -66,7 +67,7 @@ func storageVolumesMigration() *gormigrate.Migration {
 }
 
 // CreateStorageVolume stores a volume.
-func (s *sqlStore) CreateStorageVolume(ctx context.Context, v *StorageVolume) error {
+func (s *sqlStore) CreateStorageVolume(ctx context.Context, v *storage.Volume) error {
 	if v == nil || v.Pool == "" || v.Name == "" {
 		return fmt.Errorf("creating storage volume: a pool and a name are required: %w", ErrInvalid)
 	}
@@ -75,19 +76,17 @@ func (s *sqlStore) CreateStorageVolume(ctx context.Context, v *StorageVolume) er
 	}
 	v.CreatedAt = v.CreatedAt.UTC()
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		v.ID = 0
-		return tx.Create(v).Error
+		return tx.Create(storageVolumeRow(v)).Error
 	})
 	if err != nil {
-		v.ID = 0
 		return fmt.Errorf("creating storage volume %s/%s: %w", v.Pool, v.Name, translate(err))
 	}
 	return nil
 }
 
 // StorageVolume returns one volume.
-func (s *sqlStore) StorageVolume(ctx context.Context, pool, name string) (*StorageVolume, error) {
-	var out StorageVolume
+func (s *sqlStore) StorageVolume(ctx context.Context, pool, name string) (*storage.Volume, error) {
+	var out storageVolume
 	rd, err := s.reader(ctx)
 	if err == nil {
 		err = rd.Where("pool = ? AND name = ?", pool, name).Take(&out).Error
@@ -95,30 +94,31 @@ func (s *sqlStore) StorageVolume(ctx context.Context, pool, name string) (*Stora
 	if err != nil {
 		return nil, fmt.Errorf("getting storage volume %s/%s: %w", pool, name, translate(err))
 	}
-	out.CreatedAt = out.CreatedAt.UTC()
-	return &out, nil
+	return out.volume(), nil
 }
 
 // StorageVolumes lists a pool's volumes.
-func (s *sqlStore) StorageVolumes(ctx context.Context, pool string) ([]*StorageVolume, error) {
+func (s *sqlStore) StorageVolumes(ctx context.Context, pool string) ([]*storage.Volume, error) {
 	rd, err := s.reader(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing storage volumes: %w", err)
 	}
-	var out []*StorageVolume
-	if err := rd.Where("pool = ?", pool).Order("name").Find(&out).Error; err != nil {
+	var rows []*storageVolume
+	if err := rd.Where("pool = ?", pool).Order("name").Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("listing storage volumes of %s: %w", pool, translate(err))
 	}
-	for _, v := range out {
-		v.CreatedAt = v.CreatedAt.UTC()
+	out := make([]*storage.Volume, len(rows))
+	for i, r := range rows {
+		out[i] = r.volume()
 	}
 	return out, nil
 }
 
 // UpdateStorageVolume saves a volume's description and config.
-func (s *sqlStore) UpdateStorageVolume(ctx context.Context, v *StorageVolume) error {
+func (s *sqlStore) UpdateStorageVolume(ctx context.Context, v *storage.Volume) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		return affectedOne(tx.Model(&StorageVolume{ID: v.ID}).Select("description", "config").Updates(&StorageVolume{Description: v.Description, Config: v.Config}))
+		return affectedOne(tx.Model(&storageVolume{}).Where("pool = ? AND name = ?", v.Pool, v.Name).
+			Select("description", "config").Updates(&storageVolume{Description: v.Description, Config: v.Config}))
 	})
 	if err != nil {
 		return fmt.Errorf("updating storage volume %s/%s: %w", v.Pool, v.Name, translate(err))
@@ -129,7 +129,7 @@ func (s *sqlStore) UpdateStorageVolume(ctx context.Context, v *StorageVolume) er
 // DeleteStorageVolume removes a volume.
 func (s *sqlStore) DeleteStorageVolume(ctx context.Context, pool, name string) error {
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		return affectedOne(tx.Where("pool = ? AND name = ?", pool, name).Delete(&StorageVolume{}))
+		return affectedOne(tx.Where("pool = ? AND name = ?", pool, name).Delete(&storageVolume{}))
 	})
 	if err != nil {
 		return fmt.Errorf("deleting storage volume %s/%s: %w", pool, name, translate(err))

@@ -8,8 +8,8 @@ import (
 	"gorm.io/gorm"
 )
 
-// The admin API's bearer identities (BearerIdentity) and devlxd's
-// (DevlxdIdentity) are two tables of one shape: a unique name, the SHA-256
+// The admin API's bearer identities (bearerIdentity) and devlxd's
+// (devlxdIdentity) are two tables of one shape: a unique name, the SHA-256
 // of at most one live token, its issue and expiry times, who created it and
 // when. The functions below are their store operations, once; each kind's
 // exported methods name their kind in errors ("identity", "devlxd
@@ -17,23 +17,30 @@ import (
 
 // tokenIdentity is a row of either identity table.
 type tokenIdentity interface {
-	BearerIdentity | DevlxdIdentity
+	bearerIdentity | devlxdIdentity
 }
 
 // tokenIdentityPtr is a pointer to a tokenIdentity that can put its times
-// in UTC.
+// in UTC and zero its ID.
 type tokenIdentityPtr[T tokenIdentity] interface {
 	*T
 	normalize()
+	resetID()
 }
 
+// resetID zeroes the row's ID.
+func (id *bearerIdentity) resetID() { id.ID = 0 }
+
+// resetID zeroes the row's ID.
+func (id *devlxdIdentity) resetID() { id.ID = 0 }
+
 // normalize puts the identity's times in UTC.
-func (id *BearerIdentity) normalize() {
+func (id *bearerIdentity) normalize() {
 	utcTimes(&id.CreatedAt, &id.TokenIssuedAt, &id.TokenExpiresAt)
 }
 
 // normalize puts the identity's times in UTC.
-func (id *DevlxdIdentity) normalize() {
+func (id *devlxdIdentity) normalize() {
 	utcTimes(&id.CreatedAt, &id.TokenIssuedAt, &id.TokenExpiresAt)
 }
 
@@ -55,8 +62,8 @@ func utcPtr(t *time.Time) *time.Time {
 }
 
 // createTokenIdentity stores rec, whose name and creator are given for the
-// checks; resetID zeroes rec's ID (before the insert, and after a failed one).
-func createTokenIdentity[T tokenIdentity, P tokenIdentityPtr[T]](ctx context.Context, s *sqlStore, kind string, rec P, name, createdBy string, resetID func()) error {
+// checks.
+func createTokenIdentity[T tokenIdentity, P tokenIdentityPtr[T]](ctx context.Context, s *sqlStore, kind string, rec P, name, createdBy string) error {
 	if name == "" {
 		return fmt.Errorf("creating %s: a name is required: %w", kind, ErrInvalid)
 	}
@@ -65,11 +72,10 @@ func createTokenIdentity[T tokenIdentity, P tokenIdentityPtr[T]](ctx context.Con
 	}
 	rec.normalize()
 	err := s.w.do(ctx, false, func(tx *gorm.DB) error {
-		resetID()
+		rec.resetID() // a retried transaction inserts afresh
 		return tx.Create(rec).Error
 	})
 	if err != nil {
-		resetID()
 		return fmt.Errorf("creating %s %q: %w", kind, name, translate(err))
 	}
 	return nil

@@ -22,6 +22,7 @@ import (
 	"github.com/guestlink/guestlink/internal/testcert"
 
 	"github.com/guestlink/guestlink/client"
+	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/db"
 )
 
@@ -142,7 +143,7 @@ func TestRemoteAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row, err := st.(db.AuthStore).Identity(ctx, "ci")
+	row, err := st.(auth.Store).Identity(ctx, "ci")
 	st.Close()
 	if err != nil || row.TokenHash != hex.EncodeToString(sum[:]) {
 		t.Fatalf("identity row = %+v, %v; want the token's SHA-256", row, err)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/db"
 )
 
 // fakeImageList is an ImageLister over fixed images, or failing.
@@ -28,8 +27,8 @@ func (f fakeImageList) List(context.Context) ([]*images.Image, error) { return f
 // image that is not listed, and falls back to a text field when the store
 // cannot list.
 func TestLaunchFormChoices(t *testing.T) {
-	deb := &images.Image{Image: db.Image{Fingerprint: strings.Repeat("ab", 32), Properties: map[string]string{instance.ImagePropMinMemory: "1GiB"}}, Aliases: []string{"debian-12"}}
-	bare := &images.Image{Image: db.Image{Fingerprint: strings.Repeat("cd", 32), Properties: map[string]string{}}}
+	deb := &images.Image{Fingerprint: strings.Repeat("ab", 32), Properties: map[string]string{instance.ImagePropMinMemory: "1GiB"}, Aliases: []string{"debian-12"}}
+	bare := &images.Image{Fingerprint: strings.Repeat("cd", 32), Properties: map[string]string{}}
 	inst := newFakeInstances()
 	ed := &fakeEditor{inst: inst}
 	app, _ := newTestApp(inst, newBusEvents(), Config{Editor: ed, DefaultBackend: "sim", Images: fakeImageList{list: []*images.Image{bare, deb}},

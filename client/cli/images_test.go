@@ -12,7 +12,6 @@ import (
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/images/imagetest"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/transport/adminapi/apitest"
 )
@@ -21,7 +20,7 @@ import (
 // delete against a real store, and launch's two argument forms.
 func TestImageCommands(t *testing.T) {
 	dir := t.TempDir()
-	st, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil, images.Limits{})
+	st, err := images.Open(dir, dbtest.SQLite(t).(images.MetadataStore), nil, nil, images.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +123,7 @@ func TestLaunchImportsLocalImage(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "debian-12.json"), []byte(`{"os":"debian","build_seconds":"182"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	st, err := images.Open(t.TempDir(), dbtest.SQLite(t).(db.ImageStore), nil, nil, images.Limits{})
+	st, err := images.Open(t.TempDir(), dbtest.SQLite(t).(images.MetadataStore), nil, nil, images.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -50,8 +49,9 @@ const secretBytes = 32
 
 // Config configures a Service.
 type Config struct {
-	// Store keeps the state (required); the daemon's db.Store implements it.
-	Store db.AuthStore
+	// Store keeps the state (required); the daemon's database implements
+	// it, and DevlxdStore too.
+	Store Store
 	// LoginTTL, SessionTTL and MaxLoginTokens default to the constants above.
 	LoginTTL       time.Duration
 	SessionTTL     time.Duration
@@ -65,7 +65,7 @@ type Config struct {
 // Service is the authentication service. It is safe for concurrent use.
 type Service struct {
 	cfg   Config
-	store db.AuthStore
+	store Store
 	log   *slog.Logger
 }
 

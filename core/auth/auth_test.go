@@ -45,7 +45,7 @@ func (c *clock) add(d time.Duration) {
 }
 
 // newService returns a service over a fresh SQLite store and its clock.
-func newService(t *testing.T, maxLogins int) (*auth.Service, db.AuthStore, *clock) {
+func newService(t *testing.T, maxLogins int) (*auth.Service, auth.Store, *clock) {
 	t.Helper()
 	st, err := db.Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "auth.db"))
 	if err != nil {
@@ -53,11 +53,11 @@ func newService(t *testing.T, maxLogins int) (*auth.Service, db.AuthStore, *cloc
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	clk := &clock{t: time.Now()}
-	svc, err := auth.New(auth.Config{Store: st.(db.AuthStore), Now: clk.now, MaxLoginTokens: maxLogins})
+	svc, err := auth.New(auth.Config{Store: st.(auth.Store), Now: clk.now, MaxLoginTokens: maxLogins})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return svc, st.(db.AuthStore), clk
+	return svc, st.(auth.Store), clk
 }
 
 func sha(s string) string {
@@ -378,7 +378,7 @@ func TestRunPurges(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		as := st.(db.AuthStore)
+		as := st.(auth.Store)
 		svc, err := auth.New(auth.Config{Store: as, LoginTTL: 10 * time.Minute})
 		if err != nil {
 			t.Fatal(err)

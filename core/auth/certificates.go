@@ -11,11 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
-// Certificate is a trusted TLS client certificate.
+// Certificate is a trusted TLS client certificate: the trust store's entry
+// (the Store keeps it as it is) and how the service shows it.
 type Certificate struct {
 	Name        string    `json:"name"`
 	Fingerprint string    `json:"fingerprint"` // SHA-256 of the DER, lowercase hex
@@ -66,8 +66,12 @@ func ParseCertificatePEM(data []byte) (*x509.Certificate, error) {
 	return cert, nil
 }
 
-func certificateOf(c *db.TrustedCertificate) Certificate {
-	return Certificate{Name: c.Name, Fingerprint: c.Fingerprint, Certificate: c.Certificate, AddedAt: c.AddedAt, AddedBy: c.AddedBy, Role: roleOf(c.Role)}
+// certificateOf is a stored certificate as the service shows it: a copy,
+// its role RoleAdmin if stored before roles.
+func certificateOf(c *Certificate) Certificate {
+	out := *c
+	out.Role = roleOf(c.Role)
+	return out
 }
 
 // AddCertificate trusts the PEM certificate under name (default: its
@@ -96,7 +100,7 @@ func (s *Service) AddCertificate(ctx context.Context, name string, pemData []byt
 	if now := s.cfg.Now(); now.After(cert.NotAfter) {
 		return nil, fmt.Errorf("invalid certificate %q: it expired on %s: %w", name, cert.NotAfter.UTC().Format(time.RFC3339), errdefs.ErrInvalid)
 	}
-	rec := &db.TrustedCertificate{
+	rec := &Certificate{
 		Name:        name,
 		Fingerprint: fp,
 		Certificate: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})),
@@ -184,13 +188,17 @@ func (s *Service) AuthenticateCertificate(ctx context.Context, cert *x509.Certif
 // ValidateName checks an identity or certificate name: the grammar of
 // instance names (a DNS label: letters, digits and hyphens, 1 to 63
 // characters, starting with a letter, not ending with a hyphen).
-func ValidateName(name string) error {
+func ValidateName(name string) error { return validateName("name", name) }
+
+// validateName checks name against the grammar of ValidateName; errors
+// call it what ("name", "instance name").
+func validateName(what, name string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("invalid name %q: %s: %w", name, why, errdefs.ErrInvalid)
+		return fmt.Errorf("invalid %s %q: %s: %w", what, name, why, errdefs.ErrInvalid)
 	}
 	switch {
 	case name == "":
-		return fmt.Errorf("invalid name: the name is empty: %w", errdefs.ErrInvalid)
+		return fmt.Errorf("invalid %s: the name is empty: %w", what, errdefs.ErrInvalid)
 	case len(name) > 63:
 		return bad(fmt.Sprintf("longer than 63 characters (%d)", len(name)))
 	}

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
-	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -50,27 +47,28 @@ type DevlxdCaller struct {
 }
 
 // devlxdStore returns the store of devlxd identities.
-func (s *Service) devlxdStore() (db.DevlxdIdentityStore, error) {
-	st, ok := s.store.(db.DevlxdIdentityStore)
+func (s *Service) devlxdStore() (DevlxdStore, error) {
+	st, ok := s.store.(DevlxdStore)
 	if !ok {
 		return nil, fmt.Errorf("devlxd identities: the store does not keep them: %w", errdefs.ErrNotSupported)
 	}
 	return st, nil
 }
 
-func devlxdIdentityOf(d *db.DevlxdIdentity) Identity {
+func devlxdIdentityOf(d *DevlxdIdentity) Identity {
 	return Identity{
 		Type: TypeDevlxd, Name: d.Name, ID: TypeDevlxd + "/" + d.Name,
-		CreatedAt: d.CreatedAt, CreatedBy: d.CreatedBy, Instances: splitInstances(d.Instances),
+		CreatedAt: d.CreatedAt, CreatedBy: d.CreatedBy, Instances: scopeOf(d),
 		HasToken: d.TokenHash != "", TokenIssuedAt: d.TokenIssuedAt, TokenExpiresAt: d.TokenExpiresAt,
 	}
 }
 
-func splitInstances(s string) []string {
-	if s == "" {
+// scopeOf returns the instances d may act for (never nil).
+func scopeOf(d *DevlxdIdentity) []string {
+	if d.Instances == nil {
 		return []string{}
 	}
-	return strings.Split(s, ",")
+	return d.Instances
 }
 
 // CreateDevlxdIdentity creates the devlxd identity name, scoped to
@@ -86,7 +84,7 @@ func (s *Service) CreateDevlxdIdentity(ctx context.Context, name string, instanc
 	}
 	scope := make([]string, 0, len(instances))
 	for _, in := range instances {
-		if err := instance.ValidateName(in); err != nil {
+		if err := validateName("instance name", in); err != nil {
 			return nil, fmt.Errorf("devlxd identity %s: %w", name, err)
 		}
 		if !slices.Contains(scope, in) {
@@ -97,7 +95,7 @@ func (s *Service) CreateDevlxdIdentity(ctx context.Context, name string, instanc
 	if err != nil {
 		return nil, err
 	}
-	rec := &db.DevlxdIdentity{Name: name, Instances: strings.Join(scope, ","), CreatedAt: s.now(), CreatedBy: by}
+	rec := &DevlxdIdentity{Name: name, Instances: scope, CreatedAt: s.now(), CreatedBy: by}
 	if err := st.CreateDevlxdIdentity(ctx, rec); err != nil {
 		if errors.Is(err, errdefs.ErrAlreadyExists) {
 			return nil, fmt.Errorf("identity devlxd/%s already exists: %w", name, errdefs.ErrAlreadyExists)
@@ -217,7 +215,7 @@ func (s *Service) AuthenticateDevlxd(ctx context.Context, token, caller string) 
 	if id.TokenExpiresAt != nil && !s.cfg.Now().Before(*id.TokenExpiresAt) {
 		return nil, fmt.Errorf("token of devlxd/%s expired at %s: %w: %w", id.Name, id.TokenExpiresAt.Format(time.RFC3339), ErrDevlxdTokenExpired, errdefs.ErrUnauthorized)
 	}
-	scope := splitInstances(id.Instances)
+	scope := scopeOf(id)
 	if !slices.Contains(scope, caller) {
 		return nil, fmt.Errorf("identity devlxd/%s may not act for instance %q: %w", id.Name, caller, errdefs.ErrForbidden)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/auth"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -69,7 +68,7 @@ func TestDevlxdTokens(t *testing.T) {
 	if !strings.HasPrefix(tok, auth.PrefixDevlxd) || len(tok) != len(auth.PrefixDevlxd)+43 {
 		t.Fatalf("token %q: want gld_ and 43 base64url characters", tok)
 	}
-	rows, err := st.(db.DevlxdIdentityStore).DevlxdIdentities(ctx)
+	rows, err := st.(auth.DevlxdStore).DevlxdIdentities(ctx)
 	if err != nil || len(rows) != 1 || rows[0].TokenHash != sha(tok) {
 		t.Fatalf("stored %+v, %v: want the token's SHA-256 only", rows, err)
 	}

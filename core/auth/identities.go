@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -21,11 +20,11 @@ const (
 // Roles of the admin API's identities.
 const (
 	// RoleAdmin may do everything the admin API offers.
-	RoleAdmin = db.RoleAdmin
+	RoleAdmin = "admin"
 	// RoleViewer may read (GET) instances, images, storage, backends,
 	// cluster members, operations' state and events: nothing under
 	// /1.0/auth or /1.0/certificates, and no change.
-	RoleViewer = db.RoleViewer
+	RoleViewer = "viewer"
 )
 
 // ValidateRole checks a role name and returns it, RoleAdmin for "".
@@ -110,7 +109,7 @@ func parseExpiry(s string, minimum time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-func identityOf(b *db.BearerIdentity) Identity {
+func identityOf(b *BearerIdentity) Identity {
 	return Identity{
 		Type: TypeBearer, Name: b.Name, ID: TypeBearer + "/" + b.Name, Role: roleOf(b.Role),
 		CreatedAt: b.CreatedAt, CreatedBy: b.CreatedBy,
@@ -129,7 +128,7 @@ func (s *Service) CreateIdentity(ctx context.Context, name, by, role string) (*I
 	if err != nil {
 		return nil, err
 	}
-	rec := &db.BearerIdentity{Name: name, CreatedAt: s.now(), CreatedBy: by, Role: role}
+	rec := &BearerIdentity{Name: name, CreatedAt: s.now(), CreatedBy: by, Role: role}
 	if err := s.store.CreateIdentity(ctx, rec); err != nil {
 		if errors.Is(err, errdefs.ErrAlreadyExists) {
 			return nil, fmt.Errorf("identity bearer/%s already exists: %w", name, errdefs.ErrAlreadyExists)
@@ -158,7 +157,7 @@ func (s *Service) Identities(ctx context.Context) ([]Identity, error) {
 	for _, b := range bearers {
 		out = append(out, identityOf(b))
 	}
-	if _, ok := s.store.(db.DevlxdIdentityStore); ok {
+	if _, ok := s.store.(DevlxdStore); ok {
 		devlxd, err := s.DevlxdIdentities(ctx)
 		if err != nil {
 			return nil, err

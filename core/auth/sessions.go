@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -41,7 +40,7 @@ func (s *Service) NewLogin(ctx context.Context, by string) (string, time.Time, e
 		return "", time.Time{}, fmt.Errorf("making login token: %w", err)
 	}
 	now := s.now()
-	rec := &db.LoginToken{Hash: Hash(token), CreatedAt: now, ExpiresAt: now.Add(s.cfg.LoginTTL), CreatedBy: by}
+	rec := &LoginToken{Hash: Hash(token), CreatedAt: now, ExpiresAt: now.Add(s.cfg.LoginTTL), CreatedBy: by}
 	if err := s.store.CreateLoginToken(ctx, rec, now, s.cfg.MaxLoginTokens); err != nil {
 		return "", time.Time{}, err
 	}
@@ -58,7 +57,7 @@ func (s *Service) Redeem(ctx context.Context, loginToken string) (sessionID stri
 		return "", time.Time{}, fmt.Errorf("making session: %w", err)
 	}
 	now := s.now()
-	rec := &db.Session{Hash: Hash(id), CreatedAt: now, ExpiresAt: now.Add(s.cfg.SessionTTL)}
+	rec := &SessionRecord{Hash: Hash(id), CreatedAt: now, ExpiresAt: now.Add(s.cfg.SessionTTL)}
 	if err := s.store.RedeemLoginToken(ctx, Hash(loginToken), now, rec); err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return "", time.Time{}, unauthorized("invalid login token (unknown, used or expired)")

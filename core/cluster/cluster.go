@@ -34,7 +34,8 @@ import (
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/auth"
-	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/membership"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -66,11 +67,19 @@ const (
 	StatusFenced = "fenced"
 )
 
-// Store is what the cluster needs of the database.
+// Store is what the cluster needs of the database its members share: the
+// membership, and the instances it records at each member (what a member
+// shows of another member's instances it cannot ask). The composition
+// root builds it over the daemon's database.
 type Store interface {
-	db.ClusterStore
-	GetInstance(ctx context.Context, name string) (*db.Instance, error)
-	ListInstances(ctx context.Context, f db.InstanceFilter) ([]*db.Instance, error)
+	membership.Store
+	// StoredInstance returns the view of the instance called name as the
+	// database records it (Location names its member; no runtime state:
+	// core/instance.ViewOfRecord); errdefs.ErrNotFound if there is none.
+	StoredInstance(ctx context.Context, name string) (*instance.Instance, error)
+	// StoredInstances lists the views of the instances recorded at member,
+	// of backend ("" for any), as StoredInstance.
+	StoredInstances(ctx context.Context, member, backend string) ([]*instance.Instance, error)
 }
 
 // Config configures Open.
@@ -107,7 +116,7 @@ type Cluster struct {
 	pool *x509.CertPool
 	caFP string
 
-	// epoch is this member's lease epoch (db.Lease); fenced holds the
+	// epoch is this member's lease epoch (membership.Lease); fenced holds the
 	// reason once the lease is gone (see Fenced).
 	epoch  int64
 	fenced atomic.Pointer[error]
@@ -201,7 +210,7 @@ func Open(ctx context.Context, cfg Config) (*Cluster, error) {
 }
 
 // takeLease reads this member's epoch and makes every instance write of
-// the store conditional on it (db.Lease): a write after this member was
+// the store conditional on it (membership.Lease): a write after this member was
 // removed, or after its name joined again, is refused.
 func (c *Cluster) takeLease(ctx context.Context) error {
 	m, err := c.cfg.Store.Member(ctx, c.cfg.Name)
@@ -212,7 +221,7 @@ func (c *Cluster) takeLease(ctx context.Context) error {
 		return fmt.Errorf("cluster: member %q of the database is another daemon (its certificate is not this one's): refusing to start", c.cfg.Name)
 	}
 	c.epoch = m.Epoch
-	c.cfg.Store.SetLease(db.Lease{Member: c.cfg.Name, Epoch: m.Epoch}, c.leaseLost)
+	c.cfg.Store.SetLease(membership.Lease{Member: c.cfg.Name, Epoch: m.Epoch}, c.leaseLost)
 	c.log.Info("holding this member's instances", "member", c.cfg.Name, "epoch", m.Epoch)
 	return nil
 }
@@ -242,7 +251,7 @@ func (c *Cluster) Fenced() string {
 func (c *Cluster) Epoch() int64 { return c.epoch }
 
 // notAMember explains why a daemon that is no member may not start.
-func (c *Cluster) notAMember(ctx context.Context, info *db.ClusterInfo) error {
+func (c *Cluster) notAMember(ctx context.Context, info *membership.Cluster) error {
 	members, err := c.cfg.Store.Members(ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
@@ -283,9 +292,9 @@ func (c *Cluster) bootstrap(ctx context.Context) error {
 		return err
 	}
 	now := time.Now().UTC()
-	err = c.cfg.Store.Bootstrap(ctx, &db.ClusterInfo{UUID: clusterID, CACert: string(caPEM), CreatedAt: now}, &db.ClusterMember{
+	err = c.cfg.Store.Bootstrap(ctx, &membership.Cluster{UUID: clusterID, CACert: string(caPEM), CreatedAt: now}, &membership.Member{
 		Name: c.cfg.Name, Address: c.cfg.Address, Fingerprint: fingerprint(k.leaf.Raw), Version: c.cfg.Version,
-		Backends: strings.Join(c.cfg.Backends(), ","), Heartbeat: now, CreatedAt: now,
+		Backends: c.cfg.Backends(), Heartbeat: now, CreatedAt: now,
 	})
 	if errors.Is(err, errdefs.ErrAlreadyExists) {
 		return fmt.Errorf("another daemon made this database a cluster at the same moment: start this one again to see how to join it")
@@ -315,7 +324,7 @@ func (c *Cluster) setKeys(k *keys, certPEM, keyPEM []byte) error {
 }
 
 // resume checks that the state directory's identity is a member.
-func (c *Cluster) resume(ctx context.Context, info *db.ClusterInfo, id *identity, k *keys) error {
+func (c *Cluster) resume(ctx context.Context, info *membership.Cluster, id *identity, k *keys) error {
 	if id.Cluster != info.UUID {
 		return fmt.Errorf("this state directory belongs to cluster %s, the database to cluster %s: is --database right?", id.Cluster, info.UUID)
 	}
@@ -357,7 +366,7 @@ type joinResponse struct {
 }
 
 // join presents cfg.Join to a member and saves the identity it gets.
-func (c *Cluster) join(ctx context.Context, info *db.ClusterInfo) error {
+func (c *Cluster) join(ctx context.Context, info *membership.Cluster) error {
 	t, err := parseToken(c.cfg.Join)
 	if err != nil {
 		return fmt.Errorf("--join: %w", err)
@@ -508,7 +517,7 @@ func (c *Cluster) HandleJoin(ctx context.Context, body []byte) ([]byte, error) {
 	}
 	cb, _ := pem.Decode(certPEM)
 	now := time.Now().UTC()
-	err = c.cfg.Store.Join(ctx, auth.Hash(req.Secret), &db.ClusterMember{
+	err = c.cfg.Store.Join(ctx, auth.Hash(req.Secret), &membership.Member{
 		Name: req.Name, Address: req.Address, Fingerprint: fingerprint(cb.Bytes), Version: req.Version,
 		Heartbeat: now, CreatedAt: now,
 	}, now)
@@ -535,12 +544,12 @@ func (c *Cluster) Address() string { return c.cfg.Address }
 // also calls it once its plugins are up, so placement sees its backends).
 func (c *Cluster) Beat(ctx context.Context) error {
 	if r := c.fenced.Load(); r != nil {
-		return fmt.Errorf("cluster: %w (%v): %w", db.ErrLeaseLost, *r, errdefs.ErrUnavailable)
+		return fmt.Errorf("cluster: %w (%v): %w", membership.ErrLeaseLost, *r, errdefs.ErrUnavailable)
 	}
 	backends := c.cfg.Backends()
 	slices.Sort(backends)
-	err := c.cfg.Store.Heartbeat(ctx, c.cfg.Name, c.epoch, c.cfg.Address, c.cfg.Version, strings.Join(backends, ","), time.Now())
-	if lost, ok := errors.AsType[*db.LeaseLostError](err); ok {
+	err := c.cfg.Store.Heartbeat(ctx, c.cfg.Name, c.epoch, c.cfg.Address, c.cfg.Version, backends, time.Now())
+	if lost, ok := errors.AsType[*membership.LeaseLostError](err); ok {
 		c.leaseLost(lost.Reason)
 	}
 	if err != nil {
@@ -563,7 +572,7 @@ func (c *Cluster) Run(ctx context.Context) {
 				return
 			}
 			bctx, cancel := context.WithTimeout(ctx, c.cfg.OfflineAfter)
-			if err := c.Beat(bctx); err != nil && ctx.Err() == nil && !errors.Is(err, db.ErrLeaseLost) {
+			if err := c.Beat(bctx); err != nil && ctx.Err() == nil && !errors.Is(err, membership.ErrLeaseLost) {
 				c.log.Error("cluster heartbeat", "err", err)
 			}
 			cancel()
@@ -572,7 +581,7 @@ func (c *Cluster) Run(ctx context.Context) {
 }
 
 // online reports whether a member's heartbeat is recent.
-func (c *Cluster) online(m *db.ClusterMember, now time.Time) bool {
+func (c *Cluster) online(m *membership.Member, now time.Time) bool {
 	return m.Name == c.cfg.Name || now.Sub(m.Heartbeat) < c.cfg.OfflineAfter
 }
 
@@ -606,16 +615,12 @@ func (c *Cluster) Members(ctx context.Context) ([]Member, error) {
 	return out, nil
 }
 
-func (c *Cluster) member(m *db.ClusterMember, now time.Time, n int) Member {
+func (c *Cluster) member(m *membership.Member, now time.Time, n int) Member {
 	st := StatusOffline
 	if c.online(m, now) {
 		st = StatusOnline
 	}
-	var backends []string
-	if m.Backends != "" {
-		backends = strings.Split(m.Backends, ",")
-	}
-	return Member{Name: m.Name, Address: m.Address, Version: m.Version, Backends: backends, Heartbeat: m.Heartbeat,
+	return Member{Name: m.Name, Address: m.Address, Version: m.Version, Backends: m.Backends, Heartbeat: m.Heartbeat,
 		HeartbeatAge: now.Sub(m.Heartbeat).Seconds(), Status: st, Instances: n, Self: m.Name == c.cfg.Name, Epoch: m.Epoch}
 }
 
@@ -655,7 +660,7 @@ func (c *Cluster) AddMember(ctx context.Context, name, by string) (string, time.
 	}
 	now := time.Now().UTC()
 	exp := now.Add(TokenExpiry)
-	if err := c.cfg.Store.CreateClusterToken(ctx, &db.ClusterToken{Name: name, Hash: auth.Hash(secret), ExpiresAt: exp, CreatedAt: now, CreatedBy: by}); err != nil {
+	if err := c.cfg.Store.CreateClusterToken(ctx, &membership.Token{Name: name, Hash: auth.Hash(secret), ExpiresAt: exp, CreatedAt: now, CreatedBy: by}); err != nil {
 		return "", time.Time{}, err
 	}
 	return joinToken{Name: name, Addresses: addrs, CA: c.caFP, Secret: secret}.encode(), exp, nil
@@ -683,7 +688,7 @@ func (c *Cluster) RemoveMember(ctx context.Context, name string, force bool) ([]
 // cluster's ownership, i.e. this daemon) and, when it is another member,
 // that member; ErrNotFound when there is no such instance.
 func (c *Cluster) Locate(ctx context.Context, instance string) (string, error) {
-	rec, err := c.cfg.Store.GetInstance(ctx, instance)
+	rec, err := c.cfg.Store.StoredInstance(ctx, instance)
 	if err != nil {
 		return "", err
 	}

@@ -18,8 +18,8 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/membership"
 	"github.com/guestlink/guestlink/core/status"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -152,14 +152,14 @@ func (v *Instances) all(ctx context.Context, f instance.ListFilter) ([]*instance
 
 // orphans returns the instances recorded at members that are not in the
 // cluster (removed), status Unknown.
-func (v *Instances) orphans(ctx context.Context, members []*db.ClusterMember, f instance.ListFilter) ([]*instance.Instance, error) {
+func (v *Instances) orphans(ctx context.Context, members []*membership.Member, f instance.ListFilter) ([]*instance.Instance, error) {
 	counts, err := v.c.cfg.Store.InstanceCounts(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []*instance.Instance
 	for loc := range counts {
-		if loc == "" || loc == v.c.cfg.Name || slices.ContainsFunc(members, func(m *db.ClusterMember) bool { return m.Name == loc }) {
+		if loc == "" || loc == v.c.cfg.Name || slices.ContainsFunc(members, func(m *membership.Member) bool { return m.Name == loc }) {
 			continue
 		}
 		part, err := v.stored(ctx, loc, removedReason(loc), f)
@@ -177,7 +177,7 @@ func removedReason(member string) string {
 }
 
 // fetch asks member m for its instances matching f.
-func (v *Instances) fetch(ctx context.Context, m *db.ClusterMember, f instance.ListFilter) ([]*instance.Instance, error) {
+func (v *Instances) fetch(ctx context.Context, m *membership.Member, f instance.ListFilter) ([]*instance.Instance, error) {
 	q := url.Values{}
 	for k, val := range map[string]string{"status": f.Status, "backend": f.Backend, "agent": f.Agent, "q": f.Query} {
 		if val != "" {
@@ -219,7 +219,7 @@ func (v *Instances) get(ctx context.Context, name, addr, path string, out any) e
 // stored returns a member's instances as the database has them, status
 // Unknown with reason.
 func (v *Instances) stored(ctx context.Context, member, reason string, f instance.ListFilter) ([]*instance.Instance, error) {
-	recs, err := v.c.cfg.Store.ListInstances(ctx, db.InstanceFilter{Location: member, Backend: f.Backend})
+	recs, err := v.c.cfg.Store.StoredInstances(ctx, member, f.Backend)
 	if err != nil {
 		return nil, err
 	}
@@ -242,10 +242,9 @@ func (v *Instances) stored(ctx context.Context, member, reason string, f instanc
 	return out, nil
 }
 
-// unknownView is the view of a stored instance whose member cannot say
-// how it is.
-func unknownView(rec *db.Instance, reason string) *instance.Instance {
-	inst := instance.ViewOfRecord(rec)
+// unknownView is the view of a stored instance (StoredInstance) whose
+// member cannot say how it is.
+func unknownView(inst *instance.Instance, reason string) *instance.Instance {
 	inst.Status, inst.StatusCode, inst.StatusReason = StatusUnknown, UnknownCode, reason
 	inst.Agent = instance.AgentInfo{}
 	inst.Conditions = nil
@@ -258,7 +257,7 @@ func (v *Instances) Get(ctx context.Context, name string) (*instance.Instance, e
 	if err == nil || !errors.Is(err, errdefs.ErrNotFound) || localOnly(ctx) {
 		return inst, err
 	}
-	rec, serr := v.c.cfg.Store.GetInstance(ctx, name)
+	rec, serr := v.c.cfg.Store.StoredInstance(ctx, name)
 	if serr != nil || rec.Location == "" || rec.Location == v.c.cfg.Name {
 		return nil, err
 	}
@@ -330,7 +329,7 @@ func (v *Instances) owner(ctx context.Context, name string) (string, bool) {
 	if _, err := v.Manager.Get(ctx, name); err == nil {
 		return "", false
 	}
-	rec, err := v.c.cfg.Store.GetInstance(ctx, name)
+	rec, err := v.c.cfg.Store.StoredInstance(ctx, name)
 	if err != nil || rec.Location == "" || rec.Location == v.c.cfg.Name {
 		return "", false
 	}

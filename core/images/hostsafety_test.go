@@ -17,7 +17,6 @@ import (
 
 	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/images/imagetest"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/internal/testenv"
@@ -27,7 +26,7 @@ import (
 // openStore opens a store in stateDir with lim.
 func openStore(t *testing.T, stateDir string, lim images.Limits) *images.Store {
 	t.Helper()
-	s, err := images.Open(stateDir, dbtest.SQLite(t).(db.ImageStore), nil, nil, lim)
+	s, err := images.Open(stateDir, dbtest.SQLite(t).(images.MetadataStore), nil, nil, lim)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,11 @@
 // Package images is the host's image store: disk images kept in the state
 // directory under images/, named by the SHA-256 of their content, with their
-// metadata and aliases in the database (db.ImageStore). Import streams a
-// file into the store (never holding it in memory) and, from a raw ext4
-// image, extracts the kernel and initrd for direct boot with debugfs
-// (e2fsprogs; no mounts, no root). Backends get an image as an contract.Image.
+// metadata and aliases in a MetadataStore (the daemon's database implements
+// it). Import streams a file into the store (never holding it in memory)
+// and, from a raw ext4 image, extracts the kernel and initrd for direct
+// boot with debugfs (e2fsprogs; no mounts, no root). Backends are told an
+// image's Files (the daemon converts them to the plugin contract's
+// sdk.Image).
 package images
 
 import (
@@ -24,9 +26,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
-	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // ImageStore gives devlxd read access to the host's image store. It is a
@@ -41,10 +41,72 @@ type ImageStore interface {
 
 var _ ImageStore = (*Store)(nil)
 
-// Image is one image of the store with its aliases.
+// Image is one disk image of the store: its file lives under Dir (named by
+// fingerprint), its metadata in the MetadataStore.
 type Image struct {
-	db.Image
+	Fingerprint string // SHA-256 of the disk file, lowercase hex
+	Filename    string // the name the file was imported under
+	Size        int64  // bytes of the disk file
+	Format      string // FormatRaw or FormatQCOW2
+	// Kernel and Initrd are true when a kernel (and initrd) for direct boot
+	// were taken at import (files <fp>.kernel, <fp>.initrd).
+	Kernel, Initrd bool
+	Properties     map[string]string // os, release, build inputs, ...
+	// Public is true when guests may download the image through devlxd
+	// (LXD's public flag); false, the default, keeps it private.
+	Public    bool
+	CreatedAt time.Time
+	// Aliases are the image's names, by name: filled by the Store's
+	// Import, Get, List and Resolve; the MetadataStore neither reads nor
+	// fills them (it keeps aliases apart, as Alias).
 	Aliases []string
+}
+
+// Alias is a name of an image.
+type Alias struct {
+	Name        string
+	Description string
+	Target      string // the image's fingerprint
+}
+
+// MetadataStore keeps what the image store knows of its images (their files
+// are the Store's): images by fingerprint and their aliases. The daemon's
+// database implements it. All methods are safe for concurrent use; a nil
+// return means the change is durable. Errors are errdefs kinds
+// (ErrNotFound, ErrAlreadyExists, ErrInvalid).
+type MetadataStore interface {
+	// CreateImage stores im (not its Aliases) and, when alias is not "",
+	// an alias for it in the same transaction; ErrAlreadyExists if the
+	// fingerprint or the alias exists already.
+	CreateImage(ctx context.Context, im *Image, alias string) error
+	// Image returns the image with this fingerprint (no Aliases).
+	Image(ctx context.Context, fingerprint string) (*Image, error)
+	// Images lists the images, oldest first (no Aliases).
+	Images(ctx context.Context) ([]*Image, error)
+	// SetImagePublic sets the public flag of the image with this
+	// fingerprint; ErrNotFound if there is none.
+	SetImagePublic(ctx context.Context, fingerprint string, public bool) error
+	// DeleteImage removes the image with this fingerprint and its aliases.
+	DeleteImage(ctx context.Context, fingerprint string) error
+	// CreateImageAlias names the image with fingerprint; ErrNotFound if
+	// there is no such image, ErrAlreadyExists if the name is taken.
+	CreateImageAlias(ctx context.Context, name, fingerprint, description string) error
+	// ImageAlias returns the alias called name.
+	ImageAlias(ctx context.Context, name string) (*Alias, error)
+	// ImageAliases lists the aliases by name.
+	ImageAliases(ctx context.Context) ([]*Alias, error)
+	// DeleteImageAlias removes the alias called name.
+	DeleteImageAlias(ctx context.Context, name string) error
+}
+
+// Files are the files of an image a backend boots from: the disk (of
+// Format), and the kernel and initrd taken at import ("" when none).
+type Files struct {
+	Fingerprint string
+	Disk        string
+	Format      string
+	Kernel      string
+	Initrd      string
 }
 
 // InUse reports the instances whose disks are layered on the image with
@@ -54,7 +116,7 @@ type InUse func(ctx context.Context, fp string) ([]string, error)
 // Store is the image store. Create it with Open.
 type Store struct {
 	dir   string
-	db    db.ImageStore
+	db    MetadataStore
 	inUse InUse
 	log   *slog.Logger
 	now   func() time.Time
@@ -80,7 +142,7 @@ func Dir(stateDir string) string { return filepath.Join(stateDir, "images") }
 // may be nil (nothing is in use). It removes the temporary files of
 // imports a previous daemon left (stopped or killed mid-copy); call it
 // once at daemon start, before any import.
-func Open(stateDir string, st db.ImageStore, inUse InUse, log *slog.Logger, lim Limits) (*Store, error) {
+func Open(stateDir string, st MetadataStore, inUse InUse, log *slog.Logger, lim Limits) (*Store, error) {
 	if st == nil {
 		return nil, errors.New("opening the image store: a database is required")
 	}
@@ -298,7 +360,7 @@ func (s *Store) Import(ctx context.Context, path string, opts ImportOptions) (*I
 	if _, err := s.db.Image(ctx, fp); err == nil {
 		return nil, wrap(fmt.Errorf("an image with fingerprint %s exists: %w", fp, errdefs.ErrAlreadyExists))
 	}
-	im := &db.Image{Fingerprint: fp, Filename: opts.Filename, Size: src.size, Format: format, Properties: map[string]string{}, Public: opts.Public, CreatedAt: s.now().UTC()}
+	im := &Image{Fingerprint: fp, Filename: opts.Filename, Size: src.size, Format: format, Properties: map[string]string{}, Public: opts.Public, CreatedAt: s.now().UTC()}
 	if im.Filename == "" {
 		im.Filename = filepath.Base(path)
 	}
@@ -363,11 +425,11 @@ func (s *Store) Import(ctx context.Context, path string, opts ImportOptions) (*I
 		return nil, wrap(err)
 	}
 	s.log.Info("image imported", "fingerprint", fp, "size", src.size, "data", src.data, "format", format, "alias", opts.Alias)
-	out := &Image{Image: *im}
+	im.Aliases = nil
 	if opts.Alias != "" {
-		out.Aliases = []string{opts.Alias}
+		im.Aliases = []string{opts.Alias}
 	}
-	return out, nil
+	return im, nil
 }
 
 // tmpPrefix starts the name of every temporary file of an import in the
@@ -482,8 +544,8 @@ func (s *Store) Resolve(ctx context.Context, ref string) (*Image, error) {
 	if ref == "" {
 		return nil, fmt.Errorf("finding image: a name or fingerprint is required: %w", errdefs.ErrInvalid)
 	}
-	if _, fp, err := s.db.ImageAlias(ctx, ref); err == nil {
-		return s.Get(ctx, fp)
+	if a, err := s.db.ImageAlias(ctx, ref); err == nil {
+		return s.Get(ctx, a.Target)
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, fmt.Errorf("finding image %q: %w", ref, err)
 	}
@@ -519,17 +581,17 @@ func (s *Store) Get(ctx context.Context, fp string) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	as, fps, err := s.db.ImageAliases(ctx)
+	as, err := s.db.ImageAliases(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := &Image{Image: *im, Aliases: []string{}}
-	for i, a := range as {
-		if fps[i] == fp {
-			out.Aliases = append(out.Aliases, a.Name)
+	im.Aliases = []string{}
+	for _, a := range as {
+		if a.Target == fp {
+			im.Aliases = append(im.Aliases, a.Name)
 		}
 	}
-	return out, nil
+	return im, nil
 }
 
 // List returns every image with its aliases, oldest first.
@@ -538,22 +600,21 @@ func (s *Store) List(ctx context.Context) ([]*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	as, fps, err := s.db.ImageAliases(ctx)
+	as, err := s.db.ImageAliases(ctx)
 	if err != nil {
 		return nil, err
 	}
 	byFP := map[string][]string{}
-	for i, a := range as {
-		byFP[fps[i]] = append(byFP[fps[i]], a.Name)
+	for _, a := range as {
+		byFP[a.Target] = append(byFP[a.Target], a.Name)
 	}
-	out := make([]*Image, len(list))
-	for i, im := range list {
-		out[i] = &Image{Image: *im, Aliases: byFP[im.Fingerprint]}
-		if out[i].Aliases == nil {
-			out[i].Aliases = []string{}
+	for _, im := range list {
+		im.Aliases = byFP[im.Fingerprint]
+		if im.Aliases == nil {
+			im.Aliases = []string{}
 		}
 	}
-	return out, nil
+	return list, nil
 }
 
 // Delete removes the image with fingerprint fp, its files and aliases;
@@ -598,8 +659,8 @@ func (s *Store) DeleteAlias(ctx context.Context, name string) error {
 	return s.db.DeleteImageAlias(ctx, name)
 }
 
-// Aliases lists the aliases by name with their fingerprints.
-func (s *Store) Aliases(ctx context.Context) ([]*db.ImageAlias, []string, error) {
+// Aliases lists the aliases by name, each with its image's fingerprint.
+func (s *Store) Aliases(ctx context.Context) ([]*Alias, error) {
 	return s.db.ImageAliases(ctx)
 }
 
@@ -637,13 +698,13 @@ func (s *Store) SetPublic(ctx context.Context, ref string, public bool) (*Image,
 	return im, nil
 }
 
-// Spec returns what a backend is told about the image fp.
-func (s *Store) Spec(ctx context.Context, fp string) (*contract.Image, error) {
+// Files returns the files a backend boots the image fp from.
+func (s *Store) Files(ctx context.Context, fp string) (*Files, error) {
 	im, err := s.db.Image(ctx, fp)
 	if err != nil {
 		return nil, err
 	}
-	out := &contract.Image{Fingerprint: fp, Path: s.diskPath(fp), Format: im.Format}
+	out := &Files{Fingerprint: fp, Disk: s.diskPath(fp), Format: im.Format}
 	if im.Kernel {
 		out.Kernel = s.kernelPath(fp)
 	}

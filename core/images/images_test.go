@@ -14,7 +14,6 @@ import (
 
 	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/images/imagetest"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/internal/testenv"
@@ -67,7 +66,7 @@ func TestImportResolveDelete(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state dir")
-	st := dbtest.SQLite(t).(db.ImageStore)
+	st := dbtest.SQLite(t).(images.MetadataStore)
 	inUse := map[string][]string{}
 	s, err := images.Open(state, st, func(_ context.Context, fp string) ([]string, error) { return inUse[fp], nil }, nil, images.Limits{})
 	if err != nil {
@@ -98,7 +97,7 @@ func TestImportResolveDelete(t *testing.T) {
 	if im.Fingerprint != sum(t, withBoot) || im.Format != "raw" || !im.Kernel || !im.Initrd || im.Properties["boot.kernel"] != "vmlinuz-6.1.0-2-cloud-amd64" || im.Properties["os"] != "debian" {
 		t.Fatalf("imported %+v", im)
 	}
-	spec, err := s.Spec(ctx, im.Fingerprint)
+	spec, err := s.Files(ctx, im.Fingerprint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,10 +106,10 @@ func TestImportResolveDelete(t *testing.T) {
 			t.Errorf("%s = %q, %v; want %q", path, got, err, want)
 		}
 	}
-	if got := sum(t, spec.Path); got != im.Fingerprint {
+	if got := sum(t, spec.Disk); got != im.Fingerprint {
 		t.Fatalf("stored file's sum %s", got)
 	}
-	if fi, err := os.Stat(spec.Path); err != nil || fi.Mode().Perm() != 0o400 {
+	if fi, err := os.Stat(spec.Disk); err != nil || fi.Mode().Perm() != 0o400 {
 		t.Fatalf("stored file mode %v, %v", fi.Mode(), err)
 	}
 
@@ -177,7 +176,7 @@ func TestImportResolveDelete(t *testing.T) {
 	if pub, err := s.SetPublic(ctx, "debian-12", true); err != nil || !pub.Public {
 		t.Fatalf("SetPublic = %+v, %v", pub, err)
 	}
-	if path, name, err := s.ImageFile(ctx, im.Fingerprint); err != nil || path != spec.Path || name != "disk with space.img" {
+	if path, name, err := s.ImageFile(ctx, im.Fingerprint); err != nil || path != spec.Disk || name != "disk with space.img" {
 		t.Fatalf("ImageFile = %s %s %v", path, name, err)
 	}
 	if got, err := s.Get(ctx, im.Fingerprint); err != nil || !got.Public {
@@ -207,7 +206,7 @@ func TestImportResolveDelete(t *testing.T) {
 	if err := s.Delete(ctx, im.Fingerprint); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{spec.Path, spec.Kernel, spec.Initrd} {
+	for _, p := range []string{spec.Disk, spec.Kernel, spec.Initrd} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s outlived its image: %v", p, err)
 		}
@@ -226,7 +225,7 @@ func TestImportResolveDelete(t *testing.T) {
 func TestConcurrentImportsOfOneFile(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil, images.Limits{})
+	s, err := images.Open(dir, dbtest.SQLite(t).(images.MetadataStore), nil, nil, images.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

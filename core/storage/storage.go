@@ -2,7 +2,7 @@
 // driver "dir") of custom block volumes kept as sparse raw files under the
 // state directory, with snapshots (full copies, holes kept). Volumes are
 // attached to instances as disk devices (pool=default source=VOLUME); the
-// records live in the store (db.StorageStore), the bytes in
+// records live in a Store (the daemon's database implements it), the bytes in
 // DIR/storage-pools/<pool>/custom/<volume>.raw and
 // DIR/storage-pools/<pool>/custom-snapshots/<volume>/<snapshot>.raw, all
 // 0600 in 0700 directories.
@@ -23,7 +23,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -60,6 +59,27 @@ type Volume struct {
 	Location    string            `json:"location"` // "none": one host
 }
 
+// Store keeps the records of the volumes and snapshots (their files are
+// the Service's). The daemon's database implements it (db's storage
+// volumes table). All methods are safe for concurrent use; a nil return
+// means the change is durable. Errors are errdefs kinds: ErrNotFound,
+// ErrAlreadyExists, ErrInvalid.
+type Store interface {
+	// CreateStorageVolume stores v (its Pool, Name, ContentType,
+	// Description, Config and CreatedAt); ErrAlreadyExists on a duplicate
+	// pool and name.
+	CreateStorageVolume(ctx context.Context, v *Volume) error
+	// StorageVolume returns one volume or snapshot.
+	StorageVolume(ctx context.Context, pool, name string) (*Volume, error)
+	// StorageVolumes lists a pool's volumes and snapshots by name.
+	StorageVolumes(ctx context.Context, pool string) ([]*Volume, error)
+	// UpdateStorageVolume saves v's description and config (matched by
+	// pool and name).
+	UpdateStorageVolume(ctx context.Context, v *Volume) error
+	// DeleteStorageVolume removes one volume or snapshot.
+	DeleteStorageVolume(ctx context.Context, pool, name string) error
+}
+
 // UsedBy names the instances whose disk devices use a volume (the daemon
 // looks them up in the instance service).
 type UsedBy func(ctx context.Context, pool, volume string) ([]string, error)
@@ -67,7 +87,7 @@ type UsedBy func(ctx context.Context, pool, volume string) ([]string, error)
 // Service is the storage service. It is safe for concurrent use.
 type Service struct {
 	dir    string
-	store  db.StorageStore
+	store  Store
 	usedBy UsedBy
 	log    *slog.Logger
 	mu     sync.Mutex // serialises changes (file and record together)
@@ -75,7 +95,7 @@ type Service struct {
 
 // New returns the service keeping files under stateDir/storage-pools.
 // usedBy may be nil (then nothing is in use).
-func New(stateDir string, store db.StorageStore, usedBy UsedBy, log *slog.Logger) (*Service, error) {
+func New(stateDir string, store Store, usedBy UsedBy, log *slog.Logger) (*Service, error) {
 	if store == nil {
 		return nil, fmt.Errorf("storage: a store is required: %w", errdefs.ErrInvalid)
 	}
@@ -212,7 +232,9 @@ func checkConfig(cfg map[string]string) (int64, error) {
 	return ParseSize(v)
 }
 
-func volumeOf(r *db.StorageVolume) *Volume {
+// volumeOf is the view of a stored volume: its own config map, type
+// custom, location none.
+func volumeOf(r *Volume) *Volume {
 	cfg := maps.Clone(r.Config)
 	if cfg == nil {
 		cfg = map[string]string{}
@@ -257,7 +279,7 @@ func (s *Service) CreateVolume(ctx context.Context, pool, name, contentType, des
 		return nil, err
 	}
 	defer os.Remove(tmp) // a no-op once renamed
-	rec := &db.StorageVolume{Pool: pool, Name: name, ContentType: contentType, Description: description, Config: config, CreatedAt: time.Now().UTC()}
+	rec := &Volume{Pool: pool, Name: name, ContentType: contentType, Description: description, Config: config, CreatedAt: time.Now().UTC()}
 	if err := s.store.CreateStorageVolume(ctx, rec); err != nil {
 		if errors.Is(err, errdefs.ErrAlreadyExists) {
 			return nil, fmt.Errorf("storage volume %q already exists in pool %s: %w", name, pool, errdefs.ErrAlreadyExists)
@@ -461,7 +483,7 @@ func (s *Service) CreateSnapshot(ctx context.Context, pool, volume, snapshot, de
 	if err != nil || strings.Contains(volume, "/") {
 		return nil, fmt.Errorf("storage volume %q in pool %q: %w", volume, pool, errdefs.ErrNotFound)
 	}
-	rec := &db.StorageVolume{Pool: pool, Name: volume + "/" + snapshot, ContentType: src.ContentType, Description: description,
+	rec := &Volume{Pool: pool, Name: volume + "/" + snapshot, ContentType: src.ContentType, Description: description,
 		Config: maps.Clone(src.Config), CreatedAt: time.Now().UTC()}
 	if err := s.store.CreateStorageVolume(ctx, rec); err != nil {
 		if errors.Is(err, errdefs.ErrAlreadyExists) {
@@ -509,7 +531,7 @@ func (s *Service) CopyVolume(ctx context.Context, pool, name, source, descriptio
 	if cfg["size"] != src.Config["size"] {
 		return nil, fmt.Errorf("copying storage volume %s/%s: a copy keeps the source's size %s: %w", pool, source, src.Config["size"], errdefs.ErrInvalid)
 	}
-	rec := &db.StorageVolume{Pool: pool, Name: name, ContentType: src.ContentType, Description: description, Config: cfg, CreatedAt: time.Now().UTC()}
+	rec := &Volume{Pool: pool, Name: name, ContentType: src.ContentType, Description: description, Config: cfg, CreatedAt: time.Now().UTC()}
 	if err := s.store.CreateStorageVolume(ctx, rec); err != nil {
 		if errors.Is(err, errdefs.ErrAlreadyExists) {
 			return nil, fmt.Errorf("storage volume %q already exists in pool %s: %w", name, pool, errdefs.ErrAlreadyExists)

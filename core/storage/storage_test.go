@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/core/storage"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 	"github.com/guestlink/guestlink/errdefs"
 )
@@ -18,7 +17,7 @@ import (
 func newService(t *testing.T, used map[string][]string) *storage.Service {
 	t.Helper()
 	st := dbtest.SQLite(t)
-	s, err := storage.New(t.TempDir(), st.(db.StorageStore), func(_ context.Context, pool, vol string) ([]string, error) {
+	s, err := storage.New(t.TempDir(), st.(storage.Store), func(_ context.Context, pool, vol string) ([]string, error) {
 		return used[pool+"/"+vol], nil
 	}, nil)
 	if err != nil {
@@ -169,7 +168,7 @@ func TestVolumeLargerThanFilesystemAllows(t *testing.T) {
 	if err := os.WriteFile(half, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := storage.New(stateDir, dbtest.SQLite(t).(db.StorageStore), nil, nil); err != nil {
+	if _, err := storage.New(stateDir, dbtest.SQLite(t).(storage.Store), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(half); !errors.Is(err, os.ErrNotExist) {

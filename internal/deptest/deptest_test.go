@@ -80,11 +80,15 @@ var (
 )
 
 // The layers of core/ (the services), bottom up. A package is in exactly
-// one; TestCoreLayered fails on a core package in none.
+// one; TestCoreLayered fails on a core package in none. Their rules check
+// direct imports: a path from one core package to another runs through
+// core packages, each held by its own layer's rule, or through db, the
+// adapter that imports the domains it implements (storeDomains), which
+// a service still on db must not count as its own import.
 var (
 	// coreLeaves import no other core package.
 	coreLeaves = []string{"core/cloudinit", "core/console", "core/events", "core/images", "core/listener",
-		"core/pki", "core/redact", "core/statebudget", "core/status", "core/storage"}
+		"core/membership", "core/pki", "core/redact", "core/statebudget", "core/status", "core/storage"}
 	// coreLinkHost is over core/listener only.
 	coreLinkHost = []string{"core/linkhost"}
 	// coreInstance is over the leaves; its own record package (the
@@ -100,6 +104,20 @@ var (
 	// coreTops are imported by no core package: the composition root wires them.
 	coreTops = []string{"core/agentmon", "core/cluster", "core/metrics"}
 )
+
+// storeDomains are the core packages whose types and Store interfaces db
+// implements (the adapter imports the domain, as containerd's metadata
+// imports core/containers); db may import them and nothing else of core.
+var storeDomains = []string{"core/auth", "core/images", "core/membership", "core/storage"}
+
+// backquoted returns each of rel in backquotes, as the docs name packages.
+func backquoted(rel []string) []string {
+	out := make([]string, len(rel))
+	for i, r := range rel {
+		out[i] = "`" + r + "`"
+	}
+	return out
+}
 
 // paths returns the full import paths of rel (paths in the repository);
 // with tree, each is the pattern for the package and those below it.
@@ -213,8 +231,8 @@ var rules = []rule{
 		name:        "store",
 		pkgs:        []string{mod + "/db/..."},
 		forbid:      slices.Concat(own("core", "transport", "web", "plugins", "client"), []deps{webStack, pluginStack}),
-		except:      paths(false, instanceDomain...),
-		exceptLabel: "the domain types it implements (`core/events`, `core/instance/record`)",
+		except:      paths(false, slices.Concat(instanceDomain, storeDomains)...),
+		exceptLabel: "the domain packages it implements the stores of (" + strings.Join(backquoted(slices.Concat(instanceDomain, storeDomains)), ", ") + ")",
 		reason:      "the services use the store, never the other way round: the store is tested and replaced alone; it imports only the domain packages whose store interfaces it implements (the adapter, as containerd's core/metadata)",
 	},
 	{
@@ -227,8 +245,7 @@ var rules = []rule{
 		name:   "instance services",
 		pkgs:   paths(true, instanceServices...),
 		forbid: slices.Concat(own("db"), []deps{storeStack}),
-		direct: true,
-		reason: "the instance service and those over it program against record.Store and events.EventStore; only the composition root wires db's store in (directly: core/instance still links db through core/storage until the storage side leaves db)",
+		reason: "the instance service and those over it program against record.Store and events.EventStore; only the composition root wires db's store in",
 	},
 	{
 		name:   "dashboard components",
@@ -270,18 +287,17 @@ var rules = []rule{
 		reason: "every layer, the CLI and the store included, imports the error kinds: whatever errdefs imports, every binary links",
 	},
 	{
-		name:        "core leaves",
-		pkgs:        paths(true, coreLeaves...),
-		forbid:      own("core"),
-		except:      paths(false, instanceDomain...),
-		exceptLabel: "what `db` implements (`core/events`, `core/instance/record`), linked by the leaves that still reach `db` (`core/images`, `core/storage`) until their side leaves it",
-		reason:      "the building blocks the other services compose each stand alone, tested and reused alone; an import between two is a tangle nobody planned",
+		name:   "core leaves",
+		pkgs:   paths(true, coreLeaves...),
+		forbid: own("core"),
+		reason: "the building blocks the other services compose each stand alone, tested and reused alone; an import between two is a tangle nobody planned",
 	},
 	{
 		name:   "core/linkhost",
 		pkgs:   paths(true, coreLinkHost...),
 		forbid: own("core"),
 		except: paths(false, "core/listener"),
+		direct: true,
 		reason: "the daemon's side of the guest link needs only how to listen; the agent monitor builds on it, not the other way round",
 	},
 	{
@@ -298,7 +314,26 @@ var rules = []rule{
 		forbid:      own("core"),
 		except:      paths(false, slices.Concat(coreLeaves, coreInstance)...),
 		exceptLabel: "the core leaves, `core/instance`",
+		direct:      true,
 		reason:      "auth and the guest view answer questions about instances; the cluster and the agent monitor use them, not the other way round",
+	},
+	{
+		name:   "auth, images, storage, membership stores",
+		pkgs:   paths(true, "core/auth", "core/images", "core/storage", "core/membership"),
+		forbid: slices.Concat(own("db"), []deps{storeStack, pluginStack, webStack}),
+		reason: "these domains own their types and Store interfaces and db implements them (containerd's core/containers and core/metadata): a service reaching db, gorm or a driver would test gorm's errors and be tested only on a database",
+	},
+	{
+		name:   "cluster store",
+		pkgs:   paths(true, "core/cluster"),
+		forbid: slices.Concat(own("db"), []deps{storeStack}),
+		reason: "the cluster's records and lease are core/membership's and its stored instances come through its Store, filled by the composition root",
+	},
+	{
+		name:   "services without the store",
+		pkgs:   []string{mod + "/core/..."},
+		forbid: slices.Concat(own("db"), []deps{storeStack}),
+		reason: "every service owns its types and programs against the store interfaces it declares; only the composition root (daemon/) links db, gorm and the SQL drivers, so a service is tested and reasoned about without a database engine",
 	},
 	{
 		name:   "core tops",
@@ -494,12 +529,14 @@ var breaks = []struct {
 	{"devlxd conformance", []string{mod + "/link/devlxdapi", mod + "/api", "github.com/gorilla/websocket"},
 		[]string{mod + "/link/devlxdapi", mod + "/api"}},
 	{"store", []string{mod + "/errdefs", mod + "/core/errdefs", "google.golang.org/grpc"}, []string{mod + "/core/errdefs", "google.golang.org/grpc"}},
-	{"store", []string{mod + "/core/events", mod + "/core/instance/record", mod + "/core/instance", mod + "/core/auth"},
-		[]string{mod + "/core/instance", mod + "/core/auth"}},
+	{"store", []string{mod + "/core/events", mod + "/core/instance/record", mod + "/core/instance", mod + "/core/cluster"},
+		[]string{mod + "/core/instance", mod + "/core/cluster"}},
 	{"instance domain", []string{mod + "/errdefs", mod + "/db", "gorm.io/gorm", "github.com/glebarez/go-sqlite", mod + "/dbx"},
 		[]string{mod + "/db", "gorm.io/gorm", "github.com/glebarez/go-sqlite"}},
 	{"instance services", []string{mod + "/core/instance/record", mod + "/db/dbtest", "github.com/jackc/pgx/v5", mod + "/core/events"},
 		[]string{mod + "/db/dbtest", "github.com/jackc/pgx/v5"}},
+	// The domains db implements are allowed; a service beside them is not.
+	{"store", []string{mod + "/core/storage", mod + "/core/instance/x", mod + "/core/storagex"}, []string{mod + "/core/instance/x", mod + "/core/storagex"}},
 	{"dashboard components", []string{"github.com/a-h/templ", mod + "/api", mod + "/core/instance", mod + "/db", mod + "/plugins/sdk"},
 		[]string{mod + "/core/instance", mod + "/db", mod + "/plugins/sdk"}},
 	{"dashboard components", []string{mod + "/api", mod + "/web/components", "github.com/gofiber/fiber/v2", "gorm.io/gorm"},
@@ -525,6 +562,12 @@ var breaks = []struct {
 		[]string{mod + "/core/instance/recordx", mod + "/core/guestview"}},
 	{"core over instance", []string{mod + "/core/instance", mod + "/core/pki", mod + "/core/agentmon", mod + "/core/guestview"},
 		[]string{mod + "/core/agentmon", mod + "/core/guestview"}},
+	{"auth, images, storage, membership stores", []string{mod + "/core/membership", mod + "/errdefs", mod + "/db", "gorm.io/gorm", "github.com/jackc/pgx/v5", "google.golang.org/grpc"},
+		[]string{mod + "/db", "gorm.io/gorm", "github.com/jackc/pgx/v5", "google.golang.org/grpc"}},
+	{"cluster store", []string{mod + "/core/membership", mod + "/core/instance", mod + "/db/dbtest", "modernc.org/sqlite"},
+		[]string{mod + "/db/dbtest", "modernc.org/sqlite"}},
+	{"services without the store", []string{mod + "/core/instance/record", mod + "/db", "gorm.io/gorm", "github.com/glebarez/go-sqlite", mod + "/dbx"},
+		[]string{mod + "/db", "gorm.io/gorm", "github.com/glebarez/go-sqlite"}},
 	{"core tops", []string{mod + "/core/instance", mod + "/core/cluster", mod + "/core/metrics", mod + "/core/agentmon/x"},
 		[]string{mod + "/core/cluster", mod + "/core/metrics", mod + "/core/agentmon/x"}},
 	// What a service linked before the contract left the SDK: the SDK
@@ -569,8 +612,8 @@ func TestRulesCatchViolations(t *testing.T) {
 
 // TestCheckReportsRealBreaks runs the check TestImportRules runs on rules
 // the real tree breaks: core/instance imports core/events directly, and
-// transport/adminapi links gorm through the services but does not import
-// it. Each must be reported with the package, the dependency and the
+// cmd/guestlinkd links gorm through the composition root but does not
+// import it. Each must be reported with the package, the dependency and the
 // reason, and the direct rule must not see the indirect import.
 func TestCheckReportsRealBreaks(t *testing.T) {
 	tests := []struct {
@@ -579,7 +622,7 @@ func TestCheckReportsRealBreaks(t *testing.T) {
 	}{
 		{rule{name: "probe", pkgs: []string{mod + "/core/instance"}, forbid: own("core/events"), reason: "events sit below instances, probe"},
 			mod + "/core/instance depends on " + mod + "/core/events (through its dependencies), which rule \"probe\" forbids: events sit below instances, probe"},
-		{rule{name: "probe transitive", pkgs: []string{mod + "/transport/devlxd"}, forbid: []deps{storeStack}, reason: "the store stays under the services, probe"},
+		{rule{name: "probe transitive", pkgs: []string{mod + "/cmd/guestlinkd"}, forbid: []deps{storeStack}, reason: "the store stays under the services, probe"},
 			"gorm.io/gorm (through its dependencies), which rule \"probe transitive\" forbids: the store stays under the services, probe"},
 	}
 	for _, tt := range tests {
@@ -588,8 +631,8 @@ func TestCheckReportsRealBreaks(t *testing.T) {
 			t.Errorf("rule %q on the real tree reported %q, want a message containing %q", tt.r.name, msgs, tt.want)
 		}
 	}
-	direct := rule{name: "probe direct", pkgs: []string{mod + "/transport/devlxd"}, forbid: []deps{storeStack}, direct: true, reason: "probe"}
+	direct := rule{name: "probe direct", pkgs: []string{mod + "/cmd/guestlinkd"}, forbid: []deps{storeStack}, direct: true, reason: "probe"}
 	if msgs := check(t, direct); len(msgs) != 0 {
-		t.Errorf("transport/devlxd imports no gorm package itself, yet the direct rule reported %q", msgs)
+		t.Errorf("cmd/guestlinkd imports no gorm package itself, yet the direct rule reported %q", msgs)
 	}
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/images"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/internal/hangup"
 	"github.com/guestlink/guestlink/transport/httpwrap"
 )
@@ -23,7 +22,7 @@ type ImageService interface {
 	Delete(ctx context.Context, fp string) error
 	AddAlias(ctx context.Context, name, fp, description string) error
 	DeleteAlias(ctx context.Context, name string) error
-	Aliases(ctx context.Context) ([]*db.ImageAlias, []string, error)
+	Aliases(ctx context.Context) ([]*images.Alias, error)
 	SetPublic(ctx context.Context, ref string, public bool) (*images.Image, error)
 }
 
@@ -68,9 +67,14 @@ func imageOut(im *images.Image, descriptions map[string]string) api.Image {
 	return out
 }
 
+// aliasOut is the wire form of an alias.
+func aliasOut(al *images.Alias) api.ImageAlias {
+	return api.ImageAlias{Name: al.Name, Description: al.Description, Target: al.Target}
+}
+
 // descriptions returns every alias's description by name.
 func descriptions(ctx context.Context, s ImageService) (map[string]string, error) {
-	as, _, err := s.Aliases(ctx)
+	as, err := s.Aliases(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -177,13 +181,13 @@ func (a *API) deleteImage(r *request, s ImageService) (any, error) {
 
 // listImageAliases answers GET /1.0/images/aliases.
 func (a *API) listImageAliases(r *request, s ImageService) (any, error) {
-	as, fps, err := s.Aliases(r.UserContext())
+	as, err := s.Aliases(r.UserContext())
 	if err != nil {
 		return nil, err
 	}
 	out := make([]api.ImageAlias, len(as))
 	for i, al := range as {
-		out[i] = api.ImageAlias{Name: al.Name, Description: al.Description, Target: fps[i]}
+		out[i] = aliasOut(al)
 	}
 	return out, nil
 }
@@ -213,13 +217,13 @@ func (a *API) createImageAlias(r *request, req *api.ImageAliasesPost) (any, erro
 // getImageAlias answers GET /1.0/images/aliases/{alias}.
 func (a *API) getImageAlias(r *request, s ImageService) (any, error) {
 	name := r.Param("alias")
-	as, fps, err := s.Aliases(r.UserContext())
+	as, err := s.Aliases(r.UserContext())
 	if err != nil {
 		return nil, err
 	}
-	for i, al := range as {
+	for _, al := range as {
 		if al.Name == name {
-			return api.ImageAlias{Name: al.Name, Description: al.Description, Target: fps[i]}, nil
+			return aliasOut(al), nil
 		}
 	}
 	return nil, fiber.NewError(http.StatusNotFound, "image alias "+name+" not found")

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/guestlink/guestlink/core/storage"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
 
@@ -18,7 +17,7 @@ import (
 // exact words for an unknown pool, an unknown volume or snapshot, a
 // volume created twice, and guest attachment refused.
 func TestLXDErrorTexts(t *testing.T) {
-	st, err := storage.New(t.TempDir(), dbtest.SQLite(t).(db.StorageStore), func(context.Context, string, string) ([]string, error) { return nil, nil }, nil)
+	st, err := storage.New(t.TempDir(), dbtest.SQLite(t).(storage.Store), func(context.Context, string, string) ([]string, error) { return nil, nil }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/guestlink/guestlink/core/images"
 	"github.com/guestlink/guestlink/core/images/imagetest"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
 
@@ -20,7 +19,7 @@ import (
 func TestImageExportPublicOnly(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := images.Open(dir, dbtest.SQLite(t).(db.ImageStore), nil, nil, images.Limits{})
+	st, err := images.Open(dir, dbtest.SQLite(t).(images.MetadataStore), nil, nil, images.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

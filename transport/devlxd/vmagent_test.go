@@ -17,7 +17,6 @@ import (
 	"github.com/guestlink/guestlink/agent/eventhub"
 	"github.com/guestlink/guestlink/agent/upstream"
 	"github.com/guestlink/guestlink/core/storage"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
 
@@ -118,7 +117,7 @@ func TestGuestAnswersByType(t *testing.T) {
 	const bearer = "Bearer "
 	for _, typ := range guestTypes {
 		t.Run(string(typ), func(t *testing.T) {
-			st, err := storage.New(t.TempDir(), dbtest.SQLite(t).(db.StorageStore), nil, nil)
+			st, err := storage.New(t.TempDir(), dbtest.SQLite(t).(storage.Store), nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

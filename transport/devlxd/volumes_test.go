@@ -14,7 +14,6 @@ import (
 
 	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/core/storage"
-	"github.com/guestlink/guestlink/db"
 	"github.com/guestlink/guestlink/db/dbtest"
 )
 
@@ -23,7 +22,7 @@ import (
 // a managing volumes and two identities: csi (tokA) and other (tokAB).
 func volumeEnv(t *testing.T) (*env, *storage.Service, *http.Client) {
 	t.Helper()
-	st, err := storage.New(t.TempDir(), dbtest.SQLite(t).(db.StorageStore), nil, nil)
+	st, err := storage.New(t.TempDir(), dbtest.SQLite(t).(storage.Store), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

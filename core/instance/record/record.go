@@ -13,15 +13,17 @@ package record
 
 import (
 	"context"
-	"errors"
 	"time"
+
+	"github.com/guestlink/guestlink/core/membership"
 )
 
 // ErrLeaseLost is wrapped by a Store's instance writes when this cluster
 // member's lease on its instances is gone (it was removed from the
 // cluster, or its name joined again): the write was refused and no retry
-// will succeed. Such errors also wrap errdefs.ErrUnavailable (503).
-var ErrLeaseLost = errors.New("this member's lease on its instances is gone")
+// will succeed. Such errors also wrap errdefs.ErrUnavailable (503). It is
+// membership.ErrLeaseLost: the lease is the membership's.
+var ErrLeaseLost = membership.ErrLeaseLost
 
 // Instance is one guest as stored.
 type Instance struct {

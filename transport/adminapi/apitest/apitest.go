@@ -264,7 +264,7 @@ func newAuth(t testing.TB, dir string, now func() time.Time) *auth.Service {
 		t.Fatalf("opening the auth store: %v", err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	svc, err := auth.New(auth.Config{Store: st.(db.AuthStore), Now: now})
+	svc, err := auth.New(auth.Config{Store: st.(auth.Store), Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
