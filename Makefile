@@ -109,7 +109,7 @@ depaware: ## rewrite what the CLI, the agent, the SDK and api link (internal/dep
 
 .PHONY: test
 test: deps build guest-image packages guest-image-debian cloud-init-trixie lint check-generated check-proto ## run every test (installs what it needs); fails if a test leaves a process or a change behind
-	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
+	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js test-fuzz
 
 .PHONY: test-go
 test-go: ## the Go tests of every module (no install, no checks)
@@ -123,6 +123,16 @@ RACE_PKGS := ./core/... ./daemon/... ./e2e/... ./errdefs/... ./client/... ./agen
 test-race: ## the daemon, agent, link and db packages under the race detector
 	CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
 	cd api && CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 ./...
+
+# Every fuzz target of the repository (func FuzzX in a _test.go file) for
+# FUZZTIME each, after its seed corpus (f.Add and testdata/fuzz/FuzzX/); the
+# fuzzer's cache is a temporary directory, so a run writes nothing into the
+# tree unless a target fails (its input then lands in testdata/fuzz/FuzzX/:
+# fix the bug and commit the file as a seed).
+FUZZTIME ?= 10s
+.PHONY: test-fuzz
+test-fuzz: ## each fuzz target for FUZZTIME (10s) after its seed corpus
+	@GO=$(GO) scripts/test-fuzz.sh $(FUZZTIME)
 
 .PHONY: test-js
 test-js: ## the browser tests (Chromium)
