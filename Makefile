@@ -113,7 +113,7 @@ depaware: ## rewrite what the CLI, the agent, the SDK and api link (internal/dep
 
 .PHONY: test
 test: deps build guest-image packages guest-image-debian guest-image-debian-13 cloud-init-trixie lint check-generated check-proto ## run every test (installs what it needs); fails if a test leaves a process or a change behind
-	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js
+	@scripts/check-leftovers.sh run -- $(MAKE) --no-print-directory test-go test-race test-js test-fuzz
 
 .PHONY: test-go
 test-go: ## the Go tests of every module (no install, no checks)
@@ -128,6 +128,16 @@ test-race: ## the daemon, agent, link and db packages under the race detector
 	CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 -timeout 30m $(RACE_PKGS)
 	cd api && CGO_ENABLED=1 $(GO) test -race -p 1 -count=1 ./...
 
+# Every fuzz target of the repository (func FuzzX in a _test.go file) for
+# FUZZTIME each, after its seed corpus (f.Add and testdata/fuzz/FuzzX/); the
+# fuzzer's cache is a temporary directory, so a run writes nothing into the
+# tree unless a target fails (its input then lands in testdata/fuzz/FuzzX/:
+# fix the bug and commit the file as a seed).
+FUZZTIME ?= 10s
+.PHONY: test-fuzz
+test-fuzz: ## each fuzz target for FUZZTIME (10s) after its seed corpus
+	@GO=$(GO) scripts/test-fuzz.sh $(FUZZTIME)
+
 .PHONY: test-js
 test-js: ## the browser tests (Chromium)
 	@if [ -f package.json ]; then npm test; fi
@@ -137,7 +147,7 @@ bench-fleet: build ## 10,000 fleet guests on one daemon: issue 14's scale target
 	GO=$(GO) ./scripts/bench-fleet.sh
 
 .PHONY: bench
-bench: build ## run the benchmarks named in the issues; figures go to docs/performance.md
+bench: build guest-image ## run the benchmarks named in the issues; figures go to docs/performance.md
 	@ulimit -n "$$(ulimit -Hn)"; set -e; \
 	echo "== store: durable state-change writes (SQLite)"; \
 	$(GO) test -count=1 -vet=off -run '^$$' -bench 'StateChangeWrites/sqlite' -benchtime 3s ./db; \
@@ -147,6 +157,8 @@ bench: build ## run the benchmarks named in the issues; figures go to docs/perfo
 	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'GuestLinkGet|AgentStateEvent' -benchtime 500x ./e2e; \
 	echo "== exec round trip (true) through the agent, per link type"; \
 	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'ExecRoundTrip' -benchtime 200x ./e2e; \
+	echo "== the agent over guestlink's vsock device in a QEMU guest (TCG here): GET /1.0 to the floor, MB/s, CPU per packet"; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'AgentVsock' -benchtime 1x ./e2e; \
 	echo "== 1,000 running guests: idle CPU, Ready -> instance-ready"; \
 	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./e2e; \
 	echo "== cluster of three members on PostgreSQL: forwarding, events across members, offline detection, list of 10,000"; \

@@ -14,11 +14,12 @@ import (
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/internal/testenv"
+	"github.com/guestlink/guestlink/plugins/shared/qemuvm"
 )
 
 // Budgets of the Debian guest (TCG on a loaded 2-core machine).
 const (
-	debianBootTimeout = 6 * time.Minute
+	debianBootTimeout = 10 * time.Minute
 	debianStopTimeout = 2 * time.Minute
 )
 
@@ -47,6 +48,14 @@ func debianImage(t *testing.T) string {
 // over the user NIC's forward to it, cloud-init reports no error, and a
 // stop is graceful (the agent writes STOPPED). A qemu-legacy launch of the
 // same image reaches Ready.
+//
+// The two guests split the paths: the qemu guest runs on guestlink's own
+// vsock device (qemu.vsock=user, docs/vsock.md), so the stock image's agent
+// package (udev rule, systemd unit, setup script) is checked on real
+// AF_VSOCK: link vsock, the agent's listener and connections in the
+// guest's ss --vsock, the device's counters; the qemu-legacy guest is the
+// README's VM path exactly as written (no config), on whatever link auto
+// picks.
 func TestQEMUDebian(t *testing.T) {
 	d, _ := newQEMUDaemon(t)
 	disk := debianImage(t)
@@ -107,7 +116,7 @@ ethernets:
 
 	for _, tc := range []struct {
 		plugin string
-		full   bool // ssh, cloud-init and stop checks (one VM does them)
+		full   bool // ssh, cloud-init, stop and vsock checks (one VM does them)
 	}{{"qemu", true}, {"qemu-legacy", false}} {
 		// The qemu-legacy guest is launched as the README's VM path does,
 		// through the CLI: no user-data, no memory key, no device. The
@@ -118,6 +127,16 @@ ethernets:
 			name := "deb-" + tc.plugin
 			port := freePort(t)
 			start := time.Now()
+			ready := false
+			t.Cleanup(func() { // before the daemon's cleanup: the guest is still there
+				if !ready { // waitInstance ends the parent test: t.Failed() is not set here
+					out, _, _ := d.runCLI(context.Background(), "console", name)
+					if lines := strings.Split(out, "\n"); len(lines) > 80 {
+						out = strings.Join(lines[len(lines)-80:], "\n")
+					}
+					t.Logf("%s's console, last lines:\n%s", name, out)
+				}
+			})
 			if !tc.full {
 				// qemu.cpus=2 only shortens the TCG boot.
 				out, errOut, err := d.runCLI(ctx, "launch", "debian-12", name, "--backend", tc.plugin, "-c", "qemu.cpus=2",
@@ -130,6 +149,7 @@ ethernets:
 			if tc.full {
 				config["qemu.memory"], config["user.token"], config["cloud-init.user-data"] = "1GiB", "s3cret", userData
 				config["cloud-init.network-config"] = networkConfig
+				config[qemuvm.KeyVsock] = qemuvm.VsockUser // the link on guestlink's own vsock device
 				nic := map[string]string{"type": "nic", "nictype": "user", "hwaddr": mac, "hostfwd": fmt.Sprintf("tcp::%d-%s:22", port, staticIP)}
 				_, err := d.client.Create(ctx, api.InstancesPost{Name: name, Backend: tc.plugin, Image: "debian-12", Start: true,
 					Config: config, Devices: map[string]map[string]string{"eth0": nic}})
@@ -140,6 +160,7 @@ ethernets:
 			inst := d.waitInstance(ctx, name, "Ready", debianBootTimeout, func(i *api.Instance) bool {
 				return i.StatusCode == int(status.Ready)
 			})
+			ready = true
 			t.Logf("%s: Ready %v after launch (accel %s)", name, time.Since(start).Round(time.Millisecond), inst.Details["accel"])
 			steps, tl := timelineSteps(ctx, t, d, name, "agent", []string{api.AgentStarted, api.AgentConnected}, qemuOpTimeout)
 			if !inOrder(steps, []string{api.AgentStarted, api.AgentConnected}) {
@@ -156,7 +177,13 @@ ethernets:
 			if fi, err := os.Stat(filepath.Join(filepath.Dir(inst.Details["console_log"]), "root.qcow2")); err == nil {
 				t.Logf("%s: overlay %d bytes once Ready", name, fi.Size())
 			}
+			if tc.full && (inst.Link != "vsock" || inst.Details["link"] != "vsock" || inst.Details["vsock"] != qemuvm.VsockUser) {
+				t.Errorf("instance link %q, details %v; want vsock through the user device", inst.Link, inst.Details)
+			}
 			if !tc.full {
+				if inst.Details["vsock"] == qemuvm.VsockUser {
+					t.Errorf("the README's path (no config) runs on the user vsock device: details %v", inst.Details)
+				}
 				if got := inst.Config["limits.memory"]; got != "1GiB" {
 					t.Errorf("limits.memory %q, want the image's requirements.memory 1GiB", got)
 				}
@@ -210,6 +237,7 @@ ethernets:
 			if got := ssh("readlink /dev/virtio-ports/com.canonical.lxd"); !strings.HasPrefix(got, "../vport") {
 				t.Errorf("udev link of com.canonical.lxd: %q", got)
 			}
+			checkDebianVsock(ctx, t, d, name, ssh)
 			var result struct {
 				V1 struct {
 					Datasource string   `json:"datasource"`
@@ -235,9 +263,50 @@ ethernets:
 			if steps, tl := timelineSteps(ctx, t, d, name, "agent", []string{api.AgentStopped}, qemuOpTimeout); !inOrder(steps, []string{api.AgentStopped}) {
 				t.Errorf("no graceful agent stop (ring STOPPED) in the timeline: %v (%+v)", steps, tl)
 			}
+			conns, bytesFrom, log := vsockdCounters(ctx, t, filepath.Dir(inst.Details["console_log"]))
+			// At least the agent's link to the daemon, the daemon's
+			// advertisement and the exec checks' connections.
+			if conns < 3 || bytesFrom == 0 {
+				t.Errorf("the vsock device carried %d connections, %d bytes from the guest; want the agent's traffic:\n%s", conns, bytesFrom, log)
+			}
+			t.Logf("%s: vsock device: %s", name, log)
 			if err := d.client.Delete(ctx, name, false); err != nil {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// checkDebianVsock checks, in a Debian guest on qemu.vsock=user, that the
+// agent package chose the vsock link, that the kernel's virtio vsock
+// transport was loaded from the image's modules, that the agent started
+// once (no restart waiting for the transport), and that AF_VSOCK carries
+// the link: ss --vsock, run through the agent's exec (itself a connection
+// over the link), shows the agent listening on 8443 and a connection of
+// that port to the host (CID 2).
+func checkDebianVsock(ctx context.Context, t *testing.T, d *daemonProc, name string, ssh func(string) string) {
+	t.Helper()
+	if got := ssh("cat /run/guestlink-agent/link"); got != "vsock" {
+		t.Errorf("the agent's link (from guestlink.link= on the kernel command line): %q, want vsock", got)
+	}
+	if got := ssh("test -d /sys/module/vmw_vsock_virtio_transport && test -c /dev/vsock && echo loaded"); got != "loaded" {
+		t.Errorf("vmw_vsock_virtio_transport not loaded or no /dev/vsock: %q (lsmod: %s)", got, ssh("lsmod | grep vsock || true"))
+	}
+	if got := ssh("systemctl show -P NRestarts guestlink-agent"); got != "0" {
+		t.Errorf("guestlink-agent restarted %s times (journal: %s)", got, ssh("sudo journalctl -b -u guestlink-agent --no-pager | tail -n 20"))
+	}
+	out := d.cli(ctx, "exec", name, "--", "ss", "--vsock", "-a", "-n", "-H")
+	var listening, toHost bool
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		local, peer := f[4], f[5]
+		listening = listening || (f[1] == "LISTEN" && strings.HasSuffix(local, ":8443"))
+		toHost = toHost || (f[1] == "ESTAB" && strings.HasSuffix(local, ":8443") && strings.HasPrefix(peer, "2:"))
+	}
+	if !listening || !toHost {
+		t.Errorf("ss --vsock in the guest: agent listening on 8443 %v, a connection of 8443 to CID 2 %v; want both:\n%s", listening, toHost, out)
 	}
 }

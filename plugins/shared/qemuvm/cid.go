@@ -44,6 +44,9 @@ func (r *CIDReservation) Close() error { return r.File.Close() }
 // one, picking another on EADDRINUSE.
 func ReserveCID(dev string, preferred uint32) (*CIDReservation, error) {
 	f, err := os.OpenFile(dev, os.O_RDWR|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("reserving vsock CID: %w (the kernel's vhost-vsock: modprobe vhost_vsock, or %s=%s for guestlink's own device)", err, KeyVsock, VsockUser)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reserving vsock CID: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -67,30 +68,54 @@ func TestPickCID(t *testing.T) {
 	})
 }
 
-// TestReserveCIDRequiresDevice runs the real ioctl when the machine has
-// /dev/vhost-vsock, and checks the error otherwise.
-func TestReserveCIDRequiresDevice(t *testing.T) {
-	if _, err := os.Stat(VhostVsockDevice); err != nil {
-		if _, err := ReserveCID(filepath.Join(t.TempDir(), "none"), 0); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("ReserveCID without device: %v, want ErrNotExist", err)
+// TestReserveCID reserves a CID through the real device when the machine
+// has /dev/vhost-vsock; either way it checks the errors of a device that
+// is missing (the message names the path and the two ways out) and of a
+// file that is not the device (the real ioctl, refused with ENOTTY).
+func TestReserveCID(t *testing.T) {
+	t.Run("missing device", func(t *testing.T) {
+		dev := filepath.Join(t.TempDir(), "vhost-vsock")
+		_, err := ReserveCID(dev, 0)
+		if !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("ReserveCID(%s): %v, want ErrNotExist", dev, err)
 		}
-		// A kernel device no package provides: a plain skip even with CI=true.
-		t.Skipf("no %s on this machine: the ioctl itself is not exercised", VhostVsockDevice)
-	}
-	r, err := ReserveCID(VhostVsockDevice, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if r.CID < MinGuestCID {
-		t.Fatalf("reserved CID %d", r.CID)
-	}
-	r2, err := ReserveCID(VhostVsockDevice, r.CID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r2.Close()
-	if r2.CID == r.CID {
-		t.Fatal("a reserved CID was handed out twice")
-	}
+		for _, want := range []string{dev, "modprobe vhost_vsock", KeyVsock + "=" + VsockUser} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("ReserveCID(%s): %q lacks %q", dev, err, want)
+			}
+		}
+	})
+	t.Run("not the device", func(t *testing.T) {
+		_, err := ReserveCID(os.DevNull, 42)
+		if !errors.Is(err, syscall.ENOTTY) || !strings.Contains(err.Error(), "setting guest CID 42") {
+			t.Fatalf("ReserveCID(%s): %v, want the ioctl's ENOTTY for CID 42", os.DevNull, err)
+		}
+	})
+	t.Run(VhostVsockDevice, func(t *testing.T) {
+		if _, err := os.Stat(VhostVsockDevice); err != nil {
+			// The error a start with qemu.vsock=kernel would meet here.
+			_, err := ReserveCID(VhostVsockDevice, 0)
+			if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), VhostVsockDevice) {
+				t.Fatalf("ReserveCID without %s: %v", VhostVsockDevice, err)
+			}
+			t.Logf("no %s on this machine: checked its error, %v", VhostVsockDevice, err)
+			return
+		}
+		r, err := ReserveCID(VhostVsockDevice, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if r.CID < MinGuestCID {
+			t.Fatalf("reserved CID %d", r.CID)
+		}
+		r2, err := ReserveCID(VhostVsockDevice, r.CID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r2.Close()
+		if r2.CID == r.CID {
+			t.Fatal("a reserved CID was handed out twice")
+		}
+	})
 }
