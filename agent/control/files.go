@@ -10,6 +10,7 @@ import (
 
 	"github.com/guestlink/guestlink/agent/features"
 	"github.com/guestlink/guestlink/agent/files"
+	"github.com/guestlink/guestlink/api"
 )
 
 // LXD's file headers (GET answers them, POST reads them).
@@ -151,19 +152,9 @@ func ParseWriteHeaders(h http.Header) (files.WriteOptions, error) {
 		*id.dst = int(n)
 	}
 	if v := h.Get(HeaderMode); v != "" {
-		n, err := strconv.ParseUint(v, 8, 32)
-		if err != nil || n > 0o7777 {
-			return opts, fmt.Errorf("%w: %s %q: want an octal mode up to 07777", files.ErrBadPath, HeaderMode, v)
-		}
-		m := fs.FileMode(n & 0o777)
-		if n&0o4000 != 0 {
-			m |= fs.ModeSetuid
-		}
-		if n&0o2000 != 0 {
-			m |= fs.ModeSetgid
-		}
-		if n&0o1000 != 0 {
-			m |= fs.ModeSticky
+		m, err := api.ParseFileMode(v)
+		if err != nil {
+			return opts, fmt.Errorf("%w: %s: %w", files.ErrBadPath, HeaderMode, err)
 		}
 		opts.Mode = &m
 	}
