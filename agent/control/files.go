@@ -100,7 +100,7 @@ func (h *Handler) getFile(w http.ResponseWriter, p string) {
 	hd := w.Header()
 	hd.Set(HeaderUID, strconv.Itoa(e.UID))
 	hd.Set(HeaderGID, strconv.Itoa(e.GID))
-	hd.Set(HeaderMode, fmt.Sprintf("%04o", uint32(e.Mode.Perm())|modeBits(e.Mode)))
+	hd.Set(HeaderMode, api.FormatFileMode(e.Mode))
 	hd.Set(HeaderType, e.Type)
 	switch e.Type {
 	case files.TypeDirectory:
@@ -115,22 +115,6 @@ func (h *Handler) getFile(w http.ResponseWriter, p string) {
 		hd.Set("Content-Length", strconv.FormatInt(e.Size, 10))
 		_, _ = io.Copy(w, io.LimitReader(e.File, e.Size))
 	}
-}
-
-// modeBits returns setuid, setgid and sticky as the octal digit above the
-// permission bits.
-func modeBits(m fs.FileMode) uint32 {
-	var b uint32
-	if m&fs.ModeSetuid != 0 {
-		b |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		b |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		b |= 0o1000
-	}
-	return b
 }
 
 // ParseWriteHeaders reads a POST's X-LXD-uid, -gid (-1 or absent: left as
