@@ -28,6 +28,7 @@ import (
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/listener"
 	"github.com/guestlink/guestlink/core/metrics"
+	"github.com/guestlink/guestlink/core/oomwatch"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/pluginhost"
 	"github.com/guestlink/guestlink/core/statebudget"
@@ -110,6 +111,7 @@ type Daemon struct {
 	links   *linkhost.Host
 	devlxd  *devlxd.Server
 	monitor *agentmon.Service
+	oom     *oomwatch.Watcher // the consoles' OOM kills (OutOfMemory)
 	storage *storage.Service
 	api     *adminapi.API
 	metrics *metrics.Metrics
@@ -287,6 +289,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	late.m = mgr
 	d.storage.SetUsedBy(volumeUsers(mgr))
 	hooks.set(d.monitor)
+	d.oom = oomwatch.New(oomwatch.Config{Reporter: mgr, Logger: d.log.With("component", "oomwatch")})
+	hooks.oom = d.oom
 	if err := d.metrics.Start(); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
@@ -437,6 +441,9 @@ func (d *Daemon) close(ctx context.Context) {
 	if d.monitor != nil {
 		step("agent_monitors", func() { d.monitor.Close() })
 	}
+	if d.oom != nil {
+		step("oom_watches", d.oom.Close)
+	}
 	if d.devlxd != nil {
 		step("devlxd", func() { _ = d.devlxd.Shutdown(ctx) })
 	}
@@ -465,20 +472,28 @@ func (d *Daemon) close(ctx context.Context) {
 // line names it.
 const slowCloseStep = 100 * time.Millisecond
 
-// lateHooks forwards to hooks set after the manager was built.
+// lateHooks forwards to hooks set after the manager was built, and tells
+// the OOM watcher of guests that run and stop.
 type lateHooks struct {
-	h instance.Hooks
+	h   instance.Hooks
+	oom *oomwatch.Watcher
 }
 
 func (l *lateHooks) set(h instance.Hooks) { l.h = h }
 
 func (l *lateHooks) GuestRunning(inst *instance.Instance, ep *sdk.LinkEndpoint) {
+	if l.oom != nil {
+		l.oom.GuestRunning(inst)
+	}
 	if l.h != nil {
 		l.h.GuestRunning(inst, ep)
 	}
 }
 
 func (l *lateHooks) GuestStopped(inst *instance.Instance) {
+	if l.oom != nil {
+		l.oom.GuestStopped(inst)
+	}
 	if l.h != nil {
 		l.h.GuestStopped(inst)
 	}
@@ -503,6 +518,9 @@ func (l *lateHooks) ConfigChanged(inst *instance.Instance, changes []instance.Co
 }
 
 func (l *lateHooks) InstanceDeleted(inst *instance.Instance) {
+	if l.oom != nil {
+		l.oom.InstanceDeleted(inst)
+	}
 	if dh, ok := l.h.(instance.DeleteHooks); ok {
 		dh.InstanceDeleted(inst)
 	}

@@ -34,6 +34,9 @@ type OOMKill struct {
 	PID     int
 	Time    time.Time // when the daemon learned of it
 	Source  string    // OOMSourceConsole or OOMSourceAgent
+	// Count > 1 says the report carries that many kills, this one the
+	// last (a console that showed several between two reports).
+	Count int
 }
 
 // oomState is what the daemon knows of this boot's OOM kills.
@@ -50,10 +53,11 @@ func (o oomState) kills() uint64 { return max(uint64(o.seen), o.counter) }
 // ReportOOMKill records that the kernel of the running instance with the
 // given uuid killed a process for want of memory (a console line). The
 // instance gets (or keeps) the OutOfMemory condition with the kill's
-// process and time, and InstanceOOMKill is published. An instance that
+// process and time, and InstanceOOMKill is published (one event for a
+// report of k.Count kills). An instance that
 // does not run is errdefs.ErrConflict.
 func (m *Manager) ReportOOMKill(ctx context.Context, uuid string, k OOMKill) error {
-	return m.reportOOM(ctx, uuid, k, func(o *oomState) bool { o.seen++; return true })
+	return m.reportOOM(ctx, uuid, k, func(o *oomState) bool { o.seen += max(k.Count, 1); return true })
 }
 
 // ReportOOMCounter records the guest's oom_kill counter (/proc/vmstat) as
