@@ -558,10 +558,15 @@ func (l *lateInstances) GuestThrottled(ctx context.Context, uuid, budget, detail
 	return l.m.GuestThrottled(ctx, uuid, budget, detail)
 }
 
+func (l *lateInstances) ReportOOMCounter(ctx context.Context, uuid string, counter uint64) error {
+	return l.m.ReportOOMCounter(ctx, uuid, counter)
+}
+
 var (
 	_ agentmon.Instances         = (*lateInstances)(nil)
 	_ agentmon.Throttles         = (*lateInstances)(nil)
 	_ agentmon.HeartbeatRecorder = (*lateInstances)(nil)
+	_ agentmon.OOMReporter       = (*lateInstances)(nil)
 )
 
 func levelOf(l slog.Level) hclog.Level {
