@@ -26,6 +26,10 @@ type GuestState struct {
 	// Hostname is the guest's host name, Kernel its kernel release.
 	Hostname string `json:"hostname"`
 	Kernel   string `json:"kernel"`
+	// OOMKills is the guest kernel's oom_kill counter (/proc/vmstat): the
+	// processes it killed for want of memory this boot. A guestlink
+	// extension; absent for a simulated guest (its /proc is its host's).
+	OOMKills uint64 `json:"oom_kills,omitempty"`
 }
 
 // GuestNetwork is one interface of a guest (LXD's InstanceStateNetwork).

@@ -111,36 +111,16 @@ func (c *Client) PushFile(ctx context.Context, name, path string, body io.Reader
 	return nil
 }
 
-// FormatMode writes a mode as LXD's X-LXD-mode: four octal digits.
-func FormatMode(m fs.FileMode) string {
-	n := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		n |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		n |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		n |= 0o1000
-	}
-	return fmt.Sprintf("%04o", n)
-}
+// FormatMode writes a mode as LXD's X-LXD-mode: four octal digits
+// (api.FormatFileMode).
+func FormatMode(m fs.FileMode) string { return api.FormatFileMode(m) }
 
-// ParseMode reads an octal mode (up to 07777) as FormatMode writes it.
+// ParseMode reads an octal mode (up to 07777) as FormatMode writes it; its
+// error is errdefs.ErrInvalid.
 func ParseMode(s string) (fs.FileMode, error) {
-	n, err := strconv.ParseUint(s, 8, 32)
-	if err != nil || n > 0o7777 {
-		return 0, fmt.Errorf("invalid mode %q: want octal, up to 07777: %w", s, errdefs.ErrInvalid)
-	}
-	m := fs.FileMode(n & 0o777)
-	if n&0o4000 != 0 {
-		m |= fs.ModeSetuid
-	}
-	if n&0o2000 != 0 {
-		m |= fs.ModeSetgid
-	}
-	if n&0o1000 != 0 {
-		m |= fs.ModeSticky
+	m, err := api.ParseFileMode(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid %w: %w", err, errdefs.ErrInvalid)
 	}
 	return m, nil
 }

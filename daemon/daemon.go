@@ -28,6 +28,7 @@ import (
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/listener"
 	"github.com/guestlink/guestlink/core/metrics"
+	"github.com/guestlink/guestlink/core/oomwatch"
 	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/core/storage"
@@ -110,6 +111,7 @@ type Daemon struct {
 	links   *linkhost.Host
 	devlxd  *devlxd.Server
 	monitor *agentmon.Service
+	oom     *oomwatch.Watcher // the consoles' OOM kills (OutOfMemory)
 	storage *storage.Service
 	api     *adminapi.API
 	metrics *metrics.Metrics
@@ -289,6 +291,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	late.m = mgr
 	d.storage.SetUsedBy(volumeUsers(mgr))
 	hooks.set(d.monitor)
+	d.oom = oomwatch.New(oomwatch.Config{Reporter: mgr, Logger: d.log.With("component", "oomwatch")})
+	hooks.oom = d.oom
 	if err := d.metrics.Start(); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
@@ -439,6 +443,9 @@ func (d *Daemon) close(ctx context.Context) {
 	if d.monitor != nil {
 		step("agent_monitors", func() { d.monitor.Close() })
 	}
+	if d.oom != nil {
+		step("oom_watches", d.oom.Close)
+	}
 	if d.devlxd != nil {
 		step("devlxd", func() { _ = d.devlxd.Shutdown(ctx) })
 	}
@@ -467,20 +474,28 @@ func (d *Daemon) close(ctx context.Context) {
 // line names it.
 const slowCloseStep = 100 * time.Millisecond
 
-// lateHooks forwards to hooks set after the manager was built.
+// lateHooks forwards to hooks set after the manager was built, and tells
+// the OOM watcher of guests that run and stop.
 type lateHooks struct {
-	h instance.Hooks
+	h   instance.Hooks
+	oom *oomwatch.Watcher
 }
 
 func (l *lateHooks) set(h instance.Hooks) { l.h = h }
 
 func (l *lateHooks) GuestRunning(inst *instance.Instance, ep *sdk.LinkEndpoint) {
+	if l.oom != nil {
+		l.oom.GuestRunning(inst)
+	}
 	if l.h != nil {
 		l.h.GuestRunning(inst, ep)
 	}
 }
 
 func (l *lateHooks) GuestStopped(inst *instance.Instance) {
+	if l.oom != nil {
+		l.oom.GuestStopped(inst)
+	}
 	if l.h != nil {
 		l.h.GuestStopped(inst)
 	}
@@ -505,6 +520,9 @@ func (l *lateHooks) ConfigChanged(inst *instance.Instance, changes []instance.Co
 }
 
 func (l *lateHooks) InstanceDeleted(inst *instance.Instance) {
+	if l.oom != nil {
+		l.oom.InstanceDeleted(inst)
+	}
 	if dh, ok := l.h.(instance.DeleteHooks); ok {
 		dh.InstanceDeleted(inst)
 	}
@@ -542,10 +560,15 @@ func (l *lateInstances) GuestThrottled(ctx context.Context, uuid, budget, detail
 	return l.m.GuestThrottled(ctx, uuid, budget, detail)
 }
 
+func (l *lateInstances) ReportOOMCounter(ctx context.Context, uuid string, counter uint64) error {
+	return l.m.ReportOOMCounter(ctx, uuid, counter)
+}
+
 var (
 	_ agentmon.Instances         = (*lateInstances)(nil)
 	_ agentmon.Throttles         = (*lateInstances)(nil)
 	_ agentmon.HeartbeatRecorder = (*lateInstances)(nil)
+	_ agentmon.OOMReporter       = (*lateInstances)(nil)
 )
 
 func levelOf(l slog.Level) hclog.Level {

@@ -103,6 +103,9 @@ func TestHostPackage(t *testing.T) {
 		{"usr/lib/guestlink/plugins/qemu", 0o755, nil},
 		{"usr/lib/guestlink/plugins/qemu-legacy", 0o755, nil},
 		{"usr/lib/guestlink/plugins/fleet", 0o755, nil},
+		// sdk.AgentPath's default for /usr/lib/guestlink/plugins/sim: the
+		// sim's guests have an agent on a packaged host too.
+		{"usr/lib/guestlink/guestlink-agent", 0o755, nil},
 		{"usr/lib/guestlink/plugins/SHA256SUMS", 0o644, []string{"  fleet\n", "  qemu\n", "  qemu-legacy\n", "  sim\n"}},
 		{"usr/lib/systemd/system/guestlinkd.service", 0o644, []string{"Type=notify", "Group=guestlink", "KillMode=process",
 			"--state-dir /var/lib/guestlink --plugin-dir /usr/lib/guestlink/plugins --config /etc/guestlink/guestlinkd.yaml $GUESTLINKD_OPTS", "EnvironmentFile=-/etc/default/guestlinkd"}},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/guestlink/guestlink/agent/features"
 	"github.com/guestlink/guestlink/agent/files"
+	"github.com/guestlink/guestlink/api"
 )
 
 // LXD's file headers (GET answers them, POST reads them).
@@ -99,7 +100,7 @@ func (h *Handler) getFile(w http.ResponseWriter, p string) {
 	hd := w.Header()
 	hd.Set(HeaderUID, strconv.Itoa(e.UID))
 	hd.Set(HeaderGID, strconv.Itoa(e.GID))
-	hd.Set(HeaderMode, fmt.Sprintf("%04o", uint32(e.Mode.Perm())|modeBits(e.Mode)))
+	hd.Set(HeaderMode, api.FormatFileMode(e.Mode))
 	hd.Set(HeaderType, e.Type)
 	switch e.Type {
 	case files.TypeDirectory:
@@ -114,22 +115,6 @@ func (h *Handler) getFile(w http.ResponseWriter, p string) {
 		hd.Set("Content-Length", strconv.FormatInt(e.Size, 10))
 		_, _ = io.Copy(w, io.LimitReader(e.File, e.Size))
 	}
-}
-
-// modeBits returns setuid, setgid and sticky as the octal digit above the
-// permission bits.
-func modeBits(m fs.FileMode) uint32 {
-	var b uint32
-	if m&fs.ModeSetuid != 0 {
-		b |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		b |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		b |= 0o1000
-	}
-	return b
 }
 
 // ParseWriteHeaders reads a POST's X-LXD-uid, -gid (-1 or absent: left as
@@ -151,19 +136,9 @@ func ParseWriteHeaders(h http.Header) (files.WriteOptions, error) {
 		*id.dst = int(n)
 	}
 	if v := h.Get(HeaderMode); v != "" {
-		n, err := strconv.ParseUint(v, 8, 32)
-		if err != nil || n > 0o7777 {
-			return opts, fmt.Errorf("%w: %s %q: want an octal mode up to 07777", files.ErrBadPath, HeaderMode, v)
-		}
-		m := fs.FileMode(n & 0o777)
-		if n&0o4000 != 0 {
-			m |= fs.ModeSetuid
-		}
-		if n&0o2000 != 0 {
-			m |= fs.ModeSetgid
-		}
-		if n&0o1000 != 0 {
-			m |= fs.ModeSticky
+		m, err := api.ParseFileMode(v)
+		if err != nil {
+			return opts, fmt.Errorf("%w: %s: %w", files.ErrBadPath, HeaderMode, err)
 		}
 		opts.Mode = &m
 	}

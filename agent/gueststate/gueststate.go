@@ -51,7 +51,30 @@ func (c *Collector) Collect() (*api.GuestState, error) {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		st.Kernel = strings.TrimSpace(string(b))
 	}
+	if c.root() == "/" {
+		// Only a VM's /proc is its own: a simulated guest would report
+		// its host's kills.
+		st.OOMKills = oomKills("/proc/vmstat")
+	}
 	return st, nil
+}
+
+// oomKills reads the oom_kill counter of a vmstat file (Linux 4.13 and
+// later; 0 without one).
+func oomKills(path string) uint64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 func (c *Collector) root() string {

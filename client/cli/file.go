@@ -46,7 +46,8 @@ PATH is the file written; otherwise each SRC goes into the directory PATH
 under its own name. -p creates PATH's missing parent directories, -r copies
 directories recursively (symlinks as symlinks). --uid, --gid and --mode set
 the owner and mode of what is written; without --mode a file keeps its
-local mode.`,
+local mode. On a terminal, a file of 1 MiB or more shows its progress
+(bytes, rate) on standard error while it is copied.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, dst, err := client.SplitInstancePath(args[len(args)-1])
@@ -185,7 +186,9 @@ func (p *pusher) push(src, target string, recursive bool) error {
 			m := fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 			args.Mode = &m
 		}
-		return p.s.client.PushFile(ctx, p.name, target, f, fi.Size(), args)
+		tr := newTransfer(p.cmd.ErrOrStderr(), drawTransfers(p.cmd), fi.Size(), "push "+filepath.Base(src))
+		defer tr.done()
+		return p.s.client.PushFile(ctx, p.name, target, tr.reader(f), fi.Size(), args)
 	}
 	return fmt.Errorf("pushing %s: not a regular file, directory or symlink: %w", src, errdefs.ErrInvalid)
 }
@@ -197,7 +200,9 @@ func (s *session) filePullCommand() *cobra.Command {
 		Short: "Copy files out of a guest",
 		Long: `Copy files out of a guest into DST: a local file, an existing directory
 (each PATH goes in under its own name) or "-" for standard output. -r copies
-directories recursively (symlinks as symlinks).`,
+directories recursively (symlinks as symlinks). On a terminal, a file of
+1 MiB or more (or of unknown size) pulled into a local file shows its
+progress (bytes, rate) on standard error.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dst := args[len(args)-1]
@@ -247,7 +252,10 @@ func (s *session) pull(cmd *cobra.Command, name, p, target string, recursive boo
 		if err != nil {
 			return fmt.Errorf("pulling %q from instance %q: %w", p, name, err)
 		}
-		if _, err := io.Copy(out, f.Body); err != nil {
+		tr := newTransfer(cmd.ErrOrStderr(), drawTransfers(cmd), f.Size, "pull "+path.Base(p))
+		_, err = io.Copy(tr.writer(out), f.Body)
+		tr.done()
+		if err != nil {
 			out.Close()
 			return fmt.Errorf("pulling %q from instance %q into %s: %w", p, name, target, err)
 		}

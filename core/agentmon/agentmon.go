@@ -46,6 +46,13 @@ type Instances interface {
 	Runtime(ctx context.Context, uuid string) (contract.Backend, contract.Handle, error)
 }
 
+// OOMReporter is an optional interface of Instances (*instance.Manager
+// implements it): ReportOOMCounter records the guest's oom_kill counter
+// that came with its state (the OutOfMemory condition).
+type OOMReporter interface {
+	ReportOOMCounter(ctx context.Context, uuid string, counter uint64) error
+}
+
 // HeartbeatRecorder is an optional interface of Instances (*instance.Manager
 // implements it): RecordHeartbeat records the heartbeat of an agent whose
 // state is unchanged, without a context, and reports false when the call

@@ -109,6 +109,23 @@ type fakeInstances struct {
 	insts  map[string]*instance.Instance
 	rings  map[string]*fakeRing
 	states map[string][]stateCall
+	ooms   map[string][]uint64 // ReportOOMCounter's calls
+}
+
+func (f *fakeInstances) ReportOOMCounter(_ context.Context, uuid string, counter uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ooms == nil {
+		f.ooms = map[string][]uint64{}
+	}
+	f.ooms[uuid] = append(f.ooms[uuid], counter)
+	return nil
+}
+
+func (f *fakeInstances) oomCalls(uuid string) []uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ooms[uuid]
 }
 
 func (f *fakeInstances) Get(_ context.Context, name string) (*instance.Instance, error) {
@@ -194,6 +211,7 @@ type fakeAgent struct {
 	// stateGets counts those requests (guest_test.go).
 	stall     chan struct{}
 	stateGets int
+	oomKills  uint64 // the state's oom_kills
 }
 
 func (a *fakeAgent) puts() []*advert.Advertisement {
@@ -245,13 +263,13 @@ func startFakeAgent(t *testing.T, vmmSock string, certs *pki.InstanceCerts) *fak
 	mux.HandleFunc("GET /1.0/state", func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		a.stateGets++
-		n, stall := a.stateGets, a.stall
+		n, stall, ooms := a.stateGets, a.stall, a.oomKills
 		a.mu.Unlock()
 		if stall != nil {
 			<-stall
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = fmt.Fprintf(w, `{"type":"sync","status":"Success","status_code":200,"metadata":{"hostname":"fake-%d","network":{"eth0":{"addresses":[{"family":"inet","address":"10.0.2.15","netmask":"24","scope":"global"}]}}}}`, n)
+		_, _ = fmt.Fprintf(w, `{"type":"sync","status":"Success","status_code":200,"metadata":{"hostname":"fake-%d","network":{"eth0":{"addresses":[{"family":"inet","address":"10.0.2.15","netmask":"24","scope":"global"}]}},"oom_kills":%d}}`, n, ooms)
 	})
 	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{
 		Certificates: []tls.Certificate{certs.Agent.TLS},

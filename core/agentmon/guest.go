@@ -178,6 +178,11 @@ func (m *monitor) fetchGuest(ctx context.Context) api.GuestInfo {
 	}
 	now := m.svc.cfg.Now()
 	info.State, info.UpdatedAt = &st, &now
+	if r, ok := m.svc.cfg.Instances.(OOMReporter); ok && st.OOMKills > 0 {
+		if err := r.ReportOOMCounter(ctx, m.uuid, st.OOMKills); err != nil {
+			m.svc.cfg.Logger.Warn("agentmon: reporting the guest's OOM kills", "instance", m.name, "err", err)
+		}
+	}
 	return info
 }
 

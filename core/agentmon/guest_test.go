@@ -70,3 +70,31 @@ func TestGuestReport(t *testing.T) {
 		t.Errorf("%d GET /1.0/state, want 2 (the cache served the rest)", gets)
 	}
 }
+
+// TestGuestReportOOMKills: a state with the guest's oom_kill counter is
+// reported to the instance service (ReportOOMCounter); one without (0, a
+// guest with no kill or a simulated one) is not.
+func TestGuestReportOOMKills(t *testing.T) {
+	e := newEnv(t, nil)
+	g := e.guest("vm1")
+	ctx := context.Background()
+	e.svc.GuestRunning(g.inst, g.ep)
+	e.feed(g, "CONNECTED\n")
+	e.waitState(g, instance.AgentConnected)
+	if info, ok := e.svc.Guest(ctx, g.inst.UUID, 30*time.Second); !ok || info.State == nil {
+		t.Fatalf("first report: %+v %v", info, ok)
+	}
+	if calls := e.insts.oomCalls(g.inst.UUID); len(calls) != 0 {
+		t.Fatalf("a state without oom_kills reported %v", calls)
+	}
+	g.agent.mu.Lock()
+	g.agent.oomKills = 3
+	g.agent.mu.Unlock()
+	e.clock.advance(GuestStateTTL)
+	if info, ok := e.svc.Guest(ctx, g.inst.UUID, 30*time.Second); !ok || info.State == nil || info.State.OOMKills != 3 {
+		t.Fatalf("second report: %+v %v", info, ok)
+	}
+	if calls := e.insts.oomCalls(g.inst.UUID); len(calls) != 1 || calls[0] != 3 {
+		t.Fatalf("ReportOOMCounter calls %v, want [3]", calls)
+	}
+}

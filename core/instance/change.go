@@ -48,6 +48,7 @@ func (c *change) setReadyFalse(cause, detail string) bool {
 	}
 	c.rt.readyAt = nil
 	c.rt.declared = Declaration{}
+	c.rt.oom = oomState{} // the boot ended: its kills with it
 	if was {
 		c.note(kindReady, "true", "false", cause, detail)
 	}

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/guestlink/guestlink/api"
@@ -75,6 +76,9 @@ type Declaration struct {
 func deriveConditions(rec *record.Instance, rt *runtime, prev []Condition, def time.Time) []Condition {
 	running := rec.PowerState == status.PowerRunning
 	conds := []Condition{agentCondition(running, rt), readyCondition(rec, running, rt), degradedCondition(running, rt)}
+	if c, ok := oomCondition(running, rt); ok {
+		conds = append(conds, c)
+	}
 	for i := range conds {
 		conds[i].LastTransitionTime = def
 		for _, p := range prev {
@@ -175,10 +179,9 @@ func (c *change) updateConditions(prev []Condition) {
 	c.rt.conds = deriveConditions(c.rec, &c.rt, prev, c.now)
 	var changed []Condition
 	for _, n := range c.rt.conds {
-		for _, p := range prev {
-			if p.Type == n.Type && (p.Status != n.Status || p.Reason != n.Reason) {
-				changed = append(changed, n)
-			}
+		i := slices.IndexFunc(prev, func(p Condition) bool { return p.Type == n.Type })
+		if i < 0 || prev[i].Status != n.Status || prev[i].Reason != n.Reason {
+			changed = append(changed, n) // a new one (OutOfMemory) too
 		}
 	}
 	if len(changed) == 0 || (c.quiet && len(c.events) == 0) {

@@ -183,6 +183,7 @@ type runtime struct {
 	declared      Declaration // the guest's last PATCH /1.0 this boot
 	readyTimedOut bool        // readiness.timeout passed this boot without Ready
 	conds         []Condition // derived by every change (conditions.go); nil until the first
+	oom           oomState    // this boot's OOM kills (oom.go)
 
 	// unrecovered reports that the daemon has not yet recovered the
 	// guest since it started (Load .. RecoverAll): the view's status is

@@ -88,7 +88,7 @@ var (
 var (
 	// coreLeaves import no other core package.
 	coreLeaves = []string{"core/cloudinit", "core/console", "core/events", "core/images", "core/listener",
-		"core/membership", "core/pki", "core/redact", "core/statebudget", "core/status", "core/storage"}
+		"core/membership", "core/oomkill", "core/pki", "core/redact", "core/statebudget", "core/status", "core/storage"}
 	// coreLinkHost is over core/listener only.
 	coreLinkHost = []string{"core/linkhost"}
 	// coreInstance is over the leaves; its own record package (the
@@ -102,7 +102,7 @@ var (
 	// coreOverInstance are over core/instance and the leaves.
 	coreOverInstance = []string{"core/auth", "core/guestview"}
 	// coreTops are imported by no core package: the composition root wires them.
-	coreTops = []string{"core/agentmon", "core/cluster", "core/metrics"}
+	coreTops = []string{"core/agentmon", "core/cluster", "core/metrics", "core/oomwatch"}
 )
 
 // storeDomains are the core packages whose types and Store interfaces db
