@@ -29,13 +29,16 @@ type BackendSource interface {
 
 // Config configures a Manager.
 type Config struct {
-	Store          db.Store      // required
-	Backends       BackendSource // required
-	Bus            *events.Bus   // required
-	Hooks          Hooks         // may be nil
-	Files          FilesProvider // may be nil
-	Logger         *slog.Logger  // nil discards
-	DefaultBackend string        // used when a CreateRequest names none
+	Store    db.Store      // required
+	Backends BackendSource // required
+	Bus      *events.Bus   // required
+	Hooks    Hooks         // may be nil
+	Files    FilesProvider // may be nil
+	// Freezer freezes a running guest's filesystems around a snapshot
+	// (core/agentmon); nil takes every snapshot crash-consistent.
+	Freezer        FSFreezer
+	Logger         *slog.Logger // nil discards
+	DefaultBackend string       // used when a CreateRequest names none
 	// Volumes checks that a disk device's pool volume exists (core/storage);
 	// nil refuses disks with a source.
 	Volumes VolumeChecker
@@ -87,6 +90,7 @@ type Manager struct {
 	bus      *events.Bus
 	hooks    Hooks
 	files    FilesProvider
+	freezer  FSFreezer // Config.Freezer
 	log      *slog.Logger
 	defBack  string
 	devices  deviceConfig
@@ -216,6 +220,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		bus:      cfg.Bus,
 		hooks:    cfg.Hooks,
 		files:    cfg.Files,
+		freezer:  cfg.Freezer,
 		log:      log,
 		defBack:  cfg.DefaultBackend,
 		devices:  deviceConfig{volumes: cfg.Volumes, allowPaths: cfg.AllowDiskPaths},
