@@ -26,7 +26,7 @@ type snapFake struct {
 	refuseState bool                 // SnapshotRestore{Stateful} and Start{RestoreState} answer ErrConflict
 	restores    []sdk.RestoreOptions // SnapshotRestore calls
 	snaps       map[string]bool
-	adopted     []string // "from handle"
+	adopted     []string     // "from handle"
 	onCreate    func() error // if set, SnapshotCreate calls it first and fails with its error
 }
 
