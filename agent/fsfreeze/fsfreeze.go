@@ -220,8 +220,8 @@ func (f *Freezer) thawHeld(ctx context.Context, why string) ([]string, bool) {
 	}
 	thawed := f.thawAll(f.frozen)
 	f.frozen = nil
-	_, _ = f.runHooks(context.WithoutCancel(ctx), "thaw", nil)
 	f.log.Info("filesystems "+why, "thawed", thawed)
+	_, _ = f.runHooks(context.WithoutCancel(ctx), "thaw", nil)
 	return thawed, f.expired
 }
 
