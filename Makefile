@@ -143,6 +143,8 @@ bench: build ## run the benchmarks named in the issues; figures go to docs/perfo
 	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'GuestLinkGet|AgentStateEvent' -benchtime 500x ./e2e; \
 	echo "== exec round trip (true) through the agent, per link type"; \
 	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'ExecRoundTrip' -benchtime 200x ./e2e; \
+	echo "== file push of 100 MiB through the agent, per link type"; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'FilePush' -benchtime 5x ./e2e; \
 	echo "== 1,000 running guests: idle CPU, Ready -> instance-ready"; \
 	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./e2e; \
 	echo "== cluster of three members on PostgreSQL: forwarding, events across members, offline detection, list of 10,000"; \
