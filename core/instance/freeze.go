@@ -62,11 +62,11 @@ type SnapshotOptions struct {
 // detail.
 func freezeReason(err error) string {
 	switch {
-	case errors.Is(err, errdefs.ErrConflict):
-		return "not frozen: the guest's agent is not connected"
 	case errors.Is(err, errdefs.ErrForbidden):
 		return "not frozen: freeze is switched off in the guest (features.freeze in /etc/guestlink-agent.yaml)"
-	case errors.Is(err, errdefs.ErrNotSupported):
+	case errors.Is(err, errdefs.ErrNotSupported), errors.Is(err, errdefs.ErrConflict):
+		// The agent cannot freeze, went away since, or holds a freeze
+		// already: its own words.
 		return "not frozen: " + err.Error()
 	}
 	return "not frozen: the freeze failed: " + err.Error()
@@ -76,7 +76,7 @@ func freezeReason(err error) string {
 // the lack of a freezer say not to. It returns the thaw to run once the
 // backend's snapshot is taken (nil when nothing was frozen), and the
 // consistency and its detail as they stand before the thaw.
-func (m *Manager) freezeForSnapshot(ctx context.Context, uuid string, running bool, opts SnapshotOptions) (thaw func() (string, string), consistency, detail string) {
+func (m *Manager) freezeForSnapshot(ctx context.Context, uuid string, running bool, agent AgentState, opts SnapshotOptions) (thaw func() (string, string), consistency, detail string) {
 	switch {
 	case !running:
 		return nil, ConsistencyStopped, "the guest was not running"
@@ -86,6 +86,11 @@ func (m *Manager) freezeForSnapshot(ctx context.Context, uuid string, running bo
 		return nil, ConsistencyCrash, "not frozen: --no-freeze"
 	case m.freezer == nil:
 		return nil, ConsistencyCrash, "not frozen: this daemon reaches no agents"
+	case agent != AgentConnected:
+		if agent == AgentNone {
+			return nil, ConsistencyCrash, "not frozen: the guest has no agent"
+		}
+		return nil, ConsistencyCrash, fmt.Sprintf("not frozen: the guest's agent is not connected (agent %s)", agent)
 	}
 	fctx, cancel := context.WithTimeout(ctx, freezeCallTimeout)
 	defer cancel()

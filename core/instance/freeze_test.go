@@ -58,7 +58,8 @@ func (f *fakeFreezer) calls() []string {
 // TestSnapshotFreeze takes snapshots of a running instance through a
 // freezer in each of the ways a freeze can go: frozen and thawed around the
 // backend's snapshot (filesystem-consistent), a guest that cannot be frozen
-// (no connected agent, switched off, a simulated guest, a failed freeze: a
+// (no agent or one not connected: the freezer is not even asked; an agent
+// lost since, switched off, a simulated guest, a failed freeze: a
 // crash-consistent snapshot that says why, never a failed one), --no-freeze,
 // a freeze that expired before the thaw, a failing thaw, a failing
 // snapshot (thawed all the same, with its own context), a stateful and a
@@ -66,6 +67,7 @@ func (f *fakeFreezer) calls() []string {
 func TestSnapshotFreeze(t *testing.T) {
 	tests := []struct {
 		name            string
+		agent           AgentState // the instance's agent as the manager knows it (default connected)
 		opts            SnapshotOptions
 		frozen          []string
 		freezeErr       error
@@ -79,8 +81,12 @@ func TestSnapshotFreeze(t *testing.T) {
 	}{
 		{name: "frozen", frozen: []string{"/boot", "/"}, wantCalls: []string{"freeze 2m0s", "snapshot", "thaw"},
 			wantConsistency: ConsistencyFilesystem, wantDetail: "frozen through the agent: /boot /"},
-		{name: "agent not connected", freezeErr: fmt.Errorf("agent: %w", errdefs.ErrConflict), wantCalls: []string{"freeze 2m0s", "snapshot"},
-			wantConsistency: ConsistencyCrash, wantDetail: "agent is not connected"},
+		{name: "agent not connected", agent: AgentStarted, wantCalls: []string{"snapshot"},
+			wantConsistency: ConsistencyCrash, wantDetail: "the guest's agent is not connected (agent started)"},
+		{name: "no agent", agent: AgentNone, wantCalls: []string{"snapshot"},
+			wantConsistency: ConsistencyCrash, wantDetail: "the guest has no agent"},
+		{name: "agent gone since", freezeErr: fmt.Errorf(`the agent of instance "web1" is not connected (agent state lost): %w`, errdefs.ErrConflict),
+			wantCalls: []string{"freeze 2m0s", "snapshot"}, wantConsistency: ConsistencyCrash, wantDetail: "is not connected (agent state lost)"},
 		{name: "switched off", freezeErr: fmt.Errorf("agent: switched off: %w", errdefs.ErrForbidden), wantCalls: []string{"freeze 2m0s", "snapshot"},
 			wantConsistency: ConsistencyCrash, wantDetail: "features.freeze"},
 		{name: "simulated guest", freezeErr: fmt.Errorf("agent: a simulated guest: %w", errdefs.ErrNotSupported), wantCalls: []string{"freeze 2m0s", "snapshot"},
@@ -114,6 +120,15 @@ func TestSnapshotFreeze(t *testing.T) {
 			e.create("web1", nil)
 			if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 				t.Fatal(err)
+			}
+			agent := tt.agent
+			if tt.name != "no agent" && agent == AgentNone {
+				agent = AgentConnected
+			}
+			if agent != AgentNone {
+				if err := e.m.SetAgentState(bg, e.get("web1").UUID, agent, time.Now()); err != nil {
+					t.Fatal(err)
+				}
 			}
 			ctx, cancel := context.WithCancel(bg)
 			defer cancel()

@@ -174,12 +174,12 @@ func (m *Manager) CreateSnapshot(ctx context.Context, name, snap string, opts Sn
 	// The flags as they are when the backend takes the snapshot (a guest
 	// cannot change its Ready flag while the snapshot is taken: changes go
 	// through this entry's lock only for the flag's write, so read it now).
-	rec, _, err = m.snapshot(e)
+	rec, rt, err := m.snapshot(e)
 	if err != nil {
 		return nil, wrap(err)
 	}
 	ready := running && rec.Config[KeyReady] == "true"
-	thaw, consistency, detail := m.freezeForSnapshot(ctx, rec.UUID, running, opts)
+	thaw, consistency, detail := m.freezeForSnapshot(ctx, rec.UUID, running, rt.agent.State, opts)
 	thawOnce := func() {
 		if thaw != nil {
 			consistency, detail = thaw()
