@@ -29,16 +29,13 @@ type BackendSource interface {
 
 // Config configures a Manager.
 type Config struct {
-	Store    db.Store      // required
-	Backends BackendSource // required
-	Bus      *events.Bus   // required
-	Hooks    Hooks         // may be nil
-	Files    FilesProvider // may be nil
-	// Freezer freezes a running guest's filesystems around a snapshot
-	// (core/agentmon); nil takes every snapshot crash-consistent.
-	Freezer        FSFreezer
-	Logger         *slog.Logger // nil discards
-	DefaultBackend string       // used when a CreateRequest names none
+	Store          db.Store      // required
+	Backends       BackendSource // required
+	Bus            *events.Bus   // required
+	Hooks          Hooks         // may be nil
+	Files          FilesProvider // may be nil
+	Logger         *slog.Logger  // nil discards
+	DefaultBackend string        // used when a CreateRequest names none
 	// Volumes checks that a disk device's pool volume exists (core/storage);
 	// nil refuses disks with a source.
 	Volumes VolumeChecker
@@ -56,6 +53,9 @@ type Config struct {
 	// from it too before it is recorded. Nil makes a Budget with the
 	// defaults for this manager alone.
 	StateBudget *statebudget.Budget
+	// Freezer freezes a running guest's filesystems around a snapshot
+	// (core/agentmon); nil takes every snapshot crash-consistent.
+	Freezer FSFreezer
 }
 
 // ImageSource finds the store images instances boot from (core/images.Store).
