@@ -159,6 +159,8 @@ bench: build guest-image ## run the benchmarks named in the issues; figures go t
 	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'ExecRoundTrip' -benchtime 200x ./e2e; \
 	echo "== the agent over guestlink's vsock device in a QEMU guest (TCG here): GET /1.0 to the floor, MB/s, CPU per packet"; \
 	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'AgentVsock' -benchtime 1x ./e2e; \
+	echo "== file push of 100 MiB through the agent, per link type"; \
+	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'FilePush' -benchtime 5x ./e2e; \
 	echo "== 1,000 running guests: idle CPU, Ready -> instance-ready"; \
 	GUESTLINK_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -vet=off -timeout 20m -run '^$$' -bench 'Ready1000' -benchtime 1x ./e2e; \
 	echo "== cluster of three members on PostgreSQL: forwarding, events across members, offline detection, list of 10,000"; \

@@ -33,6 +33,7 @@ import (
 	agentexec "github.com/guestlink/guestlink/agent/exec"
 	"github.com/guestlink/guestlink/agent/features"
 	"github.com/guestlink/guestlink/agent/files"
+	"github.com/guestlink/guestlink/agent/fsfreeze"
 	"github.com/guestlink/guestlink/agent/gueststate"
 	"github.com/guestlink/guestlink/agent/ringwriter"
 	"github.com/guestlink/guestlink/agent/upstream"
@@ -123,7 +124,8 @@ type Agent struct {
 	bootID string
 	cert   tls.Certificate
 
-	features *features.Switch // the guest admin's switch (/etc/guestlink-agent.yaml)
+	features *features.Switch  // the guest admin's switch (/etc/guestlink-agent.yaml)
+	freezer  *fsfreeze.Freezer // POST /1.0/freeze and /1.0/thaw; thawed when Run returns
 
 	kick chan struct{} // asks the ring goroutine to write the word now
 
@@ -179,6 +181,7 @@ func New(cfg Config) (*Agent, error) {
 		cert:   cert,
 
 		features: features.New(cfg.Root),
+		freezer:  fsfreeze.New(cfg.Root, log.With("component", "fsfreeze")),
 		kick:     make(chan struct{}, 1),
 
 		probeKick: make(chan struct{}, 1),
@@ -260,6 +263,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	defer a.stopDevlxd()
+	defer a.freezer.Close() // a freeze never outlives the agent
 
 	ln, err := a.cfg.Link.Listen(control.Port)
 	if err != nil {
@@ -267,7 +271,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	srv := &http.Server{
 		Handler: &control.Handler{Agent: a, Exec: &agentexec.Server{Root: a.cfg.Root, Log: a.log.With("component", "exec")},
-			Files: files.New(a.cfg.Root), Features: a.features, State: &gueststate.Collector{Root: a.cfg.Root}},
+			Files: files.New(a.cfg.Root), Features: a.features, State: &gueststate.Collector{Root: a.cfg.Root}, Freeze: a.freezer},
 		TLSConfig:         control.TLSConfig(a.cert, serverDER),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,

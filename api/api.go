@@ -159,7 +159,7 @@ func (i *Instance) Ready() bool { return i.Config["volatile.last_state.ready"] =
 type TimelineEntry struct {
 	Time   time.Time `json:"time"`
 	Boot   int64     `json:"boot"`
-	Kind   string    `json:"kind"` // "state", "agent", "ready", "throttle"
+	Kind   string    `json:"kind"` // "state", "agent", "ready", "throttle", "exec", "file"
 	From   string    `json:"from"`
 	To     string    `json:"to"`
 	Cause  string    `json:"cause"` // "api", "devlxd", "backend", "daemon", "agent"

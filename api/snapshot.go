@@ -18,12 +18,22 @@ type InstanceSnapshot struct {
 	// Details are the backend's facts, e.g. "layout" and "ring_port": the
 	// serial layout a QEMU state was saved under.
 	Details map[string]string `json:"details,omitempty"`
+	// Consistency is "filesystem" (the guest's filesystems were frozen
+	// through its agent while the snapshot was taken), "crash" (the guest
+	// ran unfrozen: its disks are as a power cut leaves them) or "stopped"
+	// (the guest was not running).
+	Consistency string `json:"consistency"`
+	// ConsistencyDetail says why: what was frozen, or why nothing was.
+	ConsistencyDetail string `json:"consistency_detail,omitempty"`
 }
 
 // InstanceSnapshotsPost creates a snapshot (POST /1.0/instances/{name}/snapshots).
 type InstanceSnapshotsPost struct {
 	Name     string `json:"name"`
 	Stateful bool   `json:"stateful,omitempty"`
+	// NoFreeze takes the snapshot of a running guest without freezing its
+	// filesystems through its agent (crash-consistent).
+	NoFreeze bool `json:"no_freeze,omitempty"`
 }
 
 // InstanceSnapshotPost renames a snapshot (POST /1.0/instances/{name}/snapshots/{snap}).

@@ -274,6 +274,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Bus:            d.bus,
 		Hooks:          hooks,
 		Files:          d.monitor,
+		Freezer:        d.monitor,
 		Logger:         d.log.With("component", "instance"),
 		DefaultBackend: cfg.DefaultBackend,
 		Volumes:        d.storage,

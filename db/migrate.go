@@ -92,6 +92,7 @@ func migrations() []*gormigrate.Migration {
 		leaseMigration(),
 		imagesPublicMigration(),
 		profilesMigration(),
+		migrationSnapshotConsistency(),
 	}
 }
 

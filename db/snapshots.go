@@ -26,7 +26,11 @@ type snapshotRow struct {
 	Devices    map[string]map[string]string `gorm:"serializer:json;not null"`
 	DiskBytes  int64                        `gorm:"not null;default:0"`
 	StateBytes int64                        `gorm:"not null;default:0"`
-	Details    map[string]string            `gorm:"serializer:json;not null"`
+	Details    map[string]string            `gorm:"serializer:json;not null"` // backend facts: "layout", "ring_port"
+	// Consistency is "filesystem", "crash" or "stopped" (core/instance);
+	// snapshots stored before the column were never frozen: "crash".
+	Consistency       string `gorm:"size:16;not null;default:'crash'"`
+	ConsistencyDetail string `gorm:"type:text;not null;default:''"` // what was frozen, or why nothing was
 }
 
 // TableName is the model's table.
@@ -163,4 +167,35 @@ func (s *sqlStore) DeleteSnapshot(ctx context.Context, instanceID int64, name st
 		return fmt.Errorf("deleting snapshot %q: %w", name, translate(err))
 	}
 	return nil
+}
+
+// migrationSnapshotConsistency adds snapshots.consistency and
+// consistency_detail (issue 26): whether the guest's filesystems were frozen
+// while the snapshot was taken. Existing snapshots were never frozen.
+func migrationSnapshotConsistency() *gormigrate.Migration {
+	return &gormigrate.Migration{
+		ID: "202611280101_snapshot_consistency",
+		Migrate: func(tx *gorm.DB) error {
+			// Frozen copy of the columns as of this migration.
+			type withConsistency struct {
+				Consistency       string `gorm:"size:16;not null;default:'crash'"`
+				ConsistencyDetail string `gorm:"type:text;not null;default:''"`
+			}
+			for _, f := range []string{"Consistency", "ConsistencyDetail"} {
+				if err := tx.Table("snapshots").Migrator().AddColumn(&withConsistency{}, f); err != nil {
+					return fmt.Errorf("adding snapshots.%s: %w", f, err)
+				}
+			}
+			return nil
+		},
+		Rollback: func(tx *gorm.DB) error {
+			type withConsistency struct{ Consistency, ConsistencyDetail string }
+			for _, f := range []string{"ConsistencyDetail", "Consistency"} {
+				if err := tx.Table("snapshots").Migrator().DropColumn(&withConsistency{}, f); err != nil {
+					return fmt.Errorf("dropping snapshots.%s: %w", f, err)
+				}
+			}
+			return nil
+		},
+	}
 }

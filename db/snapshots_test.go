@@ -26,6 +26,9 @@ func TestSnapshots(t *testing.T) {
 			for _, name := range []string{"a", "b"} {
 				sn := &record.Snapshot{InstanceID: in.ID, Name: name, Backend: "sim", Stateful: name == "b", Ready: true,
 					Config: map[string]string{"user.x": name}, Details: map[string]string{"layout": "legacy"}}
+				if name == "b" {
+					sn.Consistency, sn.ConsistencyDetail = "filesystem", "frozen through the agent: /"
+				}
 				if err := ss.CreateSnapshot(ctx, sn); err != nil || sn.ID == 0 {
 					t.Fatalf("CreateSnapshot(%s) = %v, id %d", name, err, sn.ID)
 				}
@@ -49,6 +52,18 @@ func TestSnapshots(t *testing.T) {
 					sn, err := ss.Snapshot(ctx, in.ID, "c")
 					if err == nil && (sn.Config["user.x"] != "a" || sn.Stateful || !sn.Ready) {
 						t.Errorf("renamed snapshot = %+v", sn)
+					}
+					// No consistency given: the column's default, as for
+					// the rows stored before it (never frozen).
+					if err == nil && (sn.Consistency != "crash" || sn.ConsistencyDetail != "") {
+						t.Errorf("default consistency = %q (%q), want crash", sn.Consistency, sn.ConsistencyDetail)
+					}
+					return err
+				}},
+				{"consistency kept", nil, func() error {
+					sn, err := ss.Snapshot(ctx, in.ID, "b")
+					if err == nil && (sn.Consistency != "filesystem" || sn.ConsistencyDetail != "frozen through the agent: /") {
+						t.Errorf("stored consistency = %q (%q)", sn.Consistency, sn.ConsistencyDetail)
 					}
 					return err
 				}},

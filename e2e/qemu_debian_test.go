@@ -254,6 +254,7 @@ ethernets:
 			// exec through the agent (issue 26), on the booted guest.
 			checkExecStreams(ctx, t, d, name)
 			checkExecPTY(ctx, t, d, name)
+			checkFreezeSnapshot(ctx, t, d, name) // filesystem freeze around a snapshot (issue 26)
 			stopStart := time.Now()
 			if _, err := d.client.SetState(ctx, name, api.InstanceStatePut{Action: api.ActionStop, Timeout: int(debianStopTimeout / time.Second)}); err != nil {
 				t.Fatalf("stopping: %v", err)

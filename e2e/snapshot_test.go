@@ -53,7 +53,7 @@ func TestSimSnapshots(t *testing.T) {
 
 	mark := rec.mark()
 	out := d.cli(ctx, "snapshot", "create", name, "s0")
-	if !strings.Contains(out, "Snapshot s0 of "+name+" created (stateless)") {
+	if !strings.Contains(out, "Snapshot s0 of "+name+" created (stateless, consistency crash: ") {
 		t.Errorf("snapshot create printed %q", out)
 	}
 	rec.wait(ctx, mark, events.InstanceSnapshotCreated, 1, opTimeout)

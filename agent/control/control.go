@@ -1,7 +1,8 @@
 // Package control serves the agent's link port (8443): the daemon's
 // advertisement (PUT /1.0), guest events (POST /1.0/events), the agent's
-// info (GET /1.0), the guest's files (/1.0/files, files.go) and state
-// (GET /1.0/state, state.go), over TLS that accepts only the daemon's client
+// info (GET /1.0), the guest's files (/1.0/files, files.go), state
+// (GET /1.0/state, state.go) and filesystem freeze (POST /1.0/freeze and
+// /1.0/thaw, freeze.go), over TLS that accepts only the daemon's client
 // certificate. Answers use the LXD envelope.
 package control
 
@@ -57,6 +58,9 @@ type Handler struct {
 	Features FeatureSwitch
 	// State serves GET /1.0/state (state.go); nil answers 501.
 	State StateCollector
+	// Freeze serves POST /1.0/freeze and /1.0/thaw (freeze.go); nil
+	// answers 501.
+	Freeze Freezer
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -117,6 +121,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveFiles(w, r)
 	case "/1.0/state":
 		h.serveState(w, r)
+	case "/1.0/freeze", "/1.0/thaw":
+		h.serveFreeze(w, r, r.URL.Path == "/1.0/thaw")
 	default:
 		if h.serveExec(w, r) {
 			return

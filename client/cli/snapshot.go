@@ -22,13 +22,18 @@ func (s *session) snapshotCommand() *cobra.Command {
 		Args:  argsExactly(0),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	var stateful bool
+	var stateful, noFreeze bool
 	create := &cobra.Command{
 		Use:   "create NAME SNAP",
 		Short: "Snapshot an instance (config, devices, disks; with --stateful, the running guest's memory too)",
-		Args:  argsExactly(2),
+		Long: "create takes a snapshot of an instance. A running guest whose agent is CONNECTED has its\n" +
+			"filesystems frozen through the agent while the snapshot is taken, and thawed after it\n" +
+			"(consistency: filesystem); a guest without a connected agent, with freeze switched off in\n" +
+			"/etc/guestlink-agent.yaml, or taken with --no-freeze is snapshotted crash-consistent\n" +
+			"(consistency: crash), and the answer says why.",
+		Args: argsExactly(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sn, err := s.client.CreateSnapshot(cmd.Context(), args[0], api.InstanceSnapshotsPost{Name: args[1], Stateful: stateful})
+			sn, err := s.client.CreateSnapshot(cmd.Context(), args[0], api.InstanceSnapshotsPost{Name: args[1], Stateful: stateful, NoFreeze: noFreeze})
 			if err != nil {
 				return err
 			}
@@ -37,12 +42,14 @@ func (s *session) snapshotCommand() *cobra.Command {
 				if sn.Stateful {
 					kind = fmt.Sprintf("stateful, %s of memory state", bytesString(sn.StateSize))
 				}
-				_, err := fmt.Fprintf(w, "Snapshot %s of %s created (%s)\n", sn.Name, args[0], kind)
+				_, err := fmt.Fprintf(w, "Snapshot %s of %s created (%s, consistency %s: %s)\n", sn.Name, args[0], kind,
+					sn.Consistency, sn.ConsistencyDetail)
 				return err
 			})
 		},
 	}
 	create.Flags().BoolVar(&stateful, "stateful", false, "also save the running guest's memory state (backends with snapshot.stateful.v1)")
+	create.Flags().BoolVar(&noFreeze, "no-freeze", false, "do not freeze the running guest's filesystems through its agent (crash-consistent)")
 	list := &cobra.Command{
 		Use:   "list NAME",
 		Short: "List an instance's snapshots, oldest first",
@@ -53,14 +60,18 @@ func (s *session) snapshotCommand() *cobra.Command {
 				return err
 			}
 			return s.render(list, func(w io.Writer) error {
-				fmt.Fprintln(w, "NAME\tTAKEN\tSTATEFUL\tREADY\tLAYOUT\tSIZE\tSTATE SIZE")
+				fmt.Fprintln(w, "NAME\tTAKEN\tSTATEFUL\tREADY\tCONSISTENCY\tLAYOUT\tSIZE\tSTATE SIZE")
 				for _, sn := range list {
 					layout := sn.Details["layout"]
 					if layout == "" {
 						layout = "-"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%t\t%t\t%s\t%s\t%s\n", sn.Name, sn.CreatedAt.Local().Format("2006-01-02 15:04:05"),
-						sn.Stateful, sn.Ready, layout, bytesString(sn.Size), bytesString(sn.StateSize))
+					consistency := sn.Consistency
+					if consistency == "" {
+						consistency = "-" // a daemon before consistency was recorded
+					}
+					fmt.Fprintf(w, "%s\t%s\t%t\t%t\t%s\t%s\t%s\t%s\n", sn.Name, sn.CreatedAt.Local().Format("2006-01-02 15:04:05"),
+						sn.Stateful, sn.Ready, consistency, layout, bytesString(sn.Size), bytesString(sn.StateSize))
 				}
 				return nil
 			})

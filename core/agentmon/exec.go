@@ -1,11 +1,9 @@
 package agentmon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"time"
@@ -13,8 +11,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/guestlink/guestlink/api"
-	"github.com/guestlink/guestlink/core/instance"
-	"github.com/guestlink/guestlink/errdefs"
 )
 
 // ExecLink reaches the exec routes of one connected agent (POST /1.0/exec,
@@ -28,61 +24,18 @@ type ExecLink struct {
 // error wrapping errdefs.ErrConflict, without dialing, unless the agent is
 // CONNECTED.
 func (s *Service) Exec(uuid string) (*ExecLink, error) {
-	m := s.monitor(uuid)
-	if m == nil {
-		return nil, fmt.Errorf("instance is not running, so it has no agent to exec through: %w", errdefs.ErrConflict)
+	c, err := s.connected(uuid, "exec through")
+	if err != nil {
+		return nil, err
 	}
-	if st := m.currentState(); st != instance.AgentConnected {
-		return nil, fmt.Errorf("the agent of instance %q is not connected (agent state %s): %w", m.name, st, errdefs.ErrConflict)
-	}
-	return &ExecLink{c: m.client}, nil
+	return &ExecLink{c: c}, nil
 }
-
-// maxExecAnswer bounds an agent's answer to the exec routes.
-const maxExecAnswer = 64 << 10
 
 // call sends one request and decodes the operation of the answer.
 func (l *ExecLink) call(ctx context.Context, method, path string, body []byte) (*api.Operation, error) {
-	var r io.Reader
-	if body != nil {
-		r = bytes.NewReader(body)
-	}
-	name := l.c.certs.Name
-	req, err := http.NewRequestWithContext(ctx, method, "https://agent"+path, r)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s on agent of instance %q: %w", method, path, name, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	hc := l.c.httpClient()
-	defer hc.CloseIdleConnections()
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s %s on agent of instance %q: %w: %w", method, path, name, errdefs.ErrUnavailable, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxExecAnswer))
-	if err != nil {
-		return nil, fmt.Errorf("reading answer of %s %s on agent of instance %q: %w", method, path, name, err)
-	}
-	var env api.Response[json.RawMessage]
-	if err := json.Unmarshal(raw, &env); err != nil {
-		return nil, fmt.Errorf("%s %s on agent of instance %q: %s: undecodable answer: %w", method, path, name, resp.Status, err)
-	}
-	if resp.StatusCode >= 300 {
-		kind := errdefs.ErrUnavailable
-		switch resp.StatusCode {
-		case http.StatusBadRequest:
-			kind = errdefs.ErrInvalid
-		case http.StatusNotFound:
-			kind = errdefs.ErrNotFound
-		case http.StatusForbidden:
-			kind = errdefs.ErrForbidden
-		}
-		return nil, fmt.Errorf("agent of instance %q: %s: %w", name, env.Error, kind)
-	}
 	var op api.Operation
-	if err := json.Unmarshal(env.Metadata, &op); err != nil {
-		return nil, fmt.Errorf("%s %s on agent of instance %q: decoding the operation: %w", method, path, name, err)
+	if err := l.c.sync(ctx, method, path, body, &op); err != nil {
+		return nil, err
 	}
 	return &op, nil
 }

@@ -53,6 +53,9 @@ type Config struct {
 	// from it too before it is recorded. Nil makes a Budget with the
 	// defaults for this manager alone.
 	StateBudget *statebudget.Budget
+	// Freezer freezes a running guest's filesystems around a snapshot
+	// (core/agentmon); nil takes every snapshot crash-consistent.
+	Freezer FSFreezer
 }
 
 // ImageSource finds the store images instances boot from (core/images.Store).
@@ -87,6 +90,7 @@ type Manager struct {
 	bus      *events.Bus
 	hooks    Hooks
 	files    FilesProvider
+	freezer  FSFreezer // Config.Freezer
 	log      *slog.Logger
 	defBack  string
 	devices  deviceConfig
@@ -217,6 +221,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		bus:      cfg.Bus,
 		hooks:    cfg.Hooks,
 		files:    cfg.Files,
+		freezer:  cfg.Freezer,
 		log:      log,
 		defBack:  cfg.DefaultBackend,
 		devices:  deviceConfig{volumes: cfg.Volumes, allowPaths: cfg.AllowDiskPaths},

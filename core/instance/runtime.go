@@ -698,7 +698,7 @@ func (m *Manager) recoverOne(ctx context.Context, b contract.Backend, e *entry, 
 type TimelineEntry struct {
 	Time   time.Time `json:"time"`
 	Boot   int64     `json:"boot"`
-	Kind   string    `json:"kind"` // "state", "agent", "ready"
+	Kind   string    `json:"kind"` // "state", "agent", "ready", "exec", "file"
 	From   string    `json:"from"`
 	To     string    `json:"to"`
 	Cause  string    `json:"cause"` // "api", "devlxd", "backend", "daemon", "agent"

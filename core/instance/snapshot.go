@@ -30,11 +30,17 @@ type Snapshot struct {
 	DiskBytes  int64
 	StateBytes int64
 	Details    map[string]string // backend facts: "layout", "ring_port"
+	// Consistency says how consistent the disks are: ConsistencyFilesystem
+	// (frozen through the agent), ConsistencyCrash, ConsistencyStopped.
+	Consistency string
+	// ConsistencyDetail says why: what was frozen, or why nothing was.
+	ConsistencyDetail string
 }
 
 func snapshotOf(s *record.Snapshot) *Snapshot {
 	return &Snapshot{Name: s.Name, CreatedAt: s.CreatedAt, Stateful: s.Stateful, Running: s.Running, Ready: s.Ready,
-		Backend: s.Backend, Config: s.Config, Devices: s.Devices, DiskBytes: s.DiskBytes, StateBytes: s.StateBytes, Details: s.Details}
+		Backend: s.Backend, Config: s.Config, Devices: s.Devices, DiskBytes: s.DiskBytes, StateBytes: s.StateBytes, Details: s.Details,
+		Consistency: s.Consistency, ConsistencyDetail: s.ConsistencyDetail}
 }
 
 // MaxSnapshotName is the longest snapshot name, in bytes.
@@ -121,10 +127,15 @@ func snapshotConfig(cfg map[string]string) map[string]string {
 
 // CreateSnapshot takes a snapshot of an instance: its config, devices and
 // volatile keys, whether it ran and was Ready, and the backend's files
-// (disks; with stateful, the running guest's memory state, which needs
-// contract.CapSnapshotStateful). A duplicate name is errdefs.ErrAlreadyExists.
-// It publishes instance-snapshot-created.
-func (m *Manager) CreateSnapshot(ctx context.Context, name, snap string, stateful bool, by events.Requestor) (*Snapshot, error) {
+// (disks; with opts.Stateful, the running guest's memory state, which needs
+// contract.CapSnapshotStateful). A running guest with a CONNECTED agent has its
+// filesystems frozen through the agent while the backend takes the
+// snapshot (unless opts.NoFreeze), and thawed afterwards whatever happened;
+// a guest that cannot be frozen is snapshotted crash-consistent, and the
+// snapshot's Consistency and ConsistencyDetail say which it is. A duplicate
+// name is errdefs.ErrAlreadyExists. It publishes instance-snapshot-created.
+func (m *Manager) CreateSnapshot(ctx context.Context, name, snap string, opts SnapshotOptions, by events.Requestor) (*Snapshot, error) {
+	stateful := opts.Stateful
 	wrap := func(err error) error { return fmt.Errorf("creating snapshot %q of instance %q: %w", snap, name, err) }
 	if err := ValidateSnapshotName(snap); err != nil {
 		return nil, wrap(err)
@@ -163,18 +174,30 @@ func (m *Manager) CreateSnapshot(ctx context.Context, name, snap string, statefu
 	// The flags as they are when the backend takes the snapshot (a guest
 	// cannot change its Ready flag while the snapshot is taken: changes go
 	// through this entry's lock only for the flag's write, so read it now).
-	rec, _, err = m.snapshot(e)
+	rec, rt, err := m.snapshot(e)
 	if err != nil {
 		return nil, wrap(err)
 	}
 	ready := running && rec.Config[KeyReady] == "true"
+	thaw, consistency, detail := m.freezeForSnapshot(ctx, rec.UUID, running, rt.agent.State, opts)
+	thawOnce := func() {
+		if thaw != nil {
+			consistency, detail = thaw()
+			thaw = nil
+		}
+	}
+	defer thawOnce() // a freeze never outlives the snapshot, even one that fails or panics
 	info, err := sn.SnapshotCreate(ctx, h, snap, stateful)
+	thawOnce()
+	m.log.Info("snapshot consistency", "instance", name, "snapshot", snap, "identity", by.Describe(),
+		"consistency", consistency, "detail", detail, "err", err)
 	if err != nil {
 		return nil, wrap(err)
 	}
 	row := &record.Snapshot{InstanceID: rec.ID, Name: snap, Stateful: stateful, Running: running, Ready: ready,
 		Backend: rec.Backend, Config: snapshotConfig(rec.Config), Devices: cloneDevices(rec.Devices),
-		DiskBytes: info.DiskBytes, StateBytes: info.StateBytes, Details: maps.Clone(info.Details)}
+		DiskBytes: info.DiskBytes, StateBytes: info.StateBytes, Details: maps.Clone(info.Details),
+		Consistency: consistency, ConsistencyDetail: detail}
 	if row.Details == nil {
 		row.Details = map[string]string{}
 	}
@@ -185,7 +208,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, name, snap string, statefu
 		return nil, wrap(storeErr(err))
 	}
 	m.publish(ctx, []events.Event{events.NewLifecycle(events.InstanceSnapshotCreated, rec.Name,
-		map[string]any{"snapshot": snap, "stateful": stateful}, &by)})
+		map[string]any{"snapshot": snap, "stateful": stateful, "consistency": consistency}, &by)})
 	return snapshotOf(row), nil
 }
 

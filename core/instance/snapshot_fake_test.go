@@ -26,7 +26,8 @@ type snapFake struct {
 	refuseState bool                      // SnapshotRestore{Stateful} and Start{RestoreState} answer ErrConflict
 	restores    []contract.RestoreOptions // SnapshotRestore calls
 	snaps       map[string]bool
-	adopted     []string // "from handle"
+	adopted     []string     // "from handle"
+	onCreate    func() error // if set, SnapshotCreate calls it first and fails with its error
 }
 
 func newSnapFake(name string, prefixes []string, caps ...contract.Capability) *snapFake {
@@ -57,6 +58,11 @@ func (s *snapFake) Start(ctx context.Context, h contract.Handle, spec *contract.
 func (s *snapFake) SnapshotCreate(_ context.Context, h contract.Handle, name string, stateful bool) (*contract.SnapshotInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.onCreate != nil {
+		if err := s.onCreate(); err != nil {
+			return nil, err
+		}
+	}
 	s.snaps[string(h)+name] = true
 	return &contract.SnapshotInfo{StateBytes: map[bool]int64{true: 100}[stateful], Details: map[string]string{"layout": "legacy"}}, nil
 }
@@ -166,7 +172,7 @@ func TestRestoreReadySemantics(t *testing.T) {
 		name     string
 		stateful bool
 	}{{"with-state", true}, {"plain", false}} {
-		sn, err := e.m.CreateSnapshot(bg, "web1", s.name, s.stateful, adminCaller)
+		sn, err := e.m.CreateSnapshot(bg, "web1", s.name, SnapshotOptions{Stateful: s.stateful}, adminCaller)
 		if err != nil || !sn.Ready || !sn.Running || sn.Stateful != s.stateful || sn.Config[KeyReady] != "" || sn.Config["user.x"] != "1" {
 			t.Fatalf("CreateSnapshot(%s) = %+v, %v", s.name, sn, err)
 		}
@@ -196,7 +202,7 @@ func TestRestoreReadySemantics(t *testing.T) {
 	if err := e.m.Stop(bg, "web1", StopOptions{Force: true}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.CreateSnapshot(bg, "web1", "stopped", false, adminCaller); err != nil {
+	if _, err := e.m.CreateSnapshot(bg, "web1", "stopped", SnapshotOptions{}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.m.Restore(bg, "web1", "stopped", RestoreOptions{}, adminCaller); err != nil {
@@ -278,7 +284,7 @@ func TestSnapshotsAndMoveRefusals(t *testing.T) {
 	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.CreateSnapshot(bg, "web1", "s0", false, adminCaller); err != nil {
+	if _, err := e.m.CreateSnapshot(bg, "web1", "s0", SnapshotOptions{}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -287,9 +293,15 @@ func TestSnapshotsAndMoveRefusals(t *testing.T) {
 		kind  error
 		parts []string
 	}{
-		{"snapshot on plain", func() error { _, err := e.m.CreateSnapshot(bg, "p1", "s", false, adminCaller); return err }, errdefs.ErrNotSupported, []string{"backend plain cannot take snapshots", "snapshot.v1"}},
-		{"duplicate", func() error { _, err := e.m.CreateSnapshot(bg, "web1", "s0", false, adminCaller); return err }, errdefs.ErrAlreadyExists, []string{`"s0"`}},
-		{"stateful without snapshot.stateful.v1", func() error { _, err := e.m.CreateSnapshot(bg, "o1", "s", true, adminCaller); return err }, errdefs.ErrNotSupported, []string{"backend other cannot take stateful snapshots", "snapshot.stateful.v1"}},
+		{"snapshot on plain", func() error { _, err := e.m.CreateSnapshot(bg, "p1", "s", SnapshotOptions{}, adminCaller); return err }, errdefs.ErrNotSupported, []string{"backend plain cannot take snapshots", "snapshot.v1"}},
+		{"duplicate", func() error {
+			_, err := e.m.CreateSnapshot(bg, "web1", "s0", SnapshotOptions{}, adminCaller)
+			return err
+		}, errdefs.ErrAlreadyExists, []string{`"s0"`}},
+		{"stateful without snapshot.stateful.v1", func() error {
+			_, err := e.m.CreateSnapshot(bg, "o1", "s", SnapshotOptions{Stateful: true}, adminCaller)
+			return err
+		}, errdefs.ErrNotSupported, []string{"backend other cannot take stateful snapshots", "snapshot.stateful.v1"}},
 		{"move running", func() error { return e.m.Move(bg, "web1", "other", adminCaller) }, errdefs.ErrConflict, []string{"only a stopped instance moves", "guestlink stop web1"}},
 		{"move onto its own backend", func() error { return e.m.Move(bg, "p1", "plain", adminCaller) }, errdefs.ErrInvalid, []string{"already on backend plain"}},
 		{"rename onto itself", func() error { return e.m.RenameSnapshot(bg, "web1", "s0", "s0", adminCaller) }, errdefs.ErrAlreadyExists, nil},
@@ -308,7 +320,7 @@ func TestSnapshotsAndMoveRefusals(t *testing.T) {
 	if err := e.m.Stop(bg, "web1", StopOptions{Force: true}, adminCaller); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.CreateSnapshot(bg, "web1", "s", true, adminCaller); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "needs a running instance") {
+	if _, err := e.m.CreateSnapshot(bg, "web1", "s", SnapshotOptions{Stateful: true}, adminCaller); !errors.Is(err, errdefs.ErrConflict) || !strings.Contains(err.Error(), "needs a running instance") {
 		t.Errorf("stateful snapshot of a stopped instance: %v", err)
 	}
 	if err := e.m.Move(bg, "web1", "plain", adminCaller); !errors.Is(err, errdefs.ErrNotSupported) || !strings.Contains(err.Error(), "move.v1") {

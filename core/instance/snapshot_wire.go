@@ -13,7 +13,7 @@ func WireSnapshot(s *Snapshot) api.InstanceSnapshot {
 	}
 	return api.InstanceSnapshot{Name: s.Name, CreatedAt: s.CreatedAt, Stateful: s.Stateful, Running: s.Running,
 		Ready: s.Ready, Backend: s.Backend, Config: cfg, Devices: devs, Size: s.DiskBytes, StateSize: s.StateBytes,
-		Details: s.Details}
+		Details: s.Details, Consistency: s.Consistency, ConsistencyDetail: s.ConsistencyDetail}
 }
 
 // WireSnapshots converts a list of snapshots (never nil).

@@ -11,7 +11,35 @@ import (
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/agentmon"
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
 )
+
+// AccessRecorder records an exec or file operation in the instance's
+// timeline and event log (core/instance.Manager); without it the daemon's
+// log line is the only audit.
+type AccessRecorder interface {
+	RecordGuestAccess(ctx context.Context, name string, a instance.GuestAccess, by events.Requestor) error
+}
+
+var _ AccessRecorder = (*instance.Manager)(nil)
+
+// accessTimeout bounds recording one access.
+const accessTimeout = 30 * time.Second
+
+// recordAccess records an exec or file operation through AccessRecorder,
+// logging a failure: the operation happened whether or not it is recorded.
+func (a *API) recordAccess(name string, access instance.GuestAccess, by events.Requestor) {
+	rec, ok := a.cfg.Instances.(AccessRecorder)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), accessTimeout)
+	defer cancel()
+	if err := rec.RecordGuestAccess(ctx, name, access, by); err != nil {
+		a.log.Error("recording a guest access in the timeline", "instance", name, "action", access.Action, "err", err)
+	}
+}
 
 // Execer reaches the agents of running instances for exec
 // (core/agentmon.Service). Exec fails with errdefs.ErrConflict, without
@@ -84,15 +112,17 @@ func (a *API) execInstance(c *fiber.Ctx) error {
 	id := op.snapshot().ID
 	a.log.Info("exec started", "identity", by.Describe(), "instance", name, "command", req.Command,
 		"interactive", req.Interactive, "user", req.User, "operation", id)
-	go a.followExec(op, link, agentOp.ID, by.Describe(), name, req.Command)
+	go a.followExec(op, link, agentOp.ID, by, name, req.Command)
 	url := "/1.0/operations/" + id
 	c.Set(fiber.HeaderLocation, url)
 	return c.Status(http.StatusAccepted).JSON(api.Async(url, op.snapshot()))
 }
 
 // followExec waits for the agent's operation to end, records its exit code
-// in op and audits it. It ends with the API (Shutdown).
-func (a *API) followExec(op *operation, link *agentmon.ExecLink, agentID, identity, name string, command []string) {
+// in op and audits it (the log, the instance's timeline and an
+// instance-exec event). It ends with the API (Shutdown).
+func (a *API) followExec(op *operation, link *agentmon.ExecLink, agentID string, by events.Requestor, name string, command []string) {
+	identity := by.Describe()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -112,11 +142,15 @@ func (a *API) followExec(op *operation, link *agentmon.ExecLink, agentID, identi
 		err = fmt.Errorf("exec in instance %q: the agent gave no exit code", name)
 	}
 	ret := 0
+	access := instance.GuestAccess{Action: events.InstanceExec, Command: command}
 	if err == nil {
 		ret = *res.Metadata.Return
+		access.ExitCode = &ret
 		a.log.Info("exec ended", "identity", identity, "instance", name, "command", command, "exit_code", ret, "operation", op.snapshot().ID)
 	} else {
+		access.Err = err.Error()
 		a.log.Warn("exec failed", "identity", identity, "instance", name, "command", command, "operation", op.snapshot().ID, "err", err)
 	}
 	a.ops.finish(op, ret, err)
+	a.recordAccess(name, access, by) // after: the client's wait does not include it
 }

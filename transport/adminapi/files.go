@@ -13,6 +13,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/internal/hangup"
 	"github.com/guestlink/guestlink/link/guestpath"
 )
@@ -27,6 +29,13 @@ type AgentRelay interface {
 
 // fileHeaders are LXD's file headers, relayed both ways.
 var fileHeaders = []string{"X-LXD-uid", "X-LXD-gid", "X-LXD-mode", "X-LXD-type", "X-LXD-write"}
+
+// fileActions are the lifecycle actions of the file operations, by method.
+var fileActions = map[string]string{
+	http.MethodPost:   events.InstanceFilePushed,
+	http.MethodGet:    events.InstanceFileRetrieved,
+	http.MethodDelete: events.InstanceFileDeleted,
+}
 
 // maxAgentError is how much of an agent's error answer is relayed.
 const maxAgentError = 64 << 10
@@ -137,7 +146,8 @@ func limitBodies(c *fiber.Ctx) error {
 // application/octet-stream (a browser page cannot send that cross-site
 // without a preflight), and the bodies are streamed both ways. Each
 // operation is logged with who asked, the instance, the path and the
-// answer's status.
+// answer's status, and recorded in the instance's timeline with its
+// lifecycle event (instance-file-pushed, -retrieved, -deleted).
 func (a *API) instanceFiles(c *fiber.Ctx) error {
 	if isFilePush(c) && c.Request().IsBodyStream() {
 		// Whatever happens, the connection is not reused: the body may
@@ -214,13 +224,18 @@ func (a *API) instanceFiles(c *fiber.Ctx) error {
 		}
 	}
 	req.Header.Set("Content-Type", "application/octet-stream")
+	access := instance.GuestAccess{Action: fileActions[method], Path: p}
 	resp, err := a.cfg.Agents.AgentDo(inst.UUID, req)
 	if err != nil {
 		stop()
 		a.log.Info("guest file", "op", method, "instance", name, "path", p, "by", by.Describe(), "err", err)
+		access.Err = err.Error()
+		a.recordAccess(name, access, by)
 		return fmt.Errorf("%s file %q of instance %q: %w", method, p, name, err)
 	}
 	a.log.Info("guest file", "op", method, "instance", name, "path", p, "by", by.Describe(), "status", resp.StatusCode)
+	access.Status = resp.StatusCode
+	a.recordAccess(name, access, by)
 	for _, h := range fileHeaders {
 		if v := resp.Header.Get(h); v != "" {
 			c.Set(h, v)

@@ -16,7 +16,7 @@ import (
 // Snapshotter is implemented by instance services with snapshots, restore
 // and move (core/instance.Manager); without it those routes answer 501.
 type Snapshotter interface {
-	CreateSnapshot(ctx context.Context, name, snap string, stateful bool, by events.Requestor) (*instance.Snapshot, error)
+	CreateSnapshot(ctx context.Context, name, snap string, opts instance.SnapshotOptions, by events.Requestor) (*instance.Snapshot, error)
 	Snapshots(ctx context.Context, name string) ([]*instance.Snapshot, error)
 	GetSnapshot(ctx context.Context, name, snap string) (*instance.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, name, snap string, by events.Requestor) error
@@ -59,7 +59,8 @@ func (a *API) createSnapshot(r *request, s Snapshotter, req *api.InstanceSnapsho
 	if req.Name == "" {
 		return nil, badRequest("name is required: the snapshot's name")
 	}
-	return wireSnapshotOf(s.CreateSnapshot(r.UserContext(), r.Param("name"), req.Name, req.Stateful, requestor(r.Ctx)))
+	opts := instance.SnapshotOptions{Stateful: req.Stateful, NoFreeze: req.NoFreeze}
+	return wireSnapshotOf(s.CreateSnapshot(r.UserContext(), r.Param("name"), req.Name, opts, requestor(r.Ctx)))
 }
 
 // getSnapshot answers GET /1.0/instances/{name}/snapshots/{snap}.

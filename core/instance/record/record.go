@@ -90,6 +90,10 @@ type Snapshot struct {
 	DiskBytes  int64
 	StateBytes int64
 	Details    map[string]string // backend facts: "layout", "ring_port"
+	// Consistency is "filesystem" (frozen through the agent), "crash" or
+	// "stopped" (core/instance); snapshots stored before it: "crash".
+	Consistency       string
+	ConsistencyDetail string // what was frozen, or why nothing was
 }
 
 // Filter narrows Store.ListInstances. Zero values match everything.
