@@ -26,16 +26,24 @@ const (
 // debianImage returns bin/images/debian-12.img (make guest-image-debian).
 func debianImage(t *testing.T) string {
 	t.Helper()
-	p := os.Getenv("GUESTLINK_DEBIAN_IMAGE")
+	return builtImage(t, "GUESTLINK_DEBIAN_IMAGE", "debian-12.img", "the Debian 12 guest image", "make guest-image-debian")
+}
+
+// builtImage returns the guest image $env names, else bin/images/file of
+// the repository (what make target builds); a missing file fails under
+// CI=true and skips elsewhere, naming the target.
+func builtImage(t *testing.T, env, file, what, target string) string {
+	t.Helper()
+	p := os.Getenv(env)
 	if p == "" {
 		wd, err := os.Getwd()
 		if err != nil {
 			t.Fatal(err)
 		}
-		p = filepath.Join(filepath.Dir(wd), "bin", "images", "debian-12.img")
+		p = filepath.Join(filepath.Dir(wd), "bin", "images", file)
 	}
 	if _, err := os.Stat(p); err != nil {
-		testenv.Requires(t, "the Debian 12 guest image", "run make guest-image-debian ("+err.Error()+")")
+		testenv.Requires(t, what, "run "+target+" ("+err.Error()+")")
 	}
 	return p
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,18 +22,7 @@ const debian13BootTimeout = 12 * time.Minute
 // guest-image-debian-13), or $GUESTLINK_DEBIAN13_IMAGE.
 func debian13Image(t *testing.T) string {
 	t.Helper()
-	p := os.Getenv("GUESTLINK_DEBIAN13_IMAGE")
-	if p == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			t.Fatal(err)
-		}
-		p = filepath.Join(filepath.Dir(wd), "bin", "images", "debian-13.img")
-	}
-	if _, err := os.Stat(p); err != nil {
-		testenv.Requires(t, "the Debian 13 guest image", "run make guest-image-debian-13 ("+err.Error()+")")
-	}
-	return p
+	return builtImage(t, "GUESTLINK_DEBIAN13_IMAGE", "debian-13.img", "the Debian 13 guest image", "make guest-image-debian-13")
 }
 
 // TestQEMUDebianSystemdReady boots the Debian 13 image (systemd 257) on

@@ -72,30 +72,7 @@ func (h *Host) attachNotify(a *attachment) {
 	a.notifyLn = ln
 	id := Identity{InstanceUUID: a.uuid, Link: contract.LinkVsock}
 	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				select {
-				case <-a.done:
-					return
-				case <-h.done:
-					return
-				default:
-				}
-				if temporary(err) {
-					if !h.sleep(minAcceptBackoff*10, a.done) {
-						return
-					}
-					continue
-				}
-				h.cfg.Logger.Warn("linkhost: systemd notification socket stopped accepting", "instance", a.uuid, "err", err)
-				return
-			}
-			h.serveNotify(a, c, id)
-		}
-	}()
+	go h.acceptNotify(ln, a.done, "instance "+a.uuid, func(c net.Conn) { h.serveNotify(a, c, id) })
 }
 
 // listenVsockNotify listens on the host CID's notification port when the
@@ -113,39 +90,50 @@ func (h *Host) listenVsockNotify() {
 	}
 	h.vsockNotify = ln
 	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				select {
-				case <-h.done:
-					return
-				default:
-				}
-				if temporary(err) {
-					if !h.sleep(minAcceptBackoff*10, nil) {
-						return
-					}
-					continue
-				}
-				h.cfg.Logger.Error("linkhost: vsock notification listener failed", "err", err)
+	go h.acceptNotify(ln, nil, "vsock port", func(c net.Conn) {
+		var a *attachment
+		if addr, ok := c.RemoteAddr().(*vsock.Addr); ok {
+			h.mu.Lock()
+			a = h.attached[h.byCID[addr.ContextID]]
+			h.mu.Unlock()
+		}
+		if a == nil {
+			h.cfg.Logger.Warn("linkhost: systemd notification from an unknown guest", "peer", c.RemoteAddr())
+			c.Close()
+			return
+		}
+		h.serveNotify(a, c, Identity{InstanceUUID: a.uuid, Link: contract.LinkVsock})
+	})
+}
+
+// acceptNotify accepts on a notification listener until done (nil: only
+// the host's end) or the host closes, handing each connection to serve;
+// after a temporary error (EMFILE and the like) it backs off and retries,
+// after any other it logs and stops (the link itself is not affected).
+// The caller has done h.wg.Add(1).
+func (h *Host) acceptNotify(ln net.Listener, done <-chan struct{}, what string, serve func(net.Conn)) {
+	defer h.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			select {
+			case <-done:
 				return
+			case <-h.done:
+				return
+			default:
 			}
-			var a *attachment
-			if addr, ok := c.RemoteAddr().(*vsock.Addr); ok {
-				h.mu.Lock()
-				a = h.attached[h.byCID[addr.ContextID]]
-				h.mu.Unlock()
-			}
-			if a == nil {
-				h.cfg.Logger.Warn("linkhost: systemd notification from an unknown guest", "peer", c.RemoteAddr())
-				c.Close()
+			if temporary(err) {
+				if !h.sleep(minAcceptBackoff*10, done) {
+					return
+				}
 				continue
 			}
-			h.serveNotify(a, c, Identity{InstanceUUID: a.uuid, Link: contract.LinkVsock})
+			h.cfg.Logger.Warn("linkhost: systemd notification listener stopped accepting", "listener", what, "err", err)
+			return
 		}
-	}()
+		serve(c)
+	}
 }
 
 // serveNotify reads one notification from c in a goroutine of its own and
