@@ -48,6 +48,18 @@ type ImagesPost struct {
 	Public bool `json:"public,omitempty"`
 }
 
+// ImageImport is one import in progress, as GET /1.0/images/imports lists
+// it: the file, the alias it gets, the data copied so far and to copy
+// (bytes; holes are not copied) and when it started.
+type ImageImport struct {
+	Name      string    `json:"name"`
+	Path      string    `json:"path"`
+	Alias     string    `json:"alias,omitempty"`
+	Done      int64     `json:"done"`
+	Total     int64     `json:"total"`
+	StartedAt time.Time `json:"started_at"`
+}
+
 // ImagePatch is the body of PATCH /1.0/images/{fp}: the fields to change
 // (nil keeps one). Only the public flag can change.
 type ImagePatch struct {

@@ -40,6 +40,15 @@ func (c *Client) ImportImage(ctx context.Context, req api.ImagesPost) (*api.Imag
 	return &out, nil
 }
 
+// ImageImports lists the imports in progress (GET /1.0/images/imports).
+func (c *Client) ImageImports(ctx context.Context) ([]api.ImageImport, error) {
+	var out []api.ImageImport
+	if err := c.do(ctx, http.MethodGet, "/1.0/images/imports", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DeleteImage removes an image (by alias, fingerprint or prefix) and its
 // aliases.
 func (c *Client) DeleteImage(ctx context.Context, ref string) error {

@@ -158,6 +158,7 @@ func New(cfg Config) *Dashboard {
 
 // Register mounts the dashboard's routes on r: "/login", "/logout" (with
 // Sessions), "/", "/instances", "/instances/:name", their POST actions,
+// "/images" and its imports section "/images/imports",
 // "/events", "/assets/*", the instance page's terminal (POST
 // "/instances/:name/terminal" and its websockets) and file download
 // ("/instances/:name/files?path="). The app serving them must have Immutable set;
@@ -179,6 +180,8 @@ func (d *Dashboard) Register(r fiber.Router) {
 	r.Get("/events", SecurityHeaders, d.authenticate, sameOriginStream, d.stream)
 	r.Get("/", route(d.overview)...)
 	r.Get("/instances", route(d.instances)...)
+	r.Get("/images", route(d.imagesPage)...)
+	r.Get("/images/imports", route(d.importsFragment)...)
 	r.Post("/instances/actions", route(d.bulkAction)...)
 	r.Get("/instances/:name", route(d.instancePage)...)
 	r.Post("/instances/:name/actions", route(d.instanceAction)...)

@@ -25,7 +25,7 @@ import (
 func (d *Dashboard) meta(c *fiber.Ctx, title, active string) components.Meta {
 	tok, _ := c.Locals(csrfKey).(string)
 	who, _ := c.Locals(localWho).(string)
-	return components.Meta{Title: title, Active: active, CSRF: tok, Who: who, LastEventID: d.lastEventID(), Now: time.Now(), HeartbeatMS: d.cfg.Heartbeat.Milliseconds(), CanLaunch: d.cfg.Editor != nil}
+	return components.Meta{Title: title, Active: active, CSRF: tok, Who: who, LastEventID: d.lastEventID(), Now: time.Now(), HeartbeatMS: d.cfg.Heartbeat.Milliseconds(), CanLaunch: d.cfg.Editor != nil, HasImages: d.cfg.Images != nil}
 }
 
 func render(c *fiber.Ctx, status int, comp templ.Component) error {

@@ -54,13 +54,16 @@ func localImage(alias string) (string, map[string]string, bool) {
 	return img, props, true
 }
 
-// importLocal imports the locally built image for alias (see localImage).
+// importLocal imports the locally built image for alias (see localImage),
+// drawing the copy's progress on a terminal (watchImport).
 func (s *session) importLocal(cmd *cobra.Command, alias string) (*api.Image, error) {
 	img, props, ok := localImage(alias)
 	if !ok {
 		return nil, fmt.Errorf("no image %q is built here (make %s)", alias, buildableImages[alias].target)
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "Importing %s as %s\n", img, alias)
+	stop := watchImport(cmd.Context(), cmd.ErrOrStderr(), drawTransfers(cmd), img, s.client.ImageImports)
+	defer stop()
 	return s.client.ImportImage(cmd.Context(), api.ImagesPost{Path: img, Alias: alias, Properties: props})
 }
 

@@ -49,7 +49,10 @@ image (checked by magic before anything is copied), no larger than the
 daemon's --image-max-size (default 64GiB, apparent size). The copy is
 sparse and must fit in the free space of the daemon's image directory
 (else 507, saying how much is needed and available); interrupting the
-command stops the copy. See docs/guests.md.
+command stops the copy. On a terminal (standard output and error both
+terminals) the copy's progress is drawn on standard error: data copied,
+rate and time left; piped or redirected, the command stays quiet. See
+docs/guests.md.
 
 An image is private unless --public: only a public image can be downloaded
 by guests through devlxd (security.devlxd.images=true), as in LXD.`,
@@ -71,7 +74,9 @@ by guests through devlxd (security.devlxd.images=true), as in LXD.`,
 					return fmt.Errorf("importing image %q: %w", f.in, err)
 				}
 			}
+			stop := watchImport(cmd.Context(), cmd.ErrOrStderr(), drawTransfers(cmd), req.Path, s.client.ImageImports)
 			im, err := s.client.ImportImage(cmd.Context(), req)
+			stop()
 			if err != nil {
 				return err
 			}

@@ -71,3 +71,11 @@ func (t *transfer) done() {
 		_ = t.bar.Close()
 	}
 }
+
+// set moves the bar to n bytes done (a count read from elsewhere, as the
+// daemon's import progress).
+func (t *transfer) set(n int64) {
+	if t.bar != nil {
+		_ = t.bar.Set64(n)
+	}
+}

@@ -390,3 +390,46 @@ func TestOpenRemovesTemporaryFiles(t *testing.T) {
 		t.Fatalf("the store holds %v after Open with the lock gone, want only keep", files)
 	}
 }
+
+// TestImportsInProgress: while an import copies (held at its free-space
+// checks, every MiB of 7 MiB of data), Imports lists it with its alias,
+// its file, the data copied so far (growing) and the data to copy (7 MiB
+// and the header); a
+// second import without an alias is named for its file; once Import
+// returns, the list is empty again.
+func TestImportsInProgress(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, filepath.Join(dir, "state"), images.Limits{})
+	src := sparseImage(t, filepath.Join(dir, "x.img"), 8<<20, map[int64]int{1 << 20: 7 << 20})
+	if got := s.Imports(); len(got) != 0 {
+		t.Fatalf("Imports before any import = %+v", got)
+	}
+	var seen [][]images.ImportProgress
+	images.SetCheckHook(s, 1<<20, func() { seen = append(seen, s.Imports()) })
+	for _, tc := range []struct{ alias, name string }{{"seven", "seven"}, {"", "x.img"}} {
+		seen = nil
+		if _, err := s.Import(context.Background(), src, images.ImportOptions{Alias: tc.alias}); err != nil && !errors.Is(err, errdefs.ErrAlreadyExists) {
+			t.Fatalf("Import %q: %v", tc.alias, err)
+		}
+		if len(seen) < 2 {
+			t.Fatalf("import %q: %d checks ran, want several", tc.alias, len(seen))
+		}
+		last := int64(0)
+		for i, list := range seen {
+			if len(list) != 1 {
+				t.Fatalf("import %q, check %d: Imports = %+v, want the one import", tc.alias, i, list)
+			}
+			p := list[0]
+			if p.Path != src || p.Alias != tc.alias || p.Name() != tc.name || p.Total < 7<<20 || p.Total > 8<<20 || p.Started.IsZero() {
+				t.Fatalf("import %q, check %d: %+v (name %q)", tc.alias, i, p, p.Name())
+			}
+			if p.Done <= last || p.Done > p.Total {
+				t.Fatalf("import %q, check %d: done %d after %d of %d, want growing", tc.alias, i, p.Done, last, p.Total)
+			}
+			last = p.Done
+		}
+		if got := s.Imports(); len(got) != 0 {
+			t.Fatalf("Imports after import %q returned = %+v", tc.alias, got)
+		}
+	}
+}

@@ -126,8 +126,9 @@ type Store struct {
 	// remove each other's files.
 	commitMu sync.Mutex
 
-	lim    Limits
-	claims claims // the space imports in progress still need
+	lim     Limits
+	claims  claims  // the space imports in progress still need
+	running running // the imports in progress, for Imports
 	// checkEvery is the bytes a copy processes between two free-space
 	// checks; afterCheck, set by tests, runs after each check.
 	checkEvery int64
@@ -323,6 +324,8 @@ func (s *Store) Import(ctx context.Context, path string, opts ImportOptions) (*I
 		return nil, wrap(err)
 	}
 	defer claim.release()
+	s.track(claim, path, opts.Alias, need)
+	defer s.untrack(claim)
 
 	tmp, err := os.CreateTemp(s.dir, tmpPrefix+"*")
 	if err != nil {

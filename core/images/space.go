@@ -57,8 +57,9 @@ type claims struct {
 type claim struct {
 	s         *Store
 	remaining int64
-	sinceLast int64 // bytes processed since the last check
-	every     int64 // bytes between two checks
+	sinceLast int64           // bytes processed since the last check
+	every     int64           // bytes between two checks
+	shown     *ImportProgress // the import's entry in Store.Imports (nil: untracked)
 	// afterCheck, set by tests, runs after each check during the copy.
 	afterCheck func()
 }
@@ -104,6 +105,7 @@ func othersNote(others int64) string {
 // progress records n more bytes of the source processed (written or kept
 // as a hole).
 func (c *claim) progress(n int64) {
+	c.advance(n)
 	n = min(n, c.remaining)
 	c.s.claims.mu.Lock()
 	c.remaining -= n

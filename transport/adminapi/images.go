@@ -24,6 +24,7 @@ type ImageService interface {
 	DeleteAlias(ctx context.Context, name string) error
 	Aliases(ctx context.Context) ([]*images.Alias, error)
 	SetPublic(ctx context.Context, ref string, public bool) (*images.Image, error)
+	Imports() []images.ImportProgress
 }
 
 var _ ImageService = (*images.Store)(nil)
@@ -34,6 +35,7 @@ func (a *API) registerImages(v1 fiber.Router) {
 	fp, alias := imageRefParam, aliasParam
 	v1.Get("/images", a.ok(httpwrap.With(a.imageService, a.listImages)))
 	v1.Post("/images", a.created(decoded(a.importImage)))
+	v1.Get("/images/imports", a.ok(httpwrap.With(a.imageService, a.listImageImports)))
 	v1.Get("/images/aliases", a.ok(httpwrap.With(a.imageService, a.listImageAliases)))
 	v1.Post("/images/aliases", a.created(decoded(a.createImageAlias)))
 	v1.Get("/images/aliases/:alias", a.ok(httpwrap.With(a.imageService, a.getImageAlias), alias))
@@ -145,6 +147,17 @@ func (a *API) importImage(r *request, req *api.ImagesPost) (any, error) {
 		return nil, err
 	}
 	return imageOut(im, nil), nil
+}
+
+// listImageImports answers GET /1.0/images/imports: the imports in
+// progress, oldest first (an empty list when none runs).
+func (a *API) listImageImports(_ *request, s ImageService) (any, error) {
+	list := s.Imports()
+	out := make([]api.ImageImport, len(list))
+	for i, p := range list {
+		out[i] = api.ImageImport{Name: p.Name(), Path: p.Path, Alias: p.Alias, Done: p.Done, Total: p.Total, StartedAt: p.Started}
+	}
+	return out, nil
 }
 
 // getImage answers GET /1.0/images/{fp} (a fingerprint or unique prefix).

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/images"
@@ -48,6 +49,7 @@ func TestImagesRoutes(t *testing.T) {
 		{"unknown field", "POST", "/1.0/images", `{"path":"/x","source":{}}`, 400, `unknown field "source"`},
 		{"missing file", "POST", "/1.0/images", `{"path":"/nonexistent/x.img"}`, 404, "no such file"},
 		{"list", "GET", "/1.0/images", "", 200, `"name":"zeros"`},
+		{"no import in progress", "GET", "/1.0/images/imports", "", 200, `[]`},
 		{"get by prefix", "GET", "/1.0/images/" + fp[:12], "", 200, `"os":"none"`},
 		{"private after import", "GET", "/1.0/images/" + fp, "", 200, `"public":false`},
 		{"make public", "PATCH", "/1.0/images/" + fp[:12], `{"public":true}`, 200, `"public":true`},
@@ -88,6 +90,36 @@ func TestImagesRoutes(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(images.Dir(dir)); len(entries) != 0 {
 		t.Fatalf("the store directory holds %d files after the delete", len(entries))
+	}
+}
+
+// importingStore is the real store with one import shown in progress:
+// core/images' TestImportsInProgress tracks real copies; this checks the
+// route and the wire form.
+type importingStore struct{ *images.Store }
+
+func (importingStore) Imports() []images.ImportProgress {
+	return []images.ImportProgress{{Path: "/srv/x.img", Done: 3 << 20, Total: 7 << 20, Started: time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC)}}
+}
+
+// TestImageImportsRoute: GET /1.0/images/imports answers the store's
+// imports in progress with their name (the file's, without an alias),
+// path, bytes copied and to copy, and start.
+func TestImageImportsRoute(t *testing.T) {
+	st, err := images.Open(t.TempDir(), dbtest.SQLite(t).(images.MetadataStore), nil, nil, images.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := apitest.NewServer(t, apitest.Options{Images: importingStore{st}})
+	code, env := call(t, srv, "GET", "/1.0/images/imports", "")
+	checkEnvelope(t, code, env)
+	var list []api.ImageImport
+	if err := json.Unmarshal(env.Metadata, &list); err != nil || code != 200 {
+		t.Fatalf("%d %s: %v", code, env.Metadata, err)
+	}
+	want := api.ImageImport{Name: "x.img", Path: "/srv/x.img", Done: 3 << 20, Total: 7 << 20, StartedAt: time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC)}
+	if len(list) != 1 || list[0] != want {
+		t.Fatalf("imports = %+v, want [%+v]", list, want)
 	}
 }
 

@@ -24,6 +24,8 @@ type Meta struct {
 	HeartbeatMS int64
 	// CanLaunch shows the Launch entry (the dashboard has the forms).
 	CanLaunch bool
+	// HasImages shows the Images entry (the dashboard has an image store).
+	HasImages bool
 }
 
 // Count is one tile of the overview.
