@@ -14,7 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
@@ -103,7 +102,10 @@ func TestGuestFiles(t *testing.T) {
 	// The daemon serves the agent's report from a cache refreshed every
 	// agentmon.GuestStateTTL, and launch's own polling may have filled it
 	// before os-release was written: wait for the report that has it.
-	d.waitGuestOS(ctx, "files1", "Debian GNU/Linux")
+	testwait.For(t, "the agent's report naming the OS", opTimeout, func() bool {
+		st, err := d.client.State(ctx, "files1")
+		return err == nil && st.Guest != nil && st.Guest.State != nil && st.Guest.State.OS == "Debian GNU/Linux"
+	})
 	info := d.cli(ctx, "info", "files1")
 	host, _ := os.Hostname()
 	for _, want := range []string{"Agent features:  exec, files, state, freeze", "OS:  Debian GNU/Linux 12 (bookworm)", "Hostname:  " + host, "127.0.0.1/8 (local)"} {
@@ -268,25 +270,5 @@ func TestGuestFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(inGuest); err != nil {
 		t.Errorf("the refused delete removed the file: %v", err)
-	}
-}
-
-// waitGuestOS polls the instance's state until the agent's report names
-// the OS want (the daemon refreshes its cached report every
-// agentmon.GuestStateTTL), failing the test after agentTimeout.
-func (d *daemonProc) waitGuestOS(ctx context.Context, name, want string) {
-	d.t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, agentTimeout)
-	defer cancel()
-	for {
-		st, err := d.client.State(ctx, name)
-		if err == nil && st.Guest != nil && st.Guest.State != nil && st.Guest.State.OS == want {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			d.t.Fatalf("instance %s: the agent's report never named OS %q (last %+v, %v)", name, want, st, err)
-		case <-time.After(200 * time.Millisecond):
-		}
 	}
 }
