@@ -152,10 +152,7 @@ func (a *API) internalInstances(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if list == nil {
-		list = []*instance.Instance{}
-	}
-	return c.JSON(list)
+	return c.JSON(cluster.MemberInstances(list))
 }
 
 func (a *API) internalInstance(c *fiber.Ctx) error {
@@ -163,7 +160,7 @@ func (a *API) internalInstance(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(inst)
+	return c.JSON(cluster.MemberInstance(inst))
 }
 
 // clusterPeer returns the member a request comes from (a verified member
