@@ -549,7 +549,7 @@ func clusterExecFiles(ctx context.Context, t *testing.T, a, b, c *daemonProc, ad
 	body, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
 	res.Body.Close()
 	if res.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "has the role viewer") {
-		t.Errorf("a viewer's pull of g-c's file through a: %d %s, want 403 \"... has the role viewer ...\"", res.StatusCode, body)
+		t.Errorf("a viewer's pull of g-c's file through a: %d %.200q, want 403 \"... has the role viewer ...\"", res.StatusCode, body)
 	}
 	for _, m := range []struct {
 		name  string
