@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,6 +204,8 @@ func TestCluster(t *testing.T) {
 	for name, d := range members {
 		d.waitInstance(ctx, "g-c", "Ready seen from "+name, opTimeout, func(i *api.Instance) bool { return i.Status == "Ready" })
 	}
+
+	clusterExecFiles(ctx, t, a, b, c, addrA)
 
 	// Two members change g-a's config at once (different keys, and one
 	// key both write): the owner applies every change; none is lost.
@@ -491,4 +497,73 @@ func frozenWrite(ctx context.Context, t *testing.T, a, b *daemonProc, key string
 		t.Errorf("the write whose caller was answered 503 was applied after b resumed: %s=%q", key, v)
 	}
 	return reached
+}
+
+// clusterExecFiles runs exec and file operations on c's guest through the
+// other members: a forwards the exec to c and relays its websockets (the
+// streams apart and the exit code; a pseudo-terminal's size through the
+// control websocket), a file pushed through a is pulled through b with the
+// same sha256, and c audits each with the original requestor while a logs
+// the forward. A viewer's pull through a is refused by a (403), as on the
+// owner: the owner trusts the forwarding member's checks.
+func clusterExecFiles(ctx context.Context, t *testing.T, a, b, c *daemonProc, addrA string) {
+	t.Helper()
+	checkExecStreams(ctx, t, a, "g-c")
+	checkExecPTY(ctx, t, a, "g-c")
+	dir := t.TempDir()
+	src, back := filepath.Join(dir, "src"), filepath.Join(dir, "back")
+	sum := writeRandom(t, src, 8<<20)
+	a.cli(ctx, "file", "push", "-p", src, "g-c/srv/cluster/blob")
+	b.cli(ctx, "file", "pull", "g-c/srv/cluster/blob", back)
+	if got := fileSum(t, back); got != sum {
+		t.Errorf("a file pushed to g-c through a and pulled through b: sha256 %x, want %x", got, sum)
+	}
+	// A path that is not there: the owner's 404, relayed as is.
+	if _, errOut, err := b.runCLI(ctx, "file", "pull", "g-c/srv/cluster/none", filepath.Join(dir, "none")); err == nil || !strings.Contains(errOut, "no such file or directory") {
+		t.Errorf("pulling a missing file of g-c through b: %v %q, want \"no such file or directory\"", err, errOut)
+	}
+	if _, err := a.client.CreateBearerIdentityWith(ctx, api.IdentitiesBearerPost{Name: "clusterviewer", Role: api.RoleViewer}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := a.client.IssueToken(ctx, "clusterviewer", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(a.stateDir, "cluster", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "a"}}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addrA+"/1.0/instances/g-c/files?path=/srv/cluster/blob", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok.Token)
+	res, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "has the role viewer") {
+		t.Errorf("a viewer's pull of g-c's file through a: %d %.200q, want 403 \"... has the role viewer ...\"", res.StatusCode, body)
+	}
+	for _, m := range []struct {
+		name  string
+		d     *daemonProc
+		wants []string
+	}{
+		{"a", a, []string{`msg="exec forwarded"`, `member=c`}},
+		{"c", c, []string{`msg="exec ended"`, `instance=g-c`, `exit_code=7`, `exit_code=5`, `path=/srv/cluster/blob`}},
+	} {
+		log := m.d.log()
+		for _, w := range m.wants {
+			if !strings.Contains(log, w) {
+				t.Errorf("the log of member %s does not say %s", m.name, w)
+			}
+		}
+	}
 }

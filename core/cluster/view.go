@@ -24,7 +24,7 @@ import (
 )
 
 // Internal routes of the cluster listener, served to members only: this
-// member's own instances as core/instance views (JSON).
+// member's own instances, as api.Instance objects (wire.go).
 const (
 	InstancesPath = "/internal/cluster/instances"
 )
@@ -185,14 +185,18 @@ func (v *Instances) fetch(ctx context.Context, m *membership.Member, f instance.
 		}
 	}
 	var out []*instance.Instance
-	if err := v.get(ctx, m.Name, m.Address, InstancesPath+"?"+q.Encode(), &out); err != nil {
+	err := v.get(ctx, m.Name, m.Address, InstancesPath+"?"+q.Encode(), func(r io.Reader) (err error) {
+		out, err = decodeInstances(r)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// get GETs path on a member and decodes its JSON answer.
-func (v *Instances) get(ctx context.Context, name, addr, path string, out any) error {
+// get GETs path on a member and reads its answer with decode.
+func (v *Instances) get(ctx context.Context, name, addr, path string, decode func(io.Reader) error) error {
 	budget := v.c.cfg.ForwardTimeout
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
@@ -213,7 +217,7 @@ func (v *Instances) get(ctx context.Context, name, addr, path string, out any) e
 		b, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
 		return fmt.Errorf("%s answered %d: %s", name, res.StatusCode, b)
 	}
-	return json.NewDecoder(res.Body).Decode(out)
+	return decode(res.Body)
 }
 
 // stored returns a member's instances as the database has them, status
@@ -268,14 +272,18 @@ func (v *Instances) Get(ctx context.Context, name string) (*instance.Instance, e
 	if !v.c.online(m, time.Now()) {
 		return unknownView(rec, fmt.Sprintf("member %s is offline (last heartbeat %s)", m.Name, m.Heartbeat.UTC().Format(time.RFC3339))), nil
 	}
-	var out instance.Instance
-	if gerr := v.get(ctx, m.Name, m.Address, InstancesPath+"/"+url.PathEscape(name), &out); gerr != nil {
+	var out *instance.Instance
+	gerr := v.get(ctx, m.Name, m.Address, InstancesPath+"/"+url.PathEscape(name), func(r io.Reader) (err error) {
+		out, err = decodeInstance(r)
+		return err
+	})
+	if gerr != nil {
 		if errors.Is(gerr, errdefs.ErrNotFound) {
 			return nil, err
 		}
 		return unknownView(rec, gerr.Error()), nil
 	}
-	return &out, nil
+	return out, nil
 }
 
 // Timeline returns an instance's timeline: another member's instances

@@ -19,17 +19,17 @@ import (
 
 // CreateRequest describes a new instance.
 type CreateRequest struct {
-	Name    string                       `json:"name"`
-	Backend string                       `json:"backend"` // "" is the manager's default backend
-	Config  map[string]string            `json:"config"`
-	Devices map[string]map[string]string `json:"devices"`
-	Start   bool                         `json:"start"`
+	Name    string
+	Backend string // "" is the manager's default backend
+	Config  map[string]string
+	Devices map[string]map[string]string
+	Start   bool
 	// Image is an alias, fingerprint or fingerprint prefix of a store image
 	// the guest boots from ("" for none); the backend must announce disk.v1.
-	Image string `json:"image"`
+	Image string
 	// Profiles are applied in order under Config and Devices (profiles.go);
 	// nil is [DefaultProfile], an empty list none (as LXD).
-	Profiles []string `json:"profiles"`
+	Profiles []string
 }
 
 // StopOptions says how to stop an instance (see contract.StopOptions).

@@ -696,13 +696,13 @@ func (m *Manager) recoverOne(ctx context.Context, b contract.Backend, e *entry, 
 
 // TimelineEntry is one entry of an instance's timeline as the API shows it.
 type TimelineEntry struct {
-	Time   time.Time `json:"time"`
-	Boot   int64     `json:"boot"`
-	Kind   string    `json:"kind"` // "state", "agent", "ready", "exec", "file"
-	From   string    `json:"from"`
-	To     string    `json:"to"`
-	Cause  string    `json:"cause"` // "api", "devlxd", "backend", "daemon", "agent"
-	Detail string    `json:"detail,omitempty"`
+	Time   time.Time
+	Boot   int64
+	Kind   string // "state", "agent", "ready", "exec", "file"
+	From   string
+	To     string
+	Cause  string // "api", "devlxd", "backend", "daemon", "agent"
+	Detail string
 }
 
 // Timeline limits.

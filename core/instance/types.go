@@ -22,38 +22,38 @@ const (
 
 // AgentInfo is the agent part of an instance view.
 type AgentInfo struct {
-	State         AgentState `json:"state"`
-	LastHeartbeat *time.Time `json:"last_heartbeat"`
-	Since         *time.Time `json:"since"` // when State was entered
+	State         AgentState
+	LastHeartbeat *time.Time
+	Since         *time.Time // when State was entered
 }
 
 // Instance is the view of one instance that the API, the dashboard and the
 // guest-link services read. It is a copy: changing it changes nothing.
 type Instance struct {
-	Name         string                       `json:"name"`
-	UUID         string                       `json:"uuid"`
-	Backend      string                       `json:"backend"`
-	Status       string                       `json:"status"`
-	StatusCode   int                          `json:"status_code"`
-	Config       map[string]string            `json:"config"`
-	Devices      map[string]map[string]string `json:"devices"`
-	Boot         int64                        `json:"boot"`
-	CreatedAt    time.Time                    `json:"created_at"`
-	StartedAt    *time.Time                   `json:"started_at"`
-	ReadyAt      *time.Time                   `json:"ready_at"` // when this boot last became Ready
-	Link         string                       `json:"link"`     // "hybrid", "vsock", "serial" or ""
-	Agent        AgentInfo                    `json:"agent"`
-	DevlxdSocket string                       `json:"devlxd_socket,omitempty"` // simulated guests
-	Details      map[string]string            `json:"details,omitempty"`       // backend facts
-	Conditions   []Condition                  `json:"conditions"`              // shared: never change it
+	Name         string
+	UUID         string
+	Backend      string
+	Status       string
+	StatusCode   int
+	Config       map[string]string
+	Devices      map[string]map[string]string
+	Boot         int64
+	CreatedAt    time.Time
+	StartedAt    *time.Time
+	ReadyAt      *time.Time // when this boot last became Ready
+	Link         string     // "hybrid", "vsock", "serial" or ""
+	Agent        AgentInfo
+	DevlxdSocket string            // simulated guests
+	Details      map[string]string // backend facts
+	Conditions   []Condition       // shared: never change it
 	// Location is the cluster member that runs the instance; "none"
 	// outside a cluster (as LXD).
-	Location string `json:"location"`
+	Location string
 	// StatusReason says why Status is Unknown (its member is offline).
-	StatusReason string `json:"status_reason,omitempty"`
+	StatusReason string
 	// Profiles are the instance's profiles, in the order they apply
 	// (shared: never change it).
-	Profiles []string `json:"profiles"`
+	Profiles []string
 }
 
 // LocationNone is the Location of instances outside a cluster (as LXD).

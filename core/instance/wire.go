@@ -70,3 +70,32 @@ func WireTimeline(tl []TimelineEntry) []api.TimelineEntry {
 	}
 	return out
 }
+
+// InstanceFromWire returns the view an API instance object describes: the
+// inverse of WireInstance for what a view holds (a cluster member's answer
+// about its instances, core/cluster). The timeline, the IPv4 address and
+// the guest report of the API object are not part of a view and are
+// dropped; the maps and slices are shared with w, not copied.
+func InstanceFromWire(w *api.Instance) *Instance {
+	return &Instance{
+		Name:         w.Name,
+		UUID:         w.UUID,
+		Backend:      w.Backend,
+		Status:       w.Status,
+		StatusCode:   w.StatusCode,
+		Config:       w.Config,
+		Devices:      w.Devices,
+		Boot:         w.Boot,
+		CreatedAt:    w.CreatedAt,
+		StartedAt:    w.StartedAt,
+		ReadyAt:      w.ReadyAt,
+		Link:         w.Link,
+		Agent:        AgentInfo{State: AgentState(w.Agent.State), LastHeartbeat: w.Agent.LastHeartbeat, Since: w.Agent.Since},
+		DevlxdSocket: w.DevlxdSocket,
+		Details:      w.Details,
+		Conditions:   w.Conditions,
+		Location:     w.Location,
+		StatusReason: w.StatusReason,
+		Profiles:     w.Profiles,
+	}
+}

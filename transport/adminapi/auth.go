@@ -96,11 +96,19 @@ func (a *API) authenticate(c *fiber.Ctx) error {
 // identities and sessions: who may do what is an admin's business, reading
 // it included).
 func (a *API) adminOnly(c *fiber.Ctx) error {
+	if err := refuseViewer(c); err != nil {
+		return err
+	}
+	return c.Next()
+}
+
+// refuseViewer returns adminOnly's error for a viewer's request, else nil.
+func refuseViewer(c *fiber.Ctx) error {
 	if role, _ := c.Locals(roleKey).(string); role == auth.RoleViewer {
 		return fmt.Errorf("%s has the role viewer: %s %s is an admin's (an admin identity may: --role admin): %w",
 			requestor(c).Describe(), c.Method(), c.Path(), errdefs.ErrForbidden)
 	}
-	return c.Next()
+	return nil
 }
 
 // authenticateTCP checks a TCP request's credentials and returns who sent

@@ -152,10 +152,7 @@ func (a *API) internalInstances(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if list == nil {
-		list = []*instance.Instance{}
-	}
-	return c.JSON(list)
+	return c.JSON(cluster.MemberInstances(list))
 }
 
 func (a *API) internalInstance(c *fiber.Ctx) error {
@@ -163,7 +160,7 @@ func (a *API) internalInstance(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(inst)
+	return c.JSON(cluster.MemberInstance(inst))
 }
 
 // clusterPeer returns the member a request comes from (a verified member
@@ -254,6 +251,13 @@ func (a *API) forward(c *fiber.Ctx) error {
 	if target == "" || target == self {
 		return c.Next()
 	}
+	if strings.HasSuffix(rest, "/files") {
+		// The owner trusts the forwarding member's authentication: the
+		// files routes' admin check is made here (a viewer's pull too).
+		if err := refuseViewer(c); err != nil {
+			return err
+		}
+	}
 	if c.Method() == http.MethodGet && !strings.Contains(strings.TrimPrefix(rest, "/"), "/") {
 		// Reading an instance: its member answers; when that member is
 		// offline the instance is shown as stored, status Unknown.
@@ -275,6 +279,10 @@ func forwardBudget(c *fiber.Ctx, base time.Duration) (budget time.Duration, stre
 	case c.Method() == http.MethodGet && strings.HasSuffix(path, "/console"):
 		follow, _ := boolQuery(c, "follow")
 		return base, follow
+	case strings.HasSuffix(path, "/files") && (c.Method() == http.MethodGet || isFilePush(c)):
+		// A pull's body, or a push's, lasts as long as its bytes flow
+		// (a push: proxy's timer restarts at each read of the body).
+		return base, true
 	case c.Method() == http.MethodGet && strings.HasSuffix(path, "/wait"):
 		d := DefaultWaitTimeout
 		if v, err := time.ParseDuration(c.Query("timeout")); err == nil && v > 0 && v <= MaxWaitTimeout {
@@ -313,21 +321,42 @@ func (a *API) proxy(c *fiber.Ctx, member string) error {
 	}
 	budget, stream := forwardBudget(c, a.cfg.Cluster.ForwardTimeout())
 	var (
-		ctx    context.Context
-		cancel context.CancelFunc
+		ctx     context.Context
+		cancel  context.CancelFunc
+		headers *time.Timer
 	)
 	if stream {
 		// The answer has no end: only its headers are bounded.
 		ctx, cancel = context.WithCancel(c.UserContext())
-		t := time.AfterFunc(budget, cancel)
-		defer t.Stop()
+		headers = time.AfterFunc(budget, cancel)
+		defer headers.Stop()
 	} else {
 		ctx, cancel = context.WithTimeout(c.UserContext(), budget)
 	}
-	req, err := http.NewRequestWithContext(ctx, c.Method(), base+c.OriginalURL(), requestBody(c))
+	body := requestBody(c)
+	var pushed *bodyGuard
+	if headers != nil && isFilePush(c) && c.Request().IsBodyStream() {
+		// A push streams its body to the owner: the owner must answer
+		// within the budget of the last byte read, and the body is
+		// never read after this handler returns (bodyGuard, files.go).
+		var r io.Reader = body
+		if cl := int64(c.Request().Header.ContentLength()); cl >= 0 {
+			r = io.LimitReader(r, cl)
+		}
+		pushed = &bodyGuard{r: &progressReader{r: r, progress: func() { headers.Reset(budget) }}}
+		defer pushed.release()
+		body = pushed
+	}
+	req, err := http.NewRequestWithContext(ctx, c.Method(), base+c.OriginalURL(), body)
 	if err != nil {
 		cancel()
 		return fmt.Errorf("forwarding to member %s: %w", member, err)
+	}
+	if cl := int64(c.Request().Header.ContentLength()); pushed != nil && cl >= 0 {
+		req.ContentLength = cl
+		if cl == 0 {
+			req.Body = http.NoBody
+		}
 	}
 	c.Request().Header.VisitAll(func(k, v []byte) {
 		switch strings.ToLower(string(k)) {
@@ -371,10 +400,27 @@ func (a *API) proxy(c *fiber.Ctx, member string) error {
 			nerr := cluster.NotAnswered(member, budget, err)
 			return fiber.NewError(http.StatusServiceUnavailable, strings.TrimSuffix(nerr.Error(), ": "+cluster.ErrOffline.Error()))
 		}
+		if res.StatusCode == http.StatusAccepted && isExecPost(c) {
+			return a.memberExec(c, member, body) // clusterexec.go
+		}
 		return c.Send(body)
 	}
 	c.Context().SetBodyStream(&cancelOnClose{ReadCloser: res.Body, cancel: cancel}, -1)
 	return nil
+}
+
+// progressReader calls progress after each read that returned bytes.
+type progressReader struct {
+	r        io.Reader
+	progress func()
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.progress()
+	}
+	return n, err
 }
 
 // maxForwardedAnswer bounds a forwarded answer that is not a stream.

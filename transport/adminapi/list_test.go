@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -13,21 +14,14 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 )
 
-// serviceInstance is the API object as it was before the wire types had
-// their own package: the service's view embedded, plus the timeline. The
-// JSON of api.Instance must stay exactly its JSON.
-type serviceInstance struct {
-	instance.Instance
-	Timeline []instance.TimelineEntry `json:"timeline,omitempty"`
-}
-
 // marshalList is the reference: what encoding/json makes of the answer in
-// the service's types.
+// the API's type (whose JSON is the old shape of the service's view:
+// TestWireInstanceMatchesServiceJSON).
 func marshalList(t testing.TB, list []*instance.Instance) []byte {
 	t.Helper()
-	out := make([]serviceInstance, 0, len(list))
+	out := make([]api.Instance, 0, len(list))
 	for _, inst := range list {
-		out = append(out, serviceInstance{Instance: *inst})
+		out = append(out, instance.WireInstance(inst, nil))
 	}
 	want, err := json.Marshal(api.Sync(out))
 	if err != nil {
@@ -115,9 +109,19 @@ func TestInstanceListMatchesEncodingJSON(t *testing.T) {
 }
 
 // TestWireInstanceMatchesServiceJSON checks that the API's own instance
-// object encodes exactly as the service's view did when the API embedded it:
-// same field names, order and omitempty, timeline included.
+// object encodes exactly as the service's view did when the API embedded it
+// (same field names, order and omitempty, timeline included): the fixture
+// testdata/wire-instance-v1.json is that JSON, captured before the view
+// lost its JSON tags.
 func TestWireInstanceMatchesServiceJSON(t *testing.T) {
+	raw, err := os.ReadFile("testdata/wire-instance-v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fixture map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fixture); err != nil {
+		t.Fatal(err)
+	}
 	t1 := time.Date(2026, 11, 22, 1, 2, 3, 456789000, time.UTC)
 	t2 := time.Date(1999, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))
 	rich := &instance.Instance{
@@ -143,37 +147,26 @@ func TestWireInstanceMatchesServiceJSON(t *testing.T) {
 		{"zero", &instance.Instance{}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			want, err := json.Marshal(serviceInstance{Instance: *tt.inst, Timeline: tt.tl})
-			if err != nil {
-				t.Fatal(err)
+			old, ok := fixture[tt.name]
+			if !ok {
+				t.Fatalf("the fixture has no case %q", tt.name)
 			}
-			got, err := json.Marshal(instance.WireInstance(tt.inst, tt.tl))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("wire JSON differs:\n got %s\nwant %s", got, want)
-			}
+			parts := map[string]any{"instance": instance.WireInstance(tt.inst, tt.tl), "state": instance.WireState(tt.inst)}
 			if tt.tl != nil {
-				want, _ = json.Marshal(tt.tl)
-				got, _ = json.Marshal(instance.WireTimeline(tt.tl))
-				if !bytes.Equal(got, want) {
-					t.Fatalf("timeline JSON differs:\n got %s\nwant %s", got, want)
-				}
+				parts["timeline"] = instance.WireTimeline(tt.tl)
 			}
-			want, _ = json.Marshal(struct {
-				Status     string             `json:"status"`
-				StatusCode int                `json:"status_code"`
-				Ready      bool               `json:"ready"`
-				Boot       int64              `json:"boot"`
-				StartedAt  *time.Time         `json:"started_at"`
-				ReadyAt    *time.Time         `json:"ready_at"`
-				Link       string             `json:"link"`
-				Agent      instance.AgentInfo `json:"agent"`
-			}{tt.inst.Status, tt.inst.StatusCode, tt.inst.Ready(), tt.inst.Boot, tt.inst.StartedAt, tt.inst.ReadyAt, tt.inst.Link, tt.inst.Agent})
-			got, _ = json.Marshal(instance.WireState(tt.inst))
-			if !bytes.Equal(got, want) {
-				t.Fatalf("state JSON differs:\n got %s\nwant %s", got, want)
+			for part, v := range parts {
+				got, err := json.Marshal(v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want bytes.Buffer
+				if err := json.Compact(&want, old[part]); err != nil {
+					t.Fatalf("fixture %q %s: %v", tt.name, part, err)
+				}
+				if !bytes.Equal(got, want.Bytes()) {
+					t.Errorf("%s JSON differs from the old shape:\n got %s\nwant %s", part, got, want.Bytes())
+				}
 			}
 		})
 	}

@@ -148,14 +148,11 @@ func TestRealManager(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The API object as it was when it embedded the service's view.
-		type serviceInstance struct {
-			instance.Instance
-			Timeline []instance.TimelineEntry `json:"timeline,omitempty"`
-		}
-		want := make([]serviceInstance, 0, len(views))
+		// The API object of each view (its JSON is the old shape:
+		// TestWireInstanceMatchesServiceJSON).
+		want := make([]api.Instance, 0, len(views))
 		for _, v := range views {
-			want = append(want, serviceInstance{Instance: *v})
+			want = append(want, instance.WireInstance(v, nil))
 		}
 		wantJSON, _ := json.Marshal(want)
 		if got := mustCall(t, srv, "GET", "/1.0/instances"+q, "", 200).Metadata; string(got) != string(wantJSON) {

@@ -1,0 +1,55 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/core/instance"
+)
+
+// The member-to-member wire of the instance view (InstancesPath): a member
+// answers with its instances as api.Instance objects, the admin API's own
+// wire type (without the timeline), and the member that asked turns them
+// back into core/instance views. core/instance's types carry no wire
+// format; the JSON is field for field what members sent when they encoded
+// the view itself (testdata/member-instances-v1.json), so a member on an
+// older binary and one on this one read each other.
+
+// MemberInstances returns a member's answer to InstancesPath: its
+// instances in wire form, an empty list (never null) for none.
+func MemberInstances(list []*instance.Instance) []api.Instance {
+	out := make([]api.Instance, len(list))
+	for i, inst := range list {
+		out[i] = instance.WireInstance(inst, nil)
+	}
+	return out
+}
+
+// MemberInstance returns a member's answer to InstancesPath/{name}.
+func MemberInstance(inst *instance.Instance) api.Instance {
+	return instance.WireInstance(inst, nil)
+}
+
+// decodeInstances reads a member's answer to InstancesPath.
+func decodeInstances(r io.Reader) ([]*instance.Instance, error) {
+	var wire []api.Instance
+	if err := json.NewDecoder(r).Decode(&wire); err != nil {
+		return nil, fmt.Errorf("decoding a member's instances: %w", err)
+	}
+	out := make([]*instance.Instance, len(wire))
+	for i := range wire {
+		out[i] = instance.InstanceFromWire(&wire[i])
+	}
+	return out, nil
+}
+
+// decodeInstance reads a member's answer to InstancesPath/{name}.
+func decodeInstance(r io.Reader) (*instance.Instance, error) {
+	var wire api.Instance
+	if err := json.NewDecoder(r).Decode(&wire); err != nil {
+		return nil, fmt.Errorf("decoding a member's instance: %w", err)
+	}
+	return instance.InstanceFromWire(&wire), nil
+}

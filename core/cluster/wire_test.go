@@ -1,0 +1,112 @@
+package cluster
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/core/instance"
+)
+
+// TestMemberWireCompatible checks the instance view's wire between members
+// of different versions. The fixtures are what a member sent before
+// core/instance lost its JSON tags (encoding/json of the view itself,
+// captured from that code): this binary decodes them into the same views
+// (an old member answering a new one), and its own answer for those views
+// is byte for byte the fixture (a new member answering an old one, which
+// decodes the old shape).
+func TestMemberWireCompatible(t *testing.T) {
+	want := memberWireInstances()
+	for _, tc := range []struct {
+		name    string
+		fixture string
+		decode  func(*bytes.Reader) (any, error)
+		views   any
+		answer  any
+	}{
+		{
+			name: "list", fixture: "testdata/member-instances-v1.json",
+			decode: func(r *bytes.Reader) (any, error) { return decodeInstances(r) },
+			views:  want, answer: MemberInstances(want),
+		},
+		{
+			name: "one instance", fixture: "testdata/member-instance-v1.json",
+			decode: func(r *bytes.Reader) (any, error) { return decodeInstance(r) },
+			views:  want[0], answer: MemberInstance(want[0]),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old, err := os.ReadFile(tc.fixture)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old = bytes.TrimSpace(old)
+			got, err := tc.decode(bytes.NewReader(old))
+			if err != nil {
+				t.Fatalf("decoding the old member's answer: %v", err)
+			}
+			if !reflect.DeepEqual(got, tc.views) {
+				t.Errorf("the old member's answer decodes to\n%#v\nwant\n%#v", got, tc.views)
+			}
+			// fiber's c.JSON is encoding/json's Marshal.
+			enc, err := json.Marshal(tc.answer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(enc, old) {
+				t.Errorf("this member's answer differs from the old shape:\n got %s\nwant %s", enc, old)
+			}
+		})
+	}
+	t.Run("no instances", func(t *testing.T) {
+		// The old member answered [] (never null) for none.
+		if enc, _ := json.Marshal(MemberInstances(nil)); string(enc) != "[]" {
+			t.Errorf("an empty answer encodes as %s, want []", enc)
+		}
+		got, err := decodeInstances(bytes.NewReader([]byte("[]")))
+		if err != nil || got == nil || len(got) != 0 {
+			t.Errorf("decoding []: %#v, %v", got, err)
+		}
+	})
+	t.Run("damaged answer", func(t *testing.T) {
+		if _, err := decodeInstances(bytes.NewReader([]byte(`[{"name":`))); err == nil {
+			t.Error("a truncated answer decodes without an error")
+		}
+		if _, err := decodeInstance(bytes.NewReader([]byte(`{"status_code":"x"}`))); err == nil {
+			t.Error("a status code of the wrong type decodes without an error")
+		}
+	})
+}
+
+// memberWireInstances are the instances of the fixture
+// testdata/member-instances-v1.json: one with every field set, one as a
+// stopped guest has it, one zero (nil maps and slices).
+func memberWireInstances() []*instance.Instance {
+	t1 := time.Date(2026, 11, 22, 1, 2, 3, 456789000, time.UTC)
+	t2 := time.Date(1999, 1, 2, 3, 4, 5, 0, time.UTC)
+	return []*instance.Instance{
+		{
+			Name: "web1", UUID: "0b7c7d0e-1f2e-4d3c-8b4a-0123456789ab", Backend: "sim", Status: "Ready", StatusCode: 113,
+			Config:  map[string]string{"volatile.last_state.ready": "true", "user.x": "<&>\"é"},
+			Devices: map[string]map[string]string{"root": {"type": "disk", "path": "/"}, "eth0": {"type": "nic"}},
+			Boot:    3, CreatedAt: t1, StartedAt: &t2, ReadyAt: &t1, Link: "vsock",
+			Agent:        instance.AgentInfo{State: instance.AgentConnected, LastHeartbeat: &t1, Since: &t2},
+			DevlxdSocket: "/run/x/sock", Details: map[string]string{"pid": "42"},
+			Conditions: []instance.Condition{
+				{Type: instance.CondAgentConnected, Status: instance.CondTrue, Reason: "Connected", Message: "m", LastTransitionTime: t1},
+				{Type: instance.CondReady, Status: instance.CondFalse, Reason: "NotDeclared", LastTransitionTime: t2},
+			},
+			Location: "b", StatusReason: "", Profiles: []string{"default", "web"},
+		},
+		{
+			Name: "db1", UUID: "u-2", Backend: "qemu", Status: "Stopped", StatusCode: 102,
+			Config: map[string]string{}, Devices: map[string]map[string]string{}, CreatedAt: t2,
+			Agent: instance.AgentInfo{State: instance.AgentNone}, Conditions: []instance.Condition{},
+			Location: "b", StatusReason: "member b is offline (last heartbeat 2026-11-22T01:02:03Z)", Profiles: []string{},
+		},
+		{},
+	}
+}
