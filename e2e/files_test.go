@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,6 +21,7 @@ import (
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/internal/testwait"
 )
 
@@ -270,5 +274,124 @@ func TestGuestFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(inGuest); err != nil {
 		t.Errorf("the refused delete removed the file: %v", err)
+	}
+}
+
+// TestFilePushMissingParent pushes a file bigger than any socket buffer
+// to a path whose parent directory does not exist, without -p: the agent
+// refuses it with 404 before it reads the body, and every client must
+// read that answer, not the broken pipe of a body the daemon stopped
+// reading. Tried: guestlink file push (the CLI over the admin socket),
+// the Go client, LXD's client's request (net/http, a plain POST with a
+// Content-Length and no Expect), curl (which sends Expect: 100-continue
+// for a big body) and curl without Expect; each several times, since a
+// lost answer is a race between the daemon closing and the client
+// reading. After the refusals, the daemon still answers and -p pushes.
+func TestFilePushMissingParent(t *testing.T) {
+	t.Parallel()
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		testenv.Requires(t, "curl", "the test pushes with curl as a script would")
+	}
+	d := newDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	g := d.launch(ctx, "pushmiss", nil, nil)
+	src := filepath.Join(t.TempDir(), "big")
+	const size = 32 << 20
+	writeRandom(t, src, size)
+	const target = "/srv/missing/dir/file"
+	// wantRefusal checks an answer: 404 with the agent's message, which
+	// names the guest's path and no host path.
+	wantRefusal := func(t *testing.T, how string, code int, msg string) {
+		t.Helper()
+		if code != http.StatusNotFound || !strings.Contains(msg, "/srv/missing/dir") || strings.Contains(msg, g.dir) {
+			t.Errorf("%s: %d %q, want 404 naming /srv/missing/dir", how, code, msg)
+		}
+	}
+	sock := filepath.Join(d.stateDir, "guestlink.sock")
+	url := "http://unix/1.0/instances/pushmiss/files?path=" + target
+	for i := range 3 {
+		t.Run("cli", func(t *testing.T) {
+			_, errOut, err := d.runCLI(ctx, "file", "push", src, "pushmiss"+target)
+			if err == nil || strings.Contains(errOut, "broken pipe") || strings.Contains(errOut, "connection reset") {
+				t.Fatalf("push %d: %v, stderr %q; want the agent's 404", i, err, errOut)
+			}
+			wantRefusal(t, "guestlink file push", http.StatusNotFound, errOut)
+		})
+		t.Run("go client", func(t *testing.T) {
+			f, err := os.Open(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			err = d.client.PushFile(ctx, "pushmiss", target, f, size, client.FileArgs{})
+			var se *client.StatusError
+			if !errors.As(err, &se) {
+				t.Fatalf("PushFile: %v, want a StatusError", err)
+			}
+			wantRefusal(t, "PushFile", se.Code, se.Message)
+		})
+		t.Run("lxd client", func(t *testing.T) {
+			// LXD's client (lxd/client InstanceFileArgs) posts the
+			// content with net/http: a Content-Length, its X-LXD
+			// headers and no Expect.
+			f, err := os.Open(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var dialer net.Dialer
+				return dialer.DialContext(ctx, "unix", sock)
+			}}}
+			defer hc.CloseIdleConnections()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.ContentLength = size
+			req.Header.Set("Content-Type", "application/octet-stream")
+			req.Header.Set("X-LXD-type", "file")
+			req.Header.Set("X-LXD-write", "overwrite")
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatalf("POST: %v, want the agent's 404", err)
+			}
+			defer resp.Body.Close()
+			var env api.Response[json.RawMessage]
+			if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+				t.Fatalf("decoding the answer: %v", err)
+			}
+			wantRefusal(t, "net/http POST", resp.StatusCode, env.Error)
+		})
+		for _, expect := range []string{"", "Expect:"} {
+			t.Run("curl "+expect, func(t *testing.T) {
+				args := []string{"-sS", "--unix-socket", sock, "-X", "POST", "--data-binary", "@" + src,
+					"-H", "Content-Type: application/octet-stream", "-o", "-", "-w", "\n%{http_code}", url}
+				if expect != "" {
+					args = append(args, "-H", expect)
+				}
+				out, err := exec.CommandContext(ctx, curl, args...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("curl %q: %v\n%s", expect, err, out)
+				}
+				nl := strings.LastIndexByte(string(out), '\n')
+				body, code := string(out[:max(nl, 0)]), string(out[nl+1:])
+				var env api.Response[json.RawMessage]
+				if err := json.Unmarshal([]byte(body), &env); err != nil {
+					t.Fatalf("curl %q: %v in %q", expect, err, out)
+				}
+				n, _ := strconv.Atoi(code)
+				wantRefusal(t, "curl", n, env.Error)
+			})
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(g.root, "srv", "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused push made its parent: %v", err)
+	}
+	d.cli(ctx, "file", "push", "-p", src, "pushmiss"+target)
+	if fi, err := os.Stat(filepath.Join(g.root, "srv", "missing", "dir", "file")); err != nil || fi.Size() != size {
+		t.Errorf("push -p after the refusals: %v", err)
 	}
 }

@@ -296,9 +296,15 @@ func (d *Dashboard) renderEvent(ev events.Event) []byte {
 }
 
 // timelineItem maps a lifecycle event to the timeline entry the instance
-// page shows for it.
+// page shows for it (an exec or file operation's as its timeline record
+// has it).
 func timelineItem(ev events.Event, lc events.Lifecycle) (components.TimelineItem, bool) {
 	item := components.TimelineItem{Time: ev.Timestamp}
+	if e, ok := instance.AccessTimeline(lc.Action, lc.Context, lc.Requestor); ok {
+		// An exec or file operation: the entry its record holds.
+		item.Boot, item.Kind, item.To, item.Cause, item.Detail = e.Boot, e.Kind, e.To, e.Cause, e.Detail
+		return item, true
+	}
 	if lc.Requestor != nil {
 		item.Cause = lc.Requestor.Protocol
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -192,6 +193,52 @@ func TestStreamUpdates(t *testing.T) {
 	ev.publish(t, events.InstanceDeleted, "web9", nil, nil)
 	if m := c.next(t, "update"); !strings.Contains(m.Data, `id="row-web9" hx-swap-oob="delete"`) {
 		t.Errorf("deleted: %q, want the row removed", m.Data)
+	}
+	c.cancel()
+	waitStreams(t, d, 0)
+}
+
+// TestStreamAccessTimeline: an exec and the file operations, published as
+// the instance service records them, reach the instance page's timeline
+// live (before, only a reload showed them): the entry's kind, outcome,
+// boot, cause and detail are the stored entry's. Tried: an exec with its
+// exit code, a push, a refused pull and a failed delete.
+func TestStreamAccessTimeline(t *testing.T) {
+	noLeaks(t)
+	inst := newFakeInstances(running("web1", instance.AgentConnected))
+	ev := newBusEvents()
+	app, d := newTestApp(inst, ev, Config{Heartbeat: 100 * time.Millisecond})
+	url := server(t, app, d)
+	c := openStream(t, url+"/events", nil)
+	waitStreams(t, d, 1)
+	root := &events.Requestor{Protocol: "unix", Username: "root", UID: "0"}
+	for _, tt := range []struct {
+		action           string
+		ctx              map[string]any
+		kind, to, detail string
+	}{
+		{events.InstanceExec, map[string]any{"boot": 3, "command": []string{"sh", "-c", "exit 7"}, "exit_code": 7}, "exec", "exit 7", `sh -c "exit 7" (by unix root (uid 0))`},
+		{events.InstanceFilePushed, map[string]any{"boot": 3, "path": "/etc/motd", "status": 200}, "file", "pushed", "/etc/motd (by unix root (uid 0))"},
+		{events.InstanceFileRetrieved, map[string]any{"boot": 3, "path": "/nope", "status": 404}, "file", "refused 404", "/nope (by unix root (uid 0))"},
+		{events.InstanceFileDeleted, map[string]any{"boot": 3, "path": "/tmp/x", "status": 0, "error": "agent unreachable"}, "file", "failed", "/tmp/x (by unix root (uid 0)): agent unreachable"},
+	} {
+		t.Run(tt.action, func(t *testing.T) {
+			ev.publish(t, tt.action, "web1", tt.ctx, root)
+			m := c.next(t, "update")
+			doc, err := goquery.NewDocumentFromReader(strings.NewReader(m.Data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := doc.Find(`ol[hx-swap-oob="afterbegin:#timeline-web1"] [data-testid="timeline-entry"]`)
+			if e.Length() != 1 {
+				t.Fatalf("no live timeline entry in %q", m.Data)
+			}
+			got := []string{e.AttrOr("data-kind", ""), e.AttrOr("data-to", ""), e.AttrOr("data-boot", ""), e.AttrOr("data-cause", "")}
+			want := []string{tt.kind, tt.to, "3", "api: unix root (uid 0)"}
+			if !slices.Equal(got, want) || !strings.Contains(e.Text(), "("+tt.detail+")") {
+				t.Errorf("entry %q with text %q, want %q and detail %q", got, e.Text(), want, tt.detail)
+			}
+		})
 	}
 	c.cancel()
 	waitStreams(t, d, 0)

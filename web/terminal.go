@@ -16,6 +16,7 @@ import (
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/agentmon"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/internal/wskeepalive"
 	"github.com/guestlink/guestlink/web/components"
 )
 
@@ -374,19 +375,23 @@ func (d *Dashboard) terminalSocket() fiber.Handler {
 
 // socket is the part of a websocket connection the terminal relay uses
 // (gorilla's, the agent side, and fasthttp's, the browser side).
-type socket interface {
-	ReadMessage() (int, []byte, error)
-	WriteMessage(messageType int, data []byte) error
-	WriteControl(messageType int, data []byte, deadline time.Time) error
-	Close() error
-}
+type socket = wskeepalive.Conn
+
+// terminalKeepalive is the timing of the terminal relay's pings (zero: the
+// defaults; tests shorten it).
+var terminalKeepalive wskeepalive.Config
 
 // relayTerminal copies messages between the browser's websocket and the
 // agent's until either ends or closing or stop is closed. The agent's end of
 // stream (LXD's empty text message) ends its side; when the agent's side
 // ended first, last (if any) writes the browser its final message. Then
-// both are closed, each told with a close frame.
-func relayTerminal(browser, agent socket, closing, stop <-chan struct{}, last func()) {
+// both are closed, each told with a close frame. Both of the dashboard's
+// ends are pinged (internal/wskeepalive): an idle shell stays open behind
+// a proxy or a NAT, and a peer that stops answering pings is closed, which
+// ends the relay like any other end.
+func relayTerminal(browserConn, agentConn socket, closing, stop <-chan struct{}, last func()) {
+	browser := wskeepalive.Keep(browserConn, terminalKeepalive)
+	agent := wskeepalive.Keep(agentConn, terminalKeepalive)
 	fromAgent := make(chan struct{})
 	fromBrowser := make(chan struct{})
 	go func() {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/agentmon"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/internal/wskeepalive"
 )
 
 // fakeAgent stands in for an agent's exec operation (one unit: the
@@ -28,10 +30,11 @@ type fakeAgent struct {
 	srv     *httptest.Server
 	control chan string
 	ended   chan struct{}
+	dataErr chan error // how the data socket's reading ended
 }
 
 func newFakeAgent(t *testing.T) *fakeAgent {
-	a := &fakeAgent{control: make(chan string, 16), ended: make(chan struct{})}
+	a := &fakeAgent{control: make(chan string, 16), ended: make(chan struct{}), dataErr: make(chan error, 1)}
 	up := websocket.Upgrader{}
 	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, err := up.Upgrade(w, r, nil)
@@ -42,6 +45,9 @@ func newFakeAgent(t *testing.T) *fakeAgent {
 		for {
 			mt, data, err := conn.ReadMessage()
 			if err != nil {
+				if r.URL.Query().Get("secret") == "agent-data" {
+					a.dataErr <- err
+				}
 				return
 			}
 			if r.URL.Query().Get("secret") == "agent-control" {
@@ -258,6 +264,63 @@ func TestTerminalEndsWithSession(t *testing.T) {
 		t.Fatalf("after the session ended the data socket read %v, want a normal close", err)
 	}
 	close(agent.ended) // the agent's command ends: followTerminal returns
+	<-term.done
+}
+
+// TestTerminalDeadBrowser: with short pings, a browser that stops
+// answering them (its laptop asleep, a NAT that dropped the connection)
+// is closed, and the agent's end of the shell gets a normal close (the
+// agent ends the shell). Before the relay pinged, the session stayed open
+// for good. A live idle browser is kept: TestKeeper (internal/wskeepalive)
+// and TestRelayDeadPeer (transport/adminapi).
+func TestTerminalDeadBrowser(t *testing.T) {
+	old := terminalKeepalive
+	terminalKeepalive = wskeepalive.Config{Interval: 20 * time.Millisecond, Timeout: 100 * time.Millisecond}
+	t.Cleanup(func() { terminalKeepalive = old })
+	sessions := newFakeSessions()
+	sid, _, err := sessions.Redeem(context.Background(), sessions.issue())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, d := serveDashboard(t, Config{Sessions: sessions, Heartbeat: time.Hour})
+	agent := newFakeAgent(t)
+	term := &terminal{
+		id: randomToken(), session: sid, instance: "web1", who: "session/test", link: agent, agentOp: "op1",
+		secrets: map[string]string{api.ExecFDStdin: "agent-data", api.ExecFDControl: "agent-control"},
+		claimed: map[string]bool{}, done: make(chan struct{}), stop: make(chan struct{}),
+	}
+	d.terms.add(term)
+	go d.followTerminal(term)
+	h := http.Header{"Cookie": {sessionCookie + "=" + sid}, "Origin": {"http://" + host}}
+	pty, res, err := websocket.DefaultDialer.Dial("ws://"+host+"/instances/web1/terminal/"+term.id+"/0", h)
+	if err != nil {
+		t.Fatalf("the data socket: %v", err)
+	}
+	res.Body.Close()
+	defer pty.Close()
+	var pings atomic.Int32
+	pty.SetPingHandler(func(s string) error {
+		if pings.Add(1) > 3 {
+			return nil // asleep from now on
+		}
+		return pty.WriteControl(websocket.PongMessage, []byte(s), time.Now().Add(time.Second))
+	})
+	go func() {
+		for {
+			if _, _, err := pty.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-agent.dataErr:
+		if !websocket.IsCloseError(err, websocket.CloseNormalClosure) || pings.Load() < 3 {
+			t.Fatalf("the agent's data socket ended with %v after %d pings, want a normal close once the browser went silent", err, pings.Load())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("the dashboard kept a browser that stopped answering pings (%d pings)", pings.Load())
+	}
+	close(agent.ended)
 	<-term.done
 }
 

@@ -41,8 +41,10 @@ const maxAccessDetail = 1024
 
 // RecordGuestAccess records an exec or file operation in the instance's
 // timeline (kind "exec" or "file": who, the command or path, the exit code
-// or status) and publishes its lifecycle event. It is the audit the
-// instance's history keeps, beside the daemon's log line.
+// or status) and publishes its lifecycle event, which carries what the
+// entry is made of (and the boot), so AccessTimeline makes the same entry
+// from the event. It is the audit the instance's history keeps, beside
+// the daemon's log line.
 func (m *Manager) RecordGuestAccess(ctx context.Context, name string, a GuestAccess, by events.Requestor) error {
 	e, err := m.lookup(ctx, name)
 	if err != nil {
@@ -51,24 +53,46 @@ func (m *Manager) RecordGuestAccess(ctx context.Context, name string, a GuestAcc
 	m.mu.RLock()
 	id, boot, instName := e.rec.ID, e.rec.Boot, e.rec.Name
 	m.mu.RUnlock()
-	entry := &record.TimelineEntry{InstanceID: id, Time: time.Now().UTC(), Boot: boot, Cause: causeOf(by)}
-	evCtx := map[string]any{}
+	entry, ok := accessEntry(a, by)
+	if !ok {
+		return fmt.Errorf("recording guest access in instance %q: unknown action %q", name, a.Action)
+	}
+	entry.InstanceID, entry.Time, entry.Boot = id, time.Now().UTC(), boot
+	evCtx := map[string]any{"boot": boot}
+	switch a.Action {
+	case events.InstanceExec:
+		evCtx["command"] = a.Command
+		if a.ExitCode != nil {
+			evCtx["exit_code"] = *a.ExitCode
+		}
+	default:
+		evCtx["path"], evCtx["status"] = a.Path, a.Status
+	}
+	if a.Err != "" {
+		evCtx["error"] = a.Err
+	}
+	m.appendTimeline(ctx, instName, &entry)
+	m.publish(ctx, []events.Event{events.NewLifecycle(a.Action, instName, evCtx, &by)})
+	return nil
+}
+
+// accessEntry returns the timeline entry of a (its kind, outcome, detail
+// and cause; no instance, time or boot), false for an unknown action.
+func accessEntry(a GuestAccess, by events.Requestor) (record.TimelineEntry, bool) {
+	entry := record.TimelineEntry{Cause: causeOf(by)}
 	var what string
 	switch a.Action {
 	case events.InstanceExec:
 		entry.Kind = kindExec
 		what = strings.Join(quoteArgs(a.Command), " ")
-		evCtx["command"] = a.Command
 		if a.ExitCode != nil {
 			entry.To = "exit " + strconv.Itoa(*a.ExitCode)
-			evCtx["exit_code"] = *a.ExitCode
 		} else {
 			entry.To = "failed"
 		}
 	case events.InstanceFilePushed, events.InstanceFileRetrieved, events.InstanceFileDeleted:
 		entry.Kind = kindFile
 		what = a.Path
-		evCtx["path"], evCtx["status"] = a.Path, a.Status
 		verb := strings.TrimPrefix(a.Action, "instance-file-")
 		switch {
 		case a.Status >= 200 && a.Status < 300:
@@ -79,10 +103,7 @@ func (m *Manager) RecordGuestAccess(ctx context.Context, name string, a GuestAcc
 			entry.To = fmt.Sprintf("refused %d", a.Status)
 		}
 	default:
-		return fmt.Errorf("recording guest access in instance %q: unknown action %q", name, a.Action)
-	}
-	if a.Err != "" {
-		evCtx["error"] = a.Err
+		return entry, false
 	}
 	if len(what) > maxAccessDetail {
 		what = what[:maxAccessDetail] + "..."
@@ -94,9 +115,41 @@ func (m *Manager) RecordGuestAccess(ctx context.Context, name string, a GuestAcc
 	if a.Err != "" {
 		entry.Detail += ": " + a.Err
 	}
-	m.appendTimeline(ctx, instName, entry)
-	m.publish(ctx, []events.Event{events.NewLifecycle(a.Action, instName, evCtx, &by)})
-	return nil
+	return entry, true
+}
+
+// AccessTimeline returns the timeline entry RecordGuestAccess stored for
+// the exec or file operation whose lifecycle event has action, context
+// (as decoded from the event's JSON) and requestor: its kind, outcome,
+// detail, cause and boot, so a live view shows the entry a reload would.
+// It reports false for any other action.
+func AccessTimeline(action string, evCtx map[string]any, by *events.Requestor) (TimelineEntry, bool) {
+	a := GuestAccess{Action: action}
+	if cmd, ok := evCtx["command"].([]any); ok {
+		for _, arg := range cmd {
+			s, _ := arg.(string)
+			a.Command = append(a.Command, s)
+		}
+	}
+	if code, ok := evCtx["exit_code"].(float64); ok {
+		c := int(code)
+		a.ExitCode = &c
+	}
+	a.Path, _ = evCtx["path"].(string)
+	if st, ok := evCtx["status"].(float64); ok {
+		a.Status = int(st)
+	}
+	a.Err, _ = evCtx["error"].(string)
+	var req events.Requestor
+	if by != nil {
+		req = *by
+	}
+	rec, ok := accessEntry(a, req)
+	entry := TimelineEntry{Kind: rec.Kind, To: rec.To, Cause: rec.Cause, Detail: rec.Detail}
+	if b, isNum := evCtx["boot"].(float64); isNum {
+		entry.Boot = int64(b)
+	}
+	return entry, ok
 }
 
 // quoteArgs quotes the arguments that need it to read as one word.

@@ -324,8 +324,9 @@ func (m *managed) launch(ctx context.Context) (*sdk.Client, *sdk.Info, error) {
 	}
 	info, err := c.Backend().Info(lctx)
 	if err != nil {
+		err = exitedDuring(c, fmt.Errorf("asking plugin %q for its info: %w", m.name, err))
 		c.Kill()
-		return nil, nil, fmt.Errorf("asking plugin %q for its info: %w", m.name, err)
+		return nil, nil, err
 	}
 	return c, info, nil
 }
@@ -345,7 +346,7 @@ func (m *managed) run(ctx context.Context, c *sdk.Client, info *sdk.Info) error 
 	events, err := c.Backend().Events(evCtx)
 	if err != nil {
 		close(forwarded)
-		return fmt.Errorf("opening event stream: %w", err)
+		return exitedDuring(c, fmt.Errorf("opening event stream: %w", err))
 	}
 	go func() {
 		defer close(forwarded)
@@ -414,6 +415,34 @@ func (m *managed) watch(ctx context.Context, c *sdk.Client) error {
 			}
 		}
 	}
+}
+
+// exitGrace is how long a call that lost its plugin process waits for
+// go-plugin to see the process end: the connection breaks (EOF, reset,
+// refused) as the process dies, a little before its wait returns.
+const exitGrace = 2 * time.Second
+
+// exitedDuring returns err, a failed call on c, as the process's exit when
+// the call failed because the process ended: a plugin that dies while it
+// is being started is down because it exited, whichever call noticed
+// first. err stays wrapped (its kind and text). Other errors, and an
+// unavailable plugin that is still running after exitGrace, are returned
+// as they are.
+func exitedDuring(c *sdk.Client, err error) error {
+	if !errors.Is(err, sdk.ErrUnavailable) {
+		return err
+	}
+	t := time.NewTimer(exitGrace)
+	defer t.Stop()
+	select {
+	case <-c.Done():
+	case <-t.C:
+		return err
+	}
+	if !c.Exited() {
+		return err
+	}
+	return fmt.Errorf("%w: %w", exitErr(c), err)
 }
 
 func exitErr(c *sdk.Client) error {

@@ -1,15 +1,18 @@
 package adminapi
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -40,9 +43,18 @@ var fileActions = map[string]string{
 // maxAgentError is how much of an agent's error answer is relayed.
 const maxAgentError = 64 << 10
 
-// refusedBodyDrain is how much of a refused push's body is read before the
-// answer (the rest is dropped with the connection).
-const refusedBodyDrain = 1 << 20
+// A refused push's answer is sent before its body is read, and the
+// client is still sending: were the connection closed then, with the
+// body unread, the client's next write would fail (a broken pipe, a
+// reset) before it read the answer, and net/http's Transport (the Go
+// client's, LXD's) reports that write error instead of the answer. So
+// after the answer the rest of the body is read and dropped, Apache's
+// lingering close, until the client closes (it has the answer), at most
+// refusedBodyDrain bytes or refusedDrainTime.
+const (
+	refusedBodyDrain = 256 << 20
+	refusedDrainTime = 10 * time.Second
+)
 
 // registerFiles adds GET, POST and DELETE /1.0/instances/{name}/files?path=,
 // LXD's file routes, relayed to the instance's agent: an admin's only (a
@@ -140,6 +152,32 @@ func limitBodies(c *fiber.Ctx) error {
 	return c.Next()
 }
 
+// answerThenDrain makes c's answer, once the handlers have made it, the
+// connection's last: fasthttp hands the connection over after the
+// handlers, the answer is written with Connection: close and, unless it
+// is a success (the body was read whole), what the client still sends is
+// read and dropped (refusedBodyDrain, refusedDrainTime) before the
+// connection closes, so the client reads the answer, not a broken pipe.
+// It is called (deferred) by the handler, before it returns.
+func answerThenDrain(c *fiber.Ctx) {
+	fc := c.Context() // the connection's context lives on until the hijack returns
+	fc.HijackSetNoResponse(true)
+	fc.Hijack(func(conn net.Conn) {
+		deadline := time.Now().Add(refusedDrainTime)
+		_ = conn.SetDeadline(deadline)
+		fc.Response.SetConnectionClose()
+		bw := bufio.NewWriter(conn)
+		if err := fc.Response.Write(bw); err != nil || bw.Flush() != nil {
+			return
+		}
+		if fc.Response.StatusCode() < http.StatusMultipleChoices {
+			return
+		}
+		// Until the client closes, the time is up or the bound is read.
+		_, _ = io.CopyN(io.Discard, conn, refusedBodyDrain)
+	})
+}
+
 // instanceFiles relays GET, POST and DELETE
 // /1.0/instances/{name}/files?path= to the instance's agent: the path is
 // checked here first (absolute, no NUL, no ".."), a push must be
@@ -150,15 +188,10 @@ func limitBodies(c *fiber.Ctx) error {
 // lifecycle event (instance-file-pushed, -retrieved, -deleted).
 func (a *API) instanceFiles(c *fiber.Ctx) error {
 	if isFilePush(c) && c.Request().IsBodyStream() {
-		// Whatever happens, the connection is not reused: the body may
-		// be left unread. A refused push's body is read up to
-		// refusedBodyDrain first, so that a client still sending a small
-		// body reads the refusal rather than a broken pipe.
-		stream := c.Context().RequestBodyStream()
-		defer func() {
-			_, _ = io.CopyN(io.Discard, stream, refusedBodyDrain)
-			c.Context().SetConnectionClose()
-		}()
+		// Whatever happens, the connection is not reused (the body may
+		// be left unread), and a refused push's body is drained after
+		// its answer.
+		defer answerThenDrain(c)
 	}
 	if a.cfg.Agents == nil {
 		return fiber.NewError(http.StatusNotImplemented, "this daemon relays no guest files")

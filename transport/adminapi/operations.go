@@ -16,6 +16,7 @@ import (
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
+	"github.com/guestlink/guestlink/internal/wskeepalive"
 )
 
 // maxOperations bounds the finished operations kept (the oldest go first).
@@ -272,20 +273,24 @@ func (a *API) operationSocket() fiber.Handler {
 
 // wsConn is the part of a websocket connection the relay uses (gorilla's
 // and fasthttp's connections both have it).
-type wsConn interface {
-	ReadMessage() (int, []byte, error)
-	WriteMessage(messageType int, data []byte) error
-	WriteControl(messageType int, data []byte, deadline time.Time) error
-	Close() error
-}
+type wsConn = wskeepalive.Conn
+
+// relayKeepalive is the timing of the relay's pings (zero: the defaults;
+// tests shorten it).
+var relayKeepalive wskeepalive.Config
 
 // relay copies messages (text and binary, as they come) between the
 // client's websocket and the agent's until either ends or closing is
 // closed; then both are closed, the other side told with a close frame.
-func relay(client, agent wsConn, closing <-chan struct{}) {
+// Both of the daemon's ends are pinged (internal/wskeepalive): an idle
+// session stays open behind a proxy or a NAT, and a peer that stops
+// answering pings is closed, which ends the relay like any other end.
+func relay(clientConn, agentConn wsConn, closing <-chan struct{}) {
+	client := wskeepalive.Keep(clientConn, relayKeepalive)
+	agent := wskeepalive.Keep(agentConn, relayKeepalive)
 	ended := make(chan struct{}, 2)
 	running := 2
-	pump := func(from, to wsConn) {
+	pump := func(from, to *wskeepalive.Keeper) {
 		defer func() { ended <- struct{}{} }()
 		for {
 			mt, data, err := from.ReadMessage()

@@ -4,9 +4,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/guestlink/guestlink/internal/wskeepalive"
 )
 
 // wsPair returns both ends of a real websocket connection.
@@ -80,5 +84,89 @@ func TestRelay(t *testing.T) {
 				t.Errorf("%s after shutdown: %v, want a normal close", name, err)
 			}
 		}
+	})
+}
+
+// TestRelayDeadPeer: with short pings, a client that stops answering them
+// (as one behind a NAT that dropped the connection) is closed and the
+// relay ends, the agent told with a normal close (the command's other end
+// learns it); a live idle pair is kept over more than three pong
+// deadlines and still carries a message. Before the relay pinged, the
+// dead client's session stayed open for good.
+func TestRelayDeadPeer(t *testing.T) {
+	old := relayKeepalive
+	pongs := make(chan struct{}, 1)
+	relayKeepalive = wskeepalive.Config{Interval: 20 * time.Millisecond, Timeout: 100 * time.Millisecond, OnPong: func() {
+		select {
+		case pongs <- struct{}{}:
+		default:
+		}
+	}}
+	t.Cleanup(func() { relayKeepalive = old })
+	answering := func(c *websocket.Conn, answer func() bool) {
+		c.SetPingHandler(func(s string) error {
+			if !answer() {
+				return nil
+			}
+			return c.WriteControl(websocket.PongMessage, []byte(s), time.Now().Add(time.Second))
+		})
+	}
+
+	t.Run("client stops answering", func(t *testing.T) {
+		clientSrv, client := wsPair(t)
+		agent, apiToAgent := wsPair(t)
+		var pings atomic.Int32
+		answering(client, func() bool { return pings.Add(1) <= 3 })
+		go func() {
+			for {
+				if _, _, err := client.ReadMessage(); err != nil {
+					return
+				}
+			}
+		}()
+		done := make(chan struct{})
+		go func() { relay(clientSrv, apiToAgent, nil); close(done) }()
+		agentRead := make(chan error, 1)
+		go func() { _, _, err := agent.ReadMessage(); agentRead <- err }()
+		select {
+		case err := <-agentRead:
+			if !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+				t.Fatalf("agent after the client went silent: %v, want a normal close", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the relay kept a client that stopped answering pings")
+		}
+		<-done
+	})
+	t.Run("live idle pair kept", func(t *testing.T) {
+		clientSrv, client := wsPair(t)
+		agent, apiToAgent := wsPair(t)
+		for _, c := range []*websocket.Conn{client, agent} {
+			go func() {
+				for {
+					if _, _, err := c.ReadMessage(); err != nil {
+						return
+					}
+				}
+			}()
+		}
+		done := make(chan struct{})
+		go func() { relay(clientSrv, apiToAgent, nil); close(done) }()
+		for range 30 { // over 3 deadlines at 20 ms per round
+			select {
+			case <-pongs:
+			case <-done:
+				t.Fatal("the relay of a live idle pair ended")
+			case <-time.After(time.Minute):
+				t.Fatal("no pong within a minute")
+			}
+		}
+		select {
+		case <-done:
+			t.Fatal("the relay of a live idle pair ended")
+		default:
+		}
+		client.Close()
+		<-done
 	})
 }
