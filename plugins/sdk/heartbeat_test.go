@@ -154,3 +154,18 @@ func TestEventBatchesHoldHeartbeats(t *testing.T) {
 		close(be.ch) // as a backend does when the stream's context ends
 	})
 }
+
+// TestRingEventRoundTrip checks that a pushed ring event keeps its bytes,
+// sequence number and heartbeat mark on the wire, and that an event
+// without the mark (an older plugin's) arrives unmarked.
+func TestRingEventRoundTrip(t *testing.T) {
+	for _, ev := range []Event{
+		{UUID: "u", Kind: EventRingData, Ring: []byte("CONNECTED\n"), RingSeq: 7, Heartbeat: true},
+		{UUID: "u", Kind: EventRingData, Ring: []byte("STOPPED\n"), RingSeq: 8},
+	} {
+		got := eventFromProto(eventToProto(ev))
+		if got.Heartbeat != ev.Heartbeat || got.RingSeq != ev.RingSeq || string(got.Ring) != string(ev.Ring) {
+			t.Errorf("%+v came back as %+v", ev, got)
+		}
+	}
+}
