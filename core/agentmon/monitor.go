@@ -25,8 +25,10 @@ import (
 // parser and the tracker. An advertiser goroutine makes the PUT /1.0 calls
 // (at most one per AdvertiseInterval) and a pusher goroutine delivers guest
 // events in order, so a slow agent never delays ring reads; they too run
-// only while they have work. A daemon of 10,000 idle guests keeps a timer
-// per guest and no goroutine.
+// only while they have work. A daemon of 10,000 idle guests keeps no
+// goroutine for them, and once their agents are steady (liveness.go) no
+// running timer either: one sweep timer per Service watches their
+// heartbeats.
 type monitor struct {
 	svc     *Service
 	uuid    string
