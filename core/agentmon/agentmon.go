@@ -180,6 +180,12 @@ type Service struct {
 	idleSteppers []*stepper
 	quit         chan struct{}
 	quitOnce     sync.Once
+
+	// sweepMu guards sweep, the one timer that checks the steady monitors'
+	// heartbeats (liveness.go), and sweepDone, set by Close.
+	sweepMu   sync.Mutex
+	sweep     *time.Timer
+	sweepDone bool
 }
 
 // stepper is a goroutine that runs monitors' steps; work hands it the next
@@ -440,8 +446,8 @@ func (s *Service) BackendEvent(inst *instance.Instance, ev contract.Event) {
 	default:
 		return
 	}
-	if ev.Kind == contract.EventRingData && ev.RingSeq != 0 {
-		s.push(inst.UUID, ev.Ring, ev.RingSeq)
+	if ev.Kind == contract.EventRingData && ev.RingSeq != 0 && s.push(inst.UUID, ev.Ring, ev.RingSeq) {
+		return // a steady monitor's heartbeat, taken in (liveness.go)
 	}
 	if m := s.monitor(inst.UUID); m != nil {
 		m.kickRead()
@@ -525,6 +531,7 @@ func (s *Service) Close() error {
 	for _, m := range ms {
 		m.wait()
 	}
+	s.stopSweep()
 	s.quitOnce.Do(func() { close(s.quit) })
 	return nil
 }

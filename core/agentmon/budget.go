@@ -249,5 +249,14 @@ type atomicTime struct{ ns atomic.Int64 }
 
 func (a *atomicTime) store(t time.Time) { a.ns.Store(t.UnixNano()) }
 
+// load returns the stored time (the zero time when none was stored).
+func (a *atomicTime) load() time.Time {
+	ns := a.ns.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
 // after reports whether the stored time is after t.
 func (a *atomicTime) after(t time.Time) bool { return a.ns.Load() > t.UnixNano() }

@@ -2,12 +2,14 @@ package agentmon
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/link/ringproto"
 	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
@@ -93,4 +95,47 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkSteadyHeartbeat is the daemon's work in agentmon for one pushed
+// heartbeat of a steady monitor (a connected, confirmed agent whose
+// backend pushes its ring, issue 28): Service.BackendEvent takes it in
+// without a step, records the heartbeat and wakes nothing. cpu-ns/op is
+// the process's CPU per heartbeat.
+func BenchmarkSteadyHeartbeat(b *testing.B) {
+	insts := &hbInstances{be: hbBackend{}}
+	certs := testCerts(b)
+	s, err := New(Config{Instances: insts, Links: deadLinks{}, Certs: certs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	c, err := certs.Instance("vm1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	cpu0 := processCPU(b)
+	b.RunParallel(func(pb *testing.PB) {
+		inst := &instance.Instance{Name: "vm1", UUID: fmt.Sprint("uuid-", next.Add(1)), Backend: "fleet"}
+		m := newMonitor(s, inst, c)
+		m.tr.state, m.tr.advertOK, m.tr.confirmed = instance.AgentConnected, true, true
+		m.pushed.seen, m.steadyWord = true, ringproto.Connected
+		s.mu.Lock()
+		s.monitors[inst.UUID] = m
+		s.mu.Unlock()
+		ev := contract.Event{UUID: inst.UUID, Kind: contract.EventRingData, Ring: hbWord}
+		for pb.Next() {
+			ev.RingSeq++
+			s.BackendEvent(inst, ev)
+		}
+		if m.stepsRun.Load() != 0 {
+			b.Error("a steady heartbeat ran a step")
+		}
+	})
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	if insts.calls.Load() == 0 {
+		b.Fatal("no heartbeat recorded")
+	}
 }

@@ -25,8 +25,10 @@ import (
 // parser and the tracker. An advertiser goroutine makes the PUT /1.0 calls
 // (at most one per AdvertiseInterval) and a pusher goroutine delivers guest
 // events in order, so a slow agent never delays ring reads; they too run
-// only while they have work. A daemon of 10,000 idle guests keeps a timer
-// per guest and no goroutine.
+// only while they have work. A daemon of 10,000 idle guests keeps no
+// goroutine for them, and once their agents are steady (liveness.go) no
+// running timer either: one sweep timer per Service watches their
+// heartbeats.
 type monitor struct {
 	svc     *Service
 	uuid    string
@@ -51,6 +53,7 @@ type monitor struct {
 	wakeKick   bool        // read the ring now (a backend event)
 	wakeTimer  bool        // the timer fired
 	wakeReset  bool        // the guest rebooted
+	wakeSweep  bool        // the sweep found a steady monitor's heartbeats missed (liveness.go)
 	advResults []advResult // PUT /1.0 results not yet applied, in order
 	advQueued  bool        // an advertisement is asked for (coalesced)
 	advRunning bool        // the advertiser goroutine runs
@@ -58,6 +61,17 @@ type monitor struct {
 	evQueue    [][]byte    // guest events waiting, at most eventQueue
 	evRunning  bool        // the pusher goroutine runs
 	pushed     pushedRing  // ring bytes sent with the backend's events (push.go)
+	// steadyWord is the word whose pushed line alone changes nothing
+	// while the monitor is steady, "" otherwise (liveness.go).
+	steadyWord ringproto.Word
+
+	// steady mirrors steadyWord != "" for the sweep; beat is the last
+	// heartbeat taken in without a step (cfg.Now's clock).
+	steady atomic.Bool
+	beat   atomicTime
+	// stepsRun counts the steps run (tests prove with it that a heartbeat
+	// took none).
+	stepsRun atomic.Uint64
 
 	// gen counts advertisement changes; a PUT result counts only for the
 	// generation it was made for.
@@ -172,11 +186,16 @@ func (m *monitor) kickRead() {
 // advertisement itself changed (new monitor, devlxd flag), which voids the
 // agent's acceptance of the previous one.
 func (m *monitor) requestAdvert(changed bool) {
-	if changed {
-		m.gen.Add(1)
-	}
 	m.bgMu.Lock()
 	defer m.bgMu.Unlock()
+	if changed {
+		m.gen.Add(1)
+		// The agent must confirm the new advertisement: no heartbeat is
+		// taken in without a step until it did.
+		// (The PUT's result wakes the step, which sets the timer again.)
+		m.steadyWord = ""
+		m.steady.Store(false)
+	}
 	if m.stopped || m.advQueued {
 		return // coalesced with the request already queued
 	}
@@ -207,6 +226,9 @@ func (m *monitor) steps() {
 		if timed && !m.due.IsZero() && time.Now().Before(m.due) {
 			timed = false
 		}
+		if m.wakeSweep {
+			m.wakeSweep, timed = false, true
+		}
 		if m.stopped || (!kick && !timed && !reset && len(results) == 0) {
 			m.stepping = false
 			m.bgMu.Unlock()
@@ -223,6 +245,7 @@ func (m *monitor) steps() {
 // agent and sets the timer.
 func (m *monitor) step(heard, reset bool, results []advResult) {
 	cfg := &m.svc.cfg
+	m.stepsRun.Add(1)
 	if reset {
 		m.parser = ringproto.Parser{}
 		m.tr = tracker{}
@@ -240,6 +263,7 @@ func (m *monitor) step(heard, reset bool, results []advResult) {
 			m.tr.advertised(res.err == nil)
 		}
 	}
+	m.beatSeen()
 	if m.readRing() {
 		heard = true
 	}
@@ -248,12 +272,25 @@ func (m *monitor) step(heard, reset bool, results []advResult) {
 		m.report(m.tr.state, time.Time{})
 	}
 	d := m.pollLimits(m.nextPoll(heard))
+	now := time.Now()
 	m.bgMu.Lock()
-	m.due = time.Now().Add(d)
-	if !m.stopped {
+	m.due = now.Add(d)
+	steady := !m.stopped && m.steadyLocked(now)
+	m.steadyWord = ""
+	if steady {
+		// No timed read: heartbeats are taken in without a step and the
+		// Service's sweep watches for missed ones (liveness.go).
+		m.steadyWord = ringproto.Connected
+		m.beat.store(m.tr.lastBeat)
+		m.timer.Stop()
+	} else if !m.stopped {
 		m.timer.Reset(d)
 	}
+	m.steady.Store(steady)
 	m.bgMu.Unlock()
+	if steady {
+		m.svc.armSweep()
+	}
 }
 
 // nextPoll is how long to wait before the next timed ring read. Where the

@@ -23,29 +23,33 @@ type pushedRing struct {
 // taken and is dropped, so a pushed word never applies out of order (the
 // last word wins, as in a ring). At most RingReadMax bytes wait: a guest
 // whose reads are paused over its budget keeps its newest bytes, as its
-// ring would.
-func (p *pushedRing) add(data []byte, seq uint64) {
+// ring would. It reports false when the push was dropped.
+func (p *pushedRing) add(data []byte, seq uint64) bool {
 	p.seen = true
 	if seq <= p.seq {
 		p.stale++
-		return
+		return false
 	}
 	p.seq = seq
 	p.data = append(p.data, data...)
 	if over := len(p.data) - RingReadMax; over > 0 {
 		p.data = append(p.data[:0], p.data[over:]...)
 	}
+	return true
 }
 
 // push hands pushed ring bytes of the guest uuid to its monitor, or keeps
-// them for the monitor GuestRunning makes (the event came first).
-func (s *Service) push(uuid string, data []byte, seq uint64) {
+// them for the monitor GuestRunning makes (the event came first). It
+// reports whether the monitor needs no wake-up: the push was a steady
+// monitor's heartbeat, taken in at once (liveness.go), or the monitor
+// is halted.
+func (s *Service) push(uuid string, data []byte, seq uint64) bool {
 	s.mu.Lock()
 	m := s.monitors[uuid]
 	if m == nil {
 		if s.closed {
 			s.mu.Unlock()
-			return
+			return true
 		}
 		p := s.early[uuid]
 		if p == nil && len(s.early) < maxEarly {
@@ -59,10 +63,10 @@ func (s *Service) push(uuid string, data []byte, seq uint64) {
 			p.add(data, seq)
 		}
 		s.mu.Unlock()
-		return
+		return false
 	}
 	s.mu.Unlock()
-	m.push(data, seq)
+	return m.push(data, seq)
 }
 
 // takeEarlyLocked gives a new monitor the bytes pushed before it existed;
@@ -76,14 +80,26 @@ func (s *Service) takeEarlyLocked(m *monitor) {
 	}
 }
 
-// push takes in pushed ring bytes (pushedRing.add).
-func (m *monitor) push(data []byte, seq uint64) {
+// push takes in pushed ring bytes: a steady monitor's heartbeat at once
+// (absorbLocked; it then reports true), anything else for the step
+// (pushedRing.add). It reports true too when the push was dropped (older
+// than one taken in: nothing to read) or the monitor is halted.
+func (m *monitor) push(data []byte, seq uint64) bool {
 	m.bgMu.Lock()
-	defer m.bgMu.Unlock()
 	if m.stopped {
-		return
+		m.bgMu.Unlock()
+		return true
 	}
-	m.pushed.add(data, seq)
+	if t, ok := m.absorbLocked(data, seq); ok {
+		m.bgMu.Unlock()
+		if !t.IsZero() {
+			m.heartbeat(len(data), t)
+		}
+		return true
+	}
+	taken := m.pushed.add(data, seq)
+	m.bgMu.Unlock()
+	return !taken
 }
 
 // takePushed returns the pushed bytes not yet parsed; ok is false while the

@@ -92,6 +92,22 @@ func (p *Parser) Feed(data []byte) (Word, bool) {
 	return w, true
 }
 
+// Clear reports whether the parser carries nothing into the next Feed (no
+// partial line, none dropped): a read of exactly one complete line is then
+// that line's word alone.
+func (p *Parser) Clear() bool { return len(p.carry) == 0 && !p.poisoned }
+
+// IsLine reports whether data is exactly the line of w: "WORD\n" (or
+// "WORD\r\n", as Feed tolerates).
+func IsLine(data []byte, w Word) bool {
+	data, ok := bytes.CutSuffix(data, []byte{'\n'})
+	if !ok {
+		return false
+	}
+	data = bytes.TrimSuffix(data, []byte{'\r'})
+	return string(data) == string(w)
+}
+
 // lineWord returns the line without a trailing "\r" as a Word (a copy).
 func lineWord(line []byte) Word {
 	return Word(bytes.TrimSuffix(line, []byte{'\r'}))

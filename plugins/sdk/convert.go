@@ -181,7 +181,7 @@ var exitKinds = []struct {
 }
 
 func eventToProto(e Event) *backendv1.Event {
-	p := &backendv1.Event{Uuid: e.UUID, Port: e.Port, Detail: e.Detail, Ring: e.Ring, RingSeq: e.RingSeq}
+	p := &backendv1.Event{Uuid: e.UUID, Port: e.Port, Detail: e.Detail, Ring: e.Ring, RingSeq: e.RingSeq, Heartbeat: e.Heartbeat}
 	for _, k := range exitKinds {
 		if k.sdk == e.Exit {
 			p.Exit = k.proto
@@ -199,7 +199,7 @@ func eventToProto(e Event) *backendv1.Event {
 }
 
 func eventFromProto(p *backendv1.Event) Event {
-	e := Event{UUID: p.GetUuid(), Port: p.GetPort(), Detail: p.GetDetail(), Ring: p.GetRing(), RingSeq: p.GetRingSeq()}
+	e := Event{UUID: p.GetUuid(), Port: p.GetPort(), Detail: p.GetDetail(), Ring: p.GetRing(), RingSeq: p.GetRingSeq(), Heartbeat: p.GetHeartbeat()}
 	for _, k := range exitKinds {
 		if k.proto == p.GetExit() {
 			e.Exit = k.sdk

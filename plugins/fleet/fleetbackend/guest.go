@@ -36,6 +36,7 @@ type guest struct {
 	// sequence number of the last one (push.go).
 	pushMu  sync.Mutex
 	ringSeq uint64
+	repeat  sdk.RingRepeat // which drains are heartbeats, under pushMu
 
 	mu         sync.Mutex
 	run        *boot // nil while stopped

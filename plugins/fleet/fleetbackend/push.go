@@ -40,7 +40,8 @@ func (b *Backend) pushEvents(ctx context.Context) (<-chan sdk.Event, error) {
 	return ch, nil
 }
 
-// fillRing drains the guest's ring into a ring-data event about to be sent.
+// fillRing drains the guest's ring into a ring-data event about to be sent,
+// marked a heartbeat when it only repeats CONNECTED (sdk.RingRepeat).
 func (b *Backend) fillRing(ev *sdk.Event) {
 	if ev.Kind != sdk.EventRingData {
 		return
@@ -56,4 +57,6 @@ func (b *Backend) fillRing(ev *sdk.Event) {
 	ev.Ring = g.ring.Read(g.ring.Size())
 	g.ringSeq++
 	ev.RingSeq = g.ringSeq
+	// A repeat of CONNECTED may wait to go with others (sdk.RingRepeat).
+	ev.Heartbeat = g.repeat.Heartbeat(ev.Ring, time.Now())
 }

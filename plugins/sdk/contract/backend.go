@@ -386,6 +386,13 @@ type Event struct {
 	// zero RingSeq pushes nothing: the daemon reads the ring.
 	Ring    []byte
 	RingSeq uint64
+	// Heartbeat marks an EventRingData whose Ring only repeats the word
+	// the guest's agent last wrote, as a heartbeat does: it changes nothing
+	// for the daemon, so EventBatches may hold it up to
+	// sdk.EventHeartbeatLinger to send it with others (any other event goes
+	// at once, with the held ones before it). Never set it on bytes that
+	// could change the agent's state.
+	Heartbeat bool
 }
 
 // LinkKind names a guest-link transport (see docs/guest-link.md).

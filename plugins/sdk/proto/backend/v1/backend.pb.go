@@ -1351,8 +1351,14 @@ type Event struct {
 	// capability, the bytes drained from the guest's ring when the event was
 	// sent (possibly none) and their sequence number (from 1, increasing per
 	// guest; 0: nothing pushed, read the ring).
-	Ring          []byte `protobuf:"bytes,7,opt,name=ring,proto3" json:"ring,omitempty"`
-	RingSeq       uint64 `protobuf:"varint,8,opt,name=ring_seq,json=ringSeq,proto3" json:"ring_seq,omitempty"`
+	Ring    []byte `protobuf:"bytes,7,opt,name=ring,proto3" json:"ring,omitempty"`
+	RingSeq uint64 `protobuf:"varint,8,opt,name=ring_seq,json=ringSeq,proto3" json:"ring_seq,omitempty"`
+	// heartbeat: a RING_DATA event whose ring bytes only repeat the word the
+	// guest's agent last wrote (a heartbeat that changes nothing). The batched
+	// stream may hold it up to a second to send it with others; any other
+	// event goes at once and takes the held ones with it, in order. A
+	// receiver that ignores the field loses nothing.
+	Heartbeat     bool `protobuf:"varint,9,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1441,6 +1447,13 @@ func (x *Event) GetRingSeq() uint64 {
 		return x.RingSeq
 	}
 	return 0
+}
+
+func (x *Event) GetHeartbeat() bool {
+	if x != nil {
+		return x.Heartbeat
+	}
+	return false
 }
 
 // EventBatch is one message of EventBatches: events in the order the
@@ -2690,7 +2703,7 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0f\n" +
-	"\rEventsRequest\"\x85\x02\n" +
+	"\rEventsRequest\"\xa3\x02\n" +
 	"\x05Event\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x123\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1f.guestlink.backend.v1.EventKindR\x04kind\x12\x12\n" +
@@ -2699,7 +2712,8 @@ const file_plugins_sdk_proto_backend_v1_backend_proto_rawDesc = "" +
 	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\x122\n" +
 	"\x04exit\x18\x06 \x01(\x0e2\x1e.guestlink.backend.v1.ExitKindR\x04exit\x12\x12\n" +
 	"\x04ring\x18\a \x01(\fR\x04ring\x12\x19\n" +
-	"\bring_seq\x18\b \x01(\x04R\aringSeq\"A\n" +
+	"\bring_seq\x18\b \x01(\x04R\aringSeq\x12\x1c\n" +
+	"\theartbeat\x18\t \x01(\bR\theartbeat\"A\n" +
 	"\n" +
 	"EventBatch\x123\n" +
 	"\x06events\x18\x01 \x03(\v2\x1b.guestlink.backend.v1.EventR\x06events\";\n" +
