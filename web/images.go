@@ -9,6 +9,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/core/images"
+	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/web/components"
 )
 
@@ -34,6 +35,7 @@ func (d *Dashboard) imagesPage(c *fiber.Ctx) error {
 		data.Images = append(data.Images, components.ImageRow{
 			Aliases: strings.Join(im.Aliases, ", "), Fingerprint: im.Fingerprint[:min(12, len(im.Fingerprint))],
 			Format: im.Format, Size: byteSize(im.Size),
+			MinMemory: im.Properties[instance.ImagePropMinMemory], MinDisk: im.Properties[instance.ImagePropMinDisk],
 		})
 	}
 	return render(c, http.StatusOK, components.ImagesPage(data))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/images"
+	"github.com/guestlink/guestlink/core/instance"
 )
 
 // importingImages is an image store with imports in progress.
@@ -75,7 +76,8 @@ func TestImagesPageBuilds(t *testing.T) {
 // alone every 2 s, says so when none runs; the entry is in the navigation
 // only with an image store, and the page is 404 without one.
 func TestImagesPage(t *testing.T) {
-	deb := &images.Image{Fingerprint: strings.Repeat("ab", 32), Aliases: []string{"debian-12"}, Format: "raw", Size: 2 << 30}
+	deb := &images.Image{Fingerprint: strings.Repeat("ab", 32), Aliases: []string{"debian-12"}, Format: "raw", Size: 2 << 30,
+		Properties: map[string]string{instance.ImagePropMinMemory: "1GiB", instance.ImagePropMinDisk: "2GiB"}}
 	started := time.Now().Add(-5 * time.Second)
 	store := importingImages{fakeImageList: fakeImageList{list: []*images.Image{deb}}, imports: []images.ImportProgress{
 		{Path: "/srv/trixie.img", Alias: "debian-13", Done: 768 << 20, Total: 1 << 30, Started: started},
@@ -93,6 +95,9 @@ func TestImagesPage(t *testing.T) {
 	}
 	if got := doc.Find(`[data-testid="image"]`).Text(); !strings.Contains(got, "debian-12") || !strings.Contains(got, "abababababab") || !strings.Contains(got, "2.0 GiB") {
 		t.Errorf("image row %q", got)
+	}
+	if mem, disk := doc.Find(`[data-testid="image-min-memory"]`).Text(), doc.Find(`[data-testid="image-min-disk"]`).Text(); mem != "1GiB" || disk != "2GiB" {
+		t.Errorf("the image's minimum memory %q and disk %q, want 1GiB and 2GiB", mem, disk)
 	}
 	rows := doc.Find(`[data-testid="import"]`)
 	if rows.Length() != 2 {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -33,13 +34,17 @@ func TestImageCommands(t *testing.T) {
 	sum := sha256.Sum256(data)
 	fp := hex.EncodeToString(sum[:])
 
-	if out := ok(t, srv, "image", "import", disk, "--alias", "zeros", "-p", "os=none"); out != "Image imported with fingerprint: "+fp+"\n" {
+	if out := ok(t, srv, "image", "import", disk, "--alias", "zeros", "-p", "os=none", "-p", "requirements.disk=2GiB"); out != "Image imported with fingerprint: "+fp+"\n" {
 		t.Fatalf("import said %q", out)
 	}
 	fails(t, srv, "importing image "+disk+": an image with fingerprint "+fp+" exists: already exists", "image", "import", disk)
 	fails(t, srv, `invalid property "x": want key=value`, "image", "import", disk, "-p", "x")
-	if out := ok(t, srv, "image", "list"); !strings.Contains(out, "zeros") || !strings.Contains(out, fp[:12]) || !strings.Contains(out, "1.0MiB") {
-		t.Fatalf("list:\n%s", out)
+	if out := ok(t, srv, "image", "list"); !strings.Contains(out, "zeros") || !strings.Contains(out, fp[:12]) || !strings.Contains(out, "1.0MiB") ||
+		!regexp.MustCompile(`MIN-MEMORY +MIN-DISK`).MatchString(out) || !regexp.MustCompile(`1\.0MiB +- +2GiB `).MatchString(out) {
+		t.Fatalf("list (want the minimum disk, no minimum memory):\n%s", out)
+	}
+	if out := ok(t, srv, "image", "info", "zeros"); !strings.Contains(out, "Minimum memory: -\nMinimum disk: 2GiB\n") {
+		t.Fatalf("info:\n%s", out)
 	}
 	for _, ref := range []string{"zeros", fp, fp[:10]} {
 		var im api.Image
