@@ -155,8 +155,8 @@ func applyDiskRequirement(eff, own map[string]map[string]string, ref string, pro
 			return own, "", nil // validateDevice has refused it already
 		}
 		if uint64(have) < min {
-			return own, "", fmt.Errorf("image %q needs a root disk of at least %s (its %s), and device %q size=%s is %s: raise it (-d %s,size=%s) or leave it unset: %w",
-				ref, humanBytes(min), ImagePropMinDisk, name, v, humanBytes(uint64(have)), name, humanBytes(min), errdefs.ErrInvalid)
+			return own, "", fmt.Errorf("image %q needs a root disk of at least %s (its %s), and device %q size=%s is %s: raise it (size=%s) or leave it unset: %w",
+				ref, humanBytes(min), ImagePropMinDisk, name, v, humanBytes(uint64(have)), humanBytes(min), errdefs.ErrInvalid)
 		}
 		return own, "", nil
 	}

@@ -118,7 +118,7 @@ func TestApplyDiskRequirement(t *testing.T) {
 		wantRaise string
 	}{
 		{"below, own device", map[string]map[string]string{"root": {"type": "disk", "path": "/", "size": "1GiB"}}, map[string]map[string]string{"root": {"type": "disk", "path": "/", "size": "1GiB"}}, req,
-			`image "debian-12" needs a root disk of at least 2GiB (its requirements.disk), and device "root" size=1GiB is 1GiB: raise it (-d root,size=2GiB) or leave it unset`, nil, ""},
+			`image "debian-12" needs a root disk of at least 2GiB (its requirements.disk), and device "root" size=1GiB is 1GiB: raise it (size=2GiB) or leave it unset`, nil, ""},
 		{"below, in bytes", map[string]map[string]string{"rootfs": {"type": "disk", "path": "/", "size": "1500000256"}}, nil, req,
 			`device "rootfs" size=1500000256 is 1464844KiB`, nil, ""},
 		{"at the minimum", map[string]map[string]string{"root": {"type": "disk", "path": "/", "size": "2048MiB"}}, nil, req, "", nil, ""},
