@@ -103,7 +103,10 @@ func buildTree(t *testing.T, image []byte) (tree, hold string) {
 // stage's output lines, the dashboard's Images page and the section it
 // fetches every 2 s show it; released, the build goes on to its import
 // and, done, leaves the list, the image stored under its name. A second
-// build that fails is listed failed with the CLI's error. The CLI's
+// build that fails is listed failed with the CLI's error. One interrupted
+// as Ctrl-C does (SIGINT to its process group) is listed failed at once,
+// reported by the CLI; one killed (SIGKILL, nothing reported) stays
+// running until 30 s of silence, then is failed by the daemon. The CLI's
 // output, piped, is the build's own as before (no progress drawn).
 func TestImageBuildShown(t *testing.T) {
 	t.Parallel()
@@ -113,7 +116,10 @@ func TestImageBuildShown(t *testing.T) {
 	dash := newDashSession(ctx, t, d)
 	tree, hold := buildTree(t, imagetest.Ext(4<<20))
 
-	// build starts the CLI in tree; wait returns its stdout, stderr, error.
+	// build starts the CLI in tree, in a process group of its own (cliPGID),
+	// as a shell starts a foreground job; wait returns its stdout, stderr,
+	// error.
+	var cliPGID int
 	build := func() (wait func() (string, string, error)) {
 		cmd := exec.CommandContext(ctx, filepath.Join(tree, "bin", "guestlink"), "image", "build", "debian-12")
 		cmd.Env = append(cleanEnv(), "GUESTLINK_STATE_DIR="+d.stateDir, "HOLD="+hold)
@@ -123,9 +129,13 @@ func TestImageBuildShown(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+		cliPGID = cmd.Process.Pid
+		var err error
+		waited := make(chan struct{})
+		go func() { err = cmd.Wait(); close(waited) }()
+		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-waited })
 		return func() (string, string, error) {
-			err := cmd.Wait()
+			<-waited
 			return out.String(), errOut.String(), err
 		}
 	}
@@ -144,6 +154,21 @@ func TestImageBuildShown(t *testing.T) {
 			t.Fatal(err)
 		}
 		return list
+	}
+
+	// started returns the build started last once it is running and in
+	// its bootstrap stage (the one the FIFO holds).
+	started := func() api.ImageBuild {
+		var b api.ImageBuild
+		testwait.For(t, "a new build held in its bootstrap stage", opTimeout, func() bool {
+			list := builds()
+			if len(list) == 0 {
+				return false
+			}
+			b = list[len(list)-1]
+			return b.Status == "running" && strings.HasPrefix(b.Stage, "bootstrap")
+		})
+		return b
 	}
 
 	wait := build()
@@ -196,5 +221,45 @@ func TestImageBuildShown(t *testing.T) {
 	}
 	if _, body := dash.get(ctx, t, "/images/imports"); !strings.Contains(body, `data-status="failed"`) || !strings.Contains(body, "building debian-12 (make guest-image-debian)") {
 		t.Fatalf("the dashboard does not show the failure:\n%s", body)
+	}
+
+	// byID returns the listed build id.
+	byID := func(id string) api.ImageBuild {
+		for _, b := range builds() {
+			if b.ID == id {
+				return b
+			}
+		}
+		t.Fatalf("build %s is no longer listed", id)
+		return api.ImageBuild{}
+	}
+	// Ctrl-C on a terminal (SIGINT to the foreground process group): the
+	// CLI reports its failure before it exits.
+	wait = build()
+	held := started()
+	if err := syscall.Kill(-cliPGID, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := wait(); err == nil {
+		t.Fatal("the interrupted build exited 0")
+	}
+	if b := byID(held.ID); b.Status != "failed" || !strings.Contains(b.Error, "building debian-12") {
+		t.Fatalf("the interrupted build is listed as %+v", b)
+	}
+
+	// Killed (SIGKILL, nothing reported): after 30 s of silence the daemon
+	// takes the CLI as gone and shows the build failed.
+	wait = build()
+	held = started()
+	if err := syscall.Kill(-cliPGID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _ = wait()
+	if b := byID(held.ID); b.Status != "running" {
+		t.Fatalf("the killed build is listed as %+v before its silence", b)
+	}
+	testwait.For(t, "the killed build failed for its silence", 2*opTimeout, func() bool { return byID(held.ID).Status == "failed" })
+	if b := byID(held.ID); !strings.Contains(b.Error, "no report from the client for 30s: it is gone") {
+		t.Fatalf("the killed build's error %q", b.Error)
 	}
 }
