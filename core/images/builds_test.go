@@ -1,7 +1,9 @@
 package images_test
 
 import (
+	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -128,5 +130,47 @@ func TestBuildBadReports(t *testing.T) {
 	}
 	if l := s.Builds(); len(l) != 1 || l[0].Step != 0 || l[0].Done != 0 || l[0].Status != images.BuildRunning {
 		t.Errorf("bad reports changed the build: %+v", l)
+	}
+}
+
+// TestBuildImportStage: a build in its import stage shows the bytes of
+// the store's own import of its name as it copies (growing, of the data
+// to copy), while another build of another name in its import stage shows
+// none; after the import, the build shows what it was last told.
+func TestBuildImportStage(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, filepath.Join(dir, "state"), images.Limits{})
+	src := sparseImage(t, filepath.Join(dir, "x.img"), 8<<20, map[int64]int{1 << 20: 7 << 20})
+	mine, _ := s.StartBuild("seven")
+	other, _ := s.StartBuild("other")
+	for _, id := range []string{mine.ID, other.ID} {
+		if _, err := s.ReportBuild(id, images.BuildReport{Stage: "import"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen [][]images.BuildProgress
+	images.SetCheckHook(s, 1<<20, func() { seen = append(seen, s.Builds()) })
+	if _, err := s.Import(context.Background(), src, images.ImportOptions{Alias: "seven"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 2 {
+		t.Fatalf("%d checks ran, want several", len(seen))
+	}
+	last := int64(0)
+	for i, list := range seen {
+		if len(list) != 2 || list[0].ID != mine.ID || list[1].ID != other.ID {
+			t.Fatalf("check %d: builds %+v", i, list)
+		}
+		b := list[0]
+		if b.Done <= last || b.Total < 7<<20 || b.Done > b.Total {
+			t.Fatalf("check %d: the build's import at %d of %d after %d, want growing", i, b.Done, b.Total, last)
+		}
+		last = b.Done
+		if list[1].Done != 0 || list[1].Total != 0 {
+			t.Fatalf("check %d: another build took the import's bytes: %+v", i, list[1])
+		}
+	}
+	if l := s.Builds(); l[0].Done != 0 || l[0].Total != 0 {
+		t.Errorf("after the import, the build shows %d of %d", l[0].Done, l[0].Total)
 	}
 }
