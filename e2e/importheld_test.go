@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -100,7 +101,7 @@ func freeze(t *testing.T, dir string) (thaw func()) {
 // write waits until the test thaws it (an explicit signal, not a slow
 // file and a guessed time). Held, the import is listed by GET
 // /1.0/images/imports with its alias and its bytes, some copied of the
-// total, and by the dashboard's Images page and the section it fetches
+// total, by guestlink image progress, and by the dashboard's Images page and the section it fetches
 // every 2 s with the same bytes; thawed, the CLI's import completes, the
 // image is stored, and the list is empty again.
 func TestImportHeld(t *testing.T) {
@@ -170,6 +171,10 @@ func TestImportHeld(t *testing.T) {
 		if code != http.StatusOK || !strings.Contains(body, `data-testid="import" data-name="held"`) || !strings.Contains(body, " of 192.0 MiB (") {
 			t.Fatalf("GET %s: %d, the held import not shown with its bytes:\n%s", path, code, body)
 		}
+	}
+
+	if out := d.cli(ctx, "image", "progress"); !regexp.MustCompile(`import +held +running +- +[0-9.]+MiB of 192\.0MiB `).MatchString(out) {
+		t.Fatalf("guestlink image progress does not list the held import with its bytes:\n%s", out)
 	}
 
 	thaw()

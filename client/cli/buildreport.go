@@ -3,10 +3,14 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
 	"unicode"
+
+	"github.com/spf13/cobra"
 
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/client"
@@ -141,4 +145,59 @@ func reportText(msg string, limit int) string {
 		msg = strings.ToValidUTF8(msg[:limit-3], "") + "..."
 	}
 	return msg
+}
+
+// imageProgress is what guestlink image progress prints as JSON or YAML:
+// the daemon's two lists as they are.
+type imageProgress struct {
+	Builds  []api.ImageBuild  `json:"builds" yaml:"builds"`
+	Imports []api.ImageImport `json:"imports" yaml:"imports"`
+}
+
+func (s *session) imageProgressCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "progress",
+		Short: "List the image builds and imports in progress (and builds failed lately)",
+		Long: `List what the daemon shows on the dashboard's Images page: the image builds
+that guestlink image build runs and reports (stage, its output lines or
+bytes, or the error of one failed in the last 5 minutes) and the imports the
+daemon is copying (bytes copied of the data to copy).`,
+		Args: argsExactly(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var p imageProgress
+			var err error
+			if p.Builds, err = s.client.ImageBuilds(cmd.Context()); err != nil {
+				return err
+			}
+			if p.Imports, err = s.client.ImageImports(cmd.Context()); err != nil {
+				return err
+			}
+			if p.Builds == nil {
+				p.Builds = []api.ImageBuild{}
+			}
+			if p.Imports == nil {
+				p.Imports = []api.ImageImport{}
+			}
+			return s.render(p, func(w io.Writer) error {
+				row(w, "KIND", "NAME", "STATUS", "STAGE", "PROGRESS", "STARTED")
+				for _, b := range p.Builds {
+					stage, progress := "", fmt.Sprintf("%d lines", b.Lines)
+					if b.Stage != "" {
+						stage = fmt.Sprintf("[%d] %s", b.Step, b.Stage)
+					}
+					if b.Total > 0 {
+						progress = fmt.Sprintf("%s of %s", sizeCell(b.Done), sizeCell(b.Total))
+					}
+					if b.Status == "failed" {
+						progress = b.Error
+					}
+					row(w, "build", b.Name, b.Status, stage, progress, timeCell(&b.StartedAt))
+				}
+				for _, im := range p.Imports {
+					row(w, "import", im.Name, "running", "", fmt.Sprintf("%s of %s", sizeCell(im.Done), sizeCell(im.Total)), timeCell(&im.StartedAt))
+				}
+				return nil
+			})
+		},
+	}
 }

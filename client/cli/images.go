@@ -28,7 +28,7 @@ fingerprint or fingerprint prefix) on a backend that announces disk.v1.`,
 	alias := &cobra.Command{Use: "alias", Short: "Manage image aliases", Args: argsExactly(0),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
 	alias.AddCommand(s.imageAliasCreateCommand(), s.imageAliasListCommand(), s.imageAliasDeleteCommand())
-	cmd.AddCommand(s.imageImportCommand(), s.imageListCommand(), s.imageInfoCommand(), s.imageSetCommand(), s.imageDeleteCommand(), alias, s.imageBuildCommand())
+	cmd.AddCommand(s.imageImportCommand(), s.imageListCommand(), s.imageInfoCommand(), s.imageSetCommand(), s.imageDeleteCommand(), alias, s.imageBuildCommand(), s.imageProgressCommand())
 	return cmd
 }
 

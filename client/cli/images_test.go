@@ -144,3 +144,37 @@ func TestLaunchImportsLocalImage(t *testing.T) {
 	fails(t, srv, `creating instance "vm2": image "nope": no image has this alias or fingerprint: not found`, "launch", "nope", "vm2")
 	fails(t, srv, `unknown image "ubuntu": guestlink builds debian-12 and debian-13`, "image", "build", "ubuntu")
 }
+
+// TestImageProgress: guestlink image progress lists the builds the daemon
+// was told of (stage and lines, or the error of a failed one) and its
+// imports; --format json gives both lists as the API does, empty lists
+// when nothing runs.
+func TestImageProgress(t *testing.T) {
+	st, err := images.Open(t.TempDir(), dbtest.SQLite(t).(images.MetadataStore), nil, nil, images.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := apitest.NewServer(t, apitest.Options{Images: st})
+	var none struct {
+		Builds  []api.ImageBuild  `json:"builds"`
+		Imports []api.ImageImport `json:"imports"`
+	}
+	if err := json.Unmarshal([]byte(ok(t, srv, "image", "progress", "--format", "json")), &none); err != nil || none.Builds == nil || none.Imports == nil || len(none.Builds)+len(none.Imports) != 0 {
+		t.Fatalf("nothing running: %+v, %v (want two empty lists)", none, err)
+	}
+	lines := int64(42)
+	running, _ := st.StartBuild("debian-12")
+	if _, err := st.ReportBuild(running.ID, images.BuildReport{Stage: "bootstrap and packages (mmdebstrap)", Lines: &lines}); err != nil {
+		t.Fatal(err)
+	}
+	failed, _ := st.StartBuild("debian-13")
+	if _, err := st.ReportBuild(failed.ID, images.BuildReport{Status: images.BuildFailed, Error: "make: exit status 2"}); err != nil {
+		t.Fatal(err)
+	}
+	out := ok(t, srv, "image", "progress")
+	for _, want := range []string{`KIND +NAME +STATUS +STAGE +PROGRESS +STARTED`, `build +debian-12 +running +\[1\] bootstrap and packages \(mmdebstrap\) +42 lines `, `build +debian-13 +failed +- +make: exit status 2 `} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Fatalf("image progress lacks %q:\n%s", want, out)
+		}
+	}
+}
