@@ -72,3 +72,44 @@ type ImageAliasesPost struct {
 	Description string `json:"description,omitempty"`
 	Target      string `json:"target"` // fingerprint (or unique prefix, or another alias)
 }
+
+// ImageBuild is one image build a client runs and reports, as GET
+// /1.0/images/builds lists it: the image it builds, its stage (Step from
+// 1), the stage's bytes when it has them (Total 0: unknown) and their rate,
+// its output lines, and for a failed build the error.
+type ImageBuild struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	Status    string    `json:"status"` // "running" or "failed"
+	Stage     string    `json:"stage"`
+	Step      int       `json:"step"`
+	Done      int64     `json:"done"`
+	Total     int64     `json:"total"`
+	Rate      float64   `json:"rate"` // bytes per second over the stage
+	Lines     int64     `json:"lines"`
+	Error     string    `json:"error,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	// StageStartedAt is when the stage began, UpdatedAt the last report.
+	StageStartedAt time.Time  `json:"stage_started_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	EndedAt        *time.Time `json:"ended_at,omitempty"`
+}
+
+// ImageBuildsPost is the body of POST /1.0/images/builds: register a
+// build of the image Name (an alias), answered with the build and its id.
+type ImageBuildsPost struct {
+	Name string `json:"name"`
+}
+
+// ImageBuildPatch is the body of PATCH /1.0/images/builds/{id}: a report
+// of the build's stage and progress, or its end (status "done", or
+// "failed" with the error). A missing field keeps its value; a new stage
+// starts its counts at 0.
+type ImageBuildPatch struct {
+	Stage  string `json:"stage,omitempty"`
+	Done   *int64 `json:"done,omitempty"`
+	Total  *int64 `json:"total,omitempty"`
+	Lines  *int64 `json:"lines,omitempty"`
+	Status string `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
+}

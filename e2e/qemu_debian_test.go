@@ -75,13 +75,13 @@ func TestQEMUDebian(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 16*time.Minute)
 	defer cancel()
 	// With its recorded inputs as properties, as guestlink launch imports
-	// it: requirements.memory among them.
+	// it: requirements.memory and requirements.disk among them.
 	props := map[string]string{}
 	if b, err := os.ReadFile(strings.TrimSuffix(disk, ".img") + ".json"); err != nil || json.Unmarshal(b, &props) != nil {
 		t.Fatalf("the image's debian-12.json: %v", err)
 	}
-	if props["requirements.memory"] != "1GiB" {
-		t.Fatalf("debian-12.json records requirements.memory %q, want 1GiB", props["requirements.memory"])
+	if props["requirements.memory"] != "1GiB" || props["requirements.disk"] != "2GiB" {
+		t.Fatalf("debian-12.json records requirements.memory %q and requirements.disk %q, want 1GiB and 2GiB (the image's size)", props["requirements.memory"], props["requirements.disk"])
 	}
 	if _, err := d.client.ImportImage(ctx, api.ImagesPost{Path: disk, Alias: "debian-12", Properties: props}); err != nil {
 		t.Fatal(err)

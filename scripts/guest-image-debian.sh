@@ -147,6 +147,10 @@ kernel=$(cd "$root/boot" && ls vmlinuz-* | sort | tail -n1)
 	printf '{\n  "os": "debian",\n  "release": "%s",\n  "suite": "%s",\n' "$release" "$suite"
 	# At 256 MiB the first boot's OOM killer takes cloud-init's config stage.
 	printf '  "requirements.memory": "1GiB",\n'
+	# The filesystem fills the disk: a smaller root disk cannot hold it.
+	bytes=$(stat -c %s "$work/$name.img")
+	if [ $((bytes % 1073741824)) -eq 0 ]; then disk="$((bytes / 1073741824))GiB"; else disk="$bytes"; fi
+	printf '  "requirements.disk": "%s",\n' "$disk"
 	if [ "$release" -ge 13 ]; then
 		# systemd >= 254 sends READY=1 to vmm.notify_socket (docs/guest-link.md).
 		printf '  "readiness": "self: guestlink-ready.service declares Ready after multi-user.target and cloud-final; systemd: READY=1 over vsock to vmm.notify_socket",\n'

@@ -122,6 +122,9 @@ func imageChoices(list []*images.Image) []components.ImageChoice {
 		if m := im.Properties[instance.ImagePropMinMemory]; m != "" {
 			ch.Label += ", needs " + m + " of memory"
 		}
+		if m := im.Properties[instance.ImagePropMinDisk]; m != "" {
+			ch.Label += ", " + m + " of disk"
+		}
 		out = append(out, ch)
 	}
 	slices.SortFunc(out, func(a, b components.ImageChoice) int { return strings.Compare(a.Label, b.Label) })

@@ -9,6 +9,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/guestlink/guestlink/core/images"
+	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/web/components"
 )
 
@@ -28,20 +29,57 @@ func (d *Dashboard) imagesPage(c *fiber.Ctx) error {
 	if err != nil {
 		return d.fail(c, err)
 	}
-	data := components.ImagesData{Meta: d.meta(c, "Images", "images"), Imports: d.importRows(time.Now())}
+	now := time.Now()
+	data := components.ImagesData{Meta: d.meta(c, "Images", "images"), Builds: d.buildRows(now), Imports: d.importRows(now)}
 	for _, im := range list {
 		data.Images = append(data.Images, components.ImageRow{
 			Aliases: strings.Join(im.Aliases, ", "), Fingerprint: im.Fingerprint[:min(12, len(im.Fingerprint))],
 			Format: im.Format, Size: byteSize(im.Size),
+			MinMemory: im.Properties[instance.ImagePropMinMemory], MinDisk: im.Properties[instance.ImagePropMinDisk],
 		})
 	}
 	return render(c, http.StatusOK, components.ImagesPage(data))
 }
 
-// importsFragment answers GET /images/imports: the imports section alone,
-// which the images page fetches every 2 s.
+// importsFragment answers GET /images/imports: the builds and imports
+// section alone, which the images page fetches every 2 s.
 func (d *Dashboard) importsFragment(c *fiber.Ctx) error {
-	return render(c, http.StatusOK, components.ImportsSection(d.importRows(time.Now())))
+	now := time.Now()
+	return render(c, http.StatusOK, components.ImportsSection(d.buildRows(now), d.importRows(now)))
+}
+
+// BuildLister lists the image builds clients run and report
+// (*images.Store); the images page shows them when Config.Images is one.
+type BuildLister interface {
+	Builds() []images.BuildProgress
+}
+
+// buildRows returns the image builds as the page shows them: a stage with
+// bytes as bytes of the total, the rate and a bar; one without, as its
+// output lines.
+func (d *Dashboard) buildRows(now time.Time) []components.BuildRow {
+	l, ok := d.cfg.Images.(BuildLister)
+	if !ok {
+		return nil
+	}
+	var rows []components.BuildRow
+	for _, b := range l.Builds() {
+		r := components.BuildRow{
+			ID: b.ID, Name: b.Name, Status: b.Status, Stage: b.Stage, Step: b.Step, Error: b.Error,
+			Since: components.Ago(&b.Started, now), Percent: -1,
+		}
+		switch {
+		case b.Total > 0:
+			r.Percent = int(min(100, b.Done*100/b.Total))
+			r.Progress = fmt.Sprintf("%s of %s (%d%%), %s/s", byteSize(b.Done), byteSize(b.Total), r.Percent, byteSize(int64(b.Rate())))
+		case b.Done > 0:
+			r.Progress = fmt.Sprintf("%s, %s/s", byteSize(b.Done), byteSize(int64(b.Rate())))
+		default:
+			r.Progress = fmt.Sprintf("%d lines of output", b.Lines)
+		}
+		rows = append(rows, r)
+	}
+	return rows
 }
 
 // importRows returns the imports in progress as the page shows them.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,24 +110,14 @@ build is not possible here.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "Not building %s (%v); importing the image built before\n", args[0], err)
 				build = false
 			}
-			if build {
-				if err := runBuild(cmd, src, target); err != nil {
-					return fmt.Errorf("building %s (make %s): %w", args[0], target, err)
-				}
-			} else if _, _, ok := localImage(args[0]); !ok {
-				return fmt.Errorf("building %s: no source tree at %s (the CLI builds images from the tree it was built in)", args[0], src)
-			}
-			if err := s.client.DeleteImageAlias(cmd.Context(), args[0]); err != nil && !isNotFound(err) {
-				return err
-			}
-			im, err := s.importLocal(cmd, args[0])
-			var se *client.StatusError
-			if errors.As(err, &se) && se.Code == 409 { // same content stored already: name it
-				_, err = s.client.CreateImageAlias(cmd.Context(), api.ImageAliasesPost{Name: args[0], Target: imageFingerprint(args[0])})
-				if err == nil {
-					im, err = s.client.Image(cmd.Context(), args[0])
+			if !build {
+				if _, _, ok := localImage(args[0]); !ok {
+					return fmt.Errorf("building %s: no source tree at %s (the CLI builds images from the tree it was built in)", args[0], src)
 				}
 			}
+			rep := s.reportBuild(cmd, args[0])
+			im, err := s.buildAndImport(cmd, args[0], src, target, build, rep)
+			rep.end(cmd.Context(), err)
 			if err != nil {
 				return err
 			}
@@ -138,15 +129,53 @@ build is not possible here.`,
 	}
 }
 
+// reportBuild registers the build of name with the daemon and returns its
+// reporter, or nil (no reports) when the daemon does not take builds (an
+// older daemon) or cannot be asked: the build goes on either way.
+func (s *session) reportBuild(cmd *cobra.Command, name string) *buildReporter {
+	b, err := s.client.StartImageBuild(cmd.Context(), name)
+	if err != nil {
+		return nil
+	}
+	return startBuildReporter(cmd.Context(), func(ctx context.Context, p api.ImageBuildPatch) error {
+		_, err := s.client.ReportImageBuild(ctx, b.ID, p)
+		return err
+	})
+}
+
+// buildAndImport runs the build of name (make target in src, when build)
+// and imports its image, telling rep each stage.
+func (s *session) buildAndImport(cmd *cobra.Command, name, src, target string, build bool, rep *buildReporter) (*api.Image, error) {
+	if build {
+		if err := runBuild(cmd, src, target, rep); err != nil {
+			return nil, fmt.Errorf("building %s (make %s): %w", name, target, err)
+		}
+	}
+	rep.enter("import")
+	if err := s.client.DeleteImageAlias(cmd.Context(), name); err != nil && !isNotFound(err) {
+		return nil, err
+	}
+	im, err := s.importLocal(cmd, name)
+	var se *client.StatusError
+	if errors.As(err, &se) && se.Code == 409 { // same content stored already: name it
+		_, err = s.client.CreateImageAlias(cmd.Context(), api.ImageAliasesPost{Name: name, Target: imageFingerprint(name)})
+		if err == nil {
+			im, err = s.client.Image(cmd.Context(), name)
+		}
+	}
+	return im, err
+}
+
 // runBuild runs make TARGET in the source tree src, showing its stages
 // (the build script's StageMarker lines) as progress on a terminal, and
 // passing its output through otherwise.
-func runBuild(cmd *cobra.Command, src, target string) error {
+func runBuild(cmd *cobra.Command, src, target string, rep *buildReporter) error {
 	w := cmd.ErrOrStderr()
 	st, err := newStages(w, isTerminal(w))
 	if err != nil {
 		return err
 	}
+	st.rep = rep
 	mk := exec.CommandContext(cmd.Context(), "make", "-C", src, target)
 	out, err := mk.StdoutPipe()
 	if err != nil {

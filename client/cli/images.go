@@ -28,7 +28,7 @@ fingerprint or fingerprint prefix) on a backend that announces disk.v1.`,
 	alias := &cobra.Command{Use: "alias", Short: "Manage image aliases", Args: argsExactly(0),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() }}
 	alias.AddCommand(s.imageAliasCreateCommand(), s.imageAliasListCommand(), s.imageAliasDeleteCommand())
-	cmd.AddCommand(s.imageImportCommand(), s.imageListCommand(), s.imageInfoCommand(), s.imageSetCommand(), s.imageDeleteCommand(), alias, s.imageBuildCommand())
+	cmd.AddCommand(s.imageImportCommand(), s.imageListCommand(), s.imageInfoCommand(), s.imageSetCommand(), s.imageDeleteCommand(), alias, s.imageBuildCommand(), s.imageProgressCommand())
 	return cmd
 }
 
@@ -116,19 +116,34 @@ func (s *session) imageListCommand() *cobra.Command {
 				list = []api.Image{}
 			}
 			return s.render(list, func(w io.Writer) error {
-				row(w, "ALIASES", "FINGERPRINT", "FORMAT", "SIZE", "KERNEL", "FILENAME", "CREATED")
+				row(w, "ALIASES", "FINGERPRINT", "FORMAT", "SIZE", "MIN-MEMORY", "MIN-DISK", "KERNEL", "FILENAME", "CREATED")
 				for _, im := range list {
 					kernel := "no"
 					if im.Kernel {
 						kernel = "yes"
 					}
 					created := im.CreatedAt
-					row(w, aliasNames(im), im.Fingerprint[:12], im.Format, sizeCell(im.Size), kernel, im.Filename, timeCell(&created))
+					row(w, aliasNames(im), im.Fingerprint[:12], im.Format, sizeCell(im.Size), needCell(im, propMinMemory), needCell(im, propMinDisk), kernel, im.Filename, timeCell(&created))
 				}
 				return nil
 			})
 		},
 	}
+}
+
+// The image properties that say what a guest of the image needs (the
+// daemon holds launches to them: docs/guests.md).
+const (
+	propMinMemory = "requirements.memory"
+	propMinDisk   = "requirements.disk"
+)
+
+// needCell is the image's property key, "-" when it has none.
+func needCell(im api.Image, key string) string {
+	if v := im.Properties[key]; v != "" {
+		return v
+	}
+	return "-"
 }
 
 // sizeCell writes a byte count in MiB (or bytes below 1 MiB).
@@ -152,6 +167,7 @@ func (s *session) imageInfoCommand() *cobra.Command {
 			return s.render(im, func(w io.Writer) error {
 				fmt.Fprintf(w, "Fingerprint: %s\nFilename: %s\nSize: %s (%d bytes)\nFormat: %s\n", im.Fingerprint, im.Filename, sizeCell(im.Size), im.Size, im.Format)
 				fmt.Fprintf(w, "Kernel: %t\nInitrd: %t\nPublic: %t\nCreated: %s\n", im.Kernel, im.Initrd, im.Public, timeCell(&im.CreatedAt))
+				fmt.Fprintf(w, "Minimum memory: %s\nMinimum disk: %s\n", needCell(*im, propMinMemory), needCell(*im, propMinDisk))
 				fmt.Fprintln(w, "Aliases:")
 				for _, a := range im.Aliases {
 					fmt.Fprintf(w, "  - %s\n", a.Name)

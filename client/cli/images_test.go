@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -33,13 +34,17 @@ func TestImageCommands(t *testing.T) {
 	sum := sha256.Sum256(data)
 	fp := hex.EncodeToString(sum[:])
 
-	if out := ok(t, srv, "image", "import", disk, "--alias", "zeros", "-p", "os=none"); out != "Image imported with fingerprint: "+fp+"\n" {
+	if out := ok(t, srv, "image", "import", disk, "--alias", "zeros", "-p", "os=none", "-p", "requirements.disk=2GiB"); out != "Image imported with fingerprint: "+fp+"\n" {
 		t.Fatalf("import said %q", out)
 	}
 	fails(t, srv, "importing image "+disk+": an image with fingerprint "+fp+" exists: already exists", "image", "import", disk)
 	fails(t, srv, `invalid property "x": want key=value`, "image", "import", disk, "-p", "x")
-	if out := ok(t, srv, "image", "list"); !strings.Contains(out, "zeros") || !strings.Contains(out, fp[:12]) || !strings.Contains(out, "1.0MiB") {
-		t.Fatalf("list:\n%s", out)
+	if out := ok(t, srv, "image", "list"); !strings.Contains(out, "zeros") || !strings.Contains(out, fp[:12]) || !strings.Contains(out, "1.0MiB") ||
+		!regexp.MustCompile(`MIN-MEMORY +MIN-DISK`).MatchString(out) || !regexp.MustCompile(`1\.0MiB +- +2GiB `).MatchString(out) {
+		t.Fatalf("list (want the minimum disk, no minimum memory):\n%s", out)
+	}
+	if out := ok(t, srv, "image", "info", "zeros"); !strings.Contains(out, "Minimum memory: -\nMinimum disk: 2GiB\n") {
+		t.Fatalf("info:\n%s", out)
 	}
 	for _, ref := range []string{"zeros", fp, fp[:10]} {
 		var im api.Image
@@ -138,4 +143,38 @@ func TestLaunchImportsLocalImage(t *testing.T) {
 	}
 	fails(t, srv, `creating instance "vm2": image "nope": no image has this alias or fingerprint: not found`, "launch", "nope", "vm2")
 	fails(t, srv, `unknown image "ubuntu": guestlink builds debian-12 and debian-13`, "image", "build", "ubuntu")
+}
+
+// TestImageProgress: guestlink image progress lists the builds the daemon
+// was told of (stage and lines, or the error of a failed one) and its
+// imports; --format json gives both lists as the API does, empty lists
+// when nothing runs.
+func TestImageProgress(t *testing.T) {
+	st, err := images.Open(t.TempDir(), dbtest.SQLite(t).(images.MetadataStore), nil, nil, images.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := apitest.NewServer(t, apitest.Options{Images: st})
+	var none struct {
+		Builds  []api.ImageBuild  `json:"builds"`
+		Imports []api.ImageImport `json:"imports"`
+	}
+	if err := json.Unmarshal([]byte(ok(t, srv, "image", "progress", "--format", "json")), &none); err != nil || none.Builds == nil || none.Imports == nil || len(none.Builds)+len(none.Imports) != 0 {
+		t.Fatalf("nothing running: %+v, %v (want two empty lists)", none, err)
+	}
+	lines := int64(42)
+	running, _ := st.StartBuild("debian-12")
+	if _, err := st.ReportBuild(running.ID, images.BuildReport{Stage: "bootstrap and packages (mmdebstrap)", Lines: &lines}); err != nil {
+		t.Fatal(err)
+	}
+	failed, _ := st.StartBuild("debian-13")
+	if _, err := st.ReportBuild(failed.ID, images.BuildReport{Status: images.BuildFailed, Error: "make: exit status 2"}); err != nil {
+		t.Fatal(err)
+	}
+	out := ok(t, srv, "image", "progress")
+	for _, want := range []string{`KIND +NAME +STATUS +STAGE +PROGRESS +STARTED`, `build +debian-12 +running +\[1\] bootstrap and packages \(mmdebstrap\) +42 lines `, `build +debian-13 +failed +- +make: exit status 2 `} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Fatalf("image progress lacks %q:\n%s", want, out)
+		}
+	}
 }

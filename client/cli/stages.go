@@ -27,7 +27,8 @@ type stages struct {
 	name  string
 	start time.Time // of the current stage
 	bar   *progressbar.ProgressBar
-	log   *os.File // the job's output on a terminal; nil when passed through
+	log   *os.File       // the job's output on a terminal; nil when passed through
+	rep   *buildReporter // told of each stage and line (nil: nobody)
 }
 
 // newStages shows stages on w; tty says whether to draw (isTerminal).
@@ -48,6 +49,7 @@ func (s *stages) enter(name string) {
 	s.finish(false)
 	s.n++
 	s.name, s.start = name, time.Now()
+	s.rep.enter(reportText(name, 128))
 	if !s.tty {
 		return
 	}
@@ -70,6 +72,7 @@ func (s *stages) line(text string) {
 		s.enter(strings.TrimSpace(name))
 		return
 	}
+	s.rep.line()
 	if !s.tty {
 		fmt.Fprintln(s.w, text)
 		return

@@ -129,6 +129,7 @@ type Store struct {
 	lim     Limits
 	claims  claims  // the space imports in progress still need
 	running running // the imports in progress, for Imports
+	builds  builds  // the image builds clients report (builds.go)
 	// checkEvery is the bytes a copy processes between two free-space
 	// checks; afterCheck, set by tests, runs after each check.
 	checkEvery int64

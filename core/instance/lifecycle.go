@@ -132,6 +132,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, by events.Reque
 		if raised != "" {
 			m.log.Info("memory raised to the image's minimum", "instance", req.Name, "change", raised)
 		}
+		_, effDevs := Expand(profs, nil, req.Devices)
+		req.Devices, raised, err = applyDiskRequirement(effDevs, req.Devices, req.Image, props) // requirements.go
+		if err != nil {
+			return nil, wrap(err)
+		}
+		if raised != "" {
+			m.log.Info("root disk raised to the image's minimum", "instance", req.Name, "change", raised)
+		}
 	}
 	uuid := cfg[KeyUUID]
 	_, effDevs := Expand(profs, nil, req.Devices)

@@ -2,9 +2,12 @@ package instance
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/errdefs"
 )
 
@@ -108,4 +111,66 @@ func applyImageRequirements(cfg map[string]string, backend, ref string, props ma
 			ref, humanBytes(min), ImagePropMinMemory, key, cfg[key], humanBytes(have), key, humanBytes(min), errdefs.ErrInvalid)
 	}
 	return "", nil
+}
+
+// ImagePropMinDisk is the image property naming the least root disk a
+// guest of the image needs (a size such as 2GiB): the images guestlink
+// builds record their filesystem's size, which a smaller root disk cannot
+// hold.
+const ImagePropMinDisk = "requirements.disk"
+
+// rootDevice returns the name of the root disk among devs (type disk,
+// path /), "" if there is none.
+func rootDevice(devs map[string]map[string]string) string {
+	for _, name := range slices.Sorted(maps.Keys(devs)) {
+		if d := devs[name]; d["type"] == "disk" && d["path"] == "/" {
+			return name
+		}
+	}
+	return ""
+}
+
+// applyDiskRequirement holds a new instance of image ref (its properties
+// props) to the image's minimum disk, as applyImageRequirements does to
+// its memory. eff is the instance's devices over its profiles', own its
+// own. A root disk whose size is below the minimum is refused naming both
+// sizes and the fix; a root disk without a size (the backend would make
+// it the image's size) or no root disk at all gets the minimum as the
+// instance's own root device (a copy of the profile's with size set), and
+// raised says so. An unreadable property is ignored.
+func applyDiskRequirement(eff, own map[string]map[string]string, ref string, props map[string]string) (devs map[string]map[string]string, raised string, err error) {
+	want, ok := props[ImagePropMinDisk]
+	if !ok {
+		return own, "", nil
+	}
+	min, perr := parseBytes(want)
+	if perr != nil {
+		return own, "", nil
+	}
+	name := rootDevice(eff)
+	if name != "" && eff[name]["size"] != "" {
+		v := eff[name]["size"]
+		have, err := storage.ParseSize(v)
+		if err != nil {
+			return own, "", nil // validateDevice has refused it already
+		}
+		if uint64(have) < min {
+			return own, "", fmt.Errorf("image %q needs a root disk of at least %s (its %s), and device %q size=%s is %s: raise it (size=%s) or leave it unset: %w",
+				ref, humanBytes(min), ImagePropMinDisk, name, v, humanBytes(uint64(have)), humanBytes(min), errdefs.ErrInvalid)
+		}
+		return own, "", nil
+	}
+	root := map[string]string{"type": "disk", "path": "/"}
+	if name == "" {
+		name = "root"
+	} else {
+		root = maps.Clone(eff[name])
+	}
+	root["size"] = humanBytes(min)
+	devs = cloneDevices(own)
+	if devs == nil {
+		devs = map[string]map[string]string{}
+	}
+	devs[name] = root
+	return devs, fmt.Sprintf("device %q size=%s: image %q needs a root disk of at least %s (its %s)", name, humanBytes(min), ref, humanBytes(min), ImagePropMinDisk), nil
 }

@@ -36,6 +36,7 @@ func (a *API) registerImages(v1 fiber.Router) {
 	v1.Get("/images", a.ok(httpwrap.With(a.imageService, a.listImages)))
 	v1.Post("/images", a.created(decoded(a.importImage)))
 	v1.Get("/images/imports", a.ok(httpwrap.With(a.imageService, a.listImageImports)))
+	a.registerImageBuilds(v1) // imagebuilds.go
 	v1.Get("/images/aliases", a.ok(httpwrap.With(a.imageService, a.listImageAliases)))
 	v1.Post("/images/aliases", a.created(decoded(a.createImageAlias)))
 	v1.Get("/images/aliases/:alias", a.ok(httpwrap.With(a.imageService, a.getImageAlias), alias))
