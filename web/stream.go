@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a-h/templ"
@@ -61,7 +62,14 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 	// The stream is written on the connection's own goroutine in batches
 	// (streamBody), not through fasthttp's pipe (SetBodyStreamWriter),
 	// which forwards a stream 4 KiB at a time, each its own write.
-	c.Context().SetBodyStream(&streamBody{write: func(w *bufio.Writer) {
+	c.Context().SetBodyStream(&streamBody{abandon: func() {
+		// Never written (HEAD, or the answer failed before its body).
+		if replay != nil {
+			replay.Close()
+		}
+		d.hub.leave(f)
+		d.streams.Add(-1)
+	}, write: func(w *bufio.Writer) {
 		defer d.streams.Add(-1)
 		defer d.hub.leave(f)
 		// Each flush extends the write deadline: the stream lasts as long
@@ -426,14 +434,21 @@ const streamBufferSize = 32 << 10
 // is one chunk and one write on the connection. Read (any other consumer)
 // runs the stream through a pipe.
 type streamBody struct {
-	write func(w *bufio.Writer)
+	// write runs the stream; abandon undoes its set-up when the body is
+	// closed unwritten.
+	write   func(w *bufio.Writer)
+	abandon func()
 
-	once sync.Once
-	pr   *io.PipeReader
+	started atomic.Bool
+	once    sync.Once
+	pr      *io.PipeReader
 }
 
 // WriteTo runs the stream into dst until it ends.
 func (b *streamBody) WriteTo(dst io.Writer) (int64, error) {
+	if !b.started.CompareAndSwap(false, true) {
+		return 0, errors.New("live stream: written twice")
+	}
 	cw := &countingWriter{w: dst}
 	w := bufio.NewWriterSize(cw, streamBufferSize)
 	b.write(w)
@@ -462,11 +477,15 @@ func (b *streamBody) Read(p []byte) (int, error) {
 }
 
 // Close ends a stream read through Read; one written with WriteTo has ended
-// already.
+// already, and one never written is abandoned (HEAD answers close their body
+// unread).
 func (b *streamBody) Close() error {
 	b.once.Do(func() {})
 	if b.pr != nil {
 		return b.pr.Close()
+	}
+	if b.started.CompareAndSwap(false, true) {
+		b.abandon()
 	}
 	return nil
 }

@@ -464,3 +464,33 @@ func TestStreamBatchesStorm(t *testing.T) {
 	c.Close()
 	waitStreams(t, d, 0)
 }
+
+// TestStreamHead: a HEAD of the live stream answers its headers and leaves
+// nothing behind (its body is closed unwritten: no open stream, no feed in
+// the hub), as a GET that ends does.
+func TestStreamHead(t *testing.T) {
+	noLeaks(t)
+	ev := newBusEvents()
+	app, d := newTestApp(newFakeInstances(running("web1", instance.AgentConnected)), ev, Config{Heartbeat: time.Minute})
+	url := server(t, app, d)
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodHead, url+"/events", nil)
+		tr := &http.Transport{DisableKeepAlives: true}
+		res, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		tr.CloseIdleConnections()
+		if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+			t.Fatalf("HEAD /events: %d %q", res.StatusCode, res.Header.Get("Content-Type"))
+		}
+	}
+	waitStreams(t, d, 0)
+	d.hub.mu.Lock()
+	feeds := len(d.hub.feeds)
+	d.hub.mu.Unlock()
+	if feeds != 0 {
+		t.Errorf("%d feeds left in the hub after three HEADs, want 0", feeds)
+	}
+}
