@@ -8,7 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -144,4 +147,76 @@ func BenchmarkSSEClientMemory(b *testing.B) {
 	}
 	b.ReportMetric(perClient, "bytes/client")
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/fanout")
+}
+
+// BenchmarkStreamStorm measures what a storm's events cost the live streams:
+// 50 raw TCP clients read /events while 500 events are published 1 ms apart
+// (a storm of 1,000 a second, as 1,000 guests declaring Ready), until every
+// client has read the last; cpu-us/event is the process's CPU (server and
+// the 50 readers) per event, writes/event the chunks the streams wrote.
+func BenchmarkStreamStorm(b *testing.B) {
+	const clients, n = 50, 500
+	for b.Loop() {
+		ev := newBusEvents()
+		app, d := newTestApp(newFakeInstances(fleet(100)...), ev, Config{Heartbeat: time.Minute})
+		url := server(b, app, d)
+		addr := strings.TrimPrefix(url, "http://")
+		var chunks atomic.Int64
+		done := make(chan error, clients)
+		for range clients {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			fmt.Fprintf(c, "GET /events HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+			r := bufio.NewReaderSize(c, 64<<10)
+			go func() {
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						done <- err
+						return
+					}
+					if size, err := strconv.ParseInt(strings.TrimSpace(line), 16, 64); err == nil && size > 0 {
+						chunks.Add(1)
+						data := make([]byte, size+2)
+						if _, err := io.ReadFull(r, data); err != nil {
+							done <- err
+							return
+						}
+						if strings.Contains(string(data), "id: "+strconv.Itoa(n)+"\n") {
+							done <- nil
+							return
+						}
+					}
+				}
+			}()
+		}
+		waitStreams(b, d, clients)
+		chunks.Store(0)
+		cpu0 := benchProcessCPU(b)
+		pace := time.NewTicker(time.Millisecond)
+		for i := range n {
+			ev.publish(b, events.InstanceReady, fmt.Sprintf("guest%05d", i%100), nil, nil)
+			<-pace.C
+		}
+		pace.Stop()
+		for range clients {
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64((benchProcessCPU(b)-cpu0).Microseconds())/n, "cpu-us/event")
+		b.ReportMetric(float64(chunks.Load())/n, "writes/event")
+	}
+}
+
+// benchProcessCPU is the CPU time (user and system) the process used so far.
+func benchProcessCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

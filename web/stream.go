@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a-h/templ"
@@ -57,13 +59,24 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 	sid, _ := c.Locals(localSession).(string)
 	conn, writeTimeout := c.Context().Conn(), c.App().Config().WriteTimeout
 	d.streams.Add(1)
-	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+	// The stream is written on the connection's own goroutine in batches
+	// (streamBody), not through fasthttp's pipe (SetBodyStreamWriter),
+	// which forwards a stream 4 KiB at a time, each its own write.
+	c.Context().SetBodyStream(&streamBody{abandon: func() {
+		// Never written (HEAD, or the answer failed before its body).
+		if replay != nil {
+			replay.Close()
+		}
+		d.hub.leave(f)
+		d.streams.Add(-1)
+	}, write: func(w *bufio.Writer) {
 		defer d.streams.Add(-1)
 		defer d.hub.leave(f)
 		// Each flush extends the write deadline: the stream lasts as long
 		// as the page reads it.
 		w = listener.StreamWriter(w, conn, writeTimeout)
 		var lastID int64 // the newest event this stream sent
+		var lastFlush time.Time
 		send := func(ev events.Event) {
 			writeMessage(w, "update", ev.ID, d.frags.get(ev))
 			lastID = ev.ID
@@ -103,8 +116,11 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 				sendNew(ev)
 				// Whatever else is queued goes out with it, in one flush: a
 				// storm of events costs a write per batch, not per event,
-				// and the stream keeps up instead of being dropped.
-				if !drainFeed(f.ch, sendNew) {
+				// and the stream keeps up instead of being dropped. Within
+				// streamFlushEvery of the last flush (a storm), what
+				// arrives until the next is due joins the batch: each
+				// stream's write is then paid per period, not per event.
+				if !drainFeed(f.ch, sendNew) || !lingerFeed(f.ch, sendNew, streamFlushEvery-time.Since(lastFlush), d.done) {
 					_ = w.Flush()
 					return // fell behind, or shutdown (see above)
 				}
@@ -128,8 +144,9 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 			if w.Flush() != nil {
 				return // the client went away
 			}
+			lastFlush = time.Now()
 		}
-	})
+	}}, -1)
 	return nil
 }
 
@@ -403,6 +420,120 @@ func (cc *countCache) fragment(upTo int64) []byte {
 	_ = components.Counts("agent-counts", byAgent, true).Render(ctx, &buf)
 	cc.buf, cc.id = buf.Bytes(), upTo
 	return cc.buf
+}
+
+// streamFlushEvery is the shortest time between two flushes of a live stream
+// carrying events: an event that comes later than that after the previous
+// flush goes out at once, one that comes sooner waits at most this long with
+// those that follow it. A stream wrote each event of a storm on its own (50
+// live streams: 50 writes per Ready declaration, 17 % of the daemon's CPU
+// in a storm's profile, docs/performance.md); now at most 20 writes per
+// stream and second. It adds at most this much to an event's delivery.
+const streamFlushEvery = 50 * time.Millisecond
+
+// streamBufferSize is a live stream's write buffer: a storm's batch of
+// updates (about 3.7 KB each: 8 of them) goes out in one write.
+const streamBufferSize = 32 << 10
+
+// streamBody is a live stream's response body. fasthttp consumes it with
+// WriteTo on the connection's goroutine: each flush of the stream's writer
+// is one chunk and one write on the connection. Read (any other consumer)
+// runs the stream through a pipe.
+type streamBody struct {
+	// write runs the stream; abandon undoes its set-up when the body is
+	// closed unwritten.
+	write   func(w *bufio.Writer)
+	abandon func()
+
+	started atomic.Bool
+	once    sync.Once
+	pr      *io.PipeReader
+}
+
+// WriteTo runs the stream into dst until it ends.
+func (b *streamBody) WriteTo(dst io.Writer) (int64, error) {
+	if !b.started.CompareAndSwap(false, true) {
+		return 0, errors.New("live stream: written twice")
+	}
+	cw := &countingWriter{w: dst}
+	w := bufio.NewWriterSize(cw, streamBufferSize)
+	b.write(w)
+	err := w.Flush()
+	if err == nil {
+		err = cw.err
+	}
+	return cw.n, err
+}
+
+// SupportsBodyWriteTo reports that WriteTo may replace Read (fasthttp's
+// BodyWriterTo): they produce the same stream.
+func (b *streamBody) SupportsBodyWriteTo() bool { return true }
+
+// Read runs the stream through a pipe on first use.
+func (b *streamBody) Read(p []byte) (int, error) {
+	b.once.Do(func() {
+		pr, pw := io.Pipe()
+		b.pr = pr
+		go func() {
+			_, err := b.WriteTo(pw)
+			pw.CloseWithError(err)
+		}()
+	})
+	return b.pr.Read(p)
+}
+
+// Close ends a stream read through Read; one written with WriteTo has ended
+// already, and one never written is abandoned (HEAD answers close their body
+// unread).
+func (b *streamBody) Close() error {
+	b.once.Do(func() {})
+	if b.pr != nil {
+		return b.pr.Close()
+	}
+	if b.started.CompareAndSwap(false, true) {
+		b.abandon()
+	}
+	return nil
+}
+
+// countingWriter counts what is written to w and keeps its first error.
+type countingWriter struct {
+	w   io.Writer
+	n   int64
+	err error
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.err = err
+	return n, err
+}
+
+// lingerFeed hands send the events arriving on ch for d (nothing when d <=
+// 0), until done is closed; it reports false when ch was closed or done.
+func lingerFeed(ch <-chan events.Event, send func(events.Event), d time.Duration, done <-chan struct{}) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				return false
+			}
+			send(ev)
+		case <-t.C:
+			return true
+		case <-done:
+			return false
+		}
+	}
 }
 
 // drainFeed hands send every event queued on ch without waiting, at most a

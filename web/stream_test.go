@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -427,4 +428,116 @@ func TestStreamSlowClient(t *testing.T) {
 	slow.Close()
 	fast.cancel()
 	waitStreams(t, d, 0)
+}
+
+// TestStreamBatchesStorm: events that come faster than streamFlushEvery go
+// out together, each flush one HTTP chunk (one write on the connection): a
+// stream pays its writes per period, not per event or per 4 KiB. The test
+// publishes 40 events 2 ms apart (a storm's pace; an update is about 3.7 KB)
+// and reads the raw chunked answer: every event arrives, in order, in at
+// most 2 + elapsed/streamFlushEvery + bytes/streamBufferSize chunks (a
+// write per event, as before, was 35 – 40).
+func TestStreamBatchesStorm(t *testing.T) {
+	noLeaks(t)
+	ev := newBusEvents()
+	app, d := newTestApp(newFakeInstances(running("web1", instance.AgentConnected)), ev, Config{Heartbeat: time.Minute})
+	url := server(t, app, d)
+	addr := strings.TrimPrefix(url, "http://")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /events HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+	r := bufio.NewReader(c)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the answer's head: %v", err)
+		}
+		if line == "\r\n" {
+			break
+		}
+	}
+	waitStreams(t, d, 1)
+
+	const n = 40
+	began := time.Now()
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		pace := time.NewTicker(2 * time.Millisecond)
+		defer pace.Stop()
+		for range n {
+			ev.publish(t, events.InstanceAgentConnected, "web1", nil, nil)
+			<-pace.C
+		}
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	next, chunks, updateBytes := 1, 0, 0
+	for next <= n {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading a chunk's size (%d of %d events read): %v", next-1, n, err)
+		}
+		size, err := strconv.ParseInt(strings.TrimSpace(line), 16, 64)
+		if err != nil || size == 0 {
+			t.Fatalf("chunk size %q: %v", line, err)
+		}
+		data := make([]byte, size+2)
+		if _, err := io.ReadFull(r, data); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), "event: update") {
+			continue
+		}
+		chunks++
+		updateBytes += int(size)
+		for _, l := range strings.Split(string(data), "\n") {
+			if id, ok := strings.CutPrefix(l, "id: "); ok {
+				if id != strconv.Itoa(next) {
+					t.Fatalf("update %s, want %d", id, next)
+				}
+				next++
+			}
+		}
+	}
+	elapsed := time.Since(began)
+	if most := 2 + int(elapsed/streamFlushEvery) + updateBytes/streamBufferSize; chunks > most || chunks >= n {
+		t.Errorf("%d events in %d chunks over %v, want at most %d", n, chunks, elapsed, most)
+	}
+	t.Logf("%d events in %d chunks over %v", n, chunks, elapsed)
+	<-published
+	c.Close()
+	waitStreams(t, d, 0)
+}
+
+// TestStreamHead: a HEAD of the live stream answers its headers and leaves
+// nothing behind (its body is closed unwritten: no open stream, no feed in
+// the hub), as a GET that ends does.
+func TestStreamHead(t *testing.T) {
+	noLeaks(t)
+	ev := newBusEvents()
+	app, d := newTestApp(newFakeInstances(running("web1", instance.AgentConnected)), ev, Config{Heartbeat: time.Minute})
+	url := server(t, app, d)
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodHead, url+"/events", nil)
+		tr := &http.Transport{DisableKeepAlives: true}
+		res, err := (&http.Client{Transport: tr}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		tr.CloseIdleConnections()
+		if res.StatusCode != http.StatusOK || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+			t.Fatalf("HEAD /events: %d %q", res.StatusCode, res.Header.Get("Content-Type"))
+		}
+	}
+	waitStreams(t, d, 0)
+	d.hub.mu.Lock()
+	feeds := len(d.hub.feeds)
+	d.hub.mu.Unlock()
+	if feeds != 0 {
+		t.Errorf("%d feeds left in the hub after three HEADs, want 0", feeds)
+	}
 }

@@ -262,7 +262,7 @@ func New(cfg Config) (*Server, error) {
 		ops:         newOperations(),
 		done:        make(chan struct{}),
 	}
-	s.tickets = &ticketKeys{conf: s.tls}
+	s.tickets = &ticketKeys{}
 	if err := s.tickets.rotate(); err != nil {
 		return nil, err
 	}

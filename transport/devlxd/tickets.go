@@ -1,11 +1,13 @@
 package devlxd
 
 import (
-	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/rand"
 	"crypto/tls"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,8 +16,8 @@ import (
 // current or the previous one: for at most two periods.
 const DefaultTicketRotation = time.Hour
 
-// ticketBindingPrefix starts the Extra field a session ticket carries to
-// name the instance whose link it was issued on.
+// ticketBindingPrefix starts the additional data a session ticket is sealed
+// with to name the instance whose link it was issued on.
 const ticketBindingPrefix = "guestlink-devlxd-instance:"
 
 // linkCurves are the key exchanges offered on guest links: X25519 alone.
@@ -27,15 +29,24 @@ const ticketBindingPrefix = "guestlink-devlxd-instance:"
 // still runs one key exchange.
 var linkCurves = []tls.CurveID{tls.X25519}
 
-// ticketKeys rotates the TLS session ticket keys of a server's base
-// configuration: the newest key encrypts, the newest and the previous one
-// decrypt. The keys are random and live in memory only, so a restarted
-// daemon resumes no ticket of the previous one.
+// ticketKeys seals and opens the TLS session tickets of a server: the
+// newest key seals, the newest and the previous one open. Each key is an
+// AES-256-GCM AEAD made once when it becomes current (Go's own ticket
+// encryption makes an AES-CTR cipher and an HMAC per ticket, on every
+// resumed connection since each is issued a new ticket), and a ticket is
+// sealed with the instance of the link that issued it as additional data:
+// on another instance's link it does not open. The keys are random and live
+// in memory only, so a restarted daemon resumes no ticket of the previous
+// one.
 type ticketKeys struct {
-	conf *tls.Config
-	mu   sync.Mutex
-	prev [32]byte
-	have bool
+	set atomic.Pointer[ticketKeySet]
+	mu  sync.Mutex // serializes rotate
+}
+
+// ticketKeySet is the current key and the previous one (nil before the
+// first rotation).
+type ticketKeySet struct {
+	cur, prev cipher.AEAD
 }
 
 // rotate makes a fresh key current and keeps the previous one.
@@ -44,14 +55,50 @@ func (k *ticketKeys) rotate() error {
 	if _, err := rand.Read(key[:]); err != nil {
 		return fmt.Errorf("devlxd: new session ticket key: %w", err)
 	}
+	block, err := aes.NewCipher(key[:])
+	if err != nil {
+		return fmt.Errorf("devlxd: new session ticket key: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return fmt.Errorf("devlxd: new session ticket key: %w", err)
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	keys := [][32]byte{key}
-	if k.have {
-		keys = append(keys, k.prev)
+	next := &ticketKeySet{cur: aead}
+	if old := k.set.Load(); old != nil {
+		next.prev = old.cur
 	}
-	k.conf.SetSessionTicketKeys(keys)
-	k.prev, k.have = key, true
+	k.set.Store(next)
+	return nil
+}
+
+// seal encrypts a session state for the link of binding: a random nonce,
+// then the sealed state.
+func (k *ticketKeys) seal(state, binding []byte) ([]byte, error) {
+	aead := k.set.Load().cur
+	ns := aead.NonceSize()
+	out := make([]byte, ns, ns+len(state)+aead.Overhead())
+	if _, err := rand.Read(out); err != nil {
+		return nil, fmt.Errorf("devlxd: session ticket nonce: %w", err)
+	}
+	return aead.Seal(out, out[:ns], state, binding), nil
+}
+
+// open returns the session state a ticket sealed for binding holds, or nil
+// when no current key opens it (another link's ticket, a key rotated out,
+// a ticket of another daemon, or garbage).
+func (k *ticketKeys) open(ticket, binding []byte) []byte {
+	set := k.set.Load()
+	for _, aead := range []cipher.AEAD{set.cur, set.prev} {
+		if aead == nil || len(ticket) < aead.NonceSize()+aead.Overhead() {
+			continue
+		}
+		ns := aead.NonceSize()
+		if state, err := aead.Open(nil, ticket[:ns], ticket[ns:], binding); err == nil {
+			return state
+		}
+	}
 	return nil
 }
 
@@ -73,31 +120,32 @@ func (s *Server) rotateTickets(period time.Duration, done <-chan struct{}) {
 
 // tlsFor returns the TLS configuration of a connection accepted on the link
 // of the instance uuid: the server's, with session tickets bound to that
-// instance. A ticket issued on one instance's link does not resume on
-// another's (that connection gets a full handshake instead), so a guest
-// cannot take over another guest's session even with its ticket; and the
-// identity check of every request (authenticate: the link's instance, the
-// client certificate the session carries, its validity now) runs on resumed
-// sessions as on new ones.
+// instance (ticketKeys). A ticket issued on one instance's link does not
+// resume on another's (that connection gets a full handshake instead), so a
+// guest cannot take over another guest's session even with its ticket; and
+// the identity check of every request (authenticate: the link's instance,
+// the client certificate the session carries, its validity now) runs on
+// resumed sessions as on new ones.
 func (s *Server) tlsFor(uuid string) *tls.Config {
-	base := s.tls
-	conf := base.Clone()
+	conf := s.tls.Clone()
 	binding := []byte(ticketBindingPrefix + uuid)
-	conf.WrapSession = func(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
-		ss.Extra = append(ss.Extra, binding)
-		return base.EncryptTicket(cs, ss)
+	conf.WrapSession = func(_ tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
+		state, err := ss.Bytes()
+		if err != nil {
+			return nil, fmt.Errorf("devlxd: encoding a session ticket: %w", err)
+		}
+		return s.tickets.seal(state, binding)
 	}
-	conf.UnwrapSession = func(identity []byte, cs tls.ConnectionState) (*tls.SessionState, error) {
-		ss, err := base.DecryptTicket(identity, cs)
-		if err != nil || ss == nil {
-			return nil, err
+	conf.UnwrapSession = func(identity []byte, _ tls.ConnectionState) (*tls.SessionState, error) {
+		state := s.tickets.open(identity, binding)
+		if state == nil {
+			return nil, nil // another instance's ticket, or a stale one: a full handshake
 		}
-		for _, e := range ss.Extra {
-			if bytes.Equal(e, binding) {
-				return ss, nil
-			}
+		ss, err := tls.ParseSessionState(state)
+		if err != nil {
+			return nil, nil //nolint:nilerr // as Go's DecryptTicket: a bad ticket is a full handshake
 		}
-		return nil, nil // another instance's ticket: a full handshake
+		return ss, nil
 	}
 	return conf
 }

@@ -2,6 +2,7 @@ package devlxd
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"io"
 	"net"
@@ -157,5 +158,73 @@ func TestSessionTickets(t *testing.T) {
 			{"the old ticket on the new server", uuidA, a, false, fooA},
 			{"the new server's own ticket", uuidA, a, true, fooA},
 		})
+	})
+}
+
+// TestTicketKeysSealOpen checks the ticket sealing under the sessions that
+// TestSessionTickets resumes: a ticket opens only with the binding (the
+// instance) it was sealed for, only unaltered, and only while its key is
+// the current or the previous one.
+func TestTicketKeysSealOpen(t *testing.T) {
+	a, b := []byte(ticketBindingPrefix+uuidA), []byte(ticketBindingPrefix+uuidB)
+	state := []byte("a session state")
+	for _, tc := range []struct {
+		name      string
+		binding   []byte
+		alter     func([]byte) []byte
+		rotations int
+		opens     bool
+	}{
+		{name: "same instance", binding: a, opens: true},
+		{name: "another instance's link", binding: b},
+		{name: "after one rotation", binding: a, rotations: 1, opens: true},
+		{name: "after two rotations", binding: a, rotations: 2},
+		{name: "a byte of the sealed state changed", binding: a, alter: func(t []byte) []byte { t[len(t)-20] ^= 1; return t }},
+		{name: "a byte of the nonce changed", binding: a, alter: func(t []byte) []byte { t[0] ^= 1; return t }},
+		{name: "truncated", binding: a, alter: func(t []byte) []byte { return t[:len(t)-1] }},
+		{name: "shorter than a nonce", binding: a, alter: func(t []byte) []byte { return t[:5] }},
+		{name: "empty", binding: a, alter: func([]byte) []byte { return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var k ticketKeys
+			if err := k.rotate(); err != nil {
+				t.Fatal(err)
+			}
+			ticket, err := k.seal(state, a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.alter != nil {
+				ticket = tc.alter(ticket)
+			}
+			for range tc.rotations {
+				if err := k.rotate(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := k.open(ticket, tc.binding)
+			if tc.opens && !bytes.Equal(got, state) {
+				t.Fatalf("open = %q, want %q", got, state)
+			}
+			if !tc.opens && got != nil {
+				t.Fatalf("open = %q, want nothing", got)
+			}
+		})
+	}
+	t.Run("another server's key", func(t *testing.T) {
+		var k1, k2 ticketKeys
+		if err := k1.rotate(); err != nil {
+			t.Fatal(err)
+		}
+		if err := k2.rotate(); err != nil {
+			t.Fatal(err)
+		}
+		ticket, err := k1.seal(state, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := k2.open(ticket, a); got != nil {
+			t.Fatalf("another server's key opened %q", got)
+		}
 	})
 }
