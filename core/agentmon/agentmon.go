@@ -159,6 +159,10 @@ type Config struct {
 	// RingObserver is told of every ring read (core/metrics counts them);
 	// nil observes nothing.
 	RingObserver RingObserver
+	// MaxAdvertising is how many advertisements (PUT /1.0, each a TLS
+	// handshake with an agent) run at once at most
+	// (DefaultMaxAdvertising if zero); the others wait their turn.
+	MaxAdvertising int
 }
 
 // Service runs one monitor per running instance. Create it with New; Close
@@ -166,6 +170,7 @@ type Config struct {
 type Service struct {
 	cfg    Config
 	budget *statebudget.Budget
+	adv    *advGate // when PUT /1.0 calls may run (advgate.go)
 
 	mu       sync.Mutex
 	monitors map[string]*monitor      // by instance UUID
@@ -323,7 +328,10 @@ func New(cfg Config) (*Service, error) {
 	if cfg.StateBudget == nil {
 		cfg.StateBudget = statebudget.New(0, 0)
 	}
-	return &Service{cfg: cfg, budget: cfg.StateBudget, monitors: map[string]*monitor{}, ops: map[string]*instanceLock{},
+	if cfg.MaxAdvertising <= 0 {
+		cfg.MaxAdvertising = DefaultMaxAdvertising
+	}
+	return &Service{cfg: cfg, budget: cfg.StateBudget, adv: newAdvGate(cfg.MaxAdvertising), monitors: map[string]*monitor{}, ops: map[string]*instanceLock{},
 		batchers: map[contract.RingBatchReader]*ringBatcher{}, quit: make(chan struct{})}, nil
 }
 

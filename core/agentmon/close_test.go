@@ -78,7 +78,9 @@ func TestCloseDoesNotWaitOnIdleWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := &stuckGuests{insts: map[string]*instance.Instance{}}
 		links := &stuckLinks{}
-		svc, err := New(Config{Instances: g, Links: links, Certs: certs, RequestTimeout: time.Minute})
+		// Every advertisement at once (MaxAdvertising), so that every
+		// monitor has an agent dial waiting.
+		svc, err := New(Config{Instances: g, Links: links, Certs: certs, RequestTimeout: time.Minute, MaxAdvertising: guests})
 		if err != nil {
 			t.Fatal(err)
 		}

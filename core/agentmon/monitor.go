@@ -331,11 +331,19 @@ func (m *monitor) advertiser() {
 			case <-t.C:
 			}
 		}
+		// The start-up recovery may hold the advertisements, and only
+		// MaxAdvertising run at once (advgate.go).
+		if !m.svc.adv.enter(m.stop) {
+			m.advPending.Add(-1)
+			done()
+			return
+		}
 		m.bgMu.Lock()
 		m.advLast = time.Now()
 		m.bgMu.Unlock()
 		gen := m.gen.Load()
 		err := m.advertise()
+		m.svc.adv.leave()
 		if err != nil {
 			cfg.Logger.Debug("agentmon: advertising to agent", "instance", m.name, "err", err)
 		}
