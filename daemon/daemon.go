@@ -318,15 +318,19 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	links := d.retrying(d.links, "guest links")
 	go d.serve("devlxd", func() error { return d.devlxd.Serve(links) })
 
+	// The plugins start now; the admin API serves before they answer (a
+	// call to a backend waits for its plugin's first start).
+	if err := d.plugins.Launch(); err != nil {
+		return nil, fmt.Errorf("starting daemon: plugins: %w", err)
+	}
 	if d.cluster != nil {
 		if err := d.cluster.Beat(ctx); err != nil {
 			return nil, fmt.Errorf("starting daemon: %w", err)
 		}
 	}
-	// The instances are loaded, the plugins started and the guests
-	// recovered only once the admin API serves (below): it answers
-	// meanwhile, showing the guests not yet recovered as such (status
-	// Unknown); a call to a backend waits for its plugin's first start.
+	// The guests are recovered only once the admin API serves (below) and
+	// the plugins answered: it answers meanwhile, showing the guests not
+	// yet recovered as such (status Unknown).
 	if err := mgr.Load(ctx); err != nil {
 		return nil, fmt.Errorf("starting daemon: loading instances: %w", err)
 	}
@@ -353,7 +357,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	d.dashStats.Store(d.dash) // nil without a TCP listener
-	if err := d.plugins.Start(ctx); err != nil {
+	if err := d.plugins.WaitStarted(ctx); err != nil {
 		return nil, fmt.Errorf("starting daemon: plugins: %w", err)
 	}
 	d.startRecovery()
