@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
 // TestHoldAdvertisements is what a restarted daemon's recovery relies on:
@@ -66,6 +67,46 @@ func TestHoldAdvertisements(t *testing.T) {
 		synctest.Wait()
 		if d := links.dialing.Load(); d != 0 {
 			t.Fatalf("%d agent dials still waiting after Close", d)
+		}
+	})
+}
+
+// TestPushingBackendNeverRead: once a backend pushed ring bytes for any of
+// its guests, a new monitor of another guest of that backend never reads
+// its ring through ReadRing, even before its own first push (a restarted
+// daemon's new monitors otherwise read every guest through the plugin
+// every 250 ms until its next heartbeat, beside the recovery's calls). In
+// synctest, with every goroutine blocked: the fleet guest's monitor made no
+// read (a read here never returns, so one would be counted waiting), while
+// the monitor of a guest whose backend never pushed reads its ring as
+// before.
+func TestPushingBackendNeverRead(t *testing.T) {
+	certs := testCerts(t)
+	synctest.Test(t, func(t *testing.T) {
+		g := &stuckGuests{insts: map[string]*instance.Instance{}}
+		svc, err := New(Config{Instances: g, Links: &stuckLinks{}, Certs: certs, RequestTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer svc.Close()
+		inst := func(uuid, backend string) *instance.Instance {
+			i := &instance.Instance{Name: "vm1", UUID: uuid, Backend: backend, Config: map[string]string{}}
+			g.mu.Lock()
+			g.insts[uuid] = i
+			g.mu.Unlock()
+			return i
+		}
+		pushed := inst("uuid-pushed", "fleet")
+		svc.BackendEvent(pushed, contract.Event{UUID: pushed.UUID, Kind: contract.EventRingData, Ring: []byte("CONNECTED\n"), RingSeq: 1})
+		svc.GuestRunning(inst("uuid-silent", "fleet"), nil)
+		synctest.Wait()
+		if r := g.reading.Load(); r != 0 {
+			t.Fatalf("%d ring reads by the monitor of a guest whose backend pushes, want 0", r)
+		}
+		svc.GuestRunning(inst("uuid-other", "qemu"), nil)
+		synctest.Wait()
+		if r := g.reading.Load(); r != 1 {
+			t.Fatalf("%d ring reads by the monitor of a guest whose backend never pushed, want 1", r)
 		}
 	})
 }

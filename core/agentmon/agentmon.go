@@ -175,6 +175,7 @@ type Service struct {
 	mu       sync.Mutex
 	monitors map[string]*monitor      // by instance UUID
 	early    map[string]*pushedRing   // ring bytes pushed before the guest's monitor existed (push.go)
+	pushers  map[string]bool          // backends that pushed ring bytes (push.go)
 	ops      map[string]*instanceLock // by instance UUID, while in use
 	batchers map[contract.RingBatchReader]*ringBatcher
 	closed   bool
@@ -410,7 +411,7 @@ func (s *Service) GuestRunning(inst *instance.Instance, ep *contract.LinkEndpoin
 	}
 	m := newMonitor(s, inst, certs)
 	s.monitors[inst.UUID] = m
-	s.takeEarlyLocked(m)
+	s.takeEarlyLocked(m, inst.Backend)
 	m.start()
 	m.requestAdvert(true)
 }
@@ -449,7 +450,7 @@ func (s *Service) BackendEvent(inst *instance.Instance, ev contract.Event) {
 		return
 	}
 	if ev.Kind == contract.EventRingData && ev.RingSeq != 0 {
-		s.push(inst.UUID, ev.Ring, ev.RingSeq)
+		s.push(inst.Backend, inst.UUID, ev.Ring, ev.RingSeq)
 	}
 	if m := s.monitor(inst.UUID); m != nil {
 		m.kickRead()

@@ -37,10 +37,17 @@ func (p *pushedRing) add(data []byte, seq uint64) {
 	}
 }
 
-// push hands pushed ring bytes of the guest uuid to its monitor, or keeps
-// them for the monitor GuestRunning makes (the event came first).
-func (s *Service) push(uuid string, data []byte, seq uint64) {
+// push hands pushed ring bytes of the guest uuid (of the named backend) to
+// its monitor, or keeps them for the monitor GuestRunning makes (the event
+// came first). It marks the backend as one that pushes.
+func (s *Service) push(backend, uuid string, data []byte, seq uint64) {
 	s.mu.Lock()
+	if !s.pushers[backend] {
+		if s.pushers == nil {
+			s.pushers = map[string]bool{}
+		}
+		s.pushers[backend] = true
+	}
 	m := s.monitors[uuid]
 	if m == nil {
 		if s.closed {
@@ -66,14 +73,24 @@ func (s *Service) push(uuid string, data []byte, seq uint64) {
 }
 
 // takeEarlyLocked gives a new monitor the bytes pushed before it existed;
-// s.mu is held.
-func (s *Service) takeEarlyLocked(m *monitor) {
-	if p := s.early[m.uuid]; p != nil {
-		delete(s.early, m.uuid)
-		m.bgMu.Lock()
-		m.pushed = *p
-		m.bgMu.Unlock()
+// s.mu is held. The monitor of a guest whose backend already pushed for
+// any guest never reads its ring through ReadRing, even before its own
+// first push: the backend pushes what the ring holds (a new event stream
+// first sends every ring holding bytes). A restarted daemon's thousand new
+// monitors otherwise read through the plugin every 250 ms until their
+// guest's next heartbeat, beside the recovery's own plugin calls.
+func (s *Service) takeEarlyLocked(m *monitor, backend string) {
+	p := s.early[m.uuid]
+	if p == nil && !s.pushers[backend] {
+		return
 	}
+	delete(s.early, m.uuid)
+	m.bgMu.Lock()
+	if p != nil {
+		m.pushed = *p
+	}
+	m.pushed.seen = true
+	m.bgMu.Unlock()
 }
 
 // push takes in pushed ring bytes (pushedRing.add).
