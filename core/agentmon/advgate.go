@@ -7,7 +7,7 @@ const DefaultMaxAdvertising = 64
 
 // advGate decides when an advertiser may make its PUT /1.0: not while the
 // daemon's start-up recovery holds the advertisements (HoldAdvertisements),
-// and never more than Config.MaxAdvertising at once. A restarted daemon
+// and those the hold kept waiting at most Config.MaxAdvertising at once. A restarted daemon
 // advertises to every running guest; each advertisement is a TLS handshake
 // with the agent, which answers with its own to the daemon and re-declares
 // the guest's state. Made as each guest was recovered, those handshakes ran
@@ -49,36 +49,55 @@ func (g *advGate) hold() (release func()) {
 	}
 }
 
-// enter waits until the gate is open and a slot is free, or stop is
-// closed (it then reports false and holds no slot). A true enter is paired
-// with leave.
-func (g *advGate) enter(stop <-chan struct{}) bool {
+// enter waits while the gate is held, or until stop is closed (it then
+// reports false). An advertisement that had to wait for a hold then takes
+// one of the slots, so the burst a release lets go runs at most
+// MaxAdvertising at once; one asked for while nothing holds the gate takes
+// no slot, so no guest's agent (one that never answers keeps its
+// advertiser busy for RequestTimeout) can delay other guests'
+// advertisements beyond that burst. slot says whether leave must free one.
+func (g *advGate) enter(stop <-chan struct{}) (slot, ok bool) {
 	for {
 		g.mu.Lock()
-		open := g.open
+		open, held := g.open, g.holds > 0
 		g.mu.Unlock()
-		select {
-		case <-open:
-		case <-stop:
-			return false
+		if !held && !slot {
+			return false, true
 		}
-		select {
-		case g.slots <- struct{}{}:
-		case <-stop:
-			return false
+		if held {
+			if slot {
+				<-g.slots // held again while it waited for its slot
+				slot = false
+			}
+			select {
+			case <-open:
+			case <-stop:
+				return false, false
+			}
+		}
+		if !slot {
+			select {
+			case g.slots <- struct{}{}:
+				slot = true
+			case <-stop:
+				return false, false
+			}
 		}
 		g.mu.Lock()
-		held := g.holds > 0
+		held = g.holds > 0
 		g.mu.Unlock()
 		if !held {
-			return true
+			return true, true
 		}
-		<-g.slots // held again while waiting for the slot: wait for the release
 	}
 }
 
-// leave frees the slot enter took.
-func (g *advGate) leave() { <-g.slots }
+// leave frees the slot enter took, if it took one.
+func (g *advGate) leave(slot bool) {
+	if slot {
+		<-g.slots
+	}
+}
 
 // HoldAdvertisements makes the advertisements (PUT /1.0 to the agents) wait
 // until the returned release is called: the monitors start, read the rings

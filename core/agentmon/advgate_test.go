@@ -14,8 +14,9 @@ import (
 // while the advertisements are held, the monitors of the guests it
 // recovered start but no PUT /1.0 reaches an agent (in synctest, with every
 // goroutine blocked, no agent dial was made); once released, at most
-// MaxAdvertising run at once (the agents here never answer, so the dials
-// that began are the ones running) and the others wait for a slot; Close
+// MaxAdvertising of them run at once (the agents here never answer, so the
+// dials that began are the ones running) and the others wait for a slot,
+// while an advertisement asked for with nothing held does not wait; Close
 // ends the waiting ones and the running ones alike. A second hold, and a
 // release called twice, keep the gate's count right.
 func TestHoldAdvertisements(t *testing.T) {
@@ -60,6 +61,18 @@ func TestHoldAdvertisements(t *testing.T) {
 		svc.mu.Unlock()
 		if pending != guests {
 			t.Fatalf("%d advertisements pending, want one per guest (%d): none may be lost while waiting", pending, guests)
+		}
+		// Asked for while nothing holds them, an advertisement takes no
+		// slot: a guest whose agent never answers cannot hold back other
+		// guests' advertisements beyond the released burst.
+		late := &instance.Instance{Name: "vm1", UUID: "uuid-late", Backend: "fleet", Config: map[string]string{}}
+		g.mu.Lock()
+		g.insts[late.UUID] = late
+		g.mu.Unlock()
+		svc.GuestRunning(late, nil)
+		synctest.Wait()
+		if d := links.dialing.Load(); d != max+1 {
+			t.Fatalf("%d agent dials after a guest started with nothing held, want %d (the burst's %d and its own)", d, max+1, max)
 		}
 		if err := svc.Close(); err != nil {
 			t.Fatal(err)

@@ -159,9 +159,11 @@ type Config struct {
 	// RingObserver is told of every ring read (core/metrics counts them);
 	// nil observes nothing.
 	RingObserver RingObserver
-	// MaxAdvertising is how many advertisements (PUT /1.0, each a TLS
-	// handshake with an agent) run at once at most
-	// (DefaultMaxAdvertising if zero); the others wait their turn.
+	// MaxAdvertising is how many of the advertisements (PUT /1.0, each a
+	// TLS handshake with an agent) that HoldAdvertisements kept waiting
+	// run at once at most once released (DefaultMaxAdvertising if zero);
+	// the others wait their turn. Advertisements asked for while nothing
+	// holds them are not counted.
 	MaxAdvertising int
 }
 

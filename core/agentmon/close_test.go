@@ -78,9 +78,7 @@ func TestCloseDoesNotWaitOnIdleWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := &stuckGuests{insts: map[string]*instance.Instance{}}
 		links := &stuckLinks{}
-		// Every advertisement at once (MaxAdvertising), so that every
-		// monitor has an agent dial waiting.
-		svc, err := New(Config{Instances: g, Links: links, Certs: certs, RequestTimeout: time.Minute, MaxAdvertising: guests})
+		svc, err := New(Config{Instances: g, Links: links, Certs: certs, RequestTimeout: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
