@@ -318,7 +318,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	links := d.retrying(d.links, "guest links")
 	go d.serve("devlxd", func() error { return d.devlxd.Serve(links) })
 
-	if err := d.plugins.Start(ctx); err != nil {
+	// The plugins start now; the admin API serves before they answer (a
+	// call to a backend waits for its plugin's first start).
+	if err := d.plugins.Launch(); err != nil {
 		return nil, fmt.Errorf("starting daemon: plugins: %w", err)
 	}
 	if d.cluster != nil {
@@ -326,9 +328,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			return nil, fmt.Errorf("starting daemon: %w", err)
 		}
 	}
-	// The instances are loaded, their guests recovered only once the
-	// admin API serves (below): it answers during the recovery, showing
-	// the guests not yet recovered as such (status Unknown).
+	// The guests are recovered only once the admin API serves (below) and
+	// the plugins answered: it answers meanwhile, showing the guests not
+	// yet recovered as such (status Unknown).
 	if err := mgr.Load(ctx); err != nil {
 		return nil, fmt.Errorf("starting daemon: loading instances: %w", err)
 	}
@@ -355,6 +357,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
 	d.dashStats.Store(d.dash) // nil without a TCP listener
+	if err := d.plugins.WaitStarted(ctx); err != nil {
+		return nil, fmt.Errorf("starting daemon: plugins: %w", err)
+	}
 	d.startRecovery()
 	d.log.Info("guestlinkd started", "version", Version, "state_dir", cfg.StateDir, "socket", SocketPath(cfg.StateDir),
 		"http", cfg.HTTPAddr, "https", cfg.HTTPSAddr, "link_port", d.links.Port(), "vsock", d.links.Vsock())
@@ -398,7 +403,13 @@ func (d *Daemon) startRecovery() {
 	go func() {
 		defer close(done)
 		t0 := time.Now()
-		d.mgr.RecoverAll(ctx)
+		// The advertisements to the recovered guests' agents wait until
+		// every guest is handed to a recovery worker: their TLS handshakes
+		// would otherwise slow the plugin calls of the recovery itself
+		// (core/agentmon's HoldAdvertisements).
+		release := d.monitor.HoldAdvertisements()
+		defer release()
+		d.mgr.RecoverAll(ctx, release)
 		d.log.Info("instances recovered", "took", time.Since(t0).Round(time.Millisecond))
 	}()
 }

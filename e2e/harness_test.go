@@ -105,7 +105,7 @@ func (d *daemonProc) start() {
 	defer cancel()
 	for {
 		info, err := d.client.ServerInfo(ctx)
-		if err == nil && info.Environment.Recovering == 0 {
+		if err == nil && info.Environment.Recovering == 0 && d.pluginsStarted(ctx) {
 			return
 		}
 		select {
@@ -114,6 +114,22 @@ func (d *daemonProc) start() {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// pluginsStarted reports whether every backend plugin has concluded its
+// first start (running, or failed at least once): the daemon answers before
+// its plugins run, and a fresh daemon has nothing to recover meanwhile.
+func (d *daemonProc) pluginsStarted(ctx context.Context) bool {
+	list, err := d.client.Backends(ctx)
+	if err != nil {
+		return false
+	}
+	for _, b := range list {
+		if b.Health == "restarting" && b.PID == 0 && b.Failures == 0 && b.Restarts == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // startAnswering starts the daemon and returns once it answers GET /1.0,

@@ -159,6 +159,12 @@ type Config struct {
 	// RingObserver is told of every ring read (core/metrics counts them);
 	// nil observes nothing.
 	RingObserver RingObserver
+	// MaxAdvertising is how many of the advertisements (PUT /1.0, each a
+	// TLS handshake with an agent) that HoldAdvertisements kept waiting
+	// run at once at most once released (DefaultMaxAdvertising if zero);
+	// the others wait their turn. Advertisements asked for while nothing
+	// holds them are not counted.
+	MaxAdvertising int
 }
 
 // Service runs one monitor per running instance. Create it with New; Close
@@ -166,10 +172,12 @@ type Config struct {
 type Service struct {
 	cfg    Config
 	budget *statebudget.Budget
+	adv    *advGate // when PUT /1.0 calls may run (advgate.go)
 
 	mu       sync.Mutex
 	monitors map[string]*monitor      // by instance UUID
 	early    map[string]*pushedRing   // ring bytes pushed before the guest's monitor existed (push.go)
+	pushers  map[string]bool          // backends that pushed ring bytes (push.go)
 	ops      map[string]*instanceLock // by instance UUID, while in use
 	batchers map[contract.RingBatchReader]*ringBatcher
 	closed   bool
@@ -329,7 +337,10 @@ func New(cfg Config) (*Service, error) {
 	if cfg.StateBudget == nil {
 		cfg.StateBudget = statebudget.New(0, 0)
 	}
-	return &Service{cfg: cfg, budget: cfg.StateBudget, monitors: map[string]*monitor{}, ops: map[string]*instanceLock{},
+	if cfg.MaxAdvertising <= 0 {
+		cfg.MaxAdvertising = DefaultMaxAdvertising
+	}
+	return &Service{cfg: cfg, budget: cfg.StateBudget, adv: newAdvGate(cfg.MaxAdvertising), monitors: map[string]*monitor{}, ops: map[string]*instanceLock{},
 		batchers: map[contract.RingBatchReader]*ringBatcher{}, quit: make(chan struct{})}, nil
 }
 
@@ -408,7 +419,7 @@ func (s *Service) GuestRunning(inst *instance.Instance, ep *contract.LinkEndpoin
 	}
 	m := newMonitor(s, inst, certs)
 	s.monitors[inst.UUID] = m
-	s.takeEarlyLocked(m)
+	s.takeEarlyLocked(m, inst.Backend)
 	m.start()
 	m.requestAdvert(true)
 }
@@ -446,7 +457,7 @@ func (s *Service) BackendEvent(inst *instance.Instance, ev contract.Event) {
 	default:
 		return
 	}
-	if ev.Kind == contract.EventRingData && ev.RingSeq != 0 && s.push(inst.UUID, ev.Ring, ev.RingSeq) {
+	if ev.Kind == contract.EventRingData && ev.RingSeq != 0 && s.push(inst.Backend, inst.UUID, ev.Ring, ev.RingSeq) {
 		return // a steady monitor's heartbeat, taken in (liveness.go)
 	}
 	if m := s.monitor(inst.UUID); m != nil {

@@ -368,11 +368,20 @@ func (m *monitor) advertiser() {
 			case <-t.C:
 			}
 		}
+		// The start-up recovery may hold the advertisements; those it
+		// held run at most MaxAdvertising at once (advgate.go).
+		slot, ok := m.svc.adv.enter(m.stop)
+		if !ok {
+			m.advPending.Add(-1)
+			done()
+			return
+		}
 		m.bgMu.Lock()
 		m.advLast = time.Now()
 		m.bgMu.Unlock()
 		gen := m.gen.Load()
 		err := m.advertise()
+		m.svc.adv.leave(slot)
 		if err != nil {
 			cfg.Logger.Debug("agentmon: advertising to agent", "instance", m.name, "err", err)
 		}

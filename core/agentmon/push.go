@@ -38,13 +38,19 @@ func (p *pushedRing) add(data []byte, seq uint64) bool {
 	return true
 }
 
-// push hands pushed ring bytes of the guest uuid to its monitor, or keeps
-// them for the monitor GuestRunning makes (the event came first). It
-// reports whether the monitor needs no wake-up: the push was a steady
-// monitor's heartbeat, taken in at once (liveness.go), or the monitor
-// is halted.
-func (s *Service) push(uuid string, data []byte, seq uint64) bool {
+// push hands pushed ring bytes of the guest uuid (of the named backend) to
+// its monitor, or keeps them for the monitor GuestRunning makes (the event
+// came first), and marks the backend as one that pushes. It reports
+// whether the monitor needs no wake-up: the push was a steady monitor's
+// heartbeat, taken in at once (liveness.go), or the monitor is halted.
+func (s *Service) push(backend, uuid string, data []byte, seq uint64) bool {
 	s.mu.Lock()
+	if !s.pushers[backend] {
+		if s.pushers == nil {
+			s.pushers = map[string]bool{}
+		}
+		s.pushers[backend] = true
+	}
 	m := s.monitors[uuid]
 	if m == nil {
 		if s.closed {
@@ -70,14 +76,24 @@ func (s *Service) push(uuid string, data []byte, seq uint64) bool {
 }
 
 // takeEarlyLocked gives a new monitor the bytes pushed before it existed;
-// s.mu is held.
-func (s *Service) takeEarlyLocked(m *monitor) {
-	if p := s.early[m.uuid]; p != nil {
-		delete(s.early, m.uuid)
-		m.bgMu.Lock()
-		m.pushed = *p
-		m.bgMu.Unlock()
+// s.mu is held. The monitor of a guest whose backend already pushed for
+// any guest never reads its ring through ReadRing, even before its own
+// first push: the backend pushes what the ring holds (a new event stream
+// first sends every ring holding bytes). A restarted daemon's thousand new
+// monitors otherwise read through the plugin every 250 ms until their
+// guest's next heartbeat, beside the recovery's own plugin calls.
+func (s *Service) takeEarlyLocked(m *monitor, backend string) {
+	p := s.early[m.uuid]
+	if p == nil && !s.pushers[backend] {
+		return
 	}
+	delete(s.early, m.uuid)
+	m.bgMu.Lock()
+	if p != nil {
+		m.pushed = *p
+	}
+	m.pushed.seen = true
+	m.bgMu.Unlock()
 }
 
 // push takes in pushed ring bytes: a steady monitor's heartbeat at once

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/guestlink/guestlink/core/status"
@@ -73,7 +74,7 @@ func TestLoadServesUntilRecovered(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		m2.RecoverAll(bg)
+		m2.RecoverAll(bg, nil)
 	}()
 	<-entered
 	if got, _ := m2.Get(bg, "web1"); got.Status != StatusUnknown {
@@ -104,5 +105,96 @@ func TestLoadServesUntilRecovered(t *testing.T) {
 	// An operation goes through again.
 	if err := m2.Stop(bg, "web1", StopOptions{}, adminCaller); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRecoverAllNotBehindSlowGuest restarts a manager on guests of two
+// backends, the first (in RecoverAll's order) with one guest whose Recover
+// does not answer until the test says so (a hung VMM). Every other guest,
+// of either backend, must be recovered (Running, its GuestRunning hook
+// called, its operation lock free) and RecoverAll's dispatched callback
+// called while that one still waits: the recovery shares one pool of
+// workers across backends, so neither a slow guest nor a slow backend
+// holds the rest back (they once went backend after backend). After the
+// release RecoverAll ends with nothing left unrecovered.
+func TestRecoverAllNotBehindSlowGuest(t *testing.T) {
+	bg := context.Background()
+	e := newEnv(t)
+	second := newFakeBackend("other")
+	m1, err := NewManager(Config{Store: e.store, Backends: fakeBackends{"fake": e.be, "other": second}, Bus: e.bus,
+		Hooks: e.hooks, Files: e.files, DefaultBackend: "fake"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for i := range 6 {
+		for _, b := range []string{"fake", "other"} {
+			name := fmt.Sprintf("%s%d", b, i)
+			if _, err := m1.Create(bg, CreateRequest{Name: name, Backend: b, Start: true}, adminCaller); err != nil {
+				t.Fatalf("creating %s: %v", name, err)
+			}
+			names = append(names, name)
+		}
+	}
+	slow, err := m1.Get(bg, "fake0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := NewManager(Config{Store: e.store, Backends: fakeBackends{"fake": e.be, "other": second}, Bus: e.bus,
+		Hooks: e.hooks, Files: e.files, DefaultBackend: "fake"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Load(bg); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	e.be.onRecover = func(uuid string) {
+		if uuid == slow.UUID {
+			close(entered)
+			<-release
+		}
+	}
+	dispatched := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m2.RecoverAll(bg, func() { close(dispatched) })
+	}()
+	<-entered
+	<-dispatched
+	// The others finish while fake0 waits: each is Running once its
+	// lock is free (the worker releases it last).
+	for _, name := range names[1:] {
+		e := func() *entry {
+			m2.mu.RLock()
+			defer m2.mu.RUnlock()
+			return m2.byName[name]
+		}()
+		e.op.Lock() // waits for that guest's recovery, never for fake0's
+		e.op.Unlock()
+		got, err := m2.Get(bg, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != status.Running.String() {
+			t.Fatalf("%s while fake0's recovery hangs: %s, want Running", name, got.Status)
+		}
+	}
+	if n := m2.Recovering(); n != 1 {
+		t.Fatalf("Recovering() = %d while fake0's recovery hangs, want 1", n)
+	}
+	select {
+	case <-done:
+		t.Fatal("RecoverAll ended while fake0's Recover had not answered")
+	default:
+	}
+	close(release)
+	<-done
+	if got, _ := m2.Get(bg, "fake0"); got.Status != status.Running.String() {
+		t.Fatalf("fake0 after its recovery: %s, want Running", got.Status)
+	}
+	if n := m2.Recovering(); n != 0 {
+		t.Fatalf("Recovering() = %d after RecoverAll", n)
 	}
 }

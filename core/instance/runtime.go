@@ -391,7 +391,7 @@ func (m *Manager) Init(ctx context.Context) error {
 	if err := m.Load(ctx); err != nil {
 		return err
 	}
-	m.RecoverAll(ctx)
+	m.RecoverAll(ctx, nil)
 	return nil
 }
 
@@ -429,22 +429,69 @@ func (m *Manager) Load(ctx context.Context) error {
 	return nil
 }
 
-// RecoverAll is the second half of Init: it recovers the guests of every
-// backend (see Recover), at most recoverWorkers at a time, and ends the
-// unrecovered state of every instance Load left so, recovered or not (an
-// ended ctx, the daemon stopping, leaves them as stored).
-func (m *Manager) RecoverAll(ctx context.Context) {
-	backends := map[string]bool{}
+// RecoverAll is the second half of Init: it recovers the guests Load held,
+// of every backend, through one pool of at most recoverWorkers (see
+// Recover), so that neither a slow guest nor a slow backend holds the
+// others back, and ends the unrecovered state of every instance Load left
+// so, recovered or not (an ended ctx, the daemon stopping, leaves them as
+// stored). dispatched, when not nil, is called once every guest has been
+// handed to a worker: at most recoverWorkers are then still recovering.
+func (m *Manager) RecoverAll(ctx context.Context, dispatched func()) {
+	if err := m.load(ctx, false); err != nil {
+		m.log.Error("recovering guests", "err", err)
+	}
+	byBackend := map[string][]*entry{}
 	m.mu.RLock()
 	for _, e := range m.byName {
-		backends[e.rec.Backend] = true
-	}
-	m.mu.RUnlock()
-	for _, b := range slices.Sorted(maps.Keys(backends)) {
-		if err := m.recover(ctx, b, true); err != nil {
-			m.log.Error("recovering guests", "backend", b, "err", err)
+		// Only the guests Load held (an instance created since is the
+		// API's, not the recovery's).
+		if e.recoveryHeld.Load() {
+			byBackend[e.rec.Backend] = append(byBackend[e.rec.Backend], e)
 		}
 	}
+	m.mu.RUnlock()
+	type job struct {
+		name string
+		b    contract.Backend
+		e    *entry
+	}
+	var jobs []job
+	for _, name := range slices.Sorted(maps.Keys(byBackend)) {
+		m.infoMu.Lock()
+		delete(m.infos, name)
+		m.infoMu.Unlock()
+		b, err := m.backends.Backend(name)
+		if err != nil {
+			err = fmt.Errorf("recovering guests of backend %q: %w", name, err)
+			m.log.Error("recovering guests", "backend", name, "err", err)
+			for _, e := range byBackend[name] {
+				m.backendMissing(ctx, e, err, true)
+			}
+			continue
+		}
+		for _, e := range byBackend[name] {
+			jobs = append(jobs, job{name, b, e})
+		}
+	}
+	var wg sync.WaitGroup
+	work := make(chan job)
+	for range min(recoverWorkers, len(jobs)) {
+		wg.Go(func() {
+			for j := range work {
+				if err := m.recoverOne(ctx, j.b, j.e, true); err != nil {
+					m.log.Error("recovering guests", "backend", j.name, "err", err)
+				}
+			}
+		})
+	}
+	for _, j := range jobs {
+		work <- j
+	}
+	close(work)
+	if dispatched != nil {
+		dispatched()
+	}
+	wg.Wait()
 	var left []*entry
 	m.mu.RLock()
 	for _, e := range m.byName {
@@ -499,12 +546,6 @@ func (m *Manager) Recovering() int {
 // agent re-declares Ready. Guests are recovered in parallel; their errors
 // are returned joined.
 func (m *Manager) Recover(ctx context.Context, backend string) error {
-	return m.recover(ctx, backend, false)
-}
-
-// recover is Recover; atStart says it is RecoverAll's: the entries' lock
-// is the one Load took, released once each is recovered.
-func (m *Manager) recover(ctx context.Context, backend string, atStart bool) error {
 	if err := m.load(ctx, false); err != nil {
 		return fmt.Errorf("recovering guests of backend %q: %w", backend, err)
 	}
@@ -514,9 +555,7 @@ func (m *Manager) recover(ctx context.Context, backend string, atStart bool) err
 	var todo []*entry
 	m.mu.RLock()
 	for _, e := range m.byName {
-		// At start, only the guests Load held (an instance created
-		// since is the API's, not the recovery's).
-		if e.rec.Backend == backend && (!atStart || e.recoveryHeld.Load()) {
+		if e.rec.Backend == backend {
 			todo = append(todo, e)
 		}
 	}
@@ -528,7 +567,7 @@ func (m *Manager) recover(ctx context.Context, backend string, atStart bool) err
 	if err != nil {
 		err = fmt.Errorf("recovering guests of backend %q: %w", backend, err)
 		for _, e := range todo {
-			m.backendMissing(ctx, e, err, atStart)
+			m.backendMissing(ctx, e, err, false)
 		}
 		return err
 	}
@@ -541,7 +580,7 @@ func (m *Manager) recover(ctx context.Context, backend string, atStart bool) err
 	for range min(recoverWorkers, len(todo)) {
 		wg.Go(func() {
 			for e := range work {
-				if err := m.recoverOne(ctx, b, e, atStart); err != nil {
+				if err := m.recoverOne(ctx, b, e, false); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -596,7 +635,8 @@ func (m *Manager) unlockForRecovery(e *entry, atStart bool) {
 	e.op.Unlock()
 }
 
-// recoverOne recovers one guest; atStart: see recover.
+// recoverOne recovers one guest; atStart says it is RecoverAll's: the entry's
+// lock is the one Load took, released once it is recovered.
 func (m *Manager) recoverOne(ctx context.Context, b contract.Backend, e *entry, atStart bool) error {
 	m.lockForRecovery(e, atStart)
 	defer m.unlockForRecovery(e, atStart)

@@ -182,8 +182,21 @@ func New(cfg Config) *Host {
 // returns once each has answered or failed its first start (or ctx ended);
 // the supervisors keep running until Close. A plugin that fails to start is
 // not an error of Start: List shows it. Start fails only if the directory
-// cannot be read or Start was already called.
+// cannot be read or Start was already called. It is Launch, then
+// WaitStarted.
 func (h *Host) Start(ctx context.Context) error {
+	if err := h.Launch(); err != nil {
+		return err
+	}
+	return h.WaitStarted(ctx)
+}
+
+// Launch discovers the plugins and starts every one whose checksum is right,
+// without waiting for them: from its return List and Backend know every
+// plugin, and a call to a backend waits for its plugin's first start. It
+// fails only if the directory cannot be read or the host was already
+// launched.
+func (h *Host) Launch() error {
 	h.mu.Lock()
 	if h.started {
 		h.mu.Unlock()
@@ -195,8 +208,8 @@ func (h *Host) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("starting plugins in %q: %w", h.cfg.Dir, err)
 	}
-	var firsts []<-chan struct{}
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	for _, c := range cands {
 		m := newManaged(h, c)
 		h.plugins[c.name] = m
@@ -204,17 +217,27 @@ func (h *Host) Start(ctx context.Context) error {
 			h.cfg.Logger.Error("plugin rejected", "plugin", c.name, "error", c.rejected)
 			continue
 		}
-		firsts = append(firsts, m.firstDone)
 		h.wg.Add(1)
 		go func() {
 			defer h.wg.Done()
 			m.supervise(h.ctx)
 		}()
 	}
+	return nil
+}
+
+// WaitStarted returns once every plugin Launch started has answered or
+// failed its first start, or with ctx's error.
+func (h *Host) WaitStarted(ctx context.Context) error {
+	h.mu.Lock()
+	ms := slices.Collect(maps.Values(h.plugins))
 	h.mu.Unlock()
-	for _, ch := range firsts {
+	for _, m := range ms {
+		if m.rejection() != nil {
+			continue // never started
+		}
 		select {
-		case <-ch:
+		case <-m.firstDone:
 		case <-ctx.Done():
 			return fmt.Errorf("starting plugins in %q: %w", h.cfg.Dir, ctx.Err())
 		}

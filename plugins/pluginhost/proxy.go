@@ -59,6 +59,15 @@ func (p *proxy) call(ctx context.Context, op string, b budget, floor time.Durati
 	m := p.m
 	c := m.current()
 	if c == nil {
+		// The daemon serves before its plugins' first start: a call made
+		// meanwhile waits for it instead of failing.
+		select {
+		case <-m.firstDone:
+		case <-ctx.Done():
+		}
+		c = m.current()
+	}
+	if c == nil {
 		st := m.status()
 		msg := fmt.Sprintf("backend %q: %s: plugin is %s", m.name, op, st.Health)
 		if st.LastError != "" {

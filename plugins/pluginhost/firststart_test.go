@@ -1,0 +1,46 @@
+package pluginhost_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/guestlink/guestlink/plugins/pluginhost"
+)
+
+// TestCallWaitsForFirstStart: the daemon serves its API while its plugins
+// start (Launch, then WaitStarted), so once Launch returned the backend is
+// known and a call to it made before the plugin's first start must wait
+// for it, not fail as unavailable or unknown. The plugin sleeps 3 s before
+// its handshake, and the call is made while it has no process (its health
+// not yet healthy); it must answer once the plugin runs. A call whose
+// context already ended returns an error instead of waiting.
+func TestCallWaitsForFirstStart(t *testing.T) {
+	dir, bdir := pluginDir(t, map[string]map[string]any{"slow": {"start_delay": "3s"}})
+	h := pluginhost.New(testConfig(dir, bdir))
+	t.Cleanup(func() { h.Close() })
+	if err := h.Launch(); err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	be, err := h.Backend("slow")
+	if err != nil {
+		t.Fatalf("Backend after Launch: %v", err)
+	}
+	if st := status(h, "slow"); st.Health == pluginhost.HealthHealthy {
+		t.Fatalf("the plugin is %s before its 3 s start delay ended: the call would not test the wait", st.Health)
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := be.Info(ended); err == nil {
+		t.Fatal("Info with an ended context answered before the plugin started")
+	}
+	info, err := be.Info(ctxT(t))
+	if err != nil || info == nil {
+		t.Fatalf("Info during the plugin's first start = %v, %v; want it to wait and answer", info, err)
+	}
+	if err := h.WaitStarted(ctxT(t)); err != nil {
+		t.Fatalf("WaitStarted: %v", err)
+	}
+	if st := status(h, "slow"); st.Health != pluginhost.HealthHealthy {
+		t.Fatalf("after WaitStarted the plugin is %s, want healthy", st.Health)
+	}
+}
