@@ -47,11 +47,22 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
 // holds up state changes, agent updates or timeline writes. An error from fn
 // ends the listing and is returned.
 func (m *Manager) ListFunc(ctx context.Context, f ListFilter, fn func(*Instance) error) error {
+	return m.ListCachedFunc(ctx, f, func(view *Instance, _ uint64, _ *ViewCache) error { return fn(view) })
+}
+
+// ListCachedFunc is ListFunc for a lister that keeps what it derives from
+// each view between lists (the admin API's encoded JSON): fn also gets the
+// view's change version and the instance's ViewCache, in which a value
+// stored for that version stays valid until the instance changes (but for
+// its heartbeat's time: see ViewCache). The cache outlives the call; the
+// view does not.
+func (m *Manager) ListCachedFunc(ctx context.Context, f ListFilter, fn func(view *Instance, version uint64, cache *ViewCache) error) error {
 	return m.list(ctx, f, func(matched []snapshot) error {
 		var view Instance
 		for i := range matched {
-			fillView(&view, matched[i].rec, &matched[i].rt, true)
-			if err := fn(&view); err != nil {
+			s := &matched[i]
+			fillView(&view, s.rec, &s.rt, true)
+			if err := fn(&view, s.version, &s.e.cache); err != nil {
 				return err
 			}
 		}
@@ -61,10 +72,12 @@ func (m *Manager) ListFunc(ctx context.Context, f ListFilter, fn func(*Instance)
 
 // snapshot is an entry's state at one instant: its record and runtime are
 // replaced, never changed in place, so the copy stays valid without the
-// lock.
+// lock; version is theirs (ListCachedFunc).
 type snapshot struct {
-	rec *record.Instance
-	rt  runtime
+	e       *entry
+	rec     *record.Instance
+	rt      runtime
+	version uint64
 }
 
 // list calls fn with snapshots of the entries matching f, taken under the
@@ -104,7 +117,7 @@ func (m *Manager) list(ctx context.Context, f ListFilter, fn func([]snapshot) er
 				continue
 			}
 		}
-		matched = append(matched, snapshot{rec: e.rec, rt: e.rt})
+		matched = append(matched, snapshot{e: e, rec: e.rec, rt: e.rt, version: e.version})
 	}
 	m.mu.RUnlock()
 	return fn(matched)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -62,10 +63,16 @@ func metadata(t *testing.T, body []byte) json.RawMessage {
 // without recursion and with recursion=0, the full objects with
 // recursion=1 and 2, and summaries with ?fields= whose keys are exactly the
 // ones asked, each the full object's bytes (all fields asked: the full
-// object itself).
+// object itself); encoded as listed, and from the views' cache slots.
 func TestInstanceListForms(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cached=%v", cached), func(t *testing.T) { testInstanceListForms(t, cached) })
+	}
+}
+
+func testInstanceListForms(t *testing.T, cached bool) {
 	views := oddFleetViews(25)
-	sock := serveViews(t, views)
+	sock := serveViewsCached(t, views, cached)
 	get := unixGet(t, sock)
 
 	code, full := get("/1.0/instances?recursion=1")
