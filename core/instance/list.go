@@ -41,7 +41,8 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
 // order, as List would return them, for callers that only serialise the list
 // (GET /1.0/instances): the views are not copies. Each view shares the
 // manager's maps and times (which are replaced, never changed in place) and
-// is valid only during its call; fn must not keep or change it. fn runs
+// is valid only during its call; fn must not keep or change it (a shallow
+// copy of it stays valid, to be read only: the dashboard's pages). fn runs
 // without the manager's lock, on a snapshot taken when ListFunc was called:
 // a slow listing (thousands of instances, a flood of concurrent lists) never
 // holds up state changes, agent updates or timeline writes. An error from fn

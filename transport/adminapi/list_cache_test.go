@@ -127,7 +127,9 @@ func TestListCacheFollowsChanges(t *testing.T) {
 			}
 			return nil
 		}},
-		{"ready", func() error { return mgr.Declare(ctx, uuidOf("l0"), instance.Declaration{State: instance.DeclaredReady}, by) }},
+		{"ready", func() error {
+			return mgr.Declare(ctx, uuidOf("l0"), instance.Declaration{State: instance.DeclaredReady}, by)
+		}},
 		{"degraded", func() error {
 			return mgr.Declare(ctx, uuidOf("l2"), instance.Declaration{State: instance.DeclaredDegraded, Reason: "Disk", Message: "full <&>"}, by)
 		}},

@@ -185,7 +185,7 @@ func BenchmarkListRunning10k(b *testing.B) {
 		cpu0 := processCPU()
 		for b.Loop() {
 			t0 := time.Now()
-			resp, err := hc.Get("http://guestlink/1.0/instances")
+			resp, err := hc.Get("http://guestlink/1.0/instances?recursion=1")
 			if err != nil {
 				b.Fatal(err)
 			}
