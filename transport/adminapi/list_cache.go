@@ -1,6 +1,7 @@
 package adminapi
 
 import (
+	"bytes"
 	"sync/atomic"
 
 	"github.com/guestlink/guestlink/core/instance"
@@ -25,7 +26,7 @@ type encodedView struct {
 	hb int
 	// seg holds, for each summaryFields key, where its "key":value is in
 	// buf (start, end); {-1, -1} for a key the object omits, and ipv4.
-	seg [][2]int
+	seg [][2]int32
 	// summary is the last summary made of buf (a list copies one
 	// contiguous piece per instance, not one per key: the pieces of
 	// 10,000 instances are scattered in memory, and each costs a cache
@@ -59,8 +60,8 @@ func (v *encodedView) summaryOf(idx []int, mask uint64) *encodedSummary {
 		if len(b) > 1 {
 			b = append(b, ',')
 		}
-		if v.hb >= seg[0] && v.hb < seg[1] {
-			s.hb = len(b) + v.hb - seg[0]
+		if start, end := int(seg[0]), int(seg[1]); v.hb >= start && v.hb < end {
+			s.hb = len(b) + v.hb - start
 		}
 		b = append(b, v.buf[seg[0]:seg[1]]...)
 	}
@@ -73,12 +74,12 @@ func (v *encodedView) summaryOf(idx []int, mask uint64) *encodedSummary {
 // (TestListAnswerMatchesEncodingJSON): each key's value is written by
 // summaryFields, in the object's key order.
 func encodeView(inst *instance.Instance) *encodedView {
-	v := &encodedView{seg: make([][2]int, len(summaryFields)), hb: -1}
+	v := &encodedView{seg: make([][2]int32, len(summaryFields)), hb: -1}
 	b := make([]byte, 0, 1536)
 	b = append(b, '{')
 	for i, f := range summaryFields {
 		if f.value == nil || (f.omit != nil && f.omit(inst)) {
-			v.seg[i] = [2]int{-1, -1}
+			v.seg[i] = [2]int32{-1, -1}
 			continue
 		}
 		if len(b) > 1 {
@@ -99,9 +100,9 @@ func encodeView(inst *instance.Instance) *encodedView {
 		} else {
 			b = f.value(b, inst)
 		}
-		v.seg[i] = [2]int{start, len(b)}
+		v.seg[i] = [2]int32{int32(start), int32(len(b))}
 	}
-	v.buf = b
+	v.buf = bytes.Clone(b) // its own size: kept for as long as the instance does not change
 	return v
 }
 
