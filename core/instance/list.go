@@ -58,7 +58,9 @@ func (m *Manager) ListFunc(ctx context.Context, f ListFilter, fn func(*Instance)
 // view's change version and the instance's ViewCache, in which a value
 // stored for that version stays valid until the instance changes (but for
 // its heartbeat's time: see ViewCache). The cache outlives the call; the
-// view does not.
+// view does not. A service that embeds the Manager and lists something
+// else in ListFunc must override this method too (core/cluster.Instances
+// does): the admin API prefers it to ListFunc.
 func (m *Manager) ListCachedFunc(ctx context.Context, f ListFilter, fn func(view *Instance, version uint64, cache *ViewCache) error) error {
 	return m.list(ctx, f, func(matched []snapshot) error {
 		var view Instance
