@@ -82,6 +82,21 @@ func (f *fakeInstances) List(_ context.Context, lf instance.ListFilter) ([]*inst
 	return out, nil
 }
 
+// ListFunc calls fn with each of List's views, as the manager hands out
+// its shared views: the dashboard lists through it (listRows).
+func (f *fakeInstances) ListFunc(ctx context.Context, lf instance.ListFilter, fn func(*instance.Instance) error) error {
+	views, err := f.List(ctx, lf)
+	if err != nil {
+		return err
+	}
+	for _, v := range views {
+		if err := fn(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (f *fakeInstances) lastFilter() instance.ListFilter {
 	f.mu.Lock()
 	defer f.mu.Unlock()

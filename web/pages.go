@@ -36,7 +36,7 @@ func render(c *fiber.Ctx, status int, comp templ.Component) error {
 }
 
 func (d *Dashboard) overview(c *fiber.Ctx) error {
-	all, err := d.cfg.Instances.List(c.UserContext(), instance.ListFilter{})
+	all, err := d.listRows(c.UserContext(), instance.ListFilter{})
 	if err != nil {
 		return d.fail(c, err)
 	}
@@ -156,7 +156,7 @@ func (d *Dashboard) instances(c *fiber.Ctx) error {
 func (d *Dashboard) instancesData(c *fiber.Ctx, f components.Filter) (components.InstancesData, error) {
 	// The service does the filtering: "Running" matches Ready instances
 	// too and agent "none" matches instances without an agent.
-	rows, err := d.cfg.Instances.List(c.UserContext(), instance.ListFilter{Status: f.Status, Backend: f.Backend, Agent: f.Agent, Query: f.Query})
+	rows, err := d.listRows(c.UserContext(), instance.ListFilter{Status: f.Status, Backend: f.Backend, Agent: f.Agent, Query: f.Query})
 	if err != nil {
 		return components.InstancesData{}, err
 	}

@@ -409,7 +409,7 @@ func (cc *countCache) fragment(upTo int64) []byte {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	all, err := cc.d.cfg.Instances.List(ctx, instance.ListFilter{})
+	all, err := cc.d.listRows(ctx, instance.ListFilter{})
 	if err != nil {
 		cc.d.log.Warn("dashboard: listing instances for the counts", "err", err)
 		return cc.buf

@@ -88,6 +88,21 @@ func (v *Instances) ListFunc(ctx context.Context, f instance.ListFilter, fn func
 	return nil
 }
 
+// ListCachedFunc is ListFunc for the admin API's list, which keeps each
+// instance's encoding in its cache slot (instance.Manager.ListCachedFunc,
+// which this type would otherwise promote, listing this member's instances
+// only): local-only, the manager's slots; cluster-wide, each instance gets
+// a slot of its own and is encoded each time.
+func (v *Instances) ListCachedFunc(ctx context.Context, f instance.ListFilter, fn func(*instance.Instance, uint64, *instance.ViewCache) error) error {
+	if localOnly(ctx) {
+		return v.Manager.ListCachedFunc(ctx, f, fn)
+	}
+	return v.ListFunc(ctx, f, func(inst *instance.Instance) error {
+		var slot instance.ViewCache
+		return fn(inst, 0, &slot)
+	})
+}
+
 // all merges the local list with every other member's.
 func (v *Instances) all(ctx context.Context, f instance.ListFilter) ([]*instance.Instance, error) {
 	local, err := v.Manager.List(ctx, f)

@@ -112,6 +112,7 @@ func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error
 	}
 	m.mu.Lock()
 	e.rec, e.rt = c.rec, c.rt
+	e.changedLocked()
 	view := viewOf(e)
 	m.wakeLocked(e)
 	m.mu.Unlock()

@@ -140,7 +140,17 @@ type entry struct {
 	// Guarded by Manager.mu; replaced, never changed in place.
 	rec *record.Instance
 	rt  runtime
+	// version is the view's change version (ListCachedFunc), guarded by
+	// Manager.mu: bumped (changedLocked) with every change of rec or rt
+	// but a heartbeat's time (heartbeatOnly).
+	version uint64
+	// cache keeps what a lister derived from the view (ListCachedFunc).
+	cache ViewCache
 }
+
+// changedLocked bumps e's change version after rec or rt changed;
+// Manager.mu must be held for writing.
+func (e *entry) changedLocked() { e.version++ }
 
 // newEntry returns the entry of a stored instance.
 func newEntry(rec *record.Instance) *entry {
@@ -258,6 +268,7 @@ func (m *Manager) load(ctx context.Context, force bool) error {
 		if e, ok := m.byName[rec.Name]; ok {
 			e.rec = rec
 			e.rt.conds = deriveConditions(rec, &e.rt, e.rt.conds, time.Now().UTC())
+			e.changedLocked()
 			continue
 		}
 		m.addLocked(newEntry(rec))

@@ -288,6 +288,7 @@ func (m *Manager) RenameProfile(ctx context.Context, oldName, newName string) er
 			}
 		}
 		e.rec = rec
+		e.changedLocked()
 	}
 	m.mu.Unlock()
 	return nil

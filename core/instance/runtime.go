@@ -241,7 +241,7 @@ func (m *Manager) heartbeatOnly(e *entry, st AgentState, heartbeat time.Time) bo
 		hb := heartbeat.UTC()
 		rt := e.rt // replaced, never changed in place
 		rt.agent.LastHeartbeat = &hb
-		e.rt = rt
+		e.rt = rt // the view's version stays: only the heartbeat's time moved (ListCachedFunc)
 	}
 	return true
 }
@@ -417,6 +417,7 @@ func (m *Manager) Load(ctx context.Context) error {
 	held := 0
 	for _, e := range m.byName {
 		e.rt.readyAt = nil
+		e.changedLocked()
 		if len(e.rec.Handle) > 0 && !e.recoveryHeld.Load() {
 			e.op.Lock() // released by RecoverAll's worker (releaseRecovery)
 			e.recoveryHeld.Store(true)

@@ -33,6 +33,15 @@ type instanceLister interface {
 
 var _ instanceLister = (*instance.Manager)(nil)
 
+// cachedLister is implemented by instance services that keep a cache slot
+// per instance for what a list derives from its view (core/instance.Manager):
+// the list copies each instance's encoding from it (list_cache.go).
+type cachedLister interface {
+	ListCachedFunc(ctx context.Context, f instance.ListFilter, fn func(view *instance.Instance, version uint64, cache *instance.ViewCache) error) error
+}
+
+var _ cachedLister = (*instance.Manager)(nil)
+
 // statelessStarter is implemented by instance services that can start a
 // guest without restoring its saved state (core/instance.Manager).
 type statelessStarter interface {

@@ -128,8 +128,11 @@ func parseListForm(c *fiber.Ctx) (listForm, []summaryField, error) {
 }
 
 // encodeList lists the instances matching filter in form (with fields, for
-// a summary) into a new answer. An instance service that hands out shared
-// views (instanceLister) has them encoded as they are listed: no copies.
+// a summary) into a new answer. An instance service that keeps a cache slot
+// per instance (cachedLister) has each instance's encoding copied from its
+// slot, encoded only after the instance changed (list_cache.go); one that
+// hands out shared views (instanceLister) has them encoded as they are
+// listed: no copies.
 func (a *API) encodeList(c *fiber.Ctx, filter instance.ListFilter, form listForm, fields []summaryField) (*listEncoder, error) {
 	e := newListEncoder()
 	e.ipv4 = a.cachedIPv4
@@ -139,6 +142,9 @@ func (a *API) encodeList(c *fiber.Ctx, filter instance.ListFilter, form listForm
 		add = e.addURL
 	case listSummary:
 		add = e.addSummary(fields)
+	}
+	if l, ok := a.cfg.Instances.(cachedLister); ok {
+		return e, l.ListCachedFunc(c.UserContext(), filter, e.addCachedFunc(form, fields))
 	}
 	if l, ok := a.cfg.Instances.(instanceLister); ok {
 		return e, l.ListFunc(c.UserContext(), filter, add)

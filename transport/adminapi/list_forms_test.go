@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -62,10 +63,16 @@ func metadata(t *testing.T, body []byte) json.RawMessage {
 // without recursion and with recursion=0, the full objects with
 // recursion=1 and 2, and summaries with ?fields= whose keys are exactly the
 // ones asked, each the full object's bytes (all fields asked: the full
-// object itself).
+// object itself); encoded as listed, and from the views' cache slots.
 func TestInstanceListForms(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cached=%v", cached), func(t *testing.T) { testInstanceListForms(t, cached) })
+	}
+}
+
+func testInstanceListForms(t *testing.T, cached bool) {
 	views := oddFleetViews(25)
-	sock := serveViews(t, views)
+	sock := serveViewsCached(t, views, cached)
 	get := unixGet(t, sock)
 
 	code, full := get("/1.0/instances?recursion=1")
@@ -217,9 +224,13 @@ func TestClientListForms(t *testing.T) {
 }
 
 // benchmarkInstanceList is GET /1.0/instances in one form (query) at
-// 10,000 running fleet guests, body read, not decoded; with the full form
-// measured first it reports the form's CPU per list ÷ the full form's
-// (full-ratio).
+// 10,000 running fleet guests, body read, not decoded, each view's encoding
+// kept in its cache slot as the manager keeps them. It reports the form's
+// first list after the server started (cold-cpu-ms: every slot empty, as
+// after every instance changed), then, with the URL list and the full form
+// measured in the same run (20 lists each), the form's CPU per list ÷ the
+// URL list's (url-floor-x: the URL list only walks the names, the floor of
+// a list) and ÷ the full form's (full-ratio).
 func benchmarkInstanceList(b *testing.B, query string) {
 	const n = 10000
 	sock := serveViews(b, adminapi.FleetViews(n))
@@ -240,17 +251,21 @@ func benchmarkInstanceList(b *testing.B, query string) {
 		}
 		return size
 	}
-	// The full form's CPU per list, for the ratio (20 lists).
-	const fullRuns = 20
-	cpu0 := processCPU()
-	for range fullRuns {
-		list("?recursion=1")
+	cpuOf := func(q string, runs int) time.Duration {
+		cpu0 := processCPU()
+		for range runs {
+			list(q)
+		}
+		return (processCPU() - cpu0) / time.Duration(runs)
 	}
-	fullCPU := (processCPU() - cpu0) / fullRuns
+	coldCPU := cpuOf(query, 1)
+	const floorRuns = 20
+	urlCPU := cpuOf("", floorRuns)
+	fullCPU := cpuOf("?recursion=1", floorRuns)
 	var lat []time.Duration
 	var size int64
 	b.ResetTimer()
-	cpu0 = processCPU()
+	cpu0 := processCPU()
 	for b.Loop() {
 		t0 := time.Now()
 		size = list(query)
@@ -259,6 +274,10 @@ func benchmarkInstanceList(b *testing.B, query string) {
 	cpu := (processCPU() - cpu0) / time.Duration(len(lat))
 	reportLatency(b, lat, cpu0)
 	b.ReportMetric(float64(size)/(1<<20), "MiB")
+	b.ReportMetric(float64(coldCPU.Microseconds())/1000, "cold-cpu-ms")
+	if urlCPU > 0 {
+		b.ReportMetric(float64(cpu)/float64(urlCPU), "url-floor-x")
+	}
 	if fullCPU > 0 {
 		b.ReportMetric(float64(cpu)/float64(fullCPU), "full-ratio")
 	}

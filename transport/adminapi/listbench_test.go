@@ -29,6 +29,24 @@ type fixedViews struct {
 	views []*instance.Instance
 }
 
+// cachedViews is fixedViews with a cache slot per view, as the manager
+// keeps them (ListCachedFunc): the views never change, so their version
+// stays 0.
+type cachedViews struct {
+	fixedViews
+	caches []instance.ViewCache
+}
+
+// ListCachedFunc calls fn with every view, its version and its slot.
+func (s *cachedViews) ListCachedFunc(_ context.Context, _ instance.ListFilter, fn func(*instance.Instance, uint64, *instance.ViewCache) error) error {
+	for i, v := range s.views {
+		if err := fn(v, 0, &s.caches[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ListFunc calls fn with every view, ignoring the filter.
 func (s *fixedViews) ListFunc(_ context.Context, _ instance.ListFilter, fn func(*instance.Instance) error) error {
 	for _, v := range s.views {
@@ -39,16 +57,27 @@ func (s *fixedViews) ListFunc(_ context.Context, _ instance.ListFilter, fn func(
 	return nil
 }
 
-// serveViews serves an admin API listing views on a Unix socket; it stops
-// when tb ends.
+// serveViews serves an admin API listing views on a Unix socket, each
+// view's encoding kept in a cache slot (cachedViews) as the manager's are;
+// it stops when tb ends.
 func serveViews(tb testing.TB, views []*instance.Instance) string {
+	return serveViewsCached(tb, views, true)
+}
+
+// serveViewsCached is serveViews, with the views' cache slots (cachedViews)
+// or without (fixedViews: each list encodes every view).
+func serveViewsCached(tb testing.TB, views []*instance.Instance, cached bool) string {
 	tb.Helper()
 	bus := events.New(&apitest.MemEventStore{})
 	backends := &apitest.Backends{}
 	backends.Set(apitest.DefaultBackends()...)
 	dir := tb.TempDir()
-	a := adminapi.New(adminapi.Config{Instances: &fixedViews{Instances: apitest.NewInstances(bus, dir), views: views},
-		Events: bus, Backends: backends})
+	fixed := fixedViews{Instances: apitest.NewInstances(bus, dir), views: views}
+	var svc adminapi.Instances = &fixed
+	if cached {
+		svc = &cachedViews{fixedViews: fixed, caches: make([]instance.ViewCache, len(views))}
+	}
+	a := adminapi.New(adminapi.Config{Instances: svc, Events: bus, Backends: backends})
 	sock := filepath.Join(dir, "guestlink.sock")
 	ln, err := adminapi.ListenUnix(sock)
 	if err != nil {
@@ -73,41 +102,47 @@ func serveViews(tb testing.TB, views []*instance.Instance) string {
 // TestListAnswerMatchesEncodingJSON checks the answer of GET
 // /1.0/instances as sent from the list encoder's chunks over the socket:
 // encoding/json's output of the same views, byte for byte, for lists within
-// one chunk and across many.
+// one chunk and across many; encoded as listed (no cache slots), and from
+// the views' cache slots (the first list fills them, the second copies
+// them), with escapes and omitted keys (oddFleetViews).
 func TestListAnswerMatchesEncodingJSON(t *testing.T) {
-	for _, n := range []int{0, 1, 10, 2500} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			views := adminapi.FleetViews(n)
-			sock := serveViews(t, views)
-			hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", sock)
-			}}}
-			defer hc.CloseIdleConnections()
-			resp, err := hc.Get("http://guestlink/1.0/instances?recursion=1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			list := make([]api.Instance, 0, n)
-			for _, v := range views {
-				list = append(list, instance.WireInstance(v, nil))
-			}
-			want, err := json.Marshal(api.Sync(list))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("answer differs from encoding/json (%d, %d bytes)", len(got), len(want))
-			}
-			if resp.ContentLength != int64(len(want)) || resp.Header.Get("Content-Type") != "application/json" {
-				t.Fatalf("Content-Length %d, Content-Type %q", resp.ContentLength, resp.Header.Get("Content-Type"))
-			}
-		})
+	for _, cached := range []bool{false, true} {
+		for _, n := range []int{0, 1, 10, 2500} {
+			t.Run(fmt.Sprintf("cached=%v/%d", cached, n), func(t *testing.T) {
+				views := oddFleetViews(n)
+				sock := serveViewsCached(t, views, cached)
+				hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+					var d net.Dialer
+					return d.DialContext(ctx, "unix", sock)
+				}}}
+				defer hc.CloseIdleConnections()
+				list := make([]api.Instance, 0, n)
+				for _, v := range views {
+					list = append(list, instance.WireInstance(v, nil))
+				}
+				want, err := json.Marshal(api.Sync(list))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for try := range 2 {
+					resp, err := hc.Get("http://guestlink/1.0/instances?recursion=1")
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, want) {
+						t.Fatalf("list %d: answer differs from encoding/json (%d, %d bytes)", try, len(got), len(want))
+					}
+					if resp.ContentLength != int64(len(want)) || resp.Header.Get("Content-Type") != "application/json" {
+						t.Fatalf("Content-Length %d, Content-Type %q", resp.ContentLength, resp.Header.Get("Content-Type"))
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -150,7 +185,7 @@ func BenchmarkListRunning10k(b *testing.B) {
 		cpu0 := processCPU()
 		for b.Loop() {
 			t0 := time.Now()
-			resp, err := hc.Get("http://guestlink/1.0/instances")
+			resp, err := hc.Get("http://guestlink/1.0/instances?recursion=1")
 			if err != nil {
 				b.Fatal(err)
 			}
