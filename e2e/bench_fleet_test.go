@@ -41,9 +41,14 @@ const (
 	// (fleet-<phase>-<kind>.pb.gz), for pprof's other views.
 	fleetProfilesRawEnv = "FLEET_PROFILES_RAW"
 	// fleetIdleSettleEnv is how long the idle phase waits after the last
-	// agent connected before it measures (a Go duration; default 10s):
-	// longer keeps the launch's aftermath (store, GC) out of the window.
+	// agent connected before it profiles the launch's aftermath and then
+	// waits for the daemon's CPU to settle (fleetIdleSettle) before it
+	// measures (a Go duration; default 10s).
 	fleetIdleSettleEnv = "FLEET_IDLE_SETTLE"
+	// fleetSettleWindow and fleetSettleMax bound the wait for the daemon's
+	// idle CPU to settle before the idle window (fleetIdleSettle).
+	fleetSettleWindow = 5 * time.Second
+	fleetSettleMax    = 2 * time.Minute
 	// fleetStreams is how many dashboard live streams watch the storm.
 	fleetStreams = 50
 )
@@ -131,6 +136,16 @@ func BenchmarkFleet(b *testing.B) {
 		}
 	}
 	time.Sleep(settle)
+	// What the daemon still does after the launch (the aftermath's profile),
+	// then 5 s windows of its CPU until two in a row agree: the idle window
+	// starts once the daemon's CPU settled, or after fleetSettleMax.
+	fleetProfile(b, pprofAddr, "aftermath")
+	waited, series, settled, err := fleetIdleSettle(d.PID(), fleetSettleWindow, fleetSettleMax)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fleetLogf("idle: waited %v more for the daemon's CPU to settle (settled: %v; %% of a core per 5 s window: %s)",
+		waited, settled, series)
 	cpuBefore, err := benchCPUTime(d.PID())
 	if err != nil {
 		b.Fatal(err)
@@ -930,3 +945,42 @@ func (s *fleetStream) waitID(id int64, deadline time.Time) (time.Time, bool) {
 }
 
 func (s *fleetStream) close() { s.cancel() }
+
+// fleetIdleSettle measures pid's CPU in consecutive windows until two in a
+// row agree (fleetSettled), at most max: it returns how long it waited,
+// each window's CPU as % of a core, and whether it settled.
+func fleetIdleSettle(pid int, window, max time.Duration) (time.Duration, string, bool, error) {
+	began := time.Now()
+	prev, err := benchCPUTime(pid)
+	if err != nil {
+		return 0, "", false, err
+	}
+	var used []time.Duration
+	var series []string
+	for time.Since(began) < max {
+		time.Sleep(window) // a measuring window, not a wait for an event
+		now, err := benchCPUTime(pid)
+		if err != nil {
+			return 0, "", false, err
+		}
+		used = append(used, now-prev)
+		series = append(series, fmt.Sprintf("%.1f", 100*float64(now-prev)/float64(window)))
+		prev = now
+		if fleetSettled(used) {
+			return time.Since(began), strings.Join(series, " "), true, nil
+		}
+	}
+	return time.Since(began), strings.Join(series, " "), false, nil
+}
+
+// fleetSettled reports whether the last two windows' CPU agree: within 20 %
+// of the larger, or within 20 ms (two ticks of /proc's 10 ms clock, which
+// a quiet daemon's window at 1,000 guests is only a few of).
+func fleetSettled(used []time.Duration) bool {
+	if len(used) < 2 {
+		return false
+	}
+	a, b := used[len(used)-2], used[len(used)-1]
+	diff := max(a, b) - min(a, b)
+	return diff <= 20*time.Millisecond || float64(diff) <= 0.2*float64(max(a, b))
+}

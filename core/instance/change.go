@@ -151,16 +151,17 @@ func (m *Manager) notify(e *entry, cond func(*entry) bool, call func(h Hooks, in
 	m.notifyWith(e, cond, viewOf, call)
 }
 
-// notifyIdentity is notify with an instance that holds only its identity
-// (Name, UUID, Backend) instead of a full view, for the hooks called at
-// every heartbeat (Hooks.BackendEvent's wake-up hints).
-func (m *Manager) notifyIdentity(e *entry, cond func(*entry) bool, call func(h Hooks, inst *Instance)) {
-	m.notifyWith(e, cond, identityOf, call)
-}
-
-// identityOf is the instance of e with its identity only.
+// identityOf is the instance of e with its identity only (under
+// Manager.mu, read or write). It is made once and kept in e.ident while the
+// record's UUID and backend stay the same: the hooks that get it are
+// called at every heartbeat and must not change it.
 func identityOf(e *entry) *Instance {
-	return &Instance{Name: e.rec.Name, UUID: e.rec.UUID, Backend: e.rec.Backend}
+	if id := e.ident.Load(); id != nil && id.UUID == e.rec.UUID && id.Backend == e.rec.Backend && id.Name == e.rec.Name {
+		return id
+	}
+	id := &Instance{Name: e.rec.Name, UUID: e.rec.UUID, Backend: e.rec.Backend}
+	e.ident.Store(id)
+	return id
 }
 
 // notifyWith is notify with the instance that view makes of e (under

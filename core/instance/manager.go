@@ -137,6 +137,11 @@ type entry struct {
 	// guest is recovered): operations on the instance wait for it.
 	recoveryHeld atomic.Bool
 
+	// ident is the instance with e's identity only, kept for the hooks
+	// called at every heartbeat (identityOf); an atomic because it is made
+	// under Manager.mu's read lock.
+	ident atomic.Pointer[Instance]
+
 	// Guarded by Manager.mu; replaced, never changed in place.
 	rec *record.Instance
 	rt  runtime
