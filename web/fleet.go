@@ -2,7 +2,6 @@ package web
 
 import (
 	"context"
-	"encoding/json"
 	"maps"
 	"slices"
 	"sort"
@@ -43,8 +42,8 @@ func bootSamples(evs []events.Event) []bootSample {
 	open := map[string]*bootSample{}
 	var out []*bootSample
 	for _, ev := range evs {
-		var lc events.Lifecycle
-		if json.Unmarshal(ev.Metadata, &lc) != nil {
+		lc, err := events.DecodeLifecycle(ev.Metadata)
+		if err != nil {
 			continue
 		}
 		name := ev.Instance

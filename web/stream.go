@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -271,8 +270,7 @@ func (fc *fragmentCache) get(ev events.Event) []byte {
 
 // renderEvent renders the out-of-band fragments for one lifecycle event.
 func (d *Dashboard) renderEvent(ev events.Event) []byte {
-	var lc events.Lifecycle
-	_ = json.Unmarshal(ev.Metadata, &lc) // a malformed event still gets an activity line
+	lc, _ := events.DecodeLifecycle(ev.Metadata) // a malformed event still gets an activity line
 	name := ev.Instance
 	if name == "" {
 		name = strings.TrimPrefix(lc.Source, "/1.0/instances/")
@@ -363,8 +361,7 @@ func (d *Dashboard) recentActivity(ctx context.Context, n int) []components.Acti
 	}
 	out := make([]components.Activity, 0, len(evs))
 	for _, ev := range evs {
-		var lc events.Lifecycle
-		_ = json.Unmarshal(ev.Metadata, &lc)
+		lc, _ := events.DecodeLifecycle(ev.Metadata)
 		out = append(out, activity(ev, lc, ev.Instance))
 	}
 	return newestFirst(out, n)

@@ -15,14 +15,16 @@ import (
 )
 
 // Certificate is a trusted TLS client certificate: the trust store's entry
-// (the Store keeps it as it is) and how the service shows it.
+// (the Store keeps it as it is) and how the service shows it. It has no
+// wire form of its own: the admin API answers api.Certificate, db keeps a
+// private row.
 type Certificate struct {
-	Name        string    `json:"name"`
-	Fingerprint string    `json:"fingerprint"` // SHA-256 of the DER, lowercase hex
-	Certificate string    `json:"certificate"` // PEM
-	AddedAt     time.Time `json:"added_at"`
-	AddedBy     string    `json:"added_by"`
-	Role        string    `json:"role"` // RoleAdmin or RoleViewer
+	Name        string
+	Fingerprint string // SHA-256 of the DER, lowercase hex
+	Certificate string // PEM
+	AddedAt     time.Time
+	AddedBy     string
+	Role        string // RoleAdmin or RoleViewer
 }
 
 // Fingerprint returns the SHA-256 of a certificate's DER in lowercase hex,

@@ -52,18 +52,18 @@ const MaxExpiry = 10 * 365 * 24 * time.Hour
 // Identity is one identity: a trusted certificate of the admin API (type
 // tls, id = fingerprint), a bearer identity of the admin API (type bearer,
 // id = bearer/name) or a devlxd identity (type devlxd, id = devlxd/name).
-// Tokens are never shown.
+// Tokens are never shown. The admin API answers it as api.Identity.
 type Identity struct {
-	Type           string     `json:"type"`
-	Name           string     `json:"name"`
-	ID             string     `json:"id"`
-	CreatedAt      time.Time  `json:"created_at"`
-	CreatedBy      string     `json:"created_by"`
-	Instances      []string   `json:"instances,omitempty"` // devlxd identities: the instances they may act for
-	Role           string     `json:"role,omitempty"`      // tls and bearer identities: RoleAdmin or RoleViewer
-	HasToken       bool       `json:"has_token"`
-	TokenIssuedAt  *time.Time `json:"token_issued_at,omitempty"`
-	TokenExpiresAt *time.Time `json:"token_expires_at,omitempty"`
+	Type           string
+	Name           string
+	ID             string
+	CreatedAt      time.Time
+	CreatedBy      string
+	Instances      []string // devlxd identities: the instances they may act for
+	Role           string   // tls and bearer identities: RoleAdmin or RoleViewer
+	HasToken       bool
+	TokenIssuedAt  *time.Time
+	TokenExpiresAt *time.Time
 }
 
 // ParseExpiry parses a token expiry: a Go duration ("90m", "24h") or a

@@ -14,13 +14,14 @@ import (
 const ShortIDLen = 8
 
 // Session is a dashboard session as listed: its id is the SHA-256 of the
-// secret session id, never the secret.
+// secret session id, never the secret. The admin API answers it as
+// api.Session.
 type Session struct {
-	ID        string    `json:"id"`   // SHA-256 of the session id, hex
-	Name      string    `json:"name"` // "session/<first 8 digits of ID>"
-	CreatedAt time.Time `json:"created_at"`
-	ExpiresAt time.Time `json:"expires_at"`
-	CreatedBy string    `json:"created_by"` // who asked for the login URL
+	ID        string // SHA-256 of the session id, hex
+	Name      string // "session/<first 8 digits of ID>"
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	CreatedBy string // who asked for the login URL
 }
 
 // SessionName returns "session/<first ShortIDLen digits of hash>".

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -377,8 +376,7 @@ func (v *Instances) setState(ctx context.Context, member, name string, body map[
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	who, _ := json.Marshal(by)
-	req.Header.Set(HeaderRequestor, base64.StdEncoding.EncodeToString(who))
+	req.Header.Set(HeaderRequestor, RequestorHeader(by))
 	req.Header.Set(HeaderForwardedBy, v.c.cfg.Name)
 	SetDeadline(req.Header, time.Now().Add(budget))
 	res, err := client.Do(req)

@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 
 	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 )
 
@@ -52,4 +54,26 @@ func decodeInstance(r io.Reader) (*instance.Instance, error) {
 		return nil, fmt.Errorf("decoding a member's instance: %w", err)
 	}
 	return instance.InstanceFromWire(&wire), nil
+}
+
+// RequestorHeader returns the value of HeaderRequestor for by: the base64 of
+// its JSON as api.EventRequestor, byte for byte what members sent when they
+// encoded events.Requestor itself (core/events/testdata/wire-events-v1.json).
+func RequestorHeader(by events.Requestor) string {
+	raw, _ := json.Marshal(api.EventRequestor{Username: by.Username, Protocol: by.Protocol, Address: by.Address, UID: by.UID, Fingerprint: by.Fingerprint})
+	return base64.StdEncoding.EncodeToString(raw) // strings only: cannot fail
+}
+
+// ParseRequestorHeader reads a HeaderRequestor value; ok is false when it
+// is not base64 of a requestor's JSON.
+func ParseRequestorHeader(h string) (by events.Requestor, ok bool) {
+	raw, err := base64.StdEncoding.DecodeString(h)
+	if err != nil {
+		return by, false
+	}
+	var w api.EventRequestor
+	if json.Unmarshal(raw, &w) != nil {
+		return by, false
+	}
+	return events.Requestor{Username: w.Username, Protocol: w.Protocol, Address: w.Address, UID: w.UID, Fingerprint: w.Fingerprint}, true
 }

@@ -2,12 +2,14 @@ package cluster
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 )
 
@@ -108,5 +110,48 @@ func memberWireInstances() []*instance.Instance {
 			Location: "b", StatusReason: "member b is offline (last heartbeat 2026-11-22T01:02:03Z)", Profiles: []string{},
 		},
 		{},
+	}
+}
+
+// TestRequestorHeaderMatchesOldJSON checks that the requestor a member
+// forwards (HeaderRequestor) is the base64 of the same JSON as when members
+// encoded events.Requestor itself (core/events/testdata/wire-events-v1.json,
+// captured before it lost its JSON tags), that it reads back, and that a
+// value that is not one is refused.
+func TestRequestorHeaderMatchesOldJSON(t *testing.T) {
+	raw, err := os.ReadFile("../events/testdata/wire-events-v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fixture map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fixture); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		by   events.Requestor
+	}{
+		{"lifecycle with requestor", events.Requestor{Username: "alice", Protocol: "tls", Address: "10.0.0.5:41234", UID: "1000",
+			Fingerprint: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}},
+		{"lifecycle short requestor", events.Requestor{Username: "bearer/ci", Protocol: "bearer", Address: "127.0.0.1:5"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var want bytes.Buffer
+			if err := json.Compact(&want, fixture[tt.name]["requestor"]); err != nil {
+				t.Fatalf("fixture %q: %v", tt.name, err)
+			}
+			h := RequestorHeader(tt.by)
+			if got, _ := base64.StdEncoding.DecodeString(h); !bytes.Equal(got, want.Bytes()) {
+				t.Errorf("header JSON differs from the old one:\n got %s\nwant %s", got, want.Bytes())
+			}
+			if back, ok := ParseRequestorHeader(base64.StdEncoding.EncodeToString(want.Bytes())); !ok || back != tt.by {
+				t.Errorf("the old header reads back as %+v, %v; want %+v", back, ok, tt.by)
+			}
+		})
+	}
+	for _, bad := range []string{"not base64!", base64.StdEncoding.EncodeToString([]byte("[1,2]")), base64.StdEncoding.EncodeToString([]byte("{"))} {
+		if by, ok := ParseRequestorHeader(bad); ok {
+			t.Errorf("ParseRequestorHeader(%q) = %+v, true; want refused", bad, by)
+		}
 	}
 }

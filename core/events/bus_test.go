@@ -308,16 +308,15 @@ func TestNewLifecycleShape(t *testing.T) {
 	if ev.Timestamp.Location() != time.UTC || ev.Timestamp.Before(before.Add(-time.Second)) {
 		t.Errorf("timestamp %v is not now in UTC", ev.Timestamp)
 	}
-	ev.ID = 42
 	ev.Timestamp = time.Date(2026, 11, 22, 0, 0, 0, 123456789, time.UTC)
-	raw, err := json.Marshal(ev)
+	rec, err := New(nil).record(&ev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"id":42,"type":"lifecycle","timestamp":"2026-11-22T00:00:00.123456789Z","project":"default","location":"none",` +
+	want := `{"type":"lifecycle","timestamp":"2026-11-22T00:00:00.123456789Z","project":"default","location":"none",` +
 		`"metadata":{"action":"instance-ready","source":"/1.0/instances/web1","context":{},"requestor":{"username":"","protocol":"devlxd","address":""}}}`
-	if string(raw) != want {
-		t.Errorf("event JSON\n got %s\nwant %s", raw, want)
+	if string(rec.Body) != want {
+		t.Errorf("stored event JSON\n got %s\nwant %s", rec.Body, want)
 	}
 	l, err := ev.Lifecycle()
 	if err != nil || l.Action != InstanceReady || l.Requestor.Protocol != "devlxd" {

@@ -39,32 +39,39 @@ const (
 	InstanceThrottled = "instance-throttled"
 )
 
-// Requestor says who caused an event.
+// Requestor says who caused an event. It has no wire form of its own: it
+// is stored in a lifecycle event's metadata as the events domain's private
+// JSON (lifecycle.go), sent to clients as api.EventRequestor and between
+// cluster members as the same (the admin API converts it).
 type Requestor struct {
-	Username string `json:"username"`
-	Protocol string `json:"protocol"` // "unix", "tls", "bearer", "session", "devlxd", "agent", "backend", "daemon", "systemd"
-	Address  string `json:"address"`
+	Username string
+	Protocol string // "unix", "tls", "bearer", "session", "devlxd", "agent", "backend", "daemon", "systemd"
+	Address  string
 	// UID is the peer's uid on the admin socket (protocol unix).
-	UID string `json:"uid,omitempty"`
+	UID string
 	// Fingerprint is the SHA-256 of the client certificate (protocol tls).
-	Fingerprint string `json:"fingerprint,omitempty"`
+	Fingerprint string
 }
 
-// Lifecycle is the metadata of a lifecycle event.
+// Lifecycle is the metadata of a lifecycle event. Event.Metadata holds it
+// encoded (NewLifecycle) in the events domain's stored form, the JSON LXD
+// sends; Event.Lifecycle and DecodeLifecycle read it back.
 type Lifecycle struct {
-	Action    string         `json:"action"`
-	Source    string         `json:"source"` // "/1.0/instances/<name>"
-	Context   map[string]any `json:"context"`
-	Requestor *Requestor     `json:"requestor,omitempty"`
+	Action    string
+	Source    string // "/1.0/instances/<name>"
+	Context   map[string]any
+	Requestor *Requestor
 }
 
-// Event is one event as sent to subscribers (LXD's shape plus id).
+// Event is one event of the bus (LXD's shape plus id). It is stored as the
+// bus's private JSON (Record.Body) and sent to clients as api.Event (the
+// admin API converts it).
 type Event struct {
-	ID        int64           `json:"id"`
-	Type      string          `json:"type"`
-	Timestamp time.Time       `json:"timestamp"`
-	Project   string          `json:"project"`
-	Location  string          `json:"location"`
-	Instance  string          `json:"-"` // instance name, for filtering ("" = none)
-	Metadata  json.RawMessage `json:"metadata"`
+	ID        int64
+	Type      string
+	Timestamp time.Time
+	Project   string
+	Location  string
+	Instance  string          // instance name, for filtering ("" = none); never sent
+	Metadata  json.RawMessage // the type's metadata as JSON (a lifecycle event's: see Lifecycle)
 }

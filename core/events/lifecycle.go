@@ -24,7 +24,7 @@ func NewLifecycle(action, instanceName string, ctx map[string]any, by *Requestor
 	if ctx == nil {
 		ctx = map[string]any{}
 	}
-	md := Lifecycle{Action: action, Source: InstanceSource(instanceName), Context: ctx, Requestor: by}
+	md := storedLifecycle{Action: action, Source: InstanceSource(instanceName), Context: ctx, Requestor: storedRequestorOf(by)}
 	raw, err := json.Marshal(md)
 	if err != nil {
 		md.Context = map[string]any{"error": fmt.Sprintf("encoding event context: %v", err)}
@@ -42,12 +42,53 @@ func NewLifecycle(action, instanceName string, ctx map[string]any, by *Requestor
 
 // Lifecycle decodes the metadata of a lifecycle event.
 func (e Event) Lifecycle() (Lifecycle, error) {
-	var l Lifecycle
 	if e.Type != TypeLifecycle {
-		return l, fmt.Errorf("decoding event %d: type %q is not %q", e.ID, e.Type, TypeLifecycle)
+		return Lifecycle{}, fmt.Errorf("decoding event %d: type %q is not %q", e.ID, e.Type, TypeLifecycle)
 	}
-	if err := json.Unmarshal(e.Metadata, &l); err != nil {
+	l, err := DecodeLifecycle(e.Metadata)
+	if err != nil {
 		return l, fmt.Errorf("decoding event %d lifecycle metadata: %w", e.ID, err)
 	}
 	return l, nil
+}
+
+// DecodeLifecycle decodes lifecycle metadata whatever the event's type
+// says (the dashboard reads what it can of any event).
+func DecodeLifecycle(raw json.RawMessage) (Lifecycle, error) {
+	var s storedLifecycle
+	err := json.Unmarshal(raw, &s)
+	return Lifecycle{Action: s.Action, Source: s.Source, Context: s.Context, Requestor: s.Requestor.requestor()}, err
+}
+
+// storedLifecycle is a lifecycle event's metadata as the event log keeps
+// it and LXD sends it (api.EventLifecycle reads the same JSON); its bytes
+// must not change (testdata/wire-events-v1.json).
+type storedLifecycle struct {
+	Action    string           `json:"action"`
+	Source    string           `json:"source"`
+	Context   map[string]any   `json:"context"`
+	Requestor *storedRequestor `json:"requestor,omitempty"`
+}
+
+// storedRequestor is a Requestor in stored lifecycle metadata.
+type storedRequestor struct {
+	Username    string `json:"username"`
+	Protocol    string `json:"protocol"`
+	Address     string `json:"address"`
+	UID         string `json:"uid,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+func storedRequestorOf(r *Requestor) *storedRequestor {
+	if r == nil {
+		return nil
+	}
+	return &storedRequestor{Username: r.Username, Protocol: r.Protocol, Address: r.Address, UID: r.UID, Fingerprint: r.Fingerprint}
+}
+
+func (s *storedRequestor) requestor() *Requestor {
+	if s == nil {
+		return nil
+	}
+	return &Requestor{Username: s.Username, Protocol: s.Protocol, Address: s.Address, UID: s.UID, Fingerprint: s.Fingerprint}
 }

@@ -38,25 +38,28 @@ const DefaultSize = "10GiB"
 // MaxSize bounds a volume's size (the files are sparse).
 const MaxSize = 16 << 40
 
-// Pool is a storage pool.
+// Pool is a storage pool. The admin API answers it as api.StoragePool,
+// devlxd as its own LXD-shaped object.
 type Pool struct {
-	Name        string `json:"name"`
-	Driver      string `json:"driver"`
-	Status      string `json:"status"`
-	Description string `json:"description"`
-	Source      string `json:"source"` // directory on the host
+	Name        string
+	Driver      string
+	Status      string
+	Description string
+	Source      string // directory on the host
 }
 
 // Volume is a custom volume or a snapshot (Name "VOLUME/SNAPSHOT").
+// The admin API answers it as api.StorageVolume, devlxd as its own
+// LXD-shaped object, and db keeps a private row.
 type Volume struct {
-	Pool        string            `json:"pool"`
-	Name        string            `json:"name"`
-	Type        string            `json:"type"`         // "custom"
-	ContentType string            `json:"content_type"` // "block"
-	Description string            `json:"description"`
-	Config      map[string]string `json:"config"`
-	CreatedAt   time.Time         `json:"created_at"`
-	Location    string            `json:"location"` // "none": one host
+	Pool        string
+	Name        string
+	Type        string // "custom"
+	ContentType string // "block"
+	Description string
+	Config      map[string]string
+	CreatedAt   time.Time
+	Location    string // "none": one host
 }
 
 // Store keeps the records of the volumes and snapshots (their files are

@@ -3,7 +3,6 @@ package adminapi
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -176,11 +175,8 @@ func (a *API) clusterPeer(c *fiber.Ctx) (string, bool) {
 // requestor when it forwards one, else the member itself.
 func peerRequestor(c *fiber.Ctx, member string) events.Requestor {
 	if h := c.Get(headerRequestor); h != "" {
-		if raw, err := base64.StdEncoding.DecodeString(h); err == nil {
-			var by events.Requestor
-			if json.Unmarshal(raw, &by) == nil {
-				return by
-			}
+		if by, ok := cluster.ParseRequestorHeader(h); ok {
+			return by
 		}
 	}
 	return events.Requestor{Username: "cluster/" + member, Protocol: ProtocolCluster}
@@ -367,8 +363,7 @@ func (a *API) proxy(c *fiber.Ctx, member string) error {
 		}
 		req.Header.Add(string(k), string(v))
 	})
-	by, _ := json.Marshal(requestor(c))
-	req.Header.Set(headerRequestor, base64.StdEncoding.EncodeToString(by))
+	req.Header.Set(headerRequestor, cluster.RequestorHeader(requestor(c)))
 	req.Header.Set(headerForwardedBy, a.cfg.Cluster.Name())
 	if dl, ok := ctx.Deadline(); ok && !stream {
 		cluster.SetDeadline(req.Header, dl)

@@ -2,7 +2,6 @@ package adminapi
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,8 +74,7 @@ func (a *API) memberExec(c *fiber.Ctx, member string, body []byte) error {
 
 // setMemberHeaders marks req as forwarded by this member for by.
 func (a *API) setMemberHeaders(h http.Header, by events.Requestor) {
-	who, _ := json.Marshal(by)
-	h.Set(headerRequestor, base64.StdEncoding.EncodeToString(who))
+	h.Set(headerRequestor, cluster.RequestorHeader(by))
 	h.Set(headerForwardedBy, a.cfg.Cluster.Name())
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/gofiber/contrib/websocket"
 	"github.com/gofiber/fiber/v2"
 
+	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/errdefs"
@@ -211,7 +212,7 @@ func (a *API) stream(conn *websocket.Conn, sub *events.Subscription, last int64,
 				return
 			}
 			_ = conn.SetWriteDeadline(time.Now().Add(writeWait))
-			if err := conn.WriteJSON(ev); err != nil {
+			if err := conn.WriteJSON(WireEvent(ev)); err != nil {
 				return
 			}
 			last = ev.ID
@@ -258,4 +259,11 @@ func closeWith(conn *websocket.Conn, code int, msg string) {
 		msg = strings.ToValidUTF8(msg[:123], "")
 	}
 	_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, msg), time.Now().Add(writeWait))
+}
+
+// WireEvent converts an event of the bus to the message GET /1.0/events
+// sends: the same fields and metadata bytes (the instance name stays
+// behind, as it always did).
+func WireEvent(ev events.Event) api.Event {
+	return api.Event{ID: ev.ID, Type: ev.Type, Timestamp: ev.Timestamp, Project: ev.Project, Location: ev.Location, Metadata: ev.Metadata}
 }

@@ -208,40 +208,63 @@ func BenchmarkInstanceList10k(b *testing.B) {
 	})
 }
 
-// TestWireEventMatchesBusJSON checks that an event of the bus, as the API
-// sends it, reads back into the client's api.Event and encodes to the same
-// bytes, lifecycle metadata included.
+// TestWireEventMatchesBusJSON checks that an event of the bus, as GET
+// /1.0/events sends it (WireEvent), is byte for byte the message sent when
+// the API encoded core/events.Event itself: the fixture
+// core/events/testdata/wire-events-v1.json was captured before the bus's
+// types lost their JSON tags. The message reads back into the client's
+// api.Event and its lifecycle metadata into the bus's.
 func TestWireEventMatchesBusJSON(t *testing.T) {
-	ev := events.NewLifecycle(events.InstanceReady, "web1", map[string]any{"k": "<v>"},
-		&events.Requestor{Username: "u", Protocol: "devlxd", Address: "a", UID: "0", Fingerprint: "f"})
-	ev.ID = 42
-	want, err := json.Marshal(ev)
+	raw, err := os.ReadFile("../../core/events/testdata/wire-events-v1.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got api.Event
-	if err := json.Unmarshal(want, &got); err != nil {
+	var fixture map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fixture); err != nil {
 		t.Fatal(err)
 	}
-	again, err := json.Marshal(got)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(again, want) {
-		t.Fatalf("event JSON differs:\n got %s\nwant %s", again, want)
-	}
-	busLC, err := ev.Lifecycle()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wireLC, err := got.Lifecycle()
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := json.Marshal(busLC)
-	b, _ := json.Marshal(wireLC)
-	if !bytes.Equal(a, b) {
-		t.Fatalf("lifecycle JSON differs:\n got %s\nwant %s", b, a)
+	ts := time.Date(2026, 11, 22, 1, 2, 3, 456789000, time.UTC)
+	for _, tt := range []struct {
+		name string
+		ev   events.Event
+	}{
+		{"lifecycle with requestor", events.NewLifecycle(events.InstanceReady, "web1",
+			map[string]any{"k": "<v>&", "n": 1.5, "nested": map[string]any{"a": []any{1, "x"}}},
+			&events.Requestor{Username: "alice", Protocol: "tls", Address: "10.0.0.5:41234", UID: "1000",
+				Fingerprint: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"})},
+		{"lifecycle without requestor", events.NewLifecycle(events.InstanceStarted, "web2", nil, nil)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ev := tt.ev
+			ev.ID, ev.Timestamp = 42, ts
+			got, err := json.Marshal(WireEvent(ev))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want bytes.Buffer
+			if err := json.Compact(&want, fixture[tt.name]["sent"]); err != nil {
+				t.Fatalf("fixture %q: %v", tt.name, err)
+			}
+			if !bytes.Equal(got, want.Bytes()) {
+				t.Fatalf("event JSON differs from the old message:\n got %s\nwant %s", got, want.Bytes())
+			}
+			var client api.Event
+			if err := json.Unmarshal(got, &client); err != nil {
+				t.Fatal(err)
+			}
+			wireLC, err := client.Lifecycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			busLC, err := ev.Lifecycle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wireLC.Action != busLC.Action || wireLC.Source != busLC.Source || (wireLC.Requestor == nil) != (busLC.Requestor == nil) ||
+				(busLC.Requestor != nil && api.EventRequestor(*busLC.Requestor) != *wireLC.Requestor) {
+				t.Fatalf("lifecycle read by the client %+v, the bus's %+v", wireLC, busLC)
+			}
+		})
 	}
 }
 

@@ -49,6 +49,8 @@ type Options struct {
 	Consoles adminapi.Consoles
 	// Images is adminapi.Config.Images (nil: /1.0/images answers 501).
 	Images adminapi.ImageService
+	// Storage is adminapi.Config.Storage (nil: /1.0/storage-pools answers 501).
+	Storage adminapi.Storage
 }
 
 // Server is a running admin API on a Unix socket.
@@ -121,6 +123,7 @@ func NewServer(t testing.TB, opts Options) *Server {
 		Backends:     s.Backends,
 		Version:      "test",
 		Images:       opts.Images,
+		Storage:      opts.Storage,
 		BodyLimit:    opts.BodyLimit,
 		PingInterval: opts.PingInterval,
 		Metrics:      opts.Metrics,

@@ -2,7 +2,6 @@ package apitest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -67,15 +66,7 @@ func (s *Instances) LastRequestor() events.Requestor {
 
 // publish sends a lifecycle event for name.
 func (s *Instances) publish(action, name string, by *events.Requestor) {
-	md, _ := json.Marshal(events.Lifecycle{
-		Action:    action,
-		Source:    "/1.0/instances/" + name,
-		Context:   map[string]any{},
-		Requestor: by,
-	})
-	_, _ = s.bus.Publish(context.Background(), events.Event{
-		Type: events.TypeLifecycle, Project: "default", Location: "none", Instance: name, Metadata: md,
-	})
+	_, _ = s.bus.Publish(context.Background(), events.NewLifecycle(action, name, nil, by))
 }
 
 // setStatusLocked sets the status of inst and records the change.
