@@ -1,9 +1,6 @@
 package wskeepalive_test
 
 import (
-	"net/http"
-	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,30 +8,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/guestlink/guestlink/internal/wskeepalive"
+	"github.com/guestlink/guestlink/internal/wstest"
 )
-
-// wsPair returns both ends of a real websocket connection over TCP.
-func wsPair(t *testing.T) (server, client *websocket.Conn) {
-	t.Helper()
-	got := make(chan *websocket.Conn, 1)
-	up := websocket.Upgrader{}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		got <- c
-	}))
-	t.Cleanup(ts.Close)
-	c, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(ts.URL, "http"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := <-got
-	t.Cleanup(func() { c.Close(); s.Close() })
-	return s, c
-}
 
 // pingCounter counts the pings a Keeper sends.
 type pingCounter struct {
@@ -81,7 +56,7 @@ func readAll(c *websocket.Conn) {
 // timeouts: never judged, kept.
 func TestKeeper(t *testing.T) {
 	t.Run("peer stops answering", func(t *testing.T) {
-		srv, peer := wsPair(t)
+		srv, peer := wstest.Pair(t)
 		var answered atomic.Int32
 		peer.SetPingHandler(func(s string) error {
 			if answered.Add(1) > 3 {
@@ -104,7 +79,7 @@ func TestKeeper(t *testing.T) {
 		}
 	})
 	t.Run("live idle peer kept", func(t *testing.T) {
-		srv, peer := wsPair(t)
+		srv, peer := wstest.Pair(t)
 		readAll(peer) // answers every ping, sends nothing
 		pongs := make(chan struct{}, rounds)
 		k := wskeepalive.Keep(srv, wskeepalive.Config{Interval: interval, Timeout: timeout, OnPong: func() {
@@ -142,7 +117,7 @@ func TestKeeper(t *testing.T) {
 		}
 	})
 	t.Run("peer that never reads", func(t *testing.T) {
-		srv, _ := wsPair(t) // the peer never reads: it never sees a ping
+		srv, _ := wstest.Pair(t) // the peer never reads: it never sees a ping
 		pc := &pingCounter{Conn: srv, pings: make(chan struct{}, 1)}
 		k := wskeepalive.Keep(pc, wskeepalive.Config{Interval: interval, Timeout: timeout})
 		defer k.Close()

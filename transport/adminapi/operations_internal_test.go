@@ -1,9 +1,6 @@
 package adminapi
 
 import (
-	"net/http"
-	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,30 +8,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/guestlink/guestlink/internal/wskeepalive"
+	"github.com/guestlink/guestlink/internal/wstest"
 )
-
-// wsPair returns both ends of a real websocket connection.
-func wsPair(t *testing.T) (server, client *websocket.Conn) {
-	t.Helper()
-	got := make(chan *websocket.Conn, 1)
-	up := websocket.Upgrader{}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		got <- c
-	}))
-	t.Cleanup(ts.Close)
-	c, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(ts.URL, "http"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := <-got
-	t.Cleanup(func() { c.Close(); s.Close() })
-	return s, c
-}
 
 // TestRelay: messages cross the relay both ways with their type (binary
 // data, the empty text message that ends a stream); the agent's side
@@ -42,8 +17,8 @@ func wsPair(t *testing.T) (server, client *websocket.Conn) {
 // the API closing ends a relay whose sides are both quiet.
 func TestRelay(t *testing.T) {
 	t.Run("both ways, then the agent ends", func(t *testing.T) {
-		clientSrv, client := wsPair(t) // the API's end of the client's websocket, and the client
-		agent, apiToAgent := wsPair(t) // the agent, and the API's end towards it
+		clientSrv, client := wstest.Pair(t) // the API's end of the client's websocket, and the client
+		agent, apiToAgent := wstest.Pair(t) // the agent, and the API's end towards it
 		done := make(chan struct{})
 		go func() { relay(clientSrv, apiToAgent, nil); close(done) }()
 
@@ -72,8 +47,8 @@ func TestRelay(t *testing.T) {
 		}
 	})
 	t.Run("API shutdown", func(t *testing.T) {
-		clientSrv, client := wsPair(t)
-		agent, apiToAgent := wsPair(t)
+		clientSrv, client := wstest.Pair(t)
+		agent, apiToAgent := wstest.Pair(t)
 		closing := make(chan struct{})
 		done := make(chan struct{})
 		go func() { relay(clientSrv, apiToAgent, closing); close(done) }()
@@ -113,8 +88,8 @@ func TestRelayDeadPeer(t *testing.T) {
 	}
 
 	t.Run("client stops answering", func(t *testing.T) {
-		clientSrv, client := wsPair(t)
-		agent, apiToAgent := wsPair(t)
+		clientSrv, client := wstest.Pair(t)
+		agent, apiToAgent := wstest.Pair(t)
 		var pings atomic.Int32
 		answering(client, func() bool { return pings.Add(1) <= 3 })
 		go func() {
@@ -139,8 +114,8 @@ func TestRelayDeadPeer(t *testing.T) {
 		<-done
 	})
 	t.Run("live idle pair kept", func(t *testing.T) {
-		clientSrv, client := wsPair(t)
-		agent, apiToAgent := wsPair(t)
+		clientSrv, client := wstest.Pair(t)
+		agent, apiToAgent := wstest.Pair(t)
 		for _, c := range []*websocket.Conn{client, agent} {
 			go func() {
 				for {
