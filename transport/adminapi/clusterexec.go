@@ -84,15 +84,8 @@ func (a *API) setMemberHeaders(h http.Header, by events.Requestor) {
 // the instance's timeline and event); this member logs the forward. It
 // ends with the API (Shutdown).
 func (a *API) followMemberExec(op *operation, member, id string, by events.Requestor) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := a.untilClosing()
 	defer cancel()
-	go func() {
-		select {
-		case <-a.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	for {
 		res, err := a.waitMemberOperation(ctx, member, id, by)
 		if err != nil {

@@ -124,15 +124,8 @@ func (a *API) getConsole(c *fiber.Ctx) error {
 		// Each flush extends the write deadline: the stream lasts as long
 		// as the client reads it, one that stops reading is dropped.
 		w = listener.StreamWriter(w, conn, writeTimeout)
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := a.untilClosing()
 		defer cancel()
-		go func() {
-			select {
-			case <-a.closing:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		if w.Flush() != nil {
 			return
 		}

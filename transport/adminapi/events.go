@@ -267,3 +267,18 @@ func closeWith(conn *websocket.Conn, code int, msg string) {
 func WireEvent(ev events.Event) api.Event {
 	return api.Event{ID: ev.ID, Type: ev.Type, Timestamp: ev.Timestamp, Project: ev.Project, Location: ev.Location, Metadata: ev.Metadata}
 }
+
+// untilClosing returns a context cancelled when the API closes (Shutdown)
+// or cancel is called: for work a request starts that outlives the
+// request (following an exec, a console) but never the API.
+func (a *API) untilClosing() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-a.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}

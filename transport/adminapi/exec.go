@@ -123,15 +123,8 @@ func (a *API) execInstance(c *fiber.Ctx) error {
 // instance-exec event). It ends with the API (Shutdown).
 func (a *API) followExec(op *operation, link *agentmon.ExecLink, agentID string, by events.Requestor, name string, command []string) {
 	identity := by.Describe()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := a.untilClosing()
 	defer cancel()
-	go func() {
-		select {
-		case <-a.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	res, err := link.Wait(ctx, agentID)
 	switch {
 	case err != nil:
