@@ -494,7 +494,7 @@ func frozenWrite(ctx context.Context, t *testing.T, a, b *daemonProc, key string
 		t.Fatal(err)
 	}
 	if v, ok := inst.Config[key]; ok {
-		t.Errorf("the write whose caller was answered 503 was applied after b resumed: %s=%q", key, v)
+		t.Errorf("the write whose caller was answered 503 was applied after b resumed: %s=%q; b's log:\n%s\na's log:\n%s", key, v, b.logTail(60), a.logTail(30))
 	}
 	return reached
 }

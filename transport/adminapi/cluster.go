@@ -199,6 +199,15 @@ func (a *API) forward(c *fiber.Ctx) error {
 		if _, ok := a.clusterPeer(c); ok {
 			return a.ownerDeadline(c) // forwarded to this member: it is the owner
 		}
+		// Not known as a member's this time (the member check reads the
+		// store, which can fail or lag, e.g. just after this daemon was
+		// frozen): the request goes on as any client's, but a deadline it
+		// carries still holds. Its caller may have been answered 503
+		// already; carrying it out late would make that answer a lie, and
+		// dropping a late request is safe whoever sent it.
+		if err := a.lateForward(c); err != nil {
+			return err
+		}
 	}
 	rest, ok := strings.CutPrefix(c.Path(), "/1.0/instances")
 	if !ok || (rest != "" && rest[0] != '/') {
@@ -437,20 +446,41 @@ func (r *cancelOnClose) Close() error {
 // deadline its forwarding member gave it: past it the request is dropped
 // (its caller was answered 503 already), else its context ends then.
 func (a *API) ownerDeadline(c *fiber.Ctx) error {
-	dl, ok, err := cluster.ForwardedDeadline(func(k string) string { return c.Get(k) }, time.Now())
+	dl, ok, err := a.forwardedDeadline(c)
 	if err != nil {
-		return badRequest("%v", err)
+		return err
 	}
 	if !ok {
 		return c.Next()
-	}
-	if late := time.Since(dl); late >= 0 {
-		a.log.Warn("dropped a forwarded request: it arrived after its deadline", "from", c.Get(headerForwardedBy),
-			"method", c.Method(), "path", c.Path(), "late", late.Round(time.Millisecond))
-		return fiber.NewError(http.StatusServiceUnavailable, fmt.Sprintf("%v (%s ago): it was not carried out", cluster.ErrDeadlinePassed, late.Round(time.Millisecond)))
 	}
 	ctx, cancel := context.WithDeadline(c.UserContext(), dl)
 	defer cancel()
 	c.SetUserContext(ctx)
 	return c.Next()
+}
+
+// forwardedDeadline returns the deadline a forwarded request carries (ok
+// false: none), or the 503 that drops it when the deadline has passed (its
+// caller was answered 503 already), or a 400 for malformed headers.
+func (a *API) forwardedDeadline(c *fiber.Ctx) (deadline time.Time, ok bool, err error) {
+	dl, ok, err := cluster.ForwardedDeadline(func(k string) string { return c.Get(k) }, time.Now())
+	if err != nil {
+		return time.Time{}, false, badRequest("%v", err)
+	}
+	if !ok {
+		return time.Time{}, false, nil
+	}
+	if late := time.Since(dl); late >= 0 {
+		a.log.Warn("dropped a forwarded request: it arrived after its deadline", "from", c.Get(headerForwardedBy),
+			"method", c.Method(), "path", c.Path(), "late", late.Round(time.Millisecond))
+		return time.Time{}, false, fiber.NewError(http.StatusServiceUnavailable, fmt.Sprintf("%v (%s ago): it was not carried out", cluster.ErrDeadlinePassed, late.Round(time.Millisecond)))
+	}
+	return dl, true, nil
+}
+
+// lateForward answers the error that drops a request whose forwarded
+// deadline has passed, else nil.
+func (a *API) lateForward(c *fiber.Ctx) error {
+	_, _, err := a.forwardedDeadline(c)
+	return err
 }
