@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/guestlink/guestlink/internal/statelock"
 	"github.com/guestlink/guestlink/internal/testproc"
@@ -40,7 +41,12 @@ func hold(dir string) {
 		os.Exit(1)
 	}
 	fmt.Println("locked", child.Process.Pid)
-	select {} // until SIGKILL
+	// Until SIGKILL. Not select {}: with no other goroutine the runtime
+	// calls that a deadlock and exits, dropping the lock while the test
+	// still expects it held (CI saw it under load).
+	for {
+		time.Sleep(time.Hour)
+	}
 }
 
 func readFile(t *testing.T, path string) (string, os.FileMode) {
