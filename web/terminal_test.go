@@ -124,14 +124,7 @@ func TestTerminalSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	host, d := serveDashboard(t, Config{Sessions: sessions})
-	agent := newFakeAgent(t)
-	term := &terminal{
-		id: randomToken(), session: owner, instance: "web1", who: "session/test", link: agent, agentOp: "op1",
-		secrets: map[string]string{api.ExecFDStdin: "agent-data", api.ExecFDControl: "agent-control"},
-		claimed: map[string]bool{}, done: make(chan struct{}), stop: make(chan struct{}),
-	}
-	d.terms.add(term)
-	go d.followTerminal(term)
+	agent, term := startTestTerminal(t, d, owner)
 
 	self := "http://" + host
 	dial := func(path, session, origin string, extra http.Header) (*websocket.Conn, int, error) {
@@ -242,14 +235,7 @@ func TestTerminalEndsWithSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	host, d := serveDashboard(t, Config{Sessions: sessions, Heartbeat: 20 * time.Millisecond})
-	agent := newFakeAgent(t)
-	term := &terminal{
-		id: randomToken(), session: sid, instance: "web1", who: "session/test", link: agent, agentOp: "op1",
-		secrets: map[string]string{api.ExecFDStdin: "agent-data", api.ExecFDControl: "agent-control"},
-		claimed: map[string]bool{}, done: make(chan struct{}), stop: make(chan struct{}),
-	}
-	d.terms.add(term)
-	go d.followTerminal(term)
+	agent, term := startTestTerminal(t, d, sid)
 	h := http.Header{"Cookie": {sessionCookie + "=" + sid}, "Origin": {"http://" + host}}
 	pty, res, err := websocket.DefaultDialer.Dial("ws://"+host+"/instances/web1/terminal/"+term.id+"/0", h)
 	if err != nil {
@@ -283,14 +269,7 @@ func TestTerminalDeadBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	host, d := serveDashboard(t, Config{Sessions: sessions, Heartbeat: time.Hour})
-	agent := newFakeAgent(t)
-	term := &terminal{
-		id: randomToken(), session: sid, instance: "web1", who: "session/test", link: agent, agentOp: "op1",
-		secrets: map[string]string{api.ExecFDStdin: "agent-data", api.ExecFDControl: "agent-control"},
-		claimed: map[string]bool{}, done: make(chan struct{}), stop: make(chan struct{}),
-	}
-	d.terms.add(term)
-	go d.followTerminal(term)
+	agent, term := startTestTerminal(t, d, sid)
 	h := http.Header{"Cookie": {sessionCookie + "=" + sid}, "Origin": {"http://" + host}}
 	pty, res, err := websocket.DefaultDialer.Dial("ws://"+host+"/instances/web1/terminal/"+term.id+"/0", h)
 	if err != nil {
@@ -371,4 +350,19 @@ func TestOpenTerminalRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startTestTerminal opens a terminal of instance web1 for session on the
+// dashboard d, relayed to a fake agent, as openTerminal would.
+func startTestTerminal(t *testing.T, d *Dashboard, session string) (*fakeAgent, *terminal) {
+	t.Helper()
+	agent := newFakeAgent(t)
+	term := &terminal{
+		id: randomToken(), session: session, instance: "web1", who: "session/test", link: agent, agentOp: "op1",
+		secrets: map[string]string{api.ExecFDStdin: "agent-data", api.ExecFDControl: "agent-control"},
+		claimed: map[string]bool{}, done: make(chan struct{}), stop: make(chan struct{}),
+	}
+	d.terms.add(term)
+	go d.followTerminal(term)
+	return agent, term
 }
