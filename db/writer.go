@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"gorm.io/gorm"
 )
@@ -27,6 +28,16 @@ type writeOp struct {
 //
 // If the batch's transaction fails, it is rolled back and each call runs
 // again in a transaction of its own, so a bad call fails only its caller.
+//
+// A call's context decides only whether it starts: one that ended while
+// queued is not run. Once in a transaction, its statements run under the
+// batch's own deadline (batchTimeout), not the call's: a caller whose
+// deadline passes while the batch commits (its caller waits for the truth
+// anyway) must not abort the transaction of every call batched with it.
+// When it did, a storm of 10,000 Ready declarations (5 s per attempt) made
+// batch after batch fail near their callers' deadlines and fall back to one
+// transaction per call, whose slowness expired more deadlines: the store
+// never caught up and 8,857 declarations were refused.
 type writer struct {
 	db       *gorm.DB
 	engine   string
@@ -166,14 +177,22 @@ func (w *writer) commit(batch []*writeOp) {
 	}
 }
 
-// run executes ops in one transaction.
+// batchTimeout bounds one transaction of the writer (a batch, or one call
+// alone after a failed batch): the statements of a store that stopped
+// answering (a PostgreSQL failover) give up after it.
+const batchTimeout = 30 * time.Second
+
+// run executes ops in one transaction, under batchTimeout rather than any
+// call's context (see writer).
 func (w *writer) run(ops []*writeOp) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("store write panicked: %v", r)
 		}
 	}()
-	return w.db.Transaction(func(tx *gorm.DB) error {
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	return w.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if w.engine == EnginePostgres {
 			for _, op := range ops {
 				if !op.events {
@@ -190,7 +209,7 @@ func (w *writer) run(ops []*writeOp) (err error) {
 		}
 		notify := false
 		for _, op := range ops {
-			if err := op.fn(tx.WithContext(op.ctx)); err != nil {
+			if err := op.fn(tx); err != nil {
 				return err
 			}
 			notify = notify || op.events

@@ -108,3 +108,62 @@ func TestWriterBatchCommitsTogether(t *testing.T) {
 		t.Errorf("LastEventID = %d, %v; want 10", last, err)
 	}
 }
+
+// TestWriterBatchOutlivesCallerDeadline ends the contexts of calls while
+// their batch runs (as a caller's 5 s attempt deadline passes during a
+// busy commit) and checks that the batch still commits once, every call
+// with it: a started call's context must not abort its batch's
+// transaction, or a storm falls back to one transaction per call and the
+// store never catches up (the 10,000-guest storm did). A call whose
+// context ended before its batch started is still not run.
+func TestWriterBatchOutlivesCallerDeadline(t *testing.T) {
+	ctx := context.Background()
+	st, err := Open(ctx, filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	s := st.(*sqlStore)
+
+	const n = 8
+	cancels := make([]context.CancelFunc, n)
+	runs := make([]int, n)
+	var ops []*writeOp
+	for i := range n {
+		cctx, cancel := context.WithCancel(ctx)
+		cancels[i] = cancel
+		ops = append(ops, &writeOp{ctx: cctx, done: make(chan error, 1), fn: func(tx *gorm.DB) error {
+			runs[i]++
+			if i == 0 {
+				// Every caller of the batch gives up now, its own
+				// included, while the transaction is under way.
+				for _, c := range cancels {
+					c()
+				}
+			}
+			return tx.Create(&eventRow{Type: "test", Body: []byte("x"), Time: now()}).Error
+		}})
+	}
+	s.w.commit(ops)
+	for i, op := range ops {
+		if err := <-op.done; err != nil {
+			t.Errorf("op %d: %v (its context ended after the batch started)", i, err)
+		}
+		if runs[i] != 1 {
+			t.Errorf("op %d ran %d times, want once (in the batch, no fallback)", i, runs[i])
+		}
+	}
+	if last, err := s.LastEventID(ctx); err != nil || last != n {
+		t.Errorf("LastEventID = %d, %v; want %d", last, err, n)
+	}
+
+	// A call whose context ended before its batch: not run.
+	gone := &writeOp{ctx: ops[0].ctx, done: make(chan error, 1), fn: func(*gorm.DB) error {
+		t.Error("a call whose context had ended ran")
+		return nil
+	}}
+	s.w.commit([]*writeOp{gone})
+	if err := <-gone.done; !errors.Is(err, context.Canceled) {
+		t.Errorf("ended call = %v, want context.Canceled", err)
+	}
+}
