@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,5 +163,90 @@ func TestDeclarationIsOneWrite(t *testing.T) {
 	}
 	if action, _, ready := next(); action != events.InstanceReady || !ready {
 		t.Fatalf("after the store came back: got %s (ready %v), want %s", action, ready, events.InstanceReady)
+	}
+}
+
+// heldStore holds the first WriteChange after holding is set until release
+// is closed, after saying so on entered.
+type heldStore struct {
+	db.Store
+	holding atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldStore) WriteChange(ctx context.Context, in *record.Instance, entries []*record.TimelineEntry, evs []*events.Record) error {
+	if h.holding.CompareAndSwap(true, false) { // the first write once holding
+		h.entered <- struct{}{}
+		<-h.release
+	}
+	return h.Store.(changeWriter).WriteChange(ctx, in, entries, evs)
+}
+
+// TestHeartbeatNotBehindChange records an agent's heartbeat while a change
+// of the same instance (a Ready declaration) waits for its store write: the
+// heartbeat must not wait for that write (a plugin delivers every guest's
+// heartbeats from one goroutine; in a 10,000-guest storm, heartbeats held
+// behind declarations' writes stalled it and agents were declared lost),
+// and once the declaration commits, the view shows both the declaration's
+// Ready and the heartbeat (later than the one the change started from).
+func TestHeartbeatNotBehindChange(t *testing.T) {
+	e := newEnv(t)
+	hs := &heldStore{Store: e.store, entered: make(chan struct{}), release: make(chan struct{})}
+	e.store = hs
+	e.bus = events.New(hs)
+	t.Cleanup(func() { _ = e.bus.Close() })
+	e.m = e.manager()
+	inst := e.create("web1", nil)
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
+		t.Fatal(err)
+	}
+	// A first heartbeat goes through a change (not held yet).
+	if err := e.m.SetAgentState(bg, inst.UUID, AgentConnected, time.Unix(100, 0)); err != nil {
+		t.Fatal(err)
+	}
+	hs.holding.Store(true)
+	declared := make(chan error, 1)
+	go func() {
+		declared <- e.m.Declare(bg, inst.UUID, Declaration{State: DeclaredReady}, events.Requestor{Protocol: "devlxd"})
+	}()
+	select {
+	case <-hs.entered: // the declaration holds its change (and the instance's lock)
+	case err := <-declared:
+		t.Fatalf("the declaration ended before its write: %v", err)
+	}
+	beat := make(chan bool, 1)
+	go func() { beat <- e.m.RecordHeartbeat(inst.UUID, AgentConnected, time.Unix(200, 0)) }()
+	select {
+	case ok := <-beat:
+		if !ok {
+			t.Error("an unchanged state's heartbeat was not recorded")
+		}
+	case <-time.After(10 * time.Second): // a bound for the failure only: it returns at once
+		close(hs.release)
+		t.Fatal("a heartbeat waited for another change's store write")
+	}
+	close(hs.release)
+	if err := <-declared; err != nil {
+		t.Fatal(err)
+	}
+	got := e.get("web1")
+	if got.Status != "Ready" {
+		t.Errorf("after the declaration: %s", got.Status)
+	}
+	if got.Agent.LastHeartbeat == nil || !got.Agent.LastHeartbeat.Equal(time.Unix(200, 0)) {
+		t.Errorf("heartbeat %v, want the one recorded during the change (200)", got.Agent.LastHeartbeat)
+	}
+	list, err := e.m.List(bg, ListFilter{})
+	if err != nil || len(list) != 1 || list[0].Agent.LastHeartbeat == nil || !list[0].Agent.LastHeartbeat.Equal(time.Unix(200, 0)) {
+		t.Errorf("listed heartbeat %+v, %v; want 200", list, err)
+	}
+
+	// A new boot clears the heartbeat: the old boot's is not shown.
+	if err := e.m.Stop(bg, "web1", StopOptions{}, adminCaller); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.get("web1"); got.Agent.LastHeartbeat != nil {
+		t.Errorf("a stopped guest shows a heartbeat: %v", got.Agent.LastHeartbeat)
 	}
 }

@@ -101,7 +101,9 @@ func listSnapshotOf(e *entry) snapshot {
 	if conds == nil { // never after newEntry; derived as a view would
 		conds = conditionsOf(e.rec, rt)
 	}
-	return snapshot{e: e, rec: e.rec, version: e.version, op: rt.op, agent: rt.agent, link: rt.link,
+	agent := rt.agent
+	agent.LastHeartbeat = e.heartbeatOf(agent.LastHeartbeat)
+	return snapshot{e: e, rec: e.rec, version: e.version, op: rt.op, agent: agent, link: rt.link,
 		details: rt.details, readyAt: rt.readyAt, conds: conds, unrecovered: rt.unrecovered}
 }
 

@@ -137,6 +137,17 @@ type entry struct {
 	// guest is recovered): operations on the instance wait for it.
 	recoveryHeld atomic.Bool
 
+	// beat is the agent's last heartbeat recorded without a change
+	// (heartbeatOnly); views show it when it is later than
+	// rt.agent.LastHeartbeat (heartbeatOf). An atomic, so that a heartbeat
+	// (every 5 s of every running guest's life) takes only Manager.mu's read
+	// lock and never waits for mu, which a change holds while its store
+	// write runs (up to writeRetry's 15 s). When heartbeats took mu, a
+	// 10,000-guest Ready storm held them behind the declarations' writes:
+	// the plugin's event stream, which delivers them in turn, stalled, and
+	// thousands of agents were declared lost.
+	beat atomic.Pointer[time.Time]
+
 	// ident is the instance with e's identity only, kept for the hooks
 	// called at every heartbeat (identityOf); an atomic because it is made
 	// under Manager.mu's read lock.
@@ -151,6 +162,20 @@ type entry struct {
 	version uint64
 	// cache keeps what a lister derived from the view (ListCachedFunc).
 	cache ViewCache
+}
+
+// heartbeatOf returns the heartbeat a view of e shows, given its runtime's
+// hb: the later of hb and e.beat, or nil when hb is nil (no heartbeat this
+// boot: a stopped or started guest's runtime clears it, and e.beat is then
+// an older boot's).
+func (e *entry) heartbeatOf(hb *time.Time) *time.Time {
+	if hb == nil {
+		return nil
+	}
+	if b := e.beat.Load(); b != nil && b.After(*hb) {
+		return b
+	}
+	return hb
 }
 
 // changedLocked bumps e's change version after rec or rt changed;

@@ -225,25 +225,31 @@ func agentStateRefused(st AgentState, power, op string) bool {
 // (every 5 s of every running guest's life) without a whole change: no
 // copy of the instance, no conditions, no view, nothing persisted or
 // published; it reports false when the call is more than that (a new
-// state, a refusal) and must go through mutate.
+// state, a refusal, a first heartbeat) and must go through mutate. It
+// takes Manager.mu's read lock only, never e.mu (see entry.beat): a
+// change of the instance in flight (its store write) does not hold it up.
+// A change that commits meanwhile keeps it: views show the later of the
+// change's heartbeat and this one. The view's version stays: only the
+// heartbeat's time moved (ListCachedFunc).
 func (m *Manager) heartbeatOnly(e *entry, st AgentState, heartbeat time.Time) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if e.rt.deleted || e.rt.agent.State != st {
-		return false
+	m.mu.RLock()
+	ok := !e.rt.deleted && e.rt.agent.State == st &&
+		!agentStateRefused(st, e.rec.PowerState, e.rt.op) && // else mutate says why
+		(heartbeat.IsZero() || e.rt.agent.LastHeartbeat != nil) // a first one goes through mutate
+	m.mu.RUnlock()
+	if !ok || heartbeat.IsZero() {
+		return ok
 	}
-	if agentStateRefused(st, e.rec.PowerState, e.rt.op) {
-		return false // mutate says why
+	hb := heartbeat.UTC()
+	for {
+		old := e.beat.Load()
+		if old != nil && !hb.After(*old) {
+			return true // a later one is recorded already
+		}
+		if e.beat.CompareAndSwap(old, &hb) {
+			return true
+		}
 	}
-	if !heartbeat.IsZero() {
-		hb := heartbeat.UTC()
-		rt := e.rt // replaced, never changed in place
-		rt.agent.LastHeartbeat = &hb
-		e.rt = rt // the view's version stays: only the heartbeat's time moved (ListCachedFunc)
-	}
-	return true
 }
 
 // HandleBackendEvent handles an event of a backend's guest; wire it as

@@ -31,7 +31,9 @@ func statusOfState(rec *record.Instance, rt *runtime) status.Code {
 // viewOf builds the Instance view of an entry; Manager.mu must be held.
 func viewOf(e *entry) *Instance {
 	inst := new(Instance)
-	fillView(inst, e.rec, &e.rt, false)
+	rt := e.rt
+	rt.agent.LastHeartbeat = e.heartbeatOf(rt.agent.LastHeartbeat)
+	fillView(inst, e.rec, &rt, false)
 	return inst
 }
 
