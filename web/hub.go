@@ -104,11 +104,11 @@ func (h *hub) leave(f *feed) {
 func (h *hub) run(sub *events.Subscription, ran chan struct{}) {
 	defer close(ran)
 	for ev := range sub.C() {
-		name, action := eventHead(ev)
+		id, name, action := eventHead(ev)
 		h.mu.Lock()
 		h.last = ev.ID
 		for f := range h.feeds {
-			if !f.scope.wants(name, action) {
+			if !f.scope.wants(id, name, action) {
 				f.skipped.Store(ev.ID)
 				continue
 			}

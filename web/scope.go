@@ -51,6 +51,10 @@ type streamScope struct {
 
 	mu   sync.Mutex
 	rows map[string]struct{} // scopeInstances: the names of the rows shown
+	// changed is the id of the event that last added or removed a row,
+	// by name: a replay runs beside the live events, and an older
+	// creation or deletion it reads must not undo a newer one.
+	changed map[string]int64
 }
 
 // lifecycleHead is the part of a lifecycle event's metadata a scope needs.
@@ -59,22 +63,23 @@ type lifecycleHead struct {
 	Source string `json:"source"`
 }
 
-// eventHead returns the instance a lifecycle event is about and its action.
-func eventHead(ev events.Event) (name, action string) {
+// eventHead returns the event's id, the instance a lifecycle event is
+// about and its action.
+func eventHead(ev events.Event) (id int64, name, action string) {
 	var h lifecycleHead
 	_ = json.Unmarshal(ev.Metadata, &h) // malformed: no action, the name from the event
 	name = ev.Instance
 	if name == "" {
 		name = strings.TrimPrefix(h.Source, "/1.0/instances/")
 	}
-	return name, h.Action
+	return ev.ID, name, h.Action
 }
 
-// wants reports whether the page shows something of the event about
+// wants reports whether the page shows something of event id about
 // instance name with action, and keeps a list's rows up to date: a created
 // instance's row is appended to every list page (its later events are then
 // wanted), a deleted one's row is removed.
-func (s *streamScope) wants(name, action string) bool {
+func (s *streamScope) wants(id int64, name, action string) bool {
 	switch s.kind {
 	case scopeAll, scopeOverview:
 		return true
@@ -84,13 +89,21 @@ func (s *streamScope) wants(name, action string) bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		_, shown := s.rows[name]
-		switch action {
-		case events.InstanceCreated:
+		if action != events.InstanceCreated && action != events.InstanceDeleted {
+			return shown
+		}
+		if s.changed == nil {
+			s.changed = make(map[string]int64)
+		}
+		if id < s.changed[name] {
+			return false // an older change, read by the replay
+		}
+		s.changed[name] = id
+		if action == events.InstanceCreated {
 			s.rows[name] = struct{}{}
 			return true
-		case events.InstanceDeleted:
-			delete(s.rows, name)
 		}
+		delete(s.rows, name)
 		return shown
 	}
 	return false

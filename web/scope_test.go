@@ -273,3 +273,30 @@ func TestStreamBadScope(t *testing.T) {
 		})
 	}
 }
+
+// TestScopeRowsNewestChangeWins: a list page's rows follow creations and
+// deletions in id order even when a replay reads older ones after the hub
+// applied newer ones (the replay and the live events run side by side).
+// Tried: an old deletion after a newer creation, an old creation after a
+// newer deletion, and events of rows in between.
+func TestScopeRowsNewestChangeWins(t *testing.T) {
+	s := &streamScope{kind: scopeInstances, rows: map[string]struct{}{"a": {}}}
+	steps := []struct {
+		id           int64
+		name, action string
+		want         bool
+	}{
+		{20, "n", events.InstanceCreated, true},  // live: joins
+		{10, "n", events.InstanceDeleted, false}, // replayed, older: ignored
+		{21, "n", events.InstanceReady, true},    // still shown
+		{30, "a", events.InstanceDeleted, true},  // live: the row's removal
+		{5, "a", events.InstanceCreated, false},  // replayed, older: ignored
+		{31, "a", events.InstanceReady, false},   // no longer shown
+		{2, "z", events.InstanceReady, false},    // never shown
+	}
+	for _, st := range steps {
+		if got := s.wants(st.id, st.name, st.action); got != st.want {
+			t.Errorf("event %d (%s of %s): wanted %v, want %v", st.id, st.action, st.name, got, st.want)
+		}
+	}
+}
