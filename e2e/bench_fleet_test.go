@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/PuerkitoBio/goquery"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/guestlink/guestlink/agent/devlxdclient"
@@ -49,8 +50,12 @@ const (
 	// idle CPU to settle before the idle window (fleetIdleSettle).
 	fleetSettleWindow = 5 * time.Second
 	fleetSettleMax    = 2 * time.Minute
-	// fleetStreams is how many dashboard live streams watch the storm.
-	fleetStreams = 50
+	// fleetStreams is how many dashboard live streams watch the storm, of
+	// which fleetListStreams on the instances list's first page and the
+	// others on single instance pages (spread over the fleet), each opened
+	// as its page opens it (sse-connect: its view=).
+	fleetStreams     = 50
+	fleetListStreams = 40
 )
 
 // fleetTarget is one line of the verdict: "TARGET <name> <value> <goal>
@@ -220,12 +225,18 @@ func BenchmarkFleet(b *testing.B) {
 	target("dashboard-instances-page-median", pm, "<=100ms", pm <= 100)
 	streams := make([]*fleetStream, fleetStreams)
 	for i := range streams {
-		s, err := dash.stream(ctx)
+		page := "/instances"
+		if i >= fleetListStreams {
+			page = "/instances/" + list[(i-fleetListStreams)*n/(fleetStreams-fleetListStreams)].Name
+		}
+		s, err := dash.stream(ctx, page)
 		if err != nil {
 			b.Fatal(err)
 		}
 		streams[i] = s
 	}
+	fleetLogf("live streams: %d on the instances list's first page (%d rows), %d on single instance pages, each opened as its page opens it (%s)",
+		fleetListStreams, len(streams[0].shows), fleetStreams-fleetListStreams, streams[0].url)
 
 	// The Ready storm: every guest's userland declares Ready on its devlxd
 	// socket, spread over 1 s.
@@ -384,12 +395,17 @@ func BenchmarkFleet(b *testing.B) {
 	target("storm-all-events-delivered", all, "<=10s", len(evs) == n && all <= 10)
 	p99 := float64(readyLat.Percentile(99)) / float64(time.Millisecond)
 	target("storm-ready-to-event-p99", p99, "<=1000ms", p99 <= 1000)
-	// The live streams: each instance-ready event's id in each stream.
+	// The live streams: each instance-ready event's id in each stream
+	// whose page shows the instance.
 	var sseLat benchLatency
-	missing, reconnects := 0, 0
+	missing, reconnects, expected := 0, 0, 0
 	deadline := time.Now().Add(30 * time.Second)
 	for _, s := range streams {
 		for _, e := range evs {
+			if !s.shows[e.name] {
+				continue
+			}
+			expected++
 			at, ok := s.waitID(e.id, deadline)
 			if !ok {
 				missing++
@@ -407,7 +423,7 @@ func BenchmarkFleet(b *testing.B) {
 	// Every Ready event in every live stream, none resumed by a replay
 	// from the store: deliveries missing plus streams the daemon dropped.
 	target("stream-ready-missed-or-replayed", float64(missing+reconnects), "=0", missing+reconnects == 0)
-	fleetLogf("live streams: %d deliveries missing, %d reconnects after the daemon dropped a stream", missing, reconnects)
+	fleetLogf("live streams: %d deliveries expected (the Ready events each stream's page shows), %d missing, %d reconnects after the daemon dropped a stream", expected, missing, reconnects)
 	fleetLogWarnings(d)
 	<-profDone
 	if rss, err := benchProcStatus(d.PID(), "VmRSS"); err == nil {
@@ -839,6 +855,10 @@ func (f *fleetDash) get(ctx context.Context, path string) error {
 
 // fleetStream is one dashboard live stream and when each event id arrived.
 type fleetStream struct {
+	// url is the stream its page opens; shows the instances the page
+	// shows (whose events the stream must carry).
+	url    string
+	shows  map[string]bool
 	cancel context.CancelFunc
 	mu     sync.Mutex
 	seen   map[int64]time.Time
@@ -847,10 +867,16 @@ type fleetStream struct {
 	reconnects int
 }
 
-func (f *fleetDash) stream(ctx context.Context) (*fleetStream, error) {
+// stream loads the dashboard page at path and opens the live stream it
+// opens, as a browser would.
+func (f *fleetDash) stream(ctx context.Context, path string) (*fleetStream, error) {
+	url, shows, err := f.page(ctx, path)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &fleetStream{cancel: cancel, seen: map[int64]time.Time{}, change: make(chan struct{})}
-	resp, err := f.openStream(ctx, 0)
+	s := &fleetStream{url: url, shows: shows, cancel: cancel, seen: map[int64]time.Time{}, change: make(chan struct{})}
+	resp, err := f.openStream(ctx, url, 0)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -869,7 +895,7 @@ func (f *fleetDash) stream(ctx context.Context) (*fleetStream, error) {
 			s.mu.Lock()
 			s.reconnects++
 			s.mu.Unlock()
-			if resp, err = f.openStream(ctx, last); err != nil {
+			if resp, err = f.openStream(ctx, url, last); err != nil {
 				return
 			}
 		}
@@ -877,8 +903,37 @@ func (f *fleetDash) stream(ctx context.Context) (*fleetStream, error) {
 	return s, nil
 }
 
-func (f *fleetDash) openStream(ctx context.Context, lastID int64) (*http.Response, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.base+"/events", nil)
+// page returns the live stream the page at path opens (its sse-connect)
+// and the instances it shows: the list's rows, or the instance of an
+// instance page.
+func (f *fleetDash) page(ctx context.Context, path string) (string, map[string]bool, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.base+path, nil)
+	resp, err := f.hc.Do(req)
+	if err != nil {
+		return "", nil, fmt.Errorf("GET %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	doc, err := goquery.NewDocumentFromReader(resp.Body)
+	if err != nil {
+		return "", nil, fmt.Errorf("GET %s: %w", path, err)
+	}
+	url := doc.Find("body").AttrOr("sse-connect", "")
+	if url == "" {
+		return "", nil, fmt.Errorf("GET %s: the page opens no live stream", path)
+	}
+	shows := map[string]bool{}
+	doc.Find(`[data-testid="instance-row"]`).Each(func(_ int, s *goquery.Selection) { shows[s.AttrOr("data-name", "")] = true })
+	if name, ok := strings.CutPrefix(path, "/instances/"); ok {
+		shows[name] = true
+	}
+	return url, shows, nil
+}
+
+func (f *fleetDash) openStream(ctx context.Context, url string, lastID int64) (*http.Response, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.base+url, nil)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
 	if lastID > 0 {

@@ -7,13 +7,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/PuerkitoBio/goquery"
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
@@ -150,65 +154,149 @@ func BenchmarkSSEClientMemory(b *testing.B) {
 }
 
 // BenchmarkStreamStorm measures what a storm's events cost the live streams:
-// 50 raw TCP clients read /events while 500 events are published 1 ms apart
-// (a storm of 1,000 a second, as 1,000 guests declaring Ready), until every
-// client has read the last; cpu-us/event is the process's CPU (server and
-// the 50 readers) per event, writes/event the chunks the streams wrote.
+// 50 raw TCP clients read /events while 500 events of a fleet of 1,000
+// are published 1 ms apart (a storm of 1,000 a second, as 1,000 guests
+// declaring Ready), until every client has read the last event its page
+// shows; cpu-us/event is the process's CPU (server and the 50 readers) per
+// event, writes/event and bytes/event the chunks the streams wrote.
+// "unscoped" opens 50 streams without view= (every fragment of every
+// event, as every page did before the streams were scoped); "pages"
+// opens what real pages open: 40 the instances list's first page (100
+// rows: 100 of the events), 10 single instance pages (one event each).
 func BenchmarkStreamStorm(b *testing.B) {
-	const clients, n = 50, 500
+	b.Run("unscoped", func(b *testing.B) {
+		benchStreamStorm(b, func(string) []string {
+			return slices.Repeat([]string{"/events"}, 50)
+		})
+	})
+	b.Run("pages", func(b *testing.B) {
+		benchStreamStorm(b, func(url string) []string {
+			list := benchPageStream(b, url, "/instances")
+			paths := slices.Repeat([]string{list}, 40)
+			for i := range 10 {
+				paths = append(paths, benchPageStream(b, url, fmt.Sprintf("/instances/guest%05d", 5+50*i)))
+			}
+			return paths
+		})
+	})
+}
+
+// benchPageStream returns the stream the page at path opens (sse-connect).
+func benchPageStream(b *testing.B, url, path string) string {
+	res, err := http.Get(url + path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer res.Body.Close()
+	doc, err := goquery.NewDocumentFromReader(res.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	connect := doc.Find("body").AttrOr("sse-connect", "")
+	if res.StatusCode != http.StatusOK || connect == "" {
+		b.Fatalf("GET %s: %d, sse-connect %q", path, res.StatusCode, connect)
+	}
+	return connect
+}
+
+func benchStreamStorm(b *testing.B, streams func(url string) []string) {
+	const n = 500
 	for b.Loop() {
 		ev := newBusEvents()
-		app, d := newTestApp(newFakeInstances(fleet(100)...), ev, Config{Heartbeat: time.Minute})
+		app, d := newTestApp(newFakeInstances(fleet(1000)...), ev, Config{Heartbeat: time.Minute})
 		url := server(b, app, d)
 		addr := strings.TrimPrefix(url, "http://")
-		var chunks atomic.Int64
-		done := make(chan error, clients)
-		for range clients {
+		paths := streams(url)
+		var chunks, bytes atomic.Int64
+		type reader struct {
+			seen, want atomic.Int64 // the newest id read, the last one the page shows
+			finished   atomic.Bool
+		}
+		readers := make([]*reader, len(paths))
+		done := make(chan error, len(paths))
+		finish := func(r *reader, err error) {
+			if r.finished.CompareAndSwap(false, true) {
+				done <- err
+			}
+		}
+		for i, path := range paths {
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { c.Close() })
-			fmt.Fprintf(c, "GET /events HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
-			r := bufio.NewReaderSize(c, 64<<10)
+			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", path, addr)
+			r := &reader{}
+			r.want.Store(1 << 62)
+			readers[i] = r
+			br := bufio.NewReaderSize(c, 64<<10)
 			go func() {
 				for {
-					line, err := r.ReadString('\n')
+					line, err := br.ReadString('\n')
 					if err != nil {
-						done <- err
+						finish(r, err)
 						return
 					}
 					if size, err := strconv.ParseInt(strings.TrimSpace(line), 16, 64); err == nil && size > 0 {
 						chunks.Add(1)
+						bytes.Add(size)
 						data := make([]byte, size+2)
-						if _, err := io.ReadFull(r, data); err != nil {
-							done <- err
+						if _, err := io.ReadFull(br, data); err != nil {
+							finish(r, err)
 							return
 						}
-						if strings.Contains(string(data), "id: "+strconv.Itoa(n)+"\n") {
-							done <- nil
-							return
+						for _, l := range strings.Split(string(data), "\n") {
+							if v, ok := strings.CutPrefix(l, "id: "); ok {
+								id, _ := strconv.ParseInt(v, 10, 64)
+								r.seen.Store(max(r.seen.Load(), id))
+							}
+						}
+						if r.seen.Load() >= r.want.Load() {
+							finish(r, nil)
 						}
 					}
 				}
 			}()
 		}
-		waitStreams(b, d, clients)
+		waitStreams(b, d, int64(len(paths)))
 		chunks.Store(0)
+		bytes.Store(0)
 		cpu0 := benchProcessCPU(b)
 		pace := time.NewTicker(time.Millisecond)
+		last := map[string]int64{} // each instance's last event
+		var lastID int64
 		for i := range n {
-			ev.publish(b, events.InstanceReady, fmt.Sprintf("guest%05d", i%100), nil, nil)
+			name := fmt.Sprintf("guest%05d", i%1000)
+			pub := ev.publish(b, events.InstanceReady, name, nil, nil)
+			last[name], lastID = pub.ID, pub.ID
 			<-pace.C
 		}
 		pace.Stop()
-		for range clients {
+		for i, path := range paths {
+			want := lastID
+			u, err := neturl.Parse(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			switch q := u.Query(); q.Get("view") {
+			case "instance":
+				want = last[q.Get("name")]
+			case "instances":
+				want = last["guest00099"] // the first page's last row
+			}
+			readers[i].want.Store(want)
+			if readers[i].seen.Load() >= want {
+				finish(readers[i], nil)
+			}
+		}
+		for range paths {
 			if err := <-done; err != nil {
 				b.Fatal(err)
 			}
 		}
 		b.ReportMetric(float64((benchProcessCPU(b)-cpu0).Microseconds())/n, "cpu-us/event")
 		b.ReportMetric(float64(chunks.Load())/n, "writes/event")
+		b.ReportMetric(float64(bytes.Load())/n, "bytes/event")
 	}
 }
 

@@ -118,9 +118,11 @@ type Config struct {
 
 // Dashboard serves the web pages and the live stream.
 type Dashboard struct {
-	cfg    Config
-	log    *slog.Logger
-	frags  *fragmentCache
+	cfg   Config
+	log   *slog.Logger
+	frags *fragmentCache
+	// scopes are the rows of the rendered list pages, for their streams.
+	scopes pageScopes
 	counts *countCache
 	fleet  fleetCache
 	hub    *hub

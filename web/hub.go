@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/guestlink/guestlink/core/events"
@@ -41,19 +42,27 @@ type hub struct {
 	feedBuffer int
 }
 
-// feed is one stream's queue of live lifecycle events; ch is closed when
-// the hub drops the stream (it fell behind, or the hub stopped).
+// feed is one stream's queue of the live lifecycle events its page shows
+// (scope); ch is closed when the hub drops the stream (it fell behind, or
+// the hub stopped).
 type feed struct {
-	ch chan events.Event
+	ch    chan events.Event
+	scope *streamScope
+	// skipped is the id of the newest event the hub passed over because
+	// the page shows nothing of it: read before finding ch empty, it is a
+	// position the stream has caught up with (its heartbeat carries it,
+	// so that a reconnect resumes from there, not from its last update).
+	skipped atomic.Int64
 }
 
 func newHub(ev Events, log *slog.Logger) *hub {
 	return &hub{ev: ev, log: log, feeds: make(map[*feed]struct{}), feedBuffer: defaultFeedBuffer}
 }
 
-// join registers a new feed. Every lifecycle event with an id greater than
-// the returned id arrives on the feed; older ones are in the event log.
-func (h *hub) join() (*feed, int64, error) {
+// join registers a new feed for a page showing scope. Every lifecycle
+// event with an id greater than the returned id that scope wants arrives
+// on the feed; older ones are in the event log.
+func (h *hub) join(scope *streamScope) (*feed, int64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -78,7 +87,7 @@ func (h *hub) join() (*feed, int64, error) {
 		h.sub, h.last, h.ran = sub, last, make(chan struct{})
 		go h.run(sub, h.ran)
 	}
-	f := &feed{ch: make(chan events.Event, h.feedBuffer)}
+	f := &feed{ch: make(chan events.Event, h.feedBuffer), scope: scope}
 	h.feeds[f] = struct{}{}
 	return f, h.last, nil
 }
@@ -90,14 +99,19 @@ func (h *hub) leave(f *feed) {
 	delete(h.feeds, f)
 }
 
-// run fans the subscription's events out to the feeds, never waiting for
-// one: a full feed is dropped.
+// run fans the subscription's events out to the feeds whose pages show
+// something of them, never waiting for one: a full feed is dropped.
 func (h *hub) run(sub *events.Subscription, ran chan struct{}) {
 	defer close(ran)
 	for ev := range sub.C() {
+		id, name, action := eventHead(ev)
 		h.mu.Lock()
 		h.last = ev.ID
 		for f := range h.feeds {
+			if !f.scope.wants(id, name, action) {
+				f.skipped.Store(ev.ID)
+				continue
+			}
 			select {
 			case f.ch <- ev:
 			default:

@@ -25,7 +25,7 @@ import (
 func (d *Dashboard) meta(c *fiber.Ctx, title, active string) components.Meta {
 	tok, _ := c.Locals(csrfKey).(string)
 	who, _ := c.Locals(localWho).(string)
-	return components.Meta{Title: title, Active: active, CSRF: tok, Who: who, LastEventID: d.lastEventID(), Now: time.Now(), HeartbeatMS: d.cfg.Heartbeat.Milliseconds(), CanLaunch: d.cfg.Editor != nil, HasImages: d.cfg.Images != nil}
+	return components.Meta{Title: title, Active: active, CSRF: tok, Who: who, LastEventID: d.lastEventID(), Stream: "view=none", Now: time.Now(), HeartbeatMS: d.cfg.Heartbeat.Milliseconds(), CanLaunch: d.cfg.Editor != nil, HasImages: d.cfg.Images != nil}
 }
 
 func render(c *fiber.Ctx, status int, comp templ.Component) error {
@@ -41,6 +41,7 @@ func (d *Dashboard) overview(c *fiber.Ctx) error {
 		return d.fail(c, err)
 	}
 	data := components.OverviewData{Meta: d.meta(c, "Overview", "overview"), Total: len(all)}
+	data.Stream = "view=overview"
 	data.ByStatus, data.ByAgent = tally(all)
 	data.Backends = d.backends()
 	data.Recent = d.recentActivity(c.UserContext(), 20)
@@ -173,6 +174,11 @@ func (d *Dashboard) instancesData(c *fiber.Ctx, f components.Filter) (components
 	start := (data.Filter.Page - 1) * size
 	end := min(start+size, len(rows))
 	data.Rows = wireRows(rows[start:end])
+	names := make([]string, len(data.Rows))
+	for i, w := range data.Rows {
+		names[i] = w.Name
+	}
+	data.Stream = d.listStream(data.Filter, names)
 	for _, w := range data.Rows {
 		d.withGuest(w)
 	}
@@ -254,6 +260,7 @@ func (d *Dashboard) instanceData(c *fiber.Ctx, name string) (components.Instance
 	w := instance.WireInstance(inst, nil)
 	d.withGuest(&w)
 	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w, Editable: d.cfg.Editor != nil}
+	data.Stream = instanceStream(inst.Name)
 	data.Snapshots = d.snapshotsOf(c.UserContext(), inst.Name)
 	data.Terminal = d.terminalView(&w)
 	data.Download = d.downloadView(inst.Name)

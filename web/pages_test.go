@@ -120,8 +120,12 @@ func TestOverview(t *testing.T) {
 	if got := doc.Find("body").AttrOr("data-heartbeat-ms", ""); got != "10000" {
 		t.Errorf("page's heartbeat period = %q ms, want the default 10000", got)
 	}
-	if got := doc.Find("body").AttrOr("sse-connect", ""); got != "/events?since=2" {
-		t.Errorf("sse-connect = %q, want /events?since=2", got)
+	// The overview's stream carries what it shows: activity and counts.
+	if got := doc.Find("body").AttrOr("sse-connect", ""); got != "/events?since=2&view=overview" {
+		t.Errorf("sse-connect = %q, want /events?since=2&view=overview", got)
+	}
+	if got := doc.Find("body").AttrOr("data-stream-scope", ""); got != "view=overview" {
+		t.Errorf("data-stream-scope = %q, want view=overview", got)
 	}
 }
 

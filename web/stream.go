@@ -25,19 +25,25 @@ import (
 )
 
 // stream serves the live event stream as server-sent events. Each lifecycle
-// event becomes one "update" message whose data is HTML fragments marked for
-// out-of-band swaps (the instance's table row, its page badges, a timeline
-// entry, an activity line), so open pages are patched in place without
-// refetching anything. Every message carries the event id; a client resumes
-// with ?since=<id> or the Last-Event-ID header and misses nothing. A
-// heartbeat message every period keeps proxies from closing the stream and
-// lets the page notice a dead one.
+// event the page shows something of becomes one "update" message whose
+// data is HTML fragments marked for out-of-band swaps (what the page's
+// view= shows of it: the instance's table row, its page badges, a timeline
+// entry, an activity line; scope.go), so open pages are patched in place
+// without refetching anything. Every message carries the event id; a
+// client resumes with ?since=<id> or the Last-Event-ID header and misses
+// nothing its page shows. A heartbeat message every period keeps proxies
+// from closing the stream and lets the page notice a dead one; it carries
+// an id when the stream passed over events since its last update.
 func (d *Dashboard) stream(c *fiber.Ctx) error {
 	since, err := resumePoint(c.Query("since"), c.Get("Last-Event-ID"))
 	if err != nil {
 		return d.fail(c, err)
 	}
-	f, upTo, err := d.hub.join()
+	scope, err := d.parseScope(c)
+	if err != nil {
+		return d.fail(c, err)
+	}
+	f, upTo, err := d.hub.join(scope)
 	if err != nil {
 		return d.fail(c, err)
 	}
@@ -74,11 +80,12 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 		// Each flush extends the write deadline: the stream lasts as long
 		// as the page reads it.
 		w = listener.StreamWriter(w, conn, writeTimeout)
-		var lastID int64 // the newest event this stream sent
+		var lastID int64 // the newest event this stream sent or passed over
+		var told int64   // the newest id the client was given
 		var lastFlush time.Time
 		send := func(ev events.Event) {
-			writeMessage(w, "update", ev.ID, d.frags.get(ev))
-			lastID = ev.ID
+			writeMessage(w, "update", ev.ID, d.frags.get(ev, scope.kind))
+			lastID, told = ev.ID, ev.ID
 		}
 		sendNew := func(ev events.Event) {
 			if ev.ID > lastID { // else sent by the replay already
@@ -91,16 +98,17 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 			return
 		}
 		if replay != nil {
-			ok := d.replay(w, replay, upTo, send)
+			ok := d.replay(w, replay, upTo, scope, send)
 			replay.Close()
 			if !ok {
 				return
 			}
+			lastID = max(lastID, upTo) // the replay read the log up to upTo
 		}
 		tick := time.NewTicker(heartbeat)
 		defer tick.Stop()
 		countsDue := time.NewTimer(time.Second)
-		countsPending := lastID > 0 // the replay sent events: counts follow
+		countsPending := told > 0 && scope.counts() // the replay sent events: counts follow
 		if !countsPending {
 			countsDue.Stop()
 		}
@@ -123,7 +131,7 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 					_ = w.Flush()
 					return // fell behind, or shutdown (see above)
 				}
-				if !countsPending {
+				if !countsPending && scope.counts() {
 					countsPending = true
 					countsDue.Reset(time.Second)
 				}
@@ -136,7 +144,17 @@ func (d *Dashboard) stream(c *fiber.Ctx) error {
 					// page's reconnect meets the login.
 					return
 				}
-				writeMessage(w, "heartbeat", 0, []byte(now.UTC().Format(time.RFC3339)))
+				// Events passed over since the last update: the heartbeat
+				// moves the page's resume point past them, once nothing
+				// older is queued (skipped is read first: see feed).
+				if skipped := f.skipped.Load(); skipped > lastID && len(f.ch) == 0 {
+					lastID = skipped
+				}
+				var at int64
+				if lastID > told {
+					at, told = lastID, lastID
+				}
+				writeMessage(w, "heartbeat", at, []byte(now.UTC().Format(time.RFC3339)))
 			case <-d.done:
 				return
 			}
@@ -169,16 +187,16 @@ func (d *Dashboard) sessionLive(sid string) bool {
 }
 
 // replay sends the stored lifecycle events of sub up to and including id
-// upTo; it reports false when the stream must end (client gone, shutdown,
-// subscription ended early).
-func (d *Dashboard) replay(w *bufio.Writer, sub *events.Subscription, upTo int64, send func(events.Event)) bool {
+// upTo that scope wants; it reports false when the stream must end (client
+// gone, shutdown, subscription ended early).
+func (d *Dashboard) replay(w *bufio.Writer, sub *events.Subscription, upTo int64, scope *streamScope, send func(events.Event)) bool {
 	for {
 		select {
 		case ev, ok := <-sub.C():
 			if !ok {
 				return false
 			}
-			if ev.Type == events.TypeLifecycle {
+			if ev.Type == events.TypeLifecycle && scope.wants(eventHead(ev)) {
 				send(ev)
 				if w.Flush() != nil {
 					return false
@@ -225,15 +243,22 @@ func writeMessage(w *bufio.Writer, name string, id int64, data []byte) {
 	w.WriteByte('\n')
 }
 
-// fragmentCache renders each event's fragments once, however many pages are
-// open: the first stream to need an event renders it while the others wait
-// for that rendering, and the most recent renderings are kept by id.
+// fragmentCache renders each event's fragments once per kind of page,
+// however many pages are open: the first stream to need an event's
+// fragments for its kind renders them while the others wait for that
+// rendering, and the most recent renderings are kept.
 type fragmentCache struct {
 	d    *Dashboard
 	size int
 	mu   sync.Mutex
-	byID map[int64]*rendering
-	ids  []int64
+	byID map[fragmentKey]*rendering
+	ids  []fragmentKey
+}
+
+// fragmentKey names one rendering: an event's fragments for a kind of page.
+type fragmentKey struct {
+	id   int64
+	kind scopeKind
 }
 
 // rendering is one event's fragments; ready is closed once b is set.
@@ -243,19 +268,20 @@ type rendering struct {
 }
 
 func newFragmentCache(d *Dashboard, size int) *fragmentCache {
-	return &fragmentCache{d: d, size: size, byID: make(map[int64]*rendering)}
+	return &fragmentCache{d: d, size: size, byID: make(map[fragmentKey]*rendering)}
 }
 
-func (fc *fragmentCache) get(ev events.Event) []byte {
+func (fc *fragmentCache) get(ev events.Event, kind scopeKind) []byte {
+	key := fragmentKey{ev.ID, kind}
 	fc.mu.Lock()
-	if r, ok := fc.byID[ev.ID]; ok {
+	if r, ok := fc.byID[key]; ok {
 		fc.mu.Unlock()
 		<-r.ready
 		return r.b
 	}
 	r := &rendering{ready: make(chan struct{})}
-	fc.byID[ev.ID] = r
-	fc.ids = append(fc.ids, ev.ID)
+	fc.byID[key] = r
+	fc.ids = append(fc.ids, key)
 	if len(fc.ids) > fc.size {
 		delete(fc.byID, fc.ids[0])
 		fc.ids = fc.ids[1:]
@@ -263,13 +289,16 @@ func (fc *fragmentCache) get(ev events.Event) []byte {
 	fc.mu.Unlock()
 	func() {
 		defer close(r.ready) // never leave the other streams waiting
-		r.b = fc.d.renderEvent(ev)
+		r.b = fc.d.renderEvent(ev, kind)
 	}()
 	return r.b
 }
 
-// renderEvent renders the out-of-band fragments for one lifecycle event.
-func (d *Dashboard) renderEvent(ev events.Event) []byte {
+// renderEvent renders the out-of-band fragments a kind of page shows of one
+// lifecycle event: a list page its table row (appended when created,
+// removed when deleted), an instance page its badges and timeline entry,
+// the overview its activity line, a stream without view= all of them.
+func (d *Dashboard) renderEvent(ev events.Event, kind scopeKind) []byte {
 	lc, _ := events.DecodeLifecycle(ev.Metadata) // a malformed event still gets an activity line
 	name := ev.Instance
 	if name == "" {
@@ -286,27 +315,41 @@ func (d *Dashboard) renderEvent(ev events.Event) []byte {
 		_ = c.Render(ctx, &buf)
 		buf.WriteString("</template>")
 	}
-	inst, err := d.cfg.Instances.Get(ctx, name)
-	var w api.Instance
-	if err == nil {
-		w = instance.WireInstance(inst, nil)
-		d.withGuest(&w)
+	rows := kind == scopeAll || kind == scopeInstances
+	page := kind == scopeAll || kind == scopeInstance
+	if rows || page {
+		inst, err := d.cfg.Instances.Get(ctx, name)
+		var w api.Instance
+		if err == nil {
+			w = instance.WireInstance(inst, nil)
+			d.withGuest(&w)
+		}
+		switch {
+		case lc.Action == events.InstanceDeleted:
+			if rows {
+				wrap(components.RowRemoved(name))
+			}
+		case err != nil:
+			// Gone already (deleted since); nothing to patch.
+		case lc.Action == events.InstanceCreated:
+			if rows {
+				wrap(components.RowAdded(&w, m))
+			}
+		default:
+			if rows {
+				wrap(components.InstanceRow(&w, m, true))
+			}
+			if page {
+				_ = components.InstanceBadges(&w, m, true).Render(ctx, &buf)
+			}
+		}
 	}
-	switch {
-	case lc.Action == events.InstanceDeleted:
-		wrap(components.RowRemoved(name))
-	case err != nil:
-		// Gone already (deleted since); nothing to patch.
-	case lc.Action == events.InstanceCreated:
-		wrap(components.RowAdded(&w, m))
-	default:
-		wrap(components.InstanceRow(&w, m, true))
-		_ = components.InstanceBadges(&w, m, true).Render(ctx, &buf)
-	}
-	if item, ok := timelineItem(ev, lc); ok && name != "" {
+	if item, ok := timelineItem(ev, lc); ok && name != "" && page {
 		wrap(components.TimelinePrepend(name, item))
 	}
-	wrap(components.ActivityPrepend(activity(ev, lc, name)))
+	if kind == scopeAll || kind == scopeOverview {
+		wrap(components.ActivityPrepend(activity(ev, lc, name)))
+	}
 	return buf.Bytes()
 }
 

@@ -1,6 +1,7 @@
 // live.js: the dashboard's live-stream glue around htmx's SSE extension.
-// - remembers the id of the last event applied and makes every reconnect
-//   resume after it (the browser's own retry sends Last-Event-ID; the
+// - remembers the id of the last event applied (or passed over: a heartbeat
+//   may carry one) and makes every reconnect resume after it with the
+//   page's scope (the browser's own retry sends Last-Event-ID; the
 //   extension's retry re-reads sse-connect, which is kept up to date here);
 // - shows a connected / reconnecting indicator;
 // - treats a stream that stays silent past two heartbeats as dead (sleeping
@@ -34,7 +35,12 @@
     }
   }
 
-  function streamURL() { return "/events?since=" + encodeURIComponent(lastID()); }
+  // The page's scope (what it shows: view=...) rides along on every
+  // reconnect, so the stream keeps carrying only what the page shows.
+  function streamURL() {
+    var scope = body().getAttribute("data-stream-scope");
+    return "/events?since=" + encodeURIComponent(lastID()) + (scope ? "&" + scope : "");
+  }
 
   function applied(ev) {
     lastSeen = Date.now();

@@ -215,3 +215,13 @@ func PageURL(f Filter, p int) string {
 func Clustered(inst *api.Instance) bool {
 	return inst.Location != "" && inst.Location != "none"
 }
+
+// StreamURL returns the live stream a page opens: after its last event id,
+// with its scope (Meta.Stream).
+func StreamURL(m Meta) string {
+	u := "/events?since=" + strconv.FormatInt(m.LastEventID, 10)
+	if m.Stream != "" {
+		u += "&" + m.Stream
+	}
+	return u
+}

@@ -18,7 +18,11 @@ type Meta struct {
 	// dashboard has no login, and then no "Log out" control is shown.
 	Who         string
 	LastEventID int64
-	Now         time.Time
+	// Stream is the query of the page's live stream beside since=: what
+	// the page shows (view=overview, view=instances&rows=…,
+	// view=instance&name=…, view=none).
+	Stream string
+	Now    time.Time
 	// HeartbeatMS is the live stream's heartbeat period; the page treats a
 	// stream silent for 2.5 periods as dead.
 	HeartbeatMS int64

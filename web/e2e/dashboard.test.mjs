@@ -298,6 +298,8 @@ test("after the stream drops, the page resumes and misses nothing", async () => 
   }, { what: () => `the events missed while disconnected to appear (${JSON.stringify(seen)})` });
   const want = await streamIDs(daemon.url, await sessionHeader(signedIn()), before, seen.last);
   assert.deepEqual(seen.ids, want, "the page applied every event after the drop, once each");
+  // The reconnected stream keeps the page's scope (what the overview shows).
+  assert.match(await page.getAttribute("body", "sse-connect"), /^\/events\?since=\d+&view=overview(&|$)/, "the stream after the drop is the overview's");
   // The counts follow too (they come a second after a burst of events).
   await waitFor(async () => (await page.getAttribute('[data-testid="agent-counts"] [data-label="connected"]', "data-n")) === "1" &&
     (await page.getAttribute('[data-testid="status-counts"] [data-label="Running"]', "data-n")) === "1",
