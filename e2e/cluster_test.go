@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -186,6 +187,43 @@ func TestCluster(t *testing.T) {
 		if got := placed(list); !slices.Equal(got, want) {
 			t.Errorf("member %s lists %v, want %v", name, got, want)
 		}
+	}
+
+	// Every member lists every guest's IPv4 as its owner's agent reports it
+	// (the sim agent reports the host's interfaces): the owner sends it with
+	// its instances, in the full list and the summary (guestlink list asks
+	// for fields). The remote ones were empty before. The owner's cache is
+	// filled by its own GET state and refreshed in the background.
+	addrs := map[string]string{}
+	for _, m := range []string{"a", "b", "c"} {
+		st, err := members[m].client.State(ctx, "g-"+m)
+		if err != nil || st.Guest == nil || st.Guest.State == nil {
+			t.Fatalf("g-%s: state on its owner: %+v, %v", m, st, err)
+		}
+		if addrs["g-"+m] = st.Guest.State.IPv4(); addrs["g-"+m] == "" {
+			t.Fatalf("g-%s: its agent reports no global IPv4 (%+v): the test needs the host to have one", m, st.Guest.State.Network)
+		}
+	}
+	for name, d := range members {
+		for _, fields := range [][]string{nil, {"name", "ipv4"}} {
+			testwait.For(t, fmt.Sprintf("member %s listing every guest's IPv4 (fields %q)", name, fields), opTimeout, func() bool {
+				got := map[string]string{}
+				list, err := d.client.Instances(ctx, client.InstanceFilter{})
+				if fields != nil {
+					list, err = d.client.InstanceSummaries(ctx, client.InstanceFilter{}, fields...)
+				}
+				if err != nil {
+					t.Fatalf("member %s: list: %v", name, err)
+				}
+				for _, i := range list {
+					got[i.Name] = i.IPv4
+				}
+				return maps.Equal(got, addrs)
+			})
+		}
+	}
+	if out := a.cli(ctx, "list"); !strings.Contains(out, addrs["g-b"]) {
+		t.Errorf("guestlink list on a does not show g-b's IPv4 %s (owned by b):\n%s", addrs["g-b"], out)
 	}
 
 	// Ready declared in the guest on c: a's event stream and every

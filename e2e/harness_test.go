@@ -125,7 +125,7 @@ func (d *daemonProc) pluginsStarted(ctx context.Context) bool {
 		return false
 	}
 	for _, b := range list {
-		if b.Health == "restarting" && b.PID == 0 && b.Failures == 0 && b.Restarts == 0 {
+		if b.Health == "starting" {
 			return false
 		}
 	}

@@ -22,7 +22,9 @@ A plugin that crashes, hangs or cannot start is started again after a
 backoff that doubles up to one minute, forever: RESTARTS counts the
 restarts, FAILURES the failures in a row, NEXT RETRY says when the next
 attempt is and LAST ERROR why the last one failed. "guestlink backends
-restart NAME" restarts a plugin now.
+restart NAME" restarts a plugin now. A plugin whose first start is still
+under way (the daemon answers before its plugins have started) is
+"starting"; a launch made meanwhile waits for it.
 
 A plugin that runs but lacks something on the host (the QEMU backends:
 qemu-system-x86_64, qemu-img, genisoimage, QEMU's firmware) is

@@ -20,18 +20,26 @@ import (
 // older binary and one on this one read each other.
 
 // MemberInstances returns a member's answer to InstancesPath: its
-// instances in wire form, an empty list (never null) for none.
-func MemberInstances(list []*instance.Instance) []api.Instance {
+// instances in wire form, an empty list (never null) for none. ipv4, when
+// set, gives each guest's address by UUID (the member's agent cache), sent
+// as api.Instance.IPv4 so that the member that asked lists it
+// (instance.Instance.GuestIPv4); a member on an older binary ignores it.
+func MemberInstances(list []*instance.Instance, ipv4 func(uuid string) string) []api.Instance {
 	out := make([]api.Instance, len(list))
 	for i, inst := range list {
-		out[i] = instance.WireInstance(inst, nil)
+		out[i] = MemberInstance(inst, ipv4)
 	}
 	return out
 }
 
-// MemberInstance returns a member's answer to InstancesPath/{name}.
-func MemberInstance(inst *instance.Instance) api.Instance {
-	return instance.WireInstance(inst, nil)
+// MemberInstance returns a member's answer to InstancesPath/{name}, with
+// the guest's address from ipv4 as MemberInstances.
+func MemberInstance(inst *instance.Instance, ipv4 func(uuid string) string) api.Instance {
+	w := instance.WireInstance(inst, nil)
+	if ipv4 != nil {
+		w.IPv4 = ipv4(inst.UUID)
+	}
+	return w
 }
 
 // decodeInstances reads a member's answer to InstancesPath.

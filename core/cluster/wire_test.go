@@ -32,12 +32,12 @@ func TestMemberWireCompatible(t *testing.T) {
 		{
 			name: "list", fixture: "testdata/member-instances-v1.json",
 			decode: func(r *bytes.Reader) (any, error) { return decodeInstances(r) },
-			views:  want, answer: MemberInstances(want),
+			views:  want, answer: MemberInstances(want, nil),
 		},
 		{
 			name: "one instance", fixture: "testdata/member-instance-v1.json",
 			decode: func(r *bytes.Reader) (any, error) { return decodeInstance(r) },
-			views:  want[0], answer: MemberInstance(want[0]),
+			views:  want[0], answer: MemberInstance(want[0], nil),
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,7 +65,7 @@ func TestMemberWireCompatible(t *testing.T) {
 	}
 	t.Run("no instances", func(t *testing.T) {
 		// The old member answered [] (never null) for none.
-		if enc, _ := json.Marshal(MemberInstances(nil)); string(enc) != "[]" {
+		if enc, _ := json.Marshal(MemberInstances(nil, nil)); string(enc) != "[]" {
 			t.Errorf("an empty answer encodes as %s, want []", enc)
 		}
 		got, err := decodeInstances(bytes.NewReader([]byte("[]")))
@@ -118,6 +118,42 @@ func memberWireInstances() []*instance.Instance {
 // encoded events.Requestor itself (core/events/testdata/wire-events-v1.json,
 // captured before it lost its JSON tags), that it reads back, and that a
 // value that is not one is refused.
+// TestMemberInstancesCarryIPv4: the owner's answer carries each guest's
+// address from its agent cache (api.Instance.IPv4), the member that asked
+// reads it into the view (GuestIPv4) for its list, and a guest without a
+// known address sends no ipv4 key (so an answer without addresses is still
+// the old shape, TestMemberWireCompatible). Before, members sent no address
+// and a remote instance's IPV4 column was empty.
+func TestMemberInstancesCarryIPv4(t *testing.T) {
+	list := memberWireInstances()
+	addrs := map[string]string{list[0].UUID: "10.1.2.3"}
+	lookup := func(uuid string) string { return addrs[uuid] }
+	enc, err := json.Marshal(MemberInstances(list, lookup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(enc, []byte(`"ipv4":"10.1.2.3"`)); n != 1 {
+		t.Fatalf("the answer has %d ipv4 keys for one known address: %s", n, enc)
+	}
+	got, err := decodeInstances(bytes.NewReader(enc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, inst := range got {
+		if want := addrs[inst.UUID]; inst.GuestIPv4 != want {
+			t.Errorf("instance %d (%s): GuestIPv4 = %q, want %q", i, inst.Name, inst.GuestIPv4, want)
+		}
+	}
+	one, err := json.Marshal(MemberInstance(list[0], lookup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := decodeInstance(bytes.NewReader(one))
+	if err != nil || inst.GuestIPv4 != "10.1.2.3" {
+		t.Fatalf("one instance: GuestIPv4 = %q (%v), want 10.1.2.3", inst.GuestIPv4, err)
+	}
+}
+
 func TestRequestorHeaderMatchesOldJSON(t *testing.T) {
 	raw, err := os.ReadFile("../events/testdata/wire-events-v1.json")
 	if err != nil {

@@ -54,6 +54,11 @@ type Instance struct {
 	// Profiles are the instance's profiles, in the order they apply
 	// (shared: never change it).
 	Profiles []string
+	// GuestIPv4 is the guest's address as the cluster member that runs the
+	// instance reported it with the instance (its agent's cached report);
+	// "" for this member's own instances, whose address the admin API's
+	// list reads from the local agent cache.
+	GuestIPv4 string
 }
 
 // LocationNone is the Location of instances outside a cluster (as LXD).

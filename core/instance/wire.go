@@ -32,6 +32,7 @@ func WireInstance(inst *Instance, tl []TimelineEntry) api.Instance {
 		Location:     inst.Location,
 		StatusReason: inst.StatusReason,
 		Profiles:     inst.Profiles,
+		IPv4:         inst.GuestIPv4, // another member's report; the local list fills its own
 	}
 }
 
@@ -97,5 +98,6 @@ func InstanceFromWire(w *api.Instance) *Instance {
 		Location:     w.Location,
 		StatusReason: w.StatusReason,
 		Profiles:     w.Profiles,
+		GuestIPv4:    w.IPv4,
 	}
 }

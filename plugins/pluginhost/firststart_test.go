@@ -10,7 +10,8 @@ import (
 // TestCallWaitsForFirstStart: the daemon serves its API while its plugins
 // start (Launch, then WaitStarted), so once Launch returned the backend is
 // known and a call to it made before the plugin's first start must wait
-// for it, not fail as unavailable or unknown. The plugin sleeps 3 s before
+// for it, not fail as unavailable or unknown, and List says the plugin is
+// starting (not restarting: it never ran). The plugin sleeps 3 s before
 // its handshake, and the call is made while it has no process (its health
 // not yet healthy); it must answer once the plugin runs. A call whose
 // context already ended returns an error instead of waiting.
@@ -25,8 +26,11 @@ func TestCallWaitsForFirstStart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Backend after Launch: %v", err)
 	}
-	if st := status(h, "slow"); st.Health == pluginhost.HealthHealthy {
-		t.Fatalf("the plugin is %s before its 3 s start delay ended: the call would not test the wait", st.Health)
+	// Before its first start the plugin is "starting", not "restarting"
+	// (it was "restarting" before: it had never run nor failed).
+	if st := status(h, "slow"); st.Health != pluginhost.HealthStarting || st.Restarts != 0 || st.Failures != 0 || st.LastError != "" {
+		t.Fatalf("before its 3 s start delay ended the plugin is %s (restarts %d, failures %d, last error %q), want starting with no restart, failure or error",
+			st.Health, st.Restarts, st.Failures, st.LastError)
 	}
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()

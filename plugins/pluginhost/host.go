@@ -42,8 +42,14 @@ const (
 	// deleted. The plugin turns healthy at the first health ping after the
 	// host was fixed, without a restart.
 	HealthUnhealthy Health = "unhealthy"
-	// HealthRestarting: the plugin is down (not yet started, crashed, hung)
-	// and the supervisor is starting it again.
+	// HealthStarting: the plugin's first launch attempt is under way (the
+	// daemon serves its API meanwhile: Launch, then WaitStarted; or Restart
+	// started a plugin rejected at discovery). A call made meanwhile waits
+	// for the attempt to conclude.
+	HealthStarting Health = "starting"
+	// HealthRestarting: the plugin is down after it ran or tried to (it
+	// crashed, hung, failed to start, or a restart was asked for) and the
+	// supervisor is starting it again.
 	HealthRestarting Health = "restarting"
 	// HealthFailed: the plugin host was closed; nothing restarts the
 	// plugin any more. (The supervisor never gives up while the host runs:

@@ -181,7 +181,7 @@ func TestMisbehavingPlugins(t *testing.T) {
 		behaviour map[string]any
 		errTexts  []string
 	}{
-		{"garbage", map[string]any{"garbage_stdout": true}, []string{"Unrecognized remote plugin message"}},
+		{"garbage", map[string]any{"garbage_stdout": true}, []string{`wrote "hello from a plugin that should not talk here" to stdout instead of the plugin handshake`}},
 		{"crashes-at-start", map[string]any{"exit_at_start": true}, []string{"exiting at start as asked"}},
 		// The process dies while it answers the supervisor's Info call:
 		// the call breaks (EOF, connection reset or refused) a moment
@@ -191,12 +191,13 @@ func TestMisbehavingPlugins(t *testing.T) {
 		// The process exits 300 ms after it starts, which under load falls
 		// in any phase of a start. Once it answered, or while it answers
 		// Info, the reason is our "plugin process N exited"; before its
-		// handshake, go-plugin says either "plugin exited before we could
-		// connect" or, when it reads the closed stdout before it sees the
-		// process end (go-plugin's own race, in Client.Start), "Failed to
-		// read any lines from plugin's stdout". Nothing else is right:
-		// "connection refused" alone is the race this table once lost.
-		{"crash-loop", map[string]any{"exit_after": "300ms"}, []string{"exited", "Failed to read any lines from plugin's stdout"}},
+		// handshake, the SDK says "it exited with status 4 before the
+		// plugin handshake" whichever of go-plugin's errors came first
+		// ("plugin exited before we could connect", or "Failed to read any
+		// lines from plugin's stdout" when it read the closed stdout before
+		// it saw the process end). Nothing else is right: "connection
+		// refused" alone is the race this table once lost.
+		{"crash-loop", map[string]any{"exit_after": "300ms"}, []string{"exited"}},
 	}
 	plugins := map[string]map[string]any{}
 	for _, tt := range tests {

@@ -70,7 +70,7 @@ func newManaged(h *Host, c candidate) *managed {
 		kick:      make(chan struct{}, 1),
 		restartCh: make(chan struct{}, 1),
 		attemptCh: make(chan struct{}),
-		health:    HealthRestarting,
+		health:    HealthStarting,
 		subs:      map[chan sdk.Event]struct{}{},
 	}
 	m.proxy = &proxy{m: m}
@@ -182,6 +182,9 @@ func (m *managed) requestRestart() bool {
 	}
 	m.running = true
 	m.health = HealthRestarting
+	if m.launches == 0 {
+		m.health = HealthStarting // rejected at discovery, never launched
+	}
 	return true
 }
 

@@ -100,11 +100,12 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Client, erro
 	}
 	if _, err := pc.Start(); err != nil {
 		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
-			err = ErrChecksum
-		} else {
-			err = &startError{msg: firstLines(err.Error()), err: err}
+			return fail("starting", ErrChecksum)
 		}
-		return fail("starting", err)
+		// Kill returns once go-plugin waited for the process and read
+		// all its stderr: cmd.ProcessState and the tail are complete.
+		pc.Kill()
+		return nil, fmt.Errorf("starting plugin %q: %w", path, &startError{msg: startFailure(path, cmd, err, tail.String()), err: err})
 	}
 	proto, err := pc.Client()
 	if err != nil {

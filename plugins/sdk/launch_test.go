@@ -235,7 +235,7 @@ func TestLaunchFailures(t *testing.T) {
 	}{
 		{name: "checksum ok", opts: sdk.LaunchOptions{Checksum: sum[:]}},
 		{name: "checksum wrong", opts: sdk.LaunchOptions{Checksum: wrong[:]}, wantErr: sdk.ErrChecksum, wantText: "checksum"},
-		{name: "garbage stdout", behaviour: map[string]any{"garbage_stdout": true}, wantText: "Unrecognized remote plugin message"},
+		{name: "garbage stdout", behaviour: map[string]any{"garbage_stdout": true}, wantText: "to stdout instead of the plugin handshake"},
 		{name: "exit at start", behaviour: map[string]any{"exit_at_start": true}, wantText: "exiting at start as asked"},
 		{name: "no handshake", behaviour: map[string]any{"start_delay": "1m"}, opts: sdk.LaunchOptions{StartTimeout: time.Second}, wantText: "timeout"},
 	}

@@ -151,7 +151,7 @@ func (a *API) internalInstances(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(cluster.MemberInstances(list))
+	return c.JSON(cluster.MemberInstances(list, a.cachedIPv4))
 }
 
 func (a *API) internalInstance(c *fiber.Ctx) error {
@@ -159,7 +159,7 @@ func (a *API) internalInstance(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(cluster.MemberInstance(inst))
+	return c.JSON(cluster.MemberInstance(inst, a.cachedIPv4))
 }
 
 // clusterPeer returns the member a request comes from (a verified member

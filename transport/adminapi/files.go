@@ -129,9 +129,21 @@ func (g *bodyGuard) release() {
 // file push has its body read here, at most the app's BodyLimit bytes, and
 // is answered 413 beyond it as before. It runs first, for every route of
 // the app, the dashboard's included.
+//
+// A streamed file push is let through, and whatever answers it (the files
+// handler, or a middleware before it: a 401 of authenticate, a viewer's
+// 403, a host check, the request limit) answers it as the connection's
+// last, then drains what the client still sends (answerThenDrain), so the
+// client reads the refusal rather than a broken pipe. The drain is bounded
+// for every client, an unauthenticated one included: refusedBodyDrain
+// bytes and refusedDrainTime per connection, ending when the client closes.
 func limitBodies(c *fiber.Ctx) error {
 	req := c.Request()
-	if !req.IsBodyStream() || isFilePush(c) {
+	if !req.IsBodyStream() {
+		return c.Next()
+	}
+	if isFilePush(c) {
+		defer answerThenDrain(c)
 		return c.Next()
 	}
 	limit := c.App().Config().BodyLimit
@@ -158,7 +170,8 @@ func limitBodies(c *fiber.Ctx) error {
 // is a success (the body was read whole), what the client still sends is
 // read and dropped (refusedBodyDrain, refusedDrainTime) before the
 // connection closes, so the client reads the answer, not a broken pipe.
-// It is called (deferred) by the handler, before it returns.
+// limitBodies defers it for every streamed push, so that it covers the
+// refusals of the middlewares before the handler too.
 func answerThenDrain(c *fiber.Ctx) {
 	fc := c.Context() // the connection's context lives on until the hijack returns
 	fc.HijackSetNoResponse(true)
@@ -187,12 +200,6 @@ func answerThenDrain(c *fiber.Ctx) {
 // answer's status, and recorded in the instance's timeline with its
 // lifecycle event (instance-file-pushed, -retrieved, -deleted).
 func (a *API) instanceFiles(c *fiber.Ctx) error {
-	if isFilePush(c) && c.Request().IsBodyStream() {
-		// Whatever happens, the connection is not reused (the body may
-		// be left unread), and a refused push's body is drained after
-		// its answer.
-		defer answerThenDrain(c)
-	}
 	if a.cfg.Agents == nil {
 		return fiber.NewError(http.StatusNotImplemented, "this daemon relays no guest files")
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/api"
+	"github.com/guestlink/guestlink/core/instance"
 )
 
 // GuestReports is what the agents report of their guests
@@ -38,6 +39,16 @@ func (a *API) cachedGuest(uuid string) *api.GuestInfo {
 		return nil
 	}
 	return a.cfg.Guests.CachedGuest(uuid)
+}
+
+// listIPv4 returns the guest's address for the instance list: the one its
+// member sent with an instance of another member (GuestIPv4), else the
+// local agent cache's (cachedIPv4).
+func (a *API) listIPv4(inst *instance.Instance) string {
+	if inst.GuestIPv4 != "" {
+		return inst.GuestIPv4
+	}
+	return a.cachedIPv4(inst.UUID)
 }
 
 // cachedIPv4 returns the guest's address for the instance list, from the

@@ -42,9 +42,9 @@ type listEncoder struct {
 	n      int      // instances added
 	enc    *gojson.Encoder
 	w      api.Instance // the instance being encoded
-	// ipv4, when set, gives an instance's guest address by UUID, from
-	// the agents' cached reports.
-	ipv4 func(uuid string) string
+	// ipv4, when set, gives an instance's guest address, from the agents'
+	// cached reports or the member that runs it (API.listIPv4).
+	ipv4 func(inst *instance.Instance) string
 	// scratch is reused to build a URL or a summary object before it is
 	// written (list_forms.go).
 	scratch []byte
@@ -79,7 +79,7 @@ func (e *listEncoder) add(inst *instance.Instance) error {
 	}
 	e.w = instance.WireInstance(inst, nil)
 	if e.ipv4 != nil {
-		e.w.IPv4 = e.ipv4(inst.UUID)
+		e.w.IPv4 = e.ipv4(inst)
 	}
 	// The encoder writes the instance and a newline in one Write: the
 	// newline is the last byte of the last chunk.

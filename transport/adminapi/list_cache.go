@@ -172,7 +172,7 @@ func (e *listEncoder) writeIPv4(inst *instance.Instance, comma bool) {
 	if e.ipv4 == nil {
 		return
 	}
-	ip := e.ipv4(inst.UUID)
+	ip := e.ipv4(inst)
 	if ip == "" {
 		return
 	}

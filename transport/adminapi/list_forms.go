@@ -71,7 +71,7 @@ var summaryFields = []summaryField{
 	{key: "status_reason", omit: func(i *instance.Instance) bool { return i.StatusReason == "" },
 		value: func(d []byte, i *instance.Instance) []byte { return appendJSONString(d, i.StatusReason) }},
 	{key: "profiles", value: func(d []byte, i *instance.Instance) []byte { return appendJSONValue(d, i.Profiles) }},
-	// ipv4 is the agent's cached report (API.cachedIPv4): addSummary
+	// ipv4 is the agent's cached report or the owning member's (API.listIPv4): addSummary
 	// writes it from the encoder, so it has no value function here.
 	{key: "ipv4"},
 }
@@ -135,7 +135,7 @@ func parseListForm(c *fiber.Ctx) (listForm, []summaryField, error) {
 // listed: no copies.
 func (a *API) encodeList(c *fiber.Ctx, filter instance.ListFilter, form listForm, fields []summaryField) (*listEncoder, error) {
 	e := newListEncoder()
-	e.ipv4 = a.cachedIPv4
+	e.ipv4 = a.listIPv4
 	add := e.add
 	switch form {
 	case listURLs:
@@ -193,7 +193,7 @@ func (e *listEncoder) addSummary(fields []summaryField) func(inst *instance.Inst
 			var ipv4 string
 			if f.key == "ipv4" {
 				if e.ipv4 != nil {
-					ipv4 = e.ipv4(inst.UUID)
+					ipv4 = e.ipv4(inst)
 				}
 				if ipv4 == "" { // omitempty, as in the full object
 					continue

@@ -293,3 +293,39 @@ func BenchmarkInstanceListSummary(b *testing.B) {
 
 // BenchmarkInstanceListFull is the full objects of 10,000 (full-ratio 1).
 func BenchmarkInstanceListFull(b *testing.B) { benchmarkInstanceList(b, "?recursion=1") }
+
+// TestInstanceListRemoteIPv4: an instance of another cluster member
+// carries the guest address its member sent (GuestIPv4, from that
+// member's agent cache), which this member's agent cache cannot know; the
+// list shows it in the full objects and the summaries (?fields=), encoded
+// as listed and from the cache slots. Before, the ipv4 key was missing for
+// every remote instance (guestlink list showed an empty IPV4 column).
+func TestInstanceListRemoteIPv4(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cached=%v", cached), func(t *testing.T) {
+			views := adminapi.FleetViews(3)
+			views[1].Location, views[1].GuestIPv4 = "m2", "10.1.2.3"
+			get := unixGet(t, serveViewsCached(t, views, cached))
+			for _, q := range []string{"", "&fields=name,ipv4", "&fields=ipv4", "&fields=" + allListFields} {
+				code, body := get("/1.0/instances?recursion=1" + q)
+				if code != http.StatusOK {
+					t.Fatalf("%q: %d %s", q, code, body)
+				}
+				var objs []struct {
+					IPv4 *string `json:"ipv4"`
+				}
+				if err := json.Unmarshal(metadata(t, body), &objs); err != nil || len(objs) != len(views) {
+					t.Fatalf("%q: %v, %d objects", q, err, len(objs))
+				}
+				for i, o := range objs {
+					switch {
+					case i == 1 && (o.IPv4 == nil || *o.IPv4 != "10.1.2.3"):
+						t.Errorf("%q: the remote instance's ipv4 = %v, want 10.1.2.3: %s", q, o.IPv4, body)
+					case i != 1 && o.IPv4 != nil:
+						t.Errorf("%q: instance %d without an address has ipv4 %q", q, i, *o.IPv4)
+					}
+				}
+			}
+		})
+	}
+}

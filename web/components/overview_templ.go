@@ -570,6 +570,8 @@ func healthBadge(b BackendView) Badge {
 	switch b.Health {
 	case "healthy":
 		return Badge{"healthy", ToneGood, "The plugin answers"}
+	case "starting":
+		return Badge{"starting", ToneWait, "The plugin is starting for the first time"}
 	case "restarting":
 		return Badge{"restarting", ToneWait, "The plugin is being restarted"}
 	}
