@@ -412,13 +412,18 @@ func (a *Agent) reached() {
 }
 
 // unreachable goes back to STARTED after a request to the daemon failed,
-// unless it only timed out: a daemon that is slow (thousands of guests
+// unless it only timed out or was shed: a daemon that is slow (thousands of guests
 // declaring at once) is still there, and re-advertising to every guest
 // whose request it was slow to answer would only add to its load. A
 // refused or broken connection (the daemon went away) counts; the guest
 // gets its error either way.
 func (a *Agent) unreachable(err error) {
-	if timedOut(err) {
+	if timedOut(err) || errors.Is(err, upstream.ErrShed) {
+		// Nor when it closed the connection before its TLS handshake
+		// (upstream.ErrShed): a daemon shedding a storm's connections. A
+		// 10,000-guest storm made thousands of agents go back to STARTED
+		// on that, each then re-advertised to and re-declared: more
+		// handshakes for the daemon that was already shedding.
 		a.log.Debug("daemon slow to answer; staying connected", "err", err)
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/guestlink/guestlink/link/advert"
@@ -87,6 +88,9 @@ func (d *daemonConns) dial(ctx context.Context, deadline time.Time) (*daemonConn
 	cancel()
 	if err != nil {
 		_ = raw.Close()
+		if shed(err) {
+			return nil, fmt.Errorf("TLS handshake with daemon: %w: %w", ErrShed, err)
+		}
 		return nil, fmt.Errorf("TLS handshake with daemon: %w", err)
 	}
 	return &daemonConn{tc: tc, br: bufio.NewReaderSize(tc, bufSize), bw: bufio.NewWriterSize(tc, bufSize)}, nil
@@ -332,4 +336,17 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// shed reports whether a TLS handshake error is the daemon closing the
+// connection before answering (end of stream, reset, broken pipe) rather
+// than a TLS refusal (an alert: a certificate it does not accept) or a
+// timeout.
+func shed(err error) bool {
+	var alert tls.AlertError
+	if errors.As(err, &alert) {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

@@ -27,7 +27,8 @@ import (
 // answers and keeps the connection ("answer-keep"), answers and closes it
 // without saying so ("answer-close": a kept-alive connection the daemon
 // dropped), reads the request and hangs up without answering ("drop"), or
-// never answers ("hang").
+// never answers ("hang"), or closes each connection before its TLS
+// handshake ("shed": a daemon shedding load).
 type rawDaemon struct {
 	mu       sync.Mutex
 	conns    int
@@ -85,6 +86,12 @@ func (d *rawDaemon) serve() {
 		go func() {
 			defer d.wg.Done()
 			defer func() { c.Close(); d.closed <- struct{}{} }()
+			d.mu.Lock()
+			shedding := d.mode == "shed"
+			d.mu.Unlock()
+			if shedding {
+				return // closed before the TLS handshake, as a daemon shedding a storm
+			}
 			br := bufio.NewReader(c)
 			for {
 				req, err := http.ReadRequest(br)
@@ -344,5 +351,27 @@ func TestReadvertisementDropsPool(t *testing.T) {
 	defer d.Unlock()
 	if d.Conns != 3 || d.Requests != 6 {
 		t.Fatalf("daemon saw %d connections, %d requests; want 3, 6", d.Conns, d.Requests)
+	}
+}
+
+// TestShedConnection: a daemon that accepts and closes a connection
+// before its TLS handshake (as the devlxd server sheds a storm's
+// connections that waited too long for a handshake slot) is reported as
+// unreachable and shed (ErrShed), so the agent stays CONNECTED; a daemon
+// whose listener is gone (refused) is unreachable but not shed, and so is
+// a TLS refusal (another pinned certificate: TestPinning's case).
+func TestShedConnection(t *testing.T) {
+	d, c := startRawDaemon(t, "shed")
+	err := do(c, http.MethodPatch)
+	if !errors.Is(err, upstream.ErrUnreachable) || !errors.Is(err, upstream.ErrShed) {
+		t.Fatalf("a shed connection = %v, want ErrUnreachable and ErrShed", err)
+	}
+	if _, reqs := d.counts(); len(reqs) != 0 {
+		t.Fatalf("the daemon read requests %v", reqs)
+	}
+	d.ln.Close()
+	err = do(c, http.MethodGet)
+	if !errors.Is(err, upstream.ErrUnreachable) || errors.Is(err, upstream.ErrShed) {
+		t.Fatalf("a refused connection = %v, want ErrUnreachable, not ErrShed", err)
 	}
 }

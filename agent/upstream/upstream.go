@@ -50,6 +50,13 @@ var (
 	// ErrBadAnswer is returned when the daemon answered something that is
 	// not a devlxd envelope.
 	ErrBadAnswer = errors.New("bad answer from daemon")
+	// ErrShed marks, beside ErrUnreachable, a connection the daemon
+	// accepted and closed before the TLS handshake ended: a daemon
+	// shedding load (a connection that waited too long for one of its
+	// handshake slots is closed unanswered, see transport/devlxd's
+	// MaxHandshakeWait), not a daemon gone, which refuses connections.
+	// The agent stays CONNECTED on it, as on a timeout.
+	ErrShed = errors.New("the daemon closed the connection before the TLS handshake ended (busy)")
 )
 
 // Options configure a Client.

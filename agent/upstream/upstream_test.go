@@ -58,8 +58,8 @@ func TestPinning(t *testing.T) {
 	if err := c.SetAdvertisement(adv); err != nil {
 		t.Fatal(err)
 	}
-	if err := get(t, c); !errors.Is(err, upstream.ErrUnreachable) {
-		t.Fatalf("Do with another pinned certificate = %v, want ErrUnreachable", err)
+	if err := get(t, c); !errors.Is(err, upstream.ErrUnreachable) || errors.Is(err, upstream.ErrShed) {
+		t.Fatalf("Do with another pinned certificate = %v, want ErrUnreachable, not ErrShed", err)
 	}
 }
 
