@@ -59,10 +59,10 @@ func pings(t *testing.T, written []byte) int {
 // the probe is there to remove, with gRPC's defaults.
 func TestStaticWindowsNoProbe(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		dial       []grpc.DialOption
-		srv        []grpc.ServerOption
-		probes     bool // PINGs from the client
+		name   string
+		dial   []grpc.DialOption
+		srv    []grpc.ServerOption
+		probes bool // PINGs from the client
 	}{
 		{name: "plugin windows", dial: windowDialOptions(), srv: windowServerOptions()},
 		{name: "gRPC defaults (control)", probes: true},
