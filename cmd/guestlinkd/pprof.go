@@ -35,6 +35,7 @@ func startPprof() error {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace) // every wake-up, for idle work a profile's 100 Hz misses
 	slog.Warn("serving the Go profiler", "addr", ln.Addr().String())
 	go func() { _ = http.Serve(ln, mux) }()
 	return nil

@@ -3,8 +3,10 @@ package linkhost
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -82,9 +84,16 @@ func (b *fdBudget) inUse() int {
 // connection stays in the kernel's backlog), accepts once and watches the
 // listener again. The listeners stay in the runtime's poller too (Accept
 // is Go's); no goroutine per listener waits in Accept.
+//
+// The epoll instance itself waits in the runtime's poller (an epoll
+// descriptor is readable while one of its listeners is ready), so an idle
+// gate holds no thread and never wakes: no timeout to look at done, whose
+// closing sets a past read deadline that ends the wait.
 type acceptGate struct {
 	fds    *fdBudget
 	epfd   int
+	file   *os.File        // epfd, in the runtime's poller
+	rc     syscall.RawConn // file's, to wait for readiness
 	done   chan struct{}
 	log    func(msg string, args ...any)
 	accept func(*gatedListener)
@@ -98,7 +107,23 @@ func newAcceptGate(fds *fdBudget, done chan struct{}, log func(string, ...any), 
 	if err != nil {
 		return nil, fmt.Errorf("creating the link accept gate: %w", err)
 	}
-	return &acceptGate{fds: fds, epfd: epfd, done: done, log: log, accept: accept, entries: map[int32]*gatedListener{}}, nil
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("creating the link accept gate: %w", err)
+	}
+	// A non-blocking descriptor joins the runtime's poller; one that could
+	// not has no deadlines (os.ErrNoDeadline), and no way to wake the wait.
+	file := os.NewFile(uintptr(epfd), "link accept gate")
+	if err := file.SetReadDeadline(time.Time{}); err != nil {
+		file.Close()
+		return nil, fmt.Errorf("creating the link accept gate: epoll descriptor not pollable: %w", err)
+	}
+	rc, err := file.SyscallConn()
+	if err != nil {
+		file.Close()
+		return nil, fmt.Errorf("creating the link accept gate: %w", err)
+	}
+	return &acceptGate{fds: fds, epfd: epfd, file: file, rc: rc, done: done, log: log, accept: accept, entries: map[int32]*gatedListener{}}, nil
 }
 
 // register watches g's listener and returns its descriptor.
@@ -142,12 +167,44 @@ func (g *acceptGate) unregister(fd int32) {
 	g.mu.Unlock()
 }
 
+// wait returns the ready listeners' events, waiting in the runtime's
+// poller while there is none (the poll itself never blocks).
+func (g *acceptGate) wait(events []unix.EpollEvent) (int, error) {
+	for {
+		var n int
+		var werr error
+		err := g.rc.Read(func(fd uintptr) bool {
+			n, werr = unix.EpollWait(int(fd), events, 0)
+			return n > 0 || werr != nil
+		})
+		switch {
+		case err != nil:
+			return 0, err
+		case errors.Is(werr, unix.EINTR):
+			continue
+		case werr != nil:
+			return 0, werr
+		}
+		return n, nil
+	}
+}
+
 // close frees the epoll instance once run returned and every listener was
 // unregistered.
-func (g *acceptGate) close() { unix.Close(g.epfd) }
+func (g *acceptGate) close() { g.file.Close() }
 
-// run accepts until done is closed (it looks every 200 ms).
+// run accepts until done is closed. It waits in the runtime's poller for a
+// listener to be ready, so it costs nothing while no guest connects.
 func (g *acceptGate) run() {
+	ran := make(chan struct{})
+	defer close(ran)
+	go func() {
+		select {
+		case <-g.done:
+			_ = g.file.SetReadDeadline(time.Unix(1, 0)) // ends the wait below
+		case <-ran:
+		}
+	}()
 	events := make([]unix.EpollEvent, 256)
 	for {
 		select {
@@ -155,10 +212,12 @@ func (g *acceptGate) run() {
 			return
 		default:
 		}
-		n, err := unix.EpollWait(g.epfd, events, 200)
+		n, err := g.wait(events)
 		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
+			select {
+			case <-g.done:
+				return
+			default:
 			}
 			g.log("linkhost: link accept gate failed; hybrid links no longer accept", "err", err)
 			return

@@ -4,8 +4,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/guestlink/guestlink/internal/testwait"
 	"github.com/guestlink/guestlink/link/hybrid"
 	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
@@ -72,4 +76,47 @@ func TestDescriptorBudgetUnbounded(t *testing.T) {
 	if b.inUse() != 0 {
 		t.Fatalf("in use %d, want 0", b.inUse())
 	}
+}
+
+// TestGateIdleWaitsInPoller: an idle accept gate waits in the runtime's
+// poller (goroutine state "IO wait"), not in a timed epoll_wait it wakes
+// from to look at done (the gate polled every 200 ms: five wake-ups a
+// second of an idle daemon). Parked there, it still accepts a connection
+// made afterwards, and Close still ends it (TestMain's leak check).
+func TestGateIdleWaitsInPoller(t *testing.T) {
+	h := newHost(t, Config{MaxDescriptors: 8})
+	dir := t.TempDir()
+	ep := &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: filepath.Join(dir, "a", "link.sock")}
+	if err := os.MkdirAll(filepath.Dir(ep.Path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Attach("uuid-a", ep); err != nil {
+		t.Fatal(err)
+	}
+	path := hybrid.HostPath(ep.Path, h.Port())
+	for i := range 2 {
+		// Tried: the first connection (the gate started waiting before
+		// it), then one made once the gate is parked in the poller.
+		testwait.For(t, "the accept gate parked in the runtime's poller", 10*time.Second, gateParked)
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatalf("connect %d: %v", i, err)
+		}
+		defer c.Close()
+		acceptOne(t, h).Close()
+	}
+	testwait.For(t, "the accept gate parked again", 10*time.Second, gateParked)
+}
+
+// gateParked reports whether a goroutine waits in the runtime's poller in
+// acceptGate.wait.
+func gateParked() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "[IO wait") && strings.Contains(g, "(*acceptGate).wait") {
+			return true
+		}
+	}
+	return false
 }

@@ -14,3 +14,12 @@ func SetWait(h *Host, f func(d time.Duration)) {
 		return ctx.Err() == nil
 	}
 }
+
+// Pings returns how many health pings h sent to plugin name (-1: unknown).
+func Pings(h *Host, name string) int64 {
+	m := h.plugins[name]
+	if m == nil {
+		return -1
+	}
+	return m.pings.Load()
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -34,6 +35,11 @@ type managed struct {
 	firstOnce sync.Once
 	kick      chan struct{} // wake the watcher: ping now
 	restartCh chan struct{} // wake the supervisor: Restart was called
+	// heard is set by every event the plugin sends; the watcher clears it
+	// at each health interval and skips the ping if it was set: the
+	// plugin answered on its stream meanwhile.
+	heard atomic.Bool
+	pings atomic.Int64 // health pings sent (tests)
 
 	mu         sync.Mutex
 	sum        []byte      // the binary's checksum (from SumsFile)
@@ -375,7 +381,9 @@ func (m *managed) run(ctx context.Context, c *sdk.Client, info *sdk.Info) error 
 
 // watch waits until the process exits, is hung (fails healthMisses pings in
 // a row, spread over two health intervals, while the daemon was not
-// saturated), a restart is requested or ctx ends (nil).
+// saturated), a restart is requested or ctx ends (nil). It pings once per
+// health interval a plugin it did not hear from on its event stream in
+// that interval, and at once when a call found the plugin unresponsive.
 func (m *managed) watch(ctx context.Context, c *sdk.Client) error {
 	cfg := &m.h.cfg
 	tick := time.NewTicker(cfg.HealthInterval)
@@ -392,7 +400,14 @@ func (m *managed) watch(ctx context.Context, c *sdk.Client) error {
 			return errRestartRequested
 		case <-m.kick:
 		case <-tick.C:
+			// An event in the last interval is an answer: the process
+			// runs and serves its stream. No ping (a busy plugin's guests
+			// send events all the time), unless pings are failing.
+			if m.heard.Swap(false) && misses == 0 {
+				continue
+			}
 		}
+		m.pings.Add(1)
 		info, res, err := ping(ctx, c, cfg.HealthTimeout)
 		switch {
 		case ctx.Err() != nil:
@@ -459,6 +474,9 @@ func exitErr(c *sdk.Client) error {
 // proxy's subscribers until the stream ends.
 func (m *managed) forward(events <-chan sdk.Event) {
 	for ev := range events {
+		if !m.heard.Load() {
+			m.heard.Store(true)
+		}
 		if f := m.h.cfg.OnEvent; f != nil {
 			f(m.name, ev)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/plugins/pluginhost"
+	"github.com/guestlink/guestlink/plugins/sdk"
 )
 
 // TestKilledSixTimes: the supervisor brings a plugin back after each of six
@@ -228,5 +229,41 @@ func TestRestartVerifiesAgain(t *testing.T) {
 	}
 	if _, err := h.Backend("late"); err != nil {
 		t.Fatalf("Backend after the fix: %v", err)
+	}
+}
+
+// TestHealthPingsSkippedWhileHeard: a plugin whose event stream spoke in
+// the last health interval is not pinged (its events prove it runs: a
+// busy plugin's guests send them all the time), while a silent plugin is
+// pinged every interval. Tried: "chatty" sends an event every 10 ms,
+// "quiet" none, health interval 50 ms; before, both were pinged alike.
+func TestHealthPingsSkippedWhileHeard(t *testing.T) {
+	dir, bdir := pluginDir(t, map[string]map[string]any{
+		"chatty": {"event_every": "10ms"},
+		"quiet":  nil,
+	})
+	cfg := testConfig(dir, bdir)
+	cfg.HealthInterval = 50 * time.Millisecond
+	var heard atomic.Int64
+	cfg.OnEvent = func(name string, _ sdk.Event) {
+		if name == "chatty" {
+			heard.Add(1)
+		}
+	}
+	h := startHost(t, cfg)
+	waitFor(t, "twenty pings of the quiet plugin", func() bool { return pluginhost.Pings(h, "quiet") >= 20 })
+	chatty, quiet := pluginhost.Pings(h, "chatty"), pluginhost.Pings(h, "quiet")
+	if heard.Load() == 0 {
+		t.Fatal("no event from the chatty plugin")
+	}
+	// A ping when its events came late (a loaded machine) is allowed; one
+	// per interval is not.
+	if chatty*4 > quiet {
+		t.Fatalf("the chatty plugin was pinged %d times while the quiet one was %d times (%d events heard)", chatty, quiet, heard.Load())
+	}
+	for _, name := range []string{"chatty", "quiet"} {
+		if st := status(h, name); st.Health != pluginhost.HealthHealthy || st.Restarts != 0 {
+			t.Fatalf("%s: %+v, want healthy and never restarted", name, st)
+		}
 	}
 }

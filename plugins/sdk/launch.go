@@ -84,6 +84,7 @@ func Launch(ctx context.Context, path string, opts LaunchOptions) (*Client, erro
 		AutoMTLS:         true,
 		StartTimeout:     timeout,
 		Logger:           log,
+		GRPCDialOptions:  windowDialOptions(),
 	}
 	if len(opts.Checksum) > 0 {
 		cfg.SecureConfig = &plugin.SecureConfig{Checksum: opts.Checksum, Hash: sha256.New()}

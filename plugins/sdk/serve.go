@@ -105,6 +105,7 @@ func Serve(b Backend) {
 		Plugins:         PluginSet(b),
 		Logger:          log,
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			opts = append(opts, windowServerOptions()...)
 			opts = append(opts,
 				grpc.ChainUnaryInterceptor(recoverUnary(log)),
 				grpc.ChainStreamInterceptor(recoverStream(log)))

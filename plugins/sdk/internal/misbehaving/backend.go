@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"time"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
 	"github.com/guestlink/guestlink/plugins/sdk/example"
@@ -71,7 +72,37 @@ func (b *backend) State(ctx context.Context, h sdk.Handle) (*sdk.GuestState, err
 
 func (b *backend) Events(ctx context.Context) (<-chan sdk.Event, error) {
 	misbehave("Events")
-	return b.Backend.Events(ctx)
+	events, err := b.Backend.Events(ctx)
+	every := duration(readBehaviour().EventEvery)
+	if err != nil || every <= 0 {
+		return events, err
+	}
+	// A chatty plugin: the example's events and one of its own every
+	// period, as a plugin whose guests heartbeat.
+	out := make(chan sdk.Event)
+	go func() {
+		defer close(out)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			var ev sdk.Event
+			select {
+			case e, ok := <-events:
+				if !ok {
+					return
+				}
+				ev = e
+			case <-tick.C:
+				ev = sdk.Event{UUID: "chatty", Kind: sdk.EventRingData, Time: time.Now()}
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
 }
 
 func (b *backend) ReadRing(ctx context.Context, h sdk.Handle, max int) ([]byte, error) {

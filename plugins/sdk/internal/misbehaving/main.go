@@ -33,6 +33,7 @@ type behaviour struct {
 	Version       string `json:"version"`        // reported by Info
 	LinkKind      string `json:"link_kind"`      // LinkEndpoint answers this kind (announced or not)
 	InstanceType  string `json:"instance_type"`  // reported by Info
+	EventEvery    string `json:"event_every"`    // send a ring-data event of guest "chatty" this often on every stream
 	// Missing is reported by Info (read at every call, so a test can
 	// "install" what was missing without a restart).
 	Missing []sdk.Missing `json:"missing"`
