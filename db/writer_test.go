@@ -9,17 +9,24 @@ import (
 	"gorm.io/gorm"
 )
 
+// openWriterStore opens a SQLite store in a temporary directory, closed at
+// the test's end, for tests that hand its writer batches directly.
+func openWriterStore(t *testing.T) *sqlStore {
+	t.Helper()
+	st, err := Open(context.Background(), filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st.(*sqlStore)
+}
+
 // TestWriterBatchFallback hands the writer one batch holding good calls, a
 // failing call, a panicking call and a cancelled call, and checks that only
 // the bad ones fail and that every good one committed.
 func TestWriterBatchFallback(t *testing.T) {
 	ctx := context.Background()
-	st, err := Open(ctx, filepath.Join(t.TempDir(), "w.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s := st.(*sqlStore)
+	s := openWriterStore(t)
 
 	errBoom := errors.New("boom")
 	cancelled, cancel := context.WithCancel(ctx)
@@ -81,12 +88,7 @@ func TestWriterBatchFallback(t *testing.T) {
 // transaction: each runs once.
 func TestWriterBatchCommitsTogether(t *testing.T) {
 	ctx := context.Background()
-	st, err := Open(ctx, filepath.Join(t.TempDir(), "w.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s := st.(*sqlStore)
+	s := openWriterStore(t)
 	runs := 0
 	var ops []*writeOp
 	for range 10 {
@@ -118,12 +120,7 @@ func TestWriterBatchCommitsTogether(t *testing.T) {
 // context ended before its batch started is still not run.
 func TestWriterBatchOutlivesCallerDeadline(t *testing.T) {
 	ctx := context.Background()
-	st, err := Open(ctx, filepath.Join(t.TempDir(), "w.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	s := st.(*sqlStore)
+	s := openWriterStore(t)
 
 	const n = 8
 	cancels := make([]context.CancelFunc, n)

@@ -20,14 +20,7 @@ import (
 // detach gives every descriptor back.
 func TestDescriptorBudget(t *testing.T) {
 	h := newHost(t, Config{MaxDescriptors: 3})
-	dir := t.TempDir()
-	ep := &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: filepath.Join(dir, "a", "link.sock")}
-	if err := os.MkdirAll(filepath.Dir(ep.Path), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Attach("uuid-a", ep); err != nil {
-		t.Fatal(err)
-	}
+	ep := attachHybrid(t, h, "uuid-a")
 	path := hybrid.HostPath(ep.Path, h.Port())
 	var guest []net.Conn
 	defer func() {
@@ -85,14 +78,7 @@ func TestDescriptorBudgetUnbounded(t *testing.T) {
 // made afterwards, and Close still ends it (TestMain's leak check).
 func TestGateIdleWaitsInPoller(t *testing.T) {
 	h := newHost(t, Config{MaxDescriptors: 8})
-	dir := t.TempDir()
-	ep := &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: filepath.Join(dir, "a", "link.sock")}
-	if err := os.MkdirAll(filepath.Dir(ep.Path), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.Attach("uuid-a", ep); err != nil {
-		t.Fatal(err)
-	}
+	ep := attachHybrid(t, h, "uuid-a")
 	path := hybrid.HostPath(ep.Path, h.Port())
 	for i := range 2 {
 		// Tried: the first connection (the gate started waiting before
@@ -119,4 +105,18 @@ func gateParked() bool {
 		}
 	}
 	return false
+}
+
+// attachHybrid attaches a hybrid link for uuid at a socket path in a new
+// temporary directory and returns its endpoint.
+func attachHybrid(t *testing.T, h *Host, uuid string) *contract.LinkEndpoint {
+	t.Helper()
+	ep := &contract.LinkEndpoint{Kind: contract.LinkHybrid, Path: filepath.Join(t.TempDir(), "a", "link.sock")}
+	if err := os.MkdirAll(filepath.Dir(ep.Path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Attach(uuid, ep); err != nil {
+		t.Fatal(err)
+	}
+	return ep
 }
