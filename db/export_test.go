@@ -1,5 +1,7 @@
 package db
 
+import "database/sql"
+
 // MigrationCount is how many migrations the schema history holds.
 var MigrationCount = len(migrations())
 
@@ -16,3 +18,7 @@ func PruneEventsSQL(engine string) string {
 	}
 	return pruneEventsSQL
 }
+
+// ReaderPoolForTest returns s's reader pool (database/sql), for a test that
+// fills it with idle connections.
+func ReaderPoolForTest(s Store) (*sql.DB, error) { return s.(*sqlStore).db.DB() }

@@ -55,13 +55,23 @@ func isUnavailable(err error) bool {
 	return pgconn.Timeout(err) || strings.Contains(err.Error(), "conn closed")
 }
 
-// retryRead runs a read and, when it failed because its pooled connection
-// was stale (the server ended it, or restarted), once more: the pool has
-// dropped the broken connection by then, so the retry gets a fresh one.
-// Only reads are retried: a write that failed may have reached the server.
+// staleReadAttempts bounds retryRead: after the server ended its
+// connections, every idle connection of the reader pool (16 on
+// PostgreSQL) may be stale, and a failed read drops only its own.
+const staleReadAttempts = 17
+
+// retryRead runs a read and, while it fails because its pooled connection
+// was stale (the server ended it, or restarted), again, at most
+// staleReadAttempts times in all: the pool drops each broken connection,
+// so a later attempt gets a live or a fresh one. A timeout is not retried
+// (it would only multiply the wait), nor a server that is down for good
+// beyond the attempts (each fails at once: connection refused). Only
+// reads are retried: a write that failed may have reached the server.
+// Retrying once was not enough: a read right after the server ended two
+// idle connections met both (TestPostgresOutage, under CI's -race).
 func retryRead(read func() error) error {
 	err := read()
-	if isUnavailable(err) {
+	for i := 1; i < staleReadAttempts && isUnavailable(err) && !pgconn.Timeout(err); i++ {
 		err = read()
 	}
 	return err
