@@ -113,7 +113,11 @@ type vm struct {
 	mu     sync.Mutex
 	client *qmp.Client
 	exited chan struct{} // closed when our child was reaped; nil when not our child
-	reason string        // last SHUTDOWN reason
+	reason string        // the boot's first SHUTDOWN reason
+	// drained holds ring bytes the backend read on its own (at the
+	// guest's power-off, before QEMU quit), oldest first, until ReadRing
+	// hands them out; a new boot clears them.
+	drained []byte
 	// deleted are the watchers of DEVICE_DELETED by device id (hotplug.go).
 	deleted map[string]chan struct{}
 }

@@ -186,6 +186,22 @@ func TestBootAgentStarted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Drained as they come: the eventer coalesces a guest's queued
+			// port-opened hints (the link port's would hide the ring's).
+			seenc := make(chan map[sdk.EventKind]string, 1)
+			go func() {
+				seen := map[sdk.EventKind]string{}
+				defer func() { seenc <- seen }()
+				for ev := range events {
+					if (ev.Kind == sdk.EventPortOpened || ev.Kind == sdk.EventPortClosed) && ev.Port != l.RingPort() {
+						continue
+					}
+					seen[ev.Kind] = ev.Port + ev.Detail
+					if ev.Kind == sdk.EventExited {
+						return
+					}
+				}
+			}()
 			e.start(t, false)
 			e.waitWord(t, ringproto.Started, 3*time.Minute)
 
@@ -200,17 +216,11 @@ func TestBootAgentStarted(t *testing.T) {
 				t.Fatalf("graceful Stop = %+v, %v", st, err)
 			}
 			// The agent opened the ring port (VSERPORT_CHANGE) and QEMU exited.
-			seen := map[sdk.EventKind]string{}
-			for seen[sdk.EventExited] == "" {
-				select {
-				case ev := <-events:
-					if ev.Kind == sdk.EventPortOpened && ev.Port != l.RingPort() {
-						continue
-					}
-					seen[ev.Kind] = ev.Port + ev.Detail
-				case <-ctx.Done():
-					t.Fatalf("events seen %v, want port-opened on %s and exited", seen, l.RingPort())
-				}
+			var seen map[sdk.EventKind]string
+			select {
+			case seen = <-seenc:
+			case <-ctx.Done():
+				t.Fatalf("no exited event, want port-opened on %s and exited", l.RingPort())
 			}
 			if _, ok := seen[sdk.EventPortOpened]; !ok {
 				t.Errorf("no port-opened event for %s (seen %v)", l.RingPort(), seen)
@@ -270,5 +280,54 @@ func TestStatefulRestore(t *testing.T) {
 	}
 	if st, err = e.b.Stop(ctx, e.h, sdk.StopOptions{Force: true}); err != nil || st.HasSavedState {
 		t.Fatalf("after a stateless start and a plain stop = %+v, %v; want no saved state", st, err)
+	}
+}
+
+// TestRingKeptAfterPowerOff boots the agent image, which powers itself off
+// 3 s after boot (guestlink.poweroff=3; busybox init TERMs the agent, which
+// writes STOPPED, then powers off), and reads nothing until QEMU is gone:
+// the ring's last bytes must still be there (QEMU runs with -no-shutdown,
+// the backend reads the ring at the power-off, then quits QEMU). Before,
+// the ring went with QEMU and ReadRing answered "not running".
+func TestRingKeptAfterPowerOff(t *testing.T) {
+	e := newBootEnv(t, LayoutCurrent, "guestlink.poweroff=3")
+	if !e.img.HasAgent {
+		testenv.Requires(t, "the guest image with the agent", "cmd/guestlink-agent was missing when make guest-image ran: run make build guest-image")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	events, err := e.b.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(t, false)
+	h, _ := decodeHandle(e.h)
+	for exited := false; !exited; {
+		select {
+		case ev := <-events:
+			if ev.Kind == sdk.EventExited {
+				if ev.Exit != sdk.ExitPoweroff {
+					t.Errorf("exit %v (%s), want a power-off (the first SHUTDOWN's reason, not the quit's)", ev.Exit, ev.Detail)
+				}
+				exited = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("the guest did not power off; console:\n%s", tail(filepath.Join(h.Dir, consoleLog), 3000))
+		}
+	}
+	if st, err := e.b.State(ctx, e.h); err != nil || st.Status != sdk.StatusStopped {
+		t.Fatalf("State after the exit = %+v, %v: QEMU must be gone, not paused", st, err)
+	}
+	data, err := e.b.ReadRing(ctx, e.h, 4096)
+	if err != nil {
+		t.Fatalf("ReadRing after the power-off: %v (the ring's last bytes were lost with QEMU)", err)
+	}
+	var p ringproto.Parser
+	if w, ok := p.Feed(data); !ok || w != ringproto.Stopped {
+		t.Errorf("the ring's last bytes %q: last word %q, want %s", data, w, ringproto.Stopped)
+	}
+	// Taken once: a second read has nothing left, and says the guest is gone.
+	if data, err := e.b.ReadRing(ctx, e.h, 4096); !errors.Is(err, sdk.ErrConflict) {
+		t.Errorf("second ReadRing = %q, %v; want ErrConflict (not running)", data, err)
 	}
 }

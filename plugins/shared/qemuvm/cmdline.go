@@ -65,6 +65,10 @@ func (l *launch) args() []string {
 	a = append(a,
 		"-smp", strconv.Itoa(l.Config.CPUs),
 		"-nodefaults", "-no-user-config", "-display", "none",
+		// A guest that powers off leaves QEMU paused, not gone: the
+		// backend reads the ring's last bytes (the agent's STOPPED)
+		// before it tells QEMU to quit (qmppump.go afterShutdown).
+		"-no-shutdown",
 		"-smbios", "type=2,product=LXD",
 	)
 	if l.Link == sdk.LinkVsock {

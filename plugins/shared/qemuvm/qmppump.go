@@ -3,7 +3,9 @@ package qemuvm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -50,10 +52,19 @@ func (b *Backend) pump(h *handle, v *vm, c *qmp.Client) {
 			}
 			json.Unmarshal(ev.Data, &d)
 			v.mu.Lock()
-			v.reason = d.Reason
+			first := v.reason == ""
+			if first {
+				// The boot's first: the quit that follows a power-off
+				// (afterShutdown) sends its own SHUTDOWN.
+				v.reason = d.Reason
+			}
 			v.mu.Unlock()
-			if !ev.Time.IsZero() {
+			if first && !ev.Time.IsZero() {
 				exitedAt = ev.Time
+			}
+			if d.Reason != "host-qmp-quit" {
+				// Under -no-shutdown QEMU stays, paused, until told to quit.
+				b.afterShutdown(h, v, c)
 			}
 		}
 	}
@@ -81,6 +92,31 @@ func (b *Backend) pump(h *handle, v *vm, c *qmp.Client) {
 	}
 	b.log.Info("guest exited", "name", h.Name, "pid", h.PID, "reason", reason, "exit", kind)
 	b.events.Emit(sdk.Event{UUID: h.UUID, Kind: sdk.EventExited, Detail: reason, Exit: kind, Time: exitedAt})
+}
+
+// shutdownGrace bounds the ring's last read and the quit after a guest
+// powered off.
+const shutdownGrace = 5 * time.Second
+
+// afterShutdown ends the QEMU of a guest that shut down (powered off, or a
+// host signal): QEMU runs with -no-shutdown, so it is still there, paused,
+// with the ring's last bytes; they are read and kept for ReadRing (an
+// agent's STOPPED, written just before the power-off, would otherwise go
+// with QEMU before the daemon's next read), then QEMU is told to quit.
+func (b *Backend) afterShutdown(h *handle, v *vm, c *qmp.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if data, err := readRingQMP(ctx, c, RingSize); err != nil {
+		b.log.Warn("reading the ring after the guest shut down", "name", h.Name, "error", err)
+	} else if len(data) > 0 {
+		v.keepDrained(data)
+	}
+	if err := c.Execute(ctx, "quit", nil, nil); err != nil && !errors.Is(err, qmp.ErrClosed) {
+		b.log.Warn("QMP quit after the guest shut down failed, killing QEMU", "name", h.Name, "pid", h.PID, "error", err)
+		if h.running() {
+			syscall.Kill(h.PID, syscall.SIGKILL)
+		}
+	}
 }
 
 // exitKind classifies QEMU's end by its SHUTDOWN event's reason
@@ -120,5 +156,19 @@ func (b *Backend) ensureQMP(ctx context.Context, h *handle, v *vm) (*qmp.Client,
 	v.client = c
 	v.mu.Unlock()
 	go b.pump(h, v, c)
+	// A guest that powered off while no connection was there to hear its
+	// SHUTDOWN (the plugin restarted meanwhile) waits, paused, to be ended.
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := c.Execute(ctx, "query-status", nil, &st); err == nil && st.Status == "shutdown" {
+		v.mu.Lock()
+		if v.reason == "" {
+			v.reason = "guest-shutdown"
+		}
+		v.mu.Unlock()
+		b.log.Info("guest found powered off, ending QEMU", "name", h.Name, "pid", h.PID)
+		go b.afterShutdown(h, v, c)
+	}
 	return c, nil
 }

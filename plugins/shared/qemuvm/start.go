@@ -169,7 +169,7 @@ func (b *Backend) Start(ctx context.Context, hb sdk.Handle, spec *sdk.GuestSpec)
 	h.StartTime, _ = procStartTime(h.PID)
 	h.Accel, h.Link, h.CID, h.Vsock = l.Accel, l.Link, l.CID, l.Vsock
 	v.mu.Lock()
-	v.client, v.exited, v.reason = client, exited, ""
+	v.client, v.exited, v.reason, v.drained = client, exited, "", nil
 	v.mu.Unlock()
 	go b.pump(h, v, client)
 
