@@ -540,9 +540,16 @@ func (l *lateHooks) InstanceDeleted(inst *instance.Instance) {
 	}
 }
 
+func (l *lateHooks) GuestExiting(ctx context.Context, inst *instance.Instance) {
+	if xh, ok := l.h.(instance.ExitHooks); ok {
+		xh.GuestExiting(ctx, inst)
+	}
+}
+
 var (
 	_ instance.Hooks       = (*lateHooks)(nil)
 	_ instance.DeleteHooks = (*lateHooks)(nil)
+	_ instance.ExitHooks   = (*lateHooks)(nil)
 )
 
 // lateInstances forwards the agent monitor's calls to the manager, which is

@@ -290,6 +290,7 @@ func (s *Service) lockInstance(uuid string) (unlock func()) {
 var (
 	_ instance.Hooks         = (*Service)(nil)
 	_ instance.FilesProvider = (*Service)(nil)
+	_ instance.ExitHooks     = (*Service)(nil)
 )
 
 // New returns a Service with no monitor running.
@@ -438,6 +439,17 @@ func (s *Service) GuestStopped(inst *instance.Instance) {
 		m.halt()
 	}
 	s.cfg.Links.Detach(inst.UUID)
+}
+
+// GuestExiting takes in the last ring words of a guest whose process
+// ended before the manager records its end (instance.ExitHooks): one more
+// read of its ring, which a backend keeps after the guest's process is gone
+// (docs/plugins.md), so an agent's STOPPED written just before the power-off
+// is in the timeline.
+func (s *Service) GuestExiting(ctx context.Context, inst *instance.Instance) {
+	if m := s.monitor(inst.UUID); m != nil {
+		m.readLastWords(ctx)
+	}
 }
 
 // GuestReset forgets the agent of a guest that rebooted: its state is none

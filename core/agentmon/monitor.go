@@ -61,6 +61,9 @@ type monitor struct {
 	evQueue    [][]byte    // guest events waiting, at most eventQueue
 	evRunning  bool        // the pusher goroutine runs
 	pushed     pushedRing  // ring bytes sent with the backend's events (push.go)
+	// lastWords are closed after a step that began after they were
+	// added: callers of readLastWords waiting for a ring read.
+	lastWords []chan struct{}
 	// steadyWord is the word whose pushed line alone changes nothing
 	// while the monitor is steady, "" otherwise (liveness.go).
 	steadyWord ringproto.Word
@@ -221,6 +224,8 @@ func (m *monitor) steps() {
 		m.bgMu.Lock()
 		kick, timed, reset, results := m.wakeKick, m.wakeTimer, m.wakeReset, m.advResults
 		m.wakeKick, m.wakeTimer, m.wakeReset, m.advResults = false, false, false, nil
+		waiters := m.lastWords
+		m.lastWords = nil
 		// A timer that fired for an earlier setting (while the last step
 		// ran) does not count: the step set it again.
 		if timed && !m.due.IsZero() && time.Now().Before(m.due) {
@@ -232,11 +237,41 @@ func (m *monitor) steps() {
 		if m.stopped || (!kick && !timed && !reset && len(results) == 0) {
 			m.stepping = false
 			m.bgMu.Unlock()
+			closeAll(waiters)
 			return
 		}
 		m.bgMu.Unlock()
 		// Anything but the timer is something heard: poll fast again.
 		m.step(kick || reset || len(results) > 0, reset, results)
+		closeAll(waiters)
+	}
+}
+
+// readLastWords reads the ring once more and takes in its words, and
+// returns when that read's step is done (or ctx ends, or the monitor is
+// halted): the guest's process ended and its last words (the agent's
+// STOPPED) are taken in before its end is recorded (instance.ExitHooks).
+func (m *monitor) readLastWords(ctx context.Context) {
+	done := make(chan struct{})
+	m.bgMu.Lock()
+	if m.stopped {
+		m.bgMu.Unlock()
+		return
+	}
+	m.lastWords = append(m.lastWords, done)
+	m.wakeKick = true
+	m.startStepLocked()
+	m.bgMu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-m.stop:
+	}
+}
+
+func closeAll(chs []chan struct{}) {
+	for _, ch := range chs {
+		close(ch)
 	}
 }
 

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"time"
 
 	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
@@ -54,3 +55,20 @@ type FilesProvider interface {
 type DeleteHooks interface {
 	InstanceDeleted(inst *Instance)
 }
+
+// ExitHooks is an optional interface of Hooks: GuestExiting is called when
+// a running guest's process has ended (a stop the manager asked for, or the
+// guest powering off on its own), before the manager records it, so that
+// the agent monitor takes in the guest's last ring words first (an agent's
+// STOPPED, written just before the power-off). It returns once they are
+// taken in, or when ctx ends (at most ExitingTimeout); it must not call
+// back into the manager's operations on the instance, only record agent
+// states (SetAgentState), which the manager accepts until the stop is
+// recorded.
+type ExitHooks interface {
+	GuestExiting(ctx context.Context, inst *Instance)
+}
+
+// ExitingTimeout bounds Hooks.GuestExiting: a read of the ring's last
+// bytes from a plugin, which keeps them after the guest's process ended.
+const ExitingTimeout = 2 * time.Second

@@ -322,6 +322,7 @@ func (m *Manager) stop(ctx context.Context, e *entry, opts StopOptions, by event
 		if gs == nil {
 			gs = &contract.GuestState{Status: contract.StatusStopped}
 		}
+		m.guestExiting(ctx, e)
 	}
 	_, err = m.mutate(context.WithoutCancel(ctx), e, func(c *change) error {
 		detail := ""

@@ -344,6 +344,14 @@ func exitName(k contract.ExitKind) string {
 // instance's error). During an operation the exit is kept for the
 // operation to look at when it ends.
 func (m *Manager) guestExited(ctx context.Context, e *entry, ev contract.Event) {
+	m.mu.RLock()
+	idle := e.rt.op == status.OpNone
+	m.mu.RUnlock()
+	if idle {
+		// (An exit during an operation is the operation's: a stop takes
+		// in the last words itself.)
+		m.guestExiting(ctx, e)
+	}
 	handled := false
 	_, err := m.mutate(ctx, e, func(c *change) error {
 		if c.rt.op != status.OpNone {
@@ -382,6 +390,25 @@ func (m *Manager) guestExited(ctx context.Context, e *entry, ev contract.Event) 
 	if handled {
 		m.notify(e, always, func(h Hooks, inst *Instance) { h.GuestStopped(inst) })
 	}
+}
+
+// guestExiting lets the hooks take in a running guest's last ring words
+// (ExitHooks) before its end is recorded, within ExitingTimeout.
+func (m *Manager) guestExiting(ctx context.Context, e *entry) {
+	xh, ok := m.hooks.(ExitHooks)
+	if !ok {
+		return
+	}
+	m.mu.RLock()
+	running := !e.rt.deleted && e.rec.PowerState == status.PowerRunning
+	inst := identityOf(e)
+	m.mu.RUnlock()
+	if !running {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ExitingTimeout)
+	defer cancel()
+	xh.GuestExiting(ctx, inst)
 }
 
 // guestReset handles a reboot of e's guest that kept its process: Ready
