@@ -46,9 +46,31 @@ func (n *systemdNotify) Notify(id linkhost.Identity, m sdnotify.Message) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()
+	if off, err := notifyOff(ctx, mgr, id.InstanceUUID); err != nil {
+		n.log.Warn("reading the instance of a systemd READY=1", "instance", id.InstanceUUID, "err", err)
+		return
+	} else if off {
+		n.log.Info("guest's systemd READY=1 ignored: "+instance.KeySystemdNotify+" is false", "instance", id.InstanceUUID)
+		return
+	}
 	if err := mgr.Declare(ctx, id.InstanceUUID, instance.Declaration{State: instance.DeclaredReady}, bySystemd); err != nil {
 		n.log.Warn("declaring Ready from the guest's systemd", "instance", id.InstanceUUID, "err", err)
 	}
+}
+
+// notifyOff reports whether the instance's effective config (its
+// profiles, then its own keys) switches systemd's READY=1 off
+// (readiness.systemd_notify).
+func notifyOff(ctx context.Context, mgr *instance.Manager, uuid string) (bool, error) {
+	inst, err := mgr.GetByUUID(ctx, uuid)
+	if err != nil {
+		return false, err
+	}
+	cfg, _, err := mgr.Expanded(ctx, inst.Name)
+	if err != nil {
+		return false, err
+	}
+	return !instance.SystemdNotifyEnabled(cfg), nil
 }
 
 var _ linkhost.NotifyHandler = (*systemdNotify)(nil)

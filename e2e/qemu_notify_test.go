@@ -12,6 +12,7 @@ import (
 	"github.com/guestlink/guestlink/api"
 	"github.com/guestlink/guestlink/core/status"
 	"github.com/guestlink/guestlink/internal/testenv"
+	"github.com/guestlink/guestlink/internal/testwait"
 )
 
 // debian13BootTimeout bounds the Debian 13 guest's boot to Ready (TCG on
@@ -33,7 +34,7 @@ func debian13Image(t *testing.T) string {
 // it, and the timeline (shown by guestlink info) names systemd as the
 // cause, never devlxd. Through the agent it checks that the switch held
 // (guestlink-ready.service did not run) and that systemd had the
-// credential.
+// credential, then the host's switch (checkNotifySwitch).
 func TestQEMUDebianSystemdReady(t *testing.T) {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		testenv.Requires(t, "qemu-system-x86_64", "not installed (scripts/install-deps.sh installs qemu-system-x86)")
@@ -114,7 +115,35 @@ write_files:
 	if got, _, _ := d.runCLI(ctx, "exec", name, "--", "systemd-creds", "--system", "cat", "vmm.notify_socket"); strings.TrimSpace(got) != "vsock-stream:2:8442" {
 		t.Errorf("the guest's vmm.notify_socket credential %q, want vsock-stream:2:8442", strings.TrimSpace(got))
 	}
+	checkNotifySwitch(ctx, t, d, name)
 	if err := d.client.Delete(ctx, name, true); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkNotifySwitch checks the host's switch on the booted guest:
+// with readiness.systemd_notify=false the READY=1 systemd sends after a
+// daemon-reload is ignored (the daemon's log says so: the explicit signal
+// that it came) and the agent's Started stands; back to true, the next one
+// declares Ready again.
+func checkNotifySwitch(ctx context.Context, t *testing.T, d *daemonProc, name string) {
+	t.Helper()
+	const ignored = "guest's systemd READY=1 ignored"
+	d.cli(ctx, "config", "set", name, "readiness.systemd_notify=false")
+	d.cli(ctx, "exec", name, "--", "guestlink-agent", "started")
+	d.waitInstance(ctx, name, "Running (the agent's Started)", 2*time.Minute, func(i *api.Instance) bool {
+		return i.StatusCode == int(status.Running)
+	})
+	d.cli(ctx, "exec", name, "--", "systemctl", "daemon-reload")
+	if !testwait.Until(2*time.Minute, func() bool { return strings.Contains(d.log(), ignored) }) {
+		t.Fatalf("no %q in the daemon's log after systemctl daemon-reload with readiness.systemd_notify=false", ignored)
+	}
+	if inst, err := d.client.Instance(ctx, name); err != nil || inst.StatusCode != int(status.Running) {
+		t.Errorf("after an ignored READY=1: %+v, %v; want still Running (Started)", inst, err)
+	}
+	d.cli(ctx, "config", "set", name, "readiness.systemd_notify=true")
+	d.cli(ctx, "exec", name, "--", "systemctl", "daemon-reload")
+	d.waitInstance(ctx, name, "Ready again from systemd", 2*time.Minute, func(i *api.Instance) bool {
+		return i.StatusCode == int(status.Ready)
+	})
 }

@@ -226,6 +226,9 @@ func TestReadinessKeys(t *testing.T) {
 		{KeyProbeTimeout, "2s", ""},
 		{KeyProbeSuccessThres, "3", ""},
 		{KeyProbeFailureThres, "0", "is not an integer from 1 to 1000"},
+		{KeySystemdNotify, "false", ""},
+		{KeySystemdNotify, "off", ""},
+		{KeySystemdNotify, "never", "is not a boolean"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
@@ -320,5 +323,16 @@ func TestProbeFailureAfterReady(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestSystemdNotifyEnabled: systemd's READY=1 counts unless the key holds
+// one of LXD's false values, in any case.
+func TestSystemdNotifyEnabled(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "true": true, "1": true, "on": true,
+		"false": false, "0": false, "no": false, "OFF": false, "False": false} {
+		if got := SystemdNotifyEnabled(map[string]string{KeySystemdNotify: v}); got != want {
+			t.Errorf("readiness.systemd_notify=%q: enabled %v, want %v", v, got, want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/guestlink/guestlink/core/instance/record"
@@ -25,6 +26,10 @@ const (
 	KeyProbeTimeout      = "readiness.probe.timeout"
 	KeyProbeSuccessThres = "readiness.probe.success_threshold"
 	KeyProbeFailureThres = "readiness.probe.failure_threshold"
+	// KeySystemdNotify set to false makes the daemon ignore the READY=1
+	// the guest's systemd sends over vsock (docs/guest-link.md): the guest
+	// decides Ready through the agent or devlxd alone.
+	KeySystemdNotify = "readiness.systemd_notify"
 )
 
 // Bounds of the readiness keys.
@@ -47,6 +52,19 @@ var readinessKeys = map[string]keyChecker{
 	KeyProbeTimeout:      durationChecker(minProbePeriod, maxProbePeriod),
 	KeyProbeSuccessThres: checkThreshold,
 	KeyProbeFailureThres: checkThreshold,
+	KeySystemdNotify:     checkBool,
+}
+
+// SystemdNotifyEnabled reports whether a READY=1 from the guest's systemd
+// declares Ready under config (an instance's effective config):
+// readiness.systemd_notify is unset or anything but a false value ("false",
+// "0", "no", "off", any case), as LXD reads its booleans.
+func SystemdNotifyEnabled(config map[string]string) bool {
+	switch strings.ToLower(config[KeySystemdNotify]) {
+	case "0", "false", "no", "off":
+		return false
+	}
+	return true
 }
 
 // durationChecker checks a Go duration between lo and hi.
