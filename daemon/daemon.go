@@ -420,25 +420,44 @@ func (d *Daemon) startRecovery() {
 // slow stop says where it waited.
 func (d *Daemon) close(ctx context.Context) {
 	t0 := time.Now()
-	var slow []any
+	var (
+		slowMu sync.Mutex
+		slow   []any
+	)
 	step := func(name string, fn func()) {
 		s0 := time.Now()
 		fn()
 		if took := time.Since(s0); took >= slowCloseStep {
+			slowMu.Lock()
 			slow = append(slow, slog.Duration(name, took.Round(time.Millisecond)))
+			slowMu.Unlock()
 		}
+	}
+	// together runs steps at once and returns when all have: parts that
+	// do not depend on each other, each of which mostly waits (a server's
+	// shutdown checks its connections every 100 ms) or works in the kernel.
+	together := func(steps ...func()) {
+		var wg sync.WaitGroup
+		for _, s := range steps {
+			if s != nil {
+				wg.Go(s)
+			}
+		}
+		wg.Wait()
 	}
 	// shutdown stops an HTTP server: its requests in flight get
 	// shutdownGrace to be answered, then the stop goes on without them
 	// (the process ends their connections as it exits).
-	shutdown := func(name string, fn func(context.Context) error) {
-		step(name, func() {
-			gctx, cancel := context.WithTimeout(ctx, shutdownGrace)
-			defer cancel()
-			if err := fn(gctx); err != nil && d.log != nil {
-				d.log.Warn("stopping: requests still in flight", "server", name, "err", err)
-			}
-		})
+	shutdown := func(name string, fn func(context.Context) error) func() {
+		return func() {
+			step(name, func() {
+				gctx, cancel := context.WithTimeout(ctx, shutdownGrace)
+				defer cancel()
+				if err := fn(gctx); err != nil && d.log != nil {
+					d.log.Warn("stopping: requests still in flight", "server", name, "err", err)
+				}
+			})
+		}
 	}
 	if d.stopRecovery != nil {
 		step("recovery", d.stopRecovery)
@@ -454,12 +473,28 @@ func (d *Daemon) close(ctx context.Context) {
 	if d.dash != nil {
 		step("dashboard", d.dash.Close) // ends the live streams, which would hold the shutdown
 	}
+	// The HTTP servers and the guest links close at once: none needs
+	// another to close (a link's connection the devlxd server no longer
+	// takes is closed, a server's listener closed first refuses new
+	// requests), and the stop then waits for the longest of them, not
+	// for their sum (the links of 10,000 guests take about a second to
+	// close, each server at least one 100 ms check of its connections).
+	// The links close before the monitors, which then have none left to
+	// detach one by one.
+	var web, api, links, guests func()
 	if d.web != nil {
-		shutdown("web", d.web.ShutdownWithContext)
+		web = shutdown("web", d.web.ShutdownWithContext)
 	}
 	if d.api != nil {
-		shutdown("api", d.api.Shutdown)
+		api = shutdown("api", d.api.Shutdown)
 	}
+	if d.links != nil {
+		links = func() { step("links", func() { _ = d.links.Close() }) }
+	}
+	if d.devlxd != nil {
+		guests = shutdown("devlxd", d.devlxd.Shutdown)
+	}
+	together(web, api, links, guests)
 	if d.stopBeat != nil {
 		step("heartbeat", d.stopBeat)
 	}
@@ -467,19 +502,11 @@ func (d *Daemon) close(ctx context.Context) {
 	if d.unixLn != nil {
 		_ = os.Remove(SocketPath(d.cfg.StateDir))
 	}
-	// The links close first, all at once (linkhost closes them in
-	// parallel): the monitors then have none left to detach one by one.
-	if d.links != nil {
-		step("links", func() { _ = d.links.Close() })
-	}
 	if d.monitor != nil {
 		step("agent_monitors", func() { d.monitor.Close() })
 	}
 	if d.oom != nil {
 		step("oom_watches", d.oom.Close)
-	}
-	if d.devlxd != nil {
-		shutdown("devlxd", d.devlxd.Shutdown)
 	}
 	if d.plugins != nil {
 		step("plugins", func() { _ = d.plugins.Close() })
