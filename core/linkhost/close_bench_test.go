@@ -15,7 +15,7 @@ import (
 // (each guest's socket in a directory of its own, as the fleet's and the
 // QEMU backends' are), what the daemon's stop pays in its "links" step.
 func BenchmarkCloseHybrid(b *testing.B) {
-	for _, n := range []int{1000, 5000} {
+	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("links=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
