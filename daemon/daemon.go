@@ -462,6 +462,10 @@ func (d *Daemon) close(ctx context.Context) {
 	if d.stopRecovery != nil {
 		step("recovery", d.stopRecovery)
 	}
+	// The cluster's heartbeat (a lease write) ends before the writes do.
+	if d.stopBeat != nil {
+		step("heartbeat", d.stopBeat)
+	}
 	// The writes end first: a call not yet in a transaction fails at once
 	// (a storm's backlog of declarations and agent states is not
 	// committed one batch after the other while the stop waits on its
@@ -495,9 +499,6 @@ func (d *Daemon) close(ctx context.Context) {
 		guests = shutdown("devlxd", d.devlxd.Shutdown)
 	}
 	together(web, api, links, guests)
-	if d.stopBeat != nil {
-		step("heartbeat", d.stopBeat)
-	}
 	step("tcp", d.closeTCP)
 	if d.unixLn != nil {
 		_ = os.Remove(SocketPath(d.cfg.StateDir))
