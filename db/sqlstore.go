@@ -557,8 +557,9 @@ func (s *sqlStore) LastEventID(ctx context.Context) (int64, error) {
 // write call that had not started, queued or still waiting to be, and
 // every later one fails with ErrClosed. Reads go on until Close. A stop
 // then waits for no backlog of writes: the callers (a guest's declaration,
-// an agent's state) get an error they handle, and the guest or the next
-// daemon does the change again.
+// an agent's state) get an error they handle: nothing of theirs was
+// recorded (a guest that declares again reaches the next daemon; an
+// agent's state is taken anew when the next daemon's monitor starts).
 func (s *sqlStore) CloseWrites() { s.w.close() }
 
 // Close ends the writes as CloseWrites does, then closes the database.

@@ -198,9 +198,9 @@ func (s *Server) patchState(c *fiber.Ctx) error {
 		err = s.cfg.Instances.SetReady(ctx, inst.UUID, d.State == instance.DeclaredReady, by)
 	}
 	if err != nil && s.life.Err() != nil {
-		// The daemon stops (Shutdown cancelled the call): nothing was
-		// recorded, and the guest's next declaration goes to the next
-		// daemon. Not a warning per guest of a storm.
+		// The daemon stops (Shutdown cancelled the call): the change may
+		// not be recorded, and the guest's next declaration goes to the
+		// next daemon. Not a warning per guest of a storm.
 		s.cfg.Logger.Debug("devlxd: state change cut by the daemon's stop", "instance", inst.Name, "state", d.State, "err", err)
 		return sendError(c, http.StatusServiceUnavailable, "")
 	}

@@ -40,7 +40,7 @@ func (s *stuckReady) SetReady(ctx context.Context, _ string, _ bool, _ events.Re
 // TestShutdownCancelsRequestsInFlight sends 8 Ready declarations whose
 // instance service call never ends, then shuts the server down with 10 s
 // to spare. Shutdown must cancel the calls and return once they are
-// answered (503: the guest declares again to the next daemon), long
+// answered (503: the guest may declare again), long
 // before its deadline: the handlers' contexts were the 30 s request
 // timeout's alone, so a daemon's stop waited for each such request (its
 // "devlxd" step up to the stop's 20 s bound).
