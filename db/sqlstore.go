@@ -552,8 +552,18 @@ func (s *sqlStore) LastEventID(ctx context.Context) (int64, error) {
 	return id, nil
 }
 
-// Close waits for queued writes, then closes the database. Later calls
-// return ErrClosed; Close itself may be called more than once.
+// CloseWrites ends the store's writes, as a daemon's stop begins: the
+// transaction in flight finishes (what it commits stays committed), every
+// write call that had not started, queued or still waiting to be, and
+// every later one fails with ErrClosed. Reads go on until Close. A stop
+// then waits for no backlog of writes: the callers (a guest's declaration,
+// an agent's state) get an error they handle: nothing of theirs was
+// recorded (a guest that declares again reaches the next daemon; an
+// agent's state is taken anew when the next daemon's monitor starts).
+func (s *sqlStore) CloseWrites() { s.w.close() }
+
+// Close ends the writes as CloseWrites does, then closes the database.
+// Later calls return ErrClosed; Close itself may be called more than once.
 func (s *sqlStore) Close() error {
 	s.closeOnce.Do(func() {
 		start := time.Now()

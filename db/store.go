@@ -22,5 +22,10 @@ var (
 type Store interface {
 	record.Store
 	events.EventStore
+	// CloseWrites ends the writes when a stop begins: the transaction in
+	// flight commits, every write that had not started (queued, or
+	// waiting to be) and every later one fails with ErrClosed; reads go
+	// on until Close.
+	CloseWrites()
 	Close() error
 }

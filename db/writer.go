@@ -44,10 +44,15 @@ type writer struct {
 	maxBatch int
 	log      *slog.Logger
 
-	mu      sync.RWMutex // held shared while enqueueing, exclusively to close
-	closed  bool
-	ops     chan *writeOp
-	stopped chan struct{}
+	mu     sync.RWMutex // held shared while enqueueing, exclusively to close
+	closed bool
+	ops    chan *writeOp
+	// quit is closed when close begins: a call still waiting to be queued
+	// or queued but not yet in a transaction fails with ErrClosed instead
+	// of being committed (see close).
+	quit     chan struct{}
+	quitOnce sync.Once
+	stopped  chan struct{}
 
 	keep retention
 	// Appends committed since the last prune; used only by the goroutine.
@@ -64,6 +69,7 @@ func newWriter(db *gorm.DB, engine string, maxBatch int, keep retention, log *sl
 		maxBatch:    maxBatch,
 		log:         log,
 		ops:         make(chan *writeOp, maxBatch),
+		quit:        make(chan struct{}),
 		stopped:     make(chan struct{}),
 		keep:        keep,
 		newTimeline: map[int64]int{},
@@ -73,7 +79,8 @@ func newWriter(db *gorm.DB, engine string, maxBatch int, keep retention, log *sl
 }
 
 // do queues fn and returns once the transaction holding it committed (nil)
-// or failed. A call whose ctx ends before its batch starts is not run.
+// or failed. A call whose ctx ends before its batch starts is not run, nor
+// one the store's close finds waiting (ErrClosed).
 func (w *writer) do(ctx context.Context, events bool, fn func(tx *gorm.DB) error) error {
 	return w.doAppend(ctx, events, nil, fn)
 }
@@ -95,6 +102,9 @@ func (w *writer) doAppend(ctx context.Context, events bool, timeline []int64, fn
 	case <-ctx.Done():
 		w.mu.RUnlock()
 		return ctx.Err()
+	case <-w.quit:
+		w.mu.RUnlock()
+		return ErrClosed
 	}
 	w.mu.RUnlock()
 	// Once queued, wait for the truth even if ctx ends: returning early
@@ -102,9 +112,18 @@ func (w *writer) doAppend(ctx context.Context, events bool, timeline []int64, fn
 	return <-op.done
 }
 
-// close stops accepting calls, lets the queued ones finish and stops the
-// goroutine.
+// close stops accepting calls, lets the transaction in flight finish (what
+// it commits stays committed) and stops the goroutine. Every call that had
+// not started fails with ErrClosed: those waiting to be queued (their
+// callers blocked on a full queue) and those queued but not yet in a
+// transaction. A stop in a storm of 10,000 Ready declarations otherwise
+// committed the whole backlog one batch after the other before the store
+// closed, and waited for every blocked caller to get its call queued. It
+// is safe to call more than once.
 func (w *writer) close() {
+	w.quitOnce.Do(func() { close(w.quit) })
+	// Callers blocked on a full queue leave it (quit), so the lock comes
+	// at once.
 	w.mu.Lock()
 	if !w.closed {
 		w.closed = true
@@ -112,6 +131,16 @@ func (w *writer) close() {
 	}
 	w.mu.Unlock()
 	<-w.stopped
+}
+
+// quitting reports whether close has begun.
+func (w *writer) quitting() bool {
+	select {
+	case <-w.quit:
+		return true
+	default:
+		return false
+	}
 }
 
 func (w *writer) loop() {
@@ -140,7 +169,12 @@ func (w *writer) loop() {
 // call if that fails.
 func (w *writer) commit(batch []*writeOp) {
 	live := make([]*writeOp, 0, len(batch))
+	quitting := w.quitting()
 	for _, op := range batch {
+		if quitting {
+			op.done <- ErrClosed // not started: the store closes
+			continue
+		}
 		if err := op.ctx.Err(); err != nil {
 			op.done <- err
 			continue
@@ -150,7 +184,11 @@ func (w *writer) commit(batch []*writeOp) {
 	if len(live) == 0 {
 		return
 	}
-	defer w.prune()
+	defer func() {
+		if !w.quitting() {
+			w.prune() // the next daemon prunes what a stop left
+		}
+	}()
 	err := w.run(live)
 	if err == nil || len(live) == 1 {
 		for _, op := range live {
@@ -165,6 +203,10 @@ func (w *writer) commit(batch []*writeOp) {
 		w.log.Debug("group commit failed, retrying calls one by one", "calls", len(live), "err", err)
 	}
 	for _, op := range live {
+		if w.quitting() {
+			op.done <- ErrClosed // its batch rolled back; the store closes
+			continue
+		}
 		if err := op.ctx.Err(); err != nil {
 			op.done <- err
 			continue

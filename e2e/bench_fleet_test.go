@@ -454,6 +454,7 @@ func BenchmarkFleet(b *testing.B) {
 		select {
 		case <-stopping:
 		case <-time.After(3 * time.Second):
+			fleetStacks(pprofAddr, "stop")
 			fleetGoroutines(b, pprofAddr, "stop", 0)
 		}
 	}()
@@ -462,6 +463,11 @@ func BenchmarkFleet(b *testing.B) {
 	close(stopping)
 	<-stopProf
 	fleetLogf("restart: the daemon stopped in %v", stopTook.Round(time.Millisecond))
+	// The stop's own line names its slow steps; the daemon logs it as a
+	// warning when the stop took 2 s or more (it runs at warn here).
+	if line := fleetStopLine(d); line != "" {
+		fleetLogf("restart: the daemon's log: %s", line)
+	}
 	target("daemon-stop-s", stopTook.Seconds(), "<=2", stopTook <= 2*time.Second)
 	restartProf := make(chan struct{})
 	go func() {
@@ -589,6 +595,46 @@ func fleetCosts(b *testing.B, d *benchDaemon, stateDir string, n int) {
 // keeps only its first lines.
 func fleetLogf(format string, args ...any) {
 	fmt.Printf("%s fleet: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// fleetStopLine returns the daemon log's last "guestlinkd stopped" line,
+// or "" (a stop under 2 s is logged at info, below the bench's level).
+func fleetStopLine(d *benchDaemon) string {
+	data, err := os.ReadFile(filepath.Join(d.StateDir, "guestlinkd.log"))
+	if err != nil {
+		return ""
+	}
+	last := ""
+	for line := range strings.Lines(string(data)) {
+		if strings.Contains(line, "guestlinkd stopped") {
+			last = strings.TrimSpace(line)
+		}
+	}
+	return last
+}
+
+// fleetStacks saves the daemon's goroutines by stack, counted
+// (fleet-<phase>-goroutine-stacks.txt): where a slow phase waits, which the
+// top-list of fleetGoroutines hides below its cut.
+func fleetStacks(addr, phase string) {
+	dir := os.Getenv(fleetProfilesEnv)
+	if dir == "" {
+		return
+	}
+	resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		fleetLogf("goroutine stacks: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		fleetLogf("goroutine stacks: %v", err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fleet-"+phase+"-goroutine-stacks.txt"), data, 0o644); err != nil {
+		fleetLogf("goroutine stacks: %v", err)
+	}
 }
 
 // fleetLogWarnings logs how often the daemon's log says an event subscriber

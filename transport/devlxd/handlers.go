@@ -2,7 +2,6 @@ package devlxd
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,7 +38,7 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 	if st == nil || len(st.PeerCertificates) == 0 {
 		return sendError(c, http.StatusUnauthorized, "")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	inst, err := s.cfg.Instances.GetByUUID(ctx, id.InstanceUUID)
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -190,13 +189,20 @@ func (s *Server) patchState(c *fiber.Ctx) error {
 		return sendError(c, http.StatusBadRequest, err.Error())
 	}
 	id := c.Locals(localsIdentity).(linkhost.Identity)
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	by := events.Requestor{Protocol: "devlxd", Address: string(id.Link)}
 	if dc, ok := s.cfg.Instances.(Declarer); ok {
 		err = dc.Declare(ctx, inst.UUID, d, by)
 	} else {
 		err = s.cfg.Instances.SetReady(ctx, inst.UUID, d.State == instance.DeclaredReady, by)
+	}
+	if err != nil && s.life.Err() != nil {
+		// The daemon stops (Shutdown cancelled the call): the change may
+		// not be recorded, and the guest's next declaration goes to the
+		// next daemon. Not a warning per guest of a storm.
+		s.cfg.Logger.Debug("devlxd: state change cut by the daemon's stop", "instance", inst.Name, "state", d.State, "err", err)
+		return sendError(c, http.StatusServiceUnavailable, "")
 	}
 	if err != nil {
 		s.cfg.Logger.Warn("devlxd: setting ready state", "instance", inst.Name, "state", d.State, "err", err)

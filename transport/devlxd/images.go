@@ -44,7 +44,7 @@ func (s *Server) getImageExport(c *fiber.Ctx) error {
 	if err != nil || !fingerprintRE.MatchString(fp) || s.cfg.Images == nil {
 		return imageError(c, http.StatusNotFound)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	path, name, err := s.cfg.Images.ImageFile(ctx, fp)
 	if errors.Is(err, errdefs.ErrNotFound) {

@@ -231,8 +231,10 @@ func (s *Server) operation(c *fiber.Ctx, err error) (reply, error) {
 
 func ownerOf(c *fiber.Ctx) string { return auth.TypeDevlxd + "/" + trustedOf(c).Name }
 
-func reqCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), requestTimeout)
+// reqCtx is a handler's context: requestTimeout, and cancelled when the
+// server shuts down (Shutdown).
+func (s *Server) reqCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(s.life, requestTimeout)
 }
 
 // fail answers a service error: its kind's status, its message for a
@@ -311,7 +313,7 @@ func (s *Server) listVolumes(c *fiber.Ctx, st Storage) (reply, error) {
 	if t := c.Params("type"); !vm && t != "" && t != "custom" {
 		return reply{}, refuse(http.StatusBadRequest, msgOnlyCustom)
 	}
-	ctx, cancel := reqCtx()
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	vols, err := st.Volumes(ctx, c.Params("pool"))
 	if err != nil {
@@ -350,7 +352,7 @@ func (s *Server) createVolume(c *fiber.Ctx, st Storage) (reply, error) {
 		cfg = map[string]string{}
 	}
 	cfg[storage.KeyOwner] = ownerOf(c)
-	ctx, cancel := reqCtx()
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	var err error
 	if req.Source.Type != "" {
@@ -411,7 +413,7 @@ func (s *Server) copySource(ctx context.Context, c *fiber.Ctx, st Storage, typ, 
 // ownedVolume returns volume name of pool when the caller's identity owns
 // it; a volume it does not own is a 404 refusal that does not reveal it.
 func (s *Server) ownedVolume(c *fiber.Ctx, st Storage, pool, name string) (*storage.Volume, error) {
-	ctx, cancel := reqCtx()
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	v, err := st.Volume(ctx, pool, name)
 	if err != nil {
@@ -441,14 +443,14 @@ func (s *Server) putVolume(c *fiber.Ctx, st Storage, v *storage.Volume) (reply, 
 	if err := checkIfMatch(c, volumeETag(v)); err != nil {
 		return reply{}, err
 	}
-	ctx, cancel := reqCtx()
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	_, err := st.UpdateVolume(ctx, v.Pool, v.Name, req.Description, req.Config)
 	return s.operation(c, err)
 }
 
 func (s *Server) deleteVolume(c *fiber.Ctx, st Storage, v *storage.Volume) (reply, error) {
-	ctx, cancel := reqCtx()
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	return s.operation(c, st.DeleteVolume(ctx, v.Pool, v.Name))
 }
@@ -458,7 +460,7 @@ func snapWire(v *storage.Volume, volume string) wireSnapshot {
 }
 
 func (s *Server) listSnapshots(_ *fiber.Ctx, st Storage, v *storage.Volume) (reply, error) {
-	ctx, cancel := reqCtx()
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	snaps, err := st.Snapshots(ctx, v.Pool, v.Name)
 	if err != nil {
@@ -478,7 +480,7 @@ func (s *Server) createSnapshot(c *fiber.Ctx, st Storage, v *storage.Volume) (re
 	if err := decode(c, &req); err != nil {
 		return reply{}, err
 	}
-	ctx, cancel := reqCtx()
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	if req.Name == "" {
 		name, err := st.NextSnapshotName(ctx, v.Pool, v.Name)
@@ -492,7 +494,7 @@ func (s *Server) createSnapshot(c *fiber.Ctx, st Storage, v *storage.Volume) (re
 }
 
 func (s *Server) getSnapshot(c *fiber.Ctx, st Storage, v *storage.Volume) (reply, error) {
-	ctx, cancel := reqCtx()
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	sn, err := st.Volume(ctx, v.Pool, v.Name+"/"+c.Params("snapshot"))
 	if err != nil {
@@ -502,7 +504,7 @@ func (s *Server) getSnapshot(c *fiber.Ctx, st Storage, v *storage.Volume) (reply
 }
 
 func (s *Server) deleteSnapshot(c *fiber.Ctx, st Storage, v *storage.Volume) (reply, error) {
-	ctx, cancel := reqCtx()
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	err := st.DeleteVolume(ctx, v.Pool, v.Name+"/"+c.Params("snapshot"))
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -575,7 +577,7 @@ func (s *Server) patchInstance(c *fiber.Ctx) (reply, error) {
 		return reply{}, nil
 	}
 	by := events.Requestor{Protocol: "devlxd", Username: owner, Address: string(c.Locals(localsIdentity).(linkhost.Identity).Link)}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*requestTimeout)
+	ctx, cancel := context.WithTimeout(s.life, 2*requestTimeout)
 	defer cancel()
 	if _, err := s.cfg.Devices.UpdateDevices(ctx, inst.Name, u, by); err != nil {
 		return reply{}, err

@@ -189,8 +189,13 @@ type Server struct {
 	// (1), container (2) and volume management (4), encoded on first use
 	// (getInfo).
 	infoBodies [8]atomic.Pointer[[]byte]
-	done       chan struct{} // closed when the HTTP server returned
-	once       sync.Once
+	// life is the handlers' context (reqCtx): Shutdown cancels it, so a
+	// request waiting on the instance service (a declaration's store
+	// write queued in a storm) ends at once instead of holding the stop.
+	life    context.Context
+	endLife context.CancelFunc
+	done    chan struct{} // closed when the HTTP server returned
+	once    sync.Once
 }
 
 // New returns a running Server that serves the connections handed to it.
@@ -262,6 +267,7 @@ func New(cfg Config) (*Server, error) {
 		ops:         newOperations(),
 		done:        make(chan struct{}),
 	}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	s.tickets = &ticketKeys{}
 	if err := s.tickets.rotate(); err != nil {
 		return nil, err
@@ -425,11 +431,14 @@ func (s *Server) ServeConn(c net.Conn, id linkhost.Identity) error {
 	return nil
 }
 
-// Shutdown stops accepting connections, closes idle ones, waits for requests
-// in flight (until ctx ends) and returns.
+// Shutdown stops accepting connections, cancels the work of the requests
+// in flight (their calls to the services get a cancelled context and the
+// guest an error it retries), closes idle connections, waits for those
+// requests to be answered (until ctx ends) and returns.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
+		s.endLife()
 		err = s.app.ShutdownWithContext(ctx)
 		s.queue.Close()
 		select {

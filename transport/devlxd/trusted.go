@@ -115,7 +115,7 @@ func (s *Server) bearer(c *fiber.Ctx, inst *instance.Instance) bool {
 		_ = sendError(c, http.StatusForbidden, msgBadToken+msgTokenUnknown)
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	who, err := s.cfg.Tokens.AuthenticateDevlxd(ctx, token, inst.Name)
 	switch {
@@ -210,7 +210,7 @@ func (s *Server) target(c *fiber.Ctx) (*instance.Instance, error) {
 	if !slices.Contains(who.Instances, name) {
 		return nil, refuse(http.StatusNotFound, "")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	ctx, cancel := s.reqCtx()
 	defer cancel()
 	inst, err := s.cfg.Instances.Get(ctx, name)
 	if errors.Is(err, errdefs.ErrNotFound) {

@@ -1,0 +1,48 @@
+package agentmon
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/internal/testwait"
+)
+
+// BenchmarkClose10k measures Close of the monitors of 10,000 guests, each
+// with a ring read and an agent dial in flight (a storm's moment: the
+// plugin and the agents slow to answer), what the daemon's stop pays in
+// its "agent_monitors" step: close-ms and close-cpu-ms (the process's).
+func BenchmarkClose10k(b *testing.B) {
+	const guests = 10000
+	certs := testCerts(b)
+	for b.Loop() {
+		b.StopTimer()
+		g := &stuckGuests{insts: map[string]*instance.Instance{}}
+		links := &stuckLinks{}
+		svc, err := New(Config{Instances: g, Links: links, Certs: certs, RequestTimeout: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range guests {
+			inst := &instance.Instance{Name: "vm1", UUID: "uuid-" + strconv.Itoa(i), Backend: "qemu", Config: map[string]string{}}
+			g.mu.Lock()
+			g.insts[inst.UUID] = inst
+			g.mu.Unlock()
+			svc.GuestRunning(inst, nil)
+		}
+		testwait.For(b, "every monitor in its read and its dial", time.Minute, func() bool {
+			return g.reading.Load() == guests && links.dialing.Load() == guests
+		})
+		cpu0 := processCPU(b)
+		t0 := time.Now()
+		b.StartTimer()
+		if err := svc.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(time.Since(t0).Milliseconds()), "close-ms")
+		b.ReportMetric(float64((processCPU(b) - cpu0).Milliseconds()), "close-cpu-ms")
+		b.StartTimer()
+	}
+}
