@@ -2,12 +2,19 @@ package devlxd
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/guestlink/guestlink/agent/upstream"
+	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/link/advert"
 )
 
 // TestSessionTicketsAcrossRestart checks tickets kept across a daemon
@@ -214,5 +221,89 @@ func TestTicketKeyExpiresWhileRunning(t *testing.T) {
 			t.Errorf("%v after the key became current: opens %v, want %v", c.later, got, c.opens)
 		}
 		now = now.Add(-c.later)
+	}
+}
+
+// portLink is a guest link that dials the socket of each advertised port.
+type portLink map[uint32]string
+
+func (l portLink) Dial(ctx context.Context, _, port uint32) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", l[port])
+}
+
+func (portLink) Kind() string { return "hybrid" }
+
+func (portLink) Listen(uint32) (net.Listener, error) {
+	return nil, errors.New("portLink: no listening")
+}
+
+// TestAgentResumesAfterRestart checks the re-advertisement of a restarted
+// daemon with the agent's own client (agent/upstream): advertised a new
+// port with the same daemon certificate, the agent's probe resumes the
+// session of its probe of the previous daemon (kept ticket keys on the
+// daemon, the kept session cache on the agent), as A; advertised another
+// daemon certificate, the agent offers no ticket of the previous one, even
+// to a server that would open it (one holding the same keys).
+func TestAgentResumesAfterRestart(t *testing.T) {
+	file := filepath.Join(t.TempDir(), TicketKeysFile)
+	e := newEnv(t, func(c *Config) { c.TicketKeysFile = file })
+	a := e.agents["a"]
+	link := portLink{8443: e.socks[uuidA]}
+	up := upstream.New(upstream.Options{Link: link, Certificate: a.TLS})
+	t.Cleanup(up.CloseIdleConnections)
+	advertise := func(port uint32, daemon *pki.Pair) {
+		t.Helper()
+		if err := up.SetAdvertisement(&advert.Advertisement{CID: 2, Port: port, Certificate: string(daemon.CertPEM), Devlxd: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	advertise(8443, e.daemon)
+	if err := up.Probe(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	up.CloseIdleConnections()
+	if err := e.srv.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The restarted daemon: its certificate, its keys' file, a new port.
+	e2 := newEnv(t, func(c *Config) {
+		c.Certificate = e.daemon.TLS
+		c.Certs = fakeCerts{"a": a.DER}
+		c.TicketKeysFile = file
+	})
+	link[8444] = e2.socks[uuidA]
+	advertise(8444, e.daemon)
+	env, err := up.Do(t.Context(), "GET", "/1.0/config/user.foo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(env.Metadata); got != `"bar"` {
+		t.Errorf("A's resumed request on the restarted daemon answered %s, want A's \"bar\"", got)
+	}
+	if n := e2.srv.tickets.opened.Load(); n != 1 {
+		t.Errorf("the restarted daemon resumed %d sessions, want the agent's 1", n)
+	}
+	up.CloseIdleConnections()
+
+	// Another daemon certificate on another port, the same ticket keys:
+	// had the agent offered its ticket, this server would resume it.
+	other, err := pki.GeneratePair("guestlink", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e3 := newEnv(t, func(c *Config) {
+		c.Certificate = other.TLS
+		c.Certs = fakeCerts{"a": a.DER}
+		c.TicketKeysFile = file
+	})
+	link[8445] = e3.socks[uuidA]
+	advertise(8445, other)
+	if _, err := up.Do(t.Context(), "GET", "/1.0", nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := e3.srv.tickets.opened.Load(); n != 0 {
+		t.Errorf("a daemon of another certificate resumed %d of the agent's sessions, want 0", n)
 	}
 }

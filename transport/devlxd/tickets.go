@@ -54,6 +54,8 @@ type ticketKeys struct {
 	// period is the rotation period; zero leaves expiry to rotate alone.
 	period time.Duration
 	now    func() time.Time
+	// opened counts the tickets opened: the sessions resumed.
+	opened atomic.Int64
 }
 
 // ticketKey is one session ticket key.
@@ -182,6 +184,7 @@ func (k *ticketKeys) open(ticket, binding []byte) []byte {
 		}
 		ns := aead.NonceSize()
 		if state, err := aead.Open(nil, ticket[:ns], ticket[ns:], binding); err == nil {
+			k.opened.Add(1)
 			return state
 		}
 	}
