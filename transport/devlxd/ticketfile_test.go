@@ -14,6 +14,7 @@ import (
 
 	"github.com/guestlink/guestlink/agent/upstream"
 	"github.com/guestlink/guestlink/core/pki"
+	"github.com/guestlink/guestlink/internal/testenv"
 	"github.com/guestlink/guestlink/link/advert"
 )
 
@@ -124,6 +125,14 @@ func TestTicketKeysFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			if err := os.Symlink(moved, path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "owned by another user", mode: 0o600, later: time.Minute, wantErr: "owned by uid 54321", edit: func(t *testing.T, path string) {
+			if os.Geteuid() != 0 {
+				testenv.Requires(t, "root", "only root gives a file to another user (chown)")
+			}
+			if err := os.Chown(path, 54321, 54321); err != nil {
 				t.Fatal(err)
 			}
 		}},
