@@ -304,7 +304,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Certificate: certs.Daemon().TLS,
 		Logger:      d.log.With("component", "devlxd"),
 		StateBudget: stateBudget,
-		Observer:    d.metrics,
+		// Kept across restarts: the agents' tickets resume on the
+		// restarted daemon (docs/security.md).
+		TicketKeysFile: filepath.Join(cfg.StateDir, pki.DaemonDir, devlxd.TicketKeysFile),
+		Observer:       d.metrics,
 		// What a guest is depends on its backend (sim guests are
 		// processes: "container").
 		InstanceTypes: d.plugins,

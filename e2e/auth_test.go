@@ -111,6 +111,8 @@ func TestRemoteAccess(t *testing.T) {
 	d := newTCPDaemon(t)
 	cfg := t.TempDir()
 	checkMode(t, filepath.Join(d.stateDir, "pki", "https.key"), 0o600)
+	// devlxd's session ticket keys, kept across restarts (docs/security.md).
+	checkMode(t, filepath.Join(d.stateDir, "pki", "devlxd-ticket-keys"), 0o600)
 
 	// Nothing without credentials, on both listeners.
 	for _, base := range []string{d.httpURL, d.httpsURL} {

@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -239,6 +242,13 @@ func TestDaemonKilled(t *testing.T) {
 	}
 	rec.wait(ctx, 0, events.InstanceUpdated, 1, opTimeout)
 	lastID := rec.lastID()
+	// devlxd's session ticket keys: the restarted daemon restores them (the
+	// agent's ticket resumes on it), it does not make new ones.
+	ticketKeys := filepath.Join(d.stateDir, "pki", "devlxd-ticket-keys")
+	keysBefore, err := os.ReadFile(ticketKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	d.kill()
 	if !alive(vmm) || !alive(agents[0]) {
@@ -271,6 +281,9 @@ func TestDaemonKilled(t *testing.T) {
 	}
 	rec2.wait(ctx, 0, events.InstanceAgentConnected, 1, opTimeout)
 	rec2.wait(ctx, 0, events.InstanceReady, 1, opTimeout)
+	if keysAfter, err := os.ReadFile(ticketKeys); err != nil || !bytes.Equal(keysAfter, keysBefore) {
+		t.Errorf("the ticket keys after the restart (err %v) are not the ones before: restored keys are not rewritten within their period", err)
+	}
 	if n := len(pluginProcs(d.stateDir)); n != 1 {
 		t.Errorf("%d sim plugin processes after the restart, want 1", n)
 	}

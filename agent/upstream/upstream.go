@@ -86,6 +86,14 @@ type Client struct {
 	mu  sync.RWMutex
 	adv *advert.Advertisement
 	dc  *daemonConns
+	// sessions is the TLS session cache of the daemon whose certificate is
+	// sessionsPin. It outlives an advertisement: a restarted daemon
+	// advertises a new port with the same certificate, and keeps its
+	// ticket keys (transport/devlxd), so the agent's ticket resumes on it.
+	// An advertisement of another certificate starts a new cache: no
+	// ticket is ever offered to another daemon.
+	sessions    tls.ClientSessionCache
+	sessionsPin []byte
 }
 
 // New returns a Client with no daemon advertised.
@@ -156,9 +164,21 @@ func (c *Client) newConns(a advert.Advertisement, pinned []byte) *daemonConns {
 		// The ticket of the advertisement's check (Probe) lets the
 		// guest's first declaration resume instead of handshaking; the
 		// daemon binds tickets to this guest's link.
-		tlsConf.ClientSessionCache = tls.NewLRUClientSessionCache(8)
+		tlsConf.ClientSessionCache = c.sessionCache(pinned)
 	}
 	return &daemonConns{adv: a, link: c.opts.Link, tls: tlsConf, perRequest: c.opts.PerRequestTLS}
+}
+
+// sessionCache returns the session cache of the daemon whose certificate
+// is pinned: the one of the previous advertisements if they pinned the same
+// certificate, else a new one.
+func (c *Client) sessionCache(pinned []byte) tls.ClientSessionCache {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sessions == nil || !bytes.Equal(c.sessionsPin, pinned) {
+		c.sessions, c.sessionsPin = tls.NewLRUClientSessionCache(8), bytes.Clone(pinned)
+	}
+	return c.sessions
 }
 
 // Do sends method path (path may carry a query) with body to the daemon and

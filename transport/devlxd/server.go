@@ -155,6 +155,12 @@ type Config struct {
 	// (default DefaultTicketRotation); tickets are bound to the instance
 	// whose link issued them (tlsFor).
 	TicketRotation time.Duration
+	// TicketKeysFile, when set, keeps the session ticket keys across
+	// restarts (mode 0600; the daemon's is STATE/pki/devlxd-ticket-keys):
+	// the agents' tickets then resume on the restarted daemon within their
+	// keys' two periods. A file group or others may read is not used (it is
+	// replaced by fresh keys). Empty keeps the keys in memory only.
+	TicketKeysFile string
 	// Now is the clock used to check certificate validity (default time.Now).
 	Now func() time.Time
 	// Logger receives errors of the listener (default slog.Default).
@@ -268,14 +274,21 @@ func New(cfg Config) (*Server, error) {
 		done:        make(chan struct{}),
 	}
 	s.life, s.endLife = context.WithCancel(context.Background())
-	s.tickets = &ticketKeys{}
-	if err := s.tickets.rotate(); err != nil {
-		return nil, err
-	}
 	if cfg.TicketRotation <= 0 {
 		cfg.TicketRotation = DefaultTicketRotation
 	}
-	go s.rotateTickets(cfg.TicketRotation, s.queue.closed)
+	s.cfg = cfg
+	s.tickets = &ticketKeys{file: cfg.TicketKeysFile, period: cfg.TicketRotation, now: cfg.Now}
+	nextRotation, err := s.tickets.restore()
+	if s.tickets.set.Load() == nil {
+		return nil, err
+	}
+	if err != nil {
+		// The server runs on fresh keys; only resumption across this
+		// restart (or the next) is lost.
+		cfg.Logger.Warn("devlxd: session ticket keys not restored", "err", err)
+	}
+	go s.rotateTickets(nextRotation, cfg.TicketRotation, s.queue.closed)
 	s.app = fiber.New(fiber.Config{
 		Immutable:             true,
 		DisableStartupMessage: true,
