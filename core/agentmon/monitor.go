@@ -170,6 +170,7 @@ func (m *monitor) halt() {
 		m.bgMu.Unlock()
 		close(m.stop)
 		m.cancel()
+		m.stopRetry()
 	})
 }
 
@@ -321,8 +322,12 @@ func (m *monitor) nextPoll(heard bool) time.Duration {
 // heartbeat; the service records only changes).
 func (m *monitor) report(st instance.AgentState, heartbeat time.Time) {
 	m.stateMu.Lock()
+	prev := m.state
 	m.state = st
 	m.stateMu.Unlock()
+	if st == instance.AgentConnected && prev != instance.AgentConnected {
+		m.connected() // the agent's signal: its report is wanted (reports.go)
+	}
 	cfg := &m.svc.cfg
 	if hr, ok := cfg.Instances.(HeartbeatRecorder); ok && !heartbeat.IsZero() && hr.RecordHeartbeat(m.uuid, st, heartbeat) {
 		return
