@@ -68,6 +68,13 @@ func serveViews(tb testing.TB, views []*instance.Instance) string {
 // or without (fixedViews: each list encodes every view).
 func serveViewsCached(tb testing.TB, views []*instance.Instance, cached bool) string {
 	tb.Helper()
+	return serveViewsGuests(tb, views, cached, nil)
+}
+
+// serveViewsGuests is serveViewsCached with the agents' reports of guests
+// (nil: none).
+func serveViewsGuests(tb testing.TB, views []*instance.Instance, cached bool, guests adminapi.GuestReports) string {
+	tb.Helper()
 	bus := events.New(&apitest.MemEventStore{})
 	backends := &apitest.Backends{}
 	backends.Set(apitest.DefaultBackends()...)
@@ -77,7 +84,7 @@ func serveViewsCached(tb testing.TB, views []*instance.Instance, cached bool) st
 	if cached {
 		svc = &cachedViews{fixedViews: fixed, caches: make([]instance.ViewCache, len(views))}
 	}
-	a := adminapi.New(adminapi.Config{Instances: svc, Events: bus, Backends: backends})
+	a := adminapi.New(adminapi.Config{Instances: svc, Events: bus, Backends: backends, Guests: guests})
 	sock := filepath.Join(dir, "guestlink.sock")
 	ln, err := adminapi.ListenUnix(sock)
 	if err != nil {
