@@ -227,3 +227,54 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestListAnswersConcurrent: lists sent at once over several connections,
+// each from chunks that the lists before gave back to their pools, are
+// each encoding/json's answer, byte for byte: a chunk goes back to its
+// pool only once its answer was sent.
+func TestListAnswersConcurrent(t *testing.T) {
+	views := oddFleetViews(2500) // about 2 MiB: every chunk size
+	sock := serveViews(t, views)
+	list := make([]api.Instance, 0, len(views))
+	for _, v := range views {
+		list = append(list, instance.WireInstance(v, nil))
+	}
+	want, err := json.Marshal(api.Sync(list))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const clients, lists = 4, 3
+	errs := make(chan error, clients)
+	for range clients {
+		go func() {
+			hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			}}}
+			defer hc.CloseIdleConnections()
+			for i := range lists {
+				resp, err := hc.Get("http://guestlink/1.0/instances?recursion=1")
+				if err != nil {
+					errs <- err
+					return
+				}
+				got, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(got, want) {
+					errs <- fmt.Errorf("list %d: answer differs from encoding/json (%d, %d bytes)", i, len(got), len(want))
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
