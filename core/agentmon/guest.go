@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/guestlink/guestlink/api"
@@ -41,9 +42,12 @@ var background = make(chan struct{}, backgroundFetches)
 
 // guestCache is one monitor's cache.
 type guestCache struct {
-	mu      sync.Mutex
-	info    api.GuestInfo
-	ipv4    string        // info.State.IPv4(), worked out once per fetch
+	mu   sync.Mutex
+	info api.GuestInfo
+	ipv4 string // info.State.IPv4(), worked out once per fetch
+	// listed is ipv4 for CachedIPv4, read without the lock (a list reads
+	// it for every guest); nil before the first fetch.
+	listed  atomic.Pointer[string]
 	at      time.Time     // when info was fetched; zero: never
 	running chan struct{} // closed when the running fetch ends; nil: none
 	// retries counts the refreshes since the agent connected that found
@@ -114,13 +118,13 @@ func (s *Service) CachedGuest(uuid string) *api.GuestInfo {
 // but the string: a list's ipv4 per row.
 func (s *Service) CachedIPv4(uuid string) string {
 	m := s.monitor(uuid)
-	if m == nil || m.currentState() != instance.AgentConnected {
+	if m == nil || !m.connectedNow.Load() {
 		return ""
 	}
-	c := &m.guest
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ipv4
+	if ip := m.guest.listed.Load(); ip != nil {
+		return *ip
+	}
+	return ""
 }
 
 // RefreshGuest returns what CachedGuest returns and, when the report is
@@ -184,6 +188,8 @@ func (m *monitor) fetchGuestLocked(release func()) chan struct{} {
 		if info.Error == "" || c.at.IsZero() {
 			c.info, c.at = info, m.svc.cfg.Now()
 			c.ipv4 = info.State.IPv4()
+			ip := c.ipv4
+			c.listed.Store(&ip)
 		} else {
 			// Keep the state fetched before, with why it is old.
 			c.info.Error = info.Error

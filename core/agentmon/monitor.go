@@ -82,6 +82,9 @@ type monitor struct {
 
 	stateMu sync.Mutex
 	state   instance.AgentState
+	// connectedNow mirrors state == AgentConnected for the readers that
+	// take no lock (CachedIPv4, a list's every row).
+	connectedNow atomic.Bool
 
 	devMu   sync.Mutex
 	devices map[string]map[string]string // as last told to the guest
@@ -324,6 +327,7 @@ func (m *monitor) report(st instance.AgentState, heartbeat time.Time) {
 	m.stateMu.Lock()
 	prev := m.state
 	m.state = st
+	m.connectedNow.Store(st == instance.AgentConnected)
 	m.stateMu.Unlock()
 	if st == instance.AgentConnected && prev != instance.AgentConnected {
 		m.connected() // the agent's signal: its report is wanted (reports.go)
