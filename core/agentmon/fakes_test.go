@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -217,6 +218,15 @@ type fakeAgent struct {
 	// /1.0/state came (reports_test.go).
 	noAddr     bool
 	stateTimes []time.Time
+	// conns counts the connections the daemon opened to the agent.
+	conns int
+}
+
+// connCount returns how many connections the daemon opened to the agent.
+func (a *fakeAgent) connCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.conns
 }
 
 // gets returns how many GET /1.0/state the agent answered or holds.
@@ -289,7 +299,13 @@ func startFakeAgent(t *testing.T, vmmSock string, certs *pki.InstanceCerts) *fak
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = fmt.Fprintf(w, `{"type":"sync","status":"Success","status_code":200,"metadata":{"hostname":"fake-%d","network":{"eth0":{"addresses":%s}},"oom_kills":%d}}`, n, addrs, ooms)
 	})
-	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{
+	srv := &http.Server{Handler: mux, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			a.mu.Lock()
+			a.conns++
+			a.mu.Unlock()
+		}
+	}, TLSConfig: &tls.Config{
 		Certificates: []tls.Certificate{certs.Agent.TLS},
 		ClientAuth:   tls.RequireAnyClientCert,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {

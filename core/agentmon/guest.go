@@ -207,7 +207,10 @@ func (m *monitor) fetchGuestLocked(release func()) chan struct{} {
 func (m *monitor) fetchGuest(ctx context.Context) api.GuestInfo {
 	var info api.GuestInfo
 	var ai devlxdapi.AgentInfo
-	if err := m.client.getJSON(ctx, "/1.0", &ai); err != nil {
+	// Both requests on one connection: one TLS handshake per report.
+	hc := m.client.sessionClient()
+	defer hc.CloseIdleConnections()
+	if err := m.client.getJSON(ctx, hc, "/1.0", &ai); err != nil {
 		info.Error = err.Error()
 		return info
 	}
@@ -219,7 +222,7 @@ func (m *monitor) fetchGuest(ctx context.Context) api.GuestInfo {
 		return info
 	}
 	var st api.GuestState
-	if err := m.client.getJSON(ctx, "/1.0/state", &st); err != nil {
+	if err := m.client.getJSON(ctx, hc, "/1.0/state", &st); err != nil {
 		info.Error = err.Error()
 		return info
 	}
@@ -233,15 +236,14 @@ func (m *monitor) fetchGuest(ctx context.Context) api.GuestInfo {
 	return info
 }
 
-// getJSON GETs path on the agent and decodes the sync envelope's metadata
-// into out.
-func (c *agentClient) getJSON(ctx context.Context, path string, out any) error {
+// getJSON GETs path on the agent through hc (sessionClient) and decodes
+// the sync envelope's metadata into out. The answer is read to its end, so
+// hc's connection serves the next call.
+func (c *agentClient) getJSON(ctx context.Context, hc *http.Client, path string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://agent"+path, nil)
 	if err != nil {
 		return fmt.Errorf("GET %s on agent of instance %q: %w", path, c.certs.Name, err)
 	}
-	hc := c.httpClient()
-	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("GET %s on agent of instance %q: %w", path, c.certs.Name, err)

@@ -1,6 +1,7 @@
 package agentmon
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -250,4 +251,23 @@ func TestReportRefreshBounds(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestReportOneConnection: a report's two requests (GET /1.0 and GET
+// /1.0/state) share one connection, so a refresh costs the daemon one TLS
+// handshake with the agent; before, each request dialled its own.
+func TestReportOneConnection(t *testing.T) {
+	e := newEnv(t, nil)
+	g := e.guest("vm1")
+	e.connect(g)
+	e.reportLanded(g, 1)
+	e.settle(g) // no advertisement under way: every connection from now on is the report's
+	c0 := g.agent.connCount()
+	e.clock.advance(GuestStateTTL)
+	if info, ok := e.svc.Guest(context.Background(), g.inst.UUID, time.Minute); !ok || info.Error != "" || info.State == nil {
+		t.Fatalf("report: %+v, %v", info, ok)
+	}
+	if n := g.agent.connCount() - c0; n != 1 {
+		t.Fatalf("a report took %d connections to the agent, want 1", n)
+	}
 }
