@@ -354,7 +354,8 @@ func New(cfg Config) (*Service, error) {
 		cfg.ReportRate = DefaultReportRate
 	}
 	def(&cfg.ReportRetry, DefaultReportRetry)
-	return &Service{cfg: cfg, budget: cfg.StateBudget, adv: newAdvGate(cfg.MaxAdvertising), reports: newRefresher(cfg.ReportRate),
+	adv := newAdvGate(cfg.MaxAdvertising)
+	return &Service{cfg: cfg, budget: cfg.StateBudget, adv: adv, reports: newRefresher(cfg.ReportRate, adv),
 		monitors: map[string]*monitor{}, ops: map[string]*instanceLock{},
 		batchers: map[contract.RingBatchReader]*ringBatcher{}, quit: make(chan struct{})}, nil
 }

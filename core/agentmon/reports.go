@@ -21,7 +21,10 @@ import (
 // each time, until the wait would pass reportRetryMax: a guest that never
 // gets an address costs a few refreshes, not one per list. Afterwards the
 // report changes only through a single instance's view (Guest,
-// RefreshGuest) or the agent's next connection.
+// RefreshGuest) or the agent's next connection. While the start-up
+// recovery holds the advertisements (HoldAdvertisements) the refreshes
+// wait too: a restarted daemon sees every agent CONNECTED at its first
+// heartbeat, and their reports are not worth slowing the recovery down.
 const (
 	// DefaultReportRate is Config.ReportRate's default: report refreshes
 	// started per second at most across the Service.
@@ -39,6 +42,7 @@ const (
 // only while reports are wanted.
 type refresher struct {
 	interval time.Duration // between two refreshes' starts: 1 / ReportRate
+	gate     *advGate      // refreshes wait while its holds hold it
 	slots    chan struct{} // one per running refresh
 	quit     chan struct{} // closed by close
 
@@ -55,8 +59,9 @@ type refresher struct {
 	fetch func(m *monitor, release func())
 }
 
-func newRefresher(rate float64) *refresher {
+func newRefresher(rate float64, gate *advGate) *refresher {
 	return &refresher{
+		gate: gate,
 		fetch: func(m *monitor, release func()) {
 			m.guest.mu.Lock()
 			m.fetchGuestLocked(release)
@@ -114,6 +119,11 @@ func (r *refresher) run() {
 				t.Stop()
 				continue // run sees closed
 			}
+		}
+		select {
+		case <-r.gate.opened():
+		case <-r.quit:
+			continue
 		}
 		select {
 		case r.slots <- struct{}{}:

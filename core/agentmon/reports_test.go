@@ -225,7 +225,7 @@ func TestReportRefreshBounds(t *testing.T) {
 		// each ended at once.
 		synctest.Test(t, func(t *testing.T) {
 			const rate = 20 // 50 ms apart
-			r := newRefresher(rate)
+			r := newRefresher(rate, newAdvGate(DefaultMaxAdvertising))
 			var mu sync.Mutex
 			var starts []time.Duration
 			t0 := time.Now()
@@ -270,4 +270,40 @@ func TestReportOneConnection(t *testing.T) {
 	if n := g.agent.connCount() - c0; n != 1 {
 		t.Fatalf("a report took %d connections to the agent, want 1", n)
 	}
+}
+
+// TestReportRefreshWaitsForRecovery: while the start-up recovery holds the
+// advertisements, the refreshes wanted meanwhile wait (on synctest's
+// clock, a fake fetch recording them); the release lets them go.
+func TestReportRefreshWaitsForRecovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := newAdvGate(DefaultMaxAdvertising)
+		r := newRefresher(DefaultReportRate, gate)
+		var mu sync.Mutex
+		fetched := 0
+		r.fetch = func(_ *monitor, release func()) {
+			mu.Lock()
+			fetched++
+			mu.Unlock()
+			release()
+		}
+		release := gate.hold()
+		for range 3 {
+			r.want(&monitor{})
+		}
+		time.Sleep(time.Minute) // fake time: long past every refresh's turn
+		synctest.Wait()
+		mu.Lock()
+		if fetched != 0 {
+			t.Errorf("%d refreshes ran while the recovery held the advertisements", fetched)
+		}
+		mu.Unlock()
+		release()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		r.close()
+		if fetched != 3 {
+			t.Errorf("%d refreshes after the release, want 3", fetched)
+		}
+	})
 }
