@@ -258,7 +258,7 @@ func (d *Dashboard) instanceData(c *fiber.Ctx, name string) (components.Instance
 		return components.InstanceData{}, err
 	}
 	w := instance.WireInstance(inst, nil)
-	d.withGuest(&w)
+	d.withFreshGuest(&w)
 	data := components.InstanceData{Meta: d.meta(c, inst.Name, "instances"), Inst: &w, Editable: d.cfg.Editor != nil}
 	data.Stream = instanceStream(inst.Name)
 	data.Snapshots = d.snapshotsOf(c.UserContext(), inst.Name)

@@ -49,6 +49,14 @@ func (g *advGate) hold() (release func()) {
 	}
 }
 
+// opened returns a channel closed once no hold holds the gate (closed
+// already when none does).
+func (g *advGate) opened() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.open
+}
+
 // enter waits while the gate is held, or until stop is closed (it then
 // reports false). An advertisement that had to wait for a hold then takes
 // one of the slots, so the burst a release lets go runs at most

@@ -165,6 +165,14 @@ type Config struct {
 	// the others wait their turn. Advertisements asked for while nothing
 	// holds them are not counted.
 	MaxAdvertising int
+	// ReportRate is how many refreshes of the agents' reports of their
+	// guests (GET /1.0 and /1.0/state, a TLS connection each) start per
+	// second at most, on the agents' connections (reports.go); default
+	// DefaultReportRate. ReportRetry is the first wait before a report
+	// without an address is refreshed again (DefaultReportRetry); it
+	// doubles up to 5 minutes, then the retries stop.
+	ReportRate  float64
+	ReportRetry time.Duration
 }
 
 // Service runs one monitor per running instance. Create it with New; Close
@@ -173,6 +181,8 @@ type Service struct {
 	cfg    Config
 	budget *statebudget.Budget
 	adv    *advGate // when PUT /1.0 calls may run (advgate.go)
+	// reports refreshes the agents' reports on their signals (reports.go).
+	reports *refresher
 
 	mu       sync.Mutex
 	monitors map[string]*monitor      // by instance UUID
@@ -341,7 +351,13 @@ func New(cfg Config) (*Service, error) {
 	if cfg.MaxAdvertising <= 0 {
 		cfg.MaxAdvertising = DefaultMaxAdvertising
 	}
-	return &Service{cfg: cfg, budget: cfg.StateBudget, adv: newAdvGate(cfg.MaxAdvertising), monitors: map[string]*monitor{}, ops: map[string]*instanceLock{},
+	if cfg.ReportRate <= 0 {
+		cfg.ReportRate = DefaultReportRate
+	}
+	def(&cfg.ReportRetry, DefaultReportRetry)
+	adv := newAdvGate(cfg.MaxAdvertising)
+	return &Service{cfg: cfg, budget: cfg.StateBudget, adv: adv, reports: newRefresher(cfg.ReportRate, adv),
+		monitors: map[string]*monitor{}, ops: map[string]*instanceLock{},
 		batchers: map[contract.RingBatchReader]*ringBatcher{}, quit: make(chan struct{})}, nil
 }
 
@@ -554,6 +570,7 @@ func (s *Service) Close() error {
 	for _, m := range ms {
 		m.wait()
 	}
+	s.reports.close()
 	s.stopSweep()
 	s.quitOnce.Do(func() { close(s.quit) })
 	return nil

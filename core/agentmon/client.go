@@ -35,7 +35,17 @@ func newAgentClient(links Links, uuid string, certs *pki.InstanceCerts, now func
 }
 
 // httpClient returns a client for one call.
-func (c *agentClient) httpClient() *http.Client {
+func (c *agentClient) httpClient() *http.Client { return c.newHTTPClient(false) }
+
+// sessionClient returns a client for a few calls in a row on one
+// connection (a report's GET /1.0 and GET /1.0/state: one TLS handshake,
+// not one per request); the caller closes its idle connection at the end
+// (CloseIdleConnections).
+func (c *agentClient) sessionClient() *http.Client { return c.newHTTPClient(true) }
+
+// newHTTPClient returns a client that dials the agent; keepAlive keeps its
+// connection between its calls.
+func (c *agentClient) newHTTPClient(keepAlive bool) *http.Client {
 	certs, now := c.certs, c.now
 	cfg := &tls.Config{
 		Certificates: []tls.Certificate{certs.Client.TLS},
@@ -75,8 +85,10 @@ func (c *agentClient) httpClient() *http.Client {
 			return tc, nil
 		},
 		// An agent restart kills kept connections: a fresh one per call
-		// is simplest, and nothing stays open once the call is done.
-		DisableKeepAlives: true,
+		// is simplest, and nothing stays open once the call is done (a
+		// session client's caller closes it).
+		DisableKeepAlives:   !keepAlive,
+		MaxIdleConnsPerHost: 1,
 	}
 	return &http.Client{Transport: tr}
 }

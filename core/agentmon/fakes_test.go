@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -212,6 +213,27 @@ type fakeAgent struct {
 	stall     chan struct{}
 	stateGets int
 	oomKills  uint64 // the state's oom_kills
+	// noAddr, when set, leaves the state without an address (a guest
+	// whose network is not up yet); stateTimes are when each GET
+	// /1.0/state came (reports_test.go).
+	noAddr     bool
+	stateTimes []time.Time
+	// conns counts the connections the daemon opened to the agent.
+	conns int
+}
+
+// connCount returns how many connections the daemon opened to the agent.
+func (a *fakeAgent) connCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.conns
+}
+
+// gets returns how many GET /1.0/state the agent answered or holds.
+func (a *fakeAgent) gets() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stateGets
 }
 
 func (a *fakeAgent) puts() []*advert.Advertisement {
@@ -263,15 +285,27 @@ func startFakeAgent(t *testing.T, vmmSock string, certs *pki.InstanceCerts) *fak
 	mux.HandleFunc("GET /1.0/state", func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		a.stateGets++
-		n, stall, ooms := a.stateGets, a.stall, a.oomKills
+		a.stateTimes = append(a.stateTimes, time.Now())
+		n, stall, ooms, noAddr := a.stateGets, a.stall, a.oomKills, a.noAddr
 		a.mu.Unlock()
+		changes.notify()
 		if stall != nil {
 			<-stall
 		}
+		addrs := `[{"family":"inet","address":"10.0.2.15","netmask":"24","scope":"global"}]`
+		if noAddr {
+			addrs = `[{"family":"inet6","address":"fe80::1","netmask":"64","scope":"link"}]`
+		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = fmt.Fprintf(w, `{"type":"sync","status":"Success","status_code":200,"metadata":{"hostname":"fake-%d","network":{"eth0":{"addresses":[{"family":"inet","address":"10.0.2.15","netmask":"24","scope":"global"}]}},"oom_kills":%d}}`, n, ooms)
+		_, _ = fmt.Fprintf(w, `{"type":"sync","status":"Success","status_code":200,"metadata":{"hostname":"fake-%d","network":{"eth0":{"addresses":%s}},"oom_kills":%d}}`, n, addrs, ooms)
 	})
-	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{
+	srv := &http.Server{Handler: mux, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			a.mu.Lock()
+			a.conns++
+			a.mu.Unlock()
+		}
+	}, TLSConfig: &tls.Config{
 		Certificates: []tls.Certificate{certs.Agent.TLS},
 		ClientAuth:   tls.RequireAnyClientCert,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {

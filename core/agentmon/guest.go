@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/guestlink/guestlink/api"
@@ -16,8 +17,12 @@ import (
 )
 
 // Guest state cache: what the agent reports of its guest (GET /1.0 for its
-// features, GET /1.0/state for the guest's state) is kept per monitor and
-// fetched again when older than GuestStateTTL, one fetch at a time.
+// features, GET /1.0/state for the guest's state) is kept per monitor. A
+// list reads the cache only (CachedGuest, CachedIPv4) and never calls an
+// agent: at 10,000 guests a list that refreshed stale reports kept agent
+// calls running beside every list. Reports are refreshed on the agent's
+// own signal, its connection (reports.go), at a bounded rate; a single
+// instance's view fetches on demand (Guest, RefreshGuest).
 const (
 	// GuestStateTTL is how long a fetched guest state is served as is.
 	GuestStateTTL = 5 * time.Second
@@ -27,21 +32,28 @@ const (
 	GuestStateWait = 2 * time.Second
 	// maxGuestAnswer bounds an agent's answer to GET /1.0 or /1.0/state.
 	maxGuestAnswer = 1 << 20
-	// backgroundFetches is how many fetches a list may start at once: a
-	// list of 10,000 guests refreshes a few reports per call, not 10,000
-	// connections at once; the others are refreshed by the next lists.
+	// backgroundFetches is how many fetches single instances' views
+	// (RefreshGuest) may run at once in the background.
 	backgroundFetches = 8
 )
 
-// background holds a slot per running background fetch (CachedGuest).
+// background holds a slot per running background fetch (RefreshGuest).
 var background = make(chan struct{}, backgroundFetches)
 
 // guestCache is one monitor's cache.
 type guestCache struct {
-	mu      sync.Mutex
-	info    api.GuestInfo
+	mu   sync.Mutex
+	info api.GuestInfo
+	ipv4 string // info.State.IPv4(), worked out once per fetch
+	// listed is ipv4 for CachedIPv4, read without the lock (a list reads
+	// it for every guest); nil before the first fetch.
+	listed  atomic.Pointer[string]
 	at      time.Time     // when info was fetched; zero: never
 	running chan struct{} // closed when the running fetch ends; nil: none
+	// retries counts the refreshes since the agent connected that found
+	// no address; retry is the timer of the next one (reports.go).
+	retries int
+	retry   *time.Timer
 }
 
 // Guest returns what the agent of the running instance with the given UUID
@@ -61,7 +73,7 @@ func (s *Service) Guest(ctx context.Context, uuid string, wait time.Duration) (i
 		c.mu.Unlock()
 		return &out, true
 	}
-	done := m.fetchGuestLocked(false)
+	done := m.fetchGuestLocked(nil)
 	c.mu.Unlock()
 	if done != nil {
 		t := time.NewTimer(wait)
@@ -82,9 +94,9 @@ func (s *Service) Guest(ctx context.Context, uuid string, wait time.Duration) (i
 }
 
 // CachedGuest returns the cached guest info of a running instance without
-// asking its agent (nil when nothing was fetched), and starts a fetch in
-// the background when it is missing or old: a list shows what is known
-// and knows more the next time, with no agent round trip per row.
+// asking its agent, however old (nil when nothing was fetched or the agent
+// is not connected; UpdatedAt says when the state was fetched). It starts
+// nothing: a list of every guest reads it.
 func (s *Service) CachedGuest(uuid string) *api.GuestInfo {
 	m := s.monitor(uuid)
 	if m == nil || m.currentState() != instance.AgentConnected {
@@ -93,8 +105,46 @@ func (s *Service) CachedGuest(uuid string) *api.GuestInfo {
 	c := &m.guest
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.at.IsZero() {
+		return nil
+	}
+	out := c.info
+	return &out
+}
+
+// CachedIPv4 returns the address of a running instance's guest as last
+// fetched (GuestState.IPv4), "" when none is known or the agent is not
+// connected. Like CachedGuest it starts nothing, and it copies nothing
+// but the string: a list's ipv4 per row.
+func (s *Service) CachedIPv4(uuid string) string {
+	m := s.monitor(uuid)
+	if m == nil || !m.connectedNow.Load() {
+		return ""
+	}
+	if ip := m.guest.listed.Load(); ip != nil {
+		return *ip
+	}
+	return ""
+}
+
+// RefreshGuest returns what CachedGuest returns and, when the report is
+// missing or older than GuestStateTTL, starts a fetch in the background
+// (at most backgroundFetches across the Service run at once): a single
+// instance's view shows what is known and knows more the next time.
+func (s *Service) RefreshGuest(uuid string) *api.GuestInfo {
+	m := s.monitor(uuid)
+	if m == nil || m.currentState() != instance.AgentConnected {
+		return nil
+	}
+	c := &m.guest
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.at.IsZero() || s.cfg.Now().Sub(c.at) >= GuestStateTTL {
-		m.fetchGuestLocked(true)
+		select {
+		case background <- struct{}{}:
+			m.fetchGuestLocked(func() { <-background })
+		default:
+		}
 	}
 	if c.at.IsZero() {
 		return nil
@@ -104,51 +154,48 @@ func (s *Service) CachedGuest(uuid string) *api.GuestInfo {
 }
 
 // fetchGuestLocked starts a fetch unless one runs, and returns the channel
-// closed when the running fetch ends (nil when the monitor is halted, or a
-// background fetch finds no free slot). m.guest.mu is held.
-func (m *monitor) fetchGuestLocked(inBackground bool) chan struct{} {
+// closed when the running fetch ends (nil when the monitor is halted).
+// release, when not nil, is called once: when the fetch this call started
+// ends, or at once when it started none. m.guest.mu is held.
+func (m *monitor) fetchGuestLocked(release func()) chan struct{} {
 	c := &m.guest
 	if c.running != nil {
+		if release != nil {
+			release()
+		}
 		return c.running
 	}
 	m.bgMu.Lock()
 	defer m.bgMu.Unlock()
 	if m.stopped {
-		return nil
-	}
-	release := func() {}
-	if inBackground {
-		select {
-		case background <- struct{}{}:
-			release = func() { <-background }
-		default:
-			return nil
+		if release != nil {
+			release()
 		}
+		return nil
 	}
 	done := make(chan struct{})
 	c.running = done
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		defer release()
-		ctx, cancel := context.WithTimeout(context.Background(), m.svc.cfg.RequestTimeout)
+		if release != nil {
+			defer release()
+		}
+		ctx, cancel := context.WithTimeout(m.ctx, m.svc.cfg.RequestTimeout)
 		defer cancel()
-		go func() {
-			select {
-			case <-m.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		info := m.fetchGuest(ctx)
 		c.mu.Lock()
 		if info.Error == "" || c.at.IsZero() {
 			c.info, c.at = info, m.svc.cfg.Now()
+			c.ipv4 = info.State.IPv4()
+			ip := c.ipv4
+			c.listed.Store(&ip)
 		} else {
 			// Keep the state fetched before, with why it is old.
 			c.info.Error = info.Error
 		}
 		c.running = nil
+		m.afterFetchLocked(info)
 		c.mu.Unlock()
 		close(done)
 	}()
@@ -160,7 +207,10 @@ func (m *monitor) fetchGuestLocked(inBackground bool) chan struct{} {
 func (m *monitor) fetchGuest(ctx context.Context) api.GuestInfo {
 	var info api.GuestInfo
 	var ai devlxdapi.AgentInfo
-	if err := m.client.getJSON(ctx, "/1.0", &ai); err != nil {
+	// Both requests on one connection: one TLS handshake per report.
+	hc := m.client.sessionClient()
+	defer hc.CloseIdleConnections()
+	if err := m.client.getJSON(ctx, hc, "/1.0", &ai); err != nil {
 		info.Error = err.Error()
 		return info
 	}
@@ -172,7 +222,7 @@ func (m *monitor) fetchGuest(ctx context.Context) api.GuestInfo {
 		return info
 	}
 	var st api.GuestState
-	if err := m.client.getJSON(ctx, "/1.0/state", &st); err != nil {
+	if err := m.client.getJSON(ctx, hc, "/1.0/state", &st); err != nil {
 		info.Error = err.Error()
 		return info
 	}
@@ -186,15 +236,14 @@ func (m *monitor) fetchGuest(ctx context.Context) api.GuestInfo {
 	return info
 }
 
-// getJSON GETs path on the agent and decodes the sync envelope's metadata
-// into out.
-func (c *agentClient) getJSON(ctx context.Context, path string, out any) error {
+// getJSON GETs path on the agent through hc (sessionClient) and decodes
+// the sync envelope's metadata into out. The answer is read to its end, so
+// hc's connection serves the next call.
+func (c *agentClient) getJSON(ctx context.Context, hc *http.Client, path string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://agent"+path, nil)
 	if err != nil {
 		return fmt.Errorf("GET %s on agent of instance %q: %w", path, c.certs.Name, err)
 	}
-	hc := c.httpClient()
-	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("GET %s on agent of instance %q: %w", path, c.certs.Name, err)

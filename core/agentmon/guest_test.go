@@ -9,10 +9,11 @@ import (
 	"github.com/guestlink/guestlink/core/instance"
 )
 
-// TestGuestReport fetches a connected agent's report, serves it from the
-// cache within GuestStateTTL, and with the agent stalled answers at the
-// wait's end with the report before and says the agent is slow; the
-// stalled fetch lands in the cache once the agent answers.
+// TestGuestReport: a connected agent's report is fetched on its
+// connection (no call asks for it), served from the cache within
+// GuestStateTTL, and with the agent stalled Guest answers at the wait's
+// end with the report before and says the agent is slow; the stalled
+// fetch lands in the cache once the agent answers.
 func TestGuestReport(t *testing.T) {
 	e := newEnv(t, nil)
 	g := e.guest("vm1")
@@ -25,9 +26,7 @@ func TestGuestReport(t *testing.T) {
 	e.waitState(g, instance.AgentStarted)
 	e.feed(g, "CONNECTED\n")
 	e.waitState(g, instance.AgentConnected)
-	if got := e.svc.CachedGuest(g.inst.UUID); got != nil {
-		t.Fatalf("cached report before any fetch: %+v", got)
-	}
+	e.reportLanded(g, 1)
 
 	info, ok := e.svc.Guest(ctx, g.inst.UUID, 30*time.Second)
 	if !ok || info.Error != "" || info.State == nil || info.State.Hostname != "fake-1" || info.State.IPv4() != "10.0.2.15" ||
@@ -81,6 +80,7 @@ func TestGuestReportOOMKills(t *testing.T) {
 	e.svc.GuestRunning(g.inst, g.ep)
 	e.feed(g, "CONNECTED\n")
 	e.waitState(g, instance.AgentConnected)
+	e.reportLanded(g, 1)
 	if info, ok := e.svc.Guest(ctx, g.inst.UUID, 30*time.Second); !ok || info.State == nil {
 		t.Fatalf("first report: %+v %v", info, ok)
 	}

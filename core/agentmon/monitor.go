@@ -85,6 +85,9 @@ type monitor struct {
 
 	stateMu sync.Mutex
 	state   instance.AgentState
+	// connectedNow mirrors state == AgentConnected for the readers that
+	// take no lock (CachedIPv4, a list's every row).
+	connectedNow atomic.Bool
 
 	devMu   sync.Mutex
 	devices map[string]map[string]string // as last told to the guest
@@ -173,6 +176,7 @@ func (m *monitor) halt() {
 		m.bgMu.Unlock()
 		close(m.stop)
 		m.cancel()
+		m.stopRetry()
 	})
 }
 
@@ -356,8 +360,13 @@ func (m *monitor) nextPoll(heard bool) time.Duration {
 // heartbeat; the service records only changes).
 func (m *monitor) report(st instance.AgentState, heartbeat time.Time) {
 	m.stateMu.Lock()
+	prev := m.state
 	m.state = st
+	m.connectedNow.Store(st == instance.AgentConnected)
 	m.stateMu.Unlock()
+	if st == instance.AgentConnected && prev != instance.AgentConnected {
+		m.connected() // the agent's signal: its report is wanted (reports.go)
+	}
 	cfg := &m.svc.cfg
 	if hr, ok := cfg.Instances.(HeartbeatRecorder); ok && !heartbeat.IsZero() && hr.RecordHeartbeat(m.uuid, st, heartbeat) {
 		return

@@ -10,12 +10,16 @@ import (
 
 // GuestReports is what the agents report of their guests
 // (core/agentmon.Service): Guest answers from a cache fresher than a few
-// seconds or asks the agent, waiting at most wait; CachedGuest never asks
-// (it starts a refresh in the background). Both answer nothing (false,
-// nil) for an instance without a connected agent.
+// seconds or asks the agent, waiting at most wait; RefreshGuest answers
+// from the cache and starts a refresh in the background when it is old (a
+// single instance's view); CachedIPv4 reads the cache only and starts
+// nothing (a list: the agents' reports are refreshed on their own
+// signals, never by a list). Each answers nothing (false, nil, "") for an
+// instance without a connected agent.
 type GuestReports interface {
 	Guest(ctx context.Context, uuid string, wait time.Duration) (*api.GuestInfo, bool)
-	CachedGuest(uuid string) *api.GuestInfo
+	RefreshGuest(uuid string) *api.GuestInfo
+	CachedIPv4(uuid string) string
 }
 
 // GuestStateWait is how long GET /1.0/instances/{name}/state waits for the
@@ -33,12 +37,13 @@ func (a *API) guestInfo(ctx context.Context, uuid string) *api.GuestInfo {
 	return info
 }
 
-// cachedGuest returns the cached guest part of an instance (nil when none).
-func (a *API) cachedGuest(uuid string) *api.GuestInfo {
+// refreshedGuest returns the cached guest part of an instance (nil when
+// none) and has it refreshed in the background when old.
+func (a *API) refreshedGuest(uuid string) *api.GuestInfo {
 	if a.cfg.Guests == nil {
 		return nil
 	}
-	return a.cfg.Guests.CachedGuest(uuid)
+	return a.cfg.Guests.RefreshGuest(uuid)
 }
 
 // listIPv4 returns the guest's address for the instance list: the one its
@@ -52,10 +57,10 @@ func (a *API) listIPv4(inst *instance.Instance) string {
 }
 
 // cachedIPv4 returns the guest's address for the instance list, from the
-// cache only: no agent round trip per row.
+// cache only: no agent call, whatever the report's age.
 func (a *API) cachedIPv4(uuid string) string {
-	if info := a.cachedGuest(uuid); info != nil {
-		return info.State.IPv4()
+	if a.cfg.Guests == nil {
+		return ""
 	}
-	return ""
+	return a.cfg.Guests.CachedIPv4(uuid)
 }

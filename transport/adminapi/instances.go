@@ -158,7 +158,7 @@ func (a *API) getInstance(r *request) (any, error) {
 		return nil, err
 	}
 	w := instance.WireInstance(inst, tl)
-	w.Guest = a.cachedGuest(inst.UUID)
+	w.Guest = a.refreshedGuest(inst.UUID)
 	return w, nil
 }
 

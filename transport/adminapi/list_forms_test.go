@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -325,6 +326,85 @@ func TestInstanceListRemoteIPv4(t *testing.T) {
 						t.Errorf("%q: instance %d without an address has ipv4 %q", q, i, *o.IPv4)
 					}
 				}
+			}
+		})
+	}
+}
+
+// countingGuests is the agents' reports of guests (GuestReports) with a
+// fixed address per UUID, counting the calls that may reach an agent
+// (Guest, RefreshGuest) apart from the cache reads (CachedIPv4).
+type countingGuests struct {
+	ipv4                   map[string]string
+	mu                     sync.Mutex
+	cached, refresh, fetch int
+}
+
+func (g *countingGuests) Guest(context.Context, string, time.Duration) (*api.GuestInfo, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.fetch++
+	return nil, false
+}
+
+func (g *countingGuests) RefreshGuest(string) *api.GuestInfo {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refresh++
+	return nil
+}
+
+func (g *countingGuests) CachedIPv4(uuid string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cached++
+	return g.ipv4[uuid]
+}
+
+// TestInstanceListReadsCachedReports: every list form takes each guest's
+// ipv4 from the agents' cache (CachedIPv4) and asks for no report that may
+// call an agent (RefreshGuest, Guest), with the views encoded as listed
+// and from their cache slots. Before, the list's ipv4 came through
+// CachedGuest, which started a refresh per stale report.
+func TestInstanceListReadsCachedReports(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cached=%v", cached), func(t *testing.T) {
+			views := adminapi.FleetViews(4)
+			guests := &countingGuests{ipv4: map[string]string{views[0].UUID: "10.0.0.10", views[2].UUID: "10.0.0.12"}}
+			get := unixGet(t, serveViewsGuests(t, views, cached, guests))
+			for _, q := range []string{"?recursion=1", "?recursion=1&fields=name,ipv4", "?recursion=1&fields=name", ""} {
+				for range 2 { // the second list from the slots the first filled
+					code, body := get("/1.0/instances" + q)
+					if code != http.StatusOK {
+						t.Fatalf("%q: %d %s", q, code, body)
+					}
+					if q == "" || strings.Contains(q, "fields=name") && !strings.Contains(q, "ipv4") {
+						continue
+					}
+					var objs []struct {
+						IPv4 *string `json:"ipv4"`
+					}
+					if err := json.Unmarshal(metadata(t, body), &objs); err != nil || len(objs) != len(views) {
+						t.Fatalf("%q: %v, %d objects", q, err, len(objs))
+					}
+					for i, o := range objs {
+						got := ""
+						if o.IPv4 != nil {
+							got = *o.IPv4
+						}
+						if want := guests.ipv4[views[i].UUID]; got != want {
+							t.Errorf("%q: instance %d ipv4 %q, want %q", q, i, got, want)
+						}
+					}
+				}
+			}
+			guests.mu.Lock()
+			defer guests.mu.Unlock()
+			if guests.refresh != 0 || guests.fetch != 0 {
+				t.Errorf("lists asked %d RefreshGuest and %d Guest, want none (cache reads: %d)", guests.refresh, guests.fetch, guests.cached)
+			}
+			if guests.cached == 0 {
+				t.Error("no list read the cached addresses")
 			}
 		})
 	}

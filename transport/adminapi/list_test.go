@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -292,4 +294,40 @@ func BenchmarkInstanceListRunning10k(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
 	})
+}
+
+// TestChunkPools: every chunk size a list answer uses (listChunkMin
+// doubling to listChunkMax) has its own pool and no other size has one;
+// a closed answer's chunks are emptied and the answer reads nothing more.
+func TestChunkPools(t *testing.T) {
+	if listChunkMin<<(chunkSizes-1) != listChunkMax {
+		t.Fatalf("chunkSizes %d does not reach listChunkMax", chunkSizes)
+	}
+	seen := map[*sync.Pool]bool{}
+	for size := listChunkMin; size <= listChunkMax; size *= 2 {
+		p := chunkPool(size)
+		if p == nil || seen[p] {
+			t.Fatalf("chunk size %d: pool %p (seen before: %v)", size, p, seen[p])
+		}
+		seen[p] = true
+	}
+	for _, size := range []int{0, 1, listChunkMin - 1, listChunkMin + 1, 3 * listChunkMin, 2 * listChunkMax} {
+		if p := chunkPool(size); p != nil {
+			t.Errorf("size %d has a pool", size)
+		}
+	}
+	e := newListEncoder()
+	for range 3000 {
+		_, _ = e.Write(make([]byte, 1000)) // 3 MB: chunks of every size
+	}
+	r, n := e.reader()
+	if n != e.size || len(e.chunks) < chunkSizes {
+		t.Fatalf("answer of %d bytes in %d chunks", n, len(e.chunks))
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := r.Read(make([]byte, 10)); m != 0 || err != io.EOF {
+		t.Fatalf("a closed answer read %d bytes, %v", m, err)
+	}
 }

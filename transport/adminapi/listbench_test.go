@@ -68,6 +68,13 @@ func serveViews(tb testing.TB, views []*instance.Instance) string {
 // or without (fixedViews: each list encodes every view).
 func serveViewsCached(tb testing.TB, views []*instance.Instance, cached bool) string {
 	tb.Helper()
+	return serveViewsGuests(tb, views, cached, nil)
+}
+
+// serveViewsGuests is serveViewsCached with the agents' reports of guests
+// (nil: none).
+func serveViewsGuests(tb testing.TB, views []*instance.Instance, cached bool, guests adminapi.GuestReports) string {
+	tb.Helper()
 	bus := events.New(&apitest.MemEventStore{})
 	backends := &apitest.Backends{}
 	backends.Set(apitest.DefaultBackends()...)
@@ -77,7 +84,7 @@ func serveViewsCached(tb testing.TB, views []*instance.Instance, cached bool) st
 	if cached {
 		svc = &cachedViews{fixedViews: fixed, caches: make([]instance.ViewCache, len(views))}
 	}
-	a := adminapi.New(adminapi.Config{Instances: svc, Events: bus, Backends: backends})
+	a := adminapi.New(adminapi.Config{Instances: svc, Events: bus, Backends: backends, Guests: guests})
 	sock := filepath.Join(dir, "guestlink.sock")
 	ln, err := adminapi.ListenUnix(sock)
 	if err != nil {
@@ -219,4 +226,55 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestListAnswersConcurrent: lists sent at once over several connections,
+// each from chunks that the lists before gave back to their pools, are
+// each encoding/json's answer, byte for byte: a chunk goes back to its
+// pool only once its answer was sent.
+func TestListAnswersConcurrent(t *testing.T) {
+	views := oddFleetViews(2500) // about 2 MiB: every chunk size
+	sock := serveViews(t, views)
+	list := make([]api.Instance, 0, len(views))
+	for _, v := range views {
+		list = append(list, instance.WireInstance(v, nil))
+	}
+	want, err := json.Marshal(api.Sync(list))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const clients, lists = 4, 3
+	errs := make(chan error, clients)
+	for range clients {
+		go func() {
+			hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			}}}
+			defer hc.CloseIdleConnections()
+			for i := range lists {
+				resp, err := hc.Get("http://guestlink/1.0/instances?recursion=1")
+				if err != nil {
+					errs <- err
+					return
+				}
+				got, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(got, want) {
+					errs <- fmt.Errorf("list %d: answer differs from encoding/json (%d, %d bytes)", i, len(got), len(want))
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
 }
