@@ -1,11 +1,9 @@
 package agentmon
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/internal/testwait"
 )
 
@@ -18,19 +16,7 @@ func BenchmarkClose10k(b *testing.B) {
 	certs := testCerts(b)
 	for b.Loop() {
 		b.StopTimer()
-		g := &stuckGuests{insts: map[string]*instance.Instance{}}
-		links := &stuckLinks{}
-		svc, err := New(Config{Instances: g, Links: links, Certs: certs, RequestTimeout: time.Minute})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := range guests {
-			inst := &instance.Instance{Name: "vm1", UUID: "uuid-" + strconv.Itoa(i), Backend: "qemu", Config: map[string]string{}}
-			g.mu.Lock()
-			g.insts[inst.UUID] = inst
-			g.mu.Unlock()
-			svc.GuestRunning(inst, nil)
-		}
+		svc, g, links := newStuckService(b, certs, guests)
 		testwait.For(b, "every monitor in its read and its dial", time.Minute, func() bool {
 			return g.reading.Load() == guests && links.dialing.Load() == guests
 		})

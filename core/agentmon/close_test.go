@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/core/pki"
 	"github.com/guestlink/guestlink/plugins/sdk/contract"
 )
 
@@ -71,26 +72,35 @@ func (l *stuckLinks) DialAgent(ctx context.Context, _ string) (net.Conn, error) 
 // under a storm's load), and closes the service while every one of them
 // waits. Close must cancel that work and return at once: in synctest's
 // time it takes none, where waiting for each call's RequestTimeout took
+
+// newStuckService returns a Service whose guests' ring reads and agent
+// dials never end by themselves (stuckGuests, stuckLinks) and monitors of
+// n running guests. They share one name: the key pairs are vm1's (made by
+// certs, outside any synctest bubble); the monitors are per UUID.
+func newStuckService(tb testing.TB, certs *pki.Store, n int) (*Service, *stuckGuests, *stuckLinks) {
+	tb.Helper()
+	g := &stuckGuests{insts: map[string]*instance.Instance{}}
+	links := &stuckLinks{}
+	svc, err := New(Config{Instances: g, Links: links, Certs: certs, RequestTimeout: time.Minute})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i := range n {
+		inst := &instance.Instance{Name: "vm1", UUID: "uuid-" + strconv.Itoa(i), Backend: "qemu", Config: map[string]string{}}
+		g.mu.Lock()
+		g.insts[inst.UUID] = inst
+		g.mu.Unlock()
+		svc.GuestRunning(inst, nil)
+	}
+	return svc, g, links
+}
+
 // the timeout (and, at 10,000 guests, a daemon's stop took 22 – 61 s).
 func TestCloseDoesNotWaitOnIdleWork(t *testing.T) {
 	const guests = 300
 	certs := testCerts(t)
 	synctest.Test(t, func(t *testing.T) {
-		g := &stuckGuests{insts: map[string]*instance.Instance{}}
-		links := &stuckLinks{}
-		svc, err := New(Config{Instances: g, Links: links, Certs: certs, RequestTimeout: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range guests {
-			// One name: the key pairs are vm1's (made outside the
-			// bubble); the monitors are per UUID.
-			inst := &instance.Instance{Name: "vm1", UUID: "uuid-" + strconv.Itoa(i), Backend: "qemu", Config: map[string]string{}}
-			g.mu.Lock()
-			g.insts[inst.UUID] = inst
-			g.mu.Unlock()
-			svc.GuestRunning(inst, nil)
-		}
+		svc, g, links := newStuckService(t, certs, guests)
 		synctest.Wait() // every monitor is blocked in its read and its dial
 		if r, d := g.reading.Load(), links.dialing.Load(); r != guests || d != guests {
 			t.Fatalf("%d ring reads and %d agent dials waiting, want %d of each", r, d, guests)

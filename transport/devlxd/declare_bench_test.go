@@ -149,24 +149,7 @@ func BenchmarkKeptConnections(b *testing.B) {
 		}
 	}()
 	for range n {
-		raw, err := net.Dial("unix", e.socks[uuidA])
-		if err != nil {
-			b.Fatal(err)
-		}
-		c := tls.Client(raw, conf)
-		conns = append(conns, c)
-		if _, err := c.Write([]byte("GET /1.0 HTTP/1.1\r\nHost: guestlink\r\n\r\n")); err != nil {
-			b.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReaderSize(c, 16), nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			b.Fatalf("GET /1.0: %d", resp.StatusCode)
-		}
+		conns = append(conns, keptConn(b, e, conf))
 	}
 	after, g1 := settle(), runtime.NumGoroutine()
 	held := float64(after.HeapInuse+after.StackInuse) - float64(before.HeapInuse+before.StackInuse)
@@ -174,6 +157,34 @@ func BenchmarkKeptConnections(b *testing.B) {
 	}
 	b.ReportMetric(held/n/1024, "KiB/conn")
 	b.ReportMetric(float64(g1-g0)/n, "goroutines/conn")
+}
+
+// keptConn opens a connection to instance A's devlxd socket, makes one GET
+// /1.0 on it (which must answer 200) and returns it open: a kept-alive
+// agent connection.
+func keptConn(tb testing.TB, e *env, conf *tls.Config) *tls.Conn {
+	tb.Helper()
+	raw, err := net.Dial("unix", e.socks[uuidA])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := tls.Client(raw, conf)
+	if _, err := c.Write([]byte("GET /1.0 HTTP/1.1\r\nHost: guestlink\r\n\r\n")); err != nil {
+		c.Close()
+		tb.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 16), nil)
+	if err != nil {
+		c.Close()
+		tb.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		c.Close()
+		tb.Fatalf("GET /1.0: %d", resp.StatusCode)
+	}
+	return c
 }
 
 // BenchmarkSessionTicket measures what a resumed connection costs the daemon

@@ -1,12 +1,9 @@
 package devlxd
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -105,21 +102,7 @@ func BenchmarkShutdownKept(b *testing.B) {
 		conf := e.tlsConfig(e.agents["a"])
 		conns := make([]*tls.Conn, 0, n)
 		for range n {
-			raw, err := net.Dial("unix", e.socks[uuidA])
-			if err != nil {
-				b.Fatal(err)
-			}
-			c := tls.Client(raw, conf)
-			conns = append(conns, c)
-			if _, err := c.Write([]byte("GET /1.0 HTTP/1.1\r\nHost: guestlink\r\n\r\n")); err != nil {
-				b.Fatal(err)
-			}
-			resp, err := http.ReadResponse(bufio.NewReaderSize(c, 16), nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+			conns = append(conns, keptConn(b, e, conf))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		t0 := time.Now()
