@@ -1,0 +1,274 @@
+package db
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// SQLite's WAL checkpoints, off the writer's commit path.
+//
+// By default SQLite checkpoints inside the commit that takes the WAL past
+// wal_autocheckpoint pages (1,000): the group-commit writer then copies the
+// WAL into the database file (and fsyncs it) before it can start the next
+// batch, while every queued call waits. In a storm of 10,000 Ready
+// declarations a goroutine dump caught the writer there with 7,645 calls
+// queued. So every connection of ours runs with wal_autocheckpoint=0 (a DSN
+// pragma, applied by the driver to each new connection of every pool), and
+// a checkpointer goroutine with a connection of its own does the work.
+//
+// Why it is safe, by how SQLite's WAL works (SQLite's documentation of WAL
+// mode, "Checkpointing" and "Avoiding Excessively Large WAL Files", and of
+// sqlite3_wal_checkpoint_v2):
+//   - A PASSIVE checkpoint takes no lock a writer or a reader needs: it
+//     copies the frames no reader's snapshot still needs (every read mark
+//     bounds it) into the database file, and never waits. So it runs beside
+//     the writer's transactions and the readers' queries; it may copy less
+//     than the whole WAL, never a page a reader could still need from the
+//     WAL.
+//   - The WAL file restarts (the writer writes from its start again) only
+//     when a write transaction begins while every frame was copied and no
+//     reader holds a snapshot inside the WAL. A writer that commits without
+//     pause appends frames during each PASSIVE run, so PASSIVE alone never
+//     lets the WAL restart under a continuous load: the WAL would grow
+//     without bound. So past walBound pages the checkpointer asks for a gap:
+//     it takes gapMu (the writer holds it across each batch, so the gap
+//     starts between two batches) and runs a RESTART checkpoint, which
+//     copies the few frames left since the last PASSIVE and waits, for at
+//     most checkpointBusy, for readers to leave the WAL; the writer's next
+//     transaction then restarts the WAL. That is the only time the writer
+//     waits for a checkpoint, and it waits for the tail, not the whole WAL.
+//   - A reader holding an old snapshot for longer than checkpointBusy keeps
+//     the WAL from restarting (the RESTART gives up, busy, and the writer
+//     goes on): the WAL then grows until a later gap finds the readers gone.
+//     Our readers are single queries, well under that.
+//   - Durability is unchanged: a commit is durable once its frames are in
+//     the WAL and fsynced (synchronous=FULL); a checkpoint only moves
+//     committed pages, and SQLite fsyncs the WAL before and the database
+//     after copying.
+//   - journal_size_limit makes the commit that restarts the WAL truncate the
+//     file to half of walPassiveAt pages (walSizeLimit), so past that the
+//     file's size is what the current WAL holds (the checkpointer reads it
+//     with a stat, no SQL), and the disk it takes stays bounded after a
+//     burst.
+//   - At Close, the last connection closed checkpoints the whole WAL and
+//     removes the file, as SQLite does with any setting of
+//     wal_autocheckpoint.
+
+// Checkpoint thresholds, in pages of the database.
+const (
+	// walPassiveAt is the WAL size past which a commit wakes a PASSIVE
+	// checkpoint: SQLite's default wal_autocheckpoint.
+	walPassiveAt = 1000
+	// walBound is the WAL size past which the checkpointer takes a gap
+	// between two batches (see above).
+	walBound = 8 * walPassiveAt
+	// checkpointBusy bounds how long a gap's RESTART waits for readers to
+	// leave the WAL (the checkpointer connection's busy_timeout).
+	checkpointBusy = 250 * time.Millisecond
+)
+
+// walSizeLimit is the journal_size_limit of a store that checkpoints past
+// passive pages: half of it (for SQLite's default page size), so a WAL file
+// truncated to it is below the threshold.
+func walSizeLimit(passive int) int64 { return walBytes(passive/2, 4096) }
+
+// walBytes returns the size in bytes of a WAL of frames pages of pageSize
+// bytes: a 32-byte header, then a 24-byte header and the page per frame.
+func walBytes(frames, pageSize int) int64 { return 32 + int64(frames)*int64(24+pageSize) }
+
+// checkpointStats counts what the checkpointer did (for tests and
+// benchmarks).
+type checkpointStats struct {
+	Passive   int64         // PASSIVE checkpoints run
+	Gaps      int64         // RESTART checkpoints between two batches
+	Restarted int64         // gaps whose RESTART found no reader in the WAL
+	GapWait   time.Duration // total time the gaps held the writer
+	MaxGap    time.Duration // the longest gap
+	Errors    int64         // checkpoints that failed (logged)
+}
+
+// checkpointer runs the store's SQLite checkpoints on its own goroutine and
+// connection. The writer calls committed after each batch and holds gapMu
+// across each batch; nothing else touches it.
+type checkpointer struct {
+	db       *sql.DB // one connection, used only here
+	walPath  string
+	pageSize int
+	passive  int   // frames not yet copied that wake a PASSIVE checkpoint
+	bound    int64 // WAL bytes that take a gap
+	log      *slog.Logger
+	kick     chan struct{} // a commit happened (capacity 1: kicks coalesce)
+	stop     chan struct{}
+	stopped  chan struct{}
+	stopOnce sync.Once
+
+	// gapMu is held by the writer across each batch and by a gap's
+	// checkpoint: a gap starts only between two batches.
+	gapMu sync.Mutex
+
+	// runs counts checkpoints started and ended (odd while one runs), so a
+	// benchmark can tell a database file change made by this goroutine
+	// from one made on the commit path.
+	runs atomic.Int64
+
+	mu    sync.Mutex
+	stats checkpointStats
+}
+
+// newCheckpointer starts the checkpointer of the WAL at walPath on db (a
+// pool of one connection with wal_autocheckpoint=0 and a busy_timeout of
+// checkpointBusy), for pages of pageSize bytes, with thresholds in pages.
+func newCheckpointer(db *sql.DB, walPath string, pageSize, passive, bound int, log *slog.Logger) *checkpointer {
+	c := &checkpointer{
+		db:       db,
+		walPath:  walPath,
+		pageSize: pageSize,
+		passive:  passive,
+		bound:    walBytes(bound, pageSize),
+		log:     log,
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go c.loop()
+	return c
+}
+
+// committed tells the checkpointer that a batch committed. It never blocks.
+func (c *checkpointer) committed() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the goroutine (a checkpoint under way finishes first). It
+// does not close the connection.
+func (c *checkpointer) close() {
+	c.stopOnce.Do(func() { close(c.stop) })
+	<-c.stopped
+}
+
+// snapshot returns the counters so far.
+func (c *checkpointer) snapshot() checkpointStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+func (c *checkpointer) loop() {
+	defer close(c.stopped)
+	// copied is how many of the WAL's first frames the last checkpoint
+	// copied (0 after a gap: the next write restarts the WAL), so the
+	// frames past it in the file are the ones still to copy. A WAL restarted
+	// since is written from its start again: the commit that restarts it
+	// truncates the file to walSizeLimit, below the copied frames (or the
+	// file would not have been truncated, and the frames of the new WAL are
+	// then understated by at most the limit, half the PASSIVE threshold).
+	copied := 0
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.kick:
+		}
+		size, err := c.walSize()
+		if err != nil {
+			c.failed("reading the WAL's size", err)
+			continue
+		}
+		if size < walBytes(copied, c.pageSize) {
+			copied = 0
+		}
+		frames := 0
+		if size > walBytes(0, c.pageSize) {
+			frames = int((size - walBytes(0, c.pageSize)) / int64(24+c.pageSize))
+		}
+		switch {
+		case size >= c.bound:
+			copied = c.gap()
+		case frames-copied >= c.passive:
+			copied = c.checkpoint("PASSIVE")
+		}
+	}
+}
+
+// walSize returns the WAL file's size (0 if it does not exist).
+func (c *checkpointer) walSize() (int64, error) {
+	fi, err := os.Stat(c.walPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+// gap runs a RESTART checkpoint between two of the writer's batches and
+// returns what checkpoint returns: 0 if the next write restarts the WAL.
+func (c *checkpointer) gap() (copied int) {
+	start := time.Now()
+	c.gapMu.Lock()
+	held := time.Now()
+	copied = c.checkpoint("RESTART")
+	c.gapMu.Unlock()
+	busy := copied != 0
+	d := time.Since(held)
+	c.mu.Lock()
+	c.stats.Gaps++
+	if !busy {
+		c.stats.Restarted++
+	}
+	c.stats.GapWait += d
+	c.stats.MaxGap = max(c.stats.MaxGap, d)
+	c.mu.Unlock()
+	if c.log != nil && d > time.Second {
+		c.log.Warn("WAL checkpoint held the store's writer", "elapsed", d, "waited", held.Sub(start), "restarted", !busy)
+	}
+	return copied
+}
+
+// checkpoint runs one checkpoint of mode and returns how many of the WAL's
+// first frames are copied (SQLite's count), except 0 for a RESTART that
+// copied them all and found no reader left in the WAL: then the next write
+// restarts the WAL. (A PASSIVE that copied every frame it saw may have run
+// beside commits that appended more: the WAL goes on.)
+func (c *checkpointer) checkpoint(mode string) (copied int) {
+	c.runs.Add(1)
+	defer c.runs.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	defer cancel()
+	var busy, logFrames, done int
+	err := c.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &logFrames, &done)
+	if err != nil {
+		c.failed("running a "+mode+" checkpoint", err)
+		return 0 // try again on the next commit
+	}
+	if mode == "PASSIVE" {
+		c.mu.Lock()
+		c.stats.Passive++
+		c.mu.Unlock()
+	}
+	if mode == "RESTART" && busy == 0 && done == logFrames {
+		return 0
+	}
+	return done
+}
+
+func (c *checkpointer) failed(what string, err error) {
+	c.mu.Lock()
+	c.stats.Errors++
+	c.mu.Unlock()
+	if c.log != nil {
+		c.log.Warn("WAL checkpoint failed", "err", fmt.Errorf("%s: %w", what, err))
+	}
+}
