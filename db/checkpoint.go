@@ -38,13 +38,15 @@ import (
 //     reader holds a snapshot inside the WAL. A writer that commits without
 //     pause appends frames during each PASSIVE run, so PASSIVE alone never
 //     lets the WAL restart under a continuous load: the WAL would grow
-//     without bound. So past walBound pages the checkpointer asks for a gap:
-//     it takes gapMu (the writer holds it across each batch, so the gap
-//     starts between two batches) and runs a RESTART checkpoint, which
-//     copies the few frames left since the last PASSIVE and waits, for at
-//     most checkpointBusy, for readers to leave the WAL; the writer's next
-//     transaction then restarts the WAL. That is the only time the writer
-//     waits for a checkpoint, and it waits for the tail, not the whole WAL.
+//     without bound. So when a commit leaves the WAL past walBound pages,
+//     the writer's goroutine takes a gap before its next batch: it runs a
+//     RESTART checkpoint on the checkpointer's connection (after a PASSIVE
+//     under way), which copies the frames left since the last PASSIVE and
+//     waits, for at most checkpointBusy, for readers to leave the WAL; the
+//     writer's next transaction then restarts the WAL. That is the only
+//     time the writer waits for a checkpoint (back-pressure from a WAL the
+//     PASSIVE checkpoints could not keep small), and it waits for the tail,
+//     not the whole WAL.
 //   - A reader holding an old snapshot for longer than checkpointBusy keeps
 //     the WAL from restarting (the RESTART gives up, busy, and the writer
 //     goes on): the WAL then grows until a later gap finds the readers gone.
@@ -95,11 +97,11 @@ type checkpointStats struct {
 	Errors    int64         // checkpoints that failed (logged)
 }
 
-// checkpointer runs the store's SQLite checkpoints on its own goroutine and
-// connection. The writer calls committed after each batch and holds gapMu
-// across each batch; nothing else touches it.
+// checkpointer runs the store's SQLite checkpoints on its own connection:
+// PASSIVE ones on its own goroutine, woken by the writer's commits, and the
+// gaps on the writer's goroutine (afterCommit).
 type checkpointer struct {
-	db       *sql.DB // one connection, used only here
+	db       *sql.DB // one connection, used only for checkpoints
 	walPath  string
 	pageSize int
 	passive  int   // frames not yet copied that wake a PASSIVE checkpoint
@@ -110,13 +112,19 @@ type checkpointer struct {
 	stopped  chan struct{}
 	stopOnce sync.Once
 
-	// gapMu is held by the writer across each batch and by a gap's
-	// checkpoint: a gap starts only between two batches.
-	gapMu sync.Mutex
+	// copied is how many of the WAL's first frames the last checkpoint
+	// copied (0 after a gap: the next write restarts the WAL), so the
+	// frames past it in the file are the ones still to copy. A WAL
+	// restarted since is written from its start again: the commit that
+	// restarts it truncates the file to walSizeLimit, below the copied
+	// frames (or the file was not truncated, and the frames of the new WAL
+	// are then understated by at most the limit, half the PASSIVE
+	// threshold).
+	copied atomic.Int64
 
 	// runs counts checkpoints started and ended (odd while one runs), so a
-	// benchmark can tell a database file change made by this goroutine
-	// from one made on the commit path.
+	// benchmark can tell a database file change made by a checkpoint from
+	// one made on the commit path.
 	runs atomic.Int64
 
 	mu    sync.Mutex
@@ -133,17 +141,29 @@ func newCheckpointer(db *sql.DB, walPath string, pageSize, passive, bound int, l
 		pageSize: pageSize,
 		passive:  passive,
 		bound:    walBytes(bound, pageSize),
-		log:     log,
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		log:      log,
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
 	}
 	go c.loop()
 	return c
 }
 
-// committed tells the checkpointer that a batch committed. It never blocks.
-func (c *checkpointer) committed() {
+// afterCommit is called by the writer's goroutine after each batch, between
+// two transactions. It reads the WAL's size (one stat): past the bound it
+// runs the gap there and then; otherwise it wakes the PASSIVE goroutine and
+// returns at once.
+func (c *checkpointer) afterCommit() {
+	size, err := c.walSize()
+	if err != nil {
+		c.failed("reading the WAL's size", err)
+		return
+	}
+	if size >= c.bound {
+		c.gap()
+		return
+	}
 	select {
 	case c.kick <- struct{}{}:
 	default:
@@ -166,14 +186,6 @@ func (c *checkpointer) snapshot() checkpointStats {
 
 func (c *checkpointer) loop() {
 	defer close(c.stopped)
-	// copied is how many of the WAL's first frames the last checkpoint
-	// copied (0 after a gap: the next write restarts the WAL), so the
-	// frames past it in the file are the ones still to copy. A WAL restarted
-	// since is written from its start again: the commit that restarts it
-	// truncates the file to walSizeLimit, below the copied frames (or the
-	// file would not have been truncated, and the frames of the new WAL are
-	// then understated by at most the limit, half the PASSIVE threshold).
-	copied := 0
 	for {
 		select {
 		case <-c.stop:
@@ -185,18 +197,16 @@ func (c *checkpointer) loop() {
 			c.failed("reading the WAL's size", err)
 			continue
 		}
-		if size < walBytes(copied, c.pageSize) {
+		copied := c.copied.Load()
+		if size < walBytes(int(copied), c.pageSize) {
 			copied = 0
 		}
-		frames := 0
+		var frames int64
 		if size > walBytes(0, c.pageSize) {
-			frames = int((size - walBytes(0, c.pageSize)) / int64(24+c.pageSize))
+			frames = (size - walBytes(0, c.pageSize)) / int64(24+c.pageSize)
 		}
-		switch {
-		case size >= c.bound:
-			copied = c.gap()
-		case frames-copied >= c.passive:
-			copied = c.checkpoint("PASSIVE")
+		if frames-copied >= int64(c.passive) {
+			c.copied.Store(int64(c.checkpoint("PASSIVE")))
 		}
 	}
 }
@@ -213,16 +223,15 @@ func (c *checkpointer) walSize() (int64, error) {
 	return fi.Size(), nil
 }
 
-// gap runs a RESTART checkpoint between two of the writer's batches and
-// returns what checkpoint returns: 0 if the next write restarts the WAL.
-func (c *checkpointer) gap() (copied int) {
+// gap runs a RESTART checkpoint on the writer's goroutine, between two of
+// its batches; it first waits for a PASSIVE under way (the connection is
+// the checkpointer's only one).
+func (c *checkpointer) gap() {
 	start := time.Now()
-	c.gapMu.Lock()
-	held := time.Now()
-	copied = c.checkpoint("RESTART")
-	c.gapMu.Unlock()
+	copied := c.checkpoint("RESTART")
+	c.copied.Store(int64(copied))
 	busy := copied != 0
-	d := time.Since(held)
+	d := time.Since(start)
 	c.mu.Lock()
 	c.stats.Gaps++
 	if !busy {
@@ -232,9 +241,8 @@ func (c *checkpointer) gap() (copied int) {
 	c.stats.MaxGap = max(c.stats.MaxGap, d)
 	c.mu.Unlock()
 	if c.log != nil && d > time.Second {
-		c.log.Warn("WAL checkpoint held the store's writer", "elapsed", d, "waited", held.Sub(start), "restarted", !busy)
+		c.log.Warn("WAL checkpoint held the store's writer", "elapsed", d, "restarted", !busy)
 	}
-	return copied
 }
 
 // checkpoint runs one checkpoint of mode and returns how many of the WAL's

@@ -29,8 +29,10 @@ func BenchmarkDeclarationStorm(b *testing.B) {
 		name string
 		opts []Option
 	}{
-		{"checkpoint=commit/batch=256", []Option{withAutoCheckpoint()}},
-		{"checkpoint=background/batch=256", nil},
+		{"checkpoint=commit/batch=256", []Option{withAutoCheckpoint(), WithMaxBatch(256)}},
+		{"checkpoint=background/batch=256", []Option{WithMaxBatch(256)}},
+		{"checkpoint=background/batch=1024", []Option{WithMaxBatch(1024)}},
+		{"checkpoint=background/batch=4096", []Option{WithMaxBatch(4096)}},
 	} {
 		b.Run(bc.name, func(b *testing.B) { benchmarkStorm(b, 10000, bc.opts...) })
 	}

@@ -50,9 +50,8 @@ type writer struct {
 	ops     chan *writeOp
 	stopped chan struct{}
 
-	// ckpt, for SQLite, checkpoints the WAL off the commit path: the
-	// writer holds its gapMu across each batch and tells it of each commit
-	// (checkpoint.go). nil for PostgreSQL.
+	// ckpt, for SQLite, checkpoints the WAL off the commit path; the
+	// writer tells it of each commit (checkpoint.go). nil for PostgreSQL.
 	ckpt  *checkpointer
 	trace func(batch []*writeOp, commit bool) // tests' (options.trace)
 
@@ -148,13 +147,10 @@ func (w *writer) loop() {
 	}
 }
 
-// commitBatch commits batch between two checkpoint gaps and then tells the
-// checkpointer.
+// commitBatch commits batch and then tells the checkpointer.
 func (w *writer) commitBatch(batch []*writeOp) {
 	if w.ckpt != nil {
-		w.ckpt.gapMu.Lock()
-		defer w.ckpt.committed()
-		defer w.ckpt.gapMu.Unlock()
+		defer w.ckpt.afterCommit()
 	}
 	if w.trace != nil {
 		w.trace(batch, false)
