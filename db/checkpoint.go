@@ -49,8 +49,9 @@ import (
 //     not the whole WAL.
 //   - A reader holding an old snapshot for longer than checkpointBusy keeps
 //     the WAL from restarting (the RESTART gives up, busy, and the writer
-//     goes on): the WAL then grows until a later gap finds the readers gone.
-//     Our readers are single queries, well under that.
+//     goes on): the WAL then grows, and the next gap comes a bound further
+//     on, until one finds the readers gone. Our readers are single queries;
+//     the longest (a list of 10,000 instances) takes tens of milliseconds.
 //   - Durability is unchanged: a commit is durable once its frames are in
 //     the WAL and fsynced (synchronous=FULL); a checkpoint only moves
 //     committed pages, and SQLite fsyncs the WAL before and the database
@@ -74,7 +75,7 @@ const (
 	walBound = 8 * walPassiveAt
 	// checkpointBusy bounds how long a gap's RESTART waits for readers to
 	// leave the WAL (the checkpointer connection's busy_timeout).
-	checkpointBusy = 250 * time.Millisecond
+	checkpointBusy = 100 * time.Millisecond
 )
 
 // walSizeLimit is the journal_size_limit of a store that checkpoints past
@@ -122,6 +123,12 @@ type checkpointer struct {
 	// threshold).
 	copied atomic.Int64
 
+	// gapAt is the WAL size (bytes) of the next gap: bound, or, after a gap
+	// that readers kept from restarting the WAL, a bound further on (so a
+	// reader that never leaves costs the writer one gap per bound of WAL,
+	// not one per batch). Used only by the writer's goroutine.
+	gapAt int64
+
 	// runs counts checkpoints started and ended (odd while one runs), so a
 	// benchmark can tell a database file change made by a checkpoint from
 	// one made on the commit path.
@@ -141,6 +148,7 @@ func newCheckpointer(db *sql.DB, walPath string, pageSize, passive, bound int, l
 		pageSize: pageSize,
 		passive:  passive,
 		bound:    walBytes(bound, pageSize),
+		gapAt:    walBytes(bound, pageSize),
 		log:      log,
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
@@ -160,8 +168,13 @@ func (c *checkpointer) afterCommit() {
 		c.failed("reading the WAL's size", err)
 		return
 	}
-	if size >= c.bound {
-		c.gap()
+	if size < c.bound {
+		c.gapAt = c.bound
+	}
+	if size >= c.gapAt {
+		if restarted := c.gap(); !restarted {
+			c.gapAt = size + c.bound
+		}
 		return
 	}
 	select {
@@ -225,8 +238,9 @@ func (c *checkpointer) walSize() (int64, error) {
 
 // gap runs a RESTART checkpoint on the writer's goroutine, between two of
 // its batches; it first waits for a PASSIVE under way (the connection is
-// the checkpointer's only one).
-func (c *checkpointer) gap() {
+// the checkpointer's only one). It reports whether the next write restarts
+// the WAL.
+func (c *checkpointer) gap() (restarted bool) {
 	start := time.Now()
 	copied := c.checkpoint("RESTART")
 	c.copied.Store(int64(copied))
@@ -243,6 +257,7 @@ func (c *checkpointer) gap() {
 	if c.log != nil && d > time.Second {
 		c.log.Warn("WAL checkpoint held the store's writer", "elapsed", d, "restarted", !busy)
 	}
+	return !busy
 }
 
 // checkpoint runs one checkpoint of mode and returns how many of the WAL's

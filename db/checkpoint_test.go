@@ -300,3 +300,79 @@ func TestCheckpointSettingsOnEveryConnection(t *testing.T) {
 	check("writer", func(q string) (n int64, err error) { return n, wdb.QueryRowContext(ctx, q).Scan(&n) })
 	check("checkpointer", func(q string) (n int64, err error) { return n, st.ckpt.db.QueryRowContext(ctx, q).Scan(&n) })
 }
+
+// TestGapWithReaderHoldingSnapshot holds a read transaction open (a
+// snapshot inside the WAL) while one goroutine writes declarations, and
+// checks that the WAL cannot restart then (SQLite keeps the frames the
+// reader may need) but the writer is not held by a gap at every batch: a
+// gap comes once per bound of WAL (60 pages here). Once the reader ends, a
+// gap restarts the WAL and the file shrinks below the bound again.
+func TestGapWithReaderHoldingSnapshot(t *testing.T) {
+	const passive, bound = 15, 60
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "r.db")
+	s, err := Open(ctx, path, withWALPages(passive, bound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st := s.(*sqlStore)
+	in := createInstances(t, st, "r", 1)[0]
+	rdb, err := st.db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := rdb.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	var n int
+	if _, err := reader.ExecContext(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.QueryRowContext(ctx, "SELECT count(*) FROM events").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	walPages := func() int64 { return (stampOf(t, path+"-wal").size - 32) / (24 + 4096) }
+
+	// Write until the WAL holds four bounds: each write is a batch of its
+	// own (one goroutine).
+	writes := 0
+	for walPages() < 4*bound {
+		if _, err := declare(ctx, st, in, fmt.Sprint(writes)); err != nil {
+			t.Fatal(err)
+		}
+		if writes++; writes > 20000 {
+			t.Fatalf("the WAL holds %d pages after %d writes", walPages(), writes)
+		}
+	}
+	held := st.ckpt.snapshot()
+	t.Logf("reader holding a snapshot: %d writes, WAL %d pages, %+v", writes, walPages(), held)
+	if held.Restarted != 0 {
+		t.Errorf("the WAL restarted %d times under a reader's snapshot", held.Restarted)
+	}
+	if held.Gaps == 0 || held.Gaps > 4 {
+		t.Errorf("%d gaps for a WAL of 4 bounds, want 1 to 4 (one a bound, not one a batch)", held.Gaps)
+	}
+
+	if _, err := reader.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	// The next gap (the WAL is past its threshold) finds no reader.
+	for more := 0; st.ckpt.snapshot().Restarted == 0; more++ {
+		if more > 20000 {
+			t.Fatalf("no restart after the reader ended: %+v", st.ckpt.snapshot())
+		}
+		if _, err := declare(ctx, st, in, fmt.Sprint(more)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The commit that restarts the WAL truncates the file.
+	if _, err := declare(ctx, st, in, "after"); err != nil {
+		t.Fatal(err)
+	}
+	if p := walPages(); p >= bound {
+		t.Errorf("after a restart the WAL file holds %d pages, want under %d", p, bound)
+	}
+}
