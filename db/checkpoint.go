@@ -79,8 +79,9 @@ const (
 )
 
 // walSizeLimit is the journal_size_limit of a store that checkpoints past
-// passive pages: half of it (for SQLite's default page size), so a WAL file
-// truncated to it is below the threshold.
+// passive pages (or takes gaps past them, if fewer): half of it (for
+// SQLite's default page size), so a WAL file truncated to it is below the
+// threshold.
 func walSizeLimit(passive int) int64 { return walBytes(passive/2, 4096) }
 
 // walBytes returns the size in bytes of a WAL of frames pages of pageSize

@@ -90,7 +90,8 @@ func WithRetention(timelinePerInstance, events int) Option {
 }
 
 // WithMaxBatch sets how many queued write calls the group-commit writer may
-// commit in one transaction (default 256; 1 disables batching).
+// commit in one transaction (default sqliteMaxBatch on SQLite,
+// postgresMaxBatch on PostgreSQL; 1 disables batching).
 func WithMaxBatch(n int) Option {
 	return func(o *options) {
 		if n > 0 {
@@ -98,6 +99,16 @@ func WithMaxBatch(n int) Option {
 		}
 	}
 }
+
+// Default batch sizes of the group-commit writer. On SQLite a storm of
+// 10,000 Ready declarations (BenchmarkDeclarationStorm) took 10 batches of
+// about 970 calls with 1,024 instead of 40 of 248 with 256: 8-10 % less CPU
+// per declaration and fewer WAL pages to checkpoint (pages shared by the
+// calls of a batch are written once). PostgreSQL keeps 256.
+const (
+	sqliteMaxBatch   = 1024
+	postgresMaxBatch = 256
+)
 
 // DefaultURL returns the database URL the daemon uses when --database is not
 // given: a SQLite file named DefaultFileName in stateDir.
@@ -120,15 +131,17 @@ func DefaultURL(stateDir string) string {
 // synchronous=FULL, so a nil return from a write means the change survives
 // a crash of the process or of the machine.
 func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
-	o := options{maxBatch: 256, busyTimeout: 10 * time.Second,
+	o := options{busyTimeout: 10 * time.Second,
 		keep: retention{timeline: DefaultTimelineRetention, events: DefaultEventRetention, instanceEvents: DefaultInstanceEventRetention,
 			floor: DefaultInstanceEventFloor}}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://") {
+		o.maxBatch = cmp.Or(o.maxBatch, postgresMaxBatch)
 		return openPostgres(ctx, url, &o)
 	}
+	o.maxBatch = cmp.Or(o.maxBatch, sqliteMaxBatch)
 	path, err := sqlitePath(url, o.stateDir)
 	if err != nil {
 		return nil, err
@@ -190,7 +203,7 @@ func openSQLite(ctx context.Context, path string, o *options) (Store, error) {
 	// file truncated to it reads as below the threshold (checkpoint.go).
 	var walLimit int64
 	if !o.autoCheckpoint {
-		walLimit = walSizeLimit(cmp.Or(o.walPassive, walPassiveAt))
+		walLimit = walSizeLimit(min(cmp.Or(o.walPassive, walPassiveAt), cmp.Or(o.walBound, walBound)))
 	}
 	dsn := sqliteDSN(path, o.busyTimeout, walLimit)
 	// Readers run concurrently under WAL. All writes go through the single

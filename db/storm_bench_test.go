@@ -40,6 +40,8 @@ func BenchmarkDeclarationStorm(b *testing.B) {
 		{"checkpoint=commit/batch=256", []Option{withAutoCheckpoint(), WithMaxBatch(256)}},
 		{"checkpoint=background/batch=256", []Option{WithMaxBatch(256)}},
 		{"checkpoint=background/batch=1024", []Option{WithMaxBatch(1024)}},
+		// No PASSIVE: the gap copies the whole WAL every 8,000 pages.
+		{"checkpoint=gap-only/batch=256", []Option{WithMaxBatch(256), withWALPages(1<<30, walBound)}},
 	} {
 		for _, lists := range []int{0, 1} {
 			b.Run(fmt.Sprintf("%s/lists=%d", bc.name, lists), func(b *testing.B) { benchmarkStorm(b, 10000, lists, bc.opts...) })
