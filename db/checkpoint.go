@@ -115,8 +115,8 @@ type checkpointer struct {
 	stopOnce sync.Once
 
 	// copied is how many of the WAL's first frames the last checkpoint
-	// copied (0 after a gap: the next write restarts the WAL), so the
-	// frames past it in the file are the ones still to copy. A WAL
+	// copied or found (0 after a gap: the next write restarts the WAL), so
+	// the frames past it in the file are new since. A WAL
 	// restarted since is written from its start again: the commit that
 	// restarts it truncates the file to walSizeLimit, below the copied
 	// frames (or the file was not truncated, and the frames of the new WAL
@@ -220,7 +220,10 @@ func (c *checkpointer) loop() {
 			frames = (size - walBytes(0, c.pageSize)) / int64(24+c.pageSize)
 		}
 		if frames-copied >= int64(c.passive) {
-			c.copied.Store(int64(c.checkpoint("PASSIVE")))
+			// The next PASSIVE comes passive frames further on, even if
+			// a reader's snapshot kept this one from copying them all.
+			c.checkpoint("PASSIVE")
+			c.copied.Store(frames)
 		}
 	}
 }
@@ -243,9 +246,12 @@ func (c *checkpointer) walSize() (int64, error) {
 // the WAL.
 func (c *checkpointer) gap() (restarted bool) {
 	start := time.Now()
-	copied := c.checkpoint("RESTART")
+	copied, restarted := c.checkpoint("RESTART")
+	if restarted {
+		copied = 0
+	}
 	c.copied.Store(int64(copied))
-	busy := copied != 0
+	busy := !restarted
 	d := time.Since(start)
 	c.mu.Lock()
 	c.stats.Gaps++
@@ -262,11 +268,11 @@ func (c *checkpointer) gap() (restarted bool) {
 }
 
 // checkpoint runs one checkpoint of mode and returns how many of the WAL's
-// first frames are copied (SQLite's count), except 0 for a RESTART that
+// first frames are copied (SQLite's count) and, for a RESTART, whether it
 // copied them all and found no reader left in the WAL: then the next write
 // restarts the WAL. (A PASSIVE that copied every frame it saw may have run
 // beside commits that appended more: the WAL goes on.)
-func (c *checkpointer) checkpoint(mode string) (copied int) {
+func (c *checkpointer) checkpoint(mode string) (copied int, restarted bool) {
 	c.runs.Add(1)
 	defer c.runs.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
@@ -275,17 +281,14 @@ func (c *checkpointer) checkpoint(mode string) (copied int) {
 	err := c.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint("+mode+")").Scan(&busy, &logFrames, &done)
 	if err != nil {
 		c.failed("running a "+mode+" checkpoint", err)
-		return 0 // try again on the next commit
+		return 0, false // try again on the next commit
 	}
 	if mode == "PASSIVE" {
 		c.mu.Lock()
 		c.stats.Passive++
 		c.mu.Unlock()
 	}
-	if mode == "RESTART" && busy == 0 && done == logFrames {
-		return 0
-	}
-	return done
+	return max(done, 0), mode == "RESTART" && busy == 0 && done == logFrames
 }
 
 func (c *checkpointer) failed(what string, err error) {
