@@ -66,20 +66,26 @@ type commitPathCheckpoints struct {
 
 // trace is the writer trace that counts them (run by the writer's goroutine).
 func (c *commitPathCheckpoints) trace(t testing.TB) func([]*writeOp, bool) {
-	return func(_ []*writeOp, committed bool) {
-		var runs int64 // no checkpointer: none runs
+	runs := func() int64 {
 		if ck := c.ckpt(); ck != nil {
-			runs = ck.runs.Load()
+			return ck.runs.Load()
 		}
+		return 0 // no checkpointer: none runs
+	}
+	// The counter is read before the first stat and after the second, so
+	// an unchanged, even count means no background checkpoint ran between.
+	return func(_ []*writeOp, committed bool) {
 		if !committed {
-			c.before, c.runs = stampOf(t, c.path), runs
+			c.runs = runs()
+			c.before = stampOf(t, c.path)
 			return
 		}
-		if runs != c.runs || runs%2 != 0 {
+		after := stampOf(t, c.path)
+		if r := runs(); r != c.runs || r%2 != 0 {
 			return // a background checkpoint overlapped the batch
 		}
 		c.checked.Add(1)
-		if stampOf(t, c.path) != c.before {
+		if after != c.before {
 			c.seen.Add(1)
 		}
 	}
