@@ -1,6 +1,7 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -47,6 +48,13 @@ type options struct {
 	maxBatch    int
 	busyTimeout time.Duration
 	keep        retention
+
+	// SQLite checkpoints (checkpoint.go); tests change them.
+	walPassive, walBound int  // pages; 0: walPassiveAt, walBound
+	autoCheckpoint       bool // SQLite's own, on the commit path (for comparison)
+	// trace, if set, is called by the writer's goroutine before (commit
+	// false) and after (commit true) each batch's transactions (tests).
+	trace func(batch []*writeOp, commit bool)
 }
 
 // Option changes how Open opens a Store.
@@ -82,7 +90,8 @@ func WithRetention(timelinePerInstance, events int) Option {
 }
 
 // WithMaxBatch sets how many queued write calls the group-commit writer may
-// commit in one transaction (default 256; 1 disables batching).
+// commit in one transaction (default sqliteMaxBatch on SQLite,
+// postgresMaxBatch on PostgreSQL; 1 disables batching).
 func WithMaxBatch(n int) Option {
 	return func(o *options) {
 		if n > 0 {
@@ -90,6 +99,16 @@ func WithMaxBatch(n int) Option {
 		}
 	}
 }
+
+// Default batch sizes of the group-commit writer. On SQLite a storm of
+// 10,000 Ready declarations (BenchmarkDeclarationStorm) took 10 batches of
+// about 970 calls with 1,024 instead of 40 of 248 with 256: 8-10 % less CPU
+// per declaration and fewer WAL pages to checkpoint (pages shared by the
+// calls of a batch are written once). PostgreSQL keeps 256.
+const (
+	sqliteMaxBatch   = 1024
+	postgresMaxBatch = 256
+)
 
 // DefaultURL returns the database URL the daemon uses when --database is not
 // given: a SQLite file named DefaultFileName in stateDir.
@@ -112,15 +131,17 @@ func DefaultURL(stateDir string) string {
 // synchronous=FULL, so a nil return from a write means the change survives
 // a crash of the process or of the machine.
 func Open(ctx context.Context, url string, opts ...Option) (Store, error) {
-	o := options{maxBatch: 256, busyTimeout: 10 * time.Second,
+	o := options{busyTimeout: 10 * time.Second,
 		keep: retention{timeline: DefaultTimelineRetention, events: DefaultEventRetention, instanceEvents: DefaultInstanceEventRetention,
 			floor: DefaultInstanceEventFloor}}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://") {
+		o.maxBatch = cmp.Or(o.maxBatch, postgresMaxBatch)
 		return openPostgres(ctx, url, &o)
 	}
+	o.maxBatch = cmp.Or(o.maxBatch, sqliteMaxBatch)
 	path, err := sqlitePath(url, o.stateDir)
 	if err != nil {
 		return nil, err
@@ -153,13 +174,21 @@ func sqlitePath(u, stateDir string) (string, error) {
 }
 
 // sqliteDSN is the glebarez/go-sqlite DSN for path. The pragmas are applied
-// to every new connection: they are per-connection settings.
-func sqliteDSN(path string, busy time.Duration) string {
+// to every new connection (the driver runs each _pragma when it opens a
+// connection, for every connection of every pool): they are per-connection
+// settings. With walLimit > 0, no connection checkpoints on commit and the
+// commit that restarts the WAL truncates its file to walLimit bytes
+// (checkpoint.go); with 0, SQLite checkpoints on commit.
+func sqliteDSN(path string, busy time.Duration, walLimit int64) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(1)")
+	if walLimit > 0 {
+		q.Add("_pragma", "wal_autocheckpoint(0)")
+		q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walLimit))
+	}
 	// Write transactions take the write lock at BEGIN, so two writers
 	// never deadlock on a lock upgrade (which busy_timeout cannot resolve).
 	q.Set("_txlock", "immediate")
@@ -170,12 +199,37 @@ func openSQLite(ctx context.Context, path string, o *options) (Store, error) {
 	if err := createPrivate(path); err != nil {
 		return nil, fmt.Errorf("opening database %q: %w", path, err)
 	}
-	dsn := sqliteDSN(path, o.busyTimeout)
+	// The WAL's size limit is half the PASSIVE threshold, so that a WAL
+	// file truncated to it reads as below the threshold (checkpoint.go).
+	var walLimit int64
+	if !o.autoCheckpoint {
+		walLimit = walSizeLimit(min(cmp.Or(o.walPassive, walPassiveAt), cmp.Or(o.walBound, walBound)))
+	}
+	dsn := sqliteDSN(path, o.busyTimeout, walLimit)
 	// Readers run concurrently under WAL. All writes go through the single
 	// group-commit writer on its own connection, whose page cache then
-	// stays warm (no other connection of ours changes the file).
+	// stays warm (no other connection of ours changes the file). The
+	// checkpointer has a connection of its own (checkpoint.go).
+	ckpt := func(pageSize int) (*checkpointer, *sql.DB, error) {
+		if o.autoCheckpoint {
+			return nil, nil, nil
+		}
+		cdb, err := sql.Open(sqlite.DriverName, sqliteDSN(path, checkpointBusy, walLimit))
+		if err != nil {
+			return nil, nil, err
+		}
+		cdb.SetMaxOpenConns(1)
+		cdb.SetMaxIdleConns(1)
+		cdb.SetConnMaxIdleTime(0)
+		if err := cdb.PingContext(ctx); err != nil {
+			cdb.Close()
+			return nil, nil, err
+		}
+		passive, bound := cmp.Or(o.walPassive, walPassiveAt), cmp.Or(o.walBound, walBound)
+		return newCheckpointer(cdb, path+"-wal", pageSize, passive, bound, o.logger), cdb, nil
+	}
 	open := func() (Store, error) {
-		return openPair(ctx, func() gorm.Dialector { return sqliteDialector{sqlite.Dialector{DSN: dsn}} }, EngineSQLite, path, 8, o)
+		return openPair(ctx, func() gorm.Dialector { return sqliteDialector{sqlite.Dialector{DSN: dsn}} }, EngineSQLite, path, 8, ckpt, o)
 	}
 	// Connections opening a new database at the same moment (several
 	// daemons, or a daemon and the CLI) can get SQLITE_BUSY while one of
@@ -239,12 +293,18 @@ func openPostgres(ctx context.Context, dsn string, o *options) (Store, error) {
 		return nil, fmt.Errorf("opening database: parsing postgres url: %w", ErrInvalidURL)
 	}
 	u.User = nil // never log a password
-	return openPair(ctx, func() gorm.Dialector { return postgres.Open(dsn) }, EnginePostgres, u.Redacted(), 16, o)
+	return openPair(ctx, func() gorm.Dialector { return postgres.Open(dsn) }, EnginePostgres, u.Redacted(), 16, nil, o)
 }
 
+// checkpointerFunc starts a SQLite store's checkpointer for a database of
+// pageSize-byte pages, on a pool of its own that it returns too (nil, nil:
+// SQLite checkpoints on commit).
+type checkpointerFunc func(pageSize int) (*checkpointer, *sql.DB, error)
+
 // openPair opens the reader pool (readers connections) and the writer's
-// single connection, checks them, migrates the schema and starts the store.
-func openPair(ctx context.Context, dialector func() gorm.Dialector, engine, name string, readers int, o *options) (_ Store, err error) {
+// single connection, checks them, migrates the schema and starts the store,
+// with its checkpointer if ckpt is not nil.
+func openPair(ctx context.Context, dialector func() gorm.Dialector, engine, name string, readers int, ckpt checkpointerFunc, o *options) (_ Store, err error) {
 	var pools []*sql.DB
 	defer func() {
 		if err != nil {
@@ -270,13 +330,32 @@ func openPair(ctx context.Context, dialector func() gorm.Dialector, engine, name
 			return nil, fmt.Errorf("opening database %q: %w", name, err)
 		}
 		if engine == EngineSQLite {
-			if err := checkPragmas(ctx, g); err != nil {
+			if err := checkPragmas(ctx, g, !o.autoCheckpoint); err != nil {
 				return nil, fmt.Errorf("opening database %q: %w", name, err)
 			}
 		}
 		handles[i] = g
 	}
-	s, err := newStore(ctx, handles[0], handles[1], engine, name, o)
+	var c *checkpointer
+	if ckpt != nil {
+		var pageSize int
+		if err := handles[1].WithContext(ctx).Raw("PRAGMA page_size").Scan(&pageSize).Error; err != nil {
+			return nil, fmt.Errorf("opening database %q: reading the page size: %w", name, err)
+		}
+		var cdb *sql.DB
+		if c, cdb, err = ckpt(pageSize); err != nil {
+			return nil, fmt.Errorf("opening database %q: opening the checkpointer's connection: %w", name, err)
+		}
+		if c != nil {
+			pools = append(pools, cdb)
+			defer func() {
+				if err != nil {
+					c.close()
+				}
+			}()
+		}
+	}
+	s, err := newStore(ctx, handles[0], handles[1], c, engine, name, o)
 	if err != nil {
 		return nil, err
 	}
@@ -284,15 +363,17 @@ func openPair(ctx context.Context, dialector func() gorm.Dialector, engine, name
 }
 
 // checkPragmas verifies that a SQLite connection got the settings of its
-// DSN; durability depends on them.
-func checkPragmas(ctx context.Context, g *gorm.DB) error {
+// DSN; durability depends on them, and (manualCheckpoints) the writer's
+// commits on no checkpoint.
+func checkPragmas(ctx context.Context, g *gorm.DB, manualCheckpoints bool) error {
 	var mode string
-	var sync, fk int
+	var sync, fk, auto int
 	err := g.WithContext(ctx).Connection(func(c *gorm.DB) error {
 		return errors.Join(
 			c.Raw("PRAGMA journal_mode").Scan(&mode).Error,
 			c.Raw("PRAGMA synchronous").Scan(&sync).Error,
 			c.Raw("PRAGMA foreign_keys").Scan(&fk).Error,
+			c.Raw("PRAGMA wal_autocheckpoint").Scan(&auto).Error,
 		)
 	})
 	switch {
@@ -304,6 +385,8 @@ func checkPragmas(ctx context.Context, g *gorm.DB) error {
 		return fmt.Errorf("synchronous is %d, want 2 (full)", sync)
 	case fk != 1:
 		return errors.New("foreign keys are off")
+	case manualCheckpoints && auto != 0:
+		return fmt.Errorf("wal_autocheckpoint is %d, want 0 (checkpoints off the commit path)", auto)
 	}
 	return nil
 }

@@ -39,7 +39,8 @@ type sqlStore struct {
 	engine string
 	name   string
 	w      *writer
-	prep   *prepared // used only by the writer's goroutine
+	ckpt   *checkpointer // SQLite's checkpoints (nil: PostgreSQL, or SQLite's own)
+	prep   *prepared     // used only by the writer's goroutine
 	log    *slog.Logger
 	// lease makes instance writes conditional on a cluster member's
 	// lease (SetLease; nil outside a cluster).
@@ -60,7 +61,7 @@ func (s *sqlStore) reader(ctx context.Context) (*gorm.DB, error) {
 
 var _ Store = (*sqlStore)(nil)
 
-func newStore(ctx context.Context, rdb, wdb *gorm.DB, engine, name string, o *options) (*sqlStore, error) {
+func newStore(ctx context.Context, rdb, wdb *gorm.DB, ckpt *checkpointer, engine, name string, o *options) (*sqlStore, error) {
 	if err := migrate(ctx, wdb, engine); err != nil {
 		return nil, fmt.Errorf("opening database %q: %w", name, err)
 	}
@@ -72,8 +73,8 @@ func newStore(ctx context.Context, rdb, wdb *gorm.DB, engine, name string, o *op
 	if err := prep.prepare(ctx); err != nil {
 		return nil, fmt.Errorf("opening database %q: %w", name, err)
 	}
-	s := &sqlStore{db: rdb, wdb: wdb, engine: engine, name: name, log: o.logger, prep: prep}
-	s.w = newWriter(wdb, engine, o.maxBatch, o.keep, o.logger)
+	s := &sqlStore{db: rdb, wdb: wdb, engine: engine, name: name, log: o.logger, prep: prep, ckpt: ckpt}
+	s.w = newWriter(wdb, engine, o.maxBatch, o.keep, o.logger, ckpt, o.trace)
 	if o.logger != nil {
 		o.logger.Info("database opened", "engine", engine, "database", name)
 	}
@@ -571,6 +572,11 @@ func (s *sqlStore) Close() error {
 		s.w.close()
 		s.prep.close()
 		var errs []error
+		if s.ckpt != nil {
+			s.ckpt.close()
+			errs = append(errs, s.ckpt.db.Close())
+		}
+		// The last connection closed checkpoints the WAL and removes it.
 		for _, g := range []*gorm.DB{s.db, s.wdb} {
 			sqlDB, err := g.DB()
 			if err == nil {

@@ -18,6 +18,7 @@ type writeOp struct {
 	timeline []int64 // the instance of each timeline entry it appends
 	fn       func(tx *gorm.DB) error
 	done     chan error
+	queued   time.Time // when it was called, if the writer traces (tests)
 }
 
 // writer is the group-commit writer: every write of a Store goes through
@@ -54,6 +55,11 @@ type writer struct {
 	quitOnce sync.Once
 	stopped  chan struct{}
 
+	// ckpt, for SQLite, checkpoints the WAL off the commit path; the
+	// writer tells it of each commit (checkpoint.go). nil for PostgreSQL.
+	ckpt  *checkpointer
+	trace func(batch []*writeOp, commit bool) // tests' (options.trace)
+
 	keep retention
 	// Appends committed since the last prune; used only by the goroutine.
 	newEvents   int
@@ -62,12 +68,14 @@ type writer struct {
 	newInstanceEvents map[string]int
 }
 
-func newWriter(db *gorm.DB, engine string, maxBatch int, keep retention, log *slog.Logger) *writer {
+func newWriter(db *gorm.DB, engine string, maxBatch int, keep retention, log *slog.Logger, ckpt *checkpointer, trace func([]*writeOp, bool)) *writer {
 	w := &writer{
 		db:          db,
 		engine:      engine,
 		maxBatch:    maxBatch,
 		log:         log,
+		ckpt:        ckpt,
+		trace:       trace,
 		ops:         make(chan *writeOp, maxBatch),
 		quit:        make(chan struct{}),
 		stopped:     make(chan struct{}),
@@ -92,6 +100,9 @@ func (w *writer) doAppend(ctx context.Context, events bool, timeline []int64, fn
 		return err
 	}
 	op := &writeOp{ctx: ctx, events: events, timeline: timeline, fn: fn, done: make(chan error, 1)}
+	if w.trace != nil {
+		op.queued = time.Now()
+	}
 	w.mu.RLock()
 	if w.closed {
 		w.mu.RUnlock()
@@ -160,9 +171,21 @@ func (w *writer) loop() {
 				break fill
 			}
 		}
-		w.commit(batch)
+		w.commitBatch(batch)
 		clear(batch)
 	}
+}
+
+// commitBatch commits batch and then tells the checkpointer.
+func (w *writer) commitBatch(batch []*writeOp) {
+	if w.ckpt != nil {
+		defer w.ckpt.afterCommit()
+	}
+	if w.trace != nil {
+		w.trace(batch, false)
+		defer w.trace(batch, true)
+	}
+	w.commit(batch)
 }
 
 // commit runs batch in one transaction, falling back to one transaction per
