@@ -98,8 +98,8 @@ func (s *Service) Guest(ctx context.Context, uuid string, wait time.Duration) (i
 // is not connected; UpdatedAt says when the state was fetched). It starts
 // nothing: a list of every guest reads it.
 func (s *Service) CachedGuest(uuid string) *api.GuestInfo {
-	m := s.monitor(uuid)
-	if m == nil || m.currentState() != instance.AgentConnected {
+	m := s.connectedMonitor(uuid)
+	if m == nil {
 		return nil
 	}
 	c := &m.guest
@@ -110,6 +110,16 @@ func (s *Service) CachedGuest(uuid string) *api.GuestInfo {
 	}
 	out := c.info
 	return &out
+}
+
+// connectedMonitor returns the monitor of a running instance whose agent
+// is connected, nil otherwise: only such an agent has a report to show.
+func (s *Service) connectedMonitor(uuid string) *monitor {
+	m := s.monitor(uuid)
+	if m == nil || m.currentState() != instance.AgentConnected {
+		return nil
+	}
+	return m
 }
 
 // CachedIPv4 returns the address of a running instance's guest as last
@@ -132,8 +142,8 @@ func (s *Service) CachedIPv4(uuid string) string {
 // (at most backgroundFetches across the Service run at once): a single
 // instance's view shows what is known and knows more the next time.
 func (s *Service) RefreshGuest(uuid string) *api.GuestInfo {
-	m := s.monitor(uuid)
-	if m == nil || m.currentState() != instance.AgentConnected {
+	m := s.connectedMonitor(uuid)
+	if m == nil {
 		return nil
 	}
 	c := &m.guest
