@@ -174,8 +174,8 @@ func narrowArgs(cols instCols, in *record.Instance, updated, prevUpdated time.Ti
 }
 
 // narrowUpdate is one narrow update, made by WriteChangeFrom before its
-// call is queued: the statement's arguments and the full row to write if
-// the narrow statement matches no row.
+// call is queued: the columns, the statement's arguments and the row's new
+// updated_at.
 type narrowUpdate struct {
 	cols    instCols
 	args    []any
