@@ -17,8 +17,21 @@ import (
 // in turn). An entry whose InstanceID is 0 is given in.ID. On success each
 // event has its id, in commit order with every other event; on failure
 // nothing was written and the ids are 0. core/instance uses it when the
-// store has it (its changeWriter interface).
+// store has it (its changeWriter interface). It writes every column of the
+// record; WriteChangeFrom writes only what changed.
 func (s *sqlStore) WriteChange(ctx context.Context, in *record.Instance, entries []*record.TimelineEntry, evs []*events.Record) error {
+	return s.WriteChangeFrom(ctx, nil, in, entries, evs)
+}
+
+// WriteChangeFrom is WriteChange for a caller that knows the record it
+// changed: prev, the instance as the caller last read it from the store or
+// wrote it (in.UpdatedAt as the store returned it). Only the columns in
+// which in differs from prev are written, and updated_at (narrow.go): for
+// a Ready declaration the config alone, by a statement prepared once on
+// the writer's connection. If the row no longer holds prev's version
+// (updated_at), the whole record is written, as WriteChange does. prev nil,
+// or not the same instance as in, is WriteChange. prev is only read.
+func (s *sqlStore) WriteChangeFrom(ctx context.Context, prev, in *record.Instance, entries []*record.TimelineEntry, evs []*events.Record) error {
 	what := "writing a change"
 	var id int64
 	if in != nil {
@@ -52,6 +65,7 @@ func (s *sqlStore) WriteChange(ctx context.Context, in *record.Instance, entries
 	}
 	var l *lease
 	var row *instanceRow
+	var narrow *narrowUpdate
 	if in != nil {
 		row = instanceRowOf(in)
 		var err error
@@ -59,9 +73,25 @@ func (s *sqlStore) WriteChange(ctx context.Context, in *record.Instance, entries
 			resetEntries(entries)
 			return fmt.Errorf("%s: %w", what, err)
 		}
+		if narrow, err = narrowOf(prev, in, l); err != nil {
+			resetEntries(entries)
+			return fmt.Errorf("%s: %w", what, err)
+		}
 	}
 	err := s.w.doAppend(ctx, len(evs) > 0, entryInstances(entries), func(tx *gorm.DB) error {
-		if in != nil {
+		if narrow != nil {
+			done, err := s.narrowUpdateTx(tx, l, narrow)
+			if err != nil {
+				return err
+			}
+			if done {
+				row.UpdatedAt = narrow.updated
+			} else if err := s.updateInstance(tx, l, row); err != nil {
+				// The row is not at prev's version: the whole record,
+				// as WriteChange writes it.
+				return err
+			}
+		} else if in != nil {
 			if err := s.updateInstance(tx, l, row); err != nil {
 				return err
 			}
@@ -86,7 +116,23 @@ func (s *sqlStore) WriteChange(ctx context.Context, in *record.Instance, entries
 		return fmt.Errorf("%s: %w", what, translate(err))
 	}
 	if in != nil {
-		in.UpdatedAt = row.UpdatedAt // set by gorm
+		in.UpdatedAt = row.UpdatedAt // set by gorm, or the narrow update's
 	}
 	return nil
+}
+
+// narrowOf returns the narrow update of in from prev (normalized here; in
+// is), or nil when there is none to make (no prev, or another instance's).
+func narrowOf(prev, in *record.Instance, l *lease) (*narrowUpdate, error) {
+	if prev == nil || prev.ID != in.ID {
+		return nil, nil
+	}
+	p := *prev
+	normalize(&p)
+	u := &narrowUpdate{cols: changedCols(&p, in), updated: nextVersion(p.UpdatedAt)}
+	var err error
+	if u.args, err = narrowArgs(u.cols, in, u.updated, p.UpdatedAt, l); err != nil {
+		return nil, fmt.Errorf("instance %q: %w", in.Name, err)
+	}
+	return u, nil
 }

@@ -121,7 +121,8 @@ func TestDomainErrors(t *testing.T) {
 // TestLeaseLostIsDomainError removes a cluster member and checks that its
 // refused instance writes wrap record.ErrLeaseLost, the kind core/instance
 // tests to stop retrying, besides db.ErrLeaseLost and
-// errdefs.ErrUnavailable, with the text unchanged.
+// errdefs.ErrUnavailable, with the text unchanged (a narrow update's too:
+// its version matches, the lease does not).
 func TestLeaseLostIsDomainError(t *testing.T) {
 	ctx := testContext(t)
 	st := dbtest.Open(t, dbtest.PostgresURL(t))
@@ -148,6 +149,11 @@ func TestLeaseLostIsDomainError(t *testing.T) {
 	}
 	for what, write := range map[string]func() error{
 		"update": func() error { return st.UpdateInstance(ctx, in) },
+		"narrow update": func() error {
+			next := cloneInstance(in)
+			next.Config = map[string]string{"volatile.last_state.ready": "true"}
+			return st.(changeFromWriter).WriteChangeFrom(ctx, in, next, nil, nil)
+		},
 		"delete": func() error { return st.DeleteInstance(ctx, in.ID) },
 		"create": func() error {
 			return st.CreateInstance(ctx, &record.Instance{Name: "h", UUID: "u-h", Backend: "sim", PowerState: "stopped", Location: "f"})

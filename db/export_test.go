@@ -22,3 +22,12 @@ func PruneEventsSQL(engine string) string {
 // ReaderPoolForTest returns s's reader pool (database/sql), for a test that
 // fills it with idle connections.
 func ReaderPoolForTest(s Store) (*sql.DB, error) { return s.(*sqlStore).db.DB() }
+
+// BackendPIDsForBench returns the process ids of the PostgreSQL server's
+// backends serving s's database (every connection of s's pools), for a
+// benchmark that reads their CPU time.
+func BackendPIDsForBench(s Store) ([]int, error) {
+	var pids []int
+	err := s.(*sqlStore).db.Raw("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend'").Scan(&pids).Error
+	return pids, err
+}

@@ -11,10 +11,11 @@ import (
 	"github.com/guestlink/guestlink/core/instance/record"
 )
 
-// prepared holds the writer connection's prepared statements for the two
-// most frequent writes, timeline and event inserts. gorm cannot keep
+// prepared holds the writer connection's prepared statements for the most
+// frequent writes: timeline and event inserts, and the narrow update of an
+// instance's config (a Ready declaration's, narrow.go). gorm cannot keep
 // prepared statements across transactions, so without these SQLite parses
-// every INSERT again. Statements are prepared on the writer's pool (one
+// every statement again. Statements are prepared on the writer's pool (one
 // connection), so a transaction reuses them without re-preparing. After
 // prepare, only the writer goroutine uses a prepared.
 type prepared struct {
@@ -22,7 +23,18 @@ type prepared struct {
 	engine string
 	event  *sql.Stmt
 	entry  *sql.Stmt
+	// config and configLeased are the narrow update of the config alone,
+	// without and with the cluster lease's condition (PostgreSQL only).
+	config       *sql.Stmt
+	configLeased *sql.Stmt
+	// updates caches the text of the other narrow updates, by columns
+	// and lease (bit 15); run unprepared on SQLite (pgx caches each
+	// statement it runs on a connection prepared).
+	updates map[instCols]string
 }
+
+// leasedBit marks a leased narrow update in prepared.updates.
+const leasedBit instCols = 1 << 15
 
 const (
 	insertEventSQLite = `INSERT INTO "events" ("time","type","instance","body") VALUES (?,?,?,?)`
@@ -41,11 +53,18 @@ func (p *prepared) prepare(ctx context.Context) error {
 	}{
 		{&p.event, insertEventSQLite, insertEventPG},
 		{&p.entry, insertEntrySQLite, insertEntryPG},
+		{&p.config, narrowSQL(EngineSQLite, colConfig, false), narrowSQL(EnginePostgres, colConfig, false)},
+		// The lease's condition takes FOR SHARE, PostgreSQL's (a
+		// cluster's database is PostgreSQL).
+		{&p.configLeased, "", narrowSQL(EnginePostgres, colConfig, true)},
 	}
 	for _, q := range queries {
 		query := q.sqlite
 		if p.engine == EnginePostgres {
 			query = q.pg
+		}
+		if query == "" {
+			continue
 		}
 		st, err := p.db.PrepareContext(ctx, query)
 		if err != nil {
@@ -117,9 +136,39 @@ func (p *prepared) insertEntries(tx *gorm.DB, entries []*record.TimelineEntry) e
 	return nil
 }
 
+// updateStmt returns the prepared narrow update of cols, or nil when it
+// is not prepared.
+func (p *prepared) updateStmt(cols instCols, leased bool) *sql.Stmt {
+	if cols != colConfig {
+		return nil
+	}
+	if leased {
+		return p.configLeased
+	}
+	return p.config
+}
+
+// updateSQL returns the text of the narrow update of cols (made once per
+// set of columns; only the writer's goroutine calls it).
+func (p *prepared) updateSQL(cols instCols, leased bool) string {
+	key := cols
+	if leased {
+		key |= leasedBit
+	}
+	q, ok := p.updates[key]
+	if !ok {
+		if p.updates == nil {
+			p.updates = map[instCols]string{}
+		}
+		q = narrowSQL(p.engine, cols, leased)
+		p.updates[key] = q
+	}
+	return q
+}
+
 // close releases the statements.
 func (p *prepared) close() {
-	for _, slot := range []**sql.Stmt{&p.event, &p.entry} {
+	for _, slot := range []**sql.Stmt{&p.event, &p.entry, &p.config, &p.configLeased} {
 		if *slot != nil {
 			(*slot).Close()
 			*slot = nil

@@ -86,6 +86,7 @@ func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error
 	}
 	c := &change{rec: cloneRec(e.rec), rt: e.rt.clone(), now: time.Now().UTC()}
 	prevConds := conditionsOf(e.rec, &e.rt)
+	stored := e.stored
 	m.mu.RUnlock()
 	if err := fn(c); err != nil {
 		return nil, err
@@ -95,8 +96,14 @@ func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error
 	if c.persist {
 		tl, lost := m.withLost(c.rec.ID, c.now, c.rec.Boot, c.timeline)
 		st, cw := m.stage(c.events)
+		fw, narrow := m.store.(changeFromWriter)
 		err := m.retryWrite(ctx, fmt.Sprintf("saving instance %q", c.rec.Name), func(ctx context.Context) error {
-			if st != nil {
+			switch {
+			case narrow && st != nil:
+				return storeErr(fw.WriteChangeFrom(ctx, stored, c.rec, tl, st.Records()))
+			case narrow:
+				return storeErr(fw.WriteChangeFrom(ctx, stored, c.rec, tl, nil))
+			case st != nil:
 				return storeErr(cw.WriteChange(ctx, c.rec, tl, st.Records()))
 			}
 			return storeErr(m.store.UpdateInstanceWithTimeline(ctx, c.rec, tl...))
@@ -112,6 +119,9 @@ func (m *Manager) mutate(ctx context.Context, e *entry, fn func(c *change) error
 	}
 	m.mu.Lock()
 	e.rec, e.rt = c.rec, c.rt
+	if c.persist {
+		e.stored = c.rec
+	}
 	e.changedLocked()
 	view := viewOf(e)
 	m.wakeLocked(e)

@@ -17,6 +17,17 @@ type changeWriter interface {
 	WriteChange(ctx context.Context, in *record.Instance, entries []*record.TimelineEntry, evs []*events.Record) error
 }
 
+// changeFromWriter is the optional part of a store that writes a change of
+// an instance record as what changed since prev, the record as the caller
+// last read it from the store or wrote it: only the changed columns (for a
+// Ready declaration the config), in one transaction with the timeline
+// entries and events as changeWriter's WriteChange (evs may be empty). A
+// row that no longer holds prev is written whole; prev is only read (db's
+// SQL store has it).
+type changeFromWriter interface {
+	WriteChangeFrom(ctx context.Context, prev, in *record.Instance, entries []*record.TimelineEntry, evs []*events.Record) error
+}
+
 // stage stages a change's events on the bus for the change's own write
 // (changeWriter: the state change, its timeline and its events in one
 // transaction, so a Ready declaration is one write waiting for one commit).

@@ -156,6 +156,11 @@ type entry struct {
 	// Guarded by Manager.mu; replaced, never changed in place.
 	rec *record.Instance
 	rt  runtime
+	// stored is the record as last read from or written to the store (rec
+	// itself, unless a change made rec without saving it), guarded by
+	// Manager.mu and never changed in place: the base from which the
+	// store writes only what a change changed (changeFromWriter).
+	stored *record.Instance
 	// version is the view's change version (ListCachedFunc), guarded by
 	// Manager.mu: bumped (changedLocked) with every change of rec or rt
 	// but a heartbeat's time (heartbeatOnly).
@@ -184,7 +189,7 @@ func (e *entry) changedLocked() { e.version++ }
 
 // newEntry returns the entry of a stored instance.
 func newEntry(rec *record.Instance) *entry {
-	e := &entry{name: rec.Name, lname: strings.ToLower(rec.Name), rec: rec}
+	e := &entry{name: rec.Name, lname: strings.ToLower(rec.Name), rec: rec, stored: rec}
 	e.rt.conds = conditionsOf(rec, &e.rt) // derived once, not at every read
 	return e
 }
@@ -296,7 +301,7 @@ func (m *Manager) load(ctx context.Context, force bool) error {
 	defer m.mu.Unlock()
 	for _, rec := range recs {
 		if e, ok := m.byName[rec.Name]; ok {
-			e.rec = rec
+			e.rec, e.stored = rec, rec
 			e.rt.conds = deriveConditions(rec, &e.rt, e.rt.conds, time.Now().UTC())
 			e.changedLocked()
 			continue
