@@ -49,7 +49,7 @@ func closedByServer(c *tls.Conn) bool {
 // declaration answered without an error, on a new connection), a budget of
 // none (each connection closed once answered), and CloseOldestIdle (what a
 // link needing a descriptor calls: the oldest closed, false when none is
-// idle).
+// idle), and the server's shutdown (the kept connection closed).
 func TestKeptConnectionsBudget(t *testing.T) {
 	t.Run("oldest-closed", func(t *testing.T) {
 		e := newEnv(t, func(c *Config) { c.KeptMemory = 2 * KeptConnBytes })
@@ -112,6 +112,22 @@ func TestKeptConnectionsBudget(t *testing.T) {
 		}
 		if st := e.srv.KeptConnections(); st.Budget != 0 {
 			t.Fatalf("budget %d, want 0", st.Budget)
+		}
+	})
+	t.Run("closed-by-shutdown", func(t *testing.T) {
+		// A daemon's stop (and so its restart) closes every kept
+		// connection: none is carried to the next daemon.
+		e := newEnv(t, nil)
+		c := keptConn(t, e, e.tlsConfig(e.agents["a"]))
+		defer c.Close()
+		testwait.For(t, "the connection idle", 10*time.Second, func() bool { return e.srv.KeptConnections().Idle == 1 })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.srv.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !closedByServer(c) {
+			t.Fatal("a kept connection outlived the server's shutdown")
 		}
 	})
 	t.Run("close-oldest-idle", func(t *testing.T) {
