@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -92,6 +93,11 @@ type Config struct {
 	// TCPLimits bound the TCP listeners' connections (zero fields:
 	// derived from the open-file limit).
 	TCPLimits TCPLimits
+	// DevlxdKeptMemory is the memory the guests' idle kept-alive devlxd
+	// connections may hold together (devlxd.Config.KeptMemory; zero:
+	// devlxd.DefaultKeptMemory, negative: none kept; guestlinkd
+	// --devlxd-kept-memory).
+	DevlxdKeptMemory int64
 	// WriteTimeout is how long one write to a client of the admin socket,
 	// the TCP listeners or the cluster listener may block before the
 	// connection is dropped (default DefaultWriteTimeout).
@@ -110,13 +116,16 @@ type Daemon struct {
 	images  *images.Store
 	links   *linkhost.Host
 	devlxd  *devlxd.Server
-	monitor *agentmon.Service
-	oom     *oomwatch.Watcher // the consoles' OOM kills (OutOfMemory)
-	storage *storage.Service
-	api     *adminapi.API
-	metrics *metrics.Metrics
-	cluster *cluster.Cluster // nil outside a cluster (SQLite)
-	service instanceService  // the manager, or its cluster-wide view
+	// keptStats is devlxd for the metrics, set once it serves (they are
+	// built before it).
+	keptStats atomic.Pointer[devlxd.Server]
+	monitor   *agentmon.Service
+	oom       *oomwatch.Watcher // the consoles' OOM kills (OutOfMemory)
+	storage   *storage.Service
+	api       *adminapi.API
+	metrics   *metrics.Metrics
+	cluster   *cluster.Cluster // nil outside a cluster (SQLite)
+	service   instanceService  // the manager, or its cluster-wide view
 	// clusterCtx ends the heartbeat and the event listener (stopBeat).
 	clusterCtx context.Context
 	stopBeat   context.CancelFunc
@@ -315,9 +324,14 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Tokens:        d.tcp.auth,
 		Storage:       d.storage,
 		Devices:       mgr,
+		KeptMemory:    cfg.DevlxdKeptMemory,
 	}); err != nil {
 		return nil, fmt.Errorf("starting daemon: %w", err)
 	}
+	// Links come before kept connections: a link needing a descriptor
+	// closes the idle one the longest.
+	d.links.SetReclaim(d.devlxd.CloseOldestIdle)
+	d.keptStats.Store(d.devlxd)
 	links := d.retrying(d.links, "guest links")
 	go d.serve("devlxd", func() error { return d.devlxd.Serve(links) })
 

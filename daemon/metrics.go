@@ -43,7 +43,14 @@ func newMetrics(d *Daemon, late *lateInstances) *metrics.Metrics {
 		Plugins:   pluginList{d},
 		Version:   Version,
 		Streams:   d.streamStats,
-		Logger:    d.log.With("component", "metrics"),
+		KeptConnections: func() (int, int, uint64) {
+			if srv := d.keptStats.Load(); srv != nil {
+				st := srv.KeptConnections()
+				return st.Idle, st.Budget, st.Closed
+			}
+			return 0, 0, 0
+		},
+		Logger: d.log.With("component", "metrics"),
 	})
 }
 

@@ -21,7 +21,8 @@ import (
 
 // Pool limits of the kept-alive connections to one daemon.
 const (
-	// maxIdle is how many idle connections are kept (each for IdleTimeout).
+	// maxIdle is how many idle connections are kept (each for
+	// Options.IdleTimeout).
 	maxIdle = 8
 	// bufSize is the size of each connection's read and write buffers: a
 	// devlxd request and most answers fit in one.
@@ -35,6 +36,9 @@ type daemonConns struct {
 	link       transport.Guest
 	tls        *tls.Config
 	perRequest bool
+	// idleTimeout is how long an idle connection is kept
+	// (Options.IdleTimeout).
+	idleTimeout time.Duration
 
 	mu     sync.Mutex
 	idle   []*daemonConn // most recently used last
@@ -48,29 +52,59 @@ type daemonConn struct {
 	bw       *bufio.Writer
 	reused   bool        // served a request before
 	idleFrom time.Time   // when it went back to the pool
-	expiry   *time.Timer // closes it IdleTimeout after it went idle
+	expiry   *time.Timer // closes it idleTimeout after it went idle
 }
 
 // get returns an idle connection, or dials a new one. A request that took
 // this daemon's pool just before SetAdvertisement replaced it still dials
 // (as net/http's Transport did after CloseIdleConnections); its connection
 // is closed when the request ends.
-func (d *daemonConns) get(ctx context.Context, deadline time.Time) (*daemonConn, error) {
-	if !d.perRequest {
-		now := time.Now()
-		d.mu.Lock()
-		for n := len(d.idle); n > 0; n = len(d.idle) {
+//
+// An idle connection is used only if it is alive: one the daemon closed
+// while it was idle (its budget of kept connections, its idle timeout, a
+// restart) is closed and the next one tried, before anything is written on
+// it. fresh skips the idle ones (a retry).
+func (d *daemonConns) get(ctx context.Context, deadline time.Time, fresh bool) (*daemonConn, error) {
+	if !d.perRequest && !fresh {
+		for {
+			now := time.Now()
+			d.mu.Lock()
+			n := len(d.idle)
+			if n == 0 {
+				d.mu.Unlock()
+				break
+			}
 			pc := d.idle[n-1]
 			d.idle = d.idle[:n-1]
-			if now.Sub(pc.idleFrom) < IdleTimeout {
-				d.mu.Unlock()
+			d.mu.Unlock()
+			if now.Sub(pc.idleFrom) < d.idleTimeout && pc.alive() {
 				return pc, nil
 			}
 			_ = pc.tc.Close()
 		}
-		d.mu.Unlock()
 	}
 	return d.dial(ctx, deadline)
+}
+
+// alive reports whether an idle connection can carry a request: nothing
+// arrived on it while it was idle. The daemon closing it sends a TLS
+// close_notify and ends the stream, which a read that does not wait finds
+// (an HTTP answer never comes unasked: anything read means the connection
+// is not usable). A read that finds nothing is a timeout, which leaves the
+// TLS connection as it was.
+func (pc *daemonConn) alive() bool {
+	if pc.br.Buffered() > 0 {
+		return false
+	}
+	if err := pc.tc.SetReadDeadline(time.Unix(1, 0)); err != nil {
+		return false
+	}
+	var b [1]byte
+	n, err := pc.tc.Read(b[:])
+	if n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	return pc.tc.SetReadDeadline(time.Time{}) == nil
 }
 
 // dial connects over the link and handshakes TLS, within DialTimeout and
@@ -112,15 +146,15 @@ func (d *daemonConns) put(pc *daemonConn) {
 	}
 	d.idle = append(d.idle, pc)
 	if pc.expiry == nil {
-		pc.expiry = time.AfterFunc(IdleTimeout, func() { d.expire(pc) })
+		pc.expiry = time.AfterFunc(d.idleTimeout, func() { d.expire(pc) })
 	} else {
-		pc.expiry.Reset(IdleTimeout)
+		pc.expiry.Reset(d.idleTimeout)
 	}
 	d.mu.Unlock()
 }
 
 // expire closes pc if it is still idle: an idle guest holds no connection
-// to the daemon (IdleTimeout).
+// to the daemon past Options.IdleTimeout.
 func (d *daemonConns) expire(pc *daemonConn) {
 	d.mu.Lock()
 	i := slices.Index(d.idle, pc)
@@ -157,17 +191,19 @@ func (d *daemonConns) close() {
 }
 
 // roundTrip sends one request and returns the answer, whose body the caller
-// reads and closes. A kept-alive connection that turns out to be dead (the
-// daemon closed it) before any answer arrived is replaced by a new one once,
-// for requests that cannot have been acted on twice: the write failed, or
-// the method is GET or HEAD.
+// reads and closes. A kept-alive connection found closed before the request
+// is written on it is not used (get). One that turns out to be dead (the
+// daemon closed it as the request crossed it) before any answer arrived is
+// replaced by a new connection once, for requests that cannot have been
+// acted on twice: the write failed, or the method is GET or HEAD. A PATCH
+// or PUT written on it is not replayed: the daemon may have acted on it.
 func (d *daemonConns) roundTrip(ctx context.Context, method, path string, body []byte, h Header) (*http.Response, error) {
 	deadline := time.Now().Add(RequestTimeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
-	for {
-		pc, err := d.get(ctx, deadline)
+	for retry := false; ; retry = true {
+		pc, err := d.get(ctx, deadline, retry)
 		if err != nil {
 			return nil, err
 		}
@@ -176,7 +212,7 @@ func (d *daemonConns) roundTrip(ctx context.Context, method, path string, body [
 			return resp, nil
 		}
 		_ = pc.tc.Close()
-		if !pc.reused || ctx.Err() != nil || (wrote && method != http.MethodGet && method != http.MethodHead) {
+		if retry || !pc.reused || ctx.Err() != nil || (wrote && method != http.MethodGet && method != http.MethodHead) {
 			return nil, err
 		}
 	}

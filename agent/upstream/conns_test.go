@@ -42,7 +42,7 @@ type rawDaemon struct {
 	wg     sync.WaitGroup
 }
 
-func startRawDaemon(t *testing.T, mode string) (*rawDaemon, *upstream.Client) {
+func startRawDaemon(t *testing.T, mode string, opts ...func(*upstream.Options)) (*rawDaemon, *upstream.Client) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "glr")
 	if err != nil {
@@ -64,7 +64,11 @@ func startRawDaemon(t *testing.T, mode string) (*rawDaemon, *upstream.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := upstream.New(upstream.Options{Link: link, Certificate: certs.Agent.TLS()})
+	o := upstream.Options{Link: link, Certificate: certs.Agent.TLS()}
+	for _, f := range opts {
+		f(&o)
+	}
+	c := upstream.New(o)
 	t.Cleanup(c.CloseIdleConnections)
 	if err := c.SetAdvertisement(&advert.Advertisement{CID: 2, Port: 5000, Certificate: string(certs.Daemon.CertPEM), Devlxd: true}); err != nil {
 		t.Fatal(err)
@@ -118,11 +122,27 @@ func (d *rawDaemon) serve() {
 				d.mu.Unlock()
 				d.got <- struct{}{}
 				switch mode {
-				case "answer-keep", "answer-close":
+				case "answer-keep", "answer-close", "answer-closewrite":
 					b, _ := devlxdapi.SyncResponse(nil)
 					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
 					if mode == "answer-keep" {
 						continue
+					}
+					if mode == "answer-closewrite" {
+						// The daemon's close as a relay (QEMU's
+						// vsock device, the fleet host) passes it
+						// on: close_notify and the end of the
+						// stream reach the agent, its writes still
+						// succeed. A request read now was written
+						// on a closed connection: counted, not
+						// answered.
+						_ = c.(*tls.Conn).CloseWrite()
+						d.closed <- struct{}{}
+						if _, err := http.ReadRequest(br); err == nil {
+							d.mu.Lock()
+							d.requests = append(d.requests, "late")
+							d.mu.Unlock()
+						}
 					}
 				case "hang":
 					<-d.stop
@@ -202,11 +222,12 @@ func TestNoReplayOfWrittenPatch(t *testing.T) {
 	}
 }
 
-// A connection left idle is closed by the agent (IdleTimeout): an idle
-// guest holds no descriptor of the daemon; a request made while it is idle
-// reuses it.
+// A connection left idle is closed by the agent past its idle timeout
+// (Options.IdleTimeout; the default, minutes, outlasts the daemon's own, so
+// there the daemon closes first); a request made while it is idle reuses it.
 func TestIdleConnectionClosed(t *testing.T) {
-	d, c := startRawDaemon(t, "answer-keep")
+	const idle = 200 * time.Millisecond
+	d, c := startRawDaemon(t, "answer-keep", func(o *upstream.Options) { o.IdleTimeout = idle })
 	for range 2 {
 		if err := do(c, http.MethodGet); err != nil {
 			t.Fatal(err)
@@ -217,14 +238,75 @@ func TestIdleConnectionClosed(t *testing.T) {
 	}
 	select {
 	case <-d.closed: // the daemon read EOF: the agent closed it
-	case <-time.After(10 * upstream.IdleTimeout):
-		t.Fatalf("the idle connection is still open %v after its last request", 10*upstream.IdleTimeout)
+	case <-time.After(100 * idle):
+		t.Fatalf("the idle connection is still open %v after its last request", 100*idle)
 	}
 	if err := do(c, http.MethodGet); err != nil {
 		t.Fatal(err)
 	}
 	if conns, _ := d.counts(); conns != 2 {
 		t.Fatalf("daemon saw %d connections, want a new one after the idle close", conns)
+	}
+}
+
+// The daemon's side of a kept connection: it closes idle connections (its
+// budget, its idle timeout), and the agent finds a closed one before
+// writing on it. Tried: the daemon closing each connection after its
+// answer (the agent's next request, a GET and a PATCH, goes on a new
+// connection, no error, the closed one never written to: the daemon reads
+// exactly one request per connection; "answer-close": the daemon's socket
+// closed, so a write fails; "answer-closewrite": a relay's end, where the
+// write would succeed and the request be lost), several dead connections in
+// the pool at once (all skipped, one dial), and the default idle timeout
+// kept for minutes (requests in turn reuse one connection).
+func TestClosedKeptConnectionNotWritten(t *testing.T) {
+	t.Run("kept-for-minutes", func(t *testing.T) {
+		if upstream.IdleTimeout < time.Minute {
+			t.Fatalf("upstream.IdleTimeout = %v, want minutes (the daemon closes first)", upstream.IdleTimeout)
+		}
+		d, c := startRawDaemon(t, "answer-keep")
+		for range 3 {
+			if err := do(c, http.MethodPatch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if conns, reqs := d.counts(); conns != 1 || len(reqs) != 3 {
+			t.Fatalf("daemon saw %d connections for %v, want 1 for 3", conns, reqs)
+		}
+	})
+	for _, tc := range []struct{ mode, method string }{
+		{"answer-close", http.MethodGet}, {"answer-close", http.MethodPatch},
+		{"answer-closewrite", http.MethodGet}, {"answer-closewrite", http.MethodPatch},
+	} {
+		method := tc.method
+		t.Run(tc.mode+"/"+method, func(t *testing.T) {
+			d, c := startRawDaemon(t, tc.mode)
+			// Three requests at once leave three connections in the
+			// pool, each closed by the daemon after its answer.
+			var wg sync.WaitGroup
+			errs := make(chan error, 3)
+			for range 3 {
+				wg.Go(func() { errs <- do(c, http.MethodGet) })
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 3 {
+				<-d.closed
+			}
+			conns0, _ := d.counts()
+			if err := do(c, method); err != nil {
+				t.Fatalf("%s with only closed connections in the pool: %v", method, err)
+			}
+			conns, reqs := d.counts()
+			if conns != conns0+1 || len(reqs) != conns {
+				t.Fatalf("daemon saw %d connections (%d before) and requests %v; want one new connection, one request per connection", conns, conns0, reqs)
+			}
+		})
 	}
 }
 

@@ -32,12 +32,13 @@ const (
 	// no earlier deadline.
 	RequestTimeout = 20 * time.Second
 	// IdleTimeout is how long a connection to the daemon is kept for reuse
-	// after its last request. Short: a burst of requests reuses it, but an
-	// idle guest holds no connection (each costs the daemon a descriptor,
-	// and a daemon of 10,000 guests cannot hold one per guest). The
-	// client closes first, well before the daemon's own idle timeout, so
-	// a request never meets a connection the daemon is closing.
-	IdleTimeout = 2 * time.Second
+	// after its last request: longer than the daemon's own idle timeout
+	// (transport/devlxd, 10 min), so the daemon is the one that closes. It
+	// keeps as many idle connections as its budget of descriptors and
+	// memory allows and closes the others; a request then resumes its TLS
+	// session on a new connection. A connection the daemon closed is
+	// found closed before a request is written on it (alive).
+	IdleTimeout = 15 * time.Minute
 )
 
 // Sentinel errors.
@@ -68,6 +69,9 @@ type Options struct {
 	// PerRequestTLS disables connection reuse and TLS session resumption:
 	// every request dials and handshakes (LXD's behaviour; for comparison).
 	PerRequestTLS bool
+	// IdleTimeout is how long an idle connection is kept (default
+	// IdleTimeout).
+	IdleTimeout time.Duration
 }
 
 // Client sends devlxd requests to the currently advertised daemon. It is safe
@@ -98,6 +102,9 @@ type Client struct {
 
 // New returns a Client with no daemon advertised.
 func New(opts Options) *Client {
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = IdleTimeout
+	}
 	return &Client{opts: opts}
 }
 
@@ -166,7 +173,7 @@ func (c *Client) newConns(a advert.Advertisement, pinned []byte) *daemonConns {
 		// daemon binds tickets to this guest's link.
 		tlsConf.ClientSessionCache = c.sessionCache(pinned)
 	}
-	return &daemonConns{adv: a, link: c.opts.Link, tls: tlsConf, perRequest: c.opts.PerRequestTLS}
+	return &daemonConns{adv: a, link: c.opts.Link, tls: tlsConf, perRequest: c.opts.PerRequestTLS, idleTimeout: c.opts.IdleTimeout}
 }
 
 // sessionCache returns the session cache of the daemon whose certificate

@@ -43,6 +43,16 @@ func main() {
 		cfg.ImageMaxSize, err = storage.ParseSize(v)
 		return err
 	})
+	flag.Func("devlxd-kept-memory", "memory the guests' idle kept-alive devlxd connections may hold together, e.g. 64MiB (about 24KiB each; past it the one idle the longest is closed and its guest resumes TLS on a new one; 0 keeps none; default 64MiB)", func(v string) error {
+		n, err := storage.ParseSize(v)
+		if err != nil {
+			return err
+		}
+		if cfg.DevlxdKeptMemory = n; n == 0 {
+			cfg.DevlxdKeptMemory = -1
+		}
+		return nil
+	})
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	flag.Float64Var(&cfg.GuestRingBytes, "guest-ring-bytes", agentmon.DefaultRingBytesPerSecond, "ring-buffer bytes read per second from each guest; a guest writing more is throttled")
 	flag.Float64Var(&cfg.GuestRingLines, "guest-ring-lines", agentmon.DefaultRingLinesPerSecond, "ring-buffer lines read per second from each guest; a guest writing more is throttled")

@@ -66,7 +66,14 @@ func (h *Host) admit(a *attachment, c net.Conn, id Identity) {
 	a.overCap.Store(false)
 	h.cfg.Observer.LinkConn(string(id.Link), true)
 	lc := WithIdentity(c, id)
-	lc.release = func() { a.live.Add(-1) }
+	lc.release = func() {
+		a.untrack(lc)
+		a.live.Add(-1)
+	}
+	if !a.track(lc) {
+		lc.Close() // detached meanwhile
+		return
+	}
 	h.hand(lc, a.done)
 }
 

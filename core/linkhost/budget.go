@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +22,13 @@ type fdBudget struct {
 	limit int
 	used  int
 	freed chan struct{} // closed and replaced whenever one is released
+	// reclaim closes one idle kept-alive connection and reports whether
+	// there was one (nil: none to close). Links come before kept-alive
+	// connections: when the budget is spent, it is asked to close one,
+	// whose release frees a descriptor (Host.SetReclaim).
+	reclaim atomic.Pointer[func() bool]
+	// reclaimed counts the connections closed for a descriptor.
+	reclaimed atomic.Uint64
 }
 
 func newFDBudget(limit int) *fdBudget {
@@ -34,9 +42,24 @@ func (b *fdBudget) bounded() bool { return b.limit > 0 }
 // already spent.
 func (b *fdBudget) take() (over bool) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.used++
-	return b.bounded() && b.used > b.limit
+	over = b.bounded() && b.used > b.limit
+	b.mu.Unlock()
+	if over && b.reclaimOne() {
+		over = false // a kept connection gives its descriptor back
+	}
+	return over
+}
+
+// reclaimOne asks the reclaim function to close an idle kept-alive
+// connection and reports whether it did.
+func (b *fdBudget) reclaimOne() bool {
+	f := b.reclaim.Load()
+	if f == nil || !(*f)() {
+		return false
+	}
+	b.reclaimed.Add(1)
+	return true
 }
 
 // acquire waits for a free descriptor and takes it; it reports false when
@@ -51,6 +74,8 @@ func (b *fdBudget) acquire(stop, cancel <-chan struct{}) bool {
 		}
 		freed := b.freed
 		b.mu.Unlock()
+		// A kept connection closed releases its descriptor (freed).
+		b.reclaimOne()
 		select {
 		case <-freed:
 		case <-stop:

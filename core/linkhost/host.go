@@ -120,6 +120,47 @@ type attachment struct {
 
 	live    atomic.Int64 // connections handed on and not yet closed
 	overCap atomic.Bool  // the last connection was refused by the cap
+
+	// conns are the connections handed on and not yet closed: a detached
+	// link closes them (a kept-alive connection does not outlive its
+	// guest's link).
+	connsMu sync.Mutex
+	conns   map[*Conn]struct{}
+	gone    bool // closed: a connection handed on now is closed at once
+}
+
+// track adds c to the attachment's open connections; false when the
+// attachment was closed (c must then be closed).
+func (a *attachment) track(c *Conn) bool {
+	a.connsMu.Lock()
+	defer a.connsMu.Unlock()
+	if a.gone {
+		return false
+	}
+	if a.conns == nil {
+		a.conns = map[*Conn]struct{}{}
+	}
+	a.conns[c] = struct{}{}
+	return true
+}
+
+func (a *attachment) untrack(c *Conn) {
+	a.connsMu.Lock()
+	delete(a.conns, c)
+	a.connsMu.Unlock()
+}
+
+// closeConns closes the attachment's open connections and every one it
+// would be handed later.
+func (a *attachment) closeConns() {
+	a.connsMu.Lock()
+	a.gone = true
+	conns := a.conns
+	a.conns = nil
+	a.connsMu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
 }
 
 // dead reports whether the attachment's accept loop stopped on an error, so
@@ -196,6 +237,24 @@ func randomPort() uint32 {
 		}
 	}
 }
+
+// SetReclaim gives the Host a function that closes one idle kept-alive
+// link connection and reports whether there was one (the devlxd server's
+// CloseOldestIdle). When the hybrid links' descriptors (MaxDescriptors) are
+// spent, a link that needs one (a new listener, a connection waiting in a
+// backlog, a dial) has an idle connection closed for it instead of
+// waiting: links come before kept connections. Nil removes it.
+func (h *Host) SetReclaim(f func() bool) {
+	if f == nil {
+		h.fds.reclaim.Store(nil)
+		return
+	}
+	h.fds.reclaim.Store(&f)
+}
+
+// Reclaimed returns how many idle connections were closed for a link's
+// descriptor (SetReclaim).
+func (h *Host) Reclaimed() uint64 { return h.fds.reclaimed.Load() }
 
 // Port returns the daemon's link port: the vsock port, and the suffix of
 // the hybrid sockets.
@@ -363,6 +422,7 @@ func (h *Host) detach(uuid string) {
 
 func (a *attachment) close(h *Host) {
 	close(a.done)
+	defer a.closeConns()
 	if a.gated {
 		h.gate.unregister(a.gateFD)
 	}

@@ -51,6 +51,12 @@ var (
 		"Ring reads dropped unparsed because the guest wrote over its ring budget."}
 	RingDroppedBytes = Info{"guestlink_ring_dropped_bytes_total", Counter, []string{"backend"},
 		"Bytes of the ring reads dropped over the guest's ring budget."}
+	DevlxdKeptConnections = Info{"guestlink_devlxd_kept_connections", Gauge, nil,
+		"Guest API (devlxd) connections kept alive and idle between two requests, read at scrape time."}
+	DevlxdKeptConnectionsBudget = Info{"guestlink_devlxd_kept_connections_budget", Gauge, nil,
+		"How many idle guest API connections the daemon keeps at most (its memory allowance, --devlxd-kept-memory); fewer when the guests' links need their descriptors."}
+	DevlxdKeptConnectionsClosed = Info{"guestlink_devlxd_kept_connections_closed_total", Counter, nil,
+		"Idle guest API connections the daemon closed for its budget (over the allowance, or for a link's descriptor); their guests' next requests resume TLS on new connections."}
 	LinkConnections = Info{"guestlink_link_connections_total", Counter, []string{"link", "result"},
 		"Guest link connections by link kind (vsock, hybrid, serial) and result: accepted, or refused because the instance holds its cap of open connections."}
 	EventSubscribers = Info{"guestlink_event_subscribers", Gauge, nil,
@@ -77,6 +83,7 @@ var Catalog = []Info{
 	AgentLost, ReadyFlaps, InstanceErrors,
 	Instances, InstanceAgents, NotReadyMaxAge,
 	DevlxdRequests, DevlxdDuration,
+	DevlxdKeptConnections, DevlxdKeptConnectionsBudget, DevlxdKeptConnectionsClosed,
 	RingReadBytes, RingReadLines, RingReadsDropped, RingDroppedBytes,
 	LinkConnections,
 	EventSubscribers, EventSubscribersDropped,

@@ -64,6 +64,10 @@ type Config struct {
 	// dropped for falling behind (web.Dashboard.StreamStats); nil, or a
 	// daemon without a dashboard, reports 0.
 	Streams func() (open int, dropped uint64)
+	// KeptConnections returns the guest API's idle kept-alive
+	// connections, how many it keeps at most and how many it closed for
+	// that budget (devlxd.Server.KeptConnections); nil reports 0.
+	KeptConnections func() (idle, budget int, closed uint64)
 	// Version is the daemon's version (guestlink_build_info).
 	Version string
 	// Logger receives the subscriber's warnings; nil discards them.
@@ -130,6 +134,9 @@ func New(cfg Config) *Metrics {
 	}
 	if cfg.Streams == nil {
 		cfg.Streams = func() (int, uint64) { return 0, 0 }
+	}
+	if cfg.KeptConnections == nil {
+		cfg.KeptConnections = func() (int, int, uint64) { return 0, 0, 0 }
 	}
 	if cfg.EventBuffer <= 0 {
 		cfg.EventBuffer = DefaultEventBuffer

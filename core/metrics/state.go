@@ -33,7 +33,8 @@ type stateCollector struct {
 	cfg Config
 
 	instances, agents, notReady, subscribers, subscribersDropped,
-	streams, streamsDropped, pluginUp, pluginRestarts, buildInfo *prometheus.Desc
+	streams, streamsDropped, pluginUp, pluginRestarts, buildInfo,
+	kept, keptBudget, keptClosed *prometheus.Desc
 }
 
 func newStateCollector(cfg Config) *stateCollector {
@@ -50,13 +51,17 @@ func newStateCollector(cfg Config) *stateCollector {
 		pluginUp:           d(PluginUp),
 		pluginRestarts:     d(PluginRestarts),
 		buildInfo:          d(BuildInfo),
+		kept:               d(DevlxdKeptConnections),
+		keptBudget:         d(DevlxdKeptConnectionsBudget),
+		keptClosed:         d(DevlxdKeptConnectionsClosed),
 	}
 }
 
 // Describe sends the descriptors of the collector's metrics.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.instances, c.agents, c.notReady, c.subscribers,
-		c.subscribersDropped, c.streams, c.streamsDropped, c.pluginUp, c.pluginRestarts, c.buildInfo} {
+		c.subscribersDropped, c.streams, c.streamsDropped, c.pluginUp, c.pluginRestarts, c.buildInfo,
+		c.kept, c.keptBudget, c.keptClosed} {
 		ch <- d
 	}
 }
@@ -78,6 +83,10 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	open, dropped := c.cfg.Streams()
 	ch <- prometheus.MustNewConstMetric(c.streams, prometheus.GaugeValue, float64(open))
 	ch <- prometheus.MustNewConstMetric(c.streamsDropped, prometheus.CounterValue, float64(dropped))
+	idle, budget, closed := c.cfg.KeptConnections()
+	ch <- prometheus.MustNewConstMetric(c.kept, prometheus.GaugeValue, float64(idle))
+	ch <- prometheus.MustNewConstMetric(c.keptBudget, prometheus.GaugeValue, float64(budget))
+	ch <- prometheus.MustNewConstMetric(c.keptClosed, prometheus.CounterValue, float64(closed))
 
 	byBackend := map[string]*backendCounts{}
 	get := func(b string) *backendCounts {

@@ -25,7 +25,8 @@ func TestStateCollector(t *testing.T) {
 	}
 	e := newEnv(t, plugins, now)
 	e.m = New(Config{Instances: e.insts, Events: e.bus, Plugins: plugins, Version: "test",
-		Now: func() time.Time { return now }, Streams: func() (int, uint64) { return 3, 7 }})
+		Now: func() time.Time { return now }, Streams: func() (int, uint64) { return 3, 7 },
+		KeptConnections: func() (int, int, uint64) { return 12, 2730, 5 }})
 	e.insts.set(
 		running("a", "sim", 59*time.Minute, "Ready", 113, instance.AgentConnected),
 		running("b", "sim", 50*time.Minute, "Running", 103, instance.AgentStarted),
@@ -104,13 +105,23 @@ guestlink_dashboard_streams 3
 # HELP guestlink_dashboard_streams_dropped_total ` + DashboardStreamsDropped.Help + `
 # TYPE guestlink_dashboard_streams_dropped_total counter
 guestlink_dashboard_streams_dropped_total 7
+# HELP guestlink_devlxd_kept_connections ` + DevlxdKeptConnections.Help + `
+# TYPE guestlink_devlxd_kept_connections gauge
+guestlink_devlxd_kept_connections 12
+# HELP guestlink_devlxd_kept_connections_budget ` + DevlxdKeptConnectionsBudget.Help + `
+# TYPE guestlink_devlxd_kept_connections_budget gauge
+guestlink_devlxd_kept_connections_budget 2730
+# HELP guestlink_devlxd_kept_connections_closed_total ` + DevlxdKeptConnectionsClosed.Help + `
+# TYPE guestlink_devlxd_kept_connections_closed_total counter
+guestlink_devlxd_kept_connections_closed_total 5
 # HELP guestlink_build_info ` + BuildInfo.Help + `
 # TYPE guestlink_build_info gauge
 guestlink_build_info{version="test"} 1
 `
 	names := []string{Instances.Name, InstanceAgents.Name, NotReadyMaxAge.Name, PluginUp.Name,
 		PluginRestarts.Name, EventSubscribers.Name, EventSubscribersDropped.Name, BuildInfo.Name,
-		DashboardStreams.Name, DashboardStreamsDropped.Name}
+		DashboardStreams.Name, DashboardStreamsDropped.Name,
+		DevlxdKeptConnections.Name, DevlxdKeptConnectionsBudget.Name, DevlxdKeptConnectionsClosed.Name}
 	if err := testutil.GatherAndCompare(e.m.Registry(), strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"syscall"
 	"testing"
@@ -120,20 +121,26 @@ func BenchmarkDeclare(b *testing.B) {
 	}
 }
 
-// BenchmarkKeptConnections measures what a kept-alive connection costs the
-// daemon while its agent is idle (what keeping every agent's connection
-// open, instead of upstream.IdleTimeout's 2 s, would cost): n connections on
-// the link of one instance, each with a TLS session and one answered GET
-// /1.0, held by a minimal client (a tls.Conn and a 16-byte reader, no
-// goroutine). It reports the heap and stacks held per connection (the
-// daemon's share and the small client's together: the daemon's is at most
-// that) and the goroutines; each is one descriptor in the daemon besides.
-// It measures once, whatever -benchtime says.
+// BenchmarkKeptConnections measures what a kept-alive connection costs
+// while its agent is idle (what keeping every agent's connection open
+// costs; the server's budget is Config.KeptMemory, counted as
+// KeptConnBytes each): n connections on the link of one instance, each
+// with a TLS session and one answered GET /1.0, held by a minimal client (a
+// tls.Conn and a 16-byte reader, no goroutine). The server cases:
+//
+//   - server=devlxd: the real server (TLS, fasthttp with ReduceMemoryUsage,
+//     the kept connections' tracking);
+//   - server=floor: the least a kept TLS connection costs with Go's
+//     crypto/tls: a goroutine per connection that handshakes, reads the
+//     request, writes a fixed answer and blocks reading the next one.
+//
+// It reports the heap and the stacks held per connection, the server's and
+// the small client's together (the client's share is the same in both
+// cases: the server's own is the difference to the floor plus the floor's
+// server half), and the goroutines; each is one descriptor in the daemon
+// besides. It measures once, whatever -benchtime says.
 func BenchmarkKeptConnections(b *testing.B) {
 	const n = 1000
-	e := newEnv(b, nil)
-	conf := e.tlsConfig(e.agents["a"])
-	conf.ClientSessionCache = tls.NewLRUClientSessionCache(1) // as the agent: resumed sessions
 	settle := func() runtime.MemStats {
 		runtime.GC()
 		runtime.GC()
@@ -141,22 +148,103 @@ func BenchmarkKeptConnections(b *testing.B) {
 		runtime.ReadMemStats(&ms)
 		return ms
 	}
-	before, g0 := settle(), runtime.NumGoroutine()
-	conns := make([]*tls.Conn, 0, n)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
+	for _, bc := range []struct {
+		name  string
+		floor bool
+	}{{"server=devlxd", false}, {"server=floor", true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := newEnv(b, nil)
+			conf := e.tlsConfig(e.agents["a"])
+			conf.ClientSessionCache = tls.NewLRUClientSessionCache(1) // as the agent: resumed sessions
+			dial := func() *tls.Conn { return keptConn(b, e, conf) }
+			if bc.floor {
+				dial = floorServer(b, e, conf)
+			}
+			before, g0 := settle(), runtime.NumGoroutine()
+			conns := make([]*tls.Conn, 0, n)
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			for range n {
+				conns = append(conns, dial())
+			}
+			after, g1 := settle(), runtime.NumGoroutine()
+			heap := float64(after.HeapInuse) - float64(before.HeapInuse)
+			stack := float64(after.StackInuse) - float64(before.StackInuse)
+			for b.Loop() {
+			}
+			b.ReportMetric((heap+stack)/n/1024, "KiB/conn")
+			b.ReportMetric(heap/n/1024, "heap-KiB/conn")
+			b.ReportMetric(stack/n/1024, "stack-KiB/conn")
+			b.ReportMetric(float64(g1-g0)/n, "goroutines/conn")
+		})
+	}
+}
+
+// floorServer returns a dial of BenchmarkKeptConnections' floor: each
+// connection is served by a bare TLS server goroutine with the devlxd
+// server's TLS configuration (a handshake, one request read, a fixed answer,
+// then a read that waits for the next), over a socket pair.
+func floorServer(tb testing.TB, e *env, conf *tls.Config) func() *tls.Conn {
+	sconf := e.srv.tlsFor(uuidA)
+	answer := []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+	return func() *tls.Conn {
+		pair, err := unixPair()
+		if err != nil {
+			tb.Fatal(err)
 		}
-	}()
-	for range n {
-		conns = append(conns, keptConn(b, e, conf))
+		cs, ss := pair[0], pair[1]
+		go func() {
+			tc := tls.Server(ss, sconf)
+			defer tc.Close()
+			br := bufio.NewReaderSize(tc, 16)
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				if _, err := tc.Write(answer); err != nil {
+					return
+				}
+			}
+		}()
+		c := tls.Client(cs, conf)
+		if _, err := c.Write([]byte("GET /1.0 HTTP/1.1\r\nHost: guestlink\r\n\r\n")); err != nil {
+			c.Close()
+			tb.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReaderSize(c, 16), nil)
+		if err != nil {
+			c.Close()
+			tb.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return c
 	}
-	after, g1 := settle(), runtime.NumGoroutine()
-	held := float64(after.HeapInuse+after.StackInuse) - float64(before.HeapInuse+before.StackInuse)
-	for b.Loop() {
+}
+
+// unixPair returns the two ends of a connected Unix socket pair, as a link's
+// connection is one.
+func unixPair() ([2]net.Conn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return [2]net.Conn{}, err
 	}
-	b.ReportMetric(held/n/1024, "KiB/conn")
-	b.ReportMetric(float64(g1-g0)/n, "goroutines/conn")
+	var out [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			return [2]net.Conn{}, err
+		}
+		out[i] = c
+	}
+	return out, nil
 }
 
 // keptConn opens a connection to instance A's devlxd socket, makes one GET

@@ -73,7 +73,7 @@ func (vmTypes) InstanceType(string) string { return "virtual-machine" }
 // Defaults of Config.
 const (
 	DefaultReadHeaderTimeout = 3 * time.Second
-	DefaultIdleTimeout       = 30 * time.Second
+	DefaultIdleTimeout       = 10 * time.Minute
 	DefaultWriteTimeout      = 30 * time.Second
 	DefaultBodyLimit         = 64 << 10
 	DefaultMaxHandshakes     = 512
@@ -129,8 +129,17 @@ type Config struct {
 	// handshaking it would make the server work for nobody.
 	MaxHandshakeWait time.Duration
 	// IdleTimeout bounds the wait for the next request on a kept-alive
-	// connection (default 30 s).
+	// connection (default 10 min, less than the agent's
+	// upstream.IdleTimeout: the daemon is the one that closes). How many
+	// idle connections are kept is bounded by KeptMemory and the links'
+	// descriptors (CloseOldestIdle).
 	IdleTimeout time.Duration
+	// KeptMemory is the memory the idle kept-alive connections may hold
+	// together, in bytes, counted as KeptConnBytes each (default
+	// DefaultKeptMemory; negative keeps none: every connection is closed
+	// once answered). Past it the connection idle the longest is closed;
+	// its guest's next request resumes its TLS session on a new one.
+	KeptMemory int64
 	// WriteTimeout bounds each write of a response (default 30 s): a
 	// guest that stops reading is dropped, a long download (an image
 	// export) lasts as long as the guest reads.
@@ -175,6 +184,7 @@ type Config struct {
 type Server struct {
 	cfg         Config
 	stateLimits *statebudget.Budget // PATCH /1.0 by instance UUID
+	kept        *keptConns          // the idle kept-alive connections
 	tls         *tls.Config
 	tickets     *ticketKeys
 	app         *fiber.App
@@ -240,6 +250,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BodyLimit <= 0 {
 		cfg.BodyLimit = DefaultBodyLimit
 	}
+	if cfg.KeptMemory == 0 {
+		cfg.KeptMemory = DefaultKeptMemory
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -267,6 +280,7 @@ func New(cfg Config) (*Server, error) {
 			MinVersion:       tls.VersionTLS13,
 			CurvePreferences: linkCurves,
 		},
+		kept:        newKeptConns(int(max(cfg.KeptMemory, 0) / KeptConnBytes)),
 		queue:       newConnQueue(),
 		handshakes:  newLIFOTokens(cfg.MaxHandshakes),
 		hsInstances: map[string]*instanceHandshakes{},
@@ -299,7 +313,12 @@ func New(cfg Config) (*Server, error) {
 		IdleTimeout:           cfg.IdleTimeout,
 		WriteTimeout:          cfg.WriteTimeout,
 		ErrorHandler:          errorHandler,
+		// An idle kept-alive connection lets its read and write
+		// buffers and request context go (BenchmarkKeptConnections):
+		// thousands of guests keep one each.
+		ReduceMemoryUsage: true,
 	})
+	s.app.Server().ConnState = s.kept.state
 	s.routes()
 	go func() {
 		defer close(s.done)
@@ -442,6 +461,29 @@ func (s *Server) ServeConn(c net.Conn, id linkhost.Identity) error {
 		return fmt.Errorf("serving devlxd connection: %w", err)
 	}
 	return nil
+}
+
+// CloseOldestIdle closes the kept-alive connection idle the longest and
+// reports whether there was one. A link host calls it when it needs a
+// descriptor its budget does not have (linkhost.Host.SetReclaim): links
+// come before kept connections.
+func (s *Server) CloseOldestIdle() bool { return s.kept.closeOldest() }
+
+// KeptStats is what KeptConnections reports.
+type KeptStats struct {
+	// Idle is how many kept-alive connections are idle between two
+	// requests, Budget how many the memory allowance keeps (KeptMemory /
+	// KeptConnBytes).
+	Idle, Budget int
+	// Closed counts the idle connections closed for the budget: over
+	// Budget, or for a link's descriptor.
+	Closed uint64
+}
+
+// KeptConnections reports the idle kept-alive connections and their budget.
+func (s *Server) KeptConnections() KeptStats {
+	idle, limit, closed := s.kept.stats()
+	return KeptStats{Idle: idle, Budget: limit, Closed: closed}
 }
 
 // Shutdown stops accepting connections, cancels the work of the requests
