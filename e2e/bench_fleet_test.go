@@ -470,6 +470,11 @@ func BenchmarkFleet(b *testing.B) {
 	}
 	target("daemon-stop-s", stopTook.Seconds(), "<=2", stopTook <= 2*time.Second)
 	restartProf := make(chan struct{})
+	// The dumps end with the restart (dumpCtx) and are waited for after
+	// restartProf.
+	dumpCtx, dumpCancel := context.WithCancel(ctx)
+	defer dumpCancel()
+	var dumps sync.WaitGroup
 	go func() {
 		// From the moment the new daemon serves its profiler: its start
 		// (recovering every guest) is part of the restart.
@@ -479,7 +484,21 @@ func BenchmarkFleet(b *testing.B) {
 				return
 			}
 		}
-		go fleetGoroutines(b, pprofAddr, "restart", 2*time.Second)
+		// Where the restart waits, at several points of it (the plugins
+		// starting, the recovery, the advertisements, the tail): each
+		// dump's top-list (fleet-restart-<at>-goroutines.txt) and its
+		// goroutines by stack (fleet-restart-<at>-goroutine-stacks.txt).
+		began := time.Now()
+		for _, at := range []time.Duration{2 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
+			dumps.Go(func() {
+				if !sleepCtx(dumpCtx, at-time.Since(began)) {
+					return
+				}
+				phase := fmt.Sprintf("restart-%ds", int(at.Seconds()))
+				fleetStacks(pprofAddr, phase)
+				fleetGoroutines(b, pprofAddr, phase, 0)
+			})
+		}
 		fleetProfile(b, pprofAddr, "restart")
 	}()
 	execAt := time.Now()
@@ -512,7 +531,9 @@ func BenchmarkFleet(b *testing.B) {
 	})
 	rs := time.Since(restartAt).Seconds()
 	rx := time.Since(execAt).Seconds()
+	dumpCancel()
 	<-restartProf
+	dumps.Wait()
 	var reconnected benchLatency
 	for _, inst := range list {
 		reconnected.Add(inst.Agent.Since.Sub(restartAt))

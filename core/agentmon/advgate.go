@@ -2,8 +2,14 @@ package agentmon
 
 import "sync"
 
-// DefaultMaxAdvertising is Config.MaxAdvertising's default.
-const DefaultMaxAdvertising = 64
+// DefaultMaxAdvertising is Config.MaxAdvertising's default. An
+// advertisement mostly waits: on the agent's validation (its TLS handshake
+// to devlxd) and re-declaration, which waits for the store's group commit,
+// so the advertisements run at once are what the commits batch. With 64
+// a restarted daemon of 1,000 fleet guests advertised about 85 a second
+// (1 of 2 cores busy, half of the advertisements waiting for a commit of
+// about 30 declarations); with 256, about 170 a second.
+const DefaultMaxAdvertising = 256
 
 // advGate decides when an advertiser may make its PUT /1.0: not while the
 // daemon's start-up recovery holds the advertisements (HoldAdvertisements),

@@ -417,6 +417,20 @@ func (s *Service) GuestRunning(inst *instance.Instance, ep *contract.LinkEndpoin
 			s.cfg.Logger.Error("agentmon: attaching link", "instance", inst.Name, "kind", ep.Kind, "err", err)
 		}
 	}
+	// The instance's key pairs (four files read and parsed) are loaded
+	// before the Service's lock is taken: the recovery workers of a
+	// restarted daemon call GuestRunning for every running guest at once,
+	// and loading them under it made each wait for the others' loads (and
+	// every other user of the lock, a list's every row, wait too). Only
+	// this instance's lock (lockInstance) is held meanwhile.
+	var certs *pki.InstanceCerts
+	if s.monitor(inst.UUID) == nil {
+		var err error
+		if certs, err = s.cfg.Certs.Instance(inst.Name); err != nil {
+			s.cfg.Logger.Error("agentmon: loading key pairs; not monitoring", "instance", inst.Name, "err", err)
+			return
+		}
+	}
 	s.mu.Lock()
 	if s.closed {
 		// Close ran while attaching and detached only what it knew of.
@@ -427,11 +441,6 @@ func (s *Service) GuestRunning(inst *instance.Instance, ep *contract.LinkEndpoin
 	defer s.mu.Unlock()
 	if m := s.monitors[inst.UUID]; m != nil {
 		m.requestAdvert(true)
-		return
-	}
-	certs, err := s.cfg.Certs.Instance(inst.Name)
-	if err != nil {
-		s.cfg.Logger.Error("agentmon: loading key pairs; not monitoring", "instance", inst.Name, "err", err)
 		return
 	}
 	m := newMonitor(s, inst, certs)

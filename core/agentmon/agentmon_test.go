@@ -423,3 +423,45 @@ func TestNextPoll(t *testing.T) {
 		})
 	}
 }
+
+// TestWordsDuringAdvertisementAskNoSecond: the words an agent writes while
+// the daemon's PUT /1.0 to it is under way (a restarted daemon's
+// advertisements wait their turn for seconds; the agent heartbeats
+// CONNECTED meanwhile) are coalesced with that PUT: its result decides.
+// Tried: the agent holds the first PUT; three CONNECTED heartbeats are
+// read meanwhile; once the PUT is answered, a CONNECTED confirms it and
+// no second PUT is made (before, each heartbeat asked for one: two PUTs,
+// each two TLS handshakes, per guest of a restart).
+func TestWordsDuringAdvertisementAskNoSecond(t *testing.T) {
+	e := newEnv(t, nil)
+	g := e.guest("vm1")
+	stall := make(chan struct{})
+	g.agent.mu.Lock()
+	g.agent.putStall = stall
+	g.agent.mu.Unlock()
+	e.svc.GuestRunning(g.inst, g.ep)
+	waitFor(t, "the PUT /1.0 at GuestRunning", func() bool {
+		g.agent.mu.Lock()
+		defer g.agent.mu.Unlock()
+		return g.agent.putsBegun == 1
+	})
+	for range 3 {
+		e.feed(g, "CONNECTED\n")
+	}
+	e.barrier(g) // the words' steps are done: whatever they asked for is asked
+	close(stall)
+	waitFor(t, "the PUT's answer", func() bool { return len(g.agent.puts()) == 1 })
+	// The CONNECTED after the answer confirms the advertisement: the
+	// heartbeats after it ask for nothing either.
+	for range 3 {
+		e.feed(g, "CONNECTED\n")
+		e.quiet(g)
+	}
+	g.agent.mu.Lock()
+	begun := g.agent.putsBegun
+	g.agent.mu.Unlock()
+	if begun != 1 {
+		t.Fatalf("%d PUT /1.0 for one advertisement, want 1", begun)
+	}
+	e.waitState(g, instance.AgentConnected)
+}

@@ -171,7 +171,7 @@ func (m *monitor) readRing() bool {
 	_, advertise := m.tr.word(w, hbt)
 	m.report(m.tr.state, hbt)
 	if advertise {
-		m.requestAdvert(false)
+		m.requestAdvertFor(false, w == ringproto.Connected)
 	}
 	return true
 }

@@ -220,6 +220,11 @@ type fakeAgent struct {
 	stateTimes []time.Time
 	// conns counts the connections the daemon opened to the agent.
 	conns int
+	// putStall, when set, holds PUT /1.0 until it is closed (the agent
+	// slow to validate an advertisement); putsBegun counts the PUTs
+	// received, held or not.
+	putStall  chan struct{}
+	putsBegun int
 }
 
 // connCount returns how many connections the daemon opened to the agent.
@@ -258,6 +263,14 @@ func startFakeAgent(t *testing.T, vmmSock string, certs *pki.InstanceCerts) *fak
 	a := &fakeAgent{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("PUT /1.0", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.putsBegun++
+		stall := a.putStall
+		a.mu.Unlock()
+		changes.notify()
+		if stall != nil {
+			<-stall
+		}
 		body, _ := io.ReadAll(r.Body)
 		ad, err := advert.Parse(body)
 		if err != nil {

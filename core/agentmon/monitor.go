@@ -61,6 +61,11 @@ type monitor struct {
 	evQueue    [][]byte    // guest events waiting, at most eventQueue
 	evRunning  bool        // the pusher goroutine runs
 	pushed     pushedRing  // ring bytes sent with the backend's events (push.go)
+	// advTaken: the advertiser took the queued request and its PUT /1.0
+	// has no result yet (it may still wait for AdvertiseInterval or the
+	// gate). A CONNECTED of an agent not yet confirmed asks for no other
+	// meanwhile (requestAdvertFor).
+	advTaken bool
 	// lastWords are closed after a step that began after they were
 	// added: callers of readLastWords waiting for a ring read.
 	lastWords []chan struct{}
@@ -192,7 +197,19 @@ func (m *monitor) kickRead() {
 // requestAdvert asks the advertiser for a PUT /1.0; changed says the
 // advertisement itself changed (new monitor, devlxd flag), which voids the
 // agent's acceptance of the previous one.
-func (m *monitor) requestAdvert(changed bool) {
+func (m *monitor) requestAdvert(changed bool) { m.requestAdvertFor(changed, false) }
+
+// requestAdvertFor is requestAdvert; heartbeat says the request comes from
+// a CONNECTED of an agent whose acceptance is not yet confirmed, which is
+// coalesced with a PUT of the same advertisement taken and not yet
+// answered: its answer decides, and the CONNECTED after it confirms. The
+// heartbeats that came while a restarted daemon's advertisements waited
+// for their turn each asked for a second one, so every guest got two
+// PUTs, each two TLS handshakes (1,000 fleet guests: about 70 of the 130
+// PUTs under way were second ones). A STARTED (an agent asking for an
+// advertisement, maybe restarted since the PUT was sent) is not
+// coalesced.
+func (m *monitor) requestAdvertFor(changed, heartbeat bool) {
 	m.bgMu.Lock()
 	defer m.bgMu.Unlock()
 	if changed {
@@ -203,8 +220,8 @@ func (m *monitor) requestAdvert(changed bool) {
 		m.steadyWord = ""
 		m.steady.Store(false)
 	}
-	if m.stopped || m.advQueued {
-		return // coalesced with the request already queued
+	if m.stopped || m.advQueued || (heartbeat && !changed && m.advTaken) {
+		return // coalesced with the request already queued or under way
 	}
 	m.advQueued = true
 	m.advPending.Add(1)
@@ -389,7 +406,7 @@ func (m *monitor) advertiser() {
 	cfg := &m.svc.cfg
 	done := func() {
 		m.bgMu.Lock()
-		m.advRunning = false
+		m.advRunning, m.advTaken = false, false
 		m.bgMu.Unlock()
 	}
 	for {
@@ -400,6 +417,7 @@ func (m *monitor) advertiser() {
 			return
 		}
 		m.advQueued = false
+		m.advTaken = true
 		last := m.advLast
 		m.bgMu.Unlock()
 		if wait := cfg.AdvertiseInterval - time.Since(last); !last.IsZero() && wait > 0 {
@@ -431,6 +449,7 @@ func (m *monitor) advertiser() {
 		}
 		m.advPending.Add(-1)
 		m.bgMu.Lock()
+		m.advTaken = false
 		if m.stopped {
 			m.advRunning = false
 			m.bgMu.Unlock()
