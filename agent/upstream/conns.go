@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -48,6 +49,7 @@ type daemonConns struct {
 // daemonConn is one TLS connection to the daemon with its buffers.
 type daemonConn struct {
 	tc       *tls.Conn
+	raw      net.Conn // the link's connection under tc (peerClosed)
 	br       *bufio.Reader
 	bw       *bufio.Writer
 	reused   bool        // served a request before
@@ -87,13 +89,19 @@ func (d *daemonConns) get(ctx context.Context, deadline time.Time, fresh bool) (
 }
 
 // alive reports whether an idle connection can carry a request: nothing
-// arrived on it while it was idle. The daemon closing it sends a TLS
-// close_notify and ends the stream, which a read that does not wait finds
-// (an HTTP answer never comes unasked: anything read means the connection
-// is not usable). A read that finds nothing is a timeout, which leaves the
-// TLS connection as it was.
+// came on it since its last answer. On an idle HTTP/1.1 connection the
+// daemon sends nothing but its close (TLS close_notify, then the end of the
+// stream), so anything readable means it is closed or unusable. Two looks,
+// neither waits: the link's socket is peeked (what arrived since the last
+// read), then the TLS layer is read with a deadline already passed, which
+// does not ask the socket but processes what the last answer's read already
+// buffered (a close_notify that came with the answer). A link connection
+// without a descriptor (a serial session) gets the second look only.
 func (pc *daemonConn) alive() bool {
 	if pc.br.Buffered() > 0 {
+		return false
+	}
+	if closed, known := peerClosed(pc.raw); known && closed {
 		return false
 	}
 	if err := pc.tc.SetReadDeadline(time.Unix(1, 0)); err != nil {
@@ -105,6 +113,35 @@ func (pc *daemonConn) alive() bool {
 		return false
 	}
 	return pc.tc.SetReadDeadline(time.Time{}) == nil
+}
+
+// peerClosed peeks at c's socket without blocking: closed is true when the
+// peer's end of stream or any byte is waiting, or the socket failed; known
+// is false when c has no descriptor to ask.
+func peerClosed(c net.Conn) (closed, known bool) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false, false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false, false
+	}
+	var perr error
+	if err := rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		_, _, perr = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return true // one attempt: never wait for the socket
+	}); err != nil {
+		return true, true
+	}
+	switch {
+	case errors.Is(perr, syscall.EAGAIN):
+		return false, true // nothing came: alive
+	case perr != nil:
+		return true, true
+	}
+	return true, true // the end of the stream, or a byte: the close under way
 }
 
 // dial connects over the link and handshakes TLS, within DialTimeout and
@@ -127,7 +164,7 @@ func (d *daemonConns) dial(ctx context.Context, deadline time.Time) (*daemonConn
 		}
 		return nil, fmt.Errorf("TLS handshake with daemon: %w", err)
 	}
-	return &daemonConn{tc: tc, br: bufio.NewReaderSize(tc, bufSize), bw: bufio.NewWriterSize(tc, bufSize)}, nil
+	return &daemonConn{tc: tc, raw: raw, br: bufio.NewReaderSize(tc, bufSize), bw: bufio.NewWriterSize(tc, bufSize)}, nil
 }
 
 // put returns a connection whose answer was read to the end to the pool.
@@ -195,8 +232,10 @@ func (d *daemonConns) close() {
 // is written on it is not used (get). One that turns out to be dead (the
 // daemon closed it as the request crossed it) before any answer arrived is
 // replaced by a new connection once, for requests that cannot have been
-// acted on twice: the write failed, or the method is GET or HEAD. A PATCH
-// or PUT written on it is not replayed: the daemon may have acted on it.
+// acted on twice, or whose second effect is the first's (replayable): the
+// write failed, the method is GET or HEAD, or it is the guest's state
+// declaration. Any other PATCH or PUT written on it is not replayed: the
+// daemon may have acted on it.
 func (d *daemonConns) roundTrip(ctx context.Context, method, path string, body []byte, h Header) (*http.Response, error) {
 	deadline := time.Now().Add(RequestTimeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
@@ -212,10 +251,27 @@ func (d *daemonConns) roundTrip(ctx context.Context, method, path string, body [
 			return resp, nil
 		}
 		_ = pc.tc.Close()
-		if retry || !pc.reused || ctx.Err() != nil || (wrote && method != http.MethodGet && method != http.MethodHead) {
+		if retry || !pc.reused || ctx.Err() != nil || (wrote && !replayable(method, path)) {
 			return nil, err
 		}
 	}
+}
+
+// replayable reports whether a request the daemon may have acted on can be
+// sent again with the same effect: GET and HEAD, and PATCH /1.0, the
+// guest's state declaration, which sets the state its body names (a
+// declaration the daemon had already taken is a repeat, which devlxd
+// answers and announces as any repeat: docs/instance-service.md). So a Ready
+// declaration crossing the daemon's close of an idle kept connection is
+// not lost.
+func replayable(method, path string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead:
+		return true
+	case http.MethodPatch:
+		return path == "/1.0"
+	}
+	return false
 }
 
 // send writes the request on pc and reads the answer's head. wrote reports
