@@ -227,18 +227,7 @@ func BenchmarkFleetRestart(b *testing.B) {
 	}
 	daemonPID.Store(int64(d.PID()))
 	fleetLogf("restart: the new daemon answered %v after exec", up.Round(time.Millisecond))
-	fleetWait(ctx, b, d, "restart", 10*time.Minute, func(list []api.Instance) (bool, string) {
-		c, r := 0, 0
-		for _, inst := range list {
-			if inst.Agent.State == api.AgentConnected && inst.Agent.Since != nil && inst.Agent.Since.After(restartAt) {
-				c++
-			}
-			if inst.Ready() {
-				r++
-			}
-		}
-		return c == n && r == n, fmt.Sprintf("%d of %d reconnected, %d of %d Ready", c, n, r, n)
-	})
+	fleetWait(ctx, b, d, "restart", 10*time.Minute, fleetRestarted(restartAt, n, n))
 	rx := time.Since(execAt)
 	close(stopSampling)
 	<-sampled

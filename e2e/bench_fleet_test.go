@@ -517,18 +517,7 @@ func BenchmarkFleet(b *testing.B) {
 	fleetLogf("restart: the first GET /1.0 says %d instances are being recovered", info.Environment.Recovering)
 	target("admin-api-silent-s", up.Seconds(), "=0(answers-while-recovering)", info.Environment.Recovering > 0 || up <= time.Second)
 	fleetLogf("restart: the daemon answered %v after it was stopped (%v to start)", time.Since(restartAt).Round(time.Millisecond), up.Round(time.Millisecond))
-	list = fleetWait(ctx, b, d, "restart", 10*time.Minute, func(list []api.Instance) (bool, string) {
-		c, r := 0, 0
-		for _, inst := range list {
-			if inst.Agent.State == api.AgentConnected && inst.Agent.Since != nil && inst.Agent.Since.After(restartAt) {
-				c++
-			}
-			if inst.Ready() {
-				r++
-			}
-		}
-		return c == n && r == readyBefore, fmt.Sprintf("%d of %d reconnected, %d of %d Ready", c, n, r, readyBefore)
-	})
+	list = fleetWait(ctx, b, d, "restart", 10*time.Minute, fleetRestarted(restartAt, n, readyBefore))
 	rs := time.Since(restartAt).Seconds()
 	rx := time.Since(execAt).Seconds()
 	dumpCancel()
@@ -858,6 +847,23 @@ func fleetGoroutines(b *testing.B, addr, phase string, delay time.Duration) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "fleet-"+phase+"-goroutines.txt"), out, 0o644); err != nil {
 		b.Log(err)
+	}
+}
+
+// fleetRestarted is fleetWait's test of a restart's end: n agents
+// CONNECTED since restartAt and ready instances Ready.
+func fleetRestarted(restartAt time.Time, n, ready int) func(list []api.Instance) (bool, string) {
+	return func(list []api.Instance) (bool, string) {
+		c, r := 0, 0
+		for _, inst := range list {
+			if inst.Agent.State == api.AgentConnected && inst.Agent.Since != nil && inst.Agent.Since.After(restartAt) {
+				c++
+			}
+			if inst.Ready() {
+				r++
+			}
+		}
+		return c == n && r == ready, fmt.Sprintf("%d of %d reconnected, %d of %d Ready", c, n, r, ready)
 	}
 }
 
