@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/guestlink/guestlink/core/agentmon"
@@ -44,14 +45,9 @@ func main() {
 		return err
 	})
 	flag.Func("devlxd-kept-memory", "memory the guests' idle kept-alive devlxd connections may hold together, e.g. 64MiB (about 24KiB each; past it the one idle the longest is closed and its guest resumes TLS on a new one; 0 keeps none; default 64MiB)", func(v string) error {
-		n, err := storage.ParseSize(v)
-		if err != nil {
-			return err
-		}
-		if cfg.DevlxdKeptMemory = n; n == 0 {
-			cfg.DevlxdKeptMemory = -1
-		}
-		return nil
+		n, err := parseKeptMemory(v)
+		cfg.DevlxdKeptMemory = n
+		return err
 	})
 	flag.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	flag.Float64Var(&cfg.GuestRingBytes, "guest-ring-bytes", agentmon.DefaultRingBytesPerSecond, "ring-buffer bytes read per second from each guest; a guest writing more is throttled")
@@ -148,6 +144,15 @@ func main() {
 }
 
 // visited returns the names of the flags set so far.
+// parseKeptMemory reads --devlxd-kept-memory: a size, or 0 for none kept
+// (daemon.Config.DevlxdKeptMemory's negative value).
+func parseKeptMemory(v string) (int64, error) {
+	if strings.TrimSpace(v) == "0" {
+		return -1, nil
+	}
+	return storage.ParseSize(v)
+}
+
 func visited() map[string]bool {
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
