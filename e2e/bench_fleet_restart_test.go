@@ -77,15 +77,7 @@ func BenchmarkFleetRestart(b *testing.B) {
 	if err := cg.Wait(); err != nil {
 		b.Fatal(err)
 	}
-	list := fleetWait(ctx, b, d, "launch", 5*time.Minute, func(list []api.Instance) (bool, string) {
-		c := 0
-		for _, inst := range list {
-			if inst.Agent.State == api.AgentConnected {
-				c++
-			}
-		}
-		return c == n, fmt.Sprintf("%d of %d connected", c, n)
-	})
+	list := fleetWait(ctx, b, d, "launch", 5*time.Minute, fleetConnected(n))
 	// Each guest's userland declares Ready on its devlxd socket, as in
 	// BenchmarkFleet's storm (retried while the agent or daemon is busy).
 	g, gctx := errgroup.WithContext(ctx)

@@ -118,15 +118,7 @@ func BenchmarkFleet(b *testing.B) {
 		b.Fatal(err)
 	}
 	fleetLogf("launched %d fleet guests in %v", n, time.Since(began).Round(time.Millisecond))
-	list := fleetWait(ctx, b, d, "agents connected", 20*time.Minute, func(list []api.Instance) (bool, string) {
-		c := 0
-		for _, inst := range list {
-			if inst.Agent.State == api.AgentConnected {
-				c++
-			}
-		}
-		return c == n, fmt.Sprintf("%d of %d agents connected", c, n)
-	})
+	list := fleetWait(ctx, b, d, "agents connected", 20*time.Minute, fleetConnected(n))
 	connectedIn := time.Since(began)
 	target("all-agents-connected", float64(len(list)), fmt.Sprintf("=%d", n), true)
 	fleetLogf("all %d agents connected %v after the first launch", n, connectedIn.Round(time.Millisecond))
@@ -847,6 +839,20 @@ func fleetGoroutines(b *testing.B, addr, phase string, delay time.Duration) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "fleet-"+phase+"-goroutines.txt"), out, 0o644); err != nil {
 		b.Log(err)
+	}
+}
+
+// fleetConnected is fleetWait's test of a launch's end: n agents
+// CONNECTED.
+func fleetConnected(n int) func(list []api.Instance) (bool, string) {
+	return func(list []api.Instance) (bool, string) {
+		c := 0
+		for _, inst := range list {
+			if inst.Agent.State == api.AgentConnected {
+				c++
+			}
+		}
+		return c == n, fmt.Sprintf("%d of %d agents connected", c, n)
 	}
 }
 
