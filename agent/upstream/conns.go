@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/transport"
@@ -127,21 +128,20 @@ func peerClosed(c net.Conn) (closed, known bool) {
 	if err != nil {
 		return false, false
 	}
-	var perr error
+	var errno syscall.Errno
 	if err := rc.Read(func(fd uintptr) bool {
+		// recv(2) without a source address: syscall.Recvfrom would
+		// parse one, and it knows no AF_VSOCK address.
 		var b [1]byte
-		_, _, perr = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		_, _, errno = syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 		return true // one attempt: never wait for the socket
 	}); err != nil {
 		return true, true
 	}
-	switch {
-	case errors.Is(perr, syscall.EAGAIN):
-		return false, true // nothing came: alive
-	case perr != nil:
-		return true, true
-	}
-	return true, true // the end of the stream, or a byte: the close under way
+	// EAGAIN: nothing came, alive. Anything else is the end of the stream,
+	// a byte (the close under way) or a failed socket.
+	return errno != syscall.EAGAIN, true
 }
 
 // dial connects over the link and handshakes TLS, within DialTimeout and
