@@ -97,29 +97,36 @@ func changedCols(prev, in *record.Instance) instCols {
 
 // narrowSQL is the narrow UPDATE of cols on engine; its arguments are the
 // columns' values in the bits' order, the new updated_at, the id, prev's
-// updated_at and, leased, the lease's member, member and epoch.
+// updated_at and, leased, leaseClause's (member, member and epoch).
 func narrowSQL(engine string, cols instCols, leased bool) string {
 	var b strings.Builder
-	n := 0
-	arg := func() string {
-		n++
-		if engine == EnginePostgres {
-			return "$" + strconv.Itoa(n)
-		}
-		return "?"
-	}
 	b.WriteString(`UPDATE "instances" SET `)
 	for i, name := range instColNames {
 		if cols&(1<<i) != 0 {
-			fmt.Fprintf(&b, "%q=%s,", name, arg())
+			fmt.Fprintf(&b, "%q=?,", name)
 		}
 	}
-	fmt.Fprintf(&b, `"updated_at"=%s WHERE "id"=%s AND "updated_at"=%s`, arg(), arg(), arg())
+	b.WriteString(`"updated_at"=? WHERE "id"=? AND "updated_at"=?`)
 	if leased {
-		// leaseClause, with the engine's placeholders.
-		fmt.Fprintf(&b, " AND location = %s AND EXISTS (SELECT 1 FROM cluster_members WHERE name = %s AND epoch = %s FOR SHARE)", arg(), arg(), arg())
+		b.WriteString(" AND " + leaseClause)
 	}
-	return b.String()
+	q := b.String()
+	if engine != EnginePostgres {
+		return q
+	}
+	// PostgreSQL's placeholders are numbered ($1, $2, ...); the
+	// statement holds no other '?'.
+	var pg strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			pg.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		pg.WriteRune(r)
+	}
+	return pg.String()
 }
 
 // narrowArgs returns the arguments of narrowSQL for in, as gorm passes
