@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/guestlink/guestlink/internal/keylock"
 	"log/slog"
 	"net"
 	"slices"
@@ -185,10 +186,10 @@ type Service struct {
 	reports *refresher
 
 	mu       sync.Mutex
-	monitors map[string]*monitor      // by instance UUID
-	early    map[string]*pushedRing   // ring bytes pushed before the guest's monitor existed (push.go)
-	pushers  map[string]bool          // backends that pushed ring bytes (push.go)
-	ops      map[string]*instanceLock // by instance UUID, while in use
+	monitors map[string]*monitor    // by instance UUID
+	early    map[string]*pushedRing // ring bytes pushed before the guest's monitor existed (push.go)
+	pushers  map[string]bool        // backends that pushed ring bytes (push.go)
+	ops      keylock.Map            // an instance operation at a time, by UUID
 	batchers map[contract.RingBatchReader]*ringBatcher
 	closed   bool
 
@@ -268,34 +269,11 @@ func (s *Service) stepper(st *stepper, m *monitor) {
 	}
 }
 
-// instanceLock serialises GuestRunning and GuestStopped of one instance, so
+// lockInstance serialises GuestRunning and GuestStopped of one instance, so
 // its link is attached and detached in the order the calls came, without
-// holding Service.mu (and stalling every other instance) while attaching.
-type instanceLock struct {
-	mu   sync.Mutex
-	refs int // guarded by Service.mu
-}
-
-// lockInstance takes the instance's lock and returns its release.
-func (s *Service) lockInstance(uuid string) (unlock func()) {
-	s.mu.Lock()
-	l := s.ops[uuid]
-	if l == nil {
-		l = &instanceLock{}
-		s.ops[uuid] = l
-	}
-	l.refs++
-	s.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		s.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(s.ops, uuid)
-		}
-		s.mu.Unlock()
-	}
-}
+// holding Service.mu (and stalling every other instance) while attaching;
+// it returns the lock's release.
+func (s *Service) lockInstance(uuid string) (unlock func()) { return s.ops.Lock(uuid) }
 
 var (
 	_ instance.Hooks         = (*Service)(nil)
@@ -357,7 +335,7 @@ func New(cfg Config) (*Service, error) {
 	def(&cfg.ReportRetry, DefaultReportRetry)
 	adv := newAdvGate(cfg.MaxAdvertising)
 	return &Service{cfg: cfg, budget: cfg.StateBudget, adv: adv, reports: newRefresher(cfg.ReportRate, adv),
-		monitors: map[string]*monitor{}, ops: map[string]*instanceLock{},
+		monitors: map[string]*monitor{},
 		batchers: map[contract.RingBatchReader]*ringBatcher{}, quit: make(chan struct{})}, nil
 }
 

@@ -106,9 +106,7 @@ func TestStopDuringAttachEndsDetached(t *testing.T) {
 	if ep, ok := e.host.Endpoint(g.inst.UUID); ok {
 		t.Fatalf("the link is attached (%+v) after GuestStopped", ep)
 	}
-	e.svc.mu.Lock()
-	n := len(e.svc.ops)
-	e.svc.mu.Unlock()
+	n := e.svc.ops.Len()
 	if n != 0 {
 		t.Fatalf("%d instance locks left behind", n)
 	}

@@ -94,9 +94,7 @@ func TestAttachOfOneInstanceDoesNotWaitForAnother(t *testing.T) {
 	default:
 		t.Fatal("Detach of A left its serial session open")
 	}
-	h.mu.Lock()
-	left := len(h.ops)
-	h.mu.Unlock()
+	left := h.ops.Len()
 	if left != 0 {
 		t.Fatalf("%d instance locks left after every call returned", left)
 	}

@@ -3,6 +3,7 @@ package linkhost
 import (
 	"context"
 	"fmt"
+	"github.com/guestlink/guestlink/internal/keylock"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -98,10 +99,10 @@ type Host struct {
 	// (or a serial session's open) made them wait on each other (200
 	// fleet guests: 48 of the 64 workers waiting here).
 	opMu     sync.RWMutex
-	mu       sync.Mutex             // guards attached, byCID and ops
+	mu       sync.Mutex             // guards attached and byCID
 	attached map[string]*attachment // by instance UUID
 	byCID    map[uint32]string      // vsock guest CID -> instance UUID
-	ops      map[string]*instanceOp // Attach and Detach under way, by instance UUID
+	ops      keylock.Map            // Attach and Detach under way, one at a time by instance UUID
 
 	fds    *fdBudget   // hybrid listeners and their connections
 	gateMu sync.Mutex  // guards the gate's start (startGate)
@@ -214,7 +215,6 @@ func New(cfg Config) (*Host, error) {
 		done:     make(chan struct{}),
 		attached: map[string]*attachment{},
 		byCID:    map[uint32]string{},
-		ops:      map[string]*instanceOp{},
 		fds:      newFDBudget(cfg.MaxDescriptors),
 	}
 	if !cfg.DisableVsock && deviceExists(cfg.VsockDevice) {
@@ -419,33 +419,9 @@ func (h *Host) Detach(uuid string) {
 	h.detach(uuid)
 }
 
-// instanceOp serialises the Attach and Detach calls of one instance.
-type instanceOp struct {
-	mu   sync.Mutex
-	refs int // calls holding or waiting for mu
-}
-
 // lockInstance waits until no other Attach or Detach of uuid runs and
 // returns the function that lets the next one run.
-func (h *Host) lockInstance(uuid string) (unlock func()) {
-	h.mu.Lock()
-	op := h.ops[uuid]
-	if op == nil {
-		op = &instanceOp{}
-		h.ops[uuid] = op
-	}
-	op.refs++
-	h.mu.Unlock()
-	op.mu.Lock()
-	return func() {
-		op.mu.Unlock()
-		h.mu.Lock()
-		if op.refs--; op.refs == 0 {
-			delete(h.ops, uuid)
-		}
-		h.mu.Unlock()
-	}
-}
+func (h *Host) lockInstance(uuid string) (unlock func()) { return h.ops.Lock(uuid) }
 
 func (h *Host) detach(uuid string) {
 	h.mu.Lock()
