@@ -51,7 +51,7 @@ func config(path string) conformance.Config {
 	return conformance.Config{
 		PluginPath: path,
 		Spec: func(name, uuid string) *sdk.GuestSpec {
-			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{"example.command": "sleep 3600"}}
+			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{"example.command": "exec sleep 3600"}}
 		},
 		ExitingSpec: func(name, uuid string) *sdk.GuestSpec {
 			return &sdk.GuestSpec{Name: name, UUID: uuid, Config: map[string]string{"example.command": "sleep 0.2"}}

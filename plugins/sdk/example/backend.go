@@ -279,6 +279,7 @@ func (b *Backend) Stop(ctx context.Context, h sdk.Handle, opts sdk.StopOptions) 
 	if !opts.Force {
 		_ = syscall.Kill(-hd.PID, syscall.SIGTERM)
 		if b.wait(ctx, hd, timeout) {
+			endGroup(ctx, hd.PID)
 			b.closeRing(hd.UUID)
 			return &sdk.GuestState{Status: sdk.StatusStopped}, nil
 		}
@@ -287,8 +288,57 @@ func (b *Backend) Stop(ctx context.Context, h sdk.Handle, opts sdk.StopOptions) 
 	if !b.wait(ctx, hd, 10*time.Second) {
 		return nil, fmt.Errorf("stopping guest %q: process %d did not end: %w", hd.Name, hd.PID, sdk.ErrUnavailable)
 	}
+	endGroup(ctx, hd.PID)
 	b.closeRing(hd.UUID)
 	return &sdk.GuestState{Status: sdk.StatusStopped}, nil
+}
+
+// endGroup kills what is left of a guest's process group once its leader
+// (the shell) ended: a process of the guest that survived the signal (one
+// that ignores SIGTERM, say) must not outlive a guest reported stopped.
+// It is called right after this Stop saw the leader end, so the group's
+// ID cannot yet have been reused by a process of someone else: the kernel
+// does not hand out a PID that is still a process group's ID.
+func endGroup(ctx context.Context, pgid int) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for range 500 { // 5 s at most
+		if !groupAlive(pgid) {
+			return
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// groupAlive reports whether a process of group pgid still runs. Zombies
+// do not count: kill(2) still finds them, but they are dead, waiting for
+// whoever adopted them to reap them.
+func groupAlive(pgid int) bool {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return syscall.Kill(-pgid, 0) == nil
+	}
+	for _, e := range procs {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		i := bytes.LastIndexByte(data, ')')
+		if err != nil || i < 0 {
+			continue // gone meanwhile
+		}
+		// After the command's name: state, ppid, pgrp.
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) >= 3 && f[0] != "Z" && f[0] != "X" && f[2] == strconv.Itoa(pgid) {
+			return true
+		}
+	}
+	return false
 }
 
 // Delete removes a stopped guest's files.
