@@ -90,7 +90,12 @@ for d in /proc/[0-9]*; do
       esac
     fi
   fi
-  [ -n "$ours" ] && leftovers+=("  pid $pid ($ours): ${cmdline:0:200}")
+  if [ -n "$ours" ]; then
+    # Where it runs and who adopted it say which test started it.
+    read -r -a f < <(cat "$d/stat" 2>/dev/null | sed 's/.*) //')
+    cwd=$(readlink "$d/cwd" 2>/dev/null || true)
+    leftovers+=("  pid $pid ($ours, ppid ${f[1]:-?}, cwd ${cwd:-?}): ${cmdline:0:200}")
+  fi
 done
 
 after=$(tree_status)
