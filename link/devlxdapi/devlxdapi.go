@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/guestlink/guestlink/api"
 )
@@ -241,6 +243,56 @@ const (
 	MaxReasonLen  = 64
 	MaxMessageLen = 1024
 )
+
+// Check validates a declaration as the daemon accepts it, whichever way it
+// came (PATCH /1.0, or the agent's answer to an advertisement): a known
+// state, a reason and a message within their rules. Its errors are the
+// wire messages devlxd answers with 400.
+func (p StatePut) Check() error {
+	switch p.State {
+	case StateReady, StateStarted, StateDegraded:
+	default:
+		return fmt.Errorf("Invalid state %q", p.State) //nolint:staticcheck // LXD's wire message.
+	}
+	if err := checkReason(p.Reason); err != nil {
+		return err
+	}
+	return checkMessage(p.Message)
+}
+
+// checkReason accepts "" or a CamelCase word: a letter, then letters and
+// digits, at most MaxReasonLen bytes.
+func checkReason(r string) error {
+	if r == "" {
+		return nil
+	}
+	if len(r) > MaxReasonLen {
+		return fmt.Errorf("Invalid reason: longer than %d bytes", MaxReasonLen) //nolint:staticcheck // LXD-style wire message.
+	}
+	for i, c := range r {
+		if c > unicode.MaxASCII || !(unicode.IsLetter(c) || (i > 0 && unicode.IsDigit(c))) {
+			return fmt.Errorf("Invalid reason %q: must be a CamelCase word (ASCII letters, then letters and digits)", r) //nolint:staticcheck // LXD-style wire message.
+		}
+	}
+	return nil
+}
+
+// checkMessage accepts at most MaxMessageLen bytes of UTF-8
+// without control characters other than tab and newline.
+func checkMessage(m string) error {
+	if len(m) > MaxMessageLen {
+		return fmt.Errorf("Invalid message: longer than %d bytes", MaxMessageLen) //nolint:staticcheck // LXD-style wire message.
+	}
+	if !utf8.ValidString(m) {
+		return fmt.Errorf("Invalid message: not UTF-8") //nolint:staticcheck // LXD-style wire message.
+	}
+	for _, c := range m {
+		if unicode.IsControl(c) && c != '\t' && c != '\n' {
+			return fmt.Errorf("Invalid message: control character %U", c) //nolint:staticcheck // LXD-style wire message.
+		}
+	}
+	return nil
+}
 
 // Event is one message on GET /1.0/events.
 type Event struct {
