@@ -449,21 +449,22 @@ func (a *Agent) declared(put devlxdapi.StatePut) {
 
 // Advertise validates adv: it points the upstream client at the daemon,
 // checks GET /1.0 (200 or 403), writes CONNECTED, starts or stops the
-// devlxd socket and, when the daemon is new, re-sends the guest's last
-// declared state.
-func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement) error {
+// devlxd socket and, when the daemon is new, gives it back the guest's last
+// declared state: in the answer when inAnswer (the daemon records it
+// itself, no PATCH), else re-sent with PATCH /1.0 before answering.
+func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement, inAnswer bool) (*devlxdapi.StatePut, error) {
 	a.advMu.Lock()
 	defer a.advMu.Unlock()
 	if cur := a.up.Advertisement(); !adv.Equal(cur) {
 		if err := a.up.SetAdvertisement(adv); err != nil {
-			return fmt.Errorf("using advertisement: %w", err)
+			return nil, fmt.Errorf("using advertisement: %w", err)
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, ValidateTimeout)
 	defer cancel()
 	if err := a.up.Probe(pctx); err != nil {
 		a.log.Warn("advertised daemon unreachable", "cid", adv.CID, "port", adv.Port, "err", err)
-		return fmt.Errorf("%w: cid %d port %d: %w", control.ErrUnreachable, adv.CID, adv.Port, err)
+		return nil, fmt.Errorf("%w: cid %d port %d: %w", control.ErrUnreachable, adv.CID, adv.Port, err)
 	}
 	a.reached()
 	a.log.Info("advertisement validated", "cid", adv.CID, "port", adv.Port, "devlxd", adv.Devlxd)
@@ -483,8 +484,18 @@ func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement) error 
 		a.log.Warn("saving advertisement", "err", err)
 	}
 	// Re-declaring before answering the PUT means the daemon has the
-	// guest's state back by the time it learns the agent is connected.
-	if redeclare.State != "" {
+	// guest's state back by the time it learns the agent is connected. A
+	// daemon that asked for it in the answer records it from there: it
+	// holds one of its bounded advertisement slots for this PUT, and a
+	// PATCH (another connection, a full TLS handshake with a daemon that
+	// just started) would hold the slot until its store write committed.
+	var inAnswerDecl *devlxdapi.StatePut
+	switch {
+	case redeclare.State != "" && inAnswer:
+		a.log.Info("handing the guest's state back to the new daemon", "state", redeclare.State, "reason", redeclare.Reason)
+		a.declared(redeclare)
+		inAnswerDecl = &redeclare
+	case redeclare.State != "":
 		a.redeclare(ctx, redeclare)
 	}
 
@@ -499,7 +510,7 @@ func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement) error 
 	} else {
 		a.stopDevlxd()
 	}
-	return nil
+	return inAnswerDecl, nil
 }
 
 // redeclare re-sends PATCH /1.0 with the guest's last declaration (state,

@@ -21,6 +21,7 @@ import (
 	"github.com/guestlink/guestlink/agent/devlxdclient"
 	"github.com/guestlink/guestlink/internal/leakcheck"
 	"github.com/guestlink/guestlink/internal/testwait"
+	"github.com/guestlink/guestlink/link/advert"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 	"github.com/guestlink/guestlink/link/ringproto"
 )
@@ -256,6 +257,71 @@ func TestRedeclareAfterDaemonRestart(t *testing.T) {
 	}
 	if got := guestDo(t, c, "GET", "/1.0/config/user.foo", ""); got.status != 200 || got.body != "bar" {
 		t.Fatalf("GET via new daemon = %#v", got)
+	}
+}
+
+// TestDeclarationInAnswer: a new daemon that sends advert.DeclarationHeader
+// gets the guest's last declaration (state, reason, message) back in the
+// answer to its PUT /1.0 and no PATCH /1.0; asking again (same daemon) gets
+// none; a daemon after it that does not send the header (an older one)
+// gets the PATCH, as before.
+func TestDeclarationInAnswer(t *testing.T) {
+	g := agenttest.NewGuest(t)
+	ring := agenttest.OpenRing(t, g, ringproto.PortCurrent)
+	d1 := agenttest.StartDaemon(t, g.Certs, g.UDS, 4113)
+	agenttest.StartAgent(t, agentBin, g, "--heartbeat", "200ms")
+	advertise(t, d1)
+	i := ring.WaitFor(t, 0, ringproto.Connected, wait)
+	waitCond(t, "devlxd socket", func() bool { _, err := os.Stat(g.Socket()); return err == nil })
+	decl := devlxdapi.StatePut{State: "Ready", Reason: "ChecksPassed", Message: "db up, cache warm"}
+	if err := devlxdclient.DeclareWith(ctxT(t), devlxdclient.New(g.Socket()), decl); err != nil {
+		t.Fatalf("declare: %v", err)
+	}
+	answerOf := func(d *agenttest.Daemon) *devlxdapi.StatePut {
+		t.Helper()
+		var body []byte
+		waitCond(t, "advertisement accepted", func() bool {
+			code, b, err := d.AdvertiseInAnswer(ctxT(t))
+			body = b
+			return err == nil && code == http.StatusOK
+		})
+		var env struct {
+			Metadata *advert.Answer `json:"metadata"`
+		}
+		if err := json.Unmarshal(body, &env); err != nil {
+			t.Fatalf("answer %s: %v", body, err)
+		}
+		if env.Metadata == nil {
+			return nil
+		}
+		return env.Metadata.Declaration
+	}
+	// The daemon the guest declared to: nothing to hand back.
+	if got := answerOf(d1); got != nil {
+		t.Fatalf("the same daemon got %+v back", got)
+	}
+	d1.Close()
+	i = ring.WaitFor(t, i, ringproto.Started, wait)
+
+	d2 := agenttest.StartDaemon(t, g.Certs, g.UDS, 4114)
+	if got := answerOf(d2); got == nil || *got != decl {
+		t.Fatalf("new daemon's answer carried %+v, want %+v", got, decl)
+	}
+	i = ring.WaitFor(t, i, ringproto.Connected, wait)
+	if got := answerOf(d2); got != nil {
+		t.Fatalf("a second advertisement of the same daemon got %+v back", got)
+	}
+	if got := d2.PatchesSeen(); len(got) != 0 {
+		t.Fatalf("the daemon that took the declaration in the answer also got PATCHes %q", got)
+	}
+	d2.Close()
+	ring.WaitFor(t, i, ringproto.Started, wait)
+
+	// A daemon without the header gets the PATCH before the answer.
+	d3 := agenttest.StartDaemon(t, g.Certs, g.UDS, 4115)
+	advertise(t, d3)
+	if got := d3.DeclarationsSeen(); !reflect.DeepEqual(got, []devlxdapi.StatePut{decl}) {
+		t.Fatalf("a daemon without the header saw %+v, want %+v PATCHed", got, decl)
 	}
 }
 

@@ -664,10 +664,15 @@ func (l *lateInstances) ReportOOMCounter(ctx context.Context, uuid string, count
 	return l.m.ReportOOMCounter(ctx, uuid, counter)
 }
 
+func (l *lateInstances) Declare(ctx context.Context, uuid string, d instance.Declaration, by events.Requestor) error {
+	return l.m.Declare(ctx, uuid, d, by)
+}
+
 var (
 	_ agentmon.Instances         = (*lateInstances)(nil)
 	_ agentmon.Throttles         = (*lateInstances)(nil)
 	_ agentmon.HeartbeatRecorder = (*lateInstances)(nil)
+	_ agentmon.Declarer          = (*lateInstances)(nil)
 	_ agentmon.OOMReporter       = (*lateInstances)(nil)
 )
 

@@ -260,9 +260,10 @@ func BenchmarkFleetRestart(b *testing.B) {
 	}
 	fleetLogf("restart: from exec, Ready restored first %s, p50 %s, p90 %s, last %s", q(ready, 0), q(ready, 50), q(ready, 90), q(ready, 100))
 	fleetLogf("restart: from exec, agents CONNECTED first %s, p50 %s, p90 %s, last %s", q(conn, 0), q(conn, 50), q(conn, 90), q(conn, 100))
-	// A guest's Ready comes back with its advertisement (the agent
-	// re-declares before it answers the PUT); its CONNECTED when the
-	// monitor reads the agent's next word.
+	// A guest's Ready comes back with its advertisement (the agent hands
+	// it back in its answer to the PUT, the daemon records it before it
+	// counts the advertisement done); its CONNECTED when the monitor reads
+	// the agent's next word.
 	var gap []time.Duration
 	for name, r := range readyAt {
 		if c, ok := connAt[name]; ok {

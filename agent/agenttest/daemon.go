@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"sort"
@@ -238,10 +239,15 @@ func (d *Daemon) AgentClient(client KeyPair) *http.Client {
 // CallAgent sends method path with body to the agent's link port as the
 // daemon and returns the status and body.
 func (d *Daemon) CallAgent(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	return d.callAgent(ctx, method, path, body, nil)
+}
+
+func (d *Daemon) callAgent(ctx context.Context, method, path string, body []byte, header http.Header) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, "https://agent"+path, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
+	maps.Copy(req.Header, header)
 	resp, err := d.AgentClient(d.Certs.DaemonClient).Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -254,6 +260,13 @@ func (d *Daemon) CallAgent(ctx context.Context, method, path string, body []byte
 // Advertise sends PUT /1.0 with the daemon's advertisement to the agent.
 func (d *Daemon) Advertise(ctx context.Context) (int, []byte, error) {
 	return d.CallAgent(ctx, http.MethodPut, "/1.0", d.Advertisement().Marshal())
+}
+
+// AdvertiseInAnswer sends PUT /1.0 with the daemon's advertisement and
+// advert.DeclarationHeader, as a daemon that records the declaration the
+// agent hands back in its answer.
+func (d *Daemon) AdvertiseInAnswer(ctx context.Context) (int, []byte, error) {
+	return d.callAgent(ctx, http.MethodPut, "/1.0", d.Advertisement().Marshal(), http.Header{advert.DeclarationHeader: {"1"}})
 }
 
 // DeclarationsSeen returns a copy of the declarations PATCHed so far.

@@ -37,8 +37,11 @@ var ErrUnreachable = errors.New("advertised daemon unreachable")
 type Agent interface {
 	// Advertise stores and validates an advertisement (reachability
 	// check, ring word, devlxd socket). It returns once the advertisement
-	// is validated or rejected.
-	Advertise(ctx context.Context, a *advert.Advertisement) error
+	// is validated or rejected. With inAnswer (the daemon sent
+	// advert.DeclarationHeader) a declaration the new daemon must get back
+	// is returned rather than PATCHed; otherwise it is PATCHed before
+	// Advertise returns and the result is nil.
+	Advertise(ctx context.Context, a *advert.Advertisement, inAnswer bool) (*devlxdapi.StatePut, error)
 	// Publish hands a guest event to the local /1.0/events subscribers.
 	Publish(e devlxdapi.Event)
 	// Info describes the agent.
@@ -141,12 +144,18 @@ func (h *Handler) advertise(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("Invalid request body: %v", err))
 		return
 	}
-	if err := h.Agent.Advertise(r.Context(), a); err != nil {
+	inAnswer := r.Header.Get(advert.DeclarationHeader) == "1"
+	decl, err := h.Agent.Advertise(r.Context(), a, inAnswer)
+	if err != nil {
 		if errors.Is(err, ErrUnreachable) {
 			writeError(w, http.StatusServiceUnavailable, err.Error())
 			return
 		}
 		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	if decl != nil {
+		writeSync(w, advert.Answer{Declaration: decl})
 		return
 	}
 	writeSync(w, nil)

@@ -96,21 +96,31 @@ func (c *agentClient) newHTTPClient(keepAlive bool) *http.Client {
 // do sends a request with a JSON body to the agent and fails unless it
 // answers 2xx.
 func (c *agentClient) do(ctx context.Context, method, path string, body []byte) error {
+	_, err := c.doAnswer(ctx, method, path, body, nil)
+	return err
+}
+
+// doAnswer is do with extra request headers, returning the answer's body
+// (at most maxAnswer bytes).
+func (c *agentClient) doAnswer(ctx context.Context, method, path string, body []byte, header map[string]string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, "https://agent"+path, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.certs.Name, err)
+		return nil, fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.certs.Name, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	hc := c.httpClient()
 	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.certs.Name, err)
+		return nil, fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.certs.Name, err)
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("%s %s on agent of instance %q: %s: %q", method, path, c.certs.Name, resp.Status, bytes.TrimSpace(answer))
+		return nil, fmt.Errorf("%s %s on agent of instance %q: %s: %q", method, path, c.certs.Name, resp.Status, bytes.TrimSpace(answer))
 	}
-	return nil
+	return answer, nil
 }

@@ -25,20 +25,33 @@ import (
 	"github.com/guestlink/guestlink/transport/devlxd"
 )
 
-// readyInstances adds SetReady to fakeInstances for the devlxd handlers.
+// readyInstances adds SetReady and Declare to fakeInstances for the devlxd
+// handlers and the declarations agents hand back (redeclare.go).
 type readyInstances struct {
 	*fakeInstances
 	mu    sync.Mutex
 	ready []bool
+	by    []string // each call's requestor protocol
 }
 
-func (r *readyInstances) SetReady(_ context.Context, uuid string, ready bool, _ events.Requestor) error {
+func (r *readyInstances) SetReady(_ context.Context, uuid string, ready bool, by events.Requestor) error {
 	defer changes.notify()
 	r.update(uuid, func(i *instance.Instance) { i.Config["volatile.last_state.ready"] = fmt.Sprint(ready) })
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ready = append(r.ready, ready)
+	r.by = append(r.by, by.Protocol)
 	return nil
+}
+
+func (r *readyInstances) Declare(ctx context.Context, uuid string, d instance.Declaration, by events.Requestor) error {
+	return r.SetReady(ctx, uuid, d.State == instance.DeclaredReady, by)
+}
+
+func (r *readyInstances) protocols() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.by...)
 }
 
 func (r *readyInstances) readyCalls() []bool {
@@ -198,8 +211,9 @@ func (r *realAgent) waitConnected(t testing.TB, svc *Service) {
 // TestRealAgentOverHybridLink runs the real guestlink-agent binary in a
 // stand-in guest root with a hybrid link, against the real link host,
 // devlxd server and monitor: the agent starts, is advertised, connects,
-// serves /dev/lxd/sock through the daemon, declares Ready, and re-declares
-// it to a restarted daemon on a new port.
+// serves /dev/lxd/sock through the daemon, declares Ready, and hands it
+// back to a restarted daemon on a new port in its answer to the
+// advertisement.
 func TestRealAgentOverHybridLink(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the agent binary")
@@ -239,6 +253,11 @@ func TestRealAgentOverHybridLink(t *testing.T) {
 	}
 	if got := insts.readyCalls(); !got[1] {
 		t.Fatalf("re-declared %v, want Ready", got)
+	}
+	// The first Ready came with PATCH /1.0, the restored one in the
+	// agent's answer to the new daemon's advertisement (no PATCH).
+	if got := insts.protocols(); len(got) != 2 || got[0] != "devlxd" || got[1] != "agent" {
+		t.Fatalf("declarations recorded by %q, want [devlxd agent]", got)
 	}
 	if code, _, body := guestCall(t, g.Socket(), "GET", "/1.0", ""); code != 200 || !strings.Contains(body, `"state":"Ready"`) {
 		t.Fatalf("GET /1.0 after restart: %d %q", code, body)

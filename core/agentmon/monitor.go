@@ -442,11 +442,14 @@ func (m *monitor) advertiser() {
 		m.advLast = time.Now()
 		m.bgMu.Unlock()
 		gen := m.gen.Load()
-		err := m.advertise()
+		decl, err := m.advertise()
 		m.svc.adv.leave(slot)
 		if err != nil {
 			cfg.Logger.Debug("agentmon: advertising to agent", "instance", m.name, "err", err)
 		}
+		// Before the advertisement's result is stepped: the guest's state
+		// is back by the time the daemon counts the agent connected.
+		m.restoreDeclaration(decl)
 		m.advPending.Add(-1)
 		m.bgMu.Lock()
 		m.advTaken = false
@@ -461,16 +464,31 @@ func (m *monitor) advertiser() {
 	}
 }
 
-// advertise sends the current advertisement to the agent.
-func (m *monitor) advertise() error {
+// advertise sends the current advertisement to the agent and returns the
+// declaration the agent handed back in its answer, if any (redeclare.go).
+// An answer that does not decode fails nothing: the advertisement was
+// taken, only the declaration is lost (and logged).
+func (m *monitor) advertise() (*devlxdapi.StatePut, error) {
 	cfg := &m.svc.cfg
 	ctx, cancel := context.WithTimeout(m.ctx, cfg.RequestTimeout)
 	defer cancel()
 	inst, err := cfg.Instances.GetByUUID(ctx, m.uuid)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return m.client.do(ctx, http.MethodPut, "/1.0", m.svc.Advertisement(inst).Marshal())
+	var header map[string]string
+	if _, ok := cfg.Instances.(Declarer); ok {
+		header = declarationInAnswer
+	}
+	answer, err := m.client.doAnswer(ctx, http.MethodPut, "/1.0", m.svc.Advertisement(inst).Marshal(), header)
+	if err != nil || header == nil {
+		return nil, err
+	}
+	decl, err := parseAnswer(answer)
+	if err != nil {
+		cfg.Logger.Warn("agentmon: the agent's answer to its advertisement", "instance", m.name, "err", err)
+	}
+	return decl, nil
 }
 
 // queueEvent queues a guest event for the pusher. It reports false when the

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/guestlink/guestlink/link/devlxdapi"
 )
 
 // MaxSize is the largest advertisement accepted, in bytes.
@@ -102,4 +104,22 @@ func (a *Advertisement) Equal(b *Advertisement) bool {
 // restart changes the port.
 func (a *Advertisement) SameDaemon(b *Advertisement) bool {
 	return a != nil && b != nil && a.CID == b.CID && a.Port == b.Port && a.Certificate == b.Certificate
+}
+
+// DeclarationHeader, set to "1" on a PUT /1.0 by a daemon, asks the agent to
+// hand back the guest's last declaration in its answer (Answer) instead of
+// re-sending it with PATCH /1.0 before answering. A daemon that sends it
+// records the declaration itself; one that does not (older daemons) gets
+// the PATCH as before. Unknown headers are ignored by agents that predate
+// it, which then re-declare with PATCH /1.0.
+const DeclarationHeader = "Guestlink-Declaration-In-Answer"
+
+// Answer is the metadata of the agent's answer to PUT /1.0 when the daemon
+// set DeclarationHeader: the declaration to restore, when the daemon is new
+// to the agent (another port or certificate than the one the guest last
+// declared to) and the guest declared a state during this boot. An answer
+// without it (null metadata, or no declaration) restores nothing.
+type Answer struct {
+	// Declaration is the guest's last declaration, as it was PATCHed.
+	Declaration *devlxdapi.StatePut `json:"declaration,omitempty"`
 }
