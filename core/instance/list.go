@@ -26,7 +26,7 @@ type ListFilter struct {
 // only. A bad Status is errdefs.ErrInvalid.
 func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
 	var out []*Instance
-	err := m.list(ctx, f, func(matched []snapshot) error {
+	err := m.list(ctx, f, listSnapshotOf, func(matched []snapshot) error {
 		views := make([]Instance, len(matched)) // one allocation for all views
 		out = make([]*Instance, len(matched))
 		for i := range matched {
@@ -50,7 +50,7 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]*Instance, error) {
 // holds up state changes, agent updates or timeline writes. An error from fn
 // ends the listing and is returned.
 func (m *Manager) ListFunc(ctx context.Context, f ListFilter, fn func(*Instance) error) error {
-	return m.ListCachedFunc(ctx, f, func(rows []CachedRow) error {
+	return m.listRows(ctx, f, true, func(rows []CachedRow) error {
 		for i := range rows {
 			if err := fn(rows[i].View()); err != nil {
 				return err
@@ -88,18 +88,42 @@ type CachedRow struct {
 	// second Load.
 	Cached any
 
-	snap *snapshot // the entry's snapshot, for View; nil with view set
-	view *Instance // the view once built (or given: RowOf)
-	own  Instance  // where View builds it
+	snap  *snapshot // the entry's snapshot, for View; nil with view set
+	view  *Instance // the view once built (or given: RowOf)
+	views *rowViews // where View builds it: views.v[idx]
+	idx   int
+}
+
+// rowViews holds the views of a batch of rows, made at the first View of
+// the list and reused from batch to batch.
+type rowViews struct {
+	v []Instance
+	m *Manager // for the view of a light snapshot
 }
 
 // View returns the row's view, built at the first call: what ListFunc
-// hands out, valid only during the call of ListCachedFunc's fn.
+// hands out, valid only during the call of ListCachedFunc's fn. A row
+// whose slot held its version's value (Cached) was listed without its
+// runtime: its view is the instance's at the call, which may be of a
+// later version than Version.
 func (r *CachedRow) View() *Instance {
 	if r.view == nil {
-		rt := r.snap.runtime()
-		fillView(&r.own, r.snap.rec, &rt, true)
-		r.view = &r.own
+		if r.views.v == nil {
+			r.views.v = make([]Instance, ListBatch)
+		}
+		v := &r.views.v[r.idx]
+		snap := r.snap
+		if snap.cached != nil {
+			// A light snapshot (lightSnapshotOf) holds no runtime: the
+			// entry's as it is now, of Version or later.
+			r.views.m.mu.RLock()
+			full := listSnapshotOf(snap.e)
+			r.views.m.mu.RUnlock()
+			snap = &full
+		}
+		rt := snap.runtime()
+		fillView(v, snap.rec, &rt, true)
+		r.view = v
 	}
 	return r.view
 }
@@ -123,15 +147,30 @@ func RowOf(view *Instance, version uint64, cache *ViewCache) CachedRow {
 // Manager and lists something else in ListFunc must override this method
 // too (core/cluster.Instances does): the admin API prefers it to ListFunc.
 func (m *Manager) ListCachedFunc(ctx context.Context, f ListFilter, fn func(rows []CachedRow) error) error {
-	return m.list(ctx, f, func(matched []snapshot) error {
+	return m.listRows(ctx, f, false, fn)
+}
+
+// listRows hands fn the rows of the entries matching f, in batches. With
+// views unset, an entry whose slot holds its version's value is copied
+// without what only its view needs (lightSnapshotOf).
+func (m *Manager) listRows(ctx context.Context, f ListFilter, views bool, fn func(rows []CachedRow) error) error {
+	snapshotOf := listSnapshotOf
+	if !views {
+		snapshotOf = lightSnapshotOf
+	}
+	return m.list(ctx, f, snapshotOf, func(matched []snapshot) error {
 		rows := make([]CachedRow, min(len(matched), ListBatch))
+		rv := &rowViews{m: m}
 		for len(matched) > 0 {
 			batch := matched[:min(len(matched), len(rows))]
 			matched = matched[len(batch):]
 			for i := range batch {
 				s := &batch[i]
 				rows[i] = CachedRow{Name: s.rec.Name, UUID: s.rec.UUID, LastHeartbeat: s.agent.LastHeartbeat,
-					Version: s.version, Cache: &s.e.cache, Cached: s.e.cache.Load(s.version), snap: s}
+					Version: s.version, Cache: &s.e.cache, Cached: s.cached, snap: s, views: rv, idx: i}
+				if s.cached == nil && !views {
+					rows[i].Cached = s.e.cache.Load(s.version)
+				}
 			}
 			if err := fn(rows[:len(batch)]); err != nil {
 				return err
@@ -157,6 +196,9 @@ type snapshot struct {
 	readyAt     *time.Time
 	conds       []Condition
 	unrecovered bool
+	// cached is what e's slot held for version under the lock, set by
+	// lightSnapshotOf only, which then copies nothing a view needs.
+	cached any
 }
 
 // listSnapshotOf returns e's snapshot; Manager.mu must be held.
@@ -172,6 +214,19 @@ func listSnapshotOf(e *entry) snapshot {
 		details: rt.details, readyAt: rt.readyAt, conds: conds, unrecovered: rt.unrecovered}
 }
 
+// lightSnapshotOf returns e's snapshot for a lister of cached values
+// (ListCachedFunc): when e's slot holds a value of e's version, only that
+// value, the record (for the name and uuid) and the heartbeat, not what
+// only a view needs; else listSnapshotOf's. Manager.mu must be held.
+func lightSnapshotOf(e *entry) snapshot {
+	v := e.cache.Load(e.version)
+	if v == nil {
+		return listSnapshotOf(e)
+	}
+	return snapshot{e: e, rec: e.rec, version: e.version, cached: v,
+		agent: AgentInfo{LastHeartbeat: e.heartbeatOf(e.rt.agent.LastHeartbeat)}}
+}
+
 // runtime returns the runtime fillView reads, from s.
 func (s *snapshot) runtime() runtime {
 	return runtime{op: s.op, agent: s.agent, link: s.link, details: s.details, readyAt: s.readyAt,
@@ -179,8 +234,8 @@ func (s *snapshot) runtime() runtime {
 }
 
 // list calls fn with snapshots of the entries matching f, taken under the
-// read lock; fn runs after the lock is released.
-func (m *Manager) list(ctx context.Context, f ListFilter, fn func([]snapshot) error) error {
+// read lock by snapshotOf; fn runs after the lock is released.
+func (m *Manager) list(ctx context.Context, f ListFilter, snapshotOf func(*entry) snapshot, fn func([]snapshot) error) error {
 	var want status.Code
 	if f.Status != "" {
 		c, err := status.Parse(f.Status)
@@ -215,7 +270,7 @@ func (m *Manager) list(ctx context.Context, f ListFilter, fn func([]snapshot) er
 				continue
 			}
 		}
-		matched = append(matched, listSnapshotOf(e))
+		matched = append(matched, snapshotOf(e))
 	}
 	m.mu.RUnlock()
 	return fn(matched)

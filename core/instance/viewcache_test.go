@@ -137,11 +137,46 @@ func TestCachedRowsMatchViews(t *testing.T) {
 	if batches != 2 || len(got) != len(want) || len(want) != n-1 {
 		t.Fatalf("%d batches, %d rows, List %d instances", batches, len(got), len(want))
 	}
-	for i := range want {
-		w, _ := json.Marshal(WireInstance(want[i], nil))
-		g, _ := json.Marshal(WireInstance(got[i], nil))
-		if string(w) != string(g) {
-			t.Errorf("row %d's view differs from List's:\n got %s\nwant %s", i, g, w)
+	compare := func(pass string) {
+		t.Helper()
+		for i := range want {
+			w, _ := json.Marshal(WireInstance(want[i], nil))
+			g, _ := json.Marshal(WireInstance(got[i], nil))
+			if string(w) != string(g) {
+				t.Errorf("%s: row %d's view differs from List's:\n got %s\nwant %s", pass, i, g, w)
+			}
 		}
 	}
+	compare("slots empty")
+	// Every slot filled: the rows are listed without their runtime (a
+	// light snapshot), and a View asked all the same is still List's.
+	fill := func(rows []CachedRow) error {
+		for i := range rows {
+			rows[i].Cache.Store(rows[i].Version, "kept")
+		}
+		return nil
+	}
+	if err := e.m.ListCachedFunc(bg, ListFilter{}, fill); err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	err = e.m.ListCachedFunc(bg, ListFilter{}, func(rows []CachedRow) error {
+		for i := range rows {
+			r := &rows[i]
+			if r.Cached != "kept" {
+				t.Errorf("%s: Cached %v after the slots were filled", r.Name, r.Cached)
+			}
+			v := r.View()
+			if r.Name != v.Name || r.UUID != v.UUID || r.LastHeartbeat != v.Agent.LastHeartbeat {
+				t.Errorf("light row %s/%s/%v differs from its view %s/%s/%v", r.Name, r.UUID, r.LastHeartbeat, v.Name, v.UUID, v.Agent.LastHeartbeat)
+			}
+			c := *v
+			got = append(got, &c)
+		}
+		return nil
+	})
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("%v, %d rows", err, len(got))
+	}
+	compare("slots filled")
 }
