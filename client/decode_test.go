@@ -149,6 +149,32 @@ func BenchmarkDecodeRunning10k(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
 		b.ReportMetric(float64(len(body))/(1<<20), "MiB")
 	})
+	summary := summaryBody(b, runningInstances(10000))
+	b.Run("client-summary", func(b *testing.B) { // the CLI table's summary
+		defer reportCPU(b, processCPU())
+		for b.Loop() {
+			var list []api.Instance
+			if err := decodeResponse(fakeResponse(200, summary), "GET", &list); err != nil || len(list) != 10000 {
+				b.Fatal(err, len(list))
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
+		b.ReportMetric(float64(len(summary))/(1<<20), "MiB")
+	})
+	b.Run("goccy-summary", func(b *testing.B) {
+		defer reportCPU(b, processCPU())
+		for b.Loop() {
+			raw, err := readBody(fakeResponse(200, summary))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var env api.Response[[]api.Instance]
+			if err := gojson.UnmarshalWithOption(raw, &env, gojson.DecodeNoCopyString()); err != nil || len(env.Metadata) != 10000 {
+				b.Fatal(err, len(env.Metadata))
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
+	})
 	b.Run("goccy", func(b *testing.B) {
 		defer reportCPU(b, processCPU())
 		for b.Loop() {
@@ -163,6 +189,34 @@ func BenchmarkDecodeRunning10k(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
 	})
+}
+
+// summaryBody returns the answer of the CLI table's summary of list
+// (?fields=name,status,backend,agent,link,boot,started_at,location): only
+// those keys in each object.
+func summaryBody(tb testing.TB, list []api.Instance) []byte {
+	tb.Helper()
+	keys := []string{"name", "status", "backend", "agent", "link", "boot", "started_at", "location"}
+	objs := make([]map[string]json.RawMessage, len(list))
+	for i, inst := range list {
+		b, err := json.Marshal(inst)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var all map[string]json.RawMessage
+		if err := json.Unmarshal(b, &all); err != nil {
+			tb.Fatal(err)
+		}
+		objs[i] = map[string]json.RawMessage{}
+		for _, k := range keys {
+			objs[i][k] = all[k]
+		}
+	}
+	body, err := json.Marshal(api.Sync(objs))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return body
 }
 
 // reportCPU reports the CPU time of the process (the decode and its GC)
@@ -268,6 +322,7 @@ func TestDecodeInstanceListMatchesEncodingJSON(t *testing.T) {
 	running, _ := json.Marshal(api.Sync(runningInstances(20)))
 	one := `{"name":"vm1","status_code":1,"config":{"a":"b"},"created_at":"2026-11-22T01:02:03Z","agent":{"state":"none","since":null}}`
 	summaries, _ := json.Marshal(api.Sync(summaryOf(runningInstances(20))))
+	cliSummaries := summaryBody(t, runningInstances(20))
 	// own: the list's own parser (decodeInstanceList) decodes the body;
 	// the others it leaves to goccy/go-json or encoding/json.
 	tests := []struct {
@@ -278,6 +333,7 @@ func TestDecodeInstanceListMatchesEncodingJSON(t *testing.T) {
 		{"daemon list", string(sample), true},
 		{"running guests", string(running), true},
 		{"summaries", string(summaries), true},
+		{"CLI table's summaries", string(cliSummaries), true},
 		{"random strings", string(randomBody), true},
 		{"empty list", `{"type":"sync","metadata":[]}`, true},
 		{"null metadata", `{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":null}`, true},
