@@ -8,9 +8,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/guestlink/guestlink/api"
@@ -128,20 +130,109 @@ func TestDecodeResponse(t *testing.T) {
 
 // BenchmarkDecodeRunning10k decodes a GET /1.0/instances answer with
 // 10,000 running fleet guests (runningInstances: about three times the
-// bytes of stopped instances) as Instances does.
+// bytes of stopped instances) as Instances does ("client": the list's own
+// parser), and as it did before it ("goccy": goccy/go-json without copies
+// of strings), the answer read from its body in both.
 func BenchmarkDecodeRunning10k(b *testing.B) {
 	body, err := json.Marshal(api.Sync(runningInstances(10000)))
 	if err != nil {
 		b.Fatal(err)
 	}
-	for b.Loop() {
-		var list []api.Instance
-		if err := decodeResponse(fakeResponse(200, body), "GET", &list); err != nil || len(list) != 10000 {
-			b.Fatal(err, len(list))
+	b.Run("client", func(b *testing.B) {
+		defer reportCPU(b, processCPU())
+		for b.Loop() {
+			var list []api.Instance
+			if err := decodeResponse(fakeResponse(200, body), "GET", &list); err != nil || len(list) != 10000 {
+				b.Fatal(err, len(list))
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
+		b.ReportMetric(float64(len(body))/(1<<20), "MiB")
+	})
+	summary := summaryBody(b, runningInstances(10000))
+	b.Run("client-summary", func(b *testing.B) { // the CLI table's summary
+		defer reportCPU(b, processCPU())
+		for b.Loop() {
+			var list []api.Instance
+			if err := decodeResponse(fakeResponse(200, summary), "GET", &list); err != nil || len(list) != 10000 {
+				b.Fatal(err, len(list))
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
+		b.ReportMetric(float64(len(summary))/(1<<20), "MiB")
+	})
+	b.Run("goccy-summary", func(b *testing.B) {
+		defer reportCPU(b, processCPU())
+		for b.Loop() {
+			raw, err := readBody(fakeResponse(200, summary))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var env api.Response[[]api.Instance]
+			if err := gojson.UnmarshalWithOption(raw, &env, gojson.DecodeNoCopyString()); err != nil || len(env.Metadata) != 10000 {
+				b.Fatal(err, len(env.Metadata))
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
+	})
+	b.Run("goccy", func(b *testing.B) {
+		defer reportCPU(b, processCPU())
+		for b.Loop() {
+			raw, err := readBody(fakeResponse(200, body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var env api.Response[[]api.Instance]
+			if err := gojson.UnmarshalWithOption(raw, &env, gojson.DecodeNoCopyString()); err != nil || len(env.Metadata) != 10000 {
+				b.Fatal(err, len(env.Metadata))
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
+	})
+}
+
+// summaryBody returns the answer of the CLI table's summary of list
+// (?fields=name,status,backend,agent,link,boot,started_at,location): only
+// those keys in each object.
+func summaryBody(tb testing.TB, list []api.Instance) []byte {
+	tb.Helper()
+	keys := []string{"name", "status", "backend", "agent", "link", "boot", "started_at", "location"}
+	objs := make([]map[string]json.RawMessage, len(list))
+	for i, inst := range list {
+		b, err := json.Marshal(inst)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var all map[string]json.RawMessage
+		if err := json.Unmarshal(b, &all); err != nil {
+			tb.Fatal(err)
+		}
+		objs[i] = map[string]json.RawMessage{}
+		for _, k := range keys {
+			objs[i][k] = all[k]
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
-	b.ReportMetric(float64(len(body))/(1<<20), "MiB")
+	body, err := json.Marshal(api.Sync(objs))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return body
+}
+
+// reportCPU reports the CPU time of the process (the decode and its GC)
+// per operation since cpu0: on a shared machine it says more than the
+// wall time.
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/list")
+}
+
+// processCPU returns the user+system CPU time this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkDecodeInstances10k decodes a GET /1.0/instances answer with
@@ -230,35 +321,69 @@ func TestDecodeInstanceListMatchesEncodingJSON(t *testing.T) {
 	sample, _ := json.Marshal(api.Sync(sampleInstances(20)))
 	running, _ := json.Marshal(api.Sync(runningInstances(20)))
 	one := `{"name":"vm1","status_code":1,"config":{"a":"b"},"created_at":"2026-11-22T01:02:03Z","agent":{"state":"none","since":null}}`
+	summaries, _ := json.Marshal(api.Sync(summaryOf(runningInstances(20))))
+	cliSummaries := summaryBody(t, runningInstances(20))
+	// own: the list's own parser (decodeInstanceList) decodes the body;
+	// the others it leaves to goccy/go-json or encoding/json.
 	tests := []struct {
 		name string
 		body string
+		own  bool
 	}{
-		{"daemon list", string(sample)},
-		{"running guests", string(running)},
-		{"random strings", string(randomBody)},
-		{"empty list", `{"type":"sync","metadata":[]}`},
-		{"null metadata", `{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":null}`},
-		{"white space", " {\n\"metadata\" : [ " + one + " ] , \"type\":\"sync\" }\t"},
-		{"escapes", `{"type":"sync","metadata":[{"name":"a\u00e9\"\\\/\ud83d\ude00","config":{"k\n":"v\u2028"}}]}`},
-		{"unknown key", `{"type":"sync","metadata":[{"name":"a","extra":{"x":[1,2,{"y":null}]}}]}`},
-		{"other case key", `{"type":"sync","metadata":[{"Name":"a"}]}`},
-		{"timeline", `{"type":"sync","metadata":[{"name":"a","timeline":[]}]}`},
-		{"duplicate key", `{"type":"sync","metadata":[{"name":"a","name":"b"}]}`},
-		{"duplicate map key", `{"type":"sync","metadata":[{"config":{"a":"1","a":"2"}}]}`},
-		{"null string", `{"type":"sync","metadata":[{"name":null}]}`},
-		{"null time", `{"type":"sync","metadata":[{"created_at":null}]}`},
-		{"leading zero", `{"type":"sync","metadata":[{"boot":01}]}`},
-		{"float", `{"type":"sync","metadata":[{"status_code":1.5}]}`},
-		{"bad time", `{"type":"sync","metadata":[{"created_at":"yesterday"}]}`},
-		{"truncated", string(sample[:len(sample)-3])},
-		{"trailing garbage", string(sample) + "x"},
-		{"not a list", `{"type":"sync","metadata":{"name":"a"}}`},
-		{"no type", `{"metadata":[]}`},
+		{"daemon list", string(sample), true},
+		{"running guests", string(running), true},
+		{"summaries", string(summaries), true},
+		{"CLI table's summaries", string(cliSummaries), true},
+		{"random strings", string(randomBody), true},
+		{"empty list", `{"type":"sync","metadata":[]}`, true},
+		{"null metadata", `{"type":"sync","status":"Success","status_code":200,"operation":"","error_code":0,"error":"","metadata":null}`, true},
+		{"white space", " {\n\"metadata\" : [ " + one + " ] , \"type\":\"sync\" }\t", true},
+		{"escapes", `{"type":"sync","metadata":[{"name":"a\u00e9\"\\\/\ud83d\ude00","config":{"k\n":"v\u2028"}}]}`, true},
+		{"invalid UTF-8", "{\"type\":\"sync\",\"metadata\":[{\"name\":\"a\xff\xe2\x80b\"}]}", true},
+		{"nulls", `{"type":"sync","metadata":[{"name":null,"config":null,"devices":{"a":null},"started_at":null,"agent":null,"conditions":null,"profiles":null,"created_at":null,"boot":null}]}`, true},
+		{"empty lists", `{"type":"sync","metadata":[{"conditions":[],"profiles":[],"config":{},"devices":{}}]}`, true},
+		{"repeated device", `{"type":"sync","metadata":[{"devices":{"a":{"x":"1"},"a":{"y":"2"}}}]}`, true},
+		{"timeline and guest", `{"type":"sync","metadata":[{"name":"a","timeline":[{"time":"2026-11-22T01:02:03Z","boot":2,"kind":"state","from":"a","to":"b"}],"guest":{"hostname":"h"}}]}`, true},
+		{"timeline", `{"type":"sync","metadata":[{"name":"a","timeline":[]}]}`, true},
+		{"negative and zero", `{"type":"sync","metadata":[{"status_code":-5,"boot":0}]}`, true},
+		{"unknown key", `{"type":"sync","metadata":[{"name":"a","extra":{"x":[1,2,{"y":null}]}}]}`, false},
+		{"other case key", `{"type":"sync","metadata":[{"Name":"a"}]}`, false},
+		{"duplicate key", `{"type":"sync","metadata":[{"name":"a","name":"b"}]}`, false},
+		{"duplicate map key", `{"type":"sync","metadata":[{"config":{"a":"1","a":"2"}}]}`, true},
+		{"null string", `{"type":"sync","metadata":[{"name":null}]}`, true},
+		{"null time", `{"type":"sync","metadata":[{"created_at":null}]}`, true},
+		{"null element", `{"type":"sync","metadata":[null]}`, false},
+		{"leading zero", `{"type":"sync","metadata":[{"boot":01}]}`, false},
+		{"float", `{"type":"sync","metadata":[{"status_code":1.5}]}`, false},
+		{"exponent", `{"type":"sync","metadata":[{"boot":1e3}]}`, false},
+		{"overflow", `{"type":"sync","metadata":[{"boot":99999999999999999999}]}`, false},
+		{"string for a number", `{"type":"sync","metadata":[{"boot":"1"}]}`, false},
+		{"number for a string", `{"type":"sync","metadata":[{"name":1}]}`, false},
+		{"bad time", `{"type":"sync","metadata":[{"created_at":"yesterday"}]}`, false},
+		{"bad envelope field", `{"type":"sync","status_code":"200","metadata":[]}`, false},
+		{"control character", "{\"type\":\"sync\",\"metadata\":[{\"name\":\"a\x01\"}]}", false},
+		{"truncated", string(sample[:len(sample)-3]), false},
+		{"truncated in a string", string(running[:len(running)/2]), false},
+		{"trailing garbage", string(sample) + "x", false},
+		{"not a list", `{"type":"sync","metadata":{"name":"a"}}`, false},
+		{"no type", `{"metadata":[]}`, false},
+		{"not sync", `{"type":"async","metadata":[]}`, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			want, wantErr := referenceDecode([]byte(tt.body))
+			own, ok := decodeInstanceList([]byte(tt.body))
+			if ok != tt.own {
+				t.Fatalf("the list's own parser took it: %v, want %v", ok, tt.own)
+			}
+			if ok {
+				if wantErr != nil {
+					t.Fatalf("the list's own parser decoded what encoding/json refuses: %v", wantErr)
+				}
+				if diff := cmp.Diff(want, own); diff != "" {
+					t.Errorf("the list's own parser differs from encoding/json (-want +got):\n%s", diff)
+				}
+			}
 			var got []api.Instance
 			err := decodeResponse(fakeResponse(200, []byte(tt.body)), "GET /1.0/instances", &got)
 			if (err != nil) != (wantErr != nil) {
@@ -272,6 +397,19 @@ func TestDecodeInstanceListMatchesEncodingJSON(t *testing.T) {
 			}
 		})
 	}
+}
+
+// summaryOf returns list with only the CLI table's summary keys, as
+// ?fields=name,status,backend,agent,link,boot,started_at,location sends
+// them (the other keys' zero values are what the JSON of the summary
+// leaves out; encoding/json writes them, which is fine for the decoder).
+func summaryOf(list []api.Instance) []api.Instance {
+	out := make([]api.Instance, len(list))
+	for i, inst := range list {
+		out[i] = api.Instance{Name: inst.Name, Status: inst.Status, Backend: inst.Backend, Agent: inst.Agent,
+			Link: inst.Link, Boot: inst.Boot, StartedAt: inst.StartedAt, Location: inst.Location}
+	}
+	return out
 }
 
 // TestDecodedListOutlivesNextDecode checks that the strings of a decoded
@@ -298,5 +436,54 @@ func TestDecodedListOutlivesNextDecode(t *testing.T) {
 	}
 	if diff := cmp.Diff(first, got); diff != "" {
 		t.Fatalf("first list changed after the second decode (-want +got):\n%s", diff)
+	}
+}
+
+// TestParseUTC: the list parser's own time parse gives what
+// time.Time.UnmarshalJSON gives (the same instant and location) for every
+// time the daemon writes (UTC, 0 to 9 digits of fraction), and leaves to
+// it every other form, valid or not.
+func TestParseUTC(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var in []string
+	own := 3 // the times parseUTC must take itself: the three daemon's forms below, and
+	for i := range 2000 {
+		tm := time.Unix(rng.Int64N(1<<35), rng.Int64N(1e9)).UTC()
+		switch i % 4 {
+		case 1:
+			tm = tm.Truncate(time.Second)
+		case 2:
+			tm = tm.Truncate(time.Millisecond)
+		}
+		in = append(in, tm.Format(time.RFC3339Nano))
+		if tm.Day() <= 28 { // later days are left to UnmarshalJSON's check
+			own++
+		}
+	}
+	in = append(in, "2026-11-27T01:28:57.333776222Z", "0000-01-01T00:00:00Z", "2026-02-28T23:59:59.9Z",
+		// left to UnmarshalJSON, valid or not:
+		"2026-02-29T00:00:00Z", "2024-02-29T00:00:00Z", "2026-01-31T00:00:00Z", "2026-13-01T00:00:00Z",
+		"2026-00-01T00:00:00Z", "2026-11-27T24:00:00Z", "2026-11-27T01:60:00Z", "2026-11-27T01:02:60Z",
+		"2026-11-27T01:02:03.Z", "2026-11-27T01:02:03.1234567890Z", "2026-11-27t01:02:03Z", "2026-11-27T01:02:03z",
+		"2026-11-27T01:02:03+01:00", "2026-11-27T01:02:03.5-00:30", "2026-11-27 01:02:03Z", "-026-11-27T01:02:03Z",
+		"2026-11-27T01:02:03,5Z", "2026-1x-27T01:02:03Z", "2026-11-27T01:02:0xZ", "2026-11-27T01:02:03.5x5Z")
+	taken := 0
+	for _, s := range in {
+		got, ok := parseUTC([]byte(s))
+		if !ok {
+			continue
+		}
+		taken++
+		var want time.Time
+		if err := want.UnmarshalJSON([]byte(`"` + s + `"`)); err != nil {
+			t.Errorf("%s: parsed to %v, UnmarshalJSON refuses it: %v", s, got, err)
+			continue
+		}
+		if !got.Equal(want) || got.Location() != want.Location() || got.String() != want.String() {
+			t.Errorf("%s: parsed %v, UnmarshalJSON %v", s, got, want)
+		}
+	}
+	if taken != own {
+		t.Errorf("parsed %d of the times itself, want %d (the daemon's form, days 1 to 28)", taken, own)
 	}
 }

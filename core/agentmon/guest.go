@@ -137,6 +137,36 @@ func (s *Service) CachedIPv4(uuid string) string {
 	return ""
 }
 
+// CachedIPv4s is CachedIPv4 for many instances at once (a list's batch of
+// rows): dst[i] gets uuids[i]'s address. It takes the service's lock once
+// for the batch, not once per instance: a list of 10,000 running guests
+// took it 10,000 times beside the heartbeats' and attaches' uses of it
+// (about a fifth of the list's CPU, most of it waiting for the lock).
+// The lock is held only for the map lookups; the addresses are read
+// after, without it. dst must hold len(uuids).
+func (s *Service) CachedIPv4s(uuids, dst []string) {
+	const batch = 256 // held for 256 map lookups at most
+	var ms [batch]*monitor
+	for len(uuids) > 0 {
+		n := min(len(uuids), batch)
+		s.mu.Lock()
+		for i, u := range uuids[:n] {
+			ms[i] = s.monitors[u]
+		}
+		s.mu.Unlock()
+		for i, m := range ms[:n] {
+			dst[i] = ""
+			if m == nil || !m.connectedNow.Load() {
+				continue
+			}
+			if ip := m.guest.listed.Load(); ip != nil {
+				dst[i] = *ip
+			}
+		}
+		uuids, dst = uuids[n:], dst[n:]
+	}
+}
+
 // RefreshGuest returns what CachedGuest returns and, when the report is
 // missing or older than GuestStateTTL, starts a fetch in the background
 // (at most backgroundFetches across the Service run at once): a single

@@ -91,14 +91,13 @@ func (v *Instances) ListFunc(ctx context.Context, f instance.ListFilter, fn func
 // instance's encoding in its cache slot (instance.Manager.ListCachedFunc,
 // which this type would otherwise promote, listing this member's instances
 // only): local-only, the manager's slots; cluster-wide, each instance gets
-// a slot of its own and is encoded each time.
-func (v *Instances) ListCachedFunc(ctx context.Context, f instance.ListFilter, fn func(*instance.Instance, uint64, *instance.ViewCache) error) error {
+// a slot of its own (instance.RowOf) and is encoded each time.
+func (v *Instances) ListCachedFunc(ctx context.Context, f instance.ListFilter, fn func([]instance.CachedRow) error) error {
 	if localOnly(ctx) {
 		return v.Manager.ListCachedFunc(ctx, f, fn)
 	}
 	return v.ListFunc(ctx, f, func(inst *instance.Instance) error {
-		var slot instance.ViewCache
-		return fn(inst, 0, &slot)
+		return fn([]instance.CachedRow{instance.RowOf(inst, 0, new(instance.ViewCache))})
 	})
 }
 

@@ -1,6 +1,8 @@
 package instance
 
 import (
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -17,8 +19,13 @@ func TestListCachedFuncVersion(t *testing.T) {
 		t.Helper()
 		var v uint64
 		var c *ViewCache
-		if err := e.m.ListCachedFunc(bg, ListFilter{Query: "web1"}, func(_ *Instance, ver uint64, cache *ViewCache) error {
-			v, c = ver, cache
+		if err := e.m.ListCachedFunc(bg, ListFilter{Query: "web1"}, func(rows []CachedRow) error {
+			for _, r := range rows {
+				v, c = r.Version, r.Cache
+				if r.Cached != c.Load(v) {
+					t.Errorf("row's Cached %v, the slot holds %v for version %d", r.Cached, c.Load(v), v)
+				}
+			}
 			return nil
 		}); err != nil || c == nil {
 			t.Fatalf("ListCachedFunc: %v, slot %v", err, c)
@@ -67,4 +74,109 @@ func TestListCachedFuncVersion(t *testing.T) {
 	if slot.Load(v0) != "encoded" || slot.Load(now) != nil {
 		t.Errorf("the slot loads %v for its version, %v for the current one; want the value, then nil", slot.Load(v0), slot.Load(now))
 	}
+}
+
+// TestCachedRowsMatchViews: ListCachedFunc's rows, in batches of at most
+// ListBatch, are List's instances in List's order; each row's View is
+// List's view (same JSON), and the parts a lister reads without the view
+// (name, uuid, heartbeat) are the view's, for running guests with agents
+// and heartbeats recorded alone, stopped ones and a deleted one.
+func TestCachedRowsMatchViews(t *testing.T) {
+	e := newEnv(t)
+	const n = ListBatch + 44 // two batches
+	var uuids []string
+	for i := range n {
+		inst := e.create(fmt.Sprintf("vm%03d", i), nil)
+		uuids = append(uuids, inst.UUID)
+		if i%3 == 0 {
+			continue
+		}
+		if err := e.m.Start(bg, inst.Name, adminCaller); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 2 {
+			if err := e.m.SetAgentState(bg, inst.UUID, AgentConnected, time.Unix(100, 0)); err != nil {
+				t.Fatal(err)
+			}
+			if !e.m.RecordHeartbeat(inst.UUID, AgentConnected, time.Unix(int64(200+i), 0)) {
+				t.Fatal("heartbeat not recorded alone")
+			}
+		}
+	}
+	if err := e.m.Delete(bg, "vm001", true, adminCaller); err != nil {
+		t.Fatal(err)
+	}
+	want, err := e.m.List(bg, ListFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*Instance
+	batches := 0
+	err = e.m.ListCachedFunc(bg, ListFilter{}, func(rows []CachedRow) error {
+		batches++
+		if len(rows) == 0 || len(rows) > ListBatch {
+			t.Errorf("a batch of %d rows", len(rows))
+		}
+		for i := range rows {
+			r := &rows[i]
+			v := r.View()
+			if r.View() != v {
+				t.Errorf("%s: View built twice", r.Name)
+			}
+			if r.Name != v.Name || r.UUID != v.UUID || r.GuestIPv4 != v.GuestIPv4 || r.LastHeartbeat != v.Agent.LastHeartbeat {
+				t.Errorf("row %s/%s/%v differs from its view %s/%s/%v", r.Name, r.UUID, r.LastHeartbeat, v.Name, v.UUID, v.Agent.LastHeartbeat)
+			}
+			c := *v // a shallow copy stays valid
+			got = append(got, &c)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batches != 2 || len(got) != len(want) || len(want) != n-1 {
+		t.Fatalf("%d batches, %d rows, List %d instances", batches, len(got), len(want))
+	}
+	compare := func(pass string) {
+		t.Helper()
+		for i := range want {
+			w, _ := json.Marshal(WireInstance(want[i], nil))
+			g, _ := json.Marshal(WireInstance(got[i], nil))
+			if string(w) != string(g) {
+				t.Errorf("%s: row %d's view differs from List's:\n got %s\nwant %s", pass, i, g, w)
+			}
+		}
+	}
+	compare("slots empty")
+	// Every slot filled: the rows are listed without their runtime (a
+	// light snapshot), and a View asked all the same is still List's.
+	fill := func(rows []CachedRow) error {
+		for i := range rows {
+			rows[i].Cache.Store(rows[i].Version, "kept")
+		}
+		return nil
+	}
+	if err := e.m.ListCachedFunc(bg, ListFilter{}, fill); err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	err = e.m.ListCachedFunc(bg, ListFilter{}, func(rows []CachedRow) error {
+		for i := range rows {
+			r := &rows[i]
+			if r.Cached != "kept" {
+				t.Errorf("%s: Cached %v after the slots were filled", r.Name, r.Cached)
+			}
+			v := r.View()
+			if r.Name != v.Name || r.UUID != v.UUID || r.LastHeartbeat != v.Agent.LastHeartbeat {
+				t.Errorf("light row %s/%s/%v differs from its view %s/%s/%v", r.Name, r.UUID, r.LastHeartbeat, v.Name, v.UUID, v.Agent.LastHeartbeat)
+			}
+			c := *v
+			got = append(got, &c)
+		}
+		return nil
+	})
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("%v, %d rows", err, len(got))
+	}
+	compare("slots filled")
 }

@@ -46,6 +46,41 @@ func (a *API) refreshedGuest(uuid string) *api.GuestInfo {
 	return a.cfg.Guests.RefreshGuest(uuid)
 }
 
+// batchIPv4 is implemented by guest reports that read many guests'
+// addresses at once (core/agentmon.Service): a list's batch of rows takes
+// the agent service's lock once, not once per row.
+type batchIPv4 interface {
+	// CachedIPv4s sets dst[i] to CachedIPv4(uuids[i]).
+	CachedIPv4s(uuids, dst []string)
+}
+
+// rowsIPv4 sets ips[i] to the guest address of rows[i] (listIPv4's, for a
+// batch): the one its member sent, else the local agent cache's, read for
+// the whole batch at once when Guests can (batchIPv4). ips and uuids (a
+// scratch space) hold at least len(rows).
+func (a *API) rowsIPv4(rows []instance.CachedRow, ips, uuids []string) {
+	ips, uuids = ips[:len(rows)], uuids[:len(rows)]
+	for i := range rows {
+		uuids[i], ips[i] = rows[i].UUID, ""
+	}
+	switch g := a.cfg.Guests.(type) {
+	case nil:
+	case batchIPv4:
+		g.CachedIPv4s(uuids, ips)
+	default:
+		for i := range ips {
+			if rows[i].GuestIPv4 == "" {
+				ips[i] = g.CachedIPv4(uuids[i])
+			}
+		}
+	}
+	for i := range rows {
+		if rows[i].GuestIPv4 != "" {
+			ips[i] = rows[i].GuestIPv4
+		}
+	}
+}
+
 // listIPv4 returns the guest's address for the instance list: the one its
 // member sent with an instance of another member (GuestIPv4), else the
 // local agent cache's (cachedIPv4).

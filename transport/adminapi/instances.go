@@ -37,7 +37,7 @@ var _ instanceLister = (*instance.Manager)(nil)
 // per instance for what a list derives from its view (core/instance.Manager):
 // the list copies each instance's encoding from it (list_cache.go).
 type cachedLister interface {
-	ListCachedFunc(ctx context.Context, f instance.ListFilter, fn func(view *instance.Instance, version uint64, cache *instance.ViewCache) error) error
+	ListCachedFunc(ctx context.Context, f instance.ListFilter, fn func(rows []instance.CachedRow) error) error
 }
 
 var _ cachedLister = (*instance.Manager)(nil)

@@ -3,6 +3,7 @@ package adminapi
 import (
 	"bytes"
 	"sync/atomic"
+	"time"
 
 	"github.com/guestlink/guestlink/core/instance"
 )
@@ -106,11 +107,14 @@ func encodeView(inst *instance.Instance) *encodedView {
 	return v
 }
 
-// addCachedFunc returns the function that appends one instance in form
-// (with fields, for a summary) from its cached encoding, encoding it first
-// when the cache holds none of the view's version. The URL list has
-// nothing worth keeping: it is written as it is.
-func (e *listEncoder) addCachedFunc(form listForm, fields []summaryField) func(*instance.Instance, uint64, *instance.ViewCache) error {
+// addRowsFunc returns the function that appends a batch of rows in form
+// (with fields, for a summary) from their cached encodings, encoding a row's
+// view first when its cache holds none of the view's version. The URL list
+// has nothing worth keeping: it is written as it is. Per row it does no
+// more than copy the cached bytes and write the heartbeat's time and the
+// address into them: the view is built only to encode it, and the batch's
+// addresses are read at once (API.rowsIPv4).
+func (e *listEncoder) addRowsFunc(form listForm, fields []summaryField, a *API) func([]instance.CachedRow) error {
 	var idx []int     // the summary's keys, as indexes of summaryFields
 	var mask uint64   // their bits
 	withIPv4 := false // ipv4 asked (always the last key)
@@ -123,56 +127,67 @@ func (e *listEncoder) addCachedFunc(form listForm, fields []summaryField) func(*
 			}
 		}
 	}
-	return func(inst *instance.Instance, version uint64, cache *instance.ViewCache) error {
+	withIPv4 = withIPv4 || form == listFull
+	ips := make([]string, instance.ListBatch)
+	uuids := make([]string, instance.ListBatch)
+	return func(rows []instance.CachedRow) error {
 		if form == listURLs {
-			return e.addURL(inst)
-		}
-		v, _ := cache.Load(version).(*encodedView)
-		if v == nil {
-			v = encodeView(inst)
-			cache.Store(version, v)
-		}
-		if e.n > 0 {
-			_, _ = e.Write([]byte{','})
-		}
-		e.n++
-		if form == listFull {
-			e.writeSpan(v.buf, v.hb, inst)
-			e.writeIPv4(inst, true)
-			_, _ = e.Write([]byte{'}'})
+			for i := range rows {
+				e.addURLName(rows[i].Name)
+			}
 			return nil
 		}
-		s := v.summaryOf(idx, mask)
-		e.writeSpan(s.buf, s.hb, inst)
-		if withIPv4 {
-			e.writeIPv4(inst, len(s.buf) > 1)
+		if len(rows) > len(ips) {
+			ips, uuids = make([]string, len(rows)), make([]string, len(rows))
 		}
-		_, _ = e.Write([]byte{'}'})
+		if withIPv4 {
+			a.rowsIPv4(rows, ips, uuids)
+		}
+		for i := range rows {
+			r := &rows[i]
+			v, _ := r.Cached.(*encodedView)
+			if v == nil {
+				v = encodeView(r.View())
+				r.Cache.Store(r.Version, v)
+			}
+			if e.n > 0 {
+				_, _ = e.Write([]byte{','})
+			}
+			e.n++
+			if form == listFull {
+				e.writeSpan(v.buf, v.hb, r.LastHeartbeat)
+				e.writeIPv4(ips[i], true)
+				_, _ = e.Write([]byte{'}'})
+				continue
+			}
+			s := v.summaryOf(idx, mask)
+			e.writeSpan(s.buf, s.hb, r.LastHeartbeat)
+			if withIPv4 {
+				e.writeIPv4(ips[i], len(s.buf) > 1)
+			}
+			_, _ = e.Write([]byte{'}'})
+		}
 		return nil
 	}
 }
 
-// writeSpan appends buf, with inst's heartbeat time in its hole at hb (-1:
+// writeSpan appends buf, with the heartbeat time hb in its hole at at (-1:
 // none).
-func (e *listEncoder) writeSpan(buf []byte, hb int, inst *instance.Instance) {
-	if hb < 0 {
+func (e *listEncoder) writeSpan(buf []byte, at int, hb *time.Time) {
+	if at < 0 {
 		_, _ = e.Write(buf)
 		return
 	}
-	_, _ = e.Write(buf[:hb])
-	e.scratch = appendJSONTime(e.scratch[:0], inst.Agent.LastHeartbeat)
+	_, _ = e.Write(buf[:at])
+	e.scratch = appendJSONTime(e.scratch[:0], hb)
 	_, _ = e.Write(e.scratch)
-	_, _ = e.Write(buf[hb:])
+	_, _ = e.Write(buf[at:])
 }
 
-// writeIPv4 appends the ipv4 key of inst, after a comma when comma is set,
-// or nothing when the address is unknown (omitempty, as in the full
-// object).
-func (e *listEncoder) writeIPv4(inst *instance.Instance, comma bool) {
-	if e.ipv4 == nil {
-		return
-	}
-	ip := e.ipv4(inst)
+// writeIPv4 appends the ipv4 key with the address ip, after a comma when
+// comma is set, or nothing when the address is unknown (omitempty, as in
+// the full object).
+func (e *listEncoder) writeIPv4(ip string, comma bool) {
 	if ip == "" {
 		return
 	}

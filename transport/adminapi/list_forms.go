@@ -144,7 +144,7 @@ func (a *API) encodeList(c *fiber.Ctx, filter instance.ListFilter, form listForm
 		add = e.addSummary(fields)
 	}
 	if l, ok := a.cfg.Instances.(cachedLister); ok {
-		return e, l.ListCachedFunc(c.UserContext(), filter, e.addCachedFunc(form, fields))
+		return e, l.ListCachedFunc(c.UserContext(), filter, e.addRowsFunc(form, fields, a))
 	}
 	if l, ok := a.cfg.Instances.(instanceLister); ok {
 		return e, l.ListFunc(c.UserContext(), filter, add)
@@ -163,17 +163,22 @@ func (a *API) encodeList(c *fiber.Ctx, filter instance.ListFilter, form listForm
 
 // addURL appends one instance's URL to a URL list.
 func (e *listEncoder) addURL(inst *instance.Instance) error {
+	e.addURLName(inst.Name)
+	return nil
+}
+
+// addURLName appends the URL of the instance name to a URL list.
+func (e *listEncoder) addURLName(name string) {
 	b := e.scratch[:0]
 	if e.n > 0 {
 		b = append(b, ',')
 	}
 	b = append(b, `"/1.0/instances/`...)
-	b = appendJSONStringBody(b, inst.Name)
+	b = appendJSONStringBody(b, name)
 	b = append(b, '"')
 	e.scratch = b
 	_, _ = e.Write(b)
 	e.n++
-	return nil
 }
 
 // addSummary returns a function appending one instance's summary object

@@ -361,51 +361,104 @@ func (g *countingGuests) CachedIPv4(uuid string) string {
 	return g.ipv4[uuid]
 }
 
+// batchGuests is countingGuests that also reads a batch of addresses at
+// once (CachedIPv4s, as core/agentmon.Service does), counting the batches
+// and their rows.
+type batchGuests struct {
+	*countingGuests
+	batches, rows, tooLong int
+}
+
+func (g *batchGuests) CachedIPv4s(uuids, dst []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.batches++
+	g.rows += len(uuids)
+	if len(uuids) > instance.ListBatch {
+		g.tooLong++
+	}
+	for i, u := range uuids {
+		dst[i] = g.ipv4[u]
+	}
+}
+
 // TestInstanceListReadsCachedReports: every list form takes each guest's
-// ipv4 from the agents' cache (CachedIPv4) and asks for no report that may
-// call an agent (RefreshGuest, Guest), with the views encoded as listed
-// and from their cache slots. Before, the list's ipv4 came through
-// CachedGuest, which started a refresh per stale report.
+// ipv4 from the agents' cache and asks for no report that may call an
+// agent (RefreshGuest, Guest), with the views encoded as listed and from
+// their cache slots; an instance of another member shows the address its
+// member sent. Where the reports read a batch at once (batchGuests), the
+// list from the cache slots reads each batch of rows (at most
+// instance.ListBatch) in one call and no address one by one. Before, the
+// list's ipv4 came through CachedGuest, which started a refresh per stale
+// report, and later through one CachedIPv4 per row, each taking the agent
+// service's lock.
 func TestInstanceListReadsCachedReports(t *testing.T) {
-	for _, cached := range []bool{false, true} {
-		t.Run(fmt.Sprintf("cached=%v", cached), func(t *testing.T) {
-			views := adminapi.FleetViews(4)
-			guests := &countingGuests{ipv4: map[string]string{views[0].UUID: "10.0.0.10", views[2].UUID: "10.0.0.12"}}
-			get := unixGet(t, serveViewsGuests(t, views, cached, guests))
-			for _, q := range []string{"?recursion=1", "?recursion=1&fields=name,ipv4", "?recursion=1&fields=name", ""} {
-				for range 2 { // the second list from the slots the first filled
-					code, body := get("/1.0/instances" + q)
-					if code != http.StatusOK {
-						t.Fatalf("%q: %d %s", q, code, body)
+	for _, batch := range []bool{false, true} {
+		for _, cached := range []bool{false, true} {
+			t.Run(fmt.Sprintf("batch=%v/cached=%v", batch, cached), func(t *testing.T) {
+				views := adminapi.FleetViews(4)
+				if batch {
+					views = adminapi.FleetViews(2*instance.ListBatch + 7) // three batches
+				}
+				views[3].GuestIPv4 = "10.9.9.9" // another member's, with an address of the local cache too
+				counting := &countingGuests{ipv4: map[string]string{views[0].UUID: "10.0.0.10", views[2].UUID: "10.0.0.12",
+					views[3].UUID: "10.0.0.13", views[len(views)-1].UUID: "10.0.0.99"}}
+				var guests adminapi.GuestReports = counting
+				bg := &batchGuests{countingGuests: counting}
+				if batch {
+					guests = bg
+				}
+				want := func(i int) string {
+					if views[i].GuestIPv4 != "" {
+						return views[i].GuestIPv4
 					}
-					if q == "" || strings.Contains(q, "fields=name") && !strings.Contains(q, "ipv4") {
-						continue
-					}
-					var objs []struct {
-						IPv4 *string `json:"ipv4"`
-					}
-					if err := json.Unmarshal(metadata(t, body), &objs); err != nil || len(objs) != len(views) {
-						t.Fatalf("%q: %v, %d objects", q, err, len(objs))
-					}
-					for i, o := range objs {
-						got := ""
-						if o.IPv4 != nil {
-							got = *o.IPv4
+					return counting.ipv4[views[i].UUID]
+				}
+				get := unixGet(t, serveViewsGuests(t, views, cached, guests))
+				lists := 0
+				for _, q := range []string{"?recursion=1", "?recursion=1&fields=name,ipv4", "?recursion=1&fields=ipv4", "?recursion=1&fields=name", ""} {
+					for range 2 { // the second list from the slots the first filled
+						code, body := get("/1.0/instances" + q)
+						if code != http.StatusOK {
+							t.Fatalf("%q: %d %s", q, code, body)
 						}
-						if want := guests.ipv4[views[i].UUID]; got != want {
-							t.Errorf("%q: instance %d ipv4 %q, want %q", q, i, got, want)
+						if q == "" || strings.Contains(q, "fields=name") && !strings.Contains(q, "ipv4") {
+							continue
+						}
+						lists++
+						var objs []struct {
+							IPv4 *string `json:"ipv4"`
+						}
+						if err := json.Unmarshal(metadata(t, body), &objs); err != nil || len(objs) != len(views) {
+							t.Fatalf("%q: %v, %d objects", q, err, len(objs))
+						}
+						for i, o := range objs {
+							got := ""
+							if o.IPv4 != nil {
+								got = *o.IPv4
+							}
+							if got != want(i) {
+								t.Errorf("%q: instance %d ipv4 %q, want %q", q, i, got, want(i))
+							}
 						}
 					}
 				}
-			}
-			guests.mu.Lock()
-			defer guests.mu.Unlock()
-			if guests.refresh != 0 || guests.fetch != 0 {
-				t.Errorf("lists asked %d RefreshGuest and %d Guest, want none (cache reads: %d)", guests.refresh, guests.fetch, guests.cached)
-			}
-			if guests.cached == 0 {
-				t.Error("no list read the cached addresses")
-			}
-		})
+				counting.mu.Lock()
+				defer counting.mu.Unlock()
+				if counting.refresh != 0 || counting.fetch != 0 {
+					t.Errorf("lists asked %d RefreshGuest and %d Guest, want none (cache reads: %d)", counting.refresh, counting.fetch, counting.cached)
+				}
+				switch {
+				case batch && cached:
+					wantBatches := lists * ((len(views) + instance.ListBatch - 1) / instance.ListBatch)
+					if counting.cached != 0 || bg.batches != wantBatches || bg.rows != lists*len(views) || bg.tooLong != 0 {
+						t.Errorf("%d lists read %d addresses one by one and %d batches of %d rows in all (%d too long), want 0 and %d of %d",
+							lists, counting.cached, bg.batches, bg.rows, bg.tooLong, wantBatches, lists*len(views))
+					}
+				case counting.cached == 0:
+					t.Error("no list read the cached addresses")
+				}
+			})
+		}
 	}
 }

@@ -37,11 +37,17 @@ type cachedViews struct {
 	caches []instance.ViewCache
 }
 
-// ListCachedFunc calls fn with every view, its version and its slot.
-func (s *cachedViews) ListCachedFunc(_ context.Context, _ instance.ListFilter, fn func(*instance.Instance, uint64, *instance.ViewCache) error) error {
+// ListCachedFunc calls fn with the rows of every view, its version and its
+// slot, in batches as the manager does.
+func (s *cachedViews) ListCachedFunc(_ context.Context, _ instance.ListFilter, fn func([]instance.CachedRow) error) error {
+	rows := make([]instance.CachedRow, 0, instance.ListBatch)
 	for i, v := range s.views {
-		if err := fn(v, 0, &s.caches[i]); err != nil {
-			return err
+		rows = append(rows, instance.RowOf(v, 0, &s.caches[i]))
+		if len(rows) == cap(rows) || i == len(s.views)-1 {
+			if err := fn(rows); err != nil {
+				return err
+			}
+			rows = rows[:0]
 		}
 	}
 	return nil
