@@ -487,3 +487,34 @@ func TestParseUTC(t *testing.T) {
 		t.Errorf("parsed %d of the times itself, want %d (the daemon's form, days 1 to 28)", taken, own)
 	}
 }
+
+// FuzzDecodeInstanceList: whatever the body, the list's own parser never
+// panics, and a body it takes is one encoding/json decodes to the same
+// values (it may leave any body to goccy/go-json and encoding/json).
+func FuzzDecodeInstanceList(f *testing.F) {
+	sample, _ := json.Marshal(api.Sync(sampleInstances(3)))
+	running, _ := json.Marshal(api.Sync(runningInstances(3)))
+	for _, s := range []string{
+		string(sample), string(running),
+		`{"type":"sync","metadata":[]}`,
+		`{"type":"sync","metadata":[{"name":"a\u00e9\"\\\/\ud83d\ude00","config":{"k\n":"v\u2028"}}]}`,
+		`{"type":"sync","metadata":[{"name":null,"config":null,"devices":{"a":null},"started_at":null,"agent":null}]}`,
+		`{"type":"sync","metadata":[{"devices":{"a":{"x":"1"},"a":{"y":"2"}},"boot":-5,"created_at":"2026-11-22T01:02:03.5Z"}]}`,
+		`{"type":"sync","metadata":[{"timeline":[{"time":"2026-11-22T01:02:03Z","boot":2}],"guest":{"hostname":"h"}}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		own, ok := decodeInstanceList(body)
+		if !ok {
+			return
+		}
+		want, err := referenceDecode(body)
+		if err != nil {
+			t.Fatalf("the list's own parser took %q, which encoding/json refuses: %v", body, err)
+		}
+		if diff := cmp.Diff(want, own); diff != "" {
+			t.Fatalf("the list's own parser differs from encoding/json on %q (-want +got):\n%s", body, diff)
+		}
+	})
+}
