@@ -93,16 +93,22 @@ func (c *agentClient) newHTTPClient(keepAlive bool) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// do sends a request with a JSON body to the agent and fails unless it
-// answers 2xx.
+// do sends a request with a JSON body to the agent on a connection of its
+// own and fails unless it answers 2xx.
 func (c *agentClient) do(ctx context.Context, method, path string, body []byte) error {
+	hc := c.httpClient()
+	defer hc.CloseIdleConnections()
+	return c.doOn(ctx, hc, method, path, body)
+}
+
+// doOn is do through hc; the answer is read to its end (up to maxAnswer),
+// so a session client's connection serves the next call.
+func (c *agentClient) doOn(ctx context.Context, hc *http.Client, method, path string, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, method, "https://agent"+path, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.certs.Name, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	hc := c.httpClient()
-	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.certs.Name, err)

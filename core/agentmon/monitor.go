@@ -383,6 +383,8 @@ func (m *monitor) report(st instance.AgentState, heartbeat time.Time) {
 	m.stateMu.Unlock()
 	if st == instance.AgentConnected && prev != instance.AgentConnected {
 		m.connected() // the agent's signal: its report is wanted (reports.go)
+	} else if st != prev && st != instance.AgentConnected && st != instance.AgentStarted {
+		m.notConnected()
 	}
 	cfg := &m.svc.cfg
 	if hr, ok := cfg.Instances.(HeartbeatRecorder); ok && !heartbeat.IsZero() && hr.RecordHeartbeat(m.uuid, st, heartbeat) {
@@ -442,7 +444,14 @@ func (m *monitor) advertiser() {
 		m.advLast = time.Now()
 		m.bgMu.Unlock()
 		gen := m.gen.Load()
-		err := m.advertise()
+		// The report rides on the advertisement's connection when it
+		// is wanted (reports.go).
+		report := m.reportWithAdvert()
+		hc := m.client.httpClient()
+		if report {
+			hc = m.client.sessionClient()
+		}
+		err := m.advertise(hc)
 		m.svc.adv.leave(slot)
 		if err != nil {
 			cfg.Logger.Debug("agentmon: advertising to agent", "instance", m.name, "err", err)
@@ -453,16 +462,24 @@ func (m *monitor) advertiser() {
 		if m.stopped {
 			m.advRunning = false
 			m.bgMu.Unlock()
+			hc.CloseIdleConnections()
 			return
 		}
 		m.advResults = append(m.advResults, advResult{gen: gen, err: err})
 		m.startStepLocked()
 		m.bgMu.Unlock()
+		switch {
+		case report && err == nil:
+			m.fetchAfterAdvert(hc)
+		case report:
+			m.advertFailed()
+		}
+		hc.CloseIdleConnections()
 	}
 }
 
-// advertise sends the current advertisement to the agent.
-func (m *monitor) advertise() error {
+// advertise sends the current advertisement to the agent through hc.
+func (m *monitor) advertise(hc *http.Client) error {
 	cfg := &m.svc.cfg
 	ctx, cancel := context.WithTimeout(m.ctx, cfg.RequestTimeout)
 	defer cancel()
@@ -470,7 +487,7 @@ func (m *monitor) advertise() error {
 	if err != nil {
 		return err
 	}
-	return m.client.do(ctx, http.MethodPut, "/1.0", m.svc.Advertisement(inst).Marshal())
+	return m.client.doOn(ctx, hc, http.MethodPut, "/1.0", m.svc.Advertisement(inst).Marshal())
 }
 
 // queueEvent queues a guest event for the pusher. It reports false when the
