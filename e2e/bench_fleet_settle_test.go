@@ -37,3 +37,37 @@ func TestFleetSettled(t *testing.T) {
 		})
 	}
 }
+
+// TestParseReportRefreshes: BenchmarkFleet's idle line finds the report
+// refreshes in the daemon's goroutine dump (pprof debug=1): the refresher's
+// goroutine, the fetches by their count, the first group after the dump's
+// header included; other goroutines count for nothing.
+func TestParseReportRefreshes(t *testing.T) {
+	const refresher = "1 @ 0x1 0x2\n#\t0x1\tgithub.com/guestlink/guestlink/core/agentmon.(*refresher).run+0x1\treports.go:1\n"
+	const fetches = "7 @ 0x3 0x4\n#\t0x3\tnet/http.(*persistConn).roundTrip+0x1\tx.go:1\n#\t0x4\tgithub.com/guestlink/guestlink/core/agentmon.(*monitor).fetchGuestLocked.func1+0x1\tguest.go:1\n"
+	const advert = "2 @ 0x5\n#\t0x5\tgithub.com/guestlink/guestlink/core/agentmon.(*monitor).fetchAfterAdvert+0x1\treports.go:1\n"
+	const other = "900 @ 0x6\n#\t0x6\tgithub.com/guestlink/guestlink/core/agentmon.(*monitor).steps+0x1\tmonitor.go:1\n"
+	const header = "goroutine profile: total 910\n"
+	for _, tc := range []struct {
+		name      string
+		dump      string
+		refresher bool
+		fetches   int
+	}{
+		{"idle: no refresh", header + other, false, 0},
+		{"the refresher first after the header", header + refresher + "\n" + other, true, 0},
+		{"fetches counted, the refresher's and the advertisements'", header + other + "\n" + fetches + "\n" + advert, false, 9},
+		{"both", header + fetches + "\n" + refresher, true, 7},
+		{"not a dump", "404 page not found\n", false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := parseReportRefreshes(tc.dump)
+			if got.refresher != tc.refresher || got.fetches != tc.fetches {
+				t.Fatalf("parseReportRefreshes = %+v, want refresher %v, %d fetches", got, tc.refresher, tc.fetches)
+			}
+			if got.pending() != (tc.refresher || tc.fetches > 0) {
+				t.Fatalf("pending() = %v", got.pending())
+			}
+		})
+	}
+}

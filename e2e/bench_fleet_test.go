@@ -143,6 +143,7 @@ func BenchmarkFleet(b *testing.B) {
 	}
 	fleetLogf("idle: waited %v more for the daemon's CPU to settle (settled: %v; %% of a core per 5 s window: %s)",
 		waited, settled, series)
+	refreshesBefore := fleetReportRefreshes(pprofAddr)
 	cpuBefore, err := benchCPUTime(d.PID())
 	if err != nil {
 		b.Fatal(err)
@@ -153,6 +154,12 @@ func BenchmarkFleet(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// Whether the agents' report refreshes (core/agentmon, reports.go)
+	// still ran while idle was measured: a steady refresh rate settles
+	// like idle CPU does, so the settle wait alone cannot tell.
+	refreshesAfter := fleetReportRefreshes(pprofAddr)
+	fleetLogf("idle: agents' report refreshes at the window's start: %s; at its end: %s (pending: %v)",
+		refreshesBefore, refreshesAfter, refreshesBefore.pending() || refreshesAfter.pending())
 	idle := 100 * float64(cpuAfter-cpuBefore) / float64(window)
 	target("daemon-idle-cpu", idle, "<=5%core", idle <= 5)
 	// The same as a cost: daemon CPU µs per idle guest per second.
@@ -1079,6 +1086,64 @@ func (s *fleetStream) waitID(id int64, deadline time.Time) (time.Time, bool) {
 }
 
 func (s *fleetStream) close() { s.cancel() }
+
+// reportRefreshes is what the daemon's goroutines say of the agents'
+// report refreshes: whether the refresher runs (it runs only while
+// refreshes are queued) and how many fetches of a report run.
+type reportRefreshes struct {
+	refresher bool
+	fetches   int
+	err       error
+}
+
+func (r reportRefreshes) pending() bool { return r.refresher || r.fetches > 0 }
+
+func (r reportRefreshes) String() string {
+	if r.err != nil {
+		return "unknown (" + r.err.Error() + ")"
+	}
+	return fmt.Sprintf("refresher running %v, %d fetches running", r.refresher, r.fetches)
+}
+
+// fleetReportRefreshes reads the daemon's goroutines (pprof, debug=1) for
+// its report refreshes.
+func fleetReportRefreshes(addr string) reportRefreshes {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return reportRefreshes{err: err}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return reportRefreshes{err: err}
+	}
+	return parseReportRefreshes(string(data))
+}
+
+// parseReportRefreshes counts the report refreshes in a goroutine dump of
+// pprof's debug=1 form: groups of identical stacks, each headed by its
+// count ("3 @ 0x... 0x...").
+func parseReportRefreshes(dump string) reportRefreshes {
+	var out reportRefreshes
+	for group := range strings.SplitSeq(dump, "\n\n") {
+		head, _, _ := strings.Cut(group, " @ ")
+		if i := strings.LastIndexByte(head, '\n'); i >= 0 {
+			head = head[i+1:] // the first group follows the dump's header
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(head))
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.Contains(group, "agentmon.(*refresher).run"):
+			out.refresher = true
+		case strings.Contains(group, "agentmon.(*monitor).fetchGuestLocked.func"),
+			strings.Contains(group, "agentmon.(*monitor).fetchAfterAdvert"):
+			out.fetches += n
+		}
+	}
+	return out
+}
 
 // fleetIdleSettle measures pid's CPU in consecutive windows until two in a
 // row agree (fleetSettled), at most max: it returns how long it waited,

@@ -152,8 +152,8 @@ func TestMetricsEndToEnd(t *testing.T) {
 		{"guestlink_event_subscribers", dto.MetricType_GAUGE, nil, gaugeAtLeast(1)}, // the daemon's own
 		{"guestlink_event_subscribers_dropped_total", dto.MetricType_COUNTER, nil, counterAtLeast(0)},
 		{"guestlink_dashboard_streams", dto.MetricType_GAUGE, nil, gaugeIs(0)},
-		// The default allowance, 64 MiB over 24 KiB a connection.
-		{"guestlink_devlxd_kept_connections_budget", dto.MetricType_GAUGE, nil, gaugeIs(2730)},
+		// The default allowance, 64 MiB over 32 KiB a connection.
+		{"guestlink_devlxd_kept_connections_budget", dto.MetricType_GAUGE, nil, gaugeIs(2048)},
 		{"guestlink_devlxd_kept_connections", dto.MetricType_GAUGE, nil, gaugeAtLeast(0)},
 		{"guestlink_devlxd_kept_connections_closed_total", dto.MetricType_COUNTER, nil, counterAtLeast(0)},
 		{"guestlink_dashboard_streams_dropped_total", dto.MetricType_COUNTER, nil, counterAtLeast(0)},

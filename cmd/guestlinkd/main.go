@@ -44,7 +44,7 @@ func main() {
 		cfg.ImageMaxSize, err = storage.ParseSize(v)
 		return err
 	})
-	flag.Func("devlxd-kept-memory", "memory the guests' idle kept-alive devlxd connections may hold together, e.g. 64MiB (about 24KiB each; past it the one idle the longest is closed and its guest resumes TLS on a new one; 0 keeps none; default 64MiB)", func(v string) error {
+	flag.Func("devlxd-kept-memory", "memory the guests' idle kept-alive devlxd connections may hold together, e.g. 64MiB (counted at 32KiB each; past it the one idle the longest is closed and its guest resumes TLS on a new one; 0 keeps none; default 64MiB)", func(v string) error {
 		n, err := parseKeptMemory(v)
 		cfg.DevlxdKeptMemory = n
 		return err

@@ -93,16 +93,19 @@ func (c *agentClient) newHTTPClient(keepAlive bool) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// do sends a request with a JSON body to the agent and fails unless it
-// answers 2xx.
+// do sends a request with a JSON body to the agent on a connection of its
+// own and fails unless it answers 2xx.
 func (c *agentClient) do(ctx context.Context, method, path string, body []byte) error {
-	_, err := c.doAnswer(ctx, method, path, body, nil)
+	hc := c.httpClient()
+	defer hc.CloseIdleConnections()
+	_, err := c.doOn(ctx, hc, method, path, body, nil)
 	return err
 }
 
-// doAnswer is do with extra request headers, returning the answer's body
-// (at most maxAnswer bytes).
-func (c *agentClient) doAnswer(ctx context.Context, method, path string, body []byte, header map[string]string) ([]byte, error) {
+// doOn is do through hc with extra request headers, returning the
+// answer's body; the answer is read to its end (up to maxAnswer), so a
+// session client's connection serves the next call.
+func (c *agentClient) doOn(ctx context.Context, hc *http.Client, method, path string, body []byte, header map[string]string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, "https://agent"+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.certs.Name, err)
@@ -111,8 +114,6 @@ func (c *agentClient) doAnswer(ctx context.Context, method, path string, body []
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	hc := c.httpClient()
-	defer hc.CloseIdleConnections()
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on agent of instance %q: %w", method, path, c.certs.Name, err)

@@ -54,6 +54,18 @@ type guestCache struct {
 	// no address; retry is the timer of the next one (reports.go).
 	retries int
 	retry   *time.Timer
+	// wants counts the refreshes asked for (the agent's connection, a
+	// retry); served is wants as it was when the last fetch to land
+	// started: a refresh is due while wants > served (reportDue), and one
+	// that a fetch served meanwhile costs nothing (reports.go).
+	wants, served uint64
+	// advReport: the advertisement's exchange fetched the report of an
+	// agent not yet connected, so its coming CONNECTED wants none
+	// (reports.go); cleared when the agent stops or is lost.
+	advReport bool
+	// advFetch: an advertisement under way will fetch the report on its
+	// connection (reportWithAdvert); the refresher leaves it alone.
+	advFetch bool
 }
 
 // Guest returns what the agent of the running instance with the given UUID
@@ -215,6 +227,7 @@ func (m *monitor) fetchGuestLocked(release func()) chan struct{} {
 	}
 	done := make(chan struct{})
 	c.running = done
+	wants := c.wants
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -223,33 +236,47 @@ func (m *monitor) fetchGuestLocked(release func()) chan struct{} {
 		}
 		ctx, cancel := context.WithTimeout(m.ctx, m.svc.cfg.RequestTimeout)
 		defer cancel()
-		info := m.fetchGuest(ctx)
+		// Both requests on one connection: one TLS handshake per report.
+		hc := m.client.sessionClient()
+		defer hc.CloseIdleConnections()
+		info := m.fetchGuest(ctx, hc)
 		c.mu.Lock()
-		if info.Error == "" || c.at.IsZero() {
-			c.info, c.at = info, m.svc.cfg.Now()
-			c.ipv4 = info.State.IPv4()
-			ip := c.ipv4
-			c.listed.Store(&ip)
-		} else {
-			// Keep the state fetched before, with why it is old.
-			c.info.Error = info.Error
-		}
-		c.running = nil
-		m.afterFetchLocked(info)
+		m.landLocked(info, wants)
 		c.mu.Unlock()
 		close(done)
 	}()
 	return done
 }
 
+// landLocked stores a fetched report in the cache (ended, the fetch that
+// started when c.wants was wants) and schedules its retry. m.guest.mu is
+// held; the caller closes the fetch's channel.
+func (m *monitor) landLocked(info api.GuestInfo, wants uint64) {
+	c := &m.guest
+	if info.Error == "" || c.at.IsZero() {
+		c.info, c.at = info, m.svc.cfg.Now()
+		c.ipv4 = info.State.IPv4()
+		ip := c.ipv4
+		c.listed.Store(&ip)
+	} else {
+		// Keep the state fetched before, with why it is old.
+		c.info.Error = info.Error
+	}
+	c.served = max(c.served, wants)
+	c.running = nil
+	m.afterFetchLocked(info)
+	if c.wants > c.served {
+		// Wanted while this fetch ran: its answer may predate the
+		// want, so the want stays (the refresher drops duplicates).
+		m.svc.reports.want(m)
+	}
+}
+
 // fetchGuest asks the agent for its features and, when "state" is on, the
-// guest's state.
-func (m *monitor) fetchGuest(ctx context.Context) api.GuestInfo {
+// guest's state, both through hc (one connection: sessionClient).
+func (m *monitor) fetchGuest(ctx context.Context, hc *http.Client) api.GuestInfo {
 	var info api.GuestInfo
 	var ai devlxdapi.AgentInfo
-	// Both requests on one connection: one TLS handshake per report.
-	hc := m.client.sessionClient()
-	defer hc.CloseIdleConnections()
 	if err := m.client.getJSON(ctx, hc, "/1.0", &ai); err != nil {
 		info.Error = err.Error()
 		return info

@@ -383,6 +383,8 @@ func (m *monitor) report(st instance.AgentState, heartbeat time.Time) {
 	m.stateMu.Unlock()
 	if st == instance.AgentConnected && prev != instance.AgentConnected {
 		m.connected() // the agent's signal: its report is wanted (reports.go)
+	} else if st != prev && st != instance.AgentConnected && st != instance.AgentStarted {
+		m.notConnected()
 	}
 	cfg := &m.svc.cfg
 	if hr, ok := cfg.Instances.(HeartbeatRecorder); ok && !heartbeat.IsZero() && hr.RecordHeartbeat(m.uuid, st, heartbeat) {
@@ -442,7 +444,14 @@ func (m *monitor) advertiser() {
 		m.advLast = time.Now()
 		m.bgMu.Unlock()
 		gen := m.gen.Load()
-		decl, err := m.advertise()
+		// The report rides on the advertisement's connection when it
+		// is wanted (reports.go).
+		report := m.reportWithAdvert()
+		hc := m.client.httpClient()
+		if report {
+			hc = m.client.sessionClient()
+		}
+		decl, err := m.advertise(hc)
 		m.svc.adv.leave(slot)
 		if err != nil {
 			cfg.Logger.Debug("agentmon: advertising to agent", "instance", m.name, "err", err)
@@ -456,19 +465,27 @@ func (m *monitor) advertiser() {
 		if m.stopped {
 			m.advRunning = false
 			m.bgMu.Unlock()
+			hc.CloseIdleConnections()
 			return
 		}
 		m.advResults = append(m.advResults, advResult{gen: gen, err: err})
 		m.startStepLocked()
 		m.bgMu.Unlock()
+		switch {
+		case report && err == nil:
+			m.fetchAfterAdvert(hc)
+		case report:
+			m.advertFailed()
+		}
+		hc.CloseIdleConnections()
 	}
 }
 
-// advertise sends the current advertisement to the agent and returns the
-// declaration the agent handed back in its answer, if any (redeclare.go).
-// An answer that does not decode fails nothing: the advertisement was
-// taken, only the declaration is lost (and logged).
-func (m *monitor) advertise() (*devlxdapi.StatePut, error) {
+// advertise sends the current advertisement to the agent through hc and
+// returns the declaration the agent handed back in its answer, if any
+// (redeclare.go). An answer that does not decode fails nothing: the
+// advertisement was taken, only the declaration is lost (and logged).
+func (m *monitor) advertise(hc *http.Client) (*devlxdapi.StatePut, error) {
 	cfg := &m.svc.cfg
 	ctx, cancel := context.WithTimeout(m.ctx, cfg.RequestTimeout)
 	defer cancel()
@@ -480,7 +497,7 @@ func (m *monitor) advertise() (*devlxdapi.StatePut, error) {
 	if _, ok := cfg.Instances.(Declarer); ok {
 		header = declarationInAnswer
 	}
-	answer, err := m.client.doAnswer(ctx, http.MethodPut, "/1.0", m.svc.Advertisement(inst).Marshal(), header)
+	answer, err := m.client.doOn(ctx, hc, http.MethodPut, "/1.0", m.svc.Advertisement(inst).Marshal(), header)
 	if err != nil || header == nil {
 		return nil, err
 	}

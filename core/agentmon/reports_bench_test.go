@@ -109,3 +109,43 @@ func BenchmarkListReports(b *testing.B) {
 		b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-us/list")
 	})
 }
+
+// BenchmarkConnectReport is what a connecting guest's advertisement and
+// report cost the daemon with the real guestlink-agent over the hybrid
+// link (cpu-us/op, the daemon's side: the agent is another process):
+//
+//   - conns=2: the PUT /1.0 on a connection of its own, then the report
+//     (GET /1.0, GET /1.0/state) on another, as the refresher fetched it
+//     after the agent's CONNECTED: two TLS handshakes;
+//   - conns=1: the report on the PUT's connection once it is answered
+//     (monitor.fetchAfterAdvert): one.
+func BenchmarkConnectReport(b *testing.B) {
+	r := startRealAgent(b)
+	m := r.d.svc.monitor(r.inst.UUID)
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		same bool
+	}{{"conns=2", false}, {"conns=1", true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				hc := m.client.sessionClient()
+				put := hc
+				if !bc.same {
+					put = m.client.httpClient()
+				}
+				if _, err := m.advertise(put); err != nil {
+					b.Fatal(err)
+				}
+				put.CloseIdleConnections()
+				info := m.fetchGuest(ctx, hc)
+				hc.CloseIdleConnections()
+				if info.Error != "" || info.State == nil {
+					b.Fatalf("report: %+v", info)
+				}
+			}
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+		})
+	}
+}

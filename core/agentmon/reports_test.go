@@ -188,15 +188,26 @@ func TestReportRefreshBounds(t *testing.T) {
 		gs := make([]*guest, n)
 		for i := range gs {
 			gs[i] = e.guest(fmt.Sprintf("vm%d", i))
-			gs[i].agent.mu.Lock()
-			gs[i].agent.stall = stall
-			gs[i].agent.mu.Unlock()
 			e.connect(gs[i])
+			e.reportLanded(gs[i], 1) // the advertisement's
+			e.quiet(gs[i])
+		}
+		// Every report wanted again at once, as their retries want them,
+		// while the agents hold GET /1.0/state.
+		for _, g := range gs {
+			g.agent.mu.Lock()
+			g.agent.stall = stall
+			g.agent.mu.Unlock()
+			m := e.svc.monitor(g.inst.UUID)
+			m.guest.mu.Lock()
+			m.guest.wants++
+			m.guest.mu.Unlock()
+			e.svc.reports.want(m)
 		}
 		total := func() int {
 			s := 0
 			for _, g := range gs {
-				s += g.agent.gets()
+				s += g.agent.gets() - 1
 			}
 			return s
 		}
@@ -217,7 +228,7 @@ func TestReportRefreshBounds(t *testing.T) {
 		}
 		close(stall)
 		for _, g := range gs {
-			e.reportLanded(g, 1)
+			e.reportLanded(g, 2)
 		}
 	})
 	t.Run("rate", func(t *testing.T) {
@@ -229,11 +240,12 @@ func TestReportRefreshBounds(t *testing.T) {
 			var mu sync.Mutex
 			var starts []time.Duration
 			t0 := time.Now()
-			r.fetch = func(_ *monitor, release func()) {
+			r.fetch = func(_ *monitor, release func()) bool {
 				mu.Lock()
 				starts = append(starts, time.Since(t0))
 				mu.Unlock()
 				release()
+				return true
 			}
 			ms := make([]*monitor, 5)
 			for i := range ms {
@@ -281,11 +293,12 @@ func TestReportRefreshWaitsForRecovery(t *testing.T) {
 		r := newRefresher(DefaultReportRate, gate)
 		var mu sync.Mutex
 		fetched := 0
-		r.fetch = func(_ *monitor, release func()) {
+		r.fetch = func(_ *monitor, release func()) bool {
 			mu.Lock()
 			fetched++
 			mu.Unlock()
 			release()
+			return true
 		}
 		release := gate.hold()
 		for range 3 {
@@ -304,6 +317,138 @@ func TestReportRefreshWaitsForRecovery(t *testing.T) {
 		r.close()
 		if fetched != 3 {
 			t.Errorf("%d refreshes after the release, want 3", fetched)
+		}
+	})
+}
+
+// TestReportRidesOnAdvertisement: a connecting agent's report is fetched on
+// the connection of the advertisement it accepts (PUT /1.0, then GET /1.0
+// and GET /1.0/state), before the agent's CONNECTED is read, as the real
+// agent writes it after accepting; that CONNECTED then wants no refresh.
+// A connecting guest costs the daemon one TLS connection, not two, and the
+// refresher has nothing left to do once the guests connected. Before, the
+// refresher fetched every report on a connection of its own, at most 50 a
+// second: a fleet launched faster left refreshes running afterwards.
+func TestReportRidesOnAdvertisement(t *testing.T) {
+	e := newEnv(t, nil)
+	for i := range 3 {
+		g := e.guest(fmt.Sprintf("vm%d", i))
+		e.svc.GuestRunning(g.inst, g.ep)
+		e.feed(g, "STARTED\n")
+		e.waitState(g, instance.AgentStarted)
+		e.reportLanded(g, 1) // with the advertisement, no CONNECTED yet
+		e.feed(g, "CONNECTED\n")
+		e.waitState(g, instance.AgentConnected)
+		e.quiet(g)
+		if ip := e.svc.CachedIPv4(g.inst.UUID); ip != "10.0.2.15" {
+			t.Fatalf("%s: CachedIPv4 = %q, want the advertisement's report's", g.inst.Name, ip)
+		}
+		if q := e.svc.reports.pending(); q != 0 || e.fetchRunning(g) {
+			t.Fatalf("%s: the CONNECTED after the advertisement's report wanted another: %d queued, fetch running %v",
+				g.inst.Name, q, e.fetchRunning(g))
+		}
+		// The new monitor's PUT and the one the STARTED asks for: one
+		// connection each, the report on one of them.
+		if gets, conns, puts := g.agent.gets(), g.agent.connCount(), len(g.agent.puts()); gets != 1 || conns != puts {
+			t.Fatalf("%s: %d GET /1.0/state on %d connections with %d PUT /1.0, want 1 on the PUTs' connections", g.inst.Name, gets, conns, puts)
+		}
+	}
+}
+
+// TestReportWantedBeforeAdvertisement: after a daemon restart an agent's
+// CONNECTED (its heartbeat) is read before its advertisement, which the
+// recovery holds: the report is wanted and queued, the advertisement's
+// exchange fetches it, and the refresher's turn finds it served and
+// fetches nothing (the refresher's goroutine ends with its queue empty,
+// the agent asked once). A refresh is wanted again when the agent comes
+// back after it stopped (no advertisement then): the refresher fetches it.
+func TestReportWantedBeforeAdvertisement(t *testing.T) {
+	e := newEnv(t, nil)
+	release := e.svc.HoldAdvertisements()
+	g := e.guest("vm1")
+	e.svc.GuestRunning(g.inst, g.ep)
+	e.feed(g, "CONNECTED\n")
+	e.waitState(g, instance.AgentConnected)
+	if m := e.svc.monitor(g.inst.UUID); !m.reportDue() {
+		t.Fatal("no report wanted after the CONNECTED")
+	}
+	release()
+	e.reportLanded(g, 1)
+	refresherIdle := func() bool {
+		r := e.svc.reports
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return !r.running
+	}
+	waitFor(t, "the refresher's queue drained", refresherIdle)
+	e.quiet(g)
+	if n := g.agent.gets(); n != 1 || e.fetchRunning(g) {
+		t.Fatalf("%d GET /1.0/state (fetch running %v), want 1: the refresher fetched a report the advertisement served", n, e.fetchRunning(g))
+	}
+	if ip := e.svc.CachedIPv4(g.inst.UUID); ip != "10.0.2.15" {
+		t.Fatalf("CachedIPv4 = %q", ip)
+	}
+	e.feed(g, "STOPPED\n")
+	e.waitState(g, instance.AgentStopped)
+	e.feed(g, "CONNECTED\n")
+	e.waitState(g, instance.AgentConnected)
+	e.reportLanded(g, 2)
+}
+
+// TestReportRefreshPacing: on synctest's clock, the refresher starts the
+// due refreshes at least 1/ReportRate apart, in the order wanted, each
+// once; a report served before its turn (fetch reports false) costs no
+// turn, so the due ones behind it are not delayed; none is lost, and the
+// refresher's goroutine ends once the queue is empty.
+func TestReportRefreshPacing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rate = 10 // 100 ms apart
+		r := newRefresher(rate, newAdvGate(DefaultMaxAdvertising))
+		ms := make([]*monitor, 9)
+		served := map[*monitor]bool{}
+		for i := range ms {
+			ms[i] = &monitor{name: fmt.Sprint("vm", i)}
+			served[ms[i]] = i%3 == 1 // vm1, vm4, vm7: served by their advertisements
+		}
+		var mu sync.Mutex
+		var order []string
+		var starts []time.Duration
+		t0 := time.Now()
+		r.fetch = func(m *monitor, release func()) bool {
+			defer release()
+			if served[m] {
+				return false
+			}
+			mu.Lock()
+			order = append(order, m.name)
+			starts = append(starts, time.Since(t0))
+			mu.Unlock()
+			return true
+		}
+		for _, m := range ms {
+			r.want(m)
+		}
+		for _, m := range ms {
+			r.want(m) // asked again before its turn: once
+		}
+		synctest.Wait()
+		time.Sleep(time.Second) // fake time: every refresh is due by then
+		synctest.Wait()
+		r.mu.Lock()
+		running := r.running
+		r.mu.Unlock()
+		r.close()
+		if running {
+			t.Error("the refresher's goroutine runs with an empty queue")
+		}
+		wantOrder := []string{"vm0", "vm2", "vm3", "vm5", "vm6", "vm8"}
+		if !slices.Equal(order, wantOrder) {
+			t.Fatalf("refreshed %v, want %v (the due ones, each once, in order)", order, wantOrder)
+		}
+		for i, s := range starts {
+			if want := time.Duration(i) * 100 * time.Millisecond; s != want {
+				t.Errorf("refresh %d (%s) started at %v, want %v: a served report took a turn or the rate broke", i, order[i], s, want)
+			}
 		}
 	})
 }

@@ -11,18 +11,20 @@ import (
 // Defaults of the kept connections (Config.KeptMemory).
 const (
 	// DefaultKeptMemory is the memory the idle kept-alive agent
-	// connections may hold together: 64 MiB, 2,730 connections (every
-	// guest of a thousand, about a quarter of 10,000; docs/performance.md,
-	// "Memory", says what they cost a daemon of 10,000).
+	// connections may hold together: 64 MiB, 2,048 connections (every
+	// guest of a thousand, about a fifth of 10,000; docs/guest-link.md).
 	DefaultKeptMemory = 64 << 20
-	// KeptConnBytes is what one idle kept-alive connection holds in the
-	// daemon, as BenchmarkKeptConnections measured it (about 22 KiB: its
-	// TLS connection's state and buffers, about 14 KiB of heap, fasthttp's
-	// connection state with ReduceMemoryUsage, and the serving goroutine's
-	// 8 KiB stack), rounded up; the memory allowance is divided by it. A
-	// daemon of 10,000 guests measured about 31 KiB each (the parsed
-	// client certificate and larger read buffers among them).
-	KeptConnBytes = 24 << 10
+	// KeptConnBytes is what one idle kept-alive connection is counted at
+	// in the daemon; the memory allowance is divided by it. It is what a
+	// daemon of 10,000 fleet guests measured (about 31 KiB each: the TLS
+	// connection's state and read buffers, its guest's parsed client
+	// certificate, the AEADs, fasthttp's connection state with
+	// ReduceMemoryUsage and the serving goroutine's 8 KiB stack), rounded
+	// up. In process, one guest's connection measures less (about 14
+	// KiB, TestKeptConnBytes, which fails if that cost ever passes this
+	// constant): the daemon's are larger (buffers grown by the storm's
+	// requests), and the collector's headroom comes on top in RSS.
+	KeptConnBytes = 32 << 10
 )
 
 // keptConns tracks the connections idle between two requests (fasthttp's

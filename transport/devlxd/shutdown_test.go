@@ -91,7 +91,7 @@ func TestShutdownCancelsRequestsInFlight(t *testing.T) {
 // BenchmarkShutdownKept measures Shutdown of a server holding n kept-alive
 // agent connections, each with one answered GET /1.0 (what the daemon's
 // "devlxd" step closes after a storm: the agents' kept connections, up to
-// the default budget's 2,730, DefaultKeptMemory / KeptConnBytes), held by a
+// the default budget's 2,048, DefaultKeptMemory / KeptConnBytes), held by a
 // minimal client that does not read (as a guest busy elsewhere):
 // shutdown-ms.
 func BenchmarkShutdownKept(b *testing.B) {
