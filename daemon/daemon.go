@@ -34,6 +34,7 @@ import (
 	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/internal/httpdrain"
 	"github.com/guestlink/guestlink/internal/statelock"
 	"github.com/guestlink/guestlink/plugins/pluginhost"
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -135,6 +136,7 @@ type Daemon struct {
 	// dashStats is dash for the metrics, safe to read from a scrape.
 	dashStats dashStats
 	web       *fiber.App
+	webDrain  *httpdrain.Drain // ends web's shutdown once no connection is left
 	dash      *web.Dashboard
 	unixLn    net.Listener
 	tcpLn     net.Listener
@@ -504,7 +506,7 @@ func (d *Daemon) close(ctx context.Context) {
 	// detach one by one.
 	var web, api, links, guests func()
 	if d.web != nil {
-		web = shutdown("web", d.web.ShutdownWithContext)
+		web = shutdown("web", func(ctx context.Context) error { return d.webDrain.Shutdown(ctx, d.web.ShutdownWithContext) })
 	}
 	if d.api != nil {
 		api = shutdown("api", d.api.Shutdown)
