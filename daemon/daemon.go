@@ -34,6 +34,7 @@ import (
 	"github.com/guestlink/guestlink/core/statebudget"
 	"github.com/guestlink/guestlink/core/storage"
 	"github.com/guestlink/guestlink/db"
+	"github.com/guestlink/guestlink/internal/httpdrain"
 	"github.com/guestlink/guestlink/internal/statelock"
 	"github.com/guestlink/guestlink/plugins/pluginhost"
 	"github.com/guestlink/guestlink/plugins/sdk"
@@ -135,6 +136,7 @@ type Daemon struct {
 	// dashStats is dash for the metrics, safe to read from a scrape.
 	dashStats dashStats
 	web       *fiber.App
+	webDrain  *httpdrain.Drain // ends web's shutdown once no connection is left
 	dash      *web.Dashboard
 	unixLn    net.Listener
 	tcpLn     net.Listener
@@ -452,7 +454,8 @@ func (d *Daemon) close(ctx context.Context) {
 	}
 	// together runs steps at once and returns when all have: parts that
 	// do not depend on each other, each of which mostly waits (a server's
-	// shutdown checks its connections every 100 ms) or works in the kernel.
+	// shutdown for its connections' goroutines to end) or works in the
+	// kernel.
 	together := func(steps ...func()) {
 		var wg sync.WaitGroup
 		for _, s := range steps {
@@ -498,13 +501,15 @@ func (d *Daemon) close(ctx context.Context) {
 	// another to close (a link's connection the devlxd server no longer
 	// takes is closed, a server's listener closed first refuses new
 	// requests), and the stop then waits for the longest of them, not
-	// for their sum (the links of 10,000 guests take about a second to
-	// close, each server at least one 100 ms check of its connections).
+	// for their sum (the links of 10,000 guests take about 0.3 s to
+	// close, 35 µs of CPU each, BenchmarkCloseHybrid; a server ends once
+	// its last connection is gone, internal/httpdrain, not at fasthttp's
+	// next 100 ms check of them).
 	// The links close before the monitors, which then have none left to
 	// detach one by one.
 	var web, api, links, guests func()
 	if d.web != nil {
-		web = shutdown("web", d.web.ShutdownWithContext)
+		web = shutdown("web", func(ctx context.Context) error { return d.webDrain.Shutdown(ctx, d.web.ShutdownWithContext) })
 	}
 	if d.api != nil {
 		api = shutdown("api", d.api.Shutdown)

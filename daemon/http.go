@@ -27,6 +27,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/auth"
 	"github.com/guestlink/guestlink/errdefs"
+	"github.com/guestlink/guestlink/internal/httpdrain"
 	"github.com/guestlink/guestlink/transport/adminapi"
 	"github.com/guestlink/guestlink/web"
 )
@@ -170,6 +171,7 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 	})
 	d.dash.Register(app)
 	d.web = app
+	d.webDrain = httpdrain.Track(app.Server())
 
 	var httpURL, httpsURL string
 	if d.cfg.HTTPAddr != "" {
@@ -180,7 +182,7 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		d.tcpLn = ln
 		httpURL = "http://" + urlHost(ln.Addr(), nil)
 		served := d.tcpConns(ln, nil, "http")
-		go d.serve("http", func() error { return app.Listener(served) })
+		go d.serve("http", func() error { return d.webDrain.Serve(func() error { return app.Listener(served) }) })
 	}
 	if d.cfg.HTTPSAddr != "" {
 		cert, err := d.httpsCertificate()
@@ -202,7 +204,7 @@ func (d *Daemon) listenTCP(ctx context.Context) error {
 		tln := d.tcpConns(ln, func(ln net.Listener) net.Listener { return tls.NewListener(ln, tlsConfig) }, "https")
 		d.tcp.httpsLn = tln
 		httpsURL = "https://" + urlHost(ln.Addr(), d.cfg.HTTPHosts)
-		go d.serve("https", func() error { return app.Listener(tln) })
+		go d.serve("https", func() error { return d.webDrain.Serve(func() error { return app.Listener(tln) }) })
 		d.log.Info("serving the admin API and the dashboard over TLS", "addr", ln.Addr().String(),
 			"certificate_fingerprint", d.tcp.fingerprint)
 	}

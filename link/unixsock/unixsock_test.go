@@ -11,8 +11,12 @@ import (
 	"testing"
 )
 
+// TestListen listens under a permissive umask (the socket must still never
+// be wider than asked) and under one that takes bits of the mode away (the
+// socket must still get its whole mode, bound in a private directory and
+// linked into place); where the umask leaves the mode whole the socket is
+// bound at its path itself, so its close frees no removed directory.
 func TestListen(t *testing.T) {
-	// A permissive umask: the socket must still never be wider than asked.
 	old := syscall.Umask(0)
 	t.Cleanup(func() { syscall.Umask(old) })
 	// A directory long enough that a temporary name beside the socket
@@ -27,17 +31,35 @@ func TestListen(t *testing.T) {
 		dir  string
 		base string
 		mode fs.FileMode
+		// umask is the process's umask during Listen; linked is whether
+		// the umask takes bits of mode away, so the socket is bound in a
+		// private directory and linked into place.
+		umask  int
+		linked bool
 	}{
-		{"0600", t.TempDir(), "s.sock", 0o600},
-		{"0660", t.TempDir(), "unix.socket", 0o660},
-		{"temporary name too long for sun_path", long, strings.Repeat("x", 107-len(long)-1), 0o600},
+		{"0600", t.TempDir(), "s.sock", 0o600, 0, false},
+		{"0660", t.TempDir(), "unix.socket", 0o660, 0, false},
+		{"0600 under umask 022", t.TempDir(), "s.sock", 0o600, 0o022, false},
+		{"0660 under umask 022", t.TempDir(), "unix.socket", 0o660, 0o022, true},
+		{"0660 under umask 077", t.TempDir(), "unix.socket", 0o660, 0o077, true},
+		{"name too long for sun_path", long, strings.Repeat("x", 107-len(long)-1), 0o600, 0, false},
+		{"temporary name too long for sun_path", long, strings.Repeat("x", 107-len(long)-1), 0o660, 0o022, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(tt.dir, tt.base)
+			syscall.Umask(tt.umask)
 			ln, err := Listen(path, tt.mode)
+			syscall.Umask(0)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The name the kernel bound: the path (or its base
+			// through /proc/self/fd), a temporary name only when the
+			// umask narrowed the mode.
+			bound := ln.(*listener).UnixListener.Addr().String()
+			if got := filepath.Base(bound) != tt.base; got != tt.linked {
+				t.Fatalf("socket bound as %q: under a temporary name %v, want %v", bound, got, tt.linked)
 			}
 			fi, err := os.Lstat(path)
 			if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/guestlink/guestlink/core/events"
 	"github.com/guestlink/guestlink/core/instance"
+	"github.com/guestlink/guestlink/internal/httpdrain"
 	"github.com/guestlink/guestlink/plugins/pluginhost"
 )
 
@@ -132,6 +133,9 @@ type API struct {
 	app *fiber.App
 	log *slog.Logger
 
+	// drain ends the shutdown once no connection is left.
+	drain *httpdrain.Drain
+
 	mu        sync.Mutex
 	closing   chan struct{} // closed by Shutdown: event websockets end
 	closed    bool
@@ -158,6 +162,7 @@ func New(cfg Config) *API {
 	}
 	a := &API{cfg: cfg, log: cfg.Logger, closing: make(chan struct{})}
 	a.app = fiber.New(FiberConfig(cfg.BodyLimit))
+	a.drain = httpdrain.Track(a.app.Server())
 	a.Register(a.app)
 	return a
 }
@@ -251,7 +256,7 @@ func (a *API) Serve(ln net.Listener) error {
 	}
 	a.listeners = append(a.listeners, ln)
 	a.mu.Unlock()
-	if err := a.app.Listener(ln); err != nil {
+	if err := a.drain.Serve(func() error { return a.app.Listener(ln) }); err != nil {
 		a.mu.Lock()
 		closed := a.closed
 		a.mu.Unlock()
@@ -274,7 +279,7 @@ func (a *API) Shutdown(ctx context.Context) error {
 	lns := a.listeners
 	a.listeners = nil
 	a.mu.Unlock()
-	err := a.app.ShutdownWithContext(ctx)
+	err := a.drain.Shutdown(ctx, a.app.ShutdownWithContext)
 	// A Serve that had not yet handed its listener to fasthttp when
 	// fasthttp shut down stops here.
 	for _, ln := range lns {

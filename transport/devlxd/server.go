@@ -33,6 +33,7 @@ import (
 	"github.com/guestlink/guestlink/core/linkhost"
 	"github.com/guestlink/guestlink/core/listener"
 	"github.com/guestlink/guestlink/core/statebudget"
+	"github.com/guestlink/guestlink/internal/httpdrain"
 )
 
 // Instances is what the handlers need from the instance service
@@ -188,6 +189,7 @@ type Server struct {
 	tls         *tls.Config
 	tickets     *ticketKeys
 	app         *fiber.App
+	drain       *httpdrain.Drain // ends the shutdown once no connection is left
 	queue       *connQueue
 	// handshakes holds a token per TLS handshake running (MaxHandshakes),
 	// given to the newest waiting connection first.
@@ -319,6 +321,7 @@ func New(cfg Config) (*Server, error) {
 		ReduceMemoryUsage: true,
 	})
 	s.app.Server().ConnState = s.kept.state
+	s.drain = httpdrain.Track(s.app.Server())
 	s.routes()
 	go func() {
 		defer close(s.done)
@@ -326,7 +329,7 @@ func New(cfg Config) (*Server, error) {
 		// long as the guest reads it, a guest that stops reading is
 		// dropped after WriteTimeout.
 		conns := listener.Limit(s.queue, listener.Limits{Name: "devlxd", Logger: cfg.Logger, WriteTimeout: cfg.WriteTimeout})
-		if err := s.app.Listener(conns); err != nil {
+		if err := s.drain.Serve(func() error { return s.app.Listener(conns) }); err != nil {
 			cfg.Logger.Error("devlxd: HTTP server stopped", "err", err)
 		}
 	}()
@@ -494,7 +497,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.once.Do(func() {
 		s.endLife()
-		err = s.app.ShutdownWithContext(ctx)
+		// The kept connections idle (thousands after a storm) are closed
+		// at once, and the shutdown ends when the last is gone, not at
+		// fasthttp's next 100 ms look at its count.
+		err = s.drain.Shutdown(ctx, s.app.ShutdownWithContext)
 		s.queue.Close()
 		select {
 		case <-s.done:
