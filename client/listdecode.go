@@ -417,12 +417,26 @@ func (d *listDecoder) object(field func(key string) bool) bool {
 	}
 }
 
+// fields reads an object whose known keys each fill one field: field
+// returns the key's bit (0 for an unknown key, which fails) and whether
+// its value was read. A key given twice fails the object: encoding/json
+// keeps the last value, goccy/go-json the first, so such a body is left
+// to them.
+func (d *listDecoder) fields(field func(key string) (bit uint32, ok bool)) bool {
+	var seen uint32
+	return d.object(func(k string) bool {
+		bit, ok := field(k)
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return ok
+	})
+}
+
 // condition reads one condition.
 func (d *listDecoder) condition(c *api.Condition) bool {
-	var seen uint8
-	return d.object(func(k string) bool {
-		var bit uint8
-		ok := false
+	return d.fields(func(k string) (bit uint32, ok bool) {
 		switch k {
 		case "type":
 			bit, ok = 1, d.strOrNull(&c.Type)
@@ -435,11 +449,7 @@ func (d *listDecoder) condition(c *api.Condition) bool {
 		case "last_transition_time":
 			bit, ok = 16, d.time(&c.LastTransitionTime)
 		}
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return ok
+		return bit, ok
 	})
 }
 
@@ -448,10 +458,7 @@ func (d *listDecoder) agent(a *api.AgentInfo) bool {
 	if d.null() {
 		return true
 	}
-	var seen uint8
-	return d.object(func(k string) bool {
-		var bit uint8
-		ok := false
+	return d.fields(func(k string) (bit uint32, ok bool) {
 		switch k {
 		case "state":
 			bit, ok = 1, d.strOrNull(&a.State)
@@ -460,11 +467,7 @@ func (d *listDecoder) agent(a *api.AgentInfo) bool {
 		case "since":
 			bit, ok = 4, d.timePtr(&a.Since)
 		}
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return ok
+		return bit, ok
 	})
 }
 
@@ -527,10 +530,7 @@ func isDelim(c byte) bool {
 
 // instance reads one instance object.
 func (d *listDecoder) instance(inst *api.Instance) bool {
-	var seen uint32
-	return d.object(func(k string) bool {
-		var bit uint32
-		ok := false
+	return d.fields(func(k string) (bit uint32, ok bool) {
 		switch k {
 		case "name":
 			bit, ok = 1<<0, d.strOrNull(&inst.Name)
@@ -579,11 +579,7 @@ func (d *listDecoder) instance(inst *api.Instance) bool {
 		case "guest":
 			bit, ok = 1<<21, d.rawValue(&inst.Guest)
 		}
-		if seen&bit != 0 {
-			return false // a repeated key: encoding/json's way
-		}
-		seen |= bit
-		return ok
+		return bit, ok
 	})
 }
 
@@ -626,10 +622,7 @@ func (d *listDecoder) list() ([]api.Instance, bool) {
 func (d *listDecoder) envelope() ([]api.Instance, bool) {
 	var list []api.Instance
 	var typ string
-	var seen uint8
-	ok := d.object(func(k string) bool {
-		var bit uint8
-		ok := false
+	ok := d.fields(func(k string) (bit uint32, ok bool) {
 		var n int64
 		var s string
 		switch k {
@@ -650,11 +643,7 @@ func (d *listDecoder) envelope() ([]api.Instance, bool) {
 			bit = 64
 			list, ok = d.list()
 		}
-		if seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return ok
+		return bit, ok
 	})
 	if !ok || typ != api.TypeSync {
 		return nil, false
