@@ -138,57 +138,37 @@ func BenchmarkDecodeRunning10k(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("client", func(b *testing.B) {
-		defer reportCPU(b, processCPU())
-		for b.Loop() {
-			var list []api.Instance
-			if err := decodeResponse(fakeResponse(200, body), "GET", &list); err != nil || len(list) != 10000 {
-				b.Fatal(err, len(list))
+	summary := summaryBody(b, runningInstances(10000)) // the CLI table's summary
+	for _, form := range []struct {
+		name string
+		body []byte
+	}{{"", body}, {"-summary", summary}} {
+		b.Run("client"+form.name, func(b *testing.B) {
+			defer reportCPU(b, processCPU())
+			for b.Loop() {
+				var list []api.Instance
+				if err := decodeResponse(fakeResponse(200, form.body), "GET", &list); err != nil || len(list) != 10000 {
+					b.Fatal(err, len(list))
+				}
 			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
-		b.ReportMetric(float64(len(body))/(1<<20), "MiB")
-	})
-	summary := summaryBody(b, runningInstances(10000))
-	b.Run("client-summary", func(b *testing.B) { // the CLI table's summary
-		defer reportCPU(b, processCPU())
-		for b.Loop() {
-			var list []api.Instance
-			if err := decodeResponse(fakeResponse(200, summary), "GET", &list); err != nil || len(list) != 10000 {
-				b.Fatal(err, len(list))
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
+			b.ReportMetric(float64(len(form.body))/(1<<20), "MiB")
+		})
+		b.Run("goccy"+form.name, func(b *testing.B) {
+			defer reportCPU(b, processCPU())
+			for b.Loop() {
+				raw, err := readBody(fakeResponse(200, form.body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				var env api.Response[[]api.Instance]
+				if err := gojson.UnmarshalWithOption(raw, &env, gojson.DecodeNoCopyString()); err != nil || len(env.Metadata) != 10000 {
+					b.Fatal(err, len(env.Metadata))
+				}
 			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
-		b.ReportMetric(float64(len(summary))/(1<<20), "MiB")
-	})
-	b.Run("goccy-summary", func(b *testing.B) {
-		defer reportCPU(b, processCPU())
-		for b.Loop() {
-			raw, err := readBody(fakeResponse(200, summary))
-			if err != nil {
-				b.Fatal(err)
-			}
-			var env api.Response[[]api.Instance]
-			if err := gojson.UnmarshalWithOption(raw, &env, gojson.DecodeNoCopyString()); err != nil || len(env.Metadata) != 10000 {
-				b.Fatal(err, len(env.Metadata))
-			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
-	})
-	b.Run("goccy", func(b *testing.B) {
-		defer reportCPU(b, processCPU())
-		for b.Loop() {
-			raw, err := readBody(fakeResponse(200, body))
-			if err != nil {
-				b.Fatal(err)
-			}
-			var env api.Response[[]api.Instance]
-			if err := gojson.UnmarshalWithOption(raw, &env, gojson.DecodeNoCopyString()); err != nil || len(env.Metadata) != 10000 {
-				b.Fatal(err, len(env.Metadata))
-			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
-	})
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/list")
+		})
+	}
 }
 
 // summaryBody returns the answer of the CLI table's summary of list
