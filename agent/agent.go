@@ -471,10 +471,14 @@ func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement, inAnsw
 
 	a.mu.Lock()
 	a.boot.Advertisement = adv.Marshal()
+	// The daemon that asks for the declaration in the answer asks because
+	// it does not have it (it started since, or its last record of it
+	// failed), whatever daemon the guest declared to; one that does not
+	// ask gets a PATCH when it is another daemon than the one declared to.
 	var redeclare devlxdapi.StatePut
 	if a.boot.Declared != "" {
 		prev, err := advert.Parse(a.boot.DeclaredTo)
-		if err != nil || !prev.SameDaemon(adv) {
+		if inAnswer || err != nil || !prev.SameDaemon(adv) {
 			redeclare = devlxdapi.StatePut{State: a.boot.Declared, Reason: a.boot.DeclaredReason, Message: a.boot.DeclaredMessage}
 		}
 	}
@@ -492,7 +496,7 @@ func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement, inAnsw
 	var inAnswerDecl *devlxdapi.StatePut
 	switch {
 	case redeclare.State != "" && inAnswer:
-		a.log.Info("handing the guest's state back to the new daemon", "state", redeclare.State, "reason", redeclare.Reason)
+		a.log.Info("handing the guest's state back to the daemon", "state", redeclare.State, "reason", redeclare.Reason)
 		a.declared(redeclare)
 		inAnswerDecl = &redeclare
 	case redeclare.State != "":

@@ -260,11 +260,12 @@ func TestRedeclareAfterDaemonRestart(t *testing.T) {
 	}
 }
 
-// TestDeclarationInAnswer: a new daemon that sends advert.DeclarationHeader
-// gets the guest's last declaration (state, reason, message) back in the
-// answer to its PUT /1.0 and no PATCH /1.0; asking again (same daemon) gets
-// none; a daemon after it that does not send the header (an older one)
-// gets the PATCH, as before.
+// TestDeclarationInAnswer: a daemon that sends advert.DeclarationHeader
+// (it asks because it lacks the guest's state: it started since, or its
+// record of it failed) gets the guest's last declaration (state, reason,
+// message) back in the answer to its PUT /1.0 and no PATCH /1.0, each time
+// it asks, even the daemon the guest declared to; a daemon that does not
+// send the header (an older one) gets the PATCH, as before.
 func TestDeclarationInAnswer(t *testing.T) {
 	g := agenttest.NewGuest(t)
 	ring := agenttest.OpenRing(t, g, ringproto.PortCurrent)
@@ -296,9 +297,14 @@ func TestDeclarationInAnswer(t *testing.T) {
 		}
 		return env.Metadata.Declaration
 	}
-	// The daemon the guest declared to: nothing to hand back.
-	if got := answerOf(d1); got != nil {
-		t.Fatalf("the same daemon got %+v back", got)
+	// Asked without the header, the daemon declared to gets nothing; with
+	// it (its record failed, say), the declaration.
+	advertise(t, d1)
+	if got := d1.PatchesSeen(); !reflect.DeepEqual(got, []string{"Ready"}) {
+		t.Fatalf("the daemon declared to saw %q, want the one Ready", got)
+	}
+	if got := answerOf(d1); got == nil || *got != decl {
+		t.Fatalf("the daemon declared to, asking, got %+v back, want %+v", got, decl)
 	}
 	d1.Close()
 	i = ring.WaitFor(t, i, ringproto.Started, wait)
@@ -308,8 +314,10 @@ func TestDeclarationInAnswer(t *testing.T) {
 		t.Fatalf("new daemon's answer carried %+v, want %+v", got, decl)
 	}
 	i = ring.WaitFor(t, i, ringproto.Connected, wait)
-	if got := answerOf(d2); got != nil {
-		t.Fatalf("a second advertisement of the same daemon got %+v back", got)
+	// Its record failed, say: it asks again and gets it again (a daemon
+	// that has the state does not ask: core/agentmon asksDeclaration).
+	if got := answerOf(d2); got == nil || *got != decl {
+		t.Fatalf("the new daemon asking again got %+v, want %+v", got, decl)
 	}
 	if got := d2.PatchesSeen(); len(got) != 0 {
 		t.Fatalf("the daemon that took the declaration in the answer also got PATCHes %q", got)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +33,10 @@ type readyInstances struct {
 	mu    sync.Mutex
 	ready []bool
 	by    []string // each call's requestor protocol
+	// failDeclares fails that many Declare calls, as a store that is
+	// briefly unavailable does.
+	failDeclares atomic.Int32
+	failed       atomic.Int32
 }
 
 func (r *readyInstances) SetReady(_ context.Context, uuid string, ready bool, by events.Requestor) error {
@@ -45,6 +50,10 @@ func (r *readyInstances) SetReady(_ context.Context, uuid string, ready bool, by
 }
 
 func (r *readyInstances) Declare(ctx context.Context, uuid string, d instance.Declaration, by events.Requestor) error {
+	if r.failDeclares.Add(-1) >= 0 {
+		r.failed.Add(1)
+		return errors.New("the store is unavailable (test)")
+	}
 	return r.SetReady(ctx, uuid, d.State == instance.DeclaredReady, by)
 }
 
@@ -239,9 +248,13 @@ func TestRealAgentOverHybridLink(t *testing.T) {
 	}
 
 	// The daemon restarts on a new port: the new daemon advertises itself,
-	// the agent connects to it and re-declares Ready.
+	// the agent connects to it and hands Ready back; the new daemon's first
+	// record of it fails (its store is briefly unavailable), so it
+	// advertises again, asks again and records it then.
 	oldPort := r.d.host.Port()
 	r.d.stop()
+	insts.update(inst.UUID, func(i *instance.Instance) { delete(i.Config, "volatile.last_state.ready") }) // cleared at start
+	insts.failDeclares.Store(1)
 	d2 := startDaemon(t, insts, r.store)
 	if d2.host.Port() == oldPort {
 		t.Log("the new daemon drew the same port")
@@ -258,6 +271,9 @@ func TestRealAgentOverHybridLink(t *testing.T) {
 	// agent's answer to the new daemon's advertisement (no PATCH).
 	if got := insts.protocols(); len(got) != 2 || got[0] != "devlxd" || got[1] != "agent" {
 		t.Fatalf("declarations recorded by %q, want [devlxd agent]", got)
+	}
+	if n := insts.failed.Load(); n != 1 {
+		t.Fatalf("%d records failed, want the one made to fail", n)
 	}
 	if code, _, body := guestCall(t, g.Socket(), "GET", "/1.0", ""); code != 200 || !strings.Contains(body, `"state":"Ready"`) {
 		t.Fatalf("GET /1.0 after restart: %d %q", code, body)

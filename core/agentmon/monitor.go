@@ -457,8 +457,11 @@ func (m *monitor) advertiser() {
 			cfg.Logger.Debug("agentmon: advertising to agent", "instance", m.name, "err", err)
 		}
 		// Before the advertisement's result is stepped: the guest's state
-		// is back by the time the daemon counts the agent connected.
-		m.restoreDeclaration(decl)
+		// is back by the time the daemon counts the agent connected, or
+		// the advertisement counts as failed and is made again.
+		if rerr := m.restoreDeclaration(decl); rerr != nil && err == nil {
+			err = rerr
+		}
 		m.advPending.Add(-1)
 		m.bgMu.Lock()
 		m.advTaken = false
@@ -494,7 +497,7 @@ func (m *monitor) advertise(hc *http.Client) (*devlxdapi.StatePut, error) {
 		return nil, err
 	}
 	var header map[string]string
-	if _, ok := cfg.Instances.(Declarer); ok {
+	if asksDeclaration(cfg.Instances, inst) {
 		header = declarationInAnswer
 	}
 	answer, err := m.client.doOn(ctx, hc, http.MethodPut, "/1.0", m.svc.Advertisement(inst).Marshal(), header)

@@ -25,6 +25,18 @@ type Declarer interface {
 	Declare(ctx context.Context, uuid string, d instance.Declaration, by events.Requestor) error
 }
 
+// asksDeclaration reports whether an advertisement to inst's agent asks
+// for the guest's declaration in the answer: when the daemon records
+// declarations itself and has none of this boot (the Ready flag unset: the
+// daemon started since, or its record of the handed-back one failed). It
+// asks again at every advertisement until one is recorded, and never once
+// the guest's state is known, so a declaration is neither lost nor
+// recorded twice (each record of a Ready is an instance-ready event).
+func asksDeclaration(insts Instances, inst *instance.Instance) bool {
+	_, ok := insts.(Declarer)
+	return ok && inst.Config[instance.KeyReady] == ""
+}
+
 // declarationInAnswer is the header of an advertisement to an agent when
 // the daemon records declarations itself.
 var declarationInAnswer = map[string]string{advert.DeclarationHeader: "1"}
@@ -57,12 +69,16 @@ func parseAnswer(body []byte) (*devlxdapi.StatePut, error) {
 	return a.Declaration, nil
 }
 
-// restoreDeclaration records the declaration an agent handed back.
-func (m *monitor) restoreDeclaration(d *devlxdapi.StatePut) {
+// restoreDeclaration records the declaration an agent handed back. It
+// returns an error when the record failed and is worth another try (the
+// advertisement then counts as failed, so the monitor advertises again and
+// asks again: asksDeclaration); not for a guest that stopped meanwhile or
+// a daemon that stops.
+func (m *monitor) restoreDeclaration(d *devlxdapi.StatePut) error {
 	cfg := &m.svc.cfg
 	dc, ok := cfg.Instances.(Declarer)
 	if !ok || d == nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, cfg.RequestTimeout)
 	defer cancel()
@@ -71,10 +87,13 @@ func (m *monitor) restoreDeclaration(d *devlxdapi.StatePut) {
 	switch {
 	case err == nil:
 		cfg.Logger.Debug("agentmon: guest state restored from the agent's answer", "instance", m.name, "state", d.State)
+		return nil
 	case errors.Is(err, errdefs.ErrConflict), errors.Is(err, errdefs.ErrNotFound), m.ctx.Err() != nil:
 		// The guest stopped or the daemon stops meanwhile.
 		cfg.Logger.Debug("agentmon: restoring guest state", "instance", m.name, "state", d.State, "err", err)
+		return nil
 	default:
-		cfg.Logger.Warn("agentmon: restoring guest state", "instance", m.name, "state", d.State, "err", err)
+		cfg.Logger.Warn("agentmon: restoring guest state; advertising again", "instance", m.name, "state", d.State, "err", err)
+		return fmt.Errorf("recording the declaration the agent handed back: %w", err)
 	}
 }

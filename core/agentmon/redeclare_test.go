@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/guestlink/guestlink/core/instance"
 	"github.com/guestlink/guestlink/errdefs"
 	"github.com/guestlink/guestlink/link/devlxdapi"
 )
@@ -59,3 +60,37 @@ func TestParseAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestAsksDeclaration: an advertisement asks for the guest's declaration
+// only when the daemon records declarations itself and has none of this
+// boot (the Ready flag unset, as right after the daemon started); once one
+// is recorded ("true" or "false") it stops asking, so a handed-back Ready is
+// recorded (and its instance-ready emitted) once.
+func TestAsksDeclaration(t *testing.T) {
+	plain := &fakeInstances{}
+	declaring := &readyInstances{fakeInstances: plain}
+	for _, tt := range []struct {
+		name  string
+		insts Instances
+		ready *string
+		want  bool
+	}{
+		{"no Declarer: the agent PATCHes", plain, nil, false},
+		{"unset after the daemon started", declaring, nil, true},
+		{"set empty", declaring, new(string), true},
+		{"Ready recorded", declaring, ptr("true"), false},
+		{"not Ready recorded", declaring, ptr("false"), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			inst := &instance.Instance{Config: map[string]string{}}
+			if tt.ready != nil {
+				inst.Config[instance.KeyReady] = *tt.ready
+			}
+			if got := asksDeclaration(tt.insts, inst); got != tt.want {
+				t.Fatalf("asksDeclaration = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func ptr(s string) *string { return &s }

@@ -106,18 +106,18 @@ func (a *Advertisement) SameDaemon(b *Advertisement) bool {
 	return a != nil && b != nil && a.CID == b.CID && a.Port == b.Port && a.Certificate == b.Certificate
 }
 
-// DeclarationHeader, set to "1" on a PUT /1.0 by a daemon, asks the agent to
-// hand back the guest's last declaration in its answer (Answer) instead of
-// re-sending it with PATCH /1.0 before answering. A daemon that sends it
-// records the declaration itself; one that does not (older daemons) gets
-// the PATCH as before. Unknown headers are ignored by agents that predate
-// it, which then re-declare with PATCH /1.0.
+// DeclarationHeader, set to "1" on a PUT /1.0 by a daemon that has no
+// declaration of the guest's current boot, asks the agent to hand back the
+// guest's last declaration in its answer (Answer) instead of re-sending it
+// with PATCH /1.0 before answering. A daemon that sends it records the
+// declaration itself; one that does not (older daemons) gets the PATCH as
+// before. Unknown headers are ignored by agents that predate it, which then
+// re-declare with PATCH /1.0.
 const DeclarationHeader = "Guestlink-Declaration-In-Answer"
 
 // Answer is the metadata of the agent's answer to PUT /1.0 when the daemon
-// set DeclarationHeader: the declaration to restore, when the daemon is new
-// to the agent (another port or certificate than the one the guest last
-// declared to) and the guest declared a state during this boot. An answer
+// set DeclarationHeader: the guest's last declaration of this boot, if it
+// made one (a daemon asks only while it has none of this boot). An answer
 // without it (null metadata, or no declaration) restores nothing.
 type Answer struct {
 	// Declaration is the guest's last declaration, as it was PATCHed.
