@@ -445,8 +445,11 @@ func (m *monitor) advertiser() {
 		m.bgMu.Unlock()
 		gen := m.gen.Load()
 		// The report rides on the advertisement's connection when it
-		// is wanted (reports.go).
-		report := m.reportWithAdvert()
+		// is wanted (reports.go), except in the burst a restart's
+		// recovery released (slot): there the agents' reports are
+		// refreshed after the recovery, paced (reports.go), not in the
+		// 10,000 advertisements that bound the restart.
+		report := !slot && m.reportWithAdvert()
 		hc := m.client.httpClient()
 		if report {
 			hc = m.client.sessionClient()

@@ -357,10 +357,10 @@ func TestReportRidesOnAdvertisement(t *testing.T) {
 
 // TestReportWantedBeforeAdvertisement: after a daemon restart an agent's
 // CONNECTED (its heartbeat) is read before its advertisement, which the
-// recovery holds: the report is wanted and queued, the advertisement's
-// exchange fetches it, and the refresher's turn finds it served and
-// fetches nothing (the refresher's goroutine ends with its queue empty,
-// the agent asked once). A refresh is wanted again when the agent comes
+// recovery holds: the report is wanted and queued; the advertisement the
+// hold released does not fetch it (those advertisements bound a restart
+// of 10,000), the refresher does, once, on a connection of its own (the
+// refresher's goroutine ends with its queue empty, the agent asked once). A refresh is wanted again when the agent comes
 // back after it stopped (no advertisement then): the refresher fetches it.
 func TestReportWantedBeforeAdvertisement(t *testing.T) {
 	e := newEnv(t, nil)
@@ -383,7 +383,10 @@ func TestReportWantedBeforeAdvertisement(t *testing.T) {
 	waitFor(t, "the refresher's queue drained", refresherIdle)
 	e.quiet(g)
 	if n := g.agent.gets(); n != 1 || e.fetchRunning(g) {
-		t.Fatalf("%d GET /1.0/state (fetch running %v), want 1: the refresher fetched a report the advertisement served", n, e.fetchRunning(g))
+		t.Fatalf("%d GET /1.0/state (fetch running %v), want 1", n, e.fetchRunning(g))
+	}
+	if conns, puts := g.agent.connCount(), len(g.agent.puts()); conns != puts+1 {
+		t.Fatalf("%d connections for %d PUT /1.0 and one report, want the report on a connection of its own (not the released advertisement's)", conns, puts)
 	}
 	if ip := e.svc.CachedIPv4(g.inst.UUID); ip != "10.0.2.15" {
 		t.Fatalf("CachedIPv4 = %q", ip)
