@@ -82,7 +82,7 @@ func (m *monitor) restoreDeclaration(d *devlxdapi.StatePut) error {
 	}
 	ctx, cancel := context.WithTimeout(m.ctx, cfg.RequestTimeout)
 	defer cancel()
-	err := dc.Declare(ctx, m.uuid, instance.Declaration{State: d.State, Reason: d.Reason, Message: d.Message},
+	err := dc.Declare(ctx, m.uuid, instance.Declaration{State: d.State, Reason: d.Reason, Message: d.Message, Restore: true},
 		events.Requestor{Protocol: "agent", Address: "advertisement"})
 	switch {
 	case err == nil:

@@ -68,6 +68,11 @@ type Declaration struct {
 	State   string // DeclaredReady, DeclaredStarted or DeclaredDegraded
 	Reason  string
 	Message string
+	// Restore makes Declare a restoration of the boot's last declaration
+	// (the agent handing it back to a restarted daemon): recorded only
+	// while the boot has none (the Ready flag unset), so a declaration the
+	// guest made meanwhile is never overwritten by an older one. Not kept.
+	Restore bool
 }
 
 // deriveConditions derives the conditions of a record and runtime. A

@@ -54,10 +54,15 @@ func (m *Manager) Declare(ctx context.Context, uuid string, d Declaration, by ev
 		by.Protocol = "devlxd"
 	}
 	var name string
+	restore := d.Restore
+	d.Restore = false
 	_, err = m.mutate(ctx, e, func(c *change) error {
 		name = c.rec.Name
 		if c.rec.PowerState != status.PowerRunning {
 			return fmt.Errorf("instance is not running: %w", errdefs.ErrConflict)
+		}
+		if restore && c.rec.Config[KeyReady] != "" {
+			return errDeclaredMeanwhile
 		}
 		c.rt.declared = d
 		old := c.rec.Config[KeyReady] // "" right after a daemon start
@@ -102,6 +107,9 @@ func (m *Manager) Declare(ctx context.Context, uuid string, d Declaration, by ev
 		}
 		return nil
 	})
+	if errors.Is(err, errDeclaredMeanwhile) {
+		return nil // the guest's own, newer declaration stands
+	}
 	if err != nil {
 		if name == "" {
 			return fmt.Errorf("setting ready state of instance %s: %w", uuid, err)
@@ -110,6 +118,10 @@ func (m *Manager) Declare(ctx context.Context, uuid string, d Declaration, by ev
 	}
 	return nil
 }
+
+// errDeclaredMeanwhile ends a restoring Declare whose boot got a
+// declaration meanwhile: nothing is changed.
+var errDeclaredMeanwhile = errors.New("the boot has a declaration")
 
 // declContext is the event context of a declaration: nil without a
 // reason or message (the events LXD clients know stay as they were).

@@ -462,3 +462,50 @@ func TestReadyFromSystemd(t *testing.T) {
 		t.Errorf("no instance-ready event with the systemd requestor")
 	}
 }
+
+// TestRestoreDeclaration: a declaration the agent hands back to a restarted
+// daemon (Declaration.Restore) is recorded while the boot has none (the
+// Ready flag cleared at the daemon's start), with its event, and dropped
+// once the guest declared meanwhile: an older Ready handed back late never
+// overwrites the guest's newer Started, and announces nothing.
+func TestRestoreDeclaration(t *testing.T) {
+	e := newEnv(t)
+	inst := e.create("web1", nil)
+	if err := e.m.Start(bg, "web1", adminCaller); err != nil {
+		t.Fatal(err)
+	}
+	devlxd, agent := events.Requestor{Protocol: "devlxd"}, events.Requestor{Protocol: "agent"}
+	if err := e.m.SetReady(bg, inst.UUID, true, devlxd); err != nil {
+		t.Fatal(err)
+	}
+	m2 := e.manager() // the daemon restarts: the flag is cleared
+	if err := m2.Init(bg); err != nil {
+		t.Fatal(err)
+	}
+	ready := Declaration{State: DeclaredReady, Reason: "ChecksPassed", Restore: true}
+	before := count(e.actions("web1"), events.InstanceReady)
+	if err := m2.Declare(bg, inst.UUID, ready, agent); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m2.Get(bg, "web1"); got.Status != "Ready" || got.Config[KeyReady] != "true" {
+		t.Fatalf("after the restore: status %s, ready %q", got.Status, got.Config[KeyReady])
+	}
+	if n := count(e.actions("web1"), events.InstanceReady); n != before+1 {
+		t.Fatalf("%d instance-ready events after the restore, want %d", n, before+1)
+	}
+	// The guest says Started; a Ready handed back late changes nothing.
+	if err := m2.Declare(bg, inst.UUID, Declaration{State: DeclaredStarted}, devlxd); err != nil {
+		t.Fatal(err)
+	}
+	tl := len(e.timeline("web1"))
+	acts := len(e.actions("web1"))
+	if err := m2.Declare(bg, inst.UUID, ready, agent); err != nil {
+		t.Fatalf("a late restore: %v, want nil (dropped)", err)
+	}
+	if got, _ := m2.Get(bg, "web1"); got.Status != "Running" || got.Config[KeyReady] != "false" {
+		t.Fatalf("a late restore overwrote the guest's Started: status %s, ready %q", got.Status, got.Config[KeyReady])
+	}
+	if n, m := len(e.timeline("web1")), len(e.actions("web1")); n != tl || m != acts {
+		t.Fatalf("a late restore wrote %d timeline entries and %d events", n-tl, m-acts)
+	}
+}
