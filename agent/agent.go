@@ -449,9 +449,10 @@ func (a *Agent) declared(put devlxdapi.StatePut) {
 
 // Advertise validates adv: it points the upstream client at the daemon,
 // checks GET /1.0 (200 or 403), writes CONNECTED, starts or stops the
-// devlxd socket and, when the daemon is new, gives it back the guest's last
-// declared state: in the answer when inAnswer (the daemon records it
-// itself, no PATCH), else re-sent with PATCH /1.0 before answering.
+// devlxd socket, and gives the daemon back the guest's last declared state
+// of this boot: in the answer whenever inAnswer (the daemon asks while it
+// has none, and records it itself: no PATCH), else re-sent with PATCH /1.0
+// before answering when the daemon is another than the one declared to.
 func (a *Agent) Advertise(ctx context.Context, adv *advert.Advertisement, inAnswer bool) (*devlxdapi.StatePut, error) {
 	a.advMu.Lock()
 	defer a.advMu.Unlock()
