@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -514,6 +515,13 @@ func frozenWrite(ctx context.Context, t *testing.T, a, b *daemonProc, key string
 	}
 	resume := sync.OnceFunc(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	defer resume()
+	// kill(2) returns before the stop takes: a thread of b still running
+	// could read the write and begin it, then freeze inside it and finish
+	// it once resumed (a write begun before the freeze, not the one this
+	// tests). Send it only once every thread of b is stopped.
+	if !testwait.Until(opTimeout, func() bool { return allThreadsStopped(pid) }) {
+		t.Fatalf("b (pid %d) did not stop after SIGSTOP", pid)
+	}
 	start := time.Now()
 	_, err := a.client.UpdateConfig(ctx, "g-b", map[string]string{key: "applied"}, nil)
 	took := time.Since(start)
@@ -535,6 +543,23 @@ func frozenWrite(ctx context.Context, t *testing.T, a, b *daemonProc, key string
 		t.Errorf("the write whose caller was answered 503 was applied after b resumed: %s=%q; b's log:\n%s\na's log:\n%s", key, v, b.logTail(60), a.logTail(30))
 	}
 	return reached
+}
+
+// allThreadsStopped reports whether every thread of pid is in the stopped
+// state (T in /proc/PID/task/TID/stat).
+func allThreadsStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		i := bytes.LastIndexByte(data, ')')
+		if err != nil || i < 0 || len(data) < i+3 || data[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // clusterExecFiles runs exec and file operations on c's guest through the
