@@ -116,20 +116,23 @@ func (hd *handle) encode() sdk.Handle {
 // procStart returns the start time of process pid (field 22 of
 // /proc/pid/stat), or 0 if it does not exist.
 func procStart(pid int) uint64 {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(data[i+1:]))
+	f := statFields(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if len(f) < 20 || f[0] == "Z" {
 		return 0 // zombies are dead
 	}
 	n, _ := strconv.ParseUint(f[19], 10, 64)
 	return n
+}
+
+// statFields returns the fields of a /proc stat file after the command's
+// name (state first), or nil when it cannot be read (the process is gone).
+func statFields(path string) []string {
+	data, err := os.ReadFile(path)
+	i := bytes.LastIndexByte(data, ')')
+	if err != nil || i < 0 {
+		return nil
+	}
+	return strings.Fields(string(data[i+1:]))
 }
 
 // running reports whether the guest's process is alive.
@@ -327,13 +330,8 @@ func groupAlive(pgid int) bool {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		i := bytes.LastIndexByte(data, ')')
-		if err != nil || i < 0 {
-			continue // gone meanwhile
-		}
 		// After the command's name: state, ppid, pgrp.
-		f := strings.Fields(string(data[i+1:]))
+		f := statFields(filepath.Join("/proc", e.Name(), "stat"))
 		if len(f) >= 3 && f[0] != "Z" && f[0] != "X" && f[2] == strconv.Itoa(pgid) {
 			return true
 		}
